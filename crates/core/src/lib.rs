@@ -1,1 +1,13 @@
-//! placeholder
+//! Tidegate's domain with no IO: the spec model, partitions, the step and run state machines,
+//! idempotency keys, retry policy and the planner. Time comes in through a [`clock::Clock`].
+//!
+//! Architecture invariant: this crate performs no IO. It never reads a file, opens a socket or
+//! asks the operating system for the time; callers pass text, instants and random samples in.
+
+pub mod clock;
+pub mod idempotency;
+pub mod partition;
+pub mod plan;
+pub mod retry;
+pub mod spec;
+pub mod state;

@@ -1,0 +1,47 @@
+//! Where the current time comes from, so that policies and tests never call the system clock.
+
+use std::sync::Mutex;
+
+use chrono::{DateTime, Duration, Utc};
+
+/// A source of the current instant.
+pub trait Clock: Send + Sync + std::fmt::Debug {
+    fn now(&self) -> DateTime<Utc>;
+}
+
+/// The operating system's clock. The one place the wall time enters the system.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> DateTime<Utc> {
+        Utc::now()
+    }
+}
+
+/// A clock that moves only when told to; for tests and simulated downtime.
+#[derive(Debug)]
+pub struct ManualClock {
+    now: Mutex<DateTime<Utc>>,
+}
+
+impl ManualClock {
+    pub fn new(start: DateTime<Utc>) -> Self {
+        Self { now: Mutex::new(start) }
+    }
+
+    pub fn advance(&self, by: Duration) {
+        let mut now = self.now.lock().expect("clock mutex poisoned");
+        *now += by;
+    }
+
+    pub fn set(&self, to: DateTime<Utc>) {
+        *self.now.lock().expect("clock mutex poisoned") = to;
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> DateTime<Utc> {
+        *self.now.lock().expect("clock mutex poisoned")
+    }
+}

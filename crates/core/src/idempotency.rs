@@ -1,0 +1,1 @@
+//! idempotency (in progress)

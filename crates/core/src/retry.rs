@@ -1,0 +1,1 @@
+//! retry (in progress)

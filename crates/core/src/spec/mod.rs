@@ -1,0 +1,51 @@
+//! `tidegate.toml`: the typed model and the strict parser that reports every error with its
+//! file, line, column and setting.
+
+pub mod model;
+mod parse;
+
+use std::fmt;
+
+pub use model::*;
+pub use parse::parse;
+
+/// One problem found in a spec, pointing at the setting that must change.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Diagnostic {
+    pub file: String,
+    pub line: u32,
+    pub col: u32,
+    /// The dotted path of the setting, such as `datasets.sessions.write.keys`.
+    pub setting: String,
+    pub message: String,
+    /// A hint such as `did you mean "order_by"?`.
+    pub help: Option<String>,
+}
+
+impl fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}:{}: {}: {}", self.file, self.line, self.col, self.setting, self.message)?;
+        if let Some(help) = &self.help {
+            write!(f, " ({help})")?;
+        }
+        Ok(())
+    }
+}
+
+/// Every problem found in a spec, in file order. Never empty.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Diagnostics(pub Vec<Diagnostic>);
+
+impl fmt::Display for Diagnostics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, d) in self.0.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{d}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Diagnostics {}

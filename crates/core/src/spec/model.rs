@@ -1,0 +1,281 @@
+//! The typed model of `tidegate.toml`: what a valid spec means once parsing and validation are done.
+//!
+//! Every value here has already been checked by [`super::parse`]; code that consumes a [`Spec`] never
+//! re-validates. Items that later stages may need to point at (datasets, tasks, inputs) carry the
+//! [`Loc`] of their declaration so a planner error can still name the file and line.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
+use serde::Serialize;
+
+use crate::partition::Grain;
+
+/// A position in the spec file, 1-based, for messages that point back at the source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct Loc {
+    pub line: u32,
+    pub col: u32,
+}
+
+/// A parsed and validated workspace specification.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Spec {
+    /// The file the spec came from, as given to the parser (used in messages).
+    pub file: String,
+    /// blake3 of the exact file text, hex: the spec hash that runs and backfills record.
+    pub hash: String,
+    pub project: Project,
+    pub pools: BTreeMap<String, Pool>,
+    pub datasets: BTreeMap<String, Dataset>,
+    pub tasks: BTreeMap<String, Task>,
+}
+
+/// `[project]`: names and where state and tables live.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Project {
+    pub name: String,
+    /// `state` (default `.tidegate/state.db`): a SQLite path or a `postgres://` URL.
+    pub state_url: String,
+    /// `lake` (default `.tidegate/lake`): a folder or an object-store URL such as `s3://bucket/prefix`.
+    pub lake_url: String,
+    /// `lease_ttl_s` (default 30): how long a worker's claim lives without a heartbeat.
+    pub lease_ttl_s: u32,
+    /// `heartbeat_s` (default 10): how often a worker renews its lease; must be below `lease_ttl_s`.
+    pub heartbeat_s: u32,
+    /// `allow_self_approval` (default false): whether a backfill's requester may approve it.
+    pub allow_self_approval: bool,
+    /// `idempotency_ttl_h` (default 24): how long client idempotency keys are remembered.
+    pub idempotency_ttl_h: u32,
+}
+
+/// `[pools.NAME]`: a shared resource that caps concurrency, start rate and retries.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Pool {
+    /// `slots` (required, >= 1): attempts that may run at once.
+    pub slots: u32,
+    /// `rate_per_s` (optional, > 0): token-bucket cap on attempt starts per second.
+    pub rate_per_s: Option<f64>,
+    /// `retry_budget_ratio` (default 0.2): retries allowed as a share of first attempts.
+    pub retry_budget_ratio: f64,
+    /// `retry_budget_burst` (default 5): retries allowed before the ratio applies.
+    pub retry_budget_burst: u32,
+}
+
+/// The name of the pool every task uses unless it names another; it always exists.
+pub const DEFAULT_POOL: &str = "default";
+
+/// `[datasets.NAME]` or `[external.NAME]`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Dataset {
+    pub name: String,
+    pub loc: Loc,
+    pub partitioning: Partitioning,
+    pub kind: DatasetKind,
+    /// `consumers`: who reads it (teams, jobs, dashboards); shown in a backfill's blast radius.
+    pub consumers: Vec<String>,
+    /// `slice_columns`: columns a backfill comparison breaks differences down by.
+    pub slice_columns: Vec<String>,
+    /// `columns`: the schema contract, if declared.
+    pub columns: Vec<Column>,
+    /// `[[datasets.NAME.checks]]`: run on staged data before publication.
+    pub checks: Vec<Check>,
+}
+
+/// Whether Tidegate writes the dataset or only reads it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum DatasetKind {
+    /// Written by exactly one task in this workspace, with a write mode.
+    Managed { write: WriteMode },
+    /// Produced outside the workspace (`[external.NAME]`); `location` is a Delta table URI or folder.
+    External { location: Option<String> },
+}
+
+/// `partitioning = { grain = "day", start = "2024-01-01", time_zone = "Europe/Paris" }` or
+/// `partitioning = { keys = ["eu", "us"] }`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Partitioning {
+    Time {
+        grain: Grain,
+        /// The first interval's start, as an instant (local midnight in `time_zone` when set).
+        start: DateTime<Utc>,
+        /// `time_zone` (default UTC): an IANA name; day, week and month boundaries follow it.
+        #[serde(serialize_with = "serialize_tz")]
+        time_zone: Option<Tz>,
+    },
+    Static {
+        keys: Vec<String>,
+    },
+}
+
+fn serialize_tz<S: serde::Serializer>(tz: &Option<Tz>, s: S) -> Result<S::Ok, S::Error> {
+    match tz {
+        Some(tz) => s.serialize_some(tz.name()),
+        None => s.serialize_none(),
+    }
+}
+
+/// `write = { mode = "merge", keys = [...], order_by = "...", delete_marker = "..." }`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "mode", rename_all = "snake_case")]
+pub enum WriteMode {
+    /// A step's output is the complete contents of its partitions; publication swaps them.
+    Replace,
+    /// A step's output is changed rows keyed by `keys`; duplicates resolve by `order_by`.
+    Merge {
+        keys: Vec<String>,
+        order_by: Option<String>,
+        delete_marker: Option<String>,
+    },
+    /// A step's output is a complete new version of the whole dataset.
+    Snapshot,
+    /// A step's output is new rows; `dedup_key` makes a replay add nothing.
+    Append { dedup_key: Vec<String> },
+}
+
+/// One column of a dataset's schema contract.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Column {
+    pub name: String,
+    /// One of `string`, `int64`, `int32`, `float64`, `bool`, `date`, `timestamp`.
+    pub data_type: String,
+    pub nullable: bool,
+}
+
+/// A data-quality check on staged output. `blocking` (default true) failures publish nothing.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Check {
+    pub name: String,
+    pub blocking: bool,
+    pub rule: CheckRule,
+}
+
+/// What a check asserts.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum CheckRule {
+    NotNull { columns: Vec<String> },
+    Unique { columns: Vec<String> },
+    AcceptedValues { column: String, values: Vec<String> },
+    RowCount { min: Option<u64>, max: Option<u64> },
+    /// `aggregate` of `column` may move at most `tolerance_pct` percent from the published version.
+    AggregateTolerance { column: String, aggregate: Aggregate, tolerance_pct: f64 },
+    /// The newest `column` value must be at most `max_age_s` older than the partition end.
+    Freshness { column: String, max_age_s: u64 },
+    /// A query over the staged table `staged` that returns the failing rows.
+    Sql { query: String },
+}
+
+/// Aggregates usable in tolerance checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Aggregate {
+    Sum,
+    Mean,
+    Min,
+    Max,
+    Count,
+}
+
+/// `[tasks.NAME]`: one unit of work.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Task {
+    pub name: String,
+    pub loc: Loc,
+    pub run: TaskRun,
+    pub inputs: Vec<Input>,
+    /// `outputs`: the datasets this task writes (at least one); all share one partitioning.
+    pub outputs: Vec<String>,
+    pub schedule: Option<Schedule>,
+    pub catchup: Catchup,
+    pub retry: RetryPolicy,
+    pub exit_codes: ExitCodes,
+    /// `timeout_s` (default 3600).
+    pub timeout_s: u32,
+    /// `pool` (default `"default"`).
+    pub pool: String,
+    /// `secrets`: names of environment variables passed to the task and redacted from its logs.
+    pub secrets: Vec<String>,
+    /// `params`: string parameters, part of the step's idempotency key.
+    pub params: BTreeMap<String, String>,
+}
+
+/// How a task computes its output.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum TaskRun {
+    /// `command = ["python3", "features.py"]`: argv, never a shell string. `files` are hashed
+    /// into the code version.
+    Command { argv: Vec<String>, files: Vec<String> },
+    /// `sql = "SELECT ..."` or `sql_file = "path.sql"` (resolved and read by the caller).
+    Sql { query: String },
+}
+
+/// `inputs = [{ dataset = "clicks", mapping = "window(-1..0)" }]` or `inputs = ["clicks"]`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Input {
+    pub dataset: String,
+    pub mapping: Mapping,
+    pub loc: Loc,
+}
+
+/// Which partitions of an input one step of the task reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Mapping {
+    /// The input partitions covering the same interval (or the same static key). The default.
+    Same,
+    /// `window(-N..M)`: the task's own partitions from N before to M after, mapped to the input.
+    Window { from: i32, to: i32 },
+    /// Every partition of the input up to the end of the step's interval.
+    All,
+    /// Whatever version of the input is published when the step is planned.
+    Latest,
+}
+
+/// `schedule = "@hourly" | "@daily" | "0 3 * * *"`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", content = "expr", rename_all = "snake_case")]
+pub enum Schedule {
+    Hourly,
+    Daily,
+    Cron(String),
+}
+
+/// `catchup = { enabled = true, max_active_runs = 4 }`; off unless asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+pub struct Catchup {
+    pub enabled: bool,
+    pub max_active_runs: Option<u32>,
+}
+
+/// `retry = { attempts = 3, backoff_base_ms = 1000, backoff_max_ms = 60000 }`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct RetryPolicy {
+    /// Total attempts including the first (>= 1; default 3).
+    pub attempts: u32,
+    pub backoff_base_ms: u64,
+    pub backoff_max_ms: u64,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self { attempts: 3, backoff_base_ms: 1_000, backoff_max_ms: 60_000 }
+    }
+}
+
+/// `exit_codes = { transient = [75], deterministic = [65, 78] }`; others are deterministic.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ExitCodes {
+    pub transient: Vec<i32>,
+    pub deterministic: Vec<i32>,
+}
+
+impl Default for ExitCodes {
+    fn default() -> Self {
+        Self { transient: vec![75], deterministic: vec![65, 78] }
+    }
+}
