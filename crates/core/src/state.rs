@@ -1,1 +1,413 @@
-//! state (in progress)
+//! The step and run state machines: pure `apply(state, event) -> (state, actions)`.
+//!
+//! Architecture invariant: a step's or run's status changes only through these functions. The
+//! store persists what they return together with the journal entry; the loop that owns processes,
+//! timers and tables performs the returned [`Action`]s. Nothing here does IO or reads a clock.
+
+use std::fmt;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::retry::{self, ErrorClass};
+use crate::spec::RetryPolicy;
+
+macro_rules! status_enum {
+    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $variant:ident = $text:literal,)* }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[serde(rename_all = "snake_case")]
+        pub enum $name { $($(#[$vm])* $variant,)* }
+
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$variant,)*];
+
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $text,)* }
+            }
+
+            pub fn parse(s: &str) -> Option<Self> {
+                match s { $($text => Some($name::$variant),)* _ => None }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+status_enum! {
+    /// Where a step is in its life.
+    StepStatus {
+        /// Planned; waiting for its upstream steps.
+        Pending = "pending",
+        /// Dependencies met; waiting for a worker, a pool slot or a rate-limit token.
+        Ready = "ready",
+        /// An attempt holds a lease and is computing.
+        Running = "running",
+        /// The attempt's output is written to staging, invisible to readers.
+        Staged = "staged",
+        /// Checks are running on the staged output.
+        Validating = "validating",
+        /// Checks passed; publication may proceed.
+        Validated = "validated",
+        /// Checks passed; publication waits for a backfill approval.
+        AwaitingApproval = "awaiting_approval",
+        /// The output is visible to readers as part of a release.
+        Published = "published",
+        /// A transient failure; the next attempt waits for its backoff and the pool's retry budget.
+        RetryWait = "retry_wait",
+        /// A deterministic failure or attempts exhausted.
+        Failed = "failed",
+        /// An upstream step failed, so this one cannot run.
+        UpstreamFailed = "upstream_failed",
+        /// Not needed (for example, the partition is already published and reprocess was "missing").
+        Skipped = "skipped",
+        /// A wider run already rebuilt this data.
+        Superseded = "superseded",
+        /// Stopped by an operator.
+        Cancelled = "cancelled",
+    }
+}
+
+impl StepStatus {
+    /// Terminal statuses never change again.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            StepStatus::Published
+                | StepStatus::Failed
+                | StepStatus::UpstreamFailed
+                | StepStatus::Skipped
+                | StepStatus::Superseded
+                | StepStatus::Cancelled
+        )
+    }
+
+    /// Statuses in which an attempt holds a lease.
+    pub fn holds_lease(self) -> bool {
+        matches!(self, StepStatus::Running | StepStatus::Staged | StepStatus::Validating)
+    }
+
+    /// Whether downstream steps may treat this one as a satisfied dependency.
+    pub fn satisfies_downstream(self) -> bool {
+        matches!(self, StepStatus::Published | StepStatus::Skipped | StepStatus::Superseded)
+    }
+}
+
+/// Why an attempt ended badly.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Failure {
+    pub class: ErrorClass,
+    pub reason: String,
+}
+
+/// A step's state-machine state: its status and the bookkeeping transitions depend on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Step {
+    pub status: StepStatus,
+    /// Attempts started so far; the current or last attempt's number.
+    pub attempt: u32,
+    /// The lease epoch of the current or last claim: the fencing token.
+    pub epoch: u64,
+    pub retry: RetryPolicy,
+    /// Backfill steps stop at `awaiting_approval` instead of publishing.
+    pub needs_approval: bool,
+    pub retry_at: Option<DateTime<Utc>>,
+    pub last_failure: Option<Failure>,
+}
+
+impl Step {
+    /// A freshly planned step.
+    pub fn new(retry: RetryPolicy, needs_approval: bool) -> Self {
+        Self {
+            status: StepStatus::Pending,
+            attempt: 0,
+            epoch: 0,
+            retry,
+            needs_approval,
+            retry_at: None,
+            last_failure: None,
+        }
+    }
+}
+
+/// Something that happened to a step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum StepEvent {
+    /// Every upstream step is published, skipped or superseded.
+    DepsMet,
+    UpstreamFailed { upstream: String },
+    /// A worker claimed the step under a new lease epoch.
+    Claimed { epoch: u64, worker: String },
+    /// The attempt wrote its output to staging and recorded the version.
+    Staged { epoch: u64, version: String },
+    ValidationStarted { epoch: u64 },
+    ChecksPassed { epoch: u64 },
+    ChecksFailed { epoch: u64, reason: String },
+    /// The attempt failed; `jitter` is a uniform sample in `[0, 1)` for the backoff.
+    AttemptFailed { epoch: u64, class: ErrorClass, reason: String, at: DateTime<Utc>, jitter: f64 },
+    /// The attempt's lease ran out without a heartbeat; treated as a transient failure.
+    LeaseExpired { epoch: u64, at: DateTime<Utc>, jitter: f64 },
+    /// The backoff elapsed and the pool's retry budget granted a token.
+    RetryDue,
+    /// A backfill approval bound to this step's spec and comparison was recorded.
+    Approved { by: String },
+    /// The staged version became visible in a release.
+    Published { epoch: u64, release: String },
+    Superseded { by: String },
+    Skipped { reason: String },
+    Cancelled { reason: String },
+}
+
+impl StepEvent {
+    /// The event's name as it appears in the journal and the transition table.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StepEvent::DepsMet => "deps_met",
+            StepEvent::UpstreamFailed { .. } => "upstream_failed",
+            StepEvent::Claimed { .. } => "claimed",
+            StepEvent::Staged { .. } => "staged",
+            StepEvent::ValidationStarted { .. } => "validation_started",
+            StepEvent::ChecksPassed { .. } => "checks_passed",
+            StepEvent::ChecksFailed { .. } => "checks_failed",
+            StepEvent::AttemptFailed { .. } => "attempt_failed",
+            StepEvent::LeaseExpired { .. } => "lease_expired",
+            StepEvent::RetryDue => "retry_due",
+            StepEvent::Approved { .. } => "approved",
+            StepEvent::Published { .. } => "published",
+            StepEvent::Superseded { .. } => "superseded",
+            StepEvent::Skipped { .. } => "skipped",
+            StepEvent::Cancelled { .. } => "cancelled",
+        }
+    }
+
+    /// The lease epoch an attempt-originated event claims to hold, if any.
+    fn fenced_epoch(&self) -> Option<u64> {
+        match self {
+            StepEvent::Staged { epoch, .. }
+            | StepEvent::ValidationStarted { epoch }
+            | StepEvent::ChecksPassed { epoch }
+            | StepEvent::ChecksFailed { epoch, .. }
+            | StepEvent::AttemptFailed { epoch, .. }
+            | StepEvent::LeaseExpired { epoch, .. }
+            | StepEvent::Published { epoch, .. } => Some(*epoch),
+            _ => None,
+        }
+    }
+}
+
+/// Work the caller must do after a transition.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum Action {
+    StartAttempt { attempt: u32, epoch: u64 },
+    RunChecks,
+    Publish,
+    AwaitApproval,
+    ScheduleRetry { attempt: u32, at: DateTime<Utc> },
+    /// Stop the running process (cancellation); its lease is void.
+    StopAttempt { epoch: u64 },
+    /// Downstream steps may now be ready.
+    ReleaseDownstream,
+    /// Downstream steps can no longer run.
+    FailDownstream,
+}
+
+/// A transition the table does not allow.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    #[error("illegal transition: a {from} step cannot accept {event}")]
+    Illegal { from: StepStatus, event: &'static str },
+    #[error("fenced: {event} carries lease epoch {got} but the step is at epoch {current}; a newer claim owns it")]
+    Fenced { event: &'static str, got: u64, current: u64 },
+    #[error("claim epoch {got} must be greater than the step's epoch {current}")]
+    StaleClaim { got: u64, current: u64 },
+    #[error("illegal transition: a {from} run cannot accept {event}")]
+    RunEnded { from: RunStatus, event: &'static str },
+}
+
+/// Applies `event` to `step`: the next state and the actions to perform, or why it is illegal.
+pub fn apply(step: &Step, event: &StepEvent) -> Result<(Step, Vec<Action>), Error> {
+    use StepEvent as E;
+    use StepStatus as S;
+
+    let illegal = || Error::Illegal { from: step.status, event: event.kind() };
+    if step.status.is_terminal() {
+        return Err(illegal());
+    }
+    if let Some(got) = event.fenced_epoch() {
+        if got != step.epoch {
+            return Err(Error::Fenced { event: event.kind(), got, current: step.epoch });
+        }
+    }
+
+    let mut next = step.clone();
+    let mut actions = Vec::new();
+    next.status = match (step.status, event) {
+        (S::Pending, E::DepsMet) => S::Ready,
+        (S::Pending | S::Ready | S::RetryWait, E::UpstreamFailed { .. }) => {
+            actions.push(Action::FailDownstream);
+            S::UpstreamFailed
+        }
+        (S::Ready, E::Claimed { epoch, .. }) => {
+            if *epoch <= step.epoch {
+                return Err(Error::StaleClaim { got: *epoch, current: step.epoch });
+            }
+            next.attempt += 1;
+            next.epoch = *epoch;
+            next.retry_at = None;
+            actions.push(Action::StartAttempt { attempt: next.attempt, epoch: *epoch });
+            S::Running
+        }
+        (S::Running, E::Staged { .. }) => {
+            actions.push(Action::RunChecks);
+            S::Staged
+        }
+        (S::Staged, E::ValidationStarted { .. }) => S::Validating,
+        (S::Validating, E::ChecksPassed { .. }) if step.needs_approval => {
+            actions.push(Action::AwaitApproval);
+            S::AwaitingApproval
+        }
+        (S::Validating, E::ChecksPassed { .. }) => {
+            actions.push(Action::Publish);
+            S::Validated
+        }
+        (S::Validating, E::ChecksFailed { reason, .. }) => {
+            next.last_failure = Some(Failure { class: ErrorClass::Deterministic, reason: reason.clone() });
+            actions.push(Action::FailDownstream);
+            S::Failed
+        }
+        (S::Running | S::Staged | S::Validating | S::Validated, E::AttemptFailed { class, reason, at, jitter, .. }) => {
+            next.last_failure = Some(Failure { class: *class, reason: reason.clone() });
+            fail_or_retry(&mut next, *class, *at, *jitter, &mut actions)
+        }
+        (S::Running | S::Staged | S::Validating, E::LeaseExpired { at, jitter, .. }) => {
+            let reason = format!("lease of attempt {} expired without a heartbeat", step.attempt);
+            next.last_failure = Some(Failure { class: ErrorClass::Transient, reason });
+            fail_or_retry(&mut next, ErrorClass::Transient, *at, *jitter, &mut actions)
+        }
+        (S::RetryWait, E::RetryDue) => {
+            next.retry_at = None;
+            S::Ready
+        }
+        (S::AwaitingApproval, E::Approved { .. }) => {
+            actions.push(Action::Publish);
+            S::Validated
+        }
+        (S::Validated, E::Published { .. }) => {
+            actions.push(Action::ReleaseDownstream);
+            S::Published
+        }
+        (S::Pending | S::Ready | S::RetryWait | S::AwaitingApproval, E::Superseded { .. }) => {
+            actions.push(Action::ReleaseDownstream);
+            S::Superseded
+        }
+        (S::Pending | S::Ready, E::Skipped { .. }) => {
+            actions.push(Action::ReleaseDownstream);
+            S::Skipped
+        }
+        (status, E::Cancelled { .. }) => {
+            if status.holds_lease() {
+                actions.push(Action::StopAttempt { epoch: step.epoch });
+            }
+            S::Cancelled
+        }
+        _ => return Err(illegal()),
+    };
+    Ok((next, actions))
+}
+
+fn fail_or_retry(
+    next: &mut Step,
+    class: ErrorClass,
+    at: DateTime<Utc>,
+    jitter: f64,
+    actions: &mut Vec<Action>,
+) -> StepStatus {
+    if class == ErrorClass::Transient && next.attempt < next.retry.attempts {
+        let attempt = next.attempt + 1;
+        let due = retry::retry_at(&next.retry, at, attempt, jitter);
+        next.retry_at = Some(due);
+        actions.push(Action::ScheduleRetry { attempt, at: due });
+        StepStatus::RetryWait
+    } else {
+        actions.push(Action::FailDownstream);
+        StepStatus::Failed
+    }
+}
+
+status_enum! {
+    /// Where a run is in its life; derived from its steps through [`apply_run`].
+    RunStatus {
+        Queued = "queued",
+        Running = "running",
+        /// Every step is settled and some wait for a backfill approval.
+        AwaitingApproval = "awaiting_approval",
+        Succeeded = "succeeded",
+        /// Settled with at least one failed step.
+        Failed = "failed",
+        Cancelled = "cancelled",
+    }
+}
+
+impl RunStatus {
+    pub fn is_terminal(self) -> bool {
+        matches!(self, RunStatus::Succeeded | RunStatus::Failed | RunStatus::Cancelled)
+    }
+}
+
+/// How many of a run's steps are in each kind of status.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepTally {
+    pub active: u32,
+    pub awaiting_approval: u32,
+    pub succeeded: u32,
+    pub failed: u32,
+    pub cancelled: u32,
+}
+
+impl StepTally {
+    pub fn add(&mut self, status: StepStatus) {
+        match status {
+            StepStatus::AwaitingApproval => self.awaiting_approval += 1,
+            StepStatus::Published | StepStatus::Skipped | StepStatus::Superseded => self.succeeded += 1,
+            StepStatus::Failed | StepStatus::UpstreamFailed => self.failed += 1,
+            StepStatus::Cancelled => self.cancelled += 1,
+            _ => self.active += 1,
+        }
+    }
+}
+
+/// Something that happened to a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum RunEvent {
+    /// A step changed; the tally is the run's steps after the change.
+    StepsChanged { tally: StepTally },
+    Cancelled { reason: String },
+}
+
+/// Applies `event` to a run's status.
+pub fn apply_run(status: RunStatus, event: &RunEvent) -> Result<RunStatus, Error> {
+    if status.is_terminal() {
+        let event = match event {
+            RunEvent::StepsChanged { .. } => "steps_changed",
+            RunEvent::Cancelled { .. } => "cancelled",
+        };
+        return Err(Error::RunEnded { from: status, event });
+    }
+    Ok(match event {
+        RunEvent::Cancelled { .. } => RunStatus::Cancelled,
+        RunEvent::StepsChanged { tally } if tally.active > 0 => RunStatus::Running,
+        RunEvent::StepsChanged { tally } if tally.failed > 0 => RunStatus::Failed,
+        RunEvent::StepsChanged { tally } if tally.awaiting_approval > 0 => RunStatus::AwaitingApproval,
+        RunEvent::StepsChanged { tally } if tally.cancelled > 0 && tally.succeeded == 0 => RunStatus::Cancelled,
+        RunEvent::StepsChanged { .. } => RunStatus::Succeeded,
+    })
+}

@@ -253,7 +253,7 @@ pub struct Catchup {
 }
 
 /// `retry = { attempts = 3, backoff_base_ms = 1000, backoff_max_ms = 60000 }`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct RetryPolicy {
     /// Total attempts including the first (>= 1; default 3).
     pub attempts: u32,
