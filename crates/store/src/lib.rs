@@ -1,1 +1,72 @@
-//! placeholder
+//! Tidegate's journaled state store: one [`Store`] trait, implemented once over a small SQL
+//! driver abstraction and run on SQLite (the embedded default) or PostgreSQL.
+//!
+//! Architecture invariant: a step's status changes only inside [`Store::commit`], which loads the
+//! step, runs `tidegate_core::state::apply`, writes the new state and appends the journal entry in
+//! the same transaction. A rejected event (illegal, or fenced by a newer lease epoch) changes no
+//! state and is journaled as a rejection.
+
+mod error;
+mod model;
+
+pub use error::{Error, Result};
+pub use model::*;
+
+use chrono::{DateTime, Utc};
+
+/// The state store. Every method is one transaction; implementations are safe to share between
+/// threads (`Arc<dyn Store>`), and several processes may open the same database.
+pub trait Store: Send + Sync + std::fmt::Debug {
+    /// `sqlite` or `postgres`.
+    fn backend(&self) -> Backend;
+
+    /// Claims a client idempotency key for `request`, the first half of an idempotent submission.
+    ///
+    /// - key unknown (or expired): recorded as in progress; returns [`Claim::Proceed`].
+    /// - key completed with an equal request: returns [`Claim::Done`] with the stored run id.
+    /// - key completed or in progress with a different request: [`Error::IdempotencyMismatch`]
+    ///   naming the fields that differ.
+    /// - key in progress with an equal request (a concurrent duplicate): [`Error::Conflict`].
+    ///
+    /// An in-progress claim older than `IN_FLIGHT_TIMEOUT_S` is treated as abandoned (its
+    /// submitter crashed) and may be taken over.
+    fn claim_idempotency_key(&self, key: &str, request: &RunRequest, now: DateTime<Utc>) -> Result<Claim>;
+
+    /// Creates a run and its steps in one transaction, journaling `run_created` and one
+    /// `step_planned` per step. When `request.idempotency_key` is set, the key must have been
+    /// claimed with [`Store::claim_idempotency_key`]; it is completed in the same transaction.
+    fn create_run(&self, request: &RunRequest, steps: &[NewStep], meta: &JournalMeta) -> Result<RunRecord>;
+
+    fn run(&self, run_id: &str) -> Result<Option<RunRecord>>;
+    /// The newest runs first, at most `limit`.
+    fn runs(&self, limit: u32) -> Result<Vec<RunRecord>>;
+    fn steps(&self, run_id: &str) -> Result<Vec<StepRecord>>;
+    fn step(&self, step_id: &str) -> Result<Option<StepRecord>>;
+    /// The attempts of a step, oldest first.
+    fn attempts(&self, step_id: &str) -> Result<Vec<AttemptRecord>>;
+
+    /// Group commit: applies many step events in one transaction (one fsync for the batch).
+    /// Each event is applied with `tidegate_core::state::apply` to the step's stored state; the
+    /// outcome of each is returned in order. Affected runs have their status re-derived with
+    /// `apply_run`, journaled when it changes.
+    fn commit(&self, events: &[StepEventRecord]) -> Result<Vec<Outcome>>;
+
+    /// Claims a ready step for `worker`: increments the epoch, applies `Claimed`, records the
+    /// attempt and a lease expiring at `now + ttl_s`. `Ok(None)` when the step is no longer ready.
+    fn claim_step(&self, step_id: &str, worker: &str, now: DateTime<Utc>, ttl_s: u32, meta: &JournalMeta) -> Result<Option<Lease>>;
+    /// Extends a lease; [`Error::Fenced`] when the epoch is no longer current.
+    fn heartbeat(&self, lease: &Lease, now: DateTime<Utc>, ttl_s: u32) -> Result<Lease>;
+    /// Leases that expired before `now`.
+    fn expired_leases(&self, now: DateTime<Utc>) -> Result<Vec<Lease>>;
+
+    /// Journal entries matching `query`, in sequence order.
+    fn journal(&self, query: &JournalQuery) -> Result<Vec<JournalEntry>>;
+    /// Recomputes the hash chain and reports the first entry where it breaks.
+    fn verify_journal(&self) -> Result<ChainReport>;
+
+    /// Deletes idempotency records that expired before `now`; returns how many.
+    fn purge_idempotency_keys(&self, now: DateTime<Utc>) -> Result<u64>;
+}
+
+/// Seconds after which an in-progress idempotency claim is considered abandoned.
+pub const IN_FLIGHT_TIMEOUT_S: i64 = 300;

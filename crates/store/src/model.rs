@@ -1,0 +1,215 @@
+//! The records the store keeps and returns.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use tidegate_core::idempotency::PinnedInput;
+use tidegate_core::partition::Interval;
+use tidegate_core::state::{RunStatus, Step, StepEvent, StepStatus};
+
+/// Which database a store runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// What started a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Trigger {
+    Schedule,
+    Manual,
+    Catchup,
+    Backfill,
+}
+
+/// Scheduling class; live work runs first, lower classes keep a guaranteed minimum share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Priority {
+    Live,
+    Catchup,
+    Backfill,
+}
+
+/// A request to materialize a set of (task, partition) pairs. Its fields (all but
+/// `idempotency_key`) are what an idempotent replay must repeat exactly.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunRequest {
+    pub target: String,
+    /// The partitions asked for, as given (keys or `from..to`).
+    pub partitions: Vec<String>,
+    pub trigger: Trigger,
+    pub priority: Priority,
+    pub requester: String,
+    pub spec_hash: String,
+    pub params: BTreeMap<String, String>,
+    pub backfill_id: Option<String>,
+    /// Not part of the request's identity; the key under which it is deduplicated.
+    pub idempotency_key: Option<String>,
+}
+
+/// A step to create with a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NewStep {
+    /// Unique within the run; `task@partition` by convention.
+    pub name: String,
+    pub task: String,
+    pub partition: String,
+    pub interval: Option<Interval>,
+    /// The step's idempotency key (`StepIdentity::key`).
+    pub step_key: String,
+    pub pool: String,
+    /// Names (within this run) of the steps this one waits for.
+    pub upstream: Vec<String>,
+    pub inputs: Vec<PinnedInput>,
+    pub state: Step,
+}
+
+/// A stored run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub id: String,
+    pub request: RunRequest,
+    pub status: RunStatus,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// A stored step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepRecord {
+    pub id: String,
+    pub run_id: String,
+    pub name: String,
+    pub task: String,
+    pub partition: String,
+    pub interval: Option<Interval>,
+    pub step_key: String,
+    pub pool: String,
+    pub upstream: Vec<String>,
+    pub inputs: Vec<PinnedInput>,
+    pub state: Step,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl StepRecord {
+    pub fn status(&self) -> StepStatus {
+        self.state.status
+    }
+}
+
+/// One attempt of a step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AttemptRecord {
+    pub step_id: String,
+    pub attempt: u32,
+    pub epoch: u64,
+    pub worker: String,
+    pub started_at: DateTime<Utc>,
+    pub ended_at: Option<DateTime<Utc>>,
+    /// `succeeded`, `failed`, `lease_expired`, `cancelled`; `None` while running.
+    pub outcome: Option<String>,
+    pub reason: Option<String>,
+}
+
+/// Who did something, why, and under which correlation id; attached to every journal entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JournalMeta {
+    pub actor: String,
+    pub correlation_id: String,
+    pub reason: String,
+    pub at: DateTime<Utc>,
+}
+
+/// A step event to commit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepEventRecord {
+    pub step_id: String,
+    pub event: StepEvent,
+    pub meta: JournalMeta,
+}
+
+/// What happened to one event of a commit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Outcome {
+    /// Applied; the journal entry's sequence number and the actions the caller must perform.
+    Applied { seq: u64, step: Step, actions: Vec<tidegate_core::state::Action> },
+    /// Rejected by the transition table or by fencing; journaled as a rejection with `seq`.
+    Rejected { seq: u64, reason: String },
+}
+
+/// A lease on a step's current attempt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    pub step_id: String,
+    pub attempt: u32,
+    pub epoch: u64,
+    pub worker: String,
+    pub expires_at: DateTime<Utc>,
+}
+
+/// Result of claiming an idempotency key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// The caller owns the key and must now create the run.
+    Proceed,
+    /// The same request already completed: this is its run.
+    Done { run_id: String },
+}
+
+/// One journal entry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JournalEntry {
+    pub seq: u64,
+    pub prev_hash: String,
+    pub hash: String,
+    /// Wall-clock time of the decision.
+    pub at: DateTime<Utc>,
+    pub actor: String,
+    pub correlation_id: String,
+    /// `run_created`, `step_planned`, a step event kind, `rejected`, `run_status`, ...
+    pub kind: String,
+    pub run_id: Option<String>,
+    pub step_id: Option<String>,
+    pub task: Option<String>,
+    pub partition: Option<String>,
+    /// The logical interval the decision concerns.
+    pub interval: Option<Interval>,
+    /// Status before and after, for state changes.
+    pub from_status: Option<String>,
+    pub to_status: Option<String>,
+    pub reason: String,
+    /// Event details as JSON.
+    pub payload: serde_json::Value,
+}
+
+/// Which journal entries to return.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JournalQuery {
+    pub run_id: Option<String>,
+    pub step_id: Option<String>,
+    pub task: Option<String>,
+    pub partition: Option<String>,
+    pub after_seq: Option<u64>,
+    pub limit: Option<u32>,
+}
+
+/// The outcome of verifying the hash chain.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ChainReport {
+    pub n_entries: u64,
+    /// `None` when the chain is intact.
+    pub break_at: Option<ChainBreak>,
+}
+
+/// Where and how the chain breaks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ChainBreak {
+    pub seq: u64,
+    pub problem: String,
+}
