@@ -1,1 +1,57 @@
-fn main() {}
+//! The `tidegate` command: the only crate that prints for humans.
+
+mod cmd;
+mod output;
+mod workspace;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Partitioned data pipelines where every run is a data release.
+///
+/// Tidegate plans partitions, runs tasks, stages their output invisibly, validates it and
+/// publishes it atomically as Delta Lake commits. Every decision is journaled.
+#[derive(Debug, Parser)]
+#[command(name = "tidegate", version, propagate_version = true, max_term_width = 100)]
+#[command(after_help = "Start here:\n  tidegate init my-pipeline && cd my-pipeline\n  tidegate validate\n  tidegate plan daily_stats --from 2024-01-01 --to 2024-01-07")]
+struct Cli {
+    /// The workspace folder (holding tidegate.toml); by default the current folder or the nearest
+    /// parent that has one.
+    #[arg(long, short = 'C', global = true, value_name = "DIR")]
+    workspace: Option<PathBuf>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    Init(cmd::init::Args),
+    Validate(cmd::validate::Args),
+    Plan(cmd::plan::Args),
+    Submit(cmd::submit::Args),
+    Status(cmd::status::Args),
+    History(cmd::history::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let ws = cli.workspace.as_deref();
+    let result = match cli.command {
+        Command::Init(args) => cmd::init::run(args),
+        Command::Validate(args) => cmd::validate::run(ws, args),
+        Command::Plan(args) => cmd::plan::run(ws, args),
+        Command::Submit(args) => cmd::submit::run(ws, args),
+        Command::Status(args) => cmd::status::run(ws, args),
+        Command::History(args) => cmd::history::run(ws, args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}

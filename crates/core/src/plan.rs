@@ -1,1 +1,381 @@
-//! plan (in progress)
+//! The planner: a target task (or dataset) and a partition selection become steps, each one task
+//! for one partition, with dependencies derived from the inputs' partition mappings.
+//!
+//! Planning is pure: which versions the inputs are pinned to is decided by the caller that can read
+//! the lake; here an input is either produced by another step of the same plan (a dependency) or
+//! read from whatever is published (pinned later).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use crate::partition::{self, Interval, Partition, TimeAxis};
+use crate::spec::{Dataset, DatasetKind, Mapping, Partitioning, Spec, Task};
+
+/// The most steps one plan may hold; a bigger request is almost always a mistake in the range.
+pub const MAX_STEPS_PER_PLAN: usize = 1_000_000;
+
+/// Which partitions of the target to plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Selection {
+    /// From the partition containing `from` to the one containing `to`, both included.
+    Range { from: String, to: String },
+    /// These partition keys.
+    Keys(Vec<String>),
+    /// Every static key (static partitioning only).
+    AllStatic,
+}
+
+/// What to plan.
+#[derive(Debug, Clone)]
+pub struct Request<'a> {
+    pub spec: &'a Spec,
+    /// A task name, or a dataset name standing for the task that writes it.
+    pub target: &'a str,
+    pub selection: Selection,
+    /// Also plan the upstream tasks' steps that the target's partitions read (default true).
+    pub include_upstream: bool,
+    /// Also plan every downstream task's steps that read what the plan rebuilds (backfills).
+    pub include_downstream: bool,
+}
+
+/// Why a plan could not be made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    #[error("unknown target {target:?}: not a task or dataset in {file}{}", suggestion.as_ref().map(|s| format!(" (did you mean {s:?}?)")).unwrap_or_default())]
+    UnknownTarget { target: String, file: String, suggestion: Option<String> },
+    #[error("dataset {dataset:?} is external: nothing in this workspace produces it, so it cannot be planned")]
+    ExternalTarget { dataset: String },
+    #[error("{what}: {source}")]
+    Partition { what: String, source: partition::Error },
+    #[error("task {task:?} has static partitions; select them with --partition KEY (or --all), not --from/--to")]
+    RangeOnStatic { task: String },
+    #[error("the plan would hold more than {limit} steps; narrow the partition range")]
+    TooLarge { limit: usize },
+}
+
+/// One planned step.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PlannedStep {
+    /// `task@partition`, unique within the plan.
+    pub name: String,
+    pub task: String,
+    pub partition: Partition,
+    /// Names of the steps of this plan that must publish first.
+    pub upstream: Vec<String>,
+    /// For each input, the partitions read and whether a step of this plan produces them.
+    pub inputs: Vec<PlannedInput>,
+    /// 0 for steps with no upstream in the plan; steps on one level may run in parallel.
+    pub level: u32,
+}
+
+/// How one step reads one input.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PlannedInput {
+    pub dataset: String,
+    pub mapping: Mapping,
+    /// Partition keys read; empty for `latest` (the whole published version).
+    pub partitions: Vec<String>,
+}
+
+/// A planned set of steps in dependency order (every step after its upstream).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Plan {
+    pub target: String,
+    pub steps: Vec<PlannedStep>,
+}
+
+impl Plan {
+    /// The longest chain of dependent steps, from a level-0 step to the last.
+    pub fn critical_path(&self) -> Vec<&str> {
+        let index: HashMap<&str, &PlannedStep> = self.steps.iter().map(|s| (s.name.as_str(), s)).collect();
+        let Some(mut cur) = self.steps.iter().max_by_key(|s| s.level) else {
+            return Vec::new();
+        };
+        let mut path = vec![cur.name.as_str()];
+        while let Some(up) = cur.upstream.iter().filter_map(|u| index.get(u.as_str())).max_by_key(|s| s.level) {
+            path.push(up.name.as_str());
+            cur = up;
+        }
+        path.reverse();
+        path
+    }
+
+    /// How many steps each level holds: the parallel segments of the plan.
+    pub fn level_widths(&self) -> Vec<usize> {
+        let n_levels = self.steps.iter().map(|s| s.level as usize + 1).max().unwrap_or(0);
+        let mut widths = vec![0; n_levels];
+        for s in &self.steps {
+            widths[s.level as usize] += 1;
+        }
+        widths
+    }
+}
+
+/// The time axis of a dataset's partitioning, if it has one.
+pub fn axis_of(dataset: &Dataset) -> Option<TimeAxis> {
+    match &dataset.partitioning {
+        Partitioning::Time { grain, start, time_zone } => Some(TimeAxis::new(*grain, *start, *time_zone)),
+        Partitioning::Static { .. } => None,
+    }
+}
+
+/// The task that writes `dataset`, if any.
+pub fn producer<'s>(spec: &'s Spec, dataset: &str) -> Option<&'s Task> {
+    spec.tasks.values().find(|t| t.outputs.iter().any(|o| o == dataset))
+}
+
+fn task_dataset<'s>(spec: &'s Spec, task: &Task) -> &'s Dataset {
+    // The parser guarantees every task has at least one output and that outputs exist and share
+    // one partitioning, so the first output describes the task's partitions.
+    let first = task.outputs.first().expect("parser guarantees a task has outputs");
+    spec.datasets.get(first).expect("parser guarantees outputs are declared")
+}
+
+/// Resolves a target name to a task.
+pub fn resolve_target<'s>(spec: &'s Spec, target: &str) -> Result<&'s Task, Error> {
+    if let Some(task) = spec.tasks.get(target) {
+        return Ok(task);
+    }
+    if let Some(ds) = spec.datasets.get(target) {
+        if matches!(ds.kind, DatasetKind::External { .. }) {
+            return Err(Error::ExternalTarget { dataset: target.to_owned() });
+        }
+        if let Some(task) = producer(spec, target) {
+            return Ok(task);
+        }
+    }
+    let names = spec.tasks.keys().chain(spec.datasets.keys());
+    let suggestion = names
+        .map(|n| (strsim::jaro_winkler(n, target), n))
+        .filter(|(score, _)| *score > 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, n)| n.clone());
+    Err(Error::UnknownTarget { target: target.to_owned(), file: spec.file.clone(), suggestion })
+}
+
+/// The partitions of `task` that `selection` names.
+pub fn select_partitions(spec: &Spec, task: &Task, selection: &Selection) -> Result<Vec<Partition>, Error> {
+    let ds = task_dataset(spec, task);
+    let err = |what: String| move |source| Error::Partition { what, source };
+    match (&ds.partitioning, axis_of(ds)) {
+        (_, Some(axis)) => match selection {
+            Selection::Range { from, to } => {
+                let a = axis.parse_bound(from).map_err(err(format!("--from {from}")))?;
+                let b = axis.parse_bound(to).map_err(err(format!("--to {to}")))?;
+                axis.range_inclusive(a, b).map_err(err(format!("range {from}..{to}")))
+            }
+            Selection::Keys(keys) => keys
+                .iter()
+                .map(|k| axis.parse_key(k).map(|t| axis.partition(t)).map_err(err(format!("--partition {k}"))))
+                .collect(),
+            Selection::AllStatic => Err(Error::Partition {
+                what: format!("task {}", task.name),
+                source: partition::Error::BadBound { value: "--all applies to static partitions only".to_owned() },
+            }),
+        },
+        (Partitioning::Static { keys }, None) => match selection {
+            Selection::Range { .. } => Err(Error::RangeOnStatic { task: task.name.clone() }),
+            Selection::AllStatic => Ok(keys.iter().map(|k| Partition { key: k.clone(), interval: None }).collect()),
+            Selection::Keys(wanted) => wanted
+                .iter()
+                .map(|k| {
+                    if keys.contains(k) {
+                        Ok(Partition { key: k.clone(), interval: None })
+                    } else {
+                        Err(Error::Partition {
+                            what: format!("--partition {k}"),
+                            source: partition::Error::UnknownStaticKey { key: k.clone(), known: keys.join(", ") },
+                        })
+                    }
+                })
+                .collect(),
+        },
+        (Partitioning::Time { .. }, None) => unreachable!("a time partitioning always has an axis"),
+    }
+}
+
+/// The partitions of `input` that a step of `task` for `partition` reads, per `mapping`.
+pub fn input_partitions(task_axis: Option<&TimeAxis>, partition: &Partition, input: &Dataset, mapping: Mapping) -> Vec<Partition> {
+    let input_axis = axis_of(input);
+    match (mapping, &input.partitioning, input_axis, partition.interval) {
+        (Mapping::Latest, ..) => Vec::new(),
+        (_, Partitioning::Static { keys }, _, _) => {
+            if mapping == Mapping::Same && keys.contains(&partition.key) && partition.interval.is_none() {
+                vec![Partition { key: partition.key.clone(), interval: None }]
+            } else {
+                keys.iter().map(|k| Partition { key: k.clone(), interval: None }).collect()
+            }
+        }
+        // A static-partitioned step has no interval to map onto a time axis: it reads what is published.
+        (_, _, Some(_), None) | (_, _, None, _) => Vec::new(),
+        (Mapping::Same, _, Some(axis), Some(interval)) => axis.overlapping(interval),
+        (Mapping::Window { from, to }, _, Some(axis), Some(interval)) => {
+            let window = match task_axis {
+                Some(t) => Interval { start: t.shift(interval.start, from), end: t.shift(interval.start, to.saturating_add(1)) },
+                None => interval,
+            };
+            axis.overlapping(window)
+        }
+        (Mapping::All, _, Some(axis), Some(interval)) => {
+            axis.overlapping(Interval { start: axis.first, end: interval.end })
+        }
+    }
+}
+
+/// Plans `request`: the target's selected partitions, plus upstream and downstream closures.
+pub fn plan(request: &Request<'_>) -> Result<Plan, Error> {
+    let spec = request.spec;
+    let target = resolve_target(spec, request.target)?;
+    let mut wanted: BTreeMap<String, BTreeMap<String, Partition>> = BTreeMap::new();
+    let mut queue: VecDeque<(String, Partition)> = VecDeque::new();
+    for p in select_partitions(spec, target, &request.selection)? {
+        queue.push_back((target.name.clone(), p));
+    }
+    let mut n_steps = 0usize;
+    while let Some((task_name, p)) = queue.pop_front() {
+        let entry = wanted.entry(task_name.clone()).or_default();
+        if entry.contains_key(&p.key) {
+            continue;
+        }
+        entry.insert(p.key.clone(), p.clone());
+        n_steps += 1;
+        if n_steps > MAX_STEPS_PER_PLAN {
+            return Err(Error::TooLarge { limit: MAX_STEPS_PER_PLAN });
+        }
+        let task = &spec.tasks[&task_name];
+        if request.include_upstream {
+            for (up_task, q) in upstream_needs(spec, task, &p) {
+                queue.push_back((up_task, q));
+            }
+        }
+        if request.include_downstream {
+            for (down_task, q) in downstream_needs(spec, task, &p) {
+                queue.push_back((down_task, q));
+            }
+        }
+    }
+    Ok(assemble(spec, target, &wanted))
+}
+
+/// (task, partition) pairs upstream of one step: the producers of the partitions it reads.
+fn upstream_needs(spec: &Spec, task: &Task, p: &Partition) -> Vec<(String, Partition)> {
+    let task_axis = axis_of(task_dataset(spec, task));
+    let mut out = Vec::new();
+    for input in &task.inputs {
+        let Some(up) = producer(spec, &input.dataset) else { continue };
+        let ds = &spec.datasets[&input.dataset];
+        for q in input_partitions(task_axis.as_ref(), p, ds, input.mapping) {
+            out.push((up.name.clone(), q));
+        }
+    }
+    out
+}
+
+/// (task, partition) pairs downstream of one step: the steps whose inputs include what it writes.
+fn downstream_needs(spec: &Spec, task: &Task, p: &Partition) -> Vec<(String, Partition)> {
+    let written = task_dataset(spec, task);
+    let mut out = Vec::new();
+    for down in spec.tasks.values() {
+        for input in down.inputs.iter().filter(|i| task.outputs.contains(&i.dataset)) {
+            if input.mapping == Mapping::Latest {
+                continue;
+            }
+            let reader = task_dataset(spec, down);
+            out.extend(readers_of(reader, written, p, input.mapping).into_iter().map(|q| (down.name.clone(), q)));
+        }
+    }
+    out
+}
+
+/// The partitions of `reader` whose `mapping` over `written` includes partition `p`.
+fn readers_of(reader: &Dataset, written: &Dataset, p: &Partition, mapping: Mapping) -> Vec<Partition> {
+    let (Some(axis), Some(interval)) = (axis_of(reader), p.interval) else {
+        return match &reader.partitioning {
+            Partitioning::Static { keys } => keys.iter().map(|k| Partition { key: k.clone(), interval: None }).collect(),
+            Partitioning::Time { .. } => Vec::new(),
+        };
+    };
+    // Candidates: the reader partitions overlapping `p`, widened by the mapping's window; `all`
+    // reads every earlier partition, so it is bounded to a year of the reader's grain after `p`.
+    let first = axis.floor(interval.start);
+    let last = axis.floor(interval.end - chrono::Duration::milliseconds(1));
+    let (start, end) = match mapping {
+        Mapping::Window { from, to } => (axis.shift(first, to.saturating_neg().min(0)), axis.shift(last, from.saturating_neg().max(0) + 1)),
+        Mapping::All => (first, axis.shift(first, 366)),
+        Mapping::Same | Mapping::Latest => (first, axis.shift(last, 1)),
+    };
+    axis.overlapping(Interval { start: start.max(axis.first), end })
+        .into_iter()
+        .filter(|q| input_partitions(Some(&axis), q, written, mapping).iter().any(|x| x.key == p.key))
+        .collect()
+}
+
+fn assemble(spec: &Spec, target: &Task, wanted: &BTreeMap<String, BTreeMap<String, Partition>>) -> Plan {
+    let name_of = |task: &str, key: &str| format!("{task}@{key}");
+    let mut steps: BTreeMap<String, PlannedStep> = BTreeMap::new();
+    for (task_name, parts) in wanted {
+        let task = &spec.tasks[task_name];
+        let task_axis = axis_of(task_dataset(spec, task));
+        for p in parts.values() {
+            let mut upstream = BTreeSet::new();
+            let mut inputs = Vec::new();
+            for input in &task.inputs {
+                let ds = &spec.datasets[&input.dataset];
+                let reads = input_partitions(task_axis.as_ref(), p, ds, input.mapping);
+                if let Some(up) = producer(spec, &input.dataset) {
+                    if let Some(up_parts) = wanted.get(&up.name) {
+                        upstream.extend(reads.iter().filter(|q| up_parts.contains_key(&q.key)).map(|q| name_of(&up.name, &q.key)));
+                    }
+                }
+                inputs.push(PlannedInput {
+                    dataset: input.dataset.clone(),
+                    mapping: input.mapping,
+                    partitions: reads.into_iter().map(|q| q.key).collect(),
+                });
+            }
+            let name = name_of(task_name, &p.key);
+            upstream.remove(&name);
+            steps.insert(
+                name.clone(),
+                PlannedStep { name, task: task_name.clone(), partition: p.clone(), upstream: upstream.into_iter().collect(), inputs, level: 0 },
+            );
+        }
+    }
+    order_by_level(target, steps)
+}
+
+/// Assigns levels (longest distance from a root) and orders steps by level, then interval, then name.
+fn order_by_level(target: &Task, mut steps: BTreeMap<String, PlannedStep>) -> Plan {
+    let mut indegree: HashMap<String, usize> = steps.iter().map(|(n, s)| (n.clone(), s.upstream.len())).collect();
+    let mut downstream: HashMap<String, Vec<String>> = HashMap::new();
+    for (name, s) in &steps {
+        for up in &s.upstream {
+            downstream.entry(up.clone()).or_default().push(name.clone());
+        }
+    }
+    let mut ready: VecDeque<String> = indegree.iter().filter(|(_, d)| **d == 0).map(|(n, _)| n.clone()).collect();
+    let mut levels: HashMap<String, u32> = HashMap::new();
+    while let Some(name) = ready.pop_front() {
+        let level = steps[&name].upstream.iter().filter_map(|u| levels.get(u)).map(|l| l + 1).max().unwrap_or(0);
+        levels.insert(name.clone(), level);
+        for d in downstream.get(&name).into_iter().flatten() {
+            let deg = indegree.get_mut(d).expect("every downstream is a step");
+            *deg -= 1;
+            if *deg == 0 {
+                ready.push_back(d.clone());
+            }
+        }
+    }
+    for (name, s) in steps.iter_mut() {
+        // The parser rejects task cycles, so every step gets a level; a self-window on the same task
+        // (window(-1..0) over its own output) cannot form a cycle because windows point backwards.
+        s.level = levels.get(name).copied().unwrap_or(0);
+    }
+    let mut ordered: Vec<PlannedStep> = steps.into_values().collect();
+    let start = |s: &PlannedStep| s.partition.interval.map(|i| i.start).unwrap_or(DateTime::<Utc>::MIN_UTC);
+    ordered.sort_by(|a, b| a.level.cmp(&b.level).then(start(a).cmp(&start(b))).then(a.name.cmp(&b.name)));
+    Plan { target: target.name.clone(), steps: ordered }
+}

@@ -1,0 +1,142 @@
+//! `tidegate plan`: the steps a target and partition range expand to, with their dependencies.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::{Result, bail};
+use serde::Serialize;
+use tidegate_core::plan::{self, Plan, Selection};
+
+use crate::output;
+use crate::workspace;
+
+/// Show the steps a target expands to over a partition range, and what each waits for.
+///
+/// TARGET is a task, or a dataset standing for the task that writes it. Upstream tasks whose
+/// partitions the target reads are planned too (unless --only); --downstream adds every task that
+/// reads what the plan rebuilds. Ranges are inclusive: --from 2024-01-01 --to 2024-01-07 is 7 days.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:\n  tidegate plan daily_stats --from 2024-01-01 --to 2024-01-07\n  tidegate plan events --partition 2024-01-03 --only\n  tidegate plan daily_stats --from 2024-01-01 --to 2024-01-03 --graph mermaid\n  tidegate plan daily_stats --from 2024-01-01 --to 2024-01-03 --json")]
+pub struct Args {
+    /// A task, or a dataset written by a task.
+    pub target: String,
+    /// First partition (a key such as 2024-01-05, a date, or an RFC 3339 instant).
+    #[arg(long, requires = "to", conflicts_with_all = ["partition", "all"])]
+    pub from: Option<String>,
+    /// Last partition, included.
+    #[arg(long, requires = "from")]
+    pub to: Option<String>,
+    /// One partition key; repeat for several.
+    #[arg(long, short = 'p', conflicts_with = "all")]
+    pub partition: Vec<String>,
+    /// Every key of a statically partitioned target.
+    #[arg(long)]
+    pub all: bool,
+    /// Plan only the target, not the upstream tasks it reads from.
+    #[arg(long)]
+    pub only: bool,
+    /// Also plan every task downstream of what the plan rebuilds.
+    #[arg(long)]
+    pub downstream: bool,
+    /// Print the plan as JSON.
+    #[arg(long, conflicts_with = "graph")]
+    pub json: bool,
+    /// Print the dependency graph in Graphviz dot or Mermaid syntax.
+    #[arg(long, value_name = "FORMAT", value_parser = ["dot", "mermaid"])]
+    pub graph: Option<String>,
+}
+
+impl Args {
+    /// The partition selection the flags describe.
+    pub fn selection(&self) -> Result<Selection> {
+        match (&self.from, &self.to, self.partition.is_empty(), self.all) {
+            (Some(from), Some(to), true, false) => Ok(Selection::Range { from: from.clone(), to: to.clone() }),
+            (None, None, false, false) => Ok(Selection::Keys(self.partition.clone())),
+            (None, None, true, true) => Ok(Selection::AllStatic),
+            _ => bail!("say which partitions to plan: --from A --to B, --partition P (repeatable), or --all"),
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct JsonPlan<'a> {
+    #[serde(flatten)]
+    plan: &'a Plan,
+    n_steps: usize,
+    critical_path: Vec<&'a str>,
+    level_widths: Vec<usize>,
+}
+
+pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
+    let ws = workspace::load(ws)?;
+    let request = plan::Request {
+        spec: &ws.spec,
+        target: &args.target,
+        selection: args.selection()?,
+        include_upstream: !args.only,
+        include_downstream: args.downstream,
+    };
+    let plan = plan::plan(&request)?;
+    match (args.json, args.graph.as_deref()) {
+        (true, _) => output::json(&JsonPlan {
+            plan: &plan,
+            n_steps: plan.steps.len(),
+            critical_path: plan.critical_path(),
+            level_widths: plan.level_widths(),
+        })?,
+        (false, Some("dot")) => print!("{}", dot(&plan)),
+        (false, Some(_)) => print!("{}", mermaid(&plan)),
+        (false, None) => print!("{}", text(&plan)),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The plan for people: steps grouped by level, then the critical path and parallel segments.
+pub fn text(plan: &Plan) -> String {
+    let mut out = String::new();
+    let n_tasks = plan.steps.iter().map(|s| s.task.as_str()).collect::<std::collections::BTreeSet<_>>().len();
+    let _ = writeln!(out, "Plan for {}: {} steps over {} tasks", plan.target, plan.steps.len(), n_tasks);
+    let mut level = None;
+    for s in &plan.steps {
+        if level != Some(s.level) {
+            let width = plan.level_widths()[s.level as usize];
+            let _ = writeln!(out, "\nlevel {} ({width} step{} can run in parallel)", s.level, if width == 1 { "" } else { "s" });
+            level = Some(s.level);
+        }
+        let waits = if s.upstream.is_empty() { String::new() } else { format!("  <- {}", s.upstream.join(", ")) };
+        let _ = writeln!(out, "  {}{waits}", s.name);
+    }
+    let path = plan.critical_path();
+    let _ = writeln!(out, "\ncritical path ({} steps): {}", path.len(), path.join(" -> "));
+    out
+}
+
+fn node_id(name: &str) -> String {
+    name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect()
+}
+
+/// Graphviz dot.
+pub fn dot(plan: &Plan) -> String {
+    let mut out = String::from("digraph plan {\n  rankdir=LR;\n  node [shape=box];\n");
+    for s in &plan.steps {
+        let _ = writeln!(out, "  {} [label=\"{}\"];", node_id(&s.name), s.name);
+        for up in &s.upstream {
+            let _ = writeln!(out, "  {} -> {};", node_id(up), node_id(&s.name));
+        }
+    }
+    out.push_str("}\n");
+    out
+}
+
+/// Mermaid flowchart.
+pub fn mermaid(plan: &Plan) -> String {
+    let mut out = String::from("flowchart LR\n");
+    for s in &plan.steps {
+        let _ = writeln!(out, "  {}[\"{}\"]", node_id(&s.name), s.name);
+        for up in &s.upstream {
+            let _ = writeln!(out, "  {} --> {}", node_id(up), node_id(&s.name));
+        }
+    }
+    out
+}

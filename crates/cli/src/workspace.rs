@@ -1,0 +1,101 @@
+//! Finding the workspace, loading its spec and opening its store.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+use tidegate_core::spec::{self, Spec};
+use tidegate_store::Store;
+
+/// The spec file's name inside a workspace.
+pub const SPEC_FILE: &str = "tidegate.toml";
+
+/// A loaded workspace: its folder and its validated spec.
+#[derive(Debug)]
+pub struct Workspace {
+    pub root: PathBuf,
+    pub spec: Spec,
+}
+
+/// Finds the workspace folder: `explicit` if given, else the nearest folder upward holding the spec.
+pub fn find_root(explicit: Option<&Path>) -> Result<PathBuf> {
+    if let Some(dir) = explicit {
+        if !dir.join(SPEC_FILE).is_file() {
+            bail!("{} has no {SPEC_FILE}; create one with `tidegate init {}`", dir.display(), dir.display());
+        }
+        return Ok(dir.to_path_buf());
+    }
+    let cwd = std::env::current_dir().context("reading the current folder")?;
+    for dir in cwd.ancestors() {
+        if dir.join(SPEC_FILE).is_file() {
+            return Ok(dir.to_path_buf());
+        }
+    }
+    bail!("no {SPEC_FILE} in {} or any parent folder; create a workspace with `tidegate init DIR` or pass -C DIR", cwd.display())
+}
+
+/// Reads and validates the spec, returning every diagnostic as one error.
+pub fn load(explicit: Option<&Path>) -> Result<Workspace> {
+    let root = find_root(explicit)?;
+    let path = root.join(SPEC_FILE);
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let spec = spec::parse(&display_name(&path), &text).map_err(|d| anyhow::anyhow!("{d}"))?;
+    Ok(Workspace { root, spec })
+}
+
+/// How a path is shown in messages: relative to the current folder when that is shorter.
+pub fn display_name(path: &Path) -> String {
+    std::env::current_dir()
+        .ok()
+        .and_then(|cwd| path.strip_prefix(&cwd).ok().map(Path::to_path_buf))
+        .unwrap_or_else(|| path.to_path_buf())
+        .display()
+        .to_string()
+}
+
+impl Workspace {
+    /// The state URL with relative SQLite paths resolved against the workspace folder.
+    pub fn state_url(&self) -> String {
+        resolve(&self.root, &self.spec.project.state_url)
+    }
+
+    /// Opens the workspace's store, creating and migrating it on first use.
+    pub fn open_store(&self) -> Result<Arc<dyn Store>> {
+        let url = self.state_url();
+        tidegate_store::open(&url).with_context(|| format!("opening the state store {}", redact(&url)))
+    }
+}
+
+fn resolve(root: &Path, url: &str) -> String {
+    if url.contains("://") || Path::new(url).is_absolute() {
+        url.to_owned()
+    } else {
+        root.join(url).display().to_string()
+    }
+}
+
+/// Hides a password in a URL before it reaches a message.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            let userinfo = &url[scheme_end + 3..at];
+            match userinfo.split_once(':') {
+                Some((user, _)) => format!("{}://{user}:***@{}", &url[..scheme_end], &url[at + 1..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_never_reach_messages() {
+        assert_eq!(redact("postgres://u:secret@h/db"), "postgres://u:***@h/db");
+        assert_eq!(redact("postgres://u@h/db"), "postgres://u@h/db");
+        assert_eq!(redact(".tidegate/state.db"), ".tidegate/state.db");
+    }
+}
