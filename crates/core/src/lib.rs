@@ -9,5 +9,6 @@ pub mod idempotency;
 pub mod partition;
 pub mod plan;
 pub mod retry;
+pub mod schedule;
 pub mod spec;
 pub mod state;
