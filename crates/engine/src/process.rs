@@ -1,0 +1,191 @@
+//! Running a command task's process: argv without a shell, an explicit environment, stdout and
+//! stderr captured to files with secret values redacted, and a timeout that kills the whole
+//! process group.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tidegate_core::retry::Exit;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
+use tokio::process::Command;
+
+/// The longest log line kept whole; longer lines are cut so a runaway task cannot exhaust memory.
+pub const MAX_LOG_LINE_BYTES: usize = 64 * 1024;
+/// How much of stderr's end is kept in memory to explain a failure.
+pub const MAX_TAIL_LINES: usize = 20;
+/// Environment variables passed through from the worker; everything else is explicit.
+pub const INHERITED_ENV: &[&str] = &["PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "USER"];
+
+/// What to run and how.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    pub argv: Vec<String>,
+    pub cwd: PathBuf,
+    /// Variables set for the task, in addition to [`INHERITED_ENV`].
+    pub env: Vec<(String, String)>,
+    pub timeout: Duration,
+    /// Where `stdout.log` and `stderr.log` go.
+    pub log_dir: PathBuf,
+    /// Values to replace with `***` in the captured logs.
+    pub redact: Vec<String>,
+}
+
+/// How the process ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finished {
+    pub exit: Exit,
+    pub elapsed: Duration,
+    pub stdout_log: PathBuf,
+    pub stderr_log: PathBuf,
+    /// The last lines of stderr (redacted), to explain a failure.
+    pub stderr_tail: Vec<String>,
+}
+
+impl Finished {
+    pub fn succeeded(&self) -> bool {
+        self.exit == Exit::Code { code: 0 }
+    }
+}
+
+/// Why the process could not be run at all.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    #[error("empty command: a task's command needs at least the program name")]
+    EmptyArgv,
+    #[error("cannot start {program:?}: {source} (is it installed and on PATH?)")]
+    Spawn { program: String, source: std::io::Error },
+    #[error("writing task logs to {path}: {source}")]
+    Log { path: PathBuf, source: std::io::Error },
+}
+
+/// Runs the process to completion or timeout.
+pub async fn run(spec: &Spec) -> Result<Finished, Error> {
+    let (program, args) = spec.argv.split_first().ok_or(Error::EmptyArgv)?;
+    tokio::fs::create_dir_all(&spec.log_dir).await.map_err(|source| Error::Log { path: spec.log_dir.clone(), source })?;
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .current_dir(&spec.cwd)
+        .env_clear()
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own process group, so a timeout can kill everything the task started.
+        .process_group(0)
+        .kill_on_drop(true);
+    for name in INHERITED_ENV {
+        if let Ok(v) = std::env::var(name) {
+            cmd.env(name, v);
+        }
+    }
+    cmd.envs(spec.env.iter().map(|(k, v)| (k, v)));
+    let started = Instant::now();
+    let mut child = cmd.spawn().map_err(|source| Error::Spawn { program: program.clone(), source })?;
+    let pgid = child.id().and_then(|id| i32::try_from(id).ok()).map(Pid::from_raw);
+    let stdout_log = spec.log_dir.join("stdout.log");
+    let stderr_log = spec.log_dir.join("stderr.log");
+    let out = tokio::spawn(capture(child.stdout.take(), stdout_log.clone(), spec.redact.clone(), false));
+    let err = tokio::spawn(capture(child.stderr.take(), stderr_log.clone(), spec.redact.clone(), true));
+
+    let status = tokio::time::timeout(spec.timeout, child.wait()).await;
+    // Whether the task finished or timed out, nothing it started may outlive it: a grandchild
+    // holding the pipes open would also keep the log readers from ever finishing.
+    if let Some(pgid) = pgid {
+        let _ = killpg(pgid, Signal::SIGKILL);
+    }
+    let exit = match status {
+        Err(_elapsed) => {
+            let _ = child.wait().await;
+            Exit::TimedOut
+        }
+        Ok(Err(_)) => Exit::Signal { signal: Signal::SIGKILL as i32 },
+        Ok(Ok(status)) => exit_of(status),
+    };
+    let join = |r: Result<Result<Vec<String>, Error>, tokio::task::JoinError>| match r {
+        Ok(inner) => inner,
+        Err(e) => Err(Error::Log { path: spec.log_dir.clone(), source: std::io::Error::other(e.to_string()) }),
+    };
+    join(out.await)?;
+    let stderr_tail = join(err.await)?;
+    Ok(Finished { exit, elapsed: started.elapsed(), stdout_log, stderr_log, stderr_tail })
+}
+
+fn exit_of(status: std::process::ExitStatus) -> Exit {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => Exit::Code { code },
+        (None, Some(signal)) => Exit::Signal { signal },
+        (None, None) => Exit::Signal { signal: 0 },
+    }
+}
+
+/// Copies a pipe to a log file line by line, redacting secrets; returns the last lines if asked.
+async fn capture<R: AsyncRead + Unpin>(pipe: Option<R>, path: PathBuf, redact: Vec<String>, keep_tail: bool) -> Result<Vec<String>, Error> {
+    let log_err = |source| Error::Log { path: path.clone(), source };
+    let mut file = tokio::fs::File::create(&path).await.map_err(log_err)?;
+    let mut tail = std::collections::VecDeque::new();
+    let Some(pipe) = pipe else { return Ok(Vec::new()) };
+    let mut reader = BufReader::new(pipe);
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        let n = read_line_capped(&mut reader, &mut buf).await.map_err(log_err)?;
+        if n == 0 {
+            break;
+        }
+        let line = redact_line(&String::from_utf8_lossy(&buf), &redact);
+        file.write_all(line.as_bytes()).await.map_err(log_err)?;
+        if keep_tail {
+            tail.push_back(line.trim_end().to_owned());
+            if tail.len() > MAX_TAIL_LINES {
+                tail.pop_front();
+            }
+        }
+    }
+    file.flush().await.map_err(log_err)?;
+    Ok(tail.into())
+}
+
+/// Reads one line, keeping at most [`MAX_LOG_LINE_BYTES`] of it.
+async fn read_line_capped<R: AsyncBufReadExt + Unpin>(reader: &mut R, out: &mut Vec<u8>) -> std::io::Result<usize> {
+    let mut total = 0;
+    loop {
+        let available = reader.fill_buf().await?;
+        if available.is_empty() {
+            return Ok(total);
+        }
+        let (chunk, done) = match available.iter().position(|b| *b == b'\n') {
+            Some(i) => (&available[..=i], true),
+            None => (available, false),
+        };
+        let room = MAX_LOG_LINE_BYTES.saturating_sub(out.len());
+        out.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        let used = chunk.len();
+        reader.consume(used);
+        total += used;
+        if done {
+            if !out.ends_with(b"\n") {
+                out.push(b'\n');
+            }
+            return Ok(total);
+        }
+    }
+}
+
+/// Replaces every secret value in `line` with `***`. Values shorter than 4 characters are not
+/// redacted: they would mangle ordinary text and are too short to be secrets worth the name.
+pub fn redact_line(line: &str, secrets: &[String]) -> String {
+    let mut out = line.to_owned();
+    for s in secrets.iter().filter(|s| s.len() >= 4) {
+        out = out.replace(s.as_str(), "***");
+    }
+    out
+}
+
+/// Reads a log file back (for `history` and error messages).
+pub fn read_log(path: &Path) -> std::io::Result<String> {
+    std::fs::read_to_string(path)
+}

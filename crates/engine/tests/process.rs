@@ -1,0 +1,74 @@
+//! Real processes: exit codes, signals, timeouts that kill the whole group, redaction, no shell.
+
+use std::time::Duration;
+
+use tidegate_core::retry::Exit;
+use tidegate_engine::process::{self, Spec};
+
+fn spec(dir: &std::path::Path, argv: &[&str], timeout_ms: u64) -> Spec {
+    Spec {
+        argv: argv.iter().map(|s| (*s).to_owned()).collect(),
+        cwd: dir.to_path_buf(),
+        env: vec![("TIDEGATE_PARTITION".into(), "2024-01-05".into()), ("API_TOKEN".into(), "hunter22secret".into())],
+        timeout: Duration::from_millis(timeout_ms),
+        log_dir: dir.join("logs"),
+        redact: vec!["hunter22secret".into()],
+    }
+}
+
+#[tokio::test]
+async fn exit_codes_and_environment_reach_the_task() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let s = spec(dir.path(), &["sh", "-c", "echo \"p=$TIDEGATE_PARTITION\"; echo oops >&2; exit 75"], 10_000);
+    let done = process::run(&s).await.expect("runs");
+    assert_eq!(done.exit, Exit::Code { code: 75 });
+    assert_eq!(std::fs::read_to_string(&done.stdout_log).expect("log"), "p=2024-01-05\n");
+    assert_eq!(done.stderr_tail, ["oops"]);
+}
+
+#[tokio::test]
+async fn secrets_are_redacted_from_logs() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let s = spec(dir.path(), &["sh", "-c", "echo token=$API_TOKEN; echo $API_TOKEN >&2"], 10_000);
+    let done = process::run(&s).await.expect("runs");
+    let out = std::fs::read_to_string(&done.stdout_log).expect("log");
+    assert_eq!(out, "token=***\n");
+    assert!(!std::fs::read_to_string(&done.stderr_log).expect("log").contains("hunter22"));
+}
+
+#[tokio::test]
+async fn argv_is_not_interpreted_by_a_shell() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let s = spec(dir.path(), &["echo", "$HOME; rm -rf /", "`id`"], 10_000);
+    let done = process::run(&s).await.expect("runs");
+    assert!(done.succeeded());
+    assert_eq!(std::fs::read_to_string(&done.stdout_log).expect("log"), "$HOME; rm -rf / `id`\n");
+}
+
+#[tokio::test]
+async fn a_timeout_kills_the_whole_process_group() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let marker = dir.path().join("grandchild-survived");
+    let script = format!("(sleep 2; touch {}) & sleep 30", marker.display());
+    let s = spec(dir.path(), &["sh", "-c", &script], 300);
+    let done = process::run(&s).await.expect("runs");
+    assert_eq!(done.exit, Exit::TimedOut);
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    assert!(!marker.exists(), "a grandchild outlived the timeout");
+}
+
+#[tokio::test]
+async fn a_signal_is_reported_as_a_signal() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let s = spec(dir.path(), &["sh", "-c", "kill -TERM $$"], 10_000);
+    let done = process::run(&s).await.expect("runs");
+    assert_eq!(done.exit, Exit::Signal { signal: 15 });
+}
+
+#[tokio::test]
+async fn a_missing_program_is_a_clear_error() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let s = spec(dir.path(), &["definitely-not-a-program-xyz"], 10_000);
+    let err = process::run(&s).await.expect_err("cannot start");
+    assert!(err.to_string().contains("is it installed and on PATH?"), "{err}");
+}

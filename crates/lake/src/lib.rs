@@ -1,0 +1,1 @@
+//! The data plane (in progress).
