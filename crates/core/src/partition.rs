@@ -7,8 +7,7 @@
 use std::fmt;
 
 use chrono::{
-    DateTime, Datelike, Duration, FixedOffset, LocalResult, NaiveDate, NaiveDateTime, NaiveTime,
-    Offset, TimeZone, Utc,
+    DateTime, Datelike, Duration, FixedOffset, LocalResult, NaiveDate, NaiveDateTime, NaiveTime, Offset, TimeZone, Utc,
 };
 use chrono_tz::Tz;
 use serde::{Deserialize, Serialize};
@@ -245,8 +244,8 @@ impl TimeAxis {
                     }
                     Some(_) => return Err(bad()),
                 };
-                let naive = NaiveDateTime::parse_from_str(&format!("{hour_part}:00"), "%Y-%m-%dT%H:%M")
-                    .map_err(|_| bad())?;
+                let naive =
+                    NaiveDateTime::parse_from_str(&format!("{hour_part}:00"), "%Y-%m-%dT%H:%M").map_err(|_| bad())?;
                 let secs = match offset {
                     None => 0,
                     Some(o) => parse_offset(o).ok_or_else(bad)?,

@@ -198,7 +198,12 @@ pub fn select_partitions(spec: &Spec, task: &Task, selection: &Selection) -> Res
 }
 
 /// The partitions of `input` that a step of `task` for `partition` reads, per `mapping`.
-pub fn input_partitions(task_axis: Option<&TimeAxis>, partition: &Partition, input: &Dataset, mapping: Mapping) -> Vec<Partition> {
+pub fn input_partitions(
+    task_axis: Option<&TimeAxis>,
+    partition: &Partition,
+    input: &Dataset,
+    mapping: Mapping,
+) -> Vec<Partition> {
     let input_axis = axis_of(input);
     match (mapping, &input.partitioning, input_axis, partition.interval) {
         (Mapping::Latest, ..) => Vec::new(),
@@ -214,7 +219,10 @@ pub fn input_partitions(task_axis: Option<&TimeAxis>, partition: &Partition, inp
         (Mapping::Same, _, Some(axis), Some(interval)) => axis.overlapping(interval),
         (Mapping::Window { from, to }, _, Some(axis), Some(interval)) => {
             let window = match task_axis {
-                Some(t) => Interval { start: t.shift(interval.start, from), end: t.shift(interval.start, to.saturating_add(1)) },
+                Some(t) => Interval {
+                    start: t.shift(interval.start, from),
+                    end: t.shift(interval.start, to.saturating_add(1)),
+                },
                 None => interval,
             };
             axis.overlapping(window)
@@ -294,7 +302,9 @@ fn downstream_needs(spec: &Spec, task: &Task, p: &Partition) -> Vec<(String, Par
 fn readers_of(reader: &Dataset, written: &Dataset, p: &Partition, mapping: Mapping) -> Vec<Partition> {
     let (Some(axis), Some(interval)) = (axis_of(reader), p.interval) else {
         return match &reader.partitioning {
-            Partitioning::Static { keys } => keys.iter().map(|k| Partition { key: k.clone(), interval: None }).collect(),
+            Partitioning::Static { keys } => {
+                keys.iter().map(|k| Partition { key: k.clone(), interval: None }).collect()
+            }
             Partitioning::Time { .. } => Vec::new(),
         };
     };
@@ -303,7 +313,9 @@ fn readers_of(reader: &Dataset, written: &Dataset, p: &Partition, mapping: Mappi
     let first = axis.floor(interval.start);
     let last = axis.floor(interval.end - chrono::Duration::milliseconds(1));
     let (start, end) = match mapping {
-        Mapping::Window { from, to } => (axis.shift(first, to.saturating_neg().min(0)), axis.shift(last, from.saturating_neg().max(0) + 1)),
+        Mapping::Window { from, to } => {
+            (axis.shift(first, to.saturating_neg().min(0)), axis.shift(last, from.saturating_neg().max(0) + 1))
+        }
         Mapping::All => (first, axis.shift(first, 366)),
         Mapping::Same | Mapping::Latest => (first, axis.shift(last, 1)),
     };
@@ -325,10 +337,12 @@ fn assemble(spec: &Spec, target: &Task, wanted: &BTreeMap<String, BTreeMap<Strin
             for input in &task.inputs {
                 let ds = &spec.datasets[&input.dataset];
                 let reads = input_partitions(task_axis.as_ref(), p, ds, input.mapping);
-                if let Some(up) = producer(spec, &input.dataset) {
-                    if let Some(up_parts) = wanted.get(&up.name) {
-                        upstream.extend(reads.iter().filter(|q| up_parts.contains_key(&q.key)).map(|q| name_of(&up.name, &q.key)));
-                    }
+                if let Some(up) = producer(spec, &input.dataset)
+                    && let Some(up_parts) = wanted.get(&up.name)
+                {
+                    upstream.extend(
+                        reads.iter().filter(|q| up_parts.contains_key(&q.key)).map(|q| name_of(&up.name, &q.key)),
+                    );
                 }
                 inputs.push(PlannedInput {
                     dataset: input.dataset.clone(),
@@ -340,7 +354,14 @@ fn assemble(spec: &Spec, target: &Task, wanted: &BTreeMap<String, BTreeMap<Strin
             upstream.remove(&name);
             steps.insert(
                 name.clone(),
-                PlannedStep { name, task: task_name.clone(), partition: p.clone(), upstream: upstream.into_iter().collect(), inputs, level: 0 },
+                PlannedStep {
+                    name,
+                    task: task_name.clone(),
+                    partition: p.clone(),
+                    upstream: upstream.into_iter().collect(),
+                    inputs,
+                    level: 0,
+                },
             );
         }
     }

@@ -62,9 +62,7 @@ pub fn next_class(load: &ClassLoad, slots: u32, shares: &Shares) -> Option<usize
         return None;
     }
     let floor = |c: usize| (u64::from(slots) * u64::from(shares.min_pct[c])).div_ceil(100);
-    let starving = (1..CLASSES)
-        .rev()
-        .find(|&c| load.ready[c] > 0 && u64::from(load.running[c]) < floor(c));
+    let starving = (1..CLASSES).rev().find(|&c| load.ready[c] > 0 && u64::from(load.running[c]) < floor(c));
     starving.or_else(|| (0..CLASSES).find(|&c| load.ready[c] > 0))
 }
 

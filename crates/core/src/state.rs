@@ -141,27 +141,63 @@ impl Step {
 pub enum StepEvent {
     /// Every upstream step is published, skipped or superseded.
     DepsMet,
-    UpstreamFailed { upstream: String },
+    UpstreamFailed {
+        upstream: String,
+    },
     /// A worker claimed the step under a new lease epoch.
-    Claimed { epoch: u64, worker: String },
+    Claimed {
+        epoch: u64,
+        worker: String,
+    },
     /// The attempt wrote its output to staging and recorded the version.
-    Staged { epoch: u64, version: String },
-    ValidationStarted { epoch: u64 },
-    ChecksPassed { epoch: u64 },
-    ChecksFailed { epoch: u64, reason: String },
+    Staged {
+        epoch: u64,
+        version: String,
+    },
+    ValidationStarted {
+        epoch: u64,
+    },
+    ChecksPassed {
+        epoch: u64,
+    },
+    ChecksFailed {
+        epoch: u64,
+        reason: String,
+    },
     /// The attempt failed; `jitter` is a uniform sample in `[0, 1)` for the backoff.
-    AttemptFailed { epoch: u64, class: ErrorClass, reason: String, at: DateTime<Utc>, jitter: f64 },
+    AttemptFailed {
+        epoch: u64,
+        class: ErrorClass,
+        reason: String,
+        at: DateTime<Utc>,
+        jitter: f64,
+    },
     /// The attempt's lease ran out without a heartbeat; treated as a transient failure.
-    LeaseExpired { epoch: u64, at: DateTime<Utc>, jitter: f64 },
+    LeaseExpired {
+        epoch: u64,
+        at: DateTime<Utc>,
+        jitter: f64,
+    },
     /// The backoff elapsed and the pool's retry budget granted a token.
     RetryDue,
     /// A backfill approval bound to this step's spec and comparison was recorded.
-    Approved { by: String },
+    Approved {
+        by: String,
+    },
     /// The staged version became visible in a release.
-    Published { epoch: u64, release: String },
-    Superseded { by: String },
-    Skipped { reason: String },
-    Cancelled { reason: String },
+    Published {
+        epoch: u64,
+        release: String,
+    },
+    Superseded {
+        by: String,
+    },
+    Skipped {
+        reason: String,
+    },
+    Cancelled {
+        reason: String,
+    },
 }
 
 impl StepEvent {
@@ -205,13 +241,21 @@ impl StepEvent {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "action", rename_all = "snake_case")]
 pub enum Action {
-    StartAttempt { attempt: u32, epoch: u64 },
+    StartAttempt {
+        attempt: u32,
+        epoch: u64,
+    },
     RunChecks,
     Publish,
     AwaitApproval,
-    ScheduleRetry { attempt: u32, at: DateTime<Utc> },
+    ScheduleRetry {
+        attempt: u32,
+        at: DateTime<Utc>,
+    },
     /// Stop the running process (cancellation); its lease is void.
-    StopAttempt { epoch: u64 },
+    StopAttempt {
+        epoch: u64,
+    },
     /// Downstream steps may now be ready.
     ReleaseDownstream,
     /// Downstream steps can no longer run.
@@ -241,10 +285,10 @@ pub fn apply(step: &Step, event: &StepEvent) -> Result<(Step, Vec<Action>), Erro
     if step.status.is_terminal() {
         return Err(illegal());
     }
-    if let Some(got) = event.fenced_epoch() {
-        if got != step.epoch {
-            return Err(Error::Fenced { event: event.kind(), got, current: step.epoch });
-        }
+    if let Some(got) = event.fenced_epoch()
+        && got != step.epoch
+    {
+        return Err(Error::Fenced { event: event.kind(), got, current: step.epoch });
     }
 
     let mut next = step.clone();
@@ -389,8 +433,12 @@ impl StepTally {
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum RunEvent {
     /// A step changed; the tally is the run's steps after the change.
-    StepsChanged { tally: StepTally },
-    Cancelled { reason: String },
+    StepsChanged {
+        tally: StepTally,
+    },
+    Cancelled {
+        reason: String,
+    },
 }
 
 /// Applies `event` to a run's status.

@@ -58,8 +58,14 @@ outputs = ["countries"]
 
 fn render(target: &str, selection: Selection, upstream: bool, downstream: bool) -> String {
     let spec = spec::parse("tidegate.toml", PIPELINE).unwrap_or_else(|d| panic!("test spec is invalid:\n{d}"));
-    let plan = plan::plan(&Request { spec: &spec, target, selection, include_upstream: upstream, include_downstream: downstream })
-        .unwrap_or_else(|e| panic!("planning failed: {e}"));
+    let plan = plan::plan(&Request {
+        spec: &spec,
+        target,
+        selection,
+        include_upstream: upstream,
+        include_downstream: downstream,
+    })
+    .unwrap_or_else(|e| panic!("planning failed: {e}"));
     plan.steps
         .iter()
         .map(|s| {
@@ -90,8 +96,14 @@ fn a_window_reads_the_previous_day_too_and_latest_adds_no_dependency() {
     let plan = render("features", range("2024-01-02", "2024-01-03"), false, false);
     assert_eq!(plan, "0 featurize@2024-01-02\n0 featurize@2024-01-03");
     let spec = spec::parse("tidegate.toml", PIPELINE).expect("valid");
-    let p = plan::plan(&Request { spec: &spec, target: "featurize", selection: range("2024-01-03", "2024-01-03"), include_upstream: true, include_downstream: false })
-        .expect("plans");
+    let p = plan::plan(&Request {
+        spec: &spec,
+        target: "featurize",
+        selection: range("2024-01-03", "2024-01-03"),
+        include_upstream: true,
+        include_downstream: false,
+    })
+    .expect("plans");
     let step = p.steps.iter().find(|s| s.name == "featurize@2024-01-03").expect("planned");
     assert_eq!(step.upstream, ["sessionize@2024-01-02", "sessionize@2024-01-03"]);
     assert_eq!(step.inputs[1].dataset, "countries");
@@ -102,8 +114,14 @@ fn a_window_reads_the_previous_day_too_and_latest_adds_no_dependency() {
 #[test]
 fn the_window_does_not_reach_before_the_dataset_start() {
     let spec = spec::parse("tidegate.toml", PIPELINE).expect("valid");
-    let p = plan::plan(&Request { spec: &spec, target: "featurize", selection: range("2024-01-01", "2024-01-01"), include_upstream: true, include_downstream: false })
-        .expect("plans");
+    let p = plan::plan(&Request {
+        spec: &spec,
+        target: "featurize",
+        selection: range("2024-01-01", "2024-01-01"),
+        include_upstream: true,
+        include_downstream: false,
+    })
+    .expect("plans");
     let step = p.steps.iter().find(|s| s.task == "featurize").expect("planned");
     assert_eq!(step.upstream, ["sessionize@2024-01-01"]);
 }
@@ -125,19 +143,37 @@ fn static_partitions_are_selected_by_key_or_all() {
     assert_eq!(render("countries", Selection::AllStatic, true, false), "0 load_countries@eu\n0 load_countries@us");
     assert_eq!(render("load_countries", Selection::Keys(vec!["us".into()]), true, false), "0 load_countries@us");
     let spec = spec::parse("tidegate.toml", PIPELINE).expect("valid");
-    let err = plan::plan(&Request { spec: &spec, target: "countries", selection: Selection::Keys(vec!["asia".into()]), include_upstream: true, include_downstream: false })
-        .expect_err("unknown key");
+    let err = plan::plan(&Request {
+        spec: &spec,
+        target: "countries",
+        selection: Selection::Keys(vec!["asia".into()]),
+        include_upstream: true,
+        include_downstream: false,
+    })
+    .expect_err("unknown key");
     assert_eq!(err.to_string(), "--partition asia: unknown static partition \"asia\"; the keys are eu, us");
-    let err = plan::plan(&Request { spec: &spec, target: "countries", selection: range("2024-01-01", "2024-01-02"), include_upstream: true, include_downstream: false })
-        .expect_err("range on static");
+    let err = plan::plan(&Request {
+        spec: &spec,
+        target: "countries",
+        selection: range("2024-01-01", "2024-01-02"),
+        include_upstream: true,
+        include_downstream: false,
+    })
+    .expect_err("range on static");
     assert!(err.to_string().contains("static partitions"), "{err}");
 }
 
 #[test]
 fn critical_path_and_parallel_levels() {
     let spec = spec::parse("tidegate.toml", PIPELINE).expect("valid");
-    let p = plan::plan(&Request { spec: &spec, target: "training", selection: Selection::Keys(vec!["2024-W02".into()]), include_upstream: true, include_downstream: false })
-        .expect("plans");
+    let p = plan::plan(&Request {
+        spec: &spec,
+        target: "training",
+        selection: Selection::Keys(vec!["2024-W02".into()]),
+        include_upstream: true,
+        include_downstream: false,
+    })
+    .expect("plans");
     // 8 days of sessions (the window reaches back one day) read 8 x 24 hours of clicks.
     assert_eq!(p.level_widths(), [8 * 24, 8, 7, 1]);
     let path = p.critical_path();
@@ -148,15 +184,31 @@ fn critical_path_and_parallel_levels() {
 #[test]
 fn bad_targets_and_bounds_are_explained() {
     let spec = spec::parse("tidegate.toml", PIPELINE).expect("valid");
-    let req = |target, selection| Request { spec: &spec, target, selection, include_upstream: true, include_downstream: false };
+    let req = |target, selection| Request {
+        spec: &spec,
+        target,
+        selection,
+        include_upstream: true,
+        include_downstream: false,
+    };
     assert_eq!(
         plan::plan(&req("sesions", range("2024-01-01", "2024-01-01"))).expect_err("typo").to_string(),
         "unknown target \"sesions\": not a task or dataset in tidegate.toml (did you mean \"sessions\"?)"
     );
-    assert!(plan::plan(&req("raw_clicks", range("2024-01-01", "2024-01-01"))).expect_err("external").to_string().contains("external"));
+    assert!(
+        plan::plan(&req("raw_clicks", range("2024-01-01", "2024-01-01")))
+            .expect_err("external")
+            .to_string()
+            .contains("external")
+    );
     assert_eq!(
         plan::plan(&req("sessions", range("2024-01-05", "2024-01-01"))).expect_err("reversed").to_string(),
         "range 2024-01-05..2024-01-01: --from 2024-01-05 is after --to 2024-01-01"
     );
-    assert!(plan::plan(&req("sessions", range("yesterday", "2024-01-01"))).expect_err("bad bound").to_string().contains("--from yesterday"));
+    assert!(
+        plan::plan(&req("sessions", range("yesterday", "2024-01-01")))
+            .expect_err("bad bound")
+            .to_string()
+            .contains("--from yesterday")
+    );
 }

@@ -5,7 +5,9 @@ use chrono::{DateTime, TimeZone, Utc};
 use proptest::prelude::*;
 use tidegate_core::retry::ErrorClass;
 use tidegate_core::spec::RetryPolicy;
-use tidegate_core::state::{Action, Error, RunEvent, RunStatus, Step, StepEvent, StepStatus, StepTally, apply, apply_run};
+use tidegate_core::state::{
+    Action, Error, RunEvent, RunStatus, Step, StepEvent, StepStatus, StepTally, apply, apply_run,
+};
 
 fn t0() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2024, 1, 1, 0, 0, 0).single().expect("valid instant")
@@ -21,8 +23,20 @@ fn events(epoch: u64) -> Vec<StepEvent> {
         StepEvent::ValidationStarted { epoch },
         StepEvent::ChecksPassed { epoch },
         StepEvent::ChecksFailed { epoch, reason: "not_null(user_id) failed on 3 rows".into() },
-        StepEvent::AttemptFailed { epoch, class: ErrorClass::Transient, reason: "exit 75".into(), at: t0(), jitter: 0.5 },
-        StepEvent::AttemptFailed { epoch, class: ErrorClass::Deterministic, reason: "exit 65".into(), at: t0(), jitter: 0.5 },
+        StepEvent::AttemptFailed {
+            epoch,
+            class: ErrorClass::Transient,
+            reason: "exit 75".into(),
+            at: t0(),
+            jitter: 0.5,
+        },
+        StepEvent::AttemptFailed {
+            epoch,
+            class: ErrorClass::Deterministic,
+            reason: "exit 65".into(),
+            at: t0(),
+            jitter: 0.5,
+        },
         StepEvent::LeaseExpired { epoch, at: t0(), jitter: 0.5 },
         StepEvent::RetryDue,
         StepEvent::Approved { by: "reviewer".into() },
@@ -95,7 +109,13 @@ fn transient_failures_retry_until_attempts_run_out() {
     let mut delays = Vec::new();
     for epoch in 1..=3 {
         step = apply(&step, &StepEvent::Claimed { epoch, worker: "w".into() }).expect("legal").0;
-        let failed = StepEvent::AttemptFailed { epoch, class: ErrorClass::Transient, reason: "exit 75".into(), at: t0(), jitter: 0.999 };
+        let failed = StepEvent::AttemptFailed {
+            epoch,
+            class: ErrorClass::Transient,
+            reason: "exit 75".into(),
+            at: t0(),
+            jitter: 0.999,
+        };
         let (next, actions) = apply(&step, &failed).expect("legal");
         step = next;
         if let Some(Action::ScheduleRetry { at, .. }) = actions.first() {
@@ -111,7 +131,13 @@ fn transient_failures_retry_until_attempts_run_out() {
 #[test]
 fn a_deterministic_failure_is_not_retried() {
     let step = step_in(StepStatus::Running, false);
-    let failed = StepEvent::AttemptFailed { epoch: 1, class: ErrorClass::Deterministic, reason: "exit 65".into(), at: t0(), jitter: 0.0 };
+    let failed = StepEvent::AttemptFailed {
+        epoch: 1,
+        class: ErrorClass::Deterministic,
+        reason: "exit 65".into(),
+        at: t0(),
+        jitter: 0.0,
+    };
     let (next, actions) = apply(&step, &failed).expect("legal");
     assert_eq!(next.status, StepStatus::Failed);
     assert_eq!(actions, [Action::FailDownstream]);

@@ -65,7 +65,9 @@ pub enum Error {
 /// Runs the process to completion or timeout.
 pub async fn run(spec: &Spec) -> Result<Finished, Error> {
     let (program, args) = spec.argv.split_first().ok_or(Error::EmptyArgv)?;
-    tokio::fs::create_dir_all(&spec.log_dir).await.map_err(|source| Error::Log { path: spec.log_dir.clone(), source })?;
+    tokio::fs::create_dir_all(&spec.log_dir)
+        .await
+        .map_err(|source| Error::Log { path: spec.log_dir.clone(), source })?;
     let mut cmd = Command::new(program);
     cmd.args(args)
         .current_dir(&spec.cwd)
@@ -123,7 +125,12 @@ fn exit_of(status: std::process::ExitStatus) -> Exit {
 }
 
 /// Copies a pipe to a log file line by line, redacting secrets; returns the last lines if asked.
-async fn capture<R: AsyncRead + Unpin>(pipe: Option<R>, path: PathBuf, redact: Vec<String>, keep_tail: bool) -> Result<Vec<String>, Error> {
+async fn capture<R: AsyncRead + Unpin>(
+    pipe: Option<R>,
+    path: PathBuf,
+    redact: Vec<String>,
+    keep_tail: bool,
+) -> Result<Vec<String>, Error> {
     let log_err = |source| Error::Log { path: path.clone(), source };
     let mut file = tokio::fs::File::create(&path).await.map_err(log_err)?;
     let mut tail = std::collections::VecDeque::new();

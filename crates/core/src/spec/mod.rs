@@ -1,11 +1,13 @@
 //! `tidegate.toml`: the typed model and the strict parser that reports every error with its
 //! file, line, column and setting.
 
+mod example;
 pub mod model;
 mod parse;
 
 use std::fmt;
 
+pub use example::EXAMPLE;
 pub use model::*;
 pub use parse::parse;
 

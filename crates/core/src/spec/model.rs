@@ -125,11 +125,7 @@ pub enum WriteMode {
     /// A step's output is the complete contents of its partitions; publication swaps them.
     Replace,
     /// A step's output is changed rows keyed by `keys`; duplicates resolve by `order_by`.
-    Merge {
-        keys: Vec<String>,
-        order_by: Option<String>,
-        delete_marker: Option<String>,
-    },
+    Merge { keys: Vec<String>, order_by: Option<String>, delete_marker: Option<String> },
     /// A step's output is a complete new version of the whole dataset.
     Snapshot,
     /// A step's output is new rows; `dedup_key` makes a replay add nothing.
@@ -157,16 +153,35 @@ pub struct Check {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum CheckRule {
-    NotNull { columns: Vec<String> },
-    Unique { columns: Vec<String> },
-    AcceptedValues { column: String, values: Vec<String> },
-    RowCount { min: Option<u64>, max: Option<u64> },
+    NotNull {
+        columns: Vec<String>,
+    },
+    Unique {
+        columns: Vec<String>,
+    },
+    AcceptedValues {
+        column: String,
+        values: Vec<String>,
+    },
+    RowCount {
+        min: Option<u64>,
+        max: Option<u64>,
+    },
     /// `aggregate` of `column` may move at most `tolerance_pct` percent from the published version.
-    AggregateTolerance { column: String, aggregate: Aggregate, tolerance_pct: f64 },
+    AggregateTolerance {
+        column: String,
+        aggregate: Aggregate,
+        tolerance_pct: f64,
+    },
     /// The newest `column` value must be at most `max_age_s` older than the partition end.
-    Freshness { column: String, max_age_s: u64 },
+    Freshness {
+        column: String,
+        max_age_s: u64,
+    },
     /// A query over the staged table `staged` that returns the failing rows.
-    Sql { query: String },
+    Sql {
+        query: String,
+    },
 }
 
 /// Aggregates usable in tolerance checks.
