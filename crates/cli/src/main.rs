@@ -15,7 +15,9 @@ use clap::{Parser, Subcommand};
 /// publishes it atomically as Delta Lake commits. Every decision is journaled.
 #[derive(Debug, Parser)]
 #[command(name = "tidegate", version, propagate_version = true, max_term_width = 100)]
-#[command(after_help = "Start here:\n  tidegate init my-pipeline && cd my-pipeline\n  tidegate validate\n  tidegate plan daily_stats --from 2024-01-01 --to 2024-01-07")]
+#[command(
+    after_help = "Start here:\n  tidegate init my-pipeline && cd my-pipeline\n  tidegate validate\n  tidegate plan daily_stats --from 2024-01-01 --to 2024-01-07"
+)]
 struct Cli {
     /// The workspace folder (holding tidegate.toml); by default the current folder or the nearest
     /// parent that has one.

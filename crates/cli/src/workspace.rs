@@ -31,7 +31,10 @@ pub fn find_root(explicit: Option<&Path>) -> Result<PathBuf> {
             return Ok(dir.to_path_buf());
         }
     }
-    bail!("no {SPEC_FILE} in {} or any parent folder; create a workspace with `tidegate init DIR` or pass -C DIR", cwd.display())
+    bail!(
+        "no {SPEC_FILE} in {} or any parent folder; create a workspace with `tidegate init DIR` or pass -C DIR",
+        cwd.display()
+    )
 }
 
 /// Reads and validates the spec, returning every diagnostic as one error.

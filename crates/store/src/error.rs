@@ -15,6 +15,9 @@ pub enum Error {
     NotFound { what: &'static str, id: String },
     #[error("invalid state URL {url:?}: {reason}")]
     BadUrl { url: String, reason: String },
+    /// The request contradicts itself (for example, a step waits for a step the run does not have).
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
 
     // Try again.
     #[error("conflict: {0}")]
@@ -35,6 +38,21 @@ impl Error {
     /// Whether retrying the same call may succeed.
     pub fn is_retryable(&self) -> bool {
         matches!(self, Error::Conflict(_) | Error::Unavailable(_))
+    }
+}
+
+impl Error {
+    /// Prefixes the message with the operation that failed ("claiming step X: ..."), so that a
+    /// busy database or a damaged row says what the caller was doing.
+    pub(crate) fn context(self, what: &str) -> Self {
+        match self {
+            Error::Conflict(m) => Error::Conflict(format!("{what}: {m}")),
+            Error::Unavailable(m) => Error::Unavailable(format!("{what}: {m}")),
+            Error::Database(m) => Error::Database(format!("{what}: {m}")),
+            Error::Corrupt(m) => Error::Corrupt(format!("{what}: {m}")),
+            Error::InvalidRequest(m) => Error::InvalidRequest(format!("{what}: {m}")),
+            other => other,
+        }
     }
 }
 

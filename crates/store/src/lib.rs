@@ -6,11 +6,21 @@
 //! the same transaction. A rejected event (illegal, or fenced by a newer lease epoch) changes no
 //! state and is journaled as a rejection.
 
+mod codec;
 mod error;
+mod journal;
+mod migrate;
 mod model;
+mod postgres;
+mod sql;
+mod sqlite;
+mod store;
 
 pub use error::{Error, Result};
 pub use model::*;
+pub use postgres::Postgres;
+pub use sqlite::Sqlite;
+pub use store::{Options, PgStore, SqlStore, SqliteStore, open, open_with};
 
 use chrono::{DateTime, Utc};
 
@@ -35,6 +45,8 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Creates a run and its steps in one transaction, journaling `run_created` and one
     /// `step_planned` per step. When `request.idempotency_key` is set, the key must have been
     /// claimed with [`Store::claim_idempotency_key`]; it is completed in the same transaction.
+    /// Step names must be unique and every upstream name must be a step of this run, else
+    /// [`Error::InvalidRequest`].
     fn create_run(&self, request: &RunRequest, steps: &[NewStep], meta: &JournalMeta) -> Result<RunRecord>;
 
     fn run(&self, run_id: &str) -> Result<Option<RunRecord>>;
@@ -53,7 +65,14 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 
     /// Claims a ready step for `worker`: increments the epoch, applies `Claimed`, records the
     /// attempt and a lease expiring at `now + ttl_s`. `Ok(None)` when the step is no longer ready.
-    fn claim_step(&self, step_id: &str, worker: &str, now: DateTime<Utc>, ttl_s: u32, meta: &JournalMeta) -> Result<Option<Lease>>;
+    fn claim_step(
+        &self,
+        step_id: &str,
+        worker: &str,
+        now: DateTime<Utc>,
+        ttl_s: u32,
+        meta: &JournalMeta,
+    ) -> Result<Option<Lease>>;
     /// Extends a lease; [`Error::Fenced`] when the epoch is no longer current.
     fn heartbeat(&self, lease: &Lease, now: DateTime<Utc>, ttl_s: u32) -> Result<Lease>;
     /// Leases that expired before `now`.

@@ -17,7 +17,9 @@ use crate::workspace::{self, Workspace};
 /// subject, the most recent entries are shown. The chain is always verified first; if a row was
 /// edited or deleted, the command says where and exits with status 2.
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Examples:\n  tidegate history\n  tidegate history 0193a5c2-...            # a run\n  tidegate history daily_stats:2024-01-03  # a dataset partition\n  tidegate history clean_events@2024-01-03 --json")]
+#[command(
+    after_help = "Examples:\n  tidegate history\n  tidegate history 0193a5c2-...            # a run\n  tidegate history daily_stats:2024-01-03  # a dataset partition\n  tidegate history clean_events@2024-01-03 --json"
+)]
 pub struct Args {
     /// A run id, step id, task@partition, or DATASET:PARTITION.
     subject: Option<String>,
@@ -74,7 +76,10 @@ pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
         None => println!("Journal: {} entries, hash chain verified intact.", chain.n_entries),
         Some(b) => {
             eprintln!("Journal hash chain BROKEN at entry {}: {}", b.seq, b.problem);
-            eprintln!("Entries from {} on cannot be trusted; restore the state store from a backup or investigate who edited it.", b.seq);
+            eprintln!(
+                "Entries from {} on cannot be trusted; restore the state store from a backup or investigate who edited it.",
+                b.seq
+            );
         }
     }
     for (title, list) in [

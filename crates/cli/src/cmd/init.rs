@@ -12,7 +12,9 @@ use crate::workspace::SPEC_FILE;
 /// Writes tidegate.toml (every setting explained), the example task's script under tasks/, and a
 /// .gitignore for the local state. Refuses to overwrite an existing tidegate.toml.
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Examples:\n  tidegate init my-pipeline\n  tidegate init .            # in the current folder\n  tidegate init demo --force  # overwrite an existing tidegate.toml")]
+#[command(
+    after_help = "Examples:\n  tidegate init my-pipeline\n  tidegate init .            # in the current folder\n  tidegate init demo --force  # overwrite an existing tidegate.toml"
+)]
 pub struct Args {
     /// Folder to create the workspace in (created if missing).
     #[arg(default_value = ".")]
@@ -21,6 +23,9 @@ pub struct Args {
     #[arg(long)]
     force: bool,
 }
+
+/// The example's final task, suggested as the first thing to plan.
+pub const EXAMPLE_TARGET: &str = "daily_stats";
 
 /// The files an example workspace holds, relative to its root.
 pub const FILES: &[(&str, &str)] = &[
@@ -41,9 +46,22 @@ pub fn run(args: Args) -> Result<ExitCode> {
     if args.dir != Path::new(".") {
         println!("  cd {shown}");
     }
-    println!("  tidegate validate                 # check the spec");
-    println!("  tidegate plan user_activity --from 2024-01-01 --to 2024-01-07");
+    println!("  tidegate validate       # check the spec");
+    println!("  tidegate plan {EXAMPLE_TARGET} --from 2024-01-01 --to 2024-01-07");
+    println!("  tidegate submit {EXAMPLE_TARGET} --from 2024-01-01 --to 2024-01-07 --idempotency-key first-week");
+    println!("  tidegate history        # what was intended, what happened, what became visible");
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_suggested_target_is_a_task_of_the_example() {
+        let spec = tidegate_core::spec::parse("tidegate.toml", tidegate_core::spec::EXAMPLE).expect("example parses");
+        assert!(spec.tasks.contains_key(EXAMPLE_TARGET));
+    }
 }
 
 /// Writes the example workspace into `dir`.

@@ -17,8 +17,23 @@ use crate::workspace;
 /// partitions the target reads are planned too (unless --only); --downstream adds every task that
 /// reads what the plan rebuilds. Ranges are inclusive: --from 2024-01-01 --to 2024-01-07 is 7 days.
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Examples:\n  tidegate plan daily_stats --from 2024-01-01 --to 2024-01-07\n  tidegate plan events --partition 2024-01-03 --only\n  tidegate plan daily_stats --from 2024-01-01 --to 2024-01-03 --graph mermaid\n  tidegate plan daily_stats --from 2024-01-01 --to 2024-01-03 --json")]
+#[command(
+    after_help = "Examples:\n  tidegate plan daily_stats --from 2024-01-01 --to 2024-01-07\n  tidegate plan events --partition 2024-01-03 --only\n  tidegate plan daily_stats --from 2024-01-01 --to 2024-01-03 --graph mermaid\n  tidegate plan daily_stats --from 2024-01-01 --to 2024-01-03 --json"
+)]
 pub struct Args {
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// Print the plan as JSON.
+    #[arg(long, conflicts_with = "graph")]
+    pub json: bool,
+    /// Print the dependency graph in Graphviz dot or Mermaid syntax.
+    #[arg(long, value_name = "FORMAT", value_parser = ["dot", "mermaid"])]
+    pub graph: Option<String>,
+}
+
+/// The target and partition selection shared by `plan`, `submit` and `run`.
+#[derive(Debug, clap::Args)]
+pub struct TargetArgs {
     /// A task, or a dataset written by a task.
     pub target: String,
     /// First partition (a key such as 2024-01-05, a date, or an RFC 3339 instant).
@@ -39,15 +54,9 @@ pub struct Args {
     /// Also plan every task downstream of what the plan rebuilds.
     #[arg(long)]
     pub downstream: bool,
-    /// Print the plan as JSON.
-    #[arg(long, conflicts_with = "graph")]
-    pub json: bool,
-    /// Print the dependency graph in Graphviz dot or Mermaid syntax.
-    #[arg(long, value_name = "FORMAT", value_parser = ["dot", "mermaid"])]
-    pub graph: Option<String>,
 }
 
-impl Args {
+impl TargetArgs {
     /// The partition selection the flags describe.
     pub fn selection(&self) -> Result<Selection> {
         match (&self.from, &self.to, self.partition.is_empty(), self.all) {
@@ -56,6 +65,17 @@ impl Args {
             (None, None, true, true) => Ok(Selection::AllStatic),
             _ => bail!("say which partitions to plan: --from A --to B, --partition P (repeatable), or --all"),
         }
+    }
+
+    /// The planner request these flags describe.
+    pub fn request<'s>(&'s self, spec: &'s tidegate_core::spec::Spec) -> Result<plan::Request<'s>> {
+        Ok(plan::Request {
+            spec,
+            target: &self.target,
+            selection: self.selection()?,
+            include_upstream: !self.only,
+            include_downstream: self.downstream,
+        })
     }
 }
 
@@ -70,14 +90,7 @@ struct JsonPlan<'a> {
 
 pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
-    let request = plan::Request {
-        spec: &ws.spec,
-        target: &args.target,
-        selection: args.selection()?,
-        include_upstream: !args.only,
-        include_downstream: args.downstream,
-    };
-    let plan = plan::plan(&request)?;
+    let plan = plan::plan(&args.target.request(&ws.spec)?)?;
     match (args.json, args.graph.as_deref()) {
         (true, _) => output::json(&JsonPlan {
             plan: &plan,
@@ -101,7 +114,12 @@ pub fn text(plan: &Plan) -> String {
     for s in &plan.steps {
         if level != Some(s.level) {
             let width = plan.level_widths()[s.level as usize];
-            let _ = writeln!(out, "\nlevel {} ({width} step{} can run in parallel)", s.level, if width == 1 { "" } else { "s" });
+            let _ = writeln!(
+                out,
+                "\nlevel {} ({width} step{} can run in parallel)",
+                s.level,
+                if width == 1 { "" } else { "s" }
+            );
             level = Some(s.level);
         }
         let waits = if s.upstream.is_empty() { String::new() } else { format!("  <- {}", s.upstream.join(", ")) };

@@ -13,7 +13,7 @@ use tidegate_core::spec::{Spec, TaskRun};
 use tidegate_core::state::Step;
 use tidegate_store::{Claim, JournalMeta, NewStep, Priority, RunRecord, RunRequest, Trigger};
 
-use crate::cmd::plan::Args as PlanArgs;
+use crate::cmd::plan::TargetArgs;
 use crate::output;
 use crate::workspace::{self, Workspace};
 
@@ -22,13 +22,18 @@ use crate::workspace::{self, Workspace};
 /// With --idempotency-key, submitting the same request again returns the run already created
 /// and creates nothing; the same key with a different request is an error naming what differs.
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Examples:\n  tidegate submit daily_stats --from 2024-01-01 --to 2024-01-07\n  tidegate submit daily_stats --partition 2024-01-03 --idempotency-key nightly-2024-01-03 --json")]
+#[command(
+    after_help = "Examples:\n  tidegate submit daily_stats --from 2024-01-01 --to 2024-01-07\n  tidegate submit daily_stats --partition 2024-01-03 --idempotency-key nightly-2024-01-03 --json"
+)]
 pub struct Args {
     #[command(flatten)]
-    pub plan: PlanArgs,
+    pub target: TargetArgs,
     /// A client key that makes the submission safe to retry (kept 24 h by default).
     #[arg(long, value_name = "KEY")]
     pub idempotency_key: Option<String>,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Serialize)]
@@ -40,10 +45,9 @@ struct Submitted<'a> {
 
 pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
-    let selection = args.plan.selection()?;
-    let partitions = describe(&args.plan);
+    let partitions = describe(&args.target);
     let request = RunRequest {
-        target: args.plan.target.clone(),
+        target: args.target.target.clone(),
         partitions,
         trigger: Trigger::Manual,
         priority: Priority::Live,
@@ -57,27 +61,22 @@ pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
     let now = Utc::now();
     if let Some(key) = &args.idempotency_key {
         if let Claim::Done { run_id } = store.claim_idempotency_key(key, &request, now)? {
-            let run = store.run(&run_id)?.with_context(|| format!("run {run_id} recorded for key {key:?} is missing"))?;
+            let run =
+                store.run(&run_id)?.with_context(|| format!("run {run_id} recorded for key {key:?} is missing"))?;
             let n_steps = store.steps(&run.id)?.len();
-            return report(&Submitted { created: false, run: &run, n_steps }, args.plan.json);
+            return report(&Submitted { created: false, run: &run, n_steps }, args.json);
         }
     }
-    let plan = plan::plan(&plan::Request {
-        spec: &ws.spec,
-        target: &args.plan.target,
-        selection,
-        include_upstream: !args.plan.only,
-        include_downstream: args.plan.downstream,
-    })?;
+    let plan = plan::plan(&args.target.request(&ws.spec)?)?;
     let steps = new_steps(&ws, &plan)?;
     let meta = JournalMeta {
         actor: request.requester.clone(),
         correlation_id: uuid::Uuid::now_v7().to_string(),
-        reason: format!("manual submission of {}", args.plan.target),
+        reason: format!("manual submission of {}", args.target.target),
         at: now,
     };
     let run = store.create_run(&request, &steps, &meta)?;
-    report(&Submitted { created: true, run: &run, n_steps: steps.len() }, args.plan.json)
+    report(&Submitted { created: true, run: &run, n_steps: steps.len() }, args.json)
 }
 
 fn report(s: &Submitted<'_>, json: bool) -> Result<ExitCode> {
@@ -86,12 +85,15 @@ fn report(s: &Submitted<'_>, json: bool) -> Result<ExitCode> {
     } else if s.created {
         println!("Created run {} ({} steps, queued)", s.run.id, s.n_steps);
     } else {
-        println!("Run {} already exists for this idempotency key ({} steps, {}); nothing new was created", s.run.id, s.n_steps, s.run.status);
+        println!(
+            "Run {} already exists for this idempotency key ({} steps, {}); nothing new was created",
+            s.run.id, s.n_steps, s.run.status
+        );
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn describe(args: &PlanArgs) -> Vec<String> {
+fn describe(args: &TargetArgs) -> Vec<String> {
     match (&args.from, &args.to) {
         (Some(a), Some(b)) => vec![format!("{a}..{b}")],
         _ if args.all => vec!["all".to_owned()],
@@ -115,7 +117,8 @@ pub fn code_versions(ws: &Workspace) -> Result<BTreeMap<String, String>> {
         if let TaskRun::Command { files, .. } = &task.run {
             for f in files {
                 let path = ws.root.join(f);
-                let bytes = std::fs::read(&path).with_context(|| format!("reading {} declared in tasks.{name}.files", path.display()))?;
+                let bytes = std::fs::read(&path)
+                    .with_context(|| format!("reading {} declared in tasks.{name}.files", path.display()))?;
                 contents.push((f.clone(), bytes));
             }
         }

@@ -12,7 +12,9 @@ use crate::workspace::{self, SPEC_FILE};
 
 /// Check tidegate.toml and report every problem, each with file:line:col and the setting.
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Examples:\n  tidegate validate\n  tidegate validate --json | jq '.errors[].setting'\n  tidegate -C path/to/workspace validate")]
+#[command(
+    after_help = "Examples:\n  tidegate validate\n  tidegate validate --json | jq '.errors[].setting'\n  tidegate -C path/to/workspace validate"
+)]
 pub struct Args {
     /// Print the result as JSON.
     #[arg(long)]

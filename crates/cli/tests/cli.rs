@@ -1,0 +1,183 @@
+//! The `tidegate` binary driven as a user drives it: real processes, real temp workspaces, a real
+//! SQLite state store.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+struct Ws {
+    dir: tempfile::TempDir,
+}
+
+impl Ws {
+    /// A fresh workspace made by `tidegate init`.
+    fn init() -> Ws {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let out = tidegate(dir.path(), &["init", "."]);
+        assert!(out.status.success(), "init failed: {}", stderr(&out));
+        Ws { dir }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        tidegate(self.path(), args)
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(out.status.success(), "tidegate {args:?} failed:\n{}", stderr(&out));
+        String::from_utf8(out.stdout).expect("utf-8 stdout")
+    }
+
+    fn json(&self, args: &[&str]) -> Value {
+        serde_json::from_str(&self.ok(args)).expect("valid JSON on stdout")
+    }
+
+    fn state_db(&self) -> PathBuf {
+        self.path().join(".tidegate/state.db")
+    }
+}
+
+fn tidegate(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tidegate"))
+        .args(args)
+        .current_dir(dir)
+        .env("TIDEGATE_USER", "tester")
+        .output()
+        .expect("the tidegate binary runs")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// The task with no downstream in the example: the natural target for a plan.
+fn example_target(ws: &Ws) -> String {
+    let text = std::fs::read_to_string(ws.path().join("tidegate.toml")).expect("spec");
+    let spec = tidegate_core::spec::parse("tidegate.toml", &text).expect("example parses");
+    let read: Vec<&String> = spec.tasks.values().flat_map(|t| t.inputs.iter().map(|i| &i.dataset)).collect();
+    spec.tasks
+        .values()
+        .filter(|t| t.outputs.iter().all(|o| !read.contains(&o)))
+        .map(|t| t.name.clone())
+        .next_back()
+        .expect("the example has a final task")
+}
+
+#[test]
+fn init_then_validate_and_plan_succeed() {
+    let ws = Ws::init();
+    let out = ws.ok(&["validate"]);
+    assert!(out.contains("tidegate.toml is valid"), "{out}");
+    let target = example_target(&ws);
+    let plan = ws.json(&["plan", &target, "--from", "2024-01-01", "--to", "2024-01-07", "--json"]);
+    let steps = plan["steps"].as_array().expect("steps array");
+    let target_steps = steps.iter().filter(|s| s["task"] == target.as_str()).count();
+    assert_eq!(target_steps, 7, "one step per day of the inclusive range");
+    // Every upstream named by a step is itself in the plan and on a lower level.
+    for s in steps {
+        for up in s["upstream"].as_array().expect("upstream array") {
+            let up = steps.iter().find(|x| x["name"] == *up).expect("upstream is planned");
+            assert!(up["level"].as_u64() < s["level"].as_u64());
+        }
+    }
+    let text = ws.ok(&["plan", &target, "--from", "2024-01-01", "--to", "2024-01-02"]);
+    assert!(text.contains("critical path"), "{text}");
+    let mermaid = ws.ok(&["plan", &target, "--from", "2024-01-01", "--to", "2024-01-02", "--graph", "mermaid"]);
+    assert!(mermaid.starts_with("flowchart LR"), "{mermaid}");
+}
+
+#[test]
+fn init_refuses_to_overwrite_a_workspace() {
+    let ws = Ws::init();
+    let out = ws.run(&["init", "."]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("already exists; pass --force"), "{}", stderr(&out));
+}
+
+#[test]
+fn validate_reports_every_error_with_its_location() {
+    let ws = Ws::init();
+    let spec = std::fs::read_to_string(ws.path().join("tidegate.toml")).expect("spec");
+    let broken = format!("{spec}\n[pools.bad]\nslots = 0\nslotz = 3\n");
+    std::fs::write(ws.path().join("tidegate.toml"), broken).expect("write");
+    let out = ws.run(&["validate"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.contains("pools.bad.slots"), "{err}");
+    assert!(err.contains("slotz"), "{err}");
+    assert!(err.contains("2 errors in tidegate.toml"), "{err}");
+    let json: Value = serde_json::from_slice(&ws.run(&["validate", "--json"]).stdout).expect("json");
+    assert_eq!(json["valid"], false);
+    assert_eq!(json["errors"].as_array().map(Vec::len), Some(2));
+}
+
+#[test]
+fn unknown_target_suggests_the_closest_name() {
+    let ws = Ws::init();
+    let target = example_target(&ws);
+    let typo = format!("{}x", &target[..target.len() - 1]);
+    let out = ws.run(&["plan", &typo, "--partition", "2024-01-01"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains(&format!("did you mean \"{target}\"")), "{}", stderr(&out));
+}
+
+#[test]
+fn submit_with_an_idempotency_key_creates_one_run() {
+    let ws = Ws::init();
+    let target = example_target(&ws);
+    let args = ["submit", &target, "--from", "2024-01-01", "--to", "2024-01-03", "--idempotency-key", "k1", "--json"];
+    let first = ws.json(&args);
+    let second = ws.json(&args);
+    assert_eq!(first["created"], true);
+    assert_eq!(second["created"], false);
+    assert_eq!(first["run"]["id"], second["run"]["id"]);
+    let status = ws.json(&["status", "--json"]);
+    assert_eq!(status["runs"].as_array().map(Vec::len), Some(1));
+
+    let other = ws.run(&["submit", &target, "--from", "2024-01-01", "--to", "2024-01-04", "--idempotency-key", "k1"]);
+    assert!(!other.status.success());
+    let err = stderr(&other);
+    assert!(err.contains("different request") && err.contains("partitions"), "{err}");
+}
+
+#[test]
+fn history_explains_a_run_and_verifies_the_chain() {
+    let ws = Ws::init();
+    let target = example_target(&ws);
+    let created = ws.json(&["submit", &target, "--partition", "2024-01-02", "--json"]);
+    let run_id = created["run"]["id"].as_str().expect("run id").to_owned();
+    let history = ws.json(&["history", &run_id, "--json"]);
+    assert_eq!(history["chain"]["break_at"], Value::Null);
+    let intended = history["intended"].as_array().expect("intended");
+    assert!(intended.iter().any(|e| e["kind"] == "run_created"));
+    assert!(intended.iter().any(|e| e["kind"] == "step_planned" && e["task"] == target.as_str()));
+    let text = ws.ok(&["history"]);
+    assert!(text.contains("hash chain verified intact"), "{text}");
+    assert!(ws.state_db().exists());
+}
+
+#[test]
+fn history_says_exactly_where_an_edited_journal_breaks() {
+    let ws = Ws::init();
+    let target = example_target(&ws);
+    ws.ok(&["submit", &target, "--partition", "2024-01-02"]);
+    // Tamper as an intruder would: bypass the store, drop the append-only triggers, edit a row.
+    let db = rusqlite::Connection::open(ws.state_db()).expect("open state db");
+    db.execute_batch(
+        "DROP TRIGGER journal_no_update; DROP TRIGGER journal_no_delete;
+         UPDATE journal SET reason = 'nothing to see here' WHERE seq = 3;",
+    )
+    .expect("tamper");
+    drop(db);
+    let out = ws.run(&["history"]);
+    assert_eq!(out.status.code(), Some(2), "a broken chain must fail the command");
+    let err = stderr(&out);
+    assert!(err.contains("BROKEN at entry 3") && err.contains("altered after it was written"), "{err}");
+    let json: Value = serde_json::from_slice(&ws.run(&["history", "--json"]).stdout).expect("json");
+    assert_eq!(json["chain"]["break_at"]["seq"], 3);
+}

@@ -1,0 +1,308 @@
+//! The append-only, hash-chained journal: appending inside a write transaction, reading, and
+//! verifying the chain.
+//!
+//! Each entry's hash covers the previous entry's hash and every stored column of the entry, in
+//! the exact text the database holds, so that verification recomputes it from the row alone. The
+//! first entry's previous hash is 64 zeros.
+
+use tidegate_core::idempotency::Canonical;
+use tidegate_core::partition::Interval;
+
+use crate::codec::{fmt_ts, from_json, parse_opt_ts, parse_ts, to_u64};
+use crate::sql::{Row, Tx, Value};
+use crate::{ChainBreak, ChainReport, Error, JournalEntry, JournalMeta, JournalQuery, Result};
+
+/// The previous hash of the first entry.
+pub(crate) const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+/// Entries read per query while verifying, so that a long journal does not sit in memory at once.
+const VERIFY_PAGE_ROWS: i64 = 1_000;
+/// The most entries one `journal` call returns, whatever limit the caller asks for.
+pub(crate) const QUERY_ROWS_MAX: u32 = 100_000;
+
+const COLUMNS: &str = "seq, prev_hash, hash, at, actor, correlation_id, kind, run_id, step_id, task, partition_key, \
+                       interval_start, interval_end, from_status, to_status, reason, payload";
+
+/// A journal row as stored: every field in the text form that is hashed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Stored {
+    seq: i64,
+    prev_hash: String,
+    hash: String,
+    at: String,
+    actor: String,
+    correlation_id: String,
+    kind: String,
+    run_id: Option<String>,
+    step_id: Option<String>,
+    task: Option<String>,
+    partition: Option<String>,
+    interval_start: Option<String>,
+    interval_end: Option<String>,
+    from_status: Option<String>,
+    to_status: Option<String>,
+    reason: String,
+    payload: String,
+}
+
+impl Stored {
+    fn from_row(row: &Row) -> Result<Self> {
+        Ok(Self {
+            seq: row.int(0)?,
+            prev_hash: row.text(1)?,
+            hash: row.text(2)?,
+            at: row.text(3)?,
+            actor: row.text(4)?,
+            correlation_id: row.text(5)?,
+            kind: row.text(6)?,
+            run_id: row.opt_text(7)?,
+            step_id: row.opt_text(8)?,
+            task: row.opt_text(9)?,
+            partition: row.opt_text(10)?,
+            interval_start: row.opt_text(11)?,
+            interval_end: row.opt_text(12)?,
+            from_status: row.opt_text(13)?,
+            to_status: row.opt_text(14)?,
+            reason: row.text(15)?,
+            payload: row.text(16)?,
+        })
+    }
+
+    /// The hash of everything but the `hash` column itself.
+    fn compute_hash(&self) -> String {
+        let mut c = Canonical::new("tidegate.journal.v1");
+        c.str("prev_hash", &self.prev_hash)
+            .str("seq", &self.seq.to_string())
+            .str("at", &self.at)
+            .str("actor", &self.actor)
+            .str("correlation_id", &self.correlation_id)
+            .str("kind", &self.kind);
+        // An absent value and an empty one must hash differently, hence the separate tags.
+        for (tag, value) in [
+            ("run_id", &self.run_id),
+            ("step_id", &self.step_id),
+            ("task", &self.task),
+            ("partition", &self.partition),
+            ("interval_start", &self.interval_start),
+            ("interval_end", &self.interval_end),
+            ("from_status", &self.from_status),
+            ("to_status", &self.to_status),
+        ] {
+            match value {
+                Some(v) => c.str(tag, v),
+                None => c.str("absent", tag),
+            };
+        }
+        c.str("reason", &self.reason).str("payload", &self.payload);
+        c.finish()
+    }
+
+    fn into_entry(self) -> Result<JournalEntry> {
+        let what = format!("journal entry {}", self.seq);
+        let interval = match (parse_opt_ts(self.interval_start)?, parse_opt_ts(self.interval_end)?) {
+            (Some(start), Some(end)) => Some(Interval { start, end }),
+            (None, None) => None,
+            _ => return Err(Error::Corrupt(format!("{what} has half an interval"))),
+        };
+        Ok(JournalEntry {
+            seq: to_u64("journal seq", self.seq)?,
+            at: parse_ts(&self.at)?,
+            payload: from_json(&format!("the payload of {what}"), &self.payload)?,
+            prev_hash: self.prev_hash,
+            hash: self.hash,
+            actor: self.actor,
+            correlation_id: self.correlation_id,
+            kind: self.kind,
+            run_id: self.run_id,
+            step_id: self.step_id,
+            task: self.task,
+            partition: self.partition,
+            interval,
+            from_status: self.from_status,
+            to_status: self.to_status,
+            reason: self.reason,
+        })
+    }
+}
+
+/// What to append; the appender adds the sequence number and the hashes.
+#[derive(Debug, Clone)]
+pub(crate) struct Draft<'a> {
+    pub meta: &'a JournalMeta,
+    pub kind: &'a str,
+    pub run_id: Option<&'a str>,
+    pub step_id: Option<&'a str>,
+    pub task: Option<&'a str>,
+    pub partition: Option<&'a str>,
+    pub interval: Option<Interval>,
+    pub from_status: Option<&'a str>,
+    pub to_status: Option<&'a str>,
+    pub reason: &'a str,
+    /// JSON text.
+    pub payload: String,
+}
+
+/// Appends entries within one write transaction, remembering the head so that a group commit of
+/// many events reads the previous entry once, not once per event.
+#[derive(Debug, Default)]
+pub(crate) struct Appender {
+    /// The last entry's sequence number and hash, once read.
+    head: Option<(i64, String)>,
+}
+
+impl Appender {
+    /// Appends `draft`; returns its sequence number. Must run inside a write transaction: the
+    /// serialized writes are what make `max + 1` and the chain race-free.
+    pub(crate) fn append(&mut self, tx: &mut dyn Tx, draft: Draft<'_>) -> Result<u64> {
+        let (last_seq, last_hash) = match self.head.take() {
+            Some(head) => head,
+            None => {
+                let rows = tx.query("SELECT seq, hash FROM journal ORDER BY seq DESC LIMIT 1", &[])?;
+                match rows.first() {
+                    Some(row) => (row.int(0)?, row.text(1)?),
+                    None => (0, GENESIS_HASH.to_owned()),
+                }
+            }
+        };
+        let (interval_start, interval_end) = match draft.interval {
+            Some(i) => (Some(fmt_ts(i.start)), Some(fmt_ts(i.end))),
+            None => (None, None),
+        };
+        let owned = |s: Option<&str>| s.map(str::to_owned);
+        let mut entry = Stored {
+            seq: last_seq + 1,
+            prev_hash: last_hash,
+            hash: String::new(),
+            at: fmt_ts(draft.meta.at),
+            actor: draft.meta.actor.clone(),
+            correlation_id: draft.meta.correlation_id.clone(),
+            kind: draft.kind.to_owned(),
+            run_id: owned(draft.run_id),
+            step_id: owned(draft.step_id),
+            task: owned(draft.task),
+            partition: owned(draft.partition),
+            interval_start,
+            interval_end,
+            from_status: owned(draft.from_status),
+            to_status: owned(draft.to_status),
+            reason: draft.reason.to_owned(),
+            payload: draft.payload,
+        };
+        entry.hash = entry.compute_hash();
+        tx.execute(
+            &format!(
+                "INSERT INTO journal ({COLUMNS}) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"
+            ),
+            &[
+                Value::Int(entry.seq),
+                entry.prev_hash.into(),
+                entry.hash.as_str().into(),
+                entry.at.into(),
+                entry.actor.into(),
+                entry.correlation_id.into(),
+                entry.kind.into(),
+                entry.run_id.into(),
+                entry.step_id.into(),
+                entry.task.into(),
+                entry.partition.into(),
+                entry.interval_start.into(),
+                entry.interval_end.into(),
+                entry.from_status.into(),
+                entry.to_status.into(),
+                entry.reason.into(),
+                entry.payload.into(),
+            ],
+        )?;
+        self.head = Some((entry.seq, entry.hash));
+        to_u64("journal seq", entry.seq)
+    }
+}
+
+/// Entries matching `query`, in sequence order.
+pub(crate) fn query(tx: &mut dyn Tx, query: &JournalQuery) -> Result<Vec<JournalEntry>> {
+    let mut sql = format!("SELECT {COLUMNS} FROM journal WHERE 1 = 1");
+    let mut params: Vec<Value> = Vec::new();
+    let mut filter = |column: &str, value: Value, sql: &mut String| {
+        params.push(value);
+        sql.push_str(&format!(" AND {column} ?{}", params.len()));
+    };
+    if let Some(v) = &query.run_id {
+        filter("run_id =", v.into(), &mut sql);
+    }
+    if let Some(v) = &query.step_id {
+        filter("step_id =", v.into(), &mut sql);
+    }
+    if let Some(v) = &query.task {
+        filter("task =", v.into(), &mut sql);
+    }
+    if let Some(v) = &query.partition {
+        filter("partition_key =", v.into(), &mut sql);
+    }
+    if let Some(v) = query.after_seq {
+        let v = i64::try_from(v).unwrap_or(i64::MAX);
+        filter("seq >", Value::Int(v), &mut sql);
+    }
+    let limit = query.limit.unwrap_or(QUERY_ROWS_MAX).min(QUERY_ROWS_MAX);
+    params.push(Value::Int(limit.into()));
+    sql.push_str(&format!(" ORDER BY seq LIMIT ?{}", params.len()));
+    tx.query(&sql, &params)?.iter().map(|row| Stored::from_row(row)?.into_entry()).collect()
+}
+
+/// Walks the whole chain in order and reports the first entry where it breaks.
+pub(crate) fn verify(tx: &mut dyn Tx) -> Result<ChainReport> {
+    let mut n_entries = 0u64;
+    let mut break_at = None;
+    let mut prev: (i64, String) = (0, GENESIS_HASH.to_owned());
+    loop {
+        let rows = tx.query(
+            &format!("SELECT {COLUMNS} FROM journal WHERE seq > ?1 ORDER BY seq LIMIT ?2"),
+            &[Value::Int(prev.0), Value::Int(VERIFY_PAGE_ROWS)],
+        )?;
+        if rows.is_empty() {
+            break;
+        }
+        for row in &rows {
+            let entry = Stored::from_row(row)?;
+            n_entries += 1;
+            if break_at.is_none() {
+                break_at = check(&prev, &entry);
+            }
+            prev = (entry.seq, entry.hash);
+        }
+    }
+    Ok(ChainReport { n_entries, break_at })
+}
+
+/// What is wrong with `entry` given the entry before it, if anything. The checks run from the
+/// coarsest to the finest, so a deleted row is reported as a gap rather than as the chain
+/// mismatch it also causes.
+fn check(prev: &(i64, String), entry: &Stored) -> Option<ChainBreak> {
+    let (prev_seq, prev_hash) = prev;
+    let expected = prev_seq + 1;
+    let at = |seq: i64, problem: String| Some(ChainBreak { seq: u64::try_from(seq).unwrap_or(0), problem });
+    if entry.seq != expected {
+        return at(
+            expected,
+            format!(
+                "entry {expected} is missing: the journal jumps from entry {prev_seq} to entry {}, so a row was deleted",
+                entry.seq
+            ),
+        );
+    }
+    if entry.prev_hash != *prev_hash {
+        return at(
+            entry.seq,
+            format!(
+                "entry {} does not follow entry {prev_seq}: its previous hash does not match that entry's hash",
+                entry.seq
+            ),
+        );
+    }
+    if entry.compute_hash() != entry.hash {
+        return at(
+            entry.seq,
+            format!("entry {} was altered after it was written: its contents no longer match its hash", entry.seq),
+        );
+    }
+    None
+}

@@ -1,0 +1,71 @@
+//! Schema migrations embedded in the binary, applied in order inside one write transaction and
+//! recorded in `schema_migrations`. The write transaction is taken before anything is read, so
+//! two processes opening the same database at once never both migrate: the second waits for the
+//! first and then finds every migration recorded.
+
+use chrono::Utc;
+
+use crate::codec::fmt_ts;
+use crate::sql::{Driver, Tx, Value};
+use crate::{Backend, Result};
+
+/// One migration: its number, its name, and its SQL for each backend.
+struct Migration {
+    version: i64,
+    name: &'static str,
+    sqlite: &'static str,
+    postgres: &'static str,
+}
+
+const INIT: &str = include_str!("../migrations/0001_init.sql");
+
+/// Every migration, in order. Never edit one that has shipped: add the next number instead.
+const MIGRATIONS: &[Migration] = &[
+    Migration { version: 1, name: "init", sqlite: INIT, postgres: INIT },
+    Migration {
+        version: 2,
+        name: "journal_append_only",
+        sqlite: include_str!("../migrations/0002_journal_append_only.sqlite.sql"),
+        postgres: include_str!("../migrations/0002_journal_append_only.postgres.sql"),
+    },
+];
+
+/// Applies the migrations the database has not seen; returns how many it applied.
+pub(crate) fn migrate(driver: &impl Driver) -> Result<usize> {
+    let backend = driver.backend();
+    driver
+        .write(|tx| {
+            tx.execute_batch(
+                "CREATE TABLE IF NOT EXISTS schema_migrations (
+                    version BIGINT PRIMARY KEY,
+                    name TEXT NOT NULL,
+                    applied_at TEXT NOT NULL
+                )",
+            )?;
+            let applied = applied_versions(tx)?;
+            let mut n_applied = 0;
+            for m in MIGRATIONS.iter().filter(|m| !applied.contains(&m.version)) {
+                let sql = match backend {
+                    Backend::Sqlite => m.sqlite,
+                    Backend::Postgres => m.postgres,
+                };
+                tx.execute_batch(sql).map_err(|e| e.context(&format!("migration {:04}_{}", m.version, m.name)))?;
+                tx.execute(
+                    "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?1, ?2, ?3)",
+                    &[Value::Int(m.version), m.name.into(), fmt_ts(Utc::now()).into()],
+                )?;
+                n_applied += 1;
+            }
+            Ok(n_applied)
+        })
+        .map_err(|e| e.context("migrating the state database"))
+}
+
+fn applied_versions(tx: &mut dyn Tx) -> Result<Vec<i64>> {
+    tx.query("SELECT version FROM schema_migrations ORDER BY version", &[])?.iter().map(|r| r.int(0)).collect()
+}
+
+/// How many migrations this build knows.
+pub(crate) fn n_known() -> usize {
+    MIGRATIONS.len()
+}

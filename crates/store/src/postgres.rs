@@ -1,0 +1,301 @@
+//! The PostgreSQL driver: a small pool of synchronous clients; every write transaction first takes
+//! a transaction-scoped advisory lock, so journal appends (and every other write) are totally
+//! ordered and `seq = max + 1` cannot race, at the default READ COMMITTED isolation.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Mutex;
+
+use postgres::error::SqlState;
+use postgres::types::{ToSql, Type};
+use postgres::{Client, GenericClient, NoTls, Statement};
+
+use crate::sql::{Driver, Row, Tx, Value, to_dollar_placeholders};
+use crate::{Backend, Error, Result};
+
+/// The advisory lock every write transaction holds ("tidegate" in ASCII). One constant for the
+/// whole database: schemas sharing a database serialize their writes against each other, which
+/// costs throughput but never correctness.
+pub(crate) const WRITE_LOCK_KEY: i64 = 0x7469_6465_6761_7465;
+/// Idle clients kept for reuse; threads beyond this connect their own and close them after use.
+const POOL_IDLE_MAX: usize = 8;
+
+/// A PostgreSQL database and a small pool of clients to it.
+pub struct Postgres {
+    config: postgres::Config,
+    idle: Mutex<Vec<PgConn>>,
+}
+
+impl fmt::Debug for Postgres {
+    // `postgres::Config`'s own Debug redacts the password; we show even less.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Postgres").field("dbname", &self.config.get_dbname()).finish_non_exhaustive()
+    }
+}
+
+/// A client and the statements prepared on it (prepared statements live as long as the session).
+struct PgConn {
+    client: Client,
+    statements: HashMap<String, Statement>,
+}
+
+impl Postgres {
+    /// Connects to `url` (`postgres://` or `postgresql://`); one client is opened at once so that a
+    /// wrong URL fails here.
+    pub(crate) fn connect(url: &str) -> Result<Self> {
+        let config: postgres::Config =
+            url.parse().map_err(|e: postgres::Error| Error::BadUrl { url: redact(url), reason: describe(&e) })?;
+        let driver = Self { config, idle: Mutex::new(Vec::new()) };
+        let conn = driver.open_client()?;
+        driver.give_back(conn);
+        Ok(driver)
+    }
+
+    fn open_client(&self) -> Result<PgConn> {
+        let client = self.config.connect(NoTls).map_err(|e| map_err(e).context("connecting to PostgreSQL"))?;
+        Ok(PgConn { client, statements: HashMap::new() })
+    }
+
+    fn take(&self) -> Result<PgConn> {
+        let idle = self.idle.lock().expect("postgres pool mutex poisoned").pop();
+        match idle {
+            Some(conn) if !conn.client.is_closed() => Ok(conn),
+            _ => self.open_client(),
+        }
+    }
+
+    fn give_back(&self, conn: PgConn) {
+        if conn.client.is_closed() {
+            return;
+        }
+        let mut idle = self.idle.lock().expect("postgres pool mutex poisoned");
+        if idle.len() < POOL_IDLE_MAX {
+            idle.push(conn);
+        }
+    }
+}
+
+impl Driver for Postgres {
+    fn backend(&self) -> Backend {
+        Backend::Postgres
+    }
+
+    fn write<T>(&self, f: impl FnOnce(&mut dyn Tx) -> Result<T>) -> Result<T> {
+        let mut conn = self.take()?;
+        let result = (|| {
+            let PgConn { client, statements } = &mut conn;
+            let mut tx = client.transaction().map_err(map_err)?;
+            tx.batch_execute(&format!("SELECT pg_advisory_xact_lock({WRITE_LOCK_KEY})")).map_err(map_err)?;
+            let value = f(&mut PgTx { client: &mut tx, statements })?;
+            tx.commit().map_err(map_err)?;
+            Ok(value)
+        })();
+        // A failed transaction was rolled back when it was dropped; a broken client is discarded.
+        self.give_back(conn);
+        result
+    }
+
+    fn read<T>(&self, f: impl FnOnce(&mut dyn Tx) -> Result<T>) -> Result<T> {
+        let mut conn = self.take()?;
+        let PgConn { client, statements } = &mut conn;
+        let result = f(&mut PgTx { client, statements });
+        self.give_back(conn);
+        result
+    }
+}
+
+struct PgTx<'a, C: GenericClient> {
+    client: &'a mut C,
+    statements: &'a mut HashMap<String, Statement>,
+}
+
+impl<C: GenericClient> PgTx<'_, C> {
+    fn prepare(&mut self, sql: &str) -> Result<Statement> {
+        if let Some(stmt) = self.statements.get(sql) {
+            return Ok(stmt.clone());
+        }
+        let stmt = self.client.prepare(&to_dollar_placeholders(sql)).map_err(map_err)?;
+        self.statements.insert(sql.to_owned(), stmt.clone());
+        Ok(stmt)
+    }
+}
+
+/// Binds a value to a parameter of the type PostgreSQL inferred for it; a NULL needs a typed
+/// `None` because the protocol checks the Rust type against the parameter type.
+fn bind(idx: usize, value: &Value, ty: &Type) -> Result<Box<dyn ToSql + Sync>> {
+    let mismatch = || Error::Database(format!("parameter ${}: cannot bind {value} to PostgreSQL type {ty}", idx + 1));
+    Ok(match value {
+        Value::Null if *ty == Type::INT8 => Box::new(None::<i64>),
+        Value::Null if *ty == Type::INT4 => Box::new(None::<i32>),
+        Value::Null if *ty == Type::INT2 => Box::new(None::<i16>),
+        Value::Null if *ty == Type::FLOAT8 => Box::new(None::<f64>),
+        Value::Null if *ty == Type::FLOAT4 => Box::new(None::<f32>),
+        Value::Null if *ty == Type::BOOL => Box::new(None::<bool>),
+        Value::Null => Box::new(None::<String>),
+        Value::Int(v) if *ty == Type::INT8 => Box::new(*v),
+        Value::Int(v) if *ty == Type::INT4 => Box::new(i32::try_from(*v).map_err(|_| mismatch())?),
+        Value::Int(v) if *ty == Type::INT2 => Box::new(i16::try_from(*v).map_err(|_| mismatch())?),
+        Value::Int(v) if *ty == Type::BOOL => Box::new(*v != 0),
+        Value::Real(v) if *ty == Type::FLOAT8 => Box::new(*v),
+        Value::Text(s) if [Type::TEXT, Type::VARCHAR, Type::BPCHAR, Type::NAME].contains(ty) => Box::new(s.clone()),
+        _ => return Err(mismatch()),
+    })
+}
+
+fn column(row: &postgres::Row, idx: usize) -> Result<Value> {
+    let ty = row.columns()[idx].type_();
+    let get_err = |e: postgres::Error| Error::Corrupt(format!("reading column {idx}: {}", describe(&e)));
+    let value = if *ty == Type::INT8 {
+        row.try_get::<_, Option<i64>>(idx).map_err(get_err)?.map(Value::Int)
+    } else if *ty == Type::INT4 {
+        row.try_get::<_, Option<i32>>(idx).map_err(get_err)?.map(|v| Value::Int(v.into()))
+    } else if *ty == Type::INT2 {
+        row.try_get::<_, Option<i16>>(idx).map_err(get_err)?.map(|v| Value::Int(v.into()))
+    } else if *ty == Type::BOOL {
+        row.try_get::<_, Option<bool>>(idx).map_err(get_err)?.map(|v| Value::Int(v.into()))
+    } else if *ty == Type::FLOAT8 {
+        row.try_get::<_, Option<f64>>(idx).map_err(get_err)?.map(Value::Real)
+    } else if *ty == Type::FLOAT4 {
+        row.try_get::<_, Option<f32>>(idx).map_err(get_err)?.map(|v| Value::Real(v.into()))
+    } else if [Type::TEXT, Type::VARCHAR, Type::BPCHAR, Type::NAME].contains(ty) {
+        row.try_get::<_, Option<String>>(idx).map_err(get_err)?.map(Value::Text)
+    } else {
+        return Err(Error::Database(format!("column {idx} has PostgreSQL type {ty}, which the store does not use")));
+    };
+    Ok(value.unwrap_or(Value::Null))
+}
+
+impl<C: GenericClient> Tx for PgTx<'_, C> {
+    fn execute(&mut self, sql: &str, params: &[Value]) -> Result<u64> {
+        let stmt = self.prepare(sql)?;
+        let bound = params
+            .iter()
+            .zip(stmt.params())
+            .enumerate()
+            .map(|(i, (v, ty))| bind(i, v, ty))
+            .collect::<Result<Vec<_>>>()?;
+        let refs: Vec<&(dyn ToSql + Sync)> = bound.iter().map(|b| b.as_ref()).collect();
+        self.client.execute(&stmt, &refs).map_err(map_err)
+    }
+
+    fn query(&mut self, sql: &str, params: &[Value]) -> Result<Vec<Row>> {
+        let stmt = self.prepare(sql)?;
+        let bound = params
+            .iter()
+            .zip(stmt.params())
+            .enumerate()
+            .map(|(i, (v, ty))| bind(i, v, ty))
+            .collect::<Result<Vec<_>>>()?;
+        let refs: Vec<&(dyn ToSql + Sync)> = bound.iter().map(|b| b.as_ref()).collect();
+        let rows = self.client.query(&stmt, &refs).map_err(map_err)?;
+        rows.iter().map(|row| Ok(Row((0..row.len()).map(|i| column(row, i)).collect::<Result<_>>()?))).collect()
+    }
+
+    fn execute_batch(&mut self, sql: &str) -> Result<()> {
+        self.client.batch_execute(sql).map_err(map_err)
+    }
+}
+
+/// The message of a PostgreSQL error with its server-side detail; `postgres::Error`'s Display
+/// says only "db error".
+fn describe(e: &postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => match db.detail() {
+            Some(detail) => format!("{}: {} ({detail})", db.severity(), db.message()),
+            None => format!("{}: {}", db.severity(), db.message()),
+        },
+        None => {
+            let mut text = e.to_string();
+            let mut source = std::error::Error::source(e);
+            while let Some(s) = source {
+                text.push_str(&format!(": {s}"));
+                source = s.source();
+            }
+            text
+        }
+    }
+}
+
+/// Sorts PostgreSQL's errors by who must act: serialization failures, deadlocks and lost
+/// connections are worth retrying, a unique violation is a conflict, anything else is a database
+/// error.
+fn map_err(e: postgres::Error) -> Error {
+    const TRANSIENT: &[SqlState] = &[
+        SqlState::T_R_SERIALIZATION_FAILURE,
+        SqlState::T_R_DEADLOCK_DETECTED,
+        SqlState::LOCK_NOT_AVAILABLE,
+        SqlState::QUERY_CANCELED,
+        SqlState::ADMIN_SHUTDOWN,
+        SqlState::CRASH_SHUTDOWN,
+        SqlState::CANNOT_CONNECT_NOW,
+        SqlState::TOO_MANY_CONNECTIONS,
+    ];
+    let text = describe(&e);
+    match e.code() {
+        Some(code) if *code == SqlState::UNIQUE_VIOLATION => Error::Conflict(text),
+        // Class 08 is "connection exception".
+        Some(code) if TRANSIENT.contains(code) || code.code().starts_with("08") => Error::Unavailable(text),
+        Some(_) => Error::Database(text),
+        None if is_connection_trouble(&e) => Error::Unavailable(text),
+        None => Error::Database(text),
+    }
+}
+
+/// Whether an error without a SQLSTATE is about the connection (worth retrying) rather than about
+/// our use of the protocol (a bug: a parameter or column of the wrong type).
+fn is_connection_trouble(e: &postgres::Error) -> bool {
+    let io = std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>());
+    let text = e.to_string();
+    e.is_closed()
+        || io
+        || ["error connecting", "error communicating", "timeout"].iter().any(|prefix| text.starts_with(prefix))
+}
+
+/// The URL with its password replaced, for error messages: secrets are never shown or stored.
+pub(crate) fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
+    let (authority, tail) = rest.split_once('/').map_or((rest, None), |(a, t)| (a, Some(t)));
+    let authority = match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _password)) => format!("{user}:***@{host}"),
+            None => authority.to_owned(),
+        },
+        None => authority.to_owned(),
+    };
+    let mut out = format!("{scheme}://{authority}");
+    if let Some(tail) = tail {
+        // A password may also be given as a query parameter.
+        let tail = tail
+            .split('&')
+            .map(|kv| {
+                if kv.starts_with("password=") || kv.contains("?password=") { redact_param(kv) } else { kv.to_owned() }
+            })
+            .collect::<Vec<_>>()
+            .join("&");
+        out.push('/');
+        out.push_str(&tail);
+    }
+    out
+}
+
+fn redact_param(kv: &str) -> String {
+    match kv.split_once("password=") {
+        Some((before, _)) => format!("{before}password=***"),
+        None => kv.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn urls_lose_their_passwords() {
+        assert_eq!(redact("postgres://u:secret@h:5432/db"), "postgres://u:***@h:5432/db");
+        assert_eq!(redact("postgres://u@h/db?password=secret&x=1"), "postgres://u@h/db?password=***&x=1");
+        assert_eq!(
+            redact("postgres://h/db?sslmode=disable&password=s"),
+            "postgres://h/db?sslmode=disable&password=***"
+        );
+    }
+}

@@ -1,0 +1,147 @@
+//! The tiny SQL driver abstraction the store logic is written against, so that the logic exists
+//! once and each backend only knows how to run a statement and open a transaction.
+//!
+//! SQL is written once with `?1 ?2` placeholders and portable types (timestamps and JSON as TEXT,
+//! integers as BIGINT); the PostgreSQL driver rewrites the placeholders to `$1 $2`.
+
+use std::fmt;
+
+use crate::{Backend, Error, Result};
+
+/// A parameter or column value: the four types both backends share.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Null,
+    Int(i64),
+    Real(f64),
+    Text(String),
+}
+
+impl From<&str> for Value {
+    fn from(s: &str) -> Self {
+        Value::Text(s.to_owned())
+    }
+}
+
+impl From<String> for Value {
+    fn from(s: String) -> Self {
+        Value::Text(s)
+    }
+}
+
+impl From<&String> for Value {
+    fn from(s: &String) -> Self {
+        Value::Text(s.clone())
+    }
+}
+
+impl From<i64> for Value {
+    fn from(v: i64) -> Self {
+        Value::Int(v)
+    }
+}
+
+impl<T: Into<Value>> From<Option<T>> for Value {
+    fn from(v: Option<T>) -> Self {
+        v.map_or(Value::Null, Into::into)
+    }
+}
+
+impl fmt::Display for Value {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Value::Null => f.write_str("NULL"),
+            Value::Int(v) => write!(f, "integer {v}"),
+            Value::Real(v) => write!(f, "real {v}"),
+            Value::Text(_) => f.write_str("text"),
+        }
+    }
+}
+
+/// One result row, read by column index in the order of the `SELECT` list.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row(pub Vec<Value>);
+
+impl Row {
+    fn get(&self, idx: usize) -> Result<&Value> {
+        self.0.get(idx).ok_or_else(|| Error::Corrupt(format!("result row has no column {idx}")))
+    }
+
+    pub fn text(&self, idx: usize) -> Result<String> {
+        self.opt_text(idx)?.ok_or_else(|| Error::Corrupt(format!("column {idx} is NULL, expected text")))
+    }
+
+    pub fn opt_text(&self, idx: usize) -> Result<Option<String>> {
+        match self.get(idx)? {
+            Value::Null => Ok(None),
+            Value::Text(s) => Ok(Some(s.clone())),
+            other => Err(Error::Corrupt(format!("column {idx} holds {other}, expected text"))),
+        }
+    }
+
+    pub fn int(&self, idx: usize) -> Result<i64> {
+        self.opt_int(idx)?.ok_or_else(|| Error::Corrupt(format!("column {idx} is NULL, expected an integer")))
+    }
+
+    pub fn opt_int(&self, idx: usize) -> Result<Option<i64>> {
+        match self.get(idx)? {
+            Value::Null => Ok(None),
+            Value::Int(v) => Ok(Some(*v)),
+            other => Err(Error::Corrupt(format!("column {idx} holds {other}, expected an integer"))),
+        }
+    }
+}
+
+/// A connection inside a transaction (or, for reads, a plain connection).
+pub trait Tx {
+    /// Runs one statement; returns the number of rows it changed.
+    fn execute(&mut self, sql: &str, params: &[Value]) -> Result<u64>;
+    /// Runs one query and returns all its rows.
+    fn query(&mut self, sql: &str, params: &[Value]) -> Result<Vec<Row>>;
+    /// Runs several statements without parameters (migrations).
+    fn execute_batch(&mut self, sql: &str) -> Result<()>;
+}
+
+/// A backend: hands out connections and runs closures in transactions.
+pub trait Driver: Send + Sync + fmt::Debug + 'static {
+    fn backend(&self) -> Backend;
+
+    /// Runs `f` in a write transaction. Write transactions are totally ordered (SQLite's
+    /// `BEGIN IMMEDIATE`, PostgreSQL's advisory lock), which is what lets the journal compute
+    /// `seq = max + 1` and chain hashes without races. Commits when `f` returns `Ok`.
+    fn write<T>(&self, f: impl FnOnce(&mut dyn Tx) -> Result<T>) -> Result<T>;
+
+    /// Runs `f` on a connection for reading; each statement sees committed data.
+    fn read<T>(&self, f: impl FnOnce(&mut dyn Tx) -> Result<T>) -> Result<T>;
+}
+
+/// Rewrites `?N` placeholders to PostgreSQL's `$N`, leaving string literals alone.
+pub fn to_dollar_placeholders(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len());
+    let mut in_literal = false;
+    let mut chars = sql.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => {
+                in_literal = !in_literal;
+                out.push(c);
+            }
+            '?' if !in_literal && chars.peek().is_some_and(char::is_ascii_digit) => out.push('$'),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placeholders_are_rewritten_outside_literals_only() {
+        assert_eq!(
+            to_dollar_placeholders("SELECT a FROM t WHERE b = ?1 AND c = '?2' AND d = ?12"),
+            "SELECT a FROM t WHERE b = $1 AND c = '?2' AND d = $12"
+        );
+    }
+}

@@ -1,0 +1,181 @@
+//! The SQLite driver: WAL mode, a 5 s busy timeout, `synchronous=NORMAL`, foreign keys on, and
+//! every write transaction started with `BEGIN IMMEDIATE`, so a transaction that reads and then
+//! writes never has to upgrade its lock (the upgrade is what fails with `SQLITE_BUSY` at once,
+//! without waiting for the busy timeout).
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use rusqlite::types::{Value as SqlValue, ValueRef};
+use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior, params_from_iter};
+
+use crate::sql::{Driver, Row, Tx, Value};
+use crate::{Backend, Error, Result};
+
+/// How long a connection waits for another writer before giving up with `Error::Unavailable`.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// Idle connections kept for reuse; threads beyond this open their own and close them after use.
+const POOL_IDLE_MAX: usize = 8;
+/// Prepared statements cached per connection (the store uses a few dozen distinct statements).
+const STATEMENT_CACHE_MAX: usize = 64;
+
+/// A SQLite database file and a small pool of connections to it.
+#[derive(Debug)]
+pub struct Sqlite {
+    path: PathBuf,
+    idle: Mutex<Vec<Connection>>,
+}
+
+impl Sqlite {
+    /// Opens (creating it and its parent folder if needed) the database at `path`.
+    pub(crate) fn open(path: &Path) -> Result<Self> {
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| Error::Unavailable(format!("creating the state folder {}: {e}", parent.display())))?;
+        }
+        let driver = Self { path: path.to_owned(), idle: Mutex::new(Vec::new()) };
+        // Open one connection now so that a bad path fails at open time, not at first use.
+        let conn = driver.connect()?;
+        driver.give_back(conn);
+        Ok(driver)
+    }
+
+    /// The database file.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn connect(&self) -> Result<Connection> {
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(&self.path, flags)
+            .map_err(|e| map_err(e).context(&format!("opening {}", self.path.display())))?;
+        // The busy timeout goes first: switching to WAL takes a lock another process may hold.
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(map_err)?;
+        let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0)).map_err(map_err)?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(Error::Database(format!(
+                "{} could not be switched to WAL mode (it is in {mode} mode)",
+                self.path.display()
+            )));
+        }
+        conn.execute_batch("PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;").map_err(map_err)?;
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_MAX);
+        Ok(conn)
+    }
+
+    fn take(&self) -> Result<Connection> {
+        let idle = self.idle.lock().expect("sqlite pool mutex poisoned").pop();
+        match idle {
+            Some(conn) => Ok(conn),
+            None => self.connect(),
+        }
+    }
+
+    fn give_back(&self, conn: Connection) {
+        let mut idle = self.idle.lock().expect("sqlite pool mutex poisoned");
+        if idle.len() < POOL_IDLE_MAX {
+            idle.push(conn);
+        }
+    }
+}
+
+impl Driver for Sqlite {
+    fn backend(&self) -> Backend {
+        Backend::Sqlite
+    }
+
+    fn write<T>(&self, f: impl FnOnce(&mut dyn Tx) -> Result<T>) -> Result<T> {
+        let mut conn = self.take()?;
+        let result = (|| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(map_err)?;
+            let value = f(&mut SqliteTx(&tx))?;
+            tx.commit().map_err(map_err)?;
+            Ok(value)
+        })();
+        // A failed transaction was rolled back when it was dropped; the connection is reusable.
+        self.give_back(conn);
+        result
+    }
+
+    fn read<T>(&self, f: impl FnOnce(&mut dyn Tx) -> Result<T>) -> Result<T> {
+        let conn = self.take()?;
+        let result = f(&mut SqliteTx(&conn));
+        self.give_back(conn);
+        result
+    }
+}
+
+/// A connection, inside a transaction or not (`rusqlite::Transaction` derefs to it).
+struct SqliteTx<'a>(&'a Connection);
+
+fn to_sql(v: &Value) -> SqlValue {
+    match v {
+        Value::Null => SqlValue::Null,
+        Value::Int(i) => SqlValue::Integer(*i),
+        Value::Real(r) => SqlValue::Real(*r),
+        Value::Text(s) => SqlValue::Text(s.clone()),
+    }
+}
+
+fn from_sql(v: ValueRef<'_>) -> Result<Value> {
+    Ok(match v {
+        ValueRef::Null => Value::Null,
+        ValueRef::Integer(i) => Value::Int(i),
+        ValueRef::Real(r) => Value::Real(r),
+        ValueRef::Text(t) => Value::Text(
+            String::from_utf8(t.to_vec()).map_err(|_| Error::Corrupt("a text column holds invalid UTF-8".into()))?,
+        ),
+        ValueRef::Blob(_) => return Err(Error::Corrupt("a column holds a blob; the store writes none".into())),
+    })
+}
+
+impl Tx for SqliteTx<'_> {
+    fn execute(&mut self, sql: &str, params: &[Value]) -> Result<u64> {
+        let mut stmt = self.0.prepare_cached(sql).map_err(map_err)?;
+        let n = stmt.execute(params_from_iter(params.iter().map(to_sql))).map_err(map_err)?;
+        Ok(n as u64)
+    }
+
+    fn query(&mut self, sql: &str, params: &[Value]) -> Result<Vec<Row>> {
+        let mut stmt = self.0.prepare_cached(sql).map_err(map_err)?;
+        let n_cols = stmt.column_count();
+        let mut rows = stmt.query(params_from_iter(params.iter().map(to_sql))).map_err(map_err)?;
+        let mut out = Vec::new();
+        while let Some(row) = rows.next().map_err(map_err)? {
+            let mut values = Vec::with_capacity(n_cols);
+            for idx in 0..n_cols {
+                values.push(from_sql(row.get_ref(idx).map_err(map_err)?)?);
+            }
+            out.push(Row(values));
+        }
+        Ok(out)
+    }
+
+    fn execute_batch(&mut self, sql: &str) -> Result<()> {
+        self.0.execute_batch(sql).map_err(map_err)
+    }
+}
+
+/// Sorts SQLite's errors by who must act: busy or unreachable is worth retrying, a unique
+/// violation is a conflict, anything else is a database error.
+fn map_err(e: rusqlite::Error) -> Error {
+    match &e {
+        rusqlite::Error::SqliteFailure(err, _) => match err.code {
+            ErrorCode::DatabaseBusy
+            | ErrorCode::DatabaseLocked
+            | ErrorCode::CannotOpen
+            | ErrorCode::SystemIoFailure => Error::Unavailable(e.to_string()),
+            ErrorCode::ConstraintViolation
+                if matches!(
+                    err.extended_code,
+                    rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE | rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY
+                ) =>
+            {
+                Error::Conflict(e.to_string())
+            }
+            _ => Error::Database(e.to_string()),
+        },
+        _ => Error::Database(e.to_string()),
+    }
+}

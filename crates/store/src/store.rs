@@ -1,0 +1,801 @@
+//! The store logic, written once over the [`Driver`] abstraction: runs, steps, attempts, leases,
+//! idempotency records and the journal. Each public method is one transaction.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::path::Path;
+
+use chrono::{DateTime, Duration, Utc};
+use tidegate_core::partition::Interval;
+use tidegate_core::state::{self, RunEvent, RunStatus, StepEvent, StepStatus, StepTally};
+
+use crate::codec::{fmt_ts, from_json, parse_opt_ts, parse_ts, to_i64, to_json, to_u32, to_u64};
+use crate::journal::{self, Appender, Draft};
+use crate::migrate;
+use crate::postgres::Postgres;
+use crate::sql::{Driver, Row, Tx, Value};
+use crate::sqlite::Sqlite;
+use crate::{
+    AttemptRecord, Backend, ChainReport, Claim, Error, IN_FLIGHT_TIMEOUT_S, JournalEntry, JournalMeta, JournalQuery,
+    Lease, NewStep, Outcome, Result, RunRecord, RunRequest, StepEventRecord, StepRecord, Store,
+};
+
+/// Store settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Options {
+    /// How long a client idempotency key is remembered after it was first claimed.
+    pub idempotency_ttl_h: u32,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self { idempotency_ttl_h: 24 }
+    }
+}
+
+/// The most runs one `runs` call returns.
+const RUNS_MAX: u32 = 10_000;
+
+/// The store over one backend. Use it as [`SqliteStore`] or [`PgStore`], or through
+/// [`crate::open`] as an `Arc<dyn Store>`.
+#[derive(Debug)]
+pub struct SqlStore<D: Driver> {
+    driver: D,
+    idempotency_ttl: Duration,
+    n_migrations_applied: usize,
+}
+
+/// The embedded default: a SQLite file.
+pub type SqliteStore = SqlStore<Sqlite>;
+/// PostgreSQL, for several schedulers and many workers.
+pub type PgStore = SqlStore<Postgres>;
+
+impl SqlStore<Sqlite> {
+    /// Opens (creating it, its parent folder and its schema if needed) the SQLite database at `path`.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        Self::open_with(path, Options::default())
+    }
+
+    pub fn open_with(path: impl AsRef<Path>, options: Options) -> Result<Self> {
+        Self::new(Sqlite::open(path.as_ref())?, options)
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        self.driver.path()
+    }
+}
+
+impl SqlStore<Postgres> {
+    /// Connects to PostgreSQL at `url` and migrates its schema. To use a schema other than
+    /// `public`, set the search path in the URL: `?options=-c%20search_path%3Dmy_schema`.
+    pub fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(url, Options::default())
+    }
+
+    pub fn connect_with(url: &str, options: Options) -> Result<Self> {
+        Self::new(Postgres::connect(url)?, options)
+    }
+}
+
+impl<D: Driver> SqlStore<D> {
+    fn new(driver: D, options: Options) -> Result<Self> {
+        let n_migrations_applied = migrate::migrate(&driver)?;
+        Ok(Self { driver, idempotency_ttl: Duration::hours(options.idempotency_ttl_h.into()), n_migrations_applied })
+    }
+
+    /// How many migrations opening this handle applied (0 when the schema was already current).
+    pub fn n_migrations_applied(&self) -> usize {
+        self.n_migrations_applied
+    }
+
+    /// How many migrations this build knows.
+    pub fn n_migrations_known() -> usize {
+        migrate::n_known()
+    }
+}
+
+/// Opens the store a workspace names: a file path or `sqlite://path` for SQLite, or a
+/// `postgres://` / `postgresql://` URL.
+pub fn open(url: &str) -> Result<std::sync::Arc<dyn Store>> {
+    open_with(url, Options::default())
+}
+
+pub fn open_with(url: &str, options: Options) -> Result<std::sync::Arc<dyn Store>> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        return Ok(std::sync::Arc::new(PgStore::connect_with(url, options)?));
+    }
+    let path = match url.strip_prefix("sqlite://") {
+        Some(path) => path,
+        None if url.contains("://") => {
+            return Err(Error::BadUrl {
+                url: crate::postgres::redact(url),
+                reason: "unknown scheme; expected a file path, sqlite://PATH, postgres:// or postgresql://".into(),
+            });
+        }
+        None => url,
+    };
+    if path.is_empty() {
+        return Err(Error::BadUrl { url: url.to_owned(), reason: "the SQLite path is empty".into() });
+    }
+    Ok(std::sync::Arc::new(SqliteStore::open_with(path, options)?))
+}
+
+const RUN_COLUMNS: &str = "id, request_json, status, created_at, updated_at";
+const STEP_COLUMNS: &str = "id, run_id, name, task, partition_key, interval_start, interval_end, step_key, pool, \
+                            upstream_json, inputs_json, state_json, updated_at";
+const ATTEMPT_COLUMNS: &str = "step_id, attempt, epoch, worker, started_at, ended_at, outcome, reason";
+const LEASE_COLUMNS: &str = "step_id, attempt, epoch, worker, expires_at";
+
+fn run_from_row(row: &Row) -> Result<RunRecord> {
+    let id = row.text(0)?;
+    let status = row.text(2)?;
+    Ok(RunRecord {
+        request: from_json(&format!("the request of run {id}"), &row.text(1)?)?,
+        status: RunStatus::parse(&status)
+            .ok_or_else(|| Error::Corrupt(format!("run {id} has unknown status {status:?}")))?,
+        created_at: parse_ts(&row.text(3)?)?,
+        updated_at: parse_ts(&row.text(4)?)?,
+        id,
+    })
+}
+
+fn step_from_row(row: &Row) -> Result<StepRecord> {
+    let id = row.text(0)?;
+    let interval = match (parse_opt_ts(row.opt_text(5)?)?, parse_opt_ts(row.opt_text(6)?)?) {
+        (Some(start), Some(end)) => Some(Interval { start, end }),
+        (None, None) => None,
+        _ => return Err(Error::Corrupt(format!("step {id} has half an interval"))),
+    };
+    Ok(StepRecord {
+        run_id: row.text(1)?,
+        name: row.text(2)?,
+        task: row.text(3)?,
+        partition: row.text(4)?,
+        interval,
+        step_key: row.text(7)?,
+        pool: row.text(8)?,
+        upstream: from_json(&format!("the upstream list of step {id}"), &row.text(9)?)?,
+        inputs: from_json(&format!("the pinned inputs of step {id}"), &row.text(10)?)?,
+        state: from_json(&format!("the state of step {id}"), &row.text(11)?)?,
+        updated_at: parse_ts(&row.text(12)?)?,
+        id,
+    })
+}
+
+fn attempt_from_row(row: &Row) -> Result<AttemptRecord> {
+    Ok(AttemptRecord {
+        step_id: row.text(0)?,
+        attempt: to_u32("attempt number", row.int(1)?)?,
+        epoch: to_u64("attempt epoch", row.int(2)?)?,
+        worker: row.text(3)?,
+        started_at: parse_ts(&row.text(4)?)?,
+        ended_at: parse_opt_ts(row.opt_text(5)?)?,
+        outcome: row.opt_text(6)?,
+        reason: row.opt_text(7)?,
+    })
+}
+
+fn lease_from_row(row: &Row) -> Result<Lease> {
+    Ok(Lease {
+        step_id: row.text(0)?,
+        attempt: to_u32("lease attempt", row.int(1)?)?,
+        epoch: to_u64("lease epoch", row.int(2)?)?,
+        worker: row.text(3)?,
+        expires_at: parse_ts(&row.text(4)?)?,
+    })
+}
+
+fn load_step(tx: &mut dyn Tx, step_id: &str) -> Result<Option<StepRecord>> {
+    tx.query(&format!("SELECT {STEP_COLUMNS} FROM steps WHERE id = ?1"), &[step_id.into()])?
+        .first()
+        .map(step_from_row)
+        .transpose()
+}
+
+/// `now + ttl_s`, rounded down to what the database stores, so that the lease a caller holds
+/// equals the one `expired_leases` returns.
+fn expiry(now: DateTime<Utc>, ttl_s: u32) -> Result<(String, DateTime<Utc>)> {
+    let text = fmt_ts(now + Duration::seconds(ttl_s.into()));
+    let at = parse_ts(&text)?;
+    Ok((text, at))
+}
+
+/// The names of the request fields that differ, comparing everything but the idempotency key.
+fn differing_fields(stored: &RunRequest, request: &RunRequest) -> Result<BTreeSet<String>> {
+    let as_map = |r: &RunRequest| -> Result<BTreeMap<String, serde_json::Value>> {
+        match serde_json::to_value(r).map_err(|e| Error::Corrupt(format!("serializing a run request: {e}")))? {
+            serde_json::Value::Object(map) => Ok(map.into_iter().filter(|(k, _)| k != "idempotency_key").collect()),
+            other => Err(Error::Corrupt(format!("a run request serialized to {other}, not an object"))),
+        }
+    };
+    let (a, b) = (as_map(stored)?, as_map(request)?);
+    let keys: BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+    Ok(keys.into_iter().filter(|k| a.get(*k) != b.get(*k)).cloned().collect())
+}
+
+/// A stored idempotency record.
+struct KeyRecord {
+    request: RunRequest,
+    done: bool,
+    run_id: Option<String>,
+    created_at: DateTime<Utc>,
+    expires_at: DateTime<Utc>,
+}
+
+const KEY_IN_PROGRESS: &str = "in_progress";
+const KEY_DONE: &str = "done";
+
+fn load_key(tx: &mut dyn Tx, key: &str) -> Result<Option<KeyRecord>> {
+    let rows = tx.query(
+        "SELECT request_json, state, run_id, created_at, expires_at FROM idempotency_records WHERE idem_key = ?1",
+        &[key.into()],
+    )?;
+    let Some(row) = rows.first() else { return Ok(None) };
+    let state = row.text(1)?;
+    Ok(Some(KeyRecord {
+        request: from_json(&format!("the request of idempotency key {key:?}"), &row.text(0)?)?,
+        done: match state.as_str() {
+            KEY_DONE => true,
+            KEY_IN_PROGRESS => false,
+            other => return Err(Error::Corrupt(format!("idempotency key {key:?} has unknown state {other:?}"))),
+        },
+        run_id: row.opt_text(2)?,
+        created_at: parse_ts(&row.text(3)?)?,
+        expires_at: parse_ts(&row.text(4)?)?,
+    }))
+}
+
+impl<D: Driver> SqlStore<D> {
+    /// Applies one event to `step` (already loaded in this transaction): writes the new state,
+    /// the attempt and lease bookkeeping, and the journal entry, or journals the rejection.
+    /// `now` is when an attempt that this event starts began.
+    fn apply_event(
+        tx: &mut dyn Tx,
+        journal: &mut Appender,
+        step: &StepRecord,
+        rec: &StepEventRecord,
+        now: DateTime<Utc>,
+    ) -> Result<Outcome> {
+        let from = step.state.status;
+        let payload = to_json(&rec.event)?;
+        let draft = |kind, to_status, reason| Draft {
+            meta: &rec.meta,
+            kind,
+            run_id: Some(&step.run_id),
+            step_id: Some(&step.id),
+            task: Some(&step.task),
+            partition: Some(&step.partition),
+            interval: step.interval,
+            from_status: Some(from.as_str()),
+            to_status,
+            reason,
+            payload: payload.clone(),
+        };
+        match state::apply(&step.state, &rec.event) {
+            Ok((next, actions)) => {
+                tx.execute(
+                    "UPDATE steps SET status = ?1, attempt = ?2, epoch = ?3, state_json = ?4, updated_at = ?5 WHERE id = ?6",
+                    &[
+                        next.status.as_str().into(),
+                        Value::Int(next.attempt.into()),
+                        Value::Int(to_i64("epoch", next.epoch)?),
+                        to_json(&next)?.into(),
+                        fmt_ts(rec.meta.at).into(),
+                        step.id.as_str().into(),
+                    ],
+                )?;
+                Self::record_attempt(tx, step, &next, rec, now)?;
+                let seq = journal.append(tx, draft(rec.event.kind(), Some(next.status.as_str()), &rec.meta.reason))?;
+                Ok(Outcome::Applied { seq, step: next, actions })
+            }
+            Err(e) => {
+                let reason = e.to_string();
+                let seq = journal.append(tx, draft("rejected", None, &reason))?;
+                Ok(Outcome::Rejected { seq, reason })
+            }
+        }
+    }
+
+    /// Keeps `attempts` and `leases` in step with an applied event: a claim starts an attempt; an
+    /// event that ends the attempt records its outcome and drops its lease.
+    fn record_attempt(
+        tx: &mut dyn Tx,
+        step: &StepRecord,
+        next: &state::Step,
+        rec: &StepEventRecord,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let ended = match &rec.event {
+            StepEvent::Claimed { epoch, worker } => {
+                tx.execute(
+                    "INSERT INTO attempts (step_id, attempt, epoch, worker, started_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+                    &[
+                        step.id.as_str().into(),
+                        Value::Int(next.attempt.into()),
+                        Value::Int(to_i64("epoch", *epoch)?),
+                        worker.as_str().into(),
+                        fmt_ts(now).into(),
+                    ],
+                )?;
+                return Ok(());
+            }
+            StepEvent::AttemptFailed { reason, .. } | StepEvent::ChecksFailed { reason, .. } => {
+                ("failed", Some(reason.clone()))
+            }
+            StepEvent::LeaseExpired { .. } => ("lease_expired", next.last_failure.as_ref().map(|f| f.reason.clone())),
+            StepEvent::Published { .. } => ("succeeded", None),
+            StepEvent::Cancelled { reason } => ("cancelled", Some(reason.clone())),
+            _ => return Ok(()),
+        };
+        let (outcome, reason) = ended;
+        // Only the open attempt ends: cancelling a step that waits for a retry touches none.
+        tx.execute(
+            "UPDATE attempts SET ended_at = ?1, outcome = ?2, reason = ?3 \
+             WHERE step_id = ?4 AND attempt = ?5 AND ended_at IS NULL",
+            &[
+                fmt_ts(rec.meta.at).into(),
+                outcome.into(),
+                reason.into(),
+                step.id.as_str().into(),
+                Value::Int(step.state.attempt.into()),
+            ],
+        )?;
+        tx.execute("DELETE FROM leases WHERE step_id = ?1", &[step.id.as_str().into()])?;
+        Ok(())
+    }
+
+    /// Re-derives a run's status from its steps with `apply_run`; journals a change.
+    fn rederive_run(tx: &mut dyn Tx, journal: &mut Appender, run_id: &str, meta: &JournalMeta) -> Result<()> {
+        let rows = tx.query("SELECT status FROM runs WHERE id = ?1", &[run_id.into()])?;
+        let row =
+            rows.first().ok_or_else(|| Error::Corrupt(format!("run {run_id} of a stored step does not exist")))?;
+        let text = row.text(0)?;
+        let from = RunStatus::parse(&text)
+            .ok_or_else(|| Error::Corrupt(format!("run {run_id} has unknown status {text:?}")))?;
+        let mut tally = StepTally::default();
+        for row in tx.query("SELECT status FROM steps WHERE run_id = ?1", &[run_id.into()])? {
+            let text = row.text(0)?;
+            tally.add(
+                StepStatus::parse(&text)
+                    .ok_or_else(|| Error::Corrupt(format!("a step of run {run_id} has unknown status {text:?}")))?,
+            );
+        }
+        // A finished run stays finished: a late event on one of its steps changes the step only.
+        let Ok(to) = state::apply_run(from, &RunEvent::StepsChanged { tally }) else { return Ok(()) };
+        if to == from {
+            return Ok(());
+        }
+        tx.execute(
+            "UPDATE runs SET status = ?1, updated_at = ?2 WHERE id = ?3",
+            &[to.as_str().into(), fmt_ts(meta.at).into(), run_id.into()],
+        )?;
+        journal.append(
+            tx,
+            Draft {
+                meta,
+                kind: "run_status",
+                run_id: Some(run_id),
+                step_id: None,
+                task: None,
+                partition: None,
+                interval: None,
+                from_status: Some(from.as_str()),
+                to_status: Some(to.as_str()),
+                reason: "re-derived from the statuses of its steps",
+                payload: to_json(&tally)?,
+            },
+        )?;
+        Ok(())
+    }
+
+    fn insert_run(
+        tx: &mut dyn Tx,
+        journal: &mut Appender,
+        request: &RunRequest,
+        steps: &[NewStep],
+        meta: &JournalMeta,
+    ) -> Result<RunRecord> {
+        let run = RunRecord {
+            id: uuid::Uuid::now_v7().to_string(),
+            request: request.clone(),
+            status: RunStatus::Queued,
+            created_at: parse_ts(&fmt_ts(meta.at))?,
+            updated_at: parse_ts(&fmt_ts(meta.at))?,
+        };
+        let request_json = to_json(request)?;
+        tx.execute(
+            "INSERT INTO runs (id, target, trigger_kind, priority, requester, backfill_id, idempotency_key, \
+             request_json, status, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+            &[
+                run.id.as_str().into(),
+                request.target.as_str().into(),
+                to_json(&request.trigger)?.trim_matches('"').into(),
+                to_json(&request.priority)?.trim_matches('"').into(),
+                request.requester.as_str().into(),
+                request.backfill_id.as_deref().into(),
+                request.idempotency_key.as_deref().into(),
+                request_json.as_str().into(),
+                run.status.as_str().into(),
+                fmt_ts(meta.at).into(),
+                fmt_ts(meta.at).into(),
+            ],
+        )?;
+        journal.append(
+            tx,
+            Draft {
+                meta,
+                kind: "run_created",
+                run_id: Some(&run.id),
+                step_id: None,
+                task: None,
+                partition: None,
+                interval: None,
+                from_status: None,
+                to_status: Some(run.status.as_str()),
+                reason: &meta.reason,
+                payload: request_json,
+            },
+        )?;
+        for (step_idx, step) in steps.iter().enumerate() {
+            let step_id = uuid::Uuid::now_v7().to_string();
+            let status = step.state.status.as_str();
+            tx.execute(
+                "INSERT INTO steps (id, run_id, step_idx, name, task, partition_key, interval_start, interval_end, \
+                 step_key, pool, upstream_json, inputs_json, status, attempt, epoch, state_json, created_at, updated_at) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
+                &[
+                    step_id.as_str().into(),
+                    run.id.as_str().into(),
+                    Value::Int(to_i64("step index", step_idx as u64)?),
+                    step.name.as_str().into(),
+                    step.task.as_str().into(),
+                    step.partition.as_str().into(),
+                    step.interval.map(|i| fmt_ts(i.start)).into(),
+                    step.interval.map(|i| fmt_ts(i.end)).into(),
+                    step.step_key.as_str().into(),
+                    step.pool.as_str().into(),
+                    to_json(&step.upstream)?.into(),
+                    to_json(&step.inputs)?.into(),
+                    status.into(),
+                    Value::Int(step.state.attempt.into()),
+                    Value::Int(to_i64("epoch", step.state.epoch)?),
+                    to_json(&step.state)?.into(),
+                    fmt_ts(meta.at).into(),
+                    fmt_ts(meta.at).into(),
+                ],
+            )?;
+            journal.append(
+                tx,
+                Draft {
+                    meta,
+                    kind: "step_planned",
+                    run_id: Some(&run.id),
+                    step_id: Some(&step_id),
+                    task: Some(&step.task),
+                    partition: Some(&step.partition),
+                    interval: step.interval,
+                    from_status: None,
+                    to_status: Some(status),
+                    reason: &meta.reason,
+                    payload: to_json(step)?,
+                },
+            )?;
+        }
+        Ok(run)
+    }
+}
+
+/// Checks that step names are unique and that every upstream name is a step of the same run;
+/// the run is refused otherwise, as the caller's mistake.
+fn validate_steps(steps: &[NewStep]) -> Result<()> {
+    let mut names = HashSet::new();
+    for step in steps {
+        if !names.insert(step.name.as_str()) {
+            return Err(Error::InvalidRequest(format!("two steps are named {:?}", step.name)));
+        }
+    }
+    for step in steps {
+        for upstream in &step.upstream {
+            if upstream == &step.name {
+                return Err(Error::InvalidRequest(format!("step {:?} waits for itself", step.name)));
+            }
+            if !names.contains(upstream.as_str()) {
+                return Err(Error::InvalidRequest(format!(
+                    "step {:?} waits for {upstream:?}, which is not a step of this run",
+                    step.name
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+impl<D: Driver> Store for SqlStore<D> {
+    fn backend(&self) -> Backend {
+        self.driver.backend()
+    }
+
+    fn claim_idempotency_key(&self, key: &str, request: &RunRequest, now: DateTime<Utc>) -> Result<Claim> {
+        let what = format!("claiming idempotency key {key:?}");
+        self.driver
+            .write(|tx| {
+                let expires_at = fmt_ts(now + self.idempotency_ttl);
+                let claim_anew = |tx: &mut dyn Tx, replace: bool| -> Result<Claim> {
+                    let sql = if replace {
+                        "UPDATE idempotency_records SET request_json = ?2, state = ?3, run_id = NULL, created_at = ?4, \
+                         expires_at = ?5 WHERE idem_key = ?1"
+                    } else {
+                        "INSERT INTO idempotency_records (idem_key, request_json, state, created_at, expires_at) \
+                         VALUES (?1, ?2, ?3, ?4, ?5)"
+                    };
+                    tx.execute(
+                        sql,
+                        &[
+                            key.into(),
+                            to_json(request)?.into(),
+                            KEY_IN_PROGRESS.into(),
+                            fmt_ts(now).into(),
+                            expires_at.as_str().into(),
+                        ],
+                    )?;
+                    Ok(Claim::Proceed)
+                };
+                let Some(stored) = load_key(tx, key)? else { return claim_anew(tx, false) };
+                // An expired key is forgotten: whatever it was used for, this is a new request.
+                if stored.expires_at <= now {
+                    return claim_anew(tx, true);
+                }
+                let fields = differing_fields(&stored.request, request)?;
+                if !fields.is_empty() {
+                    return Err(Error::IdempotencyMismatch { key: key.to_owned(), fields });
+                }
+                if stored.done {
+                    let run_id = stored
+                        .run_id
+                        .ok_or_else(|| Error::Corrupt(format!("idempotency key {key:?} is done but names no run")))?;
+                    return Ok(Claim::Done { run_id });
+                }
+                // The submitter that claimed the key has had long enough; assume it crashed.
+                if now - stored.created_at >= Duration::seconds(IN_FLIGHT_TIMEOUT_S) {
+                    return claim_anew(tx, true);
+                }
+                Err(Error::Conflict(format!(
+                    "idempotency key {key:?} is in use by a concurrent request claimed at {}; retry later",
+                    fmt_ts(stored.created_at)
+                )))
+            })
+            .map_err(|e| e.context(&what))
+    }
+
+    fn create_run(&self, request: &RunRequest, steps: &[NewStep], meta: &JournalMeta) -> Result<RunRecord> {
+        let what = format!("creating a run of {:?}", request.target);
+        validate_steps(steps).map_err(|e| e.context(&what))?;
+        self.driver
+            .write(|tx| {
+                if let Some(key) = &request.idempotency_key {
+                    let stored = load_key(tx, key)?.ok_or_else(|| Error::KeyNotClaimed { key: key.clone() })?;
+                    let fields = differing_fields(&stored.request, request)?;
+                    if !fields.is_empty() {
+                        return Err(Error::IdempotencyMismatch { key: key.clone(), fields });
+                    }
+                    if stored.done {
+                        return Err(Error::Conflict(format!(
+                            "idempotency key {key:?} already created run {}; claim the key to get it",
+                            stored.run_id.unwrap_or_default()
+                        )));
+                    }
+                }
+                let mut journal = Appender::default();
+                let run = Self::insert_run(tx, &mut journal, request, steps, meta)?;
+                if let Some(key) = &request.idempotency_key {
+                    tx.execute(
+                        "UPDATE idempotency_records SET state = ?1, run_id = ?2 WHERE idem_key = ?3",
+                        &[KEY_DONE.into(), run.id.as_str().into(), key.as_str().into()],
+                    )?;
+                }
+                Ok(run)
+            })
+            .map_err(|e| e.context(&what))
+    }
+
+    fn run(&self, run_id: &str) -> Result<Option<RunRecord>> {
+        self.driver
+            .read(|tx| {
+                tx.query(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = ?1"), &[run_id.into()])?
+                    .first()
+                    .map(run_from_row)
+                    .transpose()
+            })
+            .map_err(|e| e.context(&format!("reading run {run_id}")))
+    }
+
+    fn runs(&self, limit: u32) -> Result<Vec<RunRecord>> {
+        self.driver
+            .read(|tx| {
+                tx.query(
+                    &format!("SELECT {RUN_COLUMNS} FROM runs ORDER BY created_at DESC, id DESC LIMIT ?1"),
+                    &[Value::Int(limit.min(RUNS_MAX).into())],
+                )?
+                .iter()
+                .map(run_from_row)
+                .collect()
+            })
+            .map_err(|e| e.context("listing runs"))
+    }
+
+    fn steps(&self, run_id: &str) -> Result<Vec<StepRecord>> {
+        self.driver
+            .read(|tx| {
+                tx.query(
+                    &format!("SELECT {STEP_COLUMNS} FROM steps WHERE run_id = ?1 ORDER BY step_idx"),
+                    &[run_id.into()],
+                )?
+                .iter()
+                .map(step_from_row)
+                .collect()
+            })
+            .map_err(|e| e.context(&format!("listing the steps of run {run_id}")))
+    }
+
+    fn step(&self, step_id: &str) -> Result<Option<StepRecord>> {
+        self.driver.read(|tx| load_step(tx, step_id)).map_err(|e| e.context(&format!("reading step {step_id}")))
+    }
+
+    fn attempts(&self, step_id: &str) -> Result<Vec<AttemptRecord>> {
+        self.driver
+            .read(|tx| {
+                tx.query(
+                    &format!("SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE step_id = ?1 ORDER BY attempt"),
+                    &[step_id.into()],
+                )?
+                .iter()
+                .map(attempt_from_row)
+                .collect()
+            })
+            .map_err(|e| e.context(&format!("listing the attempts of step {step_id}")))
+    }
+
+    fn commit(&self, events: &[StepEventRecord]) -> Result<Vec<Outcome>> {
+        if events.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.driver
+            .write(|tx| {
+                let mut journal = Appender::default();
+                let mut outcomes = Vec::with_capacity(events.len());
+                // Each affected run and the metadata of the last event that touched it.
+                let mut runs: BTreeMap<String, &JournalMeta> = BTreeMap::new();
+                for rec in events {
+                    let step = load_step(tx, &rec.step_id)?
+                        .ok_or_else(|| Error::NotFound { what: "step", id: rec.step_id.clone() })?;
+                    let outcome = Self::apply_event(tx, &mut journal, &step, rec, rec.meta.at)?;
+                    if matches!(outcome, Outcome::Applied { .. }) {
+                        runs.insert(step.run_id, &rec.meta);
+                    }
+                    outcomes.push(outcome);
+                }
+                // Once per run, not per event: a group commit of a thousand events of one run
+                // re-derives its status once.
+                for (run_id, meta) in runs {
+                    Self::rederive_run(tx, &mut journal, &run_id, meta)?;
+                }
+                Ok(outcomes)
+            })
+            .map_err(|e| e.context(&format!("committing {} step events", events.len())))
+    }
+
+    fn claim_step(
+        &self,
+        step_id: &str,
+        worker: &str,
+        now: DateTime<Utc>,
+        ttl_s: u32,
+        meta: &JournalMeta,
+    ) -> Result<Option<Lease>> {
+        self.driver
+            .write(|tx| {
+                let step =
+                    load_step(tx, step_id)?.ok_or_else(|| Error::NotFound { what: "step", id: step_id.into() })?;
+                if step.state.status != StepStatus::Ready {
+                    return Ok(None);
+                }
+                let epoch = step.state.epoch + 1;
+                let rec = StepEventRecord {
+                    step_id: step_id.to_owned(),
+                    event: StepEvent::Claimed { epoch, worker: worker.to_owned() },
+                    meta: meta.clone(),
+                };
+                let mut journal = Appender::default();
+                let next = match Self::apply_event(tx, &mut journal, &step, &rec, now)? {
+                    Outcome::Applied { step, .. } => step,
+                    Outcome::Rejected { reason, .. } => {
+                        return Err(Error::Corrupt(format!("a ready step refused a claim at epoch {epoch}: {reason}")));
+                    }
+                };
+                let (expires_text, expires_at) = expiry(now, ttl_s)?;
+                tx.execute(
+                    "INSERT INTO leases (step_id, attempt, epoch, worker, acquired_at, heartbeat_at, expires_at) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
+                     ON CONFLICT (step_id) DO UPDATE SET attempt = excluded.attempt, epoch = excluded.epoch, \
+                     worker = excluded.worker, acquired_at = excluded.acquired_at, \
+                     heartbeat_at = excluded.heartbeat_at, expires_at = excluded.expires_at",
+                    &[
+                        step_id.into(),
+                        Value::Int(next.attempt.into()),
+                        Value::Int(to_i64("epoch", epoch)?),
+                        worker.into(),
+                        fmt_ts(now).into(),
+                        fmt_ts(now).into(),
+                        expires_text.into(),
+                    ],
+                )?;
+                Self::rederive_run(tx, &mut journal, &step.run_id, meta)?;
+                Ok(Some(Lease {
+                    step_id: step_id.to_owned(),
+                    attempt: next.attempt,
+                    epoch,
+                    worker: worker.to_owned(),
+                    expires_at,
+                }))
+            })
+            .map_err(|e| e.context(&format!("claiming step {step_id}")))
+    }
+
+    fn heartbeat(&self, lease: &Lease, now: DateTime<Utc>, ttl_s: u32) -> Result<Lease> {
+        // Heartbeats are not journaled: they change no state, and one per lease per few seconds
+        // would drown the decisions the journal exists to explain.
+        self.driver
+            .write(|tx| {
+                let step = load_step(tx, &lease.step_id)?
+                    .ok_or_else(|| Error::NotFound { what: "step", id: lease.step_id.clone() })?;
+                let fenced =
+                    || Error::Fenced { step_id: lease.step_id.clone(), got: lease.epoch, current: step.state.epoch };
+                if step.state.epoch != lease.epoch || !step.state.status.holds_lease() {
+                    return Err(fenced());
+                }
+                let (expires_text, expires_at) = expiry(now, ttl_s)?;
+                let n = tx.execute(
+                    "UPDATE leases SET heartbeat_at = ?1, expires_at = ?2 WHERE step_id = ?3 AND epoch = ?4",
+                    &[
+                        fmt_ts(now).into(),
+                        expires_text.into(),
+                        lease.step_id.as_str().into(),
+                        Value::Int(to_i64("epoch", lease.epoch)?),
+                    ],
+                )?;
+                if n == 0 {
+                    return Err(fenced());
+                }
+                Ok(Lease { expires_at, ..lease.clone() })
+            })
+            .map_err(|e| e.context(&format!("renewing the lease of step {} at epoch {}", lease.step_id, lease.epoch)))
+    }
+
+    fn expired_leases(&self, now: DateTime<Utc>) -> Result<Vec<Lease>> {
+        self.driver
+            .read(|tx| {
+                tx.query(
+                    &format!("SELECT {LEASE_COLUMNS} FROM leases WHERE expires_at < ?1 ORDER BY expires_at, step_id"),
+                    &[fmt_ts(now).into()],
+                )?
+                .iter()
+                .map(lease_from_row)
+                .collect()
+            })
+            .map_err(|e| e.context("listing expired leases"))
+    }
+
+    fn journal(&self, query: &JournalQuery) -> Result<Vec<JournalEntry>> {
+        self.driver.read(|tx| journal::query(tx, query)).map_err(|e| e.context("reading the journal"))
+    }
+
+    fn verify_journal(&self) -> Result<ChainReport> {
+        self.driver.read(journal::verify).map_err(|e| e.context("verifying the journal"))
+    }
+
+    fn purge_idempotency_keys(&self, now: DateTime<Utc>) -> Result<u64> {
+        self.driver
+            .write(|tx| tx.execute("DELETE FROM idempotency_records WHERE expires_at <= ?1", &[fmt_ts(now).into()]))
+            .map_err(|e| e.context("purging expired idempotency keys"))
+    }
+}

@@ -1,0 +1,32 @@
+//! The store suite on SQLite, on a fresh temp file per test.
+
+mod suite;
+
+use tidegate_testkit::store::StoreUnderTest;
+
+all_backend_tests!(Some(StoreUnderTest::sqlite()));
+
+/// `open` accepts a plain path and `sqlite://`, creating missing parent folders.
+#[test]
+fn open_accepts_paths_and_sqlite_urls() {
+    let dir = tempfile::tempdir().expect("temp folder");
+    let plain = dir.path().join("a/b/state.db");
+    let store = tidegate_store::open(plain.to_str().expect("utf-8 path")).expect("opening a path");
+    assert_eq!(store.backend(), tidegate_store::Backend::Sqlite);
+    let url = format!("sqlite://{}", dir.path().join("c/state.db").display());
+    tidegate_store::open(&url).expect("opening a sqlite:// URL");
+    let err = tidegate_store::open("mysql://u:secret@h/db").expect_err("unknown scheme");
+    assert_eq!(
+        err.to_string(),
+        "invalid state URL \"mysql://u:***@h/db\": unknown scheme; expected a file path, sqlite://PATH, postgres:// or postgresql://"
+    );
+}
+
+#[test]
+fn concurrent_opens_migrate_once() {
+    let dir = tempfile::tempdir().expect("temp folder");
+    let path = dir.path().join("state.db");
+    suite::concurrent_opens_migrate_once(|| {
+        tidegate_store::SqliteStore::open(&path).expect("opening").n_migrations_applied()
+    });
+}
