@@ -59,13 +59,12 @@ pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
     };
     let store = ws.open_store()?;
     let now = Utc::now();
-    if let Some(key) = &args.idempotency_key {
-        if let Claim::Done { run_id } = store.claim_idempotency_key(key, &request, now)? {
-            let run =
-                store.run(&run_id)?.with_context(|| format!("run {run_id} recorded for key {key:?} is missing"))?;
-            let n_steps = store.steps(&run.id)?.len();
-            return report(&Submitted { created: false, run: &run, n_steps }, args.json);
-        }
+    if let Some(key) = &args.idempotency_key
+        && let Claim::Done { run_id } = store.claim_idempotency_key(key, &request, now)?
+    {
+        let run = store.run(&run_id)?.with_context(|| format!("run {run_id} recorded for key {key:?} is missing"))?;
+        let n_steps = store.steps(&run.id)?.len();
+        return report(&Submitted { created: false, run: &run, n_steps }, args.json);
     }
     let plan = plan::plan(&args.target.request(&ws.spec)?)?;
     let steps = new_steps(&ws, &plan)?;
