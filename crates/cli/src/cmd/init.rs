@@ -53,17 +53,6 @@ pub fn run(args: Args) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_suggested_target_is_a_task_of_the_example() {
-        let spec = tidegate_core::spec::parse("tidegate.toml", tidegate_core::spec::EXAMPLE).expect("example parses");
-        assert!(spec.tasks.contains_key(EXAMPLE_TARGET));
-    }
-}
-
 /// Writes the example workspace into `dir`.
 pub fn write_example(dir: &Path, force: bool) -> Result<()> {
     let spec_path = dir.join(SPEC_FILE);
@@ -78,4 +67,15 @@ pub fn write_example(dir: &Path, force: bool) -> Result<()> {
         std::fs::write(&path, content).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_suggested_target_is_a_task_of_the_example() {
+        let spec = tidegate_core::spec::parse("tidegate.toml", tidegate_core::spec::EXAMPLE).expect("example parses");
+        assert!(spec.tasks.contains_key(EXAMPLE_TARGET));
+    }
 }
