@@ -1,10 +1,11 @@
 //! Tidegate's journaled state store: one [`Store`] trait, implemented once over a small SQL
 //! driver abstraction and run on SQLite (the embedded default) or PostgreSQL.
 //!
-//! Architecture invariant: a step's status changes only inside [`Store::commit`], which loads the
-//! step, runs `tidegate_core::state::apply`, writes the new state and appends the journal entry in
-//! the same transaction. A rejected event (illegal, or fenced by a newer lease epoch) changes no
-//! state and is journaled as a rejection.
+//! Architecture invariant: a step's status changes only through one function of the store
+//! (`SqlStore::apply_event`, behind [`Store::commit`], the claims, [`Store::record_staged`] and
+//! [`Store::record_release`]), which loads the step, runs `tidegate_core::state::apply`, writes the
+//! new state and appends the journal entry in the same transaction. A rejected event (illegal, or
+//! fenced by a newer lease epoch) changes no state and is journaled as a rejection.
 
 mod codec;
 mod error;
@@ -85,6 +86,55 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 
     /// Deletes idempotency records that expired before `now`; returns how many.
     fn purge_idempotency_keys(&self, now: DateTime<Utc>) -> Result<u64>;
+
+    // ----- Engine support: batch claims, active work, versions, releases, checkpoints. -----
+
+    /// Claims many ready steps in one transaction (group commit for claims); one result per
+    /// request, in order, `None` where the step was no longer ready.
+    fn claim_steps(&self, claims: &[ClaimRequest], now: DateTime<Utc>, ttl_s: u32) -> Result<Vec<Option<Lease>>>;
+
+    /// Every step that is not terminal, in runs that are not terminal, with its run's priority:
+    /// what a scheduler must (re)load after a restart. Ordered by run creation, then step order.
+    fn active_steps(&self) -> Result<Vec<ActiveStep>>;
+
+    /// Records the staged versions of an attempt and applies `Staged { epoch }` in one transaction,
+    /// fenced: a stale epoch stores nothing and returns `Outcome::Rejected` (journaled).
+    fn record_staged(
+        &self,
+        step_id: &str,
+        epoch: u64,
+        versions: &[VersionRecord],
+        meta: &JournalMeta,
+    ) -> Result<Outcome>;
+    /// The versions staged by a step's attempts, newest attempt last.
+    fn versions(&self, step_id: &str) -> Result<Vec<VersionRecord>>;
+
+    /// Records a release (the Delta versions it made visible) and applies `Published { epoch }` to
+    /// each listed step, all in one transaction. A step whose epoch is stale is rejected and
+    /// journaled; the release is still recorded for the others (the Delta commits happened).
+    fn record_release(
+        &self,
+        release: &ReleaseRecord,
+        steps: &[(String, u64)],
+        meta: &JournalMeta,
+    ) -> Result<Vec<Outcome>>;
+    fn release(&self, release_id: &str) -> Result<Option<ReleaseRecord>>;
+    /// Releases touching `dataset` (all when `None`), newest first.
+    fn releases(&self, dataset: Option<&str>, limit: u32) -> Result<Vec<ReleaseRecord>>;
+    /// The step keys among `keys` that some step already published (identical work to skip).
+    fn published_step_keys(&self, keys: &[String]) -> Result<std::collections::BTreeSet<String>>;
+
+    /// Stores a checkpoint for a step's granule. Only after the output it covers is staged
+    /// (invariant 4): `version_id` must name a version this step recorded, else `InvalidRequest`.
+    fn record_checkpoint(&self, checkpoint: &CheckpointRecord) -> Result<()>;
+    /// The newest checkpoint of a step, for a retried attempt to resume from.
+    fn last_checkpoint(&self, step_id: &str) -> Result<Option<CheckpointRecord>>;
+
+    /// Takes or renews the single scheduler role for `owner` until `now + ttl_s`; false when
+    /// another live owner holds it. Only the holder promotes, expires leases and publishes.
+    fn acquire_scheduler(&self, owner: &str, now: DateTime<Utc>, ttl_s: u32) -> Result<bool>;
+    /// Gives the scheduler role up (clean shutdown).
+    fn release_scheduler(&self, owner: &str) -> Result<()>;
 }
 
 /// Seconds after which an in-progress idempotency claim is considered abandoned.

@@ -213,3 +213,90 @@ pub struct ChainBreak {
     pub seq: u64,
     pub problem: String,
 }
+
+/// A request to claim one ready step.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClaimRequest {
+    pub step_id: String,
+    pub worker: String,
+    pub meta: JournalMeta,
+}
+
+/// A non-terminal step with what a scheduler needs to order it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ActiveStep {
+    pub step: StepRecord,
+    pub priority: Priority,
+    pub run_created_at: DateTime<Utc>,
+    pub backfill_id: Option<String>,
+}
+
+/// The staged output of one attempt for one dataset partition.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VersionRecord {
+    pub id: String,
+    pub step_id: String,
+    pub attempt: u32,
+    pub dataset: String,
+    pub partition: String,
+    /// Data files written (paths relative to the table root), with sizes; JSON from the lake.
+    pub files: serde_json::Value,
+    pub n_rows: u64,
+    pub schema_hash: String,
+    pub checksum: String,
+    /// Per-column statistics and check results; JSON from the lake.
+    pub stats: serde_json::Value,
+    pub created_at: DateTime<Utc>,
+}
+
+/// What kind of publication a release is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReleaseKind {
+    Publish,
+    Rollback,
+}
+
+/// A set of versions made visible together.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReleaseRecord {
+    pub id: String,
+    pub kind: ReleaseKind,
+    pub run_id: Option<String>,
+    pub backfill_id: Option<String>,
+    /// For a rollback: the release whose effect it undoes.
+    pub restores_release_id: Option<String>,
+    pub created_by: String,
+    pub created_at: DateTime<Utc>,
+    pub items: Vec<ReleaseItem>,
+}
+
+/// One dataset partition made visible by a release.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReleaseItem {
+    pub dataset: String,
+    pub partition: String,
+    /// The staged version published (`None` for a rollback restoring older files).
+    pub version_id: Option<String>,
+    /// The Delta table version the commit created.
+    pub delta_version: i64,
+}
+
+/// Progress of a long step: stored only after the output it covers is staged.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointRecord {
+    pub step_id: String,
+    /// What the checkpoint covers (a batch, a file, an offset range), unique within the step.
+    pub granule: String,
+    pub attempt: u32,
+    /// Where to resume: opaque to the store, written by the task.
+    pub position: String,
+    /// The staged version holding the output this checkpoint covers.
+    pub version_id: String,
+    /// Data version, schema hash, row count and checksum of what is covered.
+    pub data_version: Option<i64>,
+    pub schema_hash: String,
+    pub n_rows: u64,
+    pub checksum: String,
+    pub created_at: DateTime<Utc>,
+}

@@ -15,8 +15,9 @@ use crate::postgres::Postgres;
 use crate::sql::{Driver, Row, Tx, Value};
 use crate::sqlite::Sqlite;
 use crate::{
-    AttemptRecord, Backend, ChainReport, Claim, Error, IN_FLIGHT_TIMEOUT_S, JournalEntry, JournalMeta, JournalQuery,
-    Lease, NewStep, Outcome, Result, RunRecord, RunRequest, StepEventRecord, StepRecord, Store,
+    ActiveStep, AttemptRecord, Backend, ChainReport, CheckpointRecord, Claim, ClaimRequest, Error, IN_FLIGHT_TIMEOUT_S,
+    JournalEntry, JournalMeta, JournalQuery, Lease, NewStep, Outcome, ReleaseItem, ReleaseKind, ReleaseRecord, Result,
+    RunRecord, RunRequest, StepEventRecord, StepRecord, Store, VersionRecord,
 };
 
 /// Store settings.
@@ -34,6 +35,12 @@ impl Default for Options {
 
 /// The most runs one `runs` call returns.
 const RUNS_MAX: u32 = 10_000;
+/// The most releases one `releases` call returns.
+const RELEASES_MAX: u32 = 10_000;
+/// The most keys bound in one `IN (...)` list; longer lists are split into chunks of this size.
+const IN_LIST_MAX: usize = 512;
+/// The correlation id of journal entries about the scheduler role, which no request carries.
+const SCHEDULER_CORRELATION_ID: &str = "scheduler-role";
 
 /// The store over one backend. Use it as [`SqliteStore`] or [`PgStore`], or through
 /// [`crate::open`] as an `Arc<dyn Store>`.
@@ -185,6 +192,161 @@ fn lease_from_row(row: &Row) -> Result<Lease> {
     })
 }
 
+const VERSION_COLUMNS: &str = "id, step_id, attempt, dataset, partition_key, files_json, n_rows, schema_hash, \
+                               checksum, stats_json, created_at";
+const RELEASE_COLUMNS: &str = "id, kind, run_id, backfill_id, restores_release_id, created_by, created_at";
+const CHECKPOINT_COLUMNS: &str = "step_id, granule, attempt, position, version_id, data_version, schema_hash, n_rows, \
+                                  checksum, created_at";
+
+/// [`STEP_COLUMNS`] qualified with a table alias, for joins.
+fn step_columns_of(alias: &str) -> String {
+    STEP_COLUMNS.split(',').map(|c| format!("{alias}.{}", c.trim())).collect::<Vec<_>>().join(", ")
+}
+
+/// `'a', 'b'`: a SQL list of literals, for the store's own constants only (never caller input).
+fn sql_list<'a>(items: impl Iterator<Item = &'a str>) -> String {
+    items.map(|s| format!("'{s}'")).collect::<Vec<_>>().join(", ")
+}
+
+/// Runs the query `sql_for(placeholders)` once per chunk of at most [`IN_LIST_MAX`] `keys` and
+/// concatenates the rows. Each chunk is padded (repeating its last key, which an `IN` list
+/// ignores) to a power of two, so that a few distinct statements are prepared and cached rather
+/// than one per list length.
+fn query_in_chunks(tx: &mut dyn Tx, keys: &[String], sql_for: impl Fn(&str) -> String) -> Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    for chunk in keys.chunks(IN_LIST_MAX) {
+        let Some(last) = chunk.last() else { continue };
+        let n = chunk.len().next_power_of_two();
+        let placeholders = (1..=n).map(|i| format!("?{i}")).collect::<Vec<_>>().join(", ");
+        let params: Vec<Value> =
+            chunk.iter().chain(std::iter::repeat_n(last, n - chunk.len())).map(Value::from).collect();
+        rows.extend(tx.query(&sql_for(&placeholders), &params)?);
+    }
+    Ok(rows)
+}
+
+fn version_from_row(row: &Row) -> Result<VersionRecord> {
+    let id = row.text(0)?;
+    Ok(VersionRecord {
+        step_id: row.text(1)?,
+        attempt: to_u32("version attempt", row.int(2)?)?,
+        dataset: row.text(3)?,
+        partition: row.text(4)?,
+        files: from_json(&format!("the files of version {id}"), &row.text(5)?)?,
+        n_rows: to_u64("version row count", row.int(6)?)?,
+        schema_hash: row.text(7)?,
+        checksum: row.text(8)?,
+        stats: from_json(&format!("the statistics of version {id}"), &row.text(9)?)?,
+        created_at: parse_ts(&row.text(10)?)?,
+        id,
+    })
+}
+
+fn insert_version(tx: &mut dyn Tx, v: &VersionRecord) -> Result<()> {
+    tx.execute(
+        &format!("INSERT INTO versions ({VERSION_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"),
+        &[
+            v.id.as_str().into(),
+            v.step_id.as_str().into(),
+            Value::Int(v.attempt.into()),
+            v.dataset.as_str().into(),
+            v.partition.as_str().into(),
+            to_json(&v.files)?.into(),
+            Value::Int(to_i64("version row count", v.n_rows)?),
+            v.schema_hash.as_str().into(),
+            v.checksum.as_str().into(),
+            to_json(&v.stats)?.into(),
+            fmt_ts(v.created_at).into(),
+        ],
+    )?;
+    Ok(())
+}
+
+fn release_kind_text(kind: ReleaseKind) -> &'static str {
+    match kind {
+        ReleaseKind::Publish => "publish",
+        ReleaseKind::Rollback => "rollback",
+    }
+}
+
+/// Releases read by [`RELEASE_COLUMNS`], each with its items (one query per chunk of releases,
+/// not one per release).
+fn with_items(tx: &mut dyn Tx, rows: &[Row]) -> Result<Vec<ReleaseRecord>> {
+    let mut releases = rows
+        .iter()
+        .map(|row| {
+            let id = row.text(0)?;
+            let kind = row.text(1)?;
+            Ok(ReleaseRecord {
+                kind: match kind.as_str() {
+                    "publish" => ReleaseKind::Publish,
+                    "rollback" => ReleaseKind::Rollback,
+                    other => return Err(Error::Corrupt(format!("release {id} has unknown kind {other:?}"))),
+                },
+                run_id: row.opt_text(2)?,
+                backfill_id: row.opt_text(3)?,
+                restores_release_id: row.opt_text(4)?,
+                created_by: row.text(5)?,
+                created_at: parse_ts(&row.text(6)?)?,
+                items: Vec::new(),
+                id,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let ids: Vec<String> = releases.iter().map(|r| r.id.clone()).collect();
+    let mut items: BTreeMap<String, Vec<ReleaseItem>> = BTreeMap::new();
+    let item_rows = query_in_chunks(tx, &ids, |placeholders| {
+        format!(
+            "SELECT release_id, dataset, partition_key, version_id, delta_version FROM release_versions \
+             WHERE release_id IN ({placeholders}) ORDER BY release_id, item_idx"
+        )
+    })?;
+    for row in &item_rows {
+        items.entry(row.text(0)?).or_default().push(ReleaseItem {
+            dataset: row.text(1)?,
+            partition: row.text(2)?,
+            version_id: row.opt_text(3)?,
+            delta_version: row.int(4)?,
+        });
+    }
+    for release in &mut releases {
+        release.items = items.remove(&release.id).unwrap_or_default();
+    }
+    Ok(releases)
+}
+
+fn checkpoint_from_row(row: &Row) -> Result<CheckpointRecord> {
+    Ok(CheckpointRecord {
+        step_id: row.text(0)?,
+        granule: row.text(1)?,
+        attempt: to_u32("checkpoint attempt", row.int(2)?)?,
+        position: row.text(3)?,
+        version_id: row.text(4)?,
+        data_version: row.opt_int(5)?,
+        schema_hash: row.text(6)?,
+        n_rows: to_u64("checkpoint row count", row.int(7)?)?,
+        checksum: row.text(8)?,
+        created_at: parse_ts(&row.text(9)?)?,
+    })
+}
+
+/// A journal entry about the scheduler role, which concerns no run or step.
+fn scheduler_draft<'a>(meta: &'a JournalMeta, kind: &'a str, payload: String) -> Draft<'a> {
+    Draft {
+        meta,
+        kind,
+        run_id: None,
+        step_id: None,
+        task: None,
+        partition: None,
+        interval: None,
+        from_status: None,
+        to_status: None,
+        reason: &meta.reason,
+        payload,
+    }
+}
+
 fn load_step(tx: &mut dyn Tx, step_id: &str) -> Result<Option<StepRecord>> {
     tx.query(&format!("SELECT {STEP_COLUMNS} FROM steps WHERE id = ?1"), &[step_id.into()])?
         .first()
@@ -249,15 +411,30 @@ impl<D: Driver> SqlStore<D> {
     /// Applies one event to `step` (already loaded in this transaction): writes the new state,
     /// the attempt and lease bookkeeping, and the journal entry, or journals the rejection.
     /// `now` is when an attempt that this event starts began.
+    /// `detail`, when given, is one more field of the journal payload beside the event's own (for
+    /// example the versions a `staged` event recorded).
     fn apply_event(
         tx: &mut dyn Tx,
         journal: &mut Appender,
         step: &StepRecord,
         rec: &StepEventRecord,
         now: DateTime<Utc>,
+        detail: Option<(&str, &serde_json::Value)>,
     ) -> Result<Outcome> {
         let from = step.state.status;
-        let payload = to_json(&rec.event)?;
+        let payload = match detail {
+            None => to_json(&rec.event)?,
+            Some((key, value)) => {
+                let mut object = match serde_json::to_value(&rec.event) {
+                    Ok(serde_json::Value::Object(object)) => object,
+                    other => {
+                        return Err(Error::Corrupt(format!("a step event serialized to {other:?}, not an object")));
+                    }
+                };
+                object.insert(key.to_owned(), value.clone());
+                to_json(&object)?
+            }
+        };
         let draft = |kind, to_status, reason| Draft {
             meta: &rec.meta,
             kind,
@@ -294,6 +471,98 @@ impl<D: Driver> SqlStore<D> {
                 Ok(Outcome::Rejected { seq, reason })
             }
         }
+    }
+
+    /// Applies `events` in order (each with [`Self::apply_event`] to its step's stored state), then
+    /// re-derives each affected run once: the whole of a group commit, inside the caller's
+    /// transaction. An unknown step is [`Error::NotFound`], which rolls the transaction back.
+    fn apply_events(
+        tx: &mut dyn Tx,
+        journal: &mut Appender,
+        events: &[StepEventRecord],
+        detail: Option<(&str, &serde_json::Value)>,
+    ) -> Result<Vec<Outcome>> {
+        let mut outcomes = Vec::with_capacity(events.len());
+        // Each affected run and the metadata of the last event that touched it.
+        let mut runs: BTreeMap<String, &JournalMeta> = BTreeMap::new();
+        for rec in events {
+            let step = load_step(tx, &rec.step_id)?
+                .ok_or_else(|| Error::NotFound { what: "step", id: rec.step_id.clone() })?;
+            let outcome = Self::apply_event(tx, journal, &step, rec, rec.meta.at, detail)?;
+            if matches!(outcome, Outcome::Applied { .. }) {
+                runs.insert(step.run_id, &rec.meta);
+            }
+            outcomes.push(outcome);
+        }
+        // Once per run, not per event: a group commit of a thousand events of one run
+        // re-derives its status once.
+        for (run_id, meta) in runs {
+            Self::rederive_run(tx, journal, &run_id, meta)?;
+        }
+        Ok(outcomes)
+    }
+
+    /// Claims each requested step that is ready (epoch + 1, `Claimed` applied, attempt and lease
+    /// recorded, journaled), then re-derives each affected run once; `None` for a step that is not
+    /// ready. Shared by `claim_step` and `claim_steps`, inside the caller's transaction.
+    fn claim_batch(
+        tx: &mut dyn Tx,
+        journal: &mut Appender,
+        claims: &[ClaimRequest],
+        now: DateTime<Utc>,
+        ttl_s: u32,
+    ) -> Result<Vec<Option<Lease>>> {
+        let (expires_text, expires_at) = expiry(now, ttl_s)?;
+        let mut leases = Vec::with_capacity(claims.len());
+        let mut runs: BTreeMap<String, &JournalMeta> = BTreeMap::new();
+        for claim in claims {
+            let step = load_step(tx, &claim.step_id)?
+                .ok_or_else(|| Error::NotFound { what: "step", id: claim.step_id.clone() })?;
+            if step.state.status != StepStatus::Ready {
+                leases.push(None);
+                continue;
+            }
+            let epoch = step.state.epoch + 1;
+            let rec = StepEventRecord {
+                step_id: claim.step_id.clone(),
+                event: StepEvent::Claimed { epoch, worker: claim.worker.clone() },
+                meta: claim.meta.clone(),
+            };
+            let next = match Self::apply_event(tx, journal, &step, &rec, now, None)? {
+                Outcome::Applied { step, .. } => step,
+                Outcome::Rejected { reason, .. } => {
+                    return Err(Error::Corrupt(format!("a ready step refused a claim at epoch {epoch}: {reason}")));
+                }
+            };
+            tx.execute(
+                "INSERT INTO leases (step_id, attempt, epoch, worker, acquired_at, heartbeat_at, expires_at) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
+                 ON CONFLICT (step_id) DO UPDATE SET attempt = excluded.attempt, epoch = excluded.epoch, \
+                 worker = excluded.worker, acquired_at = excluded.acquired_at, \
+                 heartbeat_at = excluded.heartbeat_at, expires_at = excluded.expires_at",
+                &[
+                    claim.step_id.as_str().into(),
+                    Value::Int(next.attempt.into()),
+                    Value::Int(to_i64("epoch", epoch)?),
+                    claim.worker.as_str().into(),
+                    fmt_ts(now).into(),
+                    fmt_ts(now).into(),
+                    expires_text.as_str().into(),
+                ],
+            )?;
+            runs.insert(step.run_id, &claim.meta);
+            leases.push(Some(Lease {
+                step_id: claim.step_id.clone(),
+                attempt: next.attempt,
+                epoch,
+                worker: claim.worker.clone(),
+                expires_at,
+            }));
+        }
+        for (run_id, meta) in runs {
+            Self::rederive_run(tx, journal, &run_id, meta)?;
+        }
+        Ok(leases)
     }
 
     /// Keeps `attempts` and `leases` in step with an applied event: a claim starts an attempt; an
@@ -660,27 +929,7 @@ impl<D: Driver> Store for SqlStore<D> {
             return Ok(Vec::new());
         }
         self.driver
-            .write(|tx| {
-                let mut journal = Appender::default();
-                let mut outcomes = Vec::with_capacity(events.len());
-                // Each affected run and the metadata of the last event that touched it.
-                let mut runs: BTreeMap<String, &JournalMeta> = BTreeMap::new();
-                for rec in events {
-                    let step = load_step(tx, &rec.step_id)?
-                        .ok_or_else(|| Error::NotFound { what: "step", id: rec.step_id.clone() })?;
-                    let outcome = Self::apply_event(tx, &mut journal, &step, rec, rec.meta.at)?;
-                    if matches!(outcome, Outcome::Applied { .. }) {
-                        runs.insert(step.run_id, &rec.meta);
-                    }
-                    outcomes.push(outcome);
-                }
-                // Once per run, not per event: a group commit of a thousand events of one run
-                // re-derives its status once.
-                for (run_id, meta) in runs {
-                    Self::rederive_run(tx, &mut journal, &run_id, meta)?;
-                }
-                Ok(outcomes)
-            })
+            .write(|tx| Self::apply_events(tx, &mut Appender::default(), events, None))
             .map_err(|e| e.context(&format!("committing {} step events", events.len())))
     }
 
@@ -692,51 +941,12 @@ impl<D: Driver> Store for SqlStore<D> {
         ttl_s: u32,
         meta: &JournalMeta,
     ) -> Result<Option<Lease>> {
+        let claim = ClaimRequest { step_id: step_id.to_owned(), worker: worker.to_owned(), meta: meta.clone() };
         self.driver
             .write(|tx| {
-                let step =
-                    load_step(tx, step_id)?.ok_or_else(|| Error::NotFound { what: "step", id: step_id.into() })?;
-                if step.state.status != StepStatus::Ready {
-                    return Ok(None);
-                }
-                let epoch = step.state.epoch + 1;
-                let rec = StepEventRecord {
-                    step_id: step_id.to_owned(),
-                    event: StepEvent::Claimed { epoch, worker: worker.to_owned() },
-                    meta: meta.clone(),
-                };
-                let mut journal = Appender::default();
-                let next = match Self::apply_event(tx, &mut journal, &step, &rec, now)? {
-                    Outcome::Applied { step, .. } => step,
-                    Outcome::Rejected { reason, .. } => {
-                        return Err(Error::Corrupt(format!("a ready step refused a claim at epoch {epoch}: {reason}")));
-                    }
-                };
-                let (expires_text, expires_at) = expiry(now, ttl_s)?;
-                tx.execute(
-                    "INSERT INTO leases (step_id, attempt, epoch, worker, acquired_at, heartbeat_at, expires_at) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
-                     ON CONFLICT (step_id) DO UPDATE SET attempt = excluded.attempt, epoch = excluded.epoch, \
-                     worker = excluded.worker, acquired_at = excluded.acquired_at, \
-                     heartbeat_at = excluded.heartbeat_at, expires_at = excluded.expires_at",
-                    &[
-                        step_id.into(),
-                        Value::Int(next.attempt.into()),
-                        Value::Int(to_i64("epoch", epoch)?),
-                        worker.into(),
-                        fmt_ts(now).into(),
-                        fmt_ts(now).into(),
-                        expires_text.into(),
-                    ],
-                )?;
-                Self::rederive_run(tx, &mut journal, &step.run_id, meta)?;
-                Ok(Some(Lease {
-                    step_id: step_id.to_owned(),
-                    attempt: next.attempt,
-                    epoch,
-                    worker: worker.to_owned(),
-                    expires_at,
-                }))
+                let mut leases =
+                    Self::claim_batch(tx, &mut Appender::default(), std::slice::from_ref(&claim), now, ttl_s)?;
+                Ok(leases.pop().flatten())
             })
             .map_err(|e| e.context(&format!("claiming step {step_id}")))
     }
@@ -797,5 +1007,432 @@ impl<D: Driver> Store for SqlStore<D> {
         self.driver
             .write(|tx| tx.execute("DELETE FROM idempotency_records WHERE expires_at <= ?1", &[fmt_ts(now).into()]))
             .map_err(|e| e.context("purging expired idempotency keys"))
+    }
+
+    fn claim_steps(&self, claims: &[ClaimRequest], now: DateTime<Utc>, ttl_s: u32) -> Result<Vec<Option<Lease>>> {
+        if claims.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.driver
+            .write(|tx| Self::claim_batch(tx, &mut Appender::default(), claims, now, ttl_s))
+            .map_err(|e| e.context(&format!("claiming {} steps", claims.len())))
+    }
+
+    fn active_steps(&self) -> Result<Vec<ActiveStep>> {
+        // One query, driven from the few unfinished runs (`runs_by_status`) to their steps
+        // (`steps_by_run`), so that a long history of finished runs costs nothing. The status
+        // lists are the core's own definitions of terminal, written in as literals.
+        let sql = format!(
+            "SELECT {}, r.priority, r.created_at, r.backfill_id FROM runs r JOIN steps s ON s.run_id = r.id \
+             WHERE r.status IN ({}) AND s.status IN ({}) ORDER BY r.created_at, r.id, s.step_idx",
+            step_columns_of("s"),
+            sql_list(RunStatus::ALL.iter().filter(|s| !s.is_terminal()).map(|s| s.as_str())),
+            sql_list(StepStatus::ALL.iter().filter(|s| !s.is_terminal()).map(|s| s.as_str())),
+        );
+        let n_step_columns = STEP_COLUMNS.split(',').count();
+        self.driver
+            .read(|tx| {
+                tx.query(&sql, &[])?
+                    .iter()
+                    .map(|row| {
+                        let step = step_from_row(row)?;
+                        let priority = row.text(n_step_columns)?;
+                        Ok(ActiveStep {
+                            priority: from_json(
+                                &format!("the priority of run {}", step.run_id),
+                                &format!("\"{priority}\""),
+                            )?,
+                            run_created_at: parse_ts(&row.text(n_step_columns + 1)?)?,
+                            backfill_id: row.opt_text(n_step_columns + 2)?,
+                            step,
+                        })
+                    })
+                    .collect()
+            })
+            .map_err(|e| e.context("listing active steps"))
+    }
+
+    fn record_staged(
+        &self,
+        step_id: &str,
+        epoch: u64,
+        versions: &[VersionRecord],
+        meta: &JournalMeta,
+    ) -> Result<Outcome> {
+        let what = format!("recording {} staged versions of step {step_id} at epoch {epoch}", versions.len());
+        if let Some(v) = versions.iter().find(|v| v.step_id != step_id) {
+            return Err(
+                Error::InvalidRequest(format!("version {:?} belongs to step {}", v.id, v.step_id)).context(&what)
+            );
+        }
+        let summary: serde_json::Value = versions
+            .iter()
+            .map(|v| {
+                serde_json::json!({
+                    "id": v.id,
+                    "dataset": v.dataset,
+                    "partition": v.partition,
+                    "n_rows": v.n_rows,
+                    "checksum": v.checksum,
+                })
+            })
+            .collect();
+        let rec = StepEventRecord {
+            step_id: step_id.to_owned(),
+            event: StepEvent::Staged { epoch, version: versions.first().map_or("none", |v| v.id.as_str()).to_owned() },
+            meta: meta.clone(),
+        };
+        self.driver
+            .write(|tx| {
+                let mut journal = Appender::default();
+                let outcome =
+                    Self::apply_events(tx, &mut journal, std::slice::from_ref(&rec), Some(("versions", &summary)))?
+                        .pop()
+                        .ok_or_else(|| Error::Corrupt("one event applied gave no outcome".into()))?;
+                // Fenced or illegal: the rejection is journaled and nothing is stored.
+                let Outcome::Applied { step, .. } = &outcome else { return Ok(outcome) };
+                for v in versions {
+                    if v.attempt != step.attempt {
+                        return Err(Error::InvalidRequest(format!(
+                            "version {:?} names attempt {} but epoch {epoch} is attempt {}",
+                            v.id, v.attempt, step.attempt
+                        )));
+                    }
+                    insert_version(tx, v)?;
+                }
+                Ok(outcome)
+            })
+            .map_err(|e| e.context(&what))
+    }
+
+    fn versions(&self, step_id: &str) -> Result<Vec<VersionRecord>> {
+        self.driver
+            .read(|tx| {
+                tx.query(
+                    &format!(
+                        "SELECT {VERSION_COLUMNS} FROM versions WHERE step_id = ?1 ORDER BY attempt, created_at, id"
+                    ),
+                    &[step_id.into()],
+                )?
+                .iter()
+                .map(version_from_row)
+                .collect()
+            })
+            .map_err(|e| e.context(&format!("listing the versions of step {step_id}")))
+    }
+
+    fn record_release(
+        &self,
+        release: &ReleaseRecord,
+        steps: &[(String, u64)],
+        meta: &JournalMeta,
+    ) -> Result<Vec<Outcome>> {
+        let what = format!("recording release {}", release.id);
+        let mut seen = HashSet::new();
+        if let Some(item) = release.items.iter().find(|i| !seen.insert((&i.dataset, &i.partition))) {
+            return Err(Error::InvalidRequest(format!(
+                "dataset {:?} partition {:?} appears twice; a release makes one version of each visible",
+                item.dataset, item.partition
+            ))
+            .context(&what));
+        }
+        let events: Vec<StepEventRecord> = steps
+            .iter()
+            .map(|(step_id, epoch)| StepEventRecord {
+                step_id: step_id.clone(),
+                event: StepEvent::Published { epoch: *epoch, release: release.id.clone() },
+                meta: meta.clone(),
+            })
+            .collect();
+        self.driver
+            .write(|tx| {
+                if !tx.query("SELECT id FROM releases WHERE id = ?1", &[release.id.as_str().into()])?.is_empty() {
+                    return Err(Error::Conflict(format!(
+                        "release {} is already recorded; read it back instead of recording it again",
+                        release.id
+                    )));
+                }
+                // What the release names must exist; the foreign keys would refuse it too, but as a
+                // database error rather than as the caller's mistake.
+                let mut references: Vec<(&str, &str, &str)> = Vec::new();
+                references.extend(release.run_id.as_deref().map(|id| ("run", "runs", id)));
+                references
+                    .extend(release.restores_release_id.as_deref().map(|id| ("restored release", "releases", id)));
+                references.extend(
+                    release.items.iter().filter_map(|i| i.version_id.as_deref()).map(|id| ("version", "versions", id)),
+                );
+                for (what, table, id) in references {
+                    if tx.query(&format!("SELECT id FROM {table} WHERE id = ?1"), &[id.into()])?.is_empty() {
+                        return Err(Error::InvalidRequest(format!("{what} {id:?} does not exist")));
+                    }
+                }
+                tx.execute(
+                    "INSERT INTO releases (id, kind, run_id, backfill_id, restores_release_id, created_by, created_at) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                    &[
+                        release.id.as_str().into(),
+                        release_kind_text(release.kind).into(),
+                        release.run_id.as_deref().into(),
+                        release.backfill_id.as_deref().into(),
+                        release.restores_release_id.as_deref().into(),
+                        release.created_by.as_str().into(),
+                        fmt_ts(release.created_at).into(),
+                    ],
+                )?;
+                for (item_idx, item) in release.items.iter().enumerate() {
+                    tx.execute(
+                        "INSERT INTO release_versions \
+                         (release_id, item_idx, dataset, partition_key, version_id, delta_version) \
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                        &[
+                            release.id.as_str().into(),
+                            Value::Int(to_i64("release item index", item_idx as u64)?),
+                            item.dataset.as_str().into(),
+                            item.partition.as_str().into(),
+                            item.version_id.as_deref().into(),
+                            Value::Int(item.delta_version),
+                        ],
+                    )?;
+                }
+                let mut journal = Appender::default();
+                journal.append(
+                    tx,
+                    Draft {
+                        meta,
+                        kind: match release.kind {
+                            ReleaseKind::Publish => "release_published",
+                            ReleaseKind::Rollback => "release_restored",
+                        },
+                        run_id: release.run_id.as_deref(),
+                        step_id: None,
+                        task: None,
+                        partition: None,
+                        interval: None,
+                        from_status: None,
+                        to_status: None,
+                        reason: &meta.reason,
+                        payload: to_json(release)?,
+                    },
+                )?;
+                Self::apply_events(tx, &mut journal, &events, None)
+            })
+            .map_err(|e| e.context(&what))
+    }
+
+    fn release(&self, release_id: &str) -> Result<Option<ReleaseRecord>> {
+        self.driver
+            .read(|tx| {
+                let rows =
+                    tx.query(&format!("SELECT {RELEASE_COLUMNS} FROM releases WHERE id = ?1"), &[release_id.into()])?;
+                Ok(with_items(tx, &rows)?.pop())
+            })
+            .map_err(|e| e.context(&format!("reading release {release_id}")))
+    }
+
+    fn releases(&self, dataset: Option<&str>, limit: u32) -> Result<Vec<ReleaseRecord>> {
+        let limit = Value::Int(limit.min(RELEASES_MAX).into());
+        self.driver
+            .read(|tx| {
+                let rows = match dataset {
+                    None => tx.query(
+                        &format!("SELECT {RELEASE_COLUMNS} FROM releases ORDER BY created_at DESC, id DESC LIMIT ?1"),
+                        &[limit],
+                    )?,
+                    Some(dataset) => tx.query(
+                        &format!(
+                            "SELECT {RELEASE_COLUMNS} FROM releases WHERE id IN \
+                             (SELECT release_id FROM release_versions WHERE dataset = ?1) \
+                             ORDER BY created_at DESC, id DESC LIMIT ?2"
+                        ),
+                        &[dataset.into(), limit],
+                    )?,
+                };
+                with_items(tx, &rows)
+            })
+            .map_err(|e| e.context("listing releases"))
+    }
+
+    fn published_step_keys(&self, keys: &[String]) -> Result<BTreeSet<String>> {
+        let keys: Vec<String> = keys.iter().cloned().collect::<BTreeSet<_>>().into_iter().collect();
+        self.driver
+            .read(|tx| {
+                query_in_chunks(tx, &keys, |placeholders| {
+                    format!(
+                        "SELECT DISTINCT step_key FROM steps WHERE status = '{}' AND step_key IN ({placeholders})",
+                        StepStatus::Published.as_str()
+                    )
+                })?
+                .iter()
+                .map(|row| row.text(0))
+                .collect()
+            })
+            .map_err(|e| e.context(&format!("looking up {} published step keys", keys.len())))
+    }
+
+    fn record_checkpoint(&self, checkpoint: &CheckpointRecord) -> Result<()> {
+        let cp = checkpoint;
+        self.driver
+            .write(|tx| {
+                let step = load_step(tx, &cp.step_id)?
+                    .ok_or_else(|| Error::NotFound { what: "step", id: cp.step_id.clone() })?;
+                let staged = tx.query(
+                    "SELECT id FROM versions WHERE id = ?1 AND step_id = ?2",
+                    &[cp.version_id.as_str().into(), cp.step_id.as_str().into()],
+                )?;
+                if staged.is_empty() {
+                    return Err(Error::InvalidRequest(format!(
+                        "version {:?} is not a staged version of this step; a checkpoint is recorded only after \
+                         the output it covers is staged",
+                        cp.version_id
+                    )));
+                }
+                tx.execute(
+                    "INSERT INTO checkpoints (step_id, granule, attempt, position, version_id, data_version, \
+                     schema_hash, n_rows, checksum, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) \
+                     ON CONFLICT (step_id, granule) DO UPDATE SET attempt = excluded.attempt, \
+                     position = excluded.position, version_id = excluded.version_id, \
+                     data_version = excluded.data_version, schema_hash = excluded.schema_hash, \
+                     n_rows = excluded.n_rows, checksum = excluded.checksum, created_at = excluded.created_at",
+                    &[
+                        cp.step_id.as_str().into(),
+                        cp.granule.as_str().into(),
+                        Value::Int(cp.attempt.into()),
+                        cp.position.as_str().into(),
+                        cp.version_id.as_str().into(),
+                        cp.data_version.into(),
+                        cp.schema_hash.as_str().into(),
+                        Value::Int(to_i64("checkpoint row count", cp.n_rows)?),
+                        cp.checksum.as_str().into(),
+                        fmt_ts(cp.created_at).into(),
+                    ],
+                )?;
+                // The trait passes no journal metadata for a checkpoint: the attempt's worker is
+                // the actor and the run is the correlation.
+                let worker = tx
+                    .query(
+                        "SELECT worker FROM attempts WHERE step_id = ?1 AND attempt = ?2",
+                        &[cp.step_id.as_str().into(), Value::Int(cp.attempt.into())],
+                    )?
+                    .first()
+                    .map(|row| row.text(0))
+                    .transpose()?;
+                let meta = JournalMeta {
+                    actor: worker.unwrap_or_else(|| format!("attempt {}", cp.attempt)),
+                    correlation_id: step.run_id.clone(),
+                    reason: format!("granule {:?} covered by staged version {:?}", cp.granule, cp.version_id),
+                    at: cp.created_at,
+                };
+                Appender::default().append(
+                    tx,
+                    Draft {
+                        meta: &meta,
+                        kind: "checkpoint_recorded",
+                        run_id: Some(&step.run_id),
+                        step_id: Some(&step.id),
+                        task: Some(&step.task),
+                        partition: Some(&step.partition),
+                        interval: step.interval,
+                        from_status: None,
+                        to_status: None,
+                        reason: &meta.reason,
+                        payload: to_json(cp)?,
+                    },
+                )?;
+                Ok(())
+            })
+            .map_err(|e| {
+                e.context(&format!("recording checkpoint {:?} of step {}", checkpoint.granule, checkpoint.step_id))
+            })
+    }
+
+    fn last_checkpoint(&self, step_id: &str) -> Result<Option<CheckpointRecord>> {
+        self.driver
+            .read(|tx| {
+                tx.query(
+                    &format!(
+                        "SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE step_id = ?1 \
+                         ORDER BY created_at DESC, granule DESC LIMIT 1"
+                    ),
+                    &[step_id.into()],
+                )?
+                .first()
+                .map(checkpoint_from_row)
+                .transpose()
+            })
+            .map_err(|e| e.context(&format!("reading the last checkpoint of step {step_id}")))
+    }
+
+    fn acquire_scheduler(&self, owner: &str, now: DateTime<Utc>, ttl_s: u32) -> Result<bool> {
+        self.driver
+            .write(|tx| {
+                let (expires_text, _) = expiry(now, ttl_s)?;
+                let held = tx.query("SELECT owner, expires_at FROM scheduler_role WHERE id = 1", &[])?;
+                let previous = match held.first() {
+                    Some(row) => {
+                        let (holder, expires_at) = (row.text(0)?, parse_ts(&row.text(1)?)?);
+                        if holder == owner {
+                            // A renewal: no change of holder, nothing to journal.
+                            tx.execute(
+                                "UPDATE scheduler_role SET renewed_at = ?1, expires_at = ?2 WHERE id = 1",
+                                &[fmt_ts(now).into(), expires_text.into()],
+                            )?;
+                            return Ok(true);
+                        }
+                        // Valid until its expiry, like a step lease.
+                        if expires_at >= now {
+                            return Ok(false);
+                        }
+                        Some((holder, expires_at))
+                    }
+                    None => None,
+                };
+                tx.execute(
+                    "INSERT INTO scheduler_role (id, owner, acquired_at, renewed_at, expires_at) \
+                     VALUES (1, ?1, ?2, ?2, ?3) ON CONFLICT (id) DO UPDATE SET owner = excluded.owner, \
+                     acquired_at = excluded.acquired_at, renewed_at = excluded.renewed_at, \
+                     expires_at = excluded.expires_at",
+                    &[owner.into(), fmt_ts(now).into(), expires_text.as_str().into()],
+                )?;
+                let reason = match &previous {
+                    None => "the scheduler role was free".to_owned(),
+                    Some((holder, at)) => format!("the hold of {holder} expired at {}", fmt_ts(*at)),
+                };
+                let meta = JournalMeta {
+                    actor: owner.to_owned(),
+                    correlation_id: SCHEDULER_CORRELATION_ID.to_owned(),
+                    reason,
+                    at: now,
+                };
+                let payload = serde_json::json!({
+                    "owner": owner,
+                    "expires_at": expires_text,
+                    "previous_owner": previous.as_ref().map(|(holder, _)| holder),
+                });
+                Appender::default().append(tx, scheduler_draft(&meta, "scheduler_acquired", payload.to_string()))?;
+                Ok(true)
+            })
+            .map_err(|e| e.context(&format!("acquiring the scheduler role for {owner}")))
+    }
+
+    fn release_scheduler(&self, owner: &str) -> Result<()> {
+        self.driver
+            .write(|tx| {
+                let n = tx.execute("DELETE FROM scheduler_role WHERE id = 1 AND owner = ?1", &[owner.into()])?;
+                if n == 0 {
+                    return Ok(());
+                }
+                // The trait passes no instant here; the journal records the wall-clock time of
+                // the decision.
+                let meta = JournalMeta {
+                    actor: owner.to_owned(),
+                    correlation_id: SCHEDULER_CORRELATION_ID.to_owned(),
+                    reason: "released by its holder".to_owned(),
+                    at: Utc::now(),
+                };
+                let payload = serde_json::json!({ "owner": owner });
+                Appender::default().append(tx, scheduler_draft(&meta, "scheduler_released", payload.to_string()))?;
+                Ok(())
+            })
+            .map_err(|e| e.context(&format!("releasing the scheduler role of {owner}")))
     }
 }

@@ -11,7 +11,8 @@ use tidegate_core::partition::Interval;
 use tidegate_core::spec::RetryPolicy;
 use tidegate_core::state::{Step, StepEvent};
 use tidegate_store::{
-    Backend, JournalMeta, NewStep, PgStore, Priority, RunRequest, SqliteStore, StepEventRecord, Store, Trigger,
+    Backend, CheckpointRecord, ClaimRequest, JournalMeta, NewStep, PgStore, Priority, ReleaseItem, ReleaseKind,
+    ReleaseRecord, RunRequest, SqliteStore, StepEventRecord, Store, Trigger, VersionRecord,
 };
 
 /// The environment variable naming the PostgreSQL server the tests use.
@@ -59,6 +60,69 @@ pub fn meta(at: DateTime<Utc>) -> JournalMeta {
 /// A step event at `at`.
 pub fn event(step_id: &str, event: StepEvent, at: DateTime<Utc>) -> StepEventRecord {
     StepEventRecord { step_id: step_id.to_owned(), event, meta: meta(at) }
+}
+
+/// A request for `worker` to claim `step_id` at `at`.
+pub fn claim_request(step_id: &str, worker: &str, at: DateTime<Utc>) -> ClaimRequest {
+    ClaimRequest { step_id: step_id.to_owned(), worker: worker.to_owned(), meta: meta(at) }
+}
+
+/// A staged version `id` of `dataset`, partition `2024-01-01`, written by `attempt` of `step_id`:
+/// 10 rows in one file.
+pub fn version_record(id: &str, step_id: &str, attempt: u32, dataset: &str, at: DateTime<Utc>) -> VersionRecord {
+    VersionRecord {
+        id: id.to_owned(),
+        step_id: step_id.to_owned(),
+        attempt,
+        dataset: dataset.to_owned(),
+        partition: "2024-01-01".to_owned(),
+        files: serde_json::json!([{ "path": format!("day=2024-01-01/{id}.parquet"), "size": 1024 }]),
+        n_rows: 10,
+        schema_hash: "schema-hash-1".to_owned(),
+        checksum: format!("checksum-{id}"),
+        stats: serde_json::json!({ "columns": { "x": { "nulls": 0 } } }),
+        created_at: at,
+    }
+}
+
+/// A release `id` of `kind` made by `alice` at `at`, publishing `items` (dataset, version id)
+/// for partition `2024-01-01`, the n-th item at Delta version n + 1.
+pub fn release_record(id: &str, kind: ReleaseKind, items: &[(&str, Option<&str>)], at: DateTime<Utc>) -> ReleaseRecord {
+    ReleaseRecord {
+        id: id.to_owned(),
+        kind,
+        run_id: None,
+        backfill_id: None,
+        restores_release_id: None,
+        created_by: "alice".to_owned(),
+        created_at: at,
+        items: items
+            .iter()
+            .zip(1..)
+            .map(|((dataset, version_id), delta_version)| ReleaseItem {
+                dataset: (*dataset).to_owned(),
+                partition: "2024-01-01".to_owned(),
+                version_id: version_id.map(str::to_owned),
+                delta_version,
+            })
+            .collect(),
+    }
+}
+
+/// A checkpoint of `granule` of `step_id`'s first attempt, covered by `version_id`.
+pub fn checkpoint_record(step_id: &str, granule: &str, version_id: &str, at: DateTime<Utc>) -> CheckpointRecord {
+    CheckpointRecord {
+        step_id: step_id.to_owned(),
+        granule: granule.to_owned(),
+        attempt: 1,
+        position: format!("after {granule}"),
+        version_id: version_id.to_owned(),
+        data_version: Some(3),
+        schema_hash: "schema-hash-1".to_owned(),
+        n_rows: 10,
+        checksum: format!("checksum-{granule}"),
+        created_at: at,
+    }
 }
 
 /// A store on a backend, plus what a test needs to reach past it. Dropping it removes the temp

@@ -9,11 +9,14 @@ use chrono::{DateTime, Duration, Utc};
 use tidegate_core::retry::ErrorClass;
 use tidegate_core::state::{Action, RunStatus, StepEvent, StepStatus};
 use tidegate_store::{
-    Claim, Error, IN_FLIGHT_TIMEOUT_S, JournalEntry, JournalQuery, Lease, Outcome, RunRecord, RunRequest, SqlStore,
-    StepRecord, Store,
+    CheckpointRecord, Claim, Error, IN_FLIGHT_TIMEOUT_S, JournalEntry, JournalQuery, Lease, Outcome, Priority,
+    ReleaseKind, ReleaseRecord, RunRecord, RunRequest, SqlStore, StepRecord, Store,
 };
 use tidegate_testkit::fixed_instant;
-use tidegate_testkit::store::{StoreUnderTest, event, meta, new_steps, run_request};
+use tidegate_testkit::store::{
+    StoreUnderTest, checkpoint_record, claim_request, event, meta, new_steps, release_record, run_request,
+    version_record,
+};
 
 /// Generates one `#[test]` per suite function for a backend; `$make` builds an
 /// `Option<StoreUnderTest>` (`None` skips the test).
@@ -56,6 +59,16 @@ macro_rules! all_backend_tests {
             expired_leases_returns_exactly_the_expired_ones,
             reopening_runs_no_migration_twice,
             commit_to_an_unknown_step_is_not_found,
+            claim_steps_claims_100_steps_in_one_batch,
+            claim_of_a_step_that_is_not_ready_returns_none,
+            active_steps_excludes_terminal_steps_and_finished_runs,
+            record_staged_with_a_stale_epoch_stores_nothing,
+            record_staged_stores_versions_and_journals_them,
+            record_release_publishes_steps_and_rejects_a_stale_epoch,
+            releases_read_back_newest_first_with_their_items,
+            published_step_keys_finds_exactly_the_published_keys,
+            checkpoint_is_refused_until_its_version_is_staged,
+            scheduler_role_is_held_by_one_owner_until_it_expires,
         );
     };
 }
@@ -80,7 +93,7 @@ fn create(store: &dyn Store, n: usize) -> (RunRecord, Vec<StepRecord>) {
 /// A run of `n` steps, all made ready.
 fn create_ready(store: &dyn Store, n: usize) -> (RunRecord, Vec<StepRecord>) {
     let (run, steps) = create(store, n);
-    let events: Vec<_> = steps.iter().map(|s| event(&s.id, StepEvent::DepsMet, t0())).collect();
+    let events: Vec<_> = steps.iter().map(|s| event(&s.id, StepEvent::DepsMet { inputs: vec![] }, t0())).collect();
     for outcome in store.commit(&events).expect("committing deps_met") {
         assert!(matches!(outcome, Outcome::Applied { .. }), "deps_met applies to a pending step: {outcome:?}");
     }
@@ -147,7 +160,7 @@ pub fn transitions_are_committed_with_their_journal_entries(t: &StoreUnderTest) 
     assert_eq!(step.status(), StepStatus::Pending);
     assert_eq!(step.name, "task_0@2024-01-01");
 
-    let ready = commit_one(store, &step.id, StepEvent::DepsMet, t0());
+    let ready = commit_one(store, &step.id, StepEvent::DepsMet { inputs: vec![] }, t0());
     assert!(
         matches!(&ready, Outcome::Applied { step, actions, .. } if step.status == StepStatus::Ready && actions.is_empty())
     );
@@ -279,11 +292,11 @@ pub fn group_commit_of_1000_events_appends_1000_contiguous_entries(t: &StoreUnde
     let (run, steps) = create(store, 1001);
     // Start the run first, so that the batch below changes no run status and journals exactly
     // one entry per event.
-    commit_one(store, &steps[0].id, StepEvent::DepsMet, t0());
+    commit_one(store, &steps[0].id, StepEvent::DepsMet { inputs: vec![] }, t0());
     assert_eq!(store.run(&run.id).expect("run").expect("exists").status, RunStatus::Running);
     let head = all_entries(store).last().expect("entries exist").seq;
 
-    let events: Vec<_> = steps[1..].iter().map(|s| event(&s.id, StepEvent::DepsMet, t0() + secs(1))).collect();
+    let events: Vec<_> = steps[1..].iter().map(|s| event(&s.id, StepEvent::DepsMet { inputs: vec![] }, t0() + secs(1))).collect();
     let outcomes = store.commit(&events).expect("group commit");
     let seqs: Vec<u64> = outcomes
         .iter()
@@ -618,8 +631,460 @@ pub fn commit_to_an_unknown_step_is_not_found(t: &StoreUnderTest) {
     let (_, steps) = create(&*t.store, 1);
     let err = t
         .store
-        .commit(&[event(&steps[0].id, StepEvent::DepsMet, t0()), event("no-such-step", StepEvent::DepsMet, t0())])
+        .commit(&[event(&steps[0].id, StepEvent::DepsMet { inputs: vec![] }, t0()), event("no-such-step", StepEvent::DepsMet { inputs: vec![] }, t0())])
         .expect_err("refused");
     assert!(matches!(&err, Error::NotFound { what: "step", id } if id == "no-such-step"), "{err}");
     assert_eq!(status(&*t.store, &steps[0].id), StepStatus::Pending, "the whole batch rolled back");
+}
+
+// ---- engine support: batch claims, active work, versions, releases, checkpoints ---------------
+
+fn assert_chain_intact(store: &dyn Store) {
+    let report = store.verify_journal().expect("verifying the journal");
+    assert_eq!(report.break_at, None, "the chain verifies");
+    assert_eq!(report.n_entries, all_entries(store).len() as u64);
+}
+
+fn last_entry(store: &dyn Store) -> JournalEntry {
+    all_entries(store).pop().expect("the journal has entries")
+}
+
+fn is_applied(outcome: &Outcome) -> bool {
+    matches!(outcome, Outcome::Applied { .. })
+}
+
+/// Claims a ready step, stages one version `v-<step id>` of `dataset` and passes its checks:
+/// the step is then validated, ready to be published at the returned lease's epoch.
+fn validated(store: &dyn Store, step_id: &str, dataset: &str, at: DateTime<Utc>) -> Lease {
+    let lease = claim(store, step_id, "w1", at, 60);
+    let version = version_record(&format!("v-{step_id}"), step_id, lease.attempt, dataset, at);
+    let staged = store.record_staged(step_id, lease.epoch, &[version], &meta(at)).expect("recording staged output");
+    assert!(is_applied(&staged), "{staged:?}");
+    for ev in [StepEvent::ValidationStarted { epoch: lease.epoch }, StepEvent::ChecksPassed { epoch: lease.epoch }] {
+        let outcome = commit_one(store, step_id, ev, at);
+        assert!(is_applied(&outcome), "{outcome:?}");
+    }
+    assert_eq!(status(store, step_id), StepStatus::Validated);
+    lease
+}
+
+pub fn claim_steps_claims_100_steps_in_one_batch(t: &StoreUnderTest) {
+    let store = &*t.store;
+    let (run, steps) = create_ready(store, 100);
+    let n_before = all_entries(store).len();
+    let requests: Vec<_> = steps.iter().map(|s| claim_request(&s.id, "w1", t0())).collect();
+    let leases = store.claim_steps(&requests, t0(), 30).expect("claiming 100 steps");
+    let expected: Vec<Option<Lease>> = steps
+        .iter()
+        .map(|s| {
+            Some(Lease {
+                step_id: s.id.clone(),
+                attempt: 1,
+                epoch: 1,
+                worker: "w1".into(),
+                expires_at: t0() + secs(30),
+            })
+        })
+        .collect();
+    assert_eq!(leases, expected);
+    assert!(steps.iter().all(|s| status(store, &s.id) == StepStatus::Running));
+    assert_eq!(store.expired_leases(t0() + secs(31)).expect("leases").len(), 100, "every claim holds a lease");
+    assert_eq!(store.attempts(&steps[7].id).expect("attempts")[0].worker, "w1");
+    assert_eq!(store.run(&run.id).expect("run").expect("exists").status, RunStatus::Running);
+
+    // One journal entry per claim, in request order.
+    let entries = all_entries(store);
+    let claimed: Vec<(&str, Option<&String>)> =
+        entries[n_before..].iter().map(|e| (e.kind.as_str(), e.step_id.as_ref())).collect();
+    assert_eq!(claimed, steps.iter().map(|s| ("claimed", Some(&s.id))).collect::<Vec<_>>());
+
+    // A second batch finds them running; after an expiry and a retry, a claim takes epoch 2.
+    assert_eq!(store.claim_steps(&requests, t0() + secs(1), 30).expect("claiming again"), vec![None; 100]);
+    let first = leases[0].clone().expect("claimed");
+    expire_and_retry(store, &first, t0() + secs(31));
+    let again = store.claim_steps(&requests[..2], t0() + secs(120), 30).expect("claiming after a retry");
+    assert_eq!(again[0].as_ref().map(|l| (l.attempt, l.epoch)), Some((2, 2)));
+    assert_eq!(again[1], None);
+    assert_eq!(store.claim_steps(&[], t0(), 30).expect("claiming nothing"), vec![]);
+    assert_chain_intact(store);
+}
+
+pub fn claim_of_a_step_that_is_not_ready_returns_none(t: &StoreUnderTest) {
+    let store = &*t.store;
+    let (_, steps) = create(store, 2);
+    commit_one(store, &steps[1].id, StepEvent::DepsMet { inputs: vec![] }, t0());
+    let n_before = all_entries(store).len();
+    assert_eq!(store.claim_step(&steps[0].id, "w1", t0(), 30, &meta(t0())).expect("claiming"), None);
+    let leases = store
+        .claim_steps(&[claim_request(&steps[0].id, "w1", t0()), claim_request(&steps[1].id, "w1", t0())], t0(), 30)
+        .expect("claiming");
+    assert_eq!(leases.iter().map(Option::is_some).collect::<Vec<_>>(), vec![false, true]);
+    assert_eq!(status(store, &steps[0].id), StepStatus::Pending, "a pending step is left alone");
+    assert_eq!(store.attempts(&steps[0].id).expect("attempts"), vec![]);
+    let kinds: Vec<String> = all_entries(store)[n_before..].iter().map(|e| e.kind.clone()).collect();
+    assert_eq!(kinds, ["claimed"], "declining a claim journals nothing");
+
+    let err = store
+        .claim_steps(&[claim_request(&steps[1].id, "w2", t0()), claim_request("no-such-step", "w2", t0())], t0(), 30)
+        .expect_err("an unknown step is refused");
+    assert!(matches!(&err, Error::NotFound { what: "step", id } if id == "no-such-step"), "{err}");
+    assert_chain_intact(store);
+}
+
+pub fn active_steps_excludes_terminal_steps_and_finished_runs(t: &StoreUnderTest) {
+    let store = &*t.store;
+    // Created first, finished: none of its steps is active.
+    let done = store.create_run(&run_request("done"), &new_steps(1), &meta(t0())).expect("creating a run");
+    let done_step = &store.steps(&done.id).expect("steps")[0];
+    commit_one(store, &done_step.id, StepEvent::Skipped { reason: "already published".into() }, t0());
+    assert_eq!(store.run(&done.id).expect("run").expect("exists").status, RunStatus::Succeeded);
+
+    // A live run: one step published, one failed, one running, one pending.
+    let live = store.create_run(&run_request("live"), &new_steps(4), &meta(t0() + secs(1))).expect("creating a run");
+    let live_steps = store.steps(&live.id).expect("steps");
+    for s in &live_steps[..3] {
+        commit_one(store, &s.id, StepEvent::DepsMet { inputs: vec![] }, t0() + secs(2));
+    }
+    let lease = validated(store, &live_steps[0].id, "features", t0() + secs(3));
+    let published = store
+        .record_release(
+            &release_record(
+                "r1",
+                ReleaseKind::Publish,
+                &[("features", Some(&format!("v-{}", live_steps[0].id)))],
+                t0(),
+            ),
+            &[(live_steps[0].id.clone(), lease.epoch)],
+            &meta(t0() + secs(4)),
+        )
+        .expect("recording a release");
+    assert!(published.iter().all(is_applied), "{published:?}");
+    let failed = claim(store, &live_steps[1].id, "w1", t0() + secs(5), 60);
+    commit_one(
+        store,
+        &live_steps[1].id,
+        StepEvent::AttemptFailed {
+            epoch: failed.epoch,
+            class: ErrorClass::Deterministic,
+            reason: "bad data".into(),
+            at: t0() + secs(6),
+            jitter: 0.0,
+        },
+        t0() + secs(6),
+    );
+    claim(store, &live_steps[2].id, "w1", t0() + secs(7), 60);
+
+    // Created last, a backfill: its pending step comes after the live run's.
+    let request =
+        RunRequest { priority: Priority::Backfill, backfill_id: Some("bf-1".into()), ..run_request("history") };
+    let backfill = store.create_run(&request, &new_steps(1), &meta(t0() + secs(8))).expect("creating a run");
+
+    let active = store.active_steps().expect("listing active steps");
+    /// What a scheduler orders by: step, status, priority, backfill, run creation.
+    type Seen = (String, StepStatus, Priority, Option<String>, DateTime<Utc>);
+    let seen: Vec<Seen> = active
+        .iter()
+        .map(|a| (a.step.id.clone(), a.step.status(), a.priority, a.backfill_id.clone(), a.run_created_at))
+        .collect();
+    let backfill_step = store.steps(&backfill.id).expect("steps").remove(0);
+    assert_eq!(
+        seen,
+        vec![
+            (live_steps[2].id.clone(), StepStatus::Running, Priority::Live, None, t0() + secs(1)),
+            (live_steps[3].id.clone(), StepStatus::Pending, Priority::Live, None, t0() + secs(1)),
+            (backfill_step.id.clone(), StepStatus::Pending, Priority::Backfill, Some("bf-1".into()), t0() + secs(8)),
+        ]
+    );
+    assert_eq!(active[0].step, store.step(&live_steps[2].id).expect("step").expect("exists"), "whole step records");
+
+    // Cancelling the live run's open steps finishes it: nothing of it stays active.
+    for s in &live_steps[2..] {
+        commit_one(store, &s.id, StepEvent::Cancelled { reason: "operator".into() }, t0() + secs(9));
+    }
+    let ids: Vec<String> = store.active_steps().expect("listing").into_iter().map(|a| a.step.id).collect();
+    assert_eq!(ids, vec![backfill_step.id]);
+    assert_chain_intact(store);
+}
+
+pub fn record_staged_with_a_stale_epoch_stores_nothing(t: &StoreUnderTest) {
+    let store = &*t.store;
+    let (_, steps) = create_ready(store, 1);
+    let id = &steps[0].id;
+    let first = claim(store, id, "w1", t0(), 30);
+    expire_and_retry(store, &first, t0() + secs(31));
+    let second = claim(store, id, "w2", t0() + secs(120), 30);
+    assert_eq!(second.epoch, 2);
+
+    let zombie = version_record("v-zombie", id, first.attempt, "features", t0() + secs(121));
+    let outcome = store.record_staged(id, first.epoch, &[zombie], &meta(t0() + secs(121))).expect("recording");
+    let reason = "fenced: staged carries lease epoch 1 but the step is at epoch 2; a newer claim owns it";
+    assert!(matches!(&outcome, Outcome::Rejected { reason: r, .. } if r == reason), "{outcome:?}");
+    assert_eq!(store.versions(id).expect("versions"), vec![], "a fenced attempt stores no version");
+    assert_eq!(status(store, id), StepStatus::Running);
+    let rejected = last_entry(store);
+    assert_eq!(transitions(std::slice::from_ref(&rejected)), vec![tr("rejected", Some("running"), None)]);
+    assert_eq!(rejected.reason, reason);
+    assert_eq!(rejected.payload["version"], "v-zombie");
+    assert_eq!(rejected.payload["versions"][0]["checksum"], "checksum-v-zombie");
+    assert_eq!(t.raw_count("SELECT count(*) FROM versions"), 0);
+    assert_chain_intact(store);
+}
+
+pub fn record_staged_stores_versions_and_journals_them(t: &StoreUnderTest) {
+    let store = &*t.store;
+    let (_, steps) = create_ready(store, 2);
+    let id = &steps[0].id;
+    let lease = claim(store, id, "w1", t0(), 60);
+    let at = t0() + secs(5);
+    let versions = vec![version_record("v1", id, 1, "features", at), version_record("v2", id, 1, "labels", at)];
+
+    // A version of another attempt, or of another step, is the caller's mistake: nothing is stored.
+    let wrong_attempt = version_record("v9", id, 2, "features", at);
+    let err = store.record_staged(id, lease.epoch, &[wrong_attempt], &meta(at)).expect_err("refused");
+    assert!(matches!(err, Error::InvalidRequest(_)), "{err}");
+    let other_step = version_record("v9", &steps[1].id, 1, "features", at);
+    let err = store.record_staged(id, lease.epoch, &[other_step], &meta(at)).expect_err("refused");
+    assert!(matches!(err, Error::InvalidRequest(_)), "{err}");
+    assert_eq!(status(store, id), StepStatus::Running, "a refused call changes nothing");
+
+    let outcome = store.record_staged(id, lease.epoch, &versions, &meta(at)).expect("recording");
+    assert!(matches!(&outcome, Outcome::Applied { step, .. } if step.status == StepStatus::Staged), "{outcome:?}");
+    assert_eq!(store.versions(id).expect("versions"), versions);
+    assert_eq!(store.versions(&steps[1].id).expect("versions"), vec![]);
+    let staged = last_entry(store);
+    assert_eq!(transitions(std::slice::from_ref(&staged)), vec![tr("staged", Some("running"), Some("staged"))]);
+    assert_eq!(
+        staged.payload,
+        serde_json::json!({
+            "event": "staged",
+            "epoch": 1,
+            "version": "v1",
+            "versions": [
+                {"id": "v1", "dataset": "features", "partition": "2024-01-01", "n_rows": 10, "checksum": "checksum-v1"},
+                {"id": "v2", "dataset": "labels", "partition": "2024-01-01", "n_rows": 10, "checksum": "checksum-v2"},
+            ],
+        })
+    );
+
+    // A step that staged nothing (an empty partition) still moves on, with version "none".
+    let empty = claim(store, &steps[1].id, "w1", t0(), 60);
+    let outcome = store.record_staged(&steps[1].id, empty.epoch, &[], &meta(at)).expect("recording");
+    assert!(is_applied(&outcome), "{outcome:?}");
+    assert_eq!(last_entry(store).payload["version"], "none");
+    assert_chain_intact(store);
+}
+
+pub fn record_release_publishes_steps_and_rejects_a_stale_epoch(t: &StoreUnderTest) {
+    let store = &*t.store;
+    let (run, steps) = create_ready(store, 3);
+    let at = t0() + secs(10);
+    let datasets = ["features", "labels", "snapshots"];
+    let leases: Vec<Lease> = steps.iter().zip(datasets).map(|(s, d)| validated(store, &s.id, d, t0())).collect();
+    let versions: Vec<String> = steps.iter().map(|s| format!("v-{}", s.id)).collect();
+    let items: Vec<(&str, Option<&str>)> =
+        datasets.iter().zip(&versions).map(|(d, v)| (*d, Some(v.as_str()))).collect();
+
+    // The same dataset partition twice in one release is the caller's mistake.
+    let twice = release_record("r0", ReleaseKind::Publish, &[items[0], items[0]], at);
+    let err = store.record_release(&twice, &[], &meta(at)).expect_err("refused");
+    assert!(matches!(err, Error::InvalidRequest(_)), "{err}");
+    assert_eq!(store.release("r0").expect("reading"), None);
+    let unknown = release_record("r0", ReleaseKind::Publish, &[("features", Some("v-unknown"))], at);
+    let err = store.record_release(&unknown, &[], &meta(at)).expect_err("refused");
+    assert_eq!(err.to_string(), "invalid request: recording release r0: version \"v-unknown\" does not exist");
+    let release = release_record("r1", ReleaseKind::Publish, &items, at);
+    let mut publish: Vec<(String, u64)> = leases.iter().map(|l| (l.step_id.clone(), l.epoch)).collect();
+    // The third step's epoch is stale: a zombie attempt's publication is fenced.
+    publish[2].1 = 0;
+    let n_before = all_entries(store).len();
+
+    let outcomes = store.record_release(&release, &publish, &meta(at)).expect("recording the release");
+    assert_eq!(outcomes.iter().map(is_applied).collect::<Vec<_>>(), vec![true, true, false]);
+    assert!(
+        matches!(&outcomes[2], Outcome::Rejected { reason, .. } if reason.starts_with("fenced: published carries lease epoch 0")),
+        "{:?}",
+        outcomes[2]
+    );
+    assert_eq!(
+        steps.iter().map(|s| status(store, &s.id)).collect::<Vec<_>>(),
+        vec![StepStatus::Published, StepStatus::Published, StepStatus::Validated]
+    );
+    assert_eq!(store.attempts(&steps[0].id).expect("attempts")[0].outcome.as_deref(), Some("succeeded"));
+    assert_eq!(store.release("r1").expect("reading").as_ref(), Some(&release), "the release is recorded whole");
+    assert_eq!(store.run(&run.id).expect("run").expect("exists").status, RunStatus::Running);
+
+    let entries = all_entries(store);
+    assert_eq!(
+        transitions(&entries[n_before..]),
+        vec![
+            tr("release_published", None, None),
+            tr("published", Some("validated"), Some("published")),
+            tr("published", Some("validated"), Some("published")),
+            tr("rejected", Some("validated"), None),
+        ]
+    );
+    let released = &entries[n_before];
+    assert_eq!(released.payload["items"], serde_json::to_value(&release.items).expect("items serialize"));
+    assert_eq!(released.payload["id"], "r1");
+    assert_eq!(entries[n_before + 1].payload["release"], "r1");
+
+    // Recording the same release again is refused whole: nothing is published twice.
+    let err = store.record_release(&release, &publish[2..], &meta(at)).expect_err("refused");
+    assert!(matches!(err, Error::Conflict(_)), "{err}");
+    assert_eq!(status(store, &steps[2].id), StepStatus::Validated);
+
+    // The third step publishes in a release of its own at its current epoch; the run succeeds.
+    let retry = release_record("r2", ReleaseKind::Publish, &items[2..], at + secs(1));
+    let outcomes = store
+        .record_release(&retry, &[(steps[2].id.clone(), leases[2].epoch)], &meta(at + secs(1)))
+        .expect("recording");
+    assert!(outcomes.iter().all(is_applied), "{outcomes:?}");
+    assert_eq!(store.run(&run.id).expect("run").expect("exists").status, RunStatus::Succeeded);
+    assert_chain_intact(store);
+}
+
+pub fn releases_read_back_newest_first_with_their_items(t: &StoreUnderTest) {
+    let store = &*t.store;
+    let (run, steps) = create_ready(store, 1);
+    let lease = validated(store, &steps[0].id, "features", t0());
+    let version = format!("v-{}", steps[0].id);
+    // Items keep their order (dependency order), not an alphabetical one.
+    let mut first =
+        release_record("r1", ReleaseKind::Publish, &[("labels", None), ("features", Some(&version))], t0() + secs(1));
+    first.run_id = Some(run.id.clone());
+    store.record_release(&first, &[(steps[0].id.clone(), lease.epoch)], &meta(t0() + secs(1))).expect("recording");
+    let mut rollback = release_record("r2", ReleaseKind::Rollback, &[("features", None)], t0() + secs(2));
+    rollback.restores_release_id = Some("r1".into());
+    rollback.backfill_id = Some("bf-1".into());
+    let outcomes = store.record_release(&rollback, &[], &meta(t0() + secs(2))).expect("recording a rollback");
+    assert_eq!(outcomes, vec![]);
+    let restored = last_entry(store);
+    assert_eq!(
+        (restored.kind.as_str(), restored.payload["restores_release_id"].as_str()),
+        ("release_restored", Some("r1"))
+    );
+    store
+        .record_release(
+            &release_record("r3", ReleaseKind::Publish, &[("labels", None)], t0() + secs(3)),
+            &[],
+            &meta(t0()),
+        )
+        .expect("recording");
+
+    let ids = |releases: Vec<ReleaseRecord>| releases.into_iter().map(|r| r.id).collect::<Vec<_>>();
+    assert_eq!(ids(store.releases(None, 10).expect("listing")), ["r3", "r2", "r1"]);
+    assert_eq!(ids(store.releases(None, 2).expect("listing")), ["r3", "r2"]);
+    assert_eq!(ids(store.releases(Some("features"), 10).expect("listing")), ["r2", "r1"]);
+    assert_eq!(ids(store.releases(Some("nothing"), 10).expect("listing")), Vec::<String>::new());
+    let listed = store.releases(Some("features"), 10).expect("listing");
+    assert_eq!(listed, vec![rollback, first.clone()]);
+    assert_eq!(store.release("r1").expect("reading"), Some(first));
+    assert_eq!(store.release("r9").expect("reading"), None);
+    assert_chain_intact(store);
+}
+
+pub fn published_step_keys_finds_exactly_the_published_keys(t: &StoreUnderTest) {
+    let store = &*t.store;
+    let (_, steps) = create_ready(store, 3);
+    // step-key-0 published; step-key-1 validated but not published; step-key-2 only ready.
+    let lease = validated(store, &steps[0].id, "features", t0());
+    validated(store, &steps[1].id, "features", t0());
+    store
+        .record_release(
+            &release_record("r1", ReleaseKind::Publish, &[("features", None)], t0()),
+            &[(steps[0].id.clone(), lease.epoch)],
+            &meta(t0()),
+        )
+        .expect("recording");
+    // A second run re-plans step-key-0 (still pending there): one published step suffices.
+    create(store, 1);
+
+    // More keys than one IN list takes, with duplicates, so the lookup is chunked.
+    let mut keys: Vec<String> = (0..1_200).map(|i| format!("unknown-{i}")).collect();
+    keys.extend(["step-key-0", "step-key-1", "step-key-2", "step-key-0"].map(String::from));
+    keys.rotate_right(600);
+    let found = store.published_step_keys(&keys).expect("looking up");
+    assert_eq!(found, BTreeSet::from(["step-key-0".to_owned()]));
+    assert_eq!(store.published_step_keys(&[]).expect("looking up nothing"), BTreeSet::new());
+    assert_eq!(store.published_step_keys(&["step-key-2".to_owned()]).expect("looking up"), BTreeSet::new());
+}
+
+pub fn checkpoint_is_refused_until_its_version_is_staged(t: &StoreUnderTest) {
+    let store = &*t.store;
+    let (_, steps) = create_ready(store, 2);
+    let id = &steps[0].id;
+    let lease = claim(store, id, "w1", t0(), 60);
+
+    // Invariant 4: no checkpoint before the output it covers is staged.
+    let early = checkpoint_record(id, "batch-0", "v1", t0() + secs(1));
+    let err = store.record_checkpoint(&early).expect_err("refused before staging");
+    assert!(matches!(err, Error::InvalidRequest(_)), "{err}");
+    assert_eq!(store.last_checkpoint(id).expect("reading"), None);
+
+    let at = t0() + secs(2);
+    let versions = [version_record("v1", id, 1, "features", at), version_record("v2", id, 1, "features", at)];
+    assert!(is_applied(&store.record_staged(id, lease.epoch, &versions, &meta(at)).expect("staging")));
+    // A version of another step does not cover this one's progress.
+    let other = claim(store, &steps[1].id, "w1", t0(), 60);
+    let theirs = version_record("v-other", &steps[1].id, 1, "features", at);
+    store.record_staged(&steps[1].id, other.epoch, &[theirs], &meta(at)).expect("staging");
+    let err = store.record_checkpoint(&checkpoint_record(id, "batch-0", "v-other", at)).expect_err("refused");
+    assert!(matches!(err, Error::InvalidRequest(_)), "{err}");
+    let err = store.record_checkpoint(&checkpoint_record("no-such-step", "batch-0", "v1", at)).expect_err("refused");
+    assert!(matches!(&err, Error::NotFound { what: "step", .. }), "{err}");
+
+    let b0 = checkpoint_record(id, "batch-0", "v1", t0() + secs(3));
+    store.record_checkpoint(&b0).expect("recording after staging");
+    assert_eq!(store.last_checkpoint(id).expect("reading"), Some(b0.clone()));
+    let cp = last_entry(store);
+    assert_eq!((cp.kind.as_str(), cp.actor.as_str(), cp.step_id.as_ref()), ("checkpoint_recorded", "w1", Some(id)));
+    assert_eq!(cp.payload, serde_json::to_value(&b0).expect("checkpoint serializes"));
+
+    // The newest by time, then by granule; rewriting a granule replaces it.
+    let b1 = checkpoint_record(id, "batch-1", "v2", t0() + secs(4));
+    store.record_checkpoint(&b1).expect("recording");
+    assert_eq!(store.last_checkpoint(id).expect("reading"), Some(b1.clone()));
+    let b0_again = CheckpointRecord {
+        position: "rewound".into(),
+        data_version: None,
+        ..checkpoint_record(id, "batch-0", "v2", t0() + secs(5))
+    };
+    store.record_checkpoint(&b0_again).expect("rewriting a granule");
+    assert_eq!(store.last_checkpoint(id).expect("reading"), Some(b0_again));
+    assert_eq!(t.raw_count("SELECT count(*) FROM checkpoints"), 2, "one row per granule");
+    let b2 = CheckpointRecord { position: "end".into(), ..checkpoint_record(id, "batch-2", "v2", t0() + secs(5)) };
+    store.record_checkpoint(&b2).expect("recording");
+    assert_eq!(store.last_checkpoint(id).expect("reading"), Some(b2), "a tie in time goes to the later granule");
+    assert_eq!(store.last_checkpoint(&steps[1].id).expect("reading"), None);
+    assert_chain_intact(store);
+}
+
+pub fn scheduler_role_is_held_by_one_owner_until_it_expires(t: &StoreUnderTest) {
+    let store = &*t.store;
+    let acquire = |owner: &str, at_s: i64| store.acquire_scheduler(owner, t0() + secs(at_s), 30).expect("acquiring");
+    assert!(acquire("a", 0), "a free role is taken");
+    assert!(!acquire("b", 10), "a live holder keeps it");
+    assert!(acquire("a", 20), "the holder renews, until 50");
+    assert!(!acquire("b", 50), "the hold is valid until its expiry");
+    assert!(acquire("b", 51), "an expired hold is taken over");
+    assert!(!acquire("a", 52), "the old holder has lost it");
+
+    store.release_scheduler("a").expect("releasing a role a does not hold");
+    assert!(!acquire("a", 53), "releasing by a non-holder changes nothing");
+    store.release_scheduler("b").expect("releasing");
+    assert!(acquire("a", 54), "a released role is free");
+
+    let roles: Vec<(String, String, serde_json::Value)> =
+        all_entries(store).into_iter().map(|e| (e.kind, e.actor, e.payload["previous_owner"].clone())).collect();
+    assert_eq!(
+        roles,
+        vec![
+            ("scheduler_acquired".to_owned(), "a".to_owned(), serde_json::Value::Null),
+            ("scheduler_acquired".to_owned(), "b".to_owned(), serde_json::json!("a")),
+            ("scheduler_released".to_owned(), "b".to_owned(), serde_json::Value::Null),
+            ("scheduler_acquired".to_owned(), "a".to_owned(), serde_json::Value::Null),
+        ],
+        "changes of holder are journaled, renewals and refusals are not"
+    );
+    assert_chain_intact(store);
 }
