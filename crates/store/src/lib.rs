@@ -50,6 +50,14 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// [`Error::InvalidRequest`].
     fn create_run(&self, request: &RunRequest, steps: &[NewStep], meta: &JournalMeta) -> Result<RunRecord>;
 
+    /// One-shot idempotent submission, for callers that plan before submitting. In one
+    /// transaction: without a key, or with a key unknown or expired, the run is created (and the
+    /// key recorded as done); with a key already done for an equal request, the stored run is
+    /// returned and nothing is created; a different request under the key is
+    /// [`Error::IdempotencyMismatch`]; a key held in progress by a two-phase submitter is
+    /// [`Error::Conflict`] (taken over after `IN_FLIGHT_TIMEOUT_S`). `meta.at` is the request time.
+    fn submit_run(&self, request: &RunRequest, steps: &[NewStep], meta: &JournalMeta) -> Result<Submission>;
+
     fn run(&self, run_id: &str) -> Result<Option<RunRecord>>;
     /// The newest runs first, at most `limit`.
     fn runs(&self, limit: u32) -> Result<Vec<RunRecord>>;

@@ -300,3 +300,11 @@ pub struct CheckpointRecord {
     pub checksum: String,
     pub created_at: DateTime<Utc>,
 }
+
+/// The result of [`crate::Store::submit_run`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Submission {
+    pub run: RunRecord,
+    /// False when an earlier submission under the same idempotency key created the run.
+    pub created: bool,
+}

@@ -17,7 +17,7 @@ use crate::sqlite::Sqlite;
 use crate::{
     ActiveStep, AttemptRecord, Backend, ChainReport, CheckpointRecord, Claim, ClaimRequest, Error, IN_FLIGHT_TIMEOUT_S,
     JournalEntry, JournalMeta, JournalQuery, Lease, NewStep, Outcome, ReleaseItem, ReleaseKind, ReleaseRecord, Result,
-    RunRecord, RunRequest, StepEventRecord, StepRecord, Store, VersionRecord,
+    RunRecord, RunRequest, StepEventRecord, StepRecord, Store, Submission, VersionRecord,
 };
 
 /// Store settings.
@@ -863,6 +863,70 @@ impl<D: Driver> Store for SqlStore<D> {
                     )?;
                 }
                 Ok(run)
+            })
+            .map_err(|e| e.context(&what))
+    }
+
+    fn submit_run(&self, request: &RunRequest, steps: &[NewStep], meta: &JournalMeta) -> Result<Submission> {
+        let what = format!("submitting a run of {:?}", request.target);
+        validate_steps(steps).map_err(|e| e.context(&what))?;
+        let now = meta.at;
+        self.driver
+            .write(|tx| {
+                let mut replace = false;
+                if let Some(key) = &request.idempotency_key
+                    && let Some(stored) = load_key(tx, key)?
+                {
+                    replace = true;
+                    if stored.expires_at > now {
+                        let fields = differing_fields(&stored.request, request)?;
+                        if !fields.is_empty() {
+                            return Err(Error::IdempotencyMismatch { key: key.clone(), fields });
+                        }
+                        match (stored.done, stored.run_id) {
+                            (true, Some(run_id)) => {
+                                let run = tx
+                                    .query(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = ?1"), &[run_id.as_str().into()])?
+                                    .first()
+                                    .map(run_from_row)
+                                    .transpose()?
+                                    .ok_or_else(|| Error::Corrupt(format!("idempotency key {key:?} names missing run {run_id}")))?;
+                                return Ok(Submission { run, created: false });
+                            }
+                            (true, None) => {
+                                return Err(Error::Corrupt(format!("idempotency key {key:?} is done but names no run")));
+                            }
+                            (false, _) if now - stored.created_at < Duration::seconds(IN_FLIGHT_TIMEOUT_S) => {
+                                return Err(Error::Conflict(format!(
+                                    "idempotency key {key:?} is in use by a concurrent request claimed at {}; retry later",
+                                    fmt_ts(stored.created_at)
+                                )));
+                            }
+                            (false, _) => {}
+                        }
+                    }
+                }
+                let mut journal = Appender::default();
+                let run = Self::insert_run(tx, &mut journal, request, steps, meta)?;
+                if let Some(key) = &request.idempotency_key {
+                    let params = [
+                        key.as_str().into(),
+                        to_json(request)?.into(),
+                        KEY_DONE.into(),
+                        run.id.as_str().into(),
+                        fmt_ts(now).into(),
+                        fmt_ts(now + self.idempotency_ttl).into(),
+                    ];
+                    let sql = if replace {
+                        "UPDATE idempotency_records SET request_json = ?2, state = ?3, run_id = ?4, created_at = ?5, \
+                         expires_at = ?6 WHERE idem_key = ?1"
+                    } else {
+                        "INSERT INTO idempotency_records (idem_key, request_json, state, run_id, created_at, expires_at) \
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6)"
+                    };
+                    tx.execute(sql, &params)?;
+                }
+                Ok(Submission { run, created: true })
             })
             .map_err(|e| e.context(&what))
     }

@@ -50,6 +50,8 @@ macro_rules! all_backend_tests {
             same_key_same_request_returns_the_stored_run,
             same_key_different_request_names_the_differing_fields,
             racing_claims_of_one_key_let_exactly_one_proceed,
+            one_shot_submission_is_idempotent,
+            racing_one_shot_submissions_create_exactly_one_run,
             expired_key_is_claimed_anew,
             abandoned_claim_is_taken_over_after_the_in_flight_timeout,
             create_run_requires_a_claimed_key,
@@ -296,7 +298,8 @@ pub fn group_commit_of_1000_events_appends_1000_contiguous_entries(t: &StoreUnde
     assert_eq!(store.run(&run.id).expect("run").expect("exists").status, RunStatus::Running);
     let head = all_entries(store).last().expect("entries exist").seq;
 
-    let events: Vec<_> = steps[1..].iter().map(|s| event(&s.id, StepEvent::DepsMet { inputs: vec![] }, t0() + secs(1))).collect();
+    let events: Vec<_> =
+        steps[1..].iter().map(|s| event(&s.id, StepEvent::DepsMet { inputs: vec![] }, t0() + secs(1))).collect();
     let outcomes = store.commit(&events).expect("group commit");
     let seqs: Vec<u64> = outcomes
         .iter()
@@ -430,6 +433,55 @@ pub fn racing_claims_of_one_key_let_exactly_one_proceed(t: &StoreUnderTest) {
     let run = t.store.create_run(&request, &new_steps(1), &meta(t0())).expect("the winner creates the run");
     let third = t.store.claim_idempotency_key("race", &request, t0() + secs(1)).expect("claiming a third time");
     assert_eq!(third, Claim::Done { run_id: run.id });
+}
+
+pub fn one_shot_submission_is_idempotent(t: &StoreUnderTest) {
+    let store = &*t.store;
+    let request = keyed(run_request("features"), "once");
+    let first = store.submit_run(&request, &new_steps(2), &meta(t0())).expect("submitting");
+    assert!(first.created);
+    let again = store.submit_run(&request, &new_steps(2), &meta(t0() + secs(1))).expect("replaying");
+    assert!(!again.created);
+    assert_eq!(again.run.id, first.run.id);
+    assert_eq!(store.runs(10).expect("runs").len(), 1, "a replay creates no run");
+    let mut other = request.clone();
+    other.partitions = vec!["2024-01-02".into()];
+    let err = store.submit_run(&other, &new_steps(2), &meta(t0() + secs(2))).expect_err("mismatch");
+    assert_eq!(err.to_string(), "idempotency key \"once\" was first used with a different request: partitions differ");
+    // The one-shot and two-phase paths share the key space.
+    assert_eq!(
+        store.claim_idempotency_key("once", &request, t0() + secs(3)).expect("claim"),
+        Claim::Done { run_id: first.run.id.clone() }
+    );
+    // After the key expires, the same request is new work.
+    let later = store.submit_run(&request, &new_steps(2), &meta(t0() + Duration::hours(25))).expect("after expiry");
+    assert!(later.created);
+    assert_ne!(later.run.id, first.run.id);
+    let unkeyed = run_request("features");
+    assert!(store.submit_run(&unkeyed, &new_steps(1), &meta(t0())).expect("no key").created);
+    assert!(
+        store.submit_run(&unkeyed, &new_steps(1), &meta(t0())).expect("no key").created,
+        "without a key every submission is new"
+    );
+}
+
+pub fn racing_one_shot_submissions_create_exactly_one_run(t: &StoreUnderTest) {
+    let request = keyed(run_request("features"), "race-once");
+    let barrier = Arc::new(Barrier::new(4));
+    let handles: Vec<_> = (0..4)
+        .map(|_| {
+            let (store, barrier, request) = (Arc::clone(&t.store), Arc::clone(&barrier), request.clone());
+            thread::spawn(move || {
+                barrier.wait();
+                store.submit_run(&request, &new_steps(3), &meta(t0()))
+            })
+        })
+        .collect();
+    let results: Vec<_> = handles.into_iter().map(|h| h.join().expect("thread").expect("submission")).collect();
+    assert_eq!(results.iter().filter(|r| r.created).count(), 1, "exactly one submission creates the run");
+    assert!(results.iter().all(|r| r.run.id == results[0].run.id), "every submitter gets the same run");
+    assert_eq!(t.store.runs(10).expect("runs").len(), 1);
+    assert_eq!(t.store.verify_journal().expect("verify").break_at, None);
 }
 
 pub fn expired_key_is_claimed_anew(t: &StoreUnderTest) {
@@ -631,7 +683,10 @@ pub fn commit_to_an_unknown_step_is_not_found(t: &StoreUnderTest) {
     let (_, steps) = create(&*t.store, 1);
     let err = t
         .store
-        .commit(&[event(&steps[0].id, StepEvent::DepsMet { inputs: vec![] }, t0()), event("no-such-step", StepEvent::DepsMet { inputs: vec![] }, t0())])
+        .commit(&[
+            event(&steps[0].id, StepEvent::DepsMet { inputs: vec![] }, t0()),
+            event("no-such-step", StepEvent::DepsMet { inputs: vec![] }, t0()),
+        ])
         .expect_err("refused");
     assert!(matches!(&err, Error::NotFound { what: "step", id } if id == "no-such-step"), "{err}");
     assert_eq!(status(&*t.store, &steps[0].id), StepStatus::Pending, "the whole batch rolled back");
