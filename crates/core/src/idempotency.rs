@@ -72,6 +72,9 @@ pub fn code_version(run: &TaskRun, files: &[FileContent<'_>]) -> String {
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct PinnedInput {
     pub dataset: String,
+    /// The partitions read (empty for `latest`: the whole published version).
+    #[serde(default)]
+    pub partitions: Vec<String>,
     /// The Delta table version read; `None` when the input has no published version yet.
     pub version: Option<i64>,
 }
@@ -98,6 +101,9 @@ impl StepIdentity<'_> {
         inputs.sort();
         for i in inputs {
             c.str("input", &i.dataset).str("version", &i.version.map_or_else(|| "none".to_owned(), |v| v.to_string()));
+            for p in &i.partitions {
+                c.str("input_partition", p);
+            }
         }
         c.finish()
     }
@@ -110,7 +116,7 @@ mod tests {
     fn key(task: &str, partition: &str, params: &[(&str, &str)], inputs: &[(&str, Option<i64>)]) -> String {
         let params: BTreeMap<String, String> = params.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
         let inputs: Vec<PinnedInput> =
-            inputs.iter().map(|(d, v)| PinnedInput { dataset: (*d).to_owned(), version: *v }).collect();
+            inputs.iter().map(|(d, v)| PinnedInput { dataset: (*d).to_owned(), partitions: Vec::new(), version: *v }).collect();
         StepIdentity { task, partition, code_version: "c1", params: &params, inputs: &inputs }.key()
     }
 

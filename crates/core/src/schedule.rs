@@ -66,6 +66,98 @@ pub fn next_class(load: &ClassLoad, slots: u32, shares: &Shares) -> Option<usize
     starving.or_else(|| (0..CLASSES).find(|&c| load.ready[c] > 0))
 }
 
+/// A token bucket limiting attempt starts per second, with backpressure: when the pool's recent
+/// failure rate climbs past [`BACKPRESSURE_TRIP`], its rate is halved (down to a floor), and it
+/// doubles back toward the configured rate once failures fall below [`BACKPRESSURE_CLEAR`].
+/// Time is passed in, so the bucket is deterministic under a test clock.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RateLimit {
+    /// The configured starts per second; `None` means unlimited (backpressure still applies).
+    pub configured_per_s: Option<f64>,
+    /// The rate in force now, after backpressure.
+    pub current_per_s: f64,
+    tokens: f64,
+    last: Option<chrono::DateTime<chrono::Utc>>,
+    /// Outcomes of recent attempts, newest last: true for a failure.
+    recent: std::collections::VecDeque<bool>,
+}
+
+/// How many recent attempt outcomes the failure rate looks at.
+pub const BACKPRESSURE_WINDOW: usize = 20;
+/// Failure share above which the rate is halved.
+pub const BACKPRESSURE_TRIP: f64 = 0.5;
+/// Failure share below which the rate recovers.
+pub const BACKPRESSURE_CLEAR: f64 = 0.1;
+/// The rate an unlimited pool falls to when it first trips, and the floor for every pool.
+pub const BACKPRESSURE_UNLIMITED_START_PER_S: f64 = 16.0;
+pub const BACKPRESSURE_FLOOR_PER_S: f64 = 0.05;
+
+impl RateLimit {
+    pub fn new(per_s: Option<f64>) -> Self {
+        let current = per_s.unwrap_or(f64::INFINITY);
+        Self { configured_per_s: per_s, current_per_s: current, tokens: 1.0, last: None, recent: Default::default() }
+    }
+
+    fn refill(&mut self, now: chrono::DateTime<chrono::Utc>) {
+        if let Some(last) = self.last {
+            #[allow(clippy::cast_precision_loss)]
+            let elapsed_s = (now - last).num_microseconds().unwrap_or(i64::MAX).max(0) as f64 / 1e6;
+            self.tokens = (self.tokens + elapsed_s * self.current_per_s).min(self.current_per_s.max(1.0));
+        }
+        self.last = Some(now);
+    }
+
+    /// Takes a token to start one attempt at `now`; false when the start must wait.
+    pub fn try_start(&mut self, now: chrono::DateTime<chrono::Utc>) -> bool {
+        if self.current_per_s.is_infinite() {
+            return true;
+        }
+        self.refill(now);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// When the next token will be available, for the scheduler's timer.
+    pub fn next_token_at(&self, now: chrono::DateTime<chrono::Utc>) -> chrono::DateTime<chrono::Utc> {
+        if self.current_per_s.is_infinite() || self.tokens >= 1.0 {
+            return now;
+        }
+        let wait_s = (1.0 - self.tokens) / self.current_per_s;
+        #[allow(clippy::cast_possible_truncation)]
+        let wait_ms = (wait_s * 1000.0).ceil() as i64;
+        now + chrono::Duration::milliseconds(wait_ms.max(1))
+    }
+
+    /// Records an attempt's outcome and adjusts the rate; returns the new rate when it changed.
+    pub fn record(&mut self, failed: bool) -> Option<f64> {
+        self.recent.push_back(failed);
+        if self.recent.len() > BACKPRESSURE_WINDOW {
+            self.recent.pop_front();
+        }
+        if self.recent.len() < BACKPRESSURE_WINDOW / 2 {
+            return None;
+        }
+        #[allow(clippy::cast_precision_loss)]
+        let share = self.recent.iter().filter(|f| **f).count() as f64 / self.recent.len() as f64;
+        let before = self.current_per_s;
+        let ceiling = self.configured_per_s.unwrap_or(f64::INFINITY);
+        if share > BACKPRESSURE_TRIP {
+            let base = if before.is_infinite() { BACKPRESSURE_UNLIMITED_START_PER_S } else { before / 2.0 };
+            self.current_per_s = base.max(BACKPRESSURE_FLOOR_PER_S);
+            self.recent.clear();
+        } else if share < BACKPRESSURE_CLEAR && before < ceiling {
+            let doubled = before * 2.0;
+            self.current_per_s = if doubled >= ceiling || (ceiling.is_infinite() && doubled > BACKPRESSURE_UNLIMITED_START_PER_S * 4.0) { ceiling } else { doubled };
+            self.recent.clear();
+        }
+        (self.current_per_s != before).then_some(self.current_per_s)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,6 +183,38 @@ mod tests {
         let d = catch_up(&days(3), Catchup { enabled: true, max_active_runs: Some(1) });
         assert_eq!(keys(&d.run), ["2024-01-03", "2024-01-02", "2024-01-01"]);
         assert!(d.debt.is_empty());
+    }
+
+    fn at(ms: i64) -> chrono::DateTime<chrono::Utc> {
+        chrono::DateTime::from_timestamp_millis(1_700_000_000_000 + ms).expect("valid instant")
+    }
+
+    #[test]
+    fn rate_limit_spaces_starts() {
+        let mut r = RateLimit::new(Some(2.0));
+        assert!(r.try_start(at(0)));
+        assert!(!r.try_start(at(100)));
+        assert_eq!(r.next_token_at(at(100)), at(500));
+        assert!(r.try_start(at(500)));
+    }
+
+    #[test]
+    fn failing_pool_has_its_rate_halved_then_recovers() {
+        let mut r = RateLimit::new(Some(8.0));
+        let mut changes = Vec::new();
+        for _ in 0..10 {
+            changes.extend(r.record(true));
+        }
+        assert_eq!(changes, [4.0]);
+        for _ in 0..10 {
+            changes.extend(r.record(true));
+        }
+        assert_eq!(changes, [4.0, 2.0]);
+        for _ in 0..20 {
+            changes.extend(r.record(false));
+        }
+        assert_eq!(changes, [4.0, 2.0, 4.0, 8.0]);
+        assert_eq!(r.current_per_s, 8.0);
     }
 
     #[test]

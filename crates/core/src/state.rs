@@ -9,6 +9,7 @@ use std::fmt;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use crate::idempotency::PinnedInput;
 use crate::retry::{self, ErrorClass};
 use crate::spec::RetryPolicy;
 
@@ -118,6 +119,10 @@ pub struct Step {
     pub needs_approval: bool,
     pub retry_at: Option<DateTime<Utc>>,
     pub last_failure: Option<Failure>,
+    /// The input versions pinned when the step became ready; every attempt, retries included,
+    /// reads exactly these (invariant 3).
+    #[serde(default)]
+    pub pinned: Vec<PinnedInput>,
 }
 
 impl Step {
@@ -131,6 +136,7 @@ impl Step {
             needs_approval,
             retry_at: None,
             last_failure: None,
+            pinned: Vec::new(),
         }
     }
 }
@@ -139,8 +145,9 @@ impl Step {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum StepEvent {
-    /// Every upstream step is published, skipped or superseded.
-    DepsMet,
+    /// Every upstream step is published, skipped or superseded; `inputs` are the versions pinned
+    /// for every attempt of the step.
+    DepsMet { inputs: Vec<PinnedInput> },
     UpstreamFailed {
         upstream: String,
     },
@@ -204,7 +211,7 @@ impl StepEvent {
     /// The event's name as it appears in the journal and the transition table.
     pub fn kind(&self) -> &'static str {
         match self {
-            StepEvent::DepsMet => "deps_met",
+            StepEvent::DepsMet { .. } => "deps_met",
             StepEvent::UpstreamFailed { .. } => "upstream_failed",
             StepEvent::Claimed { .. } => "claimed",
             StepEvent::Staged { .. } => "staged",
@@ -294,7 +301,10 @@ pub fn apply(step: &Step, event: &StepEvent) -> Result<(Step, Vec<Action>), Erro
     let mut next = step.clone();
     let mut actions = Vec::new();
     next.status = match (step.status, event) {
-        (S::Pending, E::DepsMet) => S::Ready,
+        (S::Pending, E::DepsMet { inputs }) => {
+            next.pinned = inputs.clone();
+            S::Ready
+        }
         (S::Pending | S::Ready | S::RetryWait, E::UpstreamFailed { .. }) => {
             actions.push(Action::FailDownstream);
             S::UpstreamFailed

@@ -16,7 +16,7 @@ fn t0() -> DateTime<Utc> {
 /// One representative of every event kind, at the given epoch.
 fn events(epoch: u64) -> Vec<StepEvent> {
     vec![
-        StepEvent::DepsMet,
+        StepEvent::DepsMet { inputs: vec![] },
         StepEvent::UpstreamFailed { upstream: "up".into() },
         StepEvent::Claimed { epoch: epoch + 1, worker: "w1".into() },
         StepEvent::Staged { epoch, version: "v1".into() },
@@ -105,7 +105,7 @@ fn an_expired_lease_cannot_stage_or_publish() {
 #[test]
 fn transient_failures_retry_until_attempts_run_out() {
     let mut step = Step::new(RetryPolicy { attempts: 3, backoff_base_ms: 1_000, backoff_max_ms: 10_000 }, false);
-    step = apply(&step, &StepEvent::DepsMet).expect("legal").0;
+    step = apply(&step, &StepEvent::DepsMet { inputs: vec![] }).expect("legal").0;
     let mut delays = Vec::new();
     for epoch in 1..=3 {
         step = apply(&step, &StepEvent::Claimed { epoch, worker: "w".into() }).expect("legal").0;
