@@ -288,14 +288,16 @@ pub fn apply(step: &Step, event: &StepEvent) -> Result<(Step, Vec<Action>), Erro
     use StepEvent as E;
     use StepStatus as S;
 
-    let illegal = || Error::Illegal { from: step.status, event: event.kind() };
-    if step.status.is_terminal() {
-        return Err(illegal());
-    }
+    // Fencing first: a report from a superseded attempt is refused as stale whatever the step's
+    // status, which tells the operator more than "illegal transition" would.
     if let Some(got) = event.fenced_epoch()
         && got != step.epoch
     {
         return Err(Error::Fenced { event: event.kind(), got, current: step.epoch });
+    }
+    let illegal = || Error::Illegal { from: step.status, event: event.kind() };
+    if step.status.is_terminal() {
+        return Err(illegal());
     }
 
     let mut next = step.clone();
