@@ -1,1 +1,37 @@
-//! The data plane (in progress).
+//! Tidegate's data plane: each dataset is a Delta table in the lake. Steps stage their output as
+//! uncommitted Parquet files, checks run on the staged rows, and publication makes them visible in
+//! one Delta commit per dataset, guarded against replays by an application transaction. Rollback
+//! is a new commit that restores an earlier version's files.
+//!
+//! Architecture invariant: this crate knows nothing of the state store. It returns plain,
+//! serializable records ([`StagedVersion`], [`CheckResult`], [`Publication`]) that the engine
+//! persists and journals.
+//!
+//! Architecture invariant: a file is visible to readers only through a Delta commit; staging never
+//! writes to `_delta_log`, and every staged path is non-hidden so vacuum and reconciliation can
+//! clean it.
+
+mod checks;
+mod df;
+mod error;
+mod modes;
+mod publish;
+mod query;
+mod read;
+mod rollback;
+mod stage;
+mod table;
+
+pub use checks::{CheckResult, SCHEMA_CONTRACT};
+pub use error::{Error, FileLocation, Result};
+pub use publish::{
+    APP_ID_PREFIX, MAX_COMMIT_ATTEMPTS, Publication, PublishedItem, Release, ReleaseItem, TXN_UNDONE, app_id,
+};
+pub use query::InputTable;
+pub use read::{Commit, DIFF_SAMPLE_ROWS, Diff};
+pub use rollback::Reconciliation;
+pub use stage::{ColumnStats, MAX_INPUT_FILES, StagedFile, StagedVersion, schema_hash};
+pub use table::{Lake, PARTITION_COLUMN, STAGING_DIR};
+
+/// Re-exported so callers build and read batches with the exact Arrow version the lake uses.
+pub use arrow;

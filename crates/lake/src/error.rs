@@ -1,0 +1,170 @@
+//! The one error type of the data plane, sorted by who must act: the user (bad data, bad names,
+//! unsupported lake), the caller's retry loop (commit conflicts, storage hiccups), or us (bugs).
+
+/// `Result` with [`Error`] as the default error.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in the lake. Use [`Error::is_retryable`] to classify.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    // ---- the user's mistake: deterministic, retrying cannot help ----
+    /// The lake URL names a store this build cannot write safely.
+    #[error("{url}: s3:// lakes need conditional put; this build supports local folders only")]
+    UnsupportedLake { url: String },
+
+    /// The lake URL is neither a folder nor a supported object-store URL.
+    #[error("invalid lake location {url:?}: {reason}")]
+    InvalidLake { url: String, reason: String },
+
+    /// A dataset name, staging id or partition key that cannot be used as given.
+    #[error("invalid {what} {value:?}: {reason}")]
+    InvalidName { what: &'static str, value: String, reason: String },
+
+    /// The dataset has no Delta table yet (nothing staged or published).
+    #[error("dataset {dataset:?} has no table in the lake yet")]
+    UnknownDataset { dataset: String },
+
+    /// The requested table version does not exist.
+    #[error("dataset {dataset:?} has no version {version}")]
+    UnknownVersion { dataset: String, version: u64 },
+
+    /// Staged data does not fit the dataset's schema.
+    #[error("dataset {dataset:?}: {location}column {column:?}: {detail}")]
+    SchemaMismatch { dataset: String, location: FileLocation, column: String, detail: String },
+
+    /// A file left by a command could not be read as Parquet, CSV or JSON lines.
+    #[error("dataset {dataset:?}: cannot read {file}: {detail}")]
+    UnreadableFile { dataset: String, file: String, detail: String },
+
+    /// A row names a partition the step was not asked to write.
+    #[error("dataset {dataset:?}: a row has tg_partition {value:?}, but this step writes only {expected}")]
+    PartitionMismatch { dataset: String, value: String, expected: String },
+
+    /// A merge source holds several rows for one key and no ordering decides between them.
+    #[error(
+        "dataset {dataset:?}: the merge source has {n_rows} rows for key {key} and {why}; \
+         nothing was written"
+    )]
+    TiedDuplicates { dataset: String, key: String, n_rows: u64, why: &'static str },
+
+    /// A staged file that a publication would reference is gone (reconciled or deleted by hand).
+    #[error("dataset {dataset:?}: staged file {path} is missing; stage the step again")]
+    MissingStagedFile { dataset: String, path: String },
+
+    /// A query given by the user (custom check, `sql`) failed to plan or run.
+    #[error("query failed: {detail}")]
+    Query { detail: String },
+
+    // ---- try again ----
+    /// Other writers kept committing to the table while this commit was prepared.
+    #[error("dataset {dataset:?}: commit conflict persisted after {n_attempts} attempts; retry later")]
+    Conflict { dataset: String, n_attempts: u32 },
+
+    /// The object store failed in a way that may succeed on retry (IO, network).
+    #[error("storage error: {detail}")]
+    Storage { detail: String },
+
+    /// A release failed part-way; the datasets it had already committed were restored.
+    #[error("release {release_id}: publishing {dataset:?} failed: {source}; restored: {}", describe_restored(restored))]
+    ReleaseFailed {
+        release_id: String,
+        dataset: String,
+        #[source]
+        source: Box<Error>,
+        /// `(dataset, new table version)` of every restore commit, in the order they were made.
+        restored: Vec<(String, u64)>,
+        /// Datasets whose restore itself failed (they still show the new data).
+        not_restored: Vec<String>,
+    },
+
+    // ---- a bug ----
+    /// Something the lake assumes about itself or delta-rs did not hold.
+    #[error("internal error: {0}; this is a bug, please report it")]
+    Internal(String),
+}
+
+/// Where in the staged input a schema problem was found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FileLocation {
+    /// A file a command left in its output folder.
+    File(String),
+    /// Record batches handed over by a SQL task.
+    Batches,
+    /// The declared columns against an existing table.
+    Table,
+}
+
+impl std::fmt::Display for FileLocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FileLocation::File(file) => write!(f, "file {file}: "),
+            FileLocation::Batches => f.write_str("staged rows: "),
+            FileLocation::Table => f.write_str("existing table: "),
+        }
+    }
+}
+
+fn describe_restored(restored: &[(String, u64)]) -> String {
+    if restored.is_empty() {
+        return "nothing (no dataset had been committed)".to_owned();
+    }
+    let parts: Vec<String> = restored.iter().map(|(d, v)| format!("{d} at version {v}")).collect();
+    parts.join(", ")
+}
+
+impl Error {
+    /// Whether the same call may succeed if tried again later.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::Conflict { .. } | Error::Storage { .. } => true,
+            Error::ReleaseFailed { source, .. } => source.is_retryable(),
+            _ => false,
+        }
+    }
+
+    pub(crate) fn internal(what: impl std::fmt::Display) -> Error {
+        Error::Internal(what.to_string())
+    }
+}
+
+impl From<deltalake_core::DeltaTableError> for Error {
+    fn from(e: deltalake_core::DeltaTableError) -> Self {
+        use deltalake_core::DeltaTableError as D;
+        match e {
+            D::ObjectStore { source } => source.into(),
+            D::Io { source } => Error::Storage { detail: source.to_string() },
+            other => Error::Internal(format!("delta: {other}")),
+        }
+    }
+}
+
+impl From<object_store::Error> for Error {
+    fn from(e: object_store::Error) -> Self {
+        Error::Storage { detail: e.to_string() }
+    }
+}
+
+impl From<datafusion::error::DataFusionError> for Error {
+    fn from(e: datafusion::error::DataFusionError) -> Self {
+        Error::Internal(format!("datafusion: {e}"))
+    }
+}
+
+impl From<arrow::error::ArrowError> for Error {
+    fn from(e: arrow::error::ArrowError) -> Self {
+        Error::Internal(format!("arrow: {e}"))
+    }
+}
+
+impl From<parquet::errors::ParquetError> for Error {
+    fn from(e: parquet::errors::ParquetError) -> Self {
+        Error::Internal(format!("parquet: {e}"))
+    }
+}
+
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Self {
+        Error::Storage { detail: e.to_string() }
+    }
+}

@@ -1,0 +1,228 @@
+//! The four write modes, as plans: given the table as last loaded and a staged version, the Remove
+//! and Add actions one commit needs. Merge and append compute their final files here with
+//! DataFusion (delta-rs's merge builder commits at once, so it cannot be staged).
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::{Schema, SchemaRef};
+use deltalake_core::DeltaTable;
+use deltalake_core::kernel::{Action, Add};
+use object_store::ObjectStoreExt as _;
+use object_store::path::Path;
+use tidegate_core::spec::model::{Dataset, DatasetKind, WriteMode};
+
+use crate::df;
+use crate::error::{Error, Result};
+use crate::read;
+use crate::stage::{StagedFile, StagedVersion};
+use crate::table::{Lake, PARTITION_COLUMN, STAGING_DIR, active_files, remove_of, table_schema};
+
+/// The actions of one publication commit and what they amount to.
+#[derive(Debug)]
+pub(crate) struct Plan {
+    pub actions: Vec<Action>,
+    pub n_files_added: usize,
+    pub n_files_removed: usize,
+    pub n_rows_added: u64,
+    /// The rows the commit replaces, for the commit's operation parameters.
+    pub predicate: Option<String>,
+    /// Files written while planning (merge, filtered append): abandoned if the commit loses.
+    pub written: Vec<String>,
+}
+
+/// The write mode of a dataset Tidegate manages.
+pub(crate) fn write_mode(dataset: &Dataset) -> Result<&WriteMode> {
+    match &dataset.kind {
+        DatasetKind::Managed { write } => Ok(write),
+        DatasetKind::External { .. } => Err(Error::InvalidName {
+            what: "dataset",
+            value: dataset.name.clone(),
+            reason: "external datasets are read-only; Tidegate never publishes to them".to_owned(),
+        }),
+    }
+}
+
+/// Plans the commit that publishes `staged` onto `table` (the version just loaded).
+pub(crate) async fn plan(lake: &Lake, table: &DeltaTable, dataset: &Dataset, staged: &StagedVersion) -> Result<Plan> {
+    let keys = staged.partition_keys();
+    let predicate = Some(format!("{PARTITION_COLUMN} IN {}", df::literal_list(&keys)));
+    match write_mode(dataset)? {
+        WriteMode::Replace => {
+            ensure_exist(table, &dataset.name, &staged.files).await?;
+            let removed = active_files(table, Some(&keys)).await?;
+            Ok(swap(removed, &staged.files, predicate, Vec::new()))
+        }
+        WriteMode::Snapshot => {
+            ensure_exist(table, &dataset.name, &staged.files).await?;
+            let removed = active_files(table, None).await?;
+            Ok(swap(removed, &staged.files, None, Vec::new()))
+        }
+        WriteMode::Merge { keys: merge_keys, order_by, delete_marker } => {
+            let schema = table_schema(table)?;
+            let source = lake.read_staged(table, &dataset.name, &staged.files, &schema).await?;
+            reject_ties(&dataset.name, merge_keys, order_by.as_deref(), &schema, source.clone()).await?;
+            let published = read::scan(table, Some(&keys), &schema).await?;
+            let ctx = df::session();
+            df::register_batches(&ctx, "staged", &schema, source)?;
+            df::register_batches(&ctx, "published", &schema, published)?;
+            let sql = merge_sql(&schema, merge_keys, order_by.as_deref(), delete_marker.as_deref());
+            let merged = df::conform(df::query(&ctx, &sql).await?, &schema)?;
+            let prefix = publish_prefix(staged);
+            let files = lake.write_files(table, &dataset.name, &prefix, &schema, &keys, &merged).await?;
+            let removed = active_files(table, Some(&keys)).await?;
+            let written = files.iter().map(|f| f.path.clone()).collect();
+            Ok(swap(removed, &files, predicate, written))
+        }
+        WriteMode::Append { dedup_key } => {
+            let schema = table_schema(table)?;
+            let source = lake.read_staged(table, &dataset.name, &staged.files, &schema).await?;
+            let n_source = df::n_rows(&source);
+            let key_idx = indices(&schema, dedup_key).map_err(|e| with_dataset(e, &dataset.name))?;
+            let key_schema = std::sync::Arc::new(schema.project(&key_idx)?);
+            let present = read::scan_keys(table, &keys, &key_schema).await?;
+            let ctx = df::session();
+            df::register_batches(&ctx, "staged", &schema, source)?;
+            df::register_batches(&ctx, "published_keys", &key_schema, present)?;
+            let on: Vec<String> = dedup_key.iter().map(|k| format!("s.{c} = p.{c}", c = df::ident(k))).collect();
+            let sql = format!("SELECT s.* FROM staged s LEFT ANTI JOIN published_keys p ON {}", on.join(" AND "));
+            let fresh = df::conform(df::query(&ctx, &sql).await?, &schema)?;
+            // The common case adds every staged row: publish the staged files as they are.
+            if df::n_rows(&fresh) == n_source {
+                ensure_exist(table, &dataset.name, &staged.files).await?;
+                return Ok(swap(Vec::new(), &staged.files, None, Vec::new()));
+            }
+            let prefix = publish_prefix(staged);
+            let files = lake.write_files(table, &dataset.name, &prefix, &schema, &keys, &fresh).await?;
+            let written = files.iter().map(|f| f.path.clone()).collect();
+            Ok(swap(Vec::new(), &files, None, written))
+        }
+    }
+}
+
+/// A fresh folder for files computed at publication, inside the step's staging folder so that
+/// reconciliation treats them like the rest of the attempt's files.
+fn publish_prefix(staged: &StagedVersion) -> String {
+    format!("{STAGING_DIR}/{}/publish-{}", staged.staging_id, uuid::Uuid::now_v7().simple())
+}
+
+/// Remove `removed`, add `added`.
+fn swap(removed: Vec<Add>, added: &[StagedFile], predicate: Option<String>, written: Vec<String>) -> Plan {
+    let mut actions: Vec<Action> = removed.iter().map(|a| Action::Remove(remove_of(a))).collect();
+    actions.extend(added.iter().map(|f| Action::Add(f.to_add())));
+    Plan {
+        n_files_added: added.len(),
+        n_files_removed: removed.len(),
+        n_rows_added: added.iter().map(|f| f.n_rows).sum(),
+        actions,
+        predicate,
+        written,
+    }
+}
+
+/// Refuses to publish a reference to a staged file that no longer exists: a commit that points
+/// at a missing file would break every reader.
+async fn ensure_exist(table: &DeltaTable, dataset: &str, files: &[StagedFile]) -> Result<()> {
+    let store = table.object_store();
+    for file in files {
+        match store.head(&Path::from(file.path.as_str())).await {
+            Ok(_) => {}
+            Err(object_store::Error::NotFound { .. }) => {
+                return Err(Error::MissingStagedFile { dataset: dataset.to_owned(), path: file.path.clone() });
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Column indices of `names` in `schema`, or a schema error naming the missing one.
+fn indices(schema: &Schema, names: &[String]) -> Result<Vec<usize>> {
+    names
+        .iter()
+        .map(|n| {
+            schema.index_of(n).map_err(|_| Error::SchemaMismatch {
+                dataset: String::new(),
+                location: crate::error::FileLocation::Table,
+                column: n.clone(),
+                detail: "named as a key but not in the dataset schema".to_owned(),
+            })
+        })
+        .collect()
+}
+
+/// The merged contents of the affected partitions: published rows whose key the source does not
+/// mention, plus the source's winning row per key unless it is a tombstone.
+fn merge_sql(schema: &SchemaRef, keys: &[String], order_by: Option<&str>, delete_marker: Option<&str>) -> String {
+    let columns: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
+    let cols = df::ident_list(&columns);
+    let order = order_by.map(|o| format!(" ORDER BY {} DESC NULLS LAST", df::ident(o))).unwrap_or_default();
+    let on: Vec<String> = keys.iter().map(|k| format!("p.{c} = w.{c}", c = df::ident(k))).collect();
+    let keep = delete_marker
+        .map(|d| format!(" WHERE NOT coalesce(CAST({} AS BOOLEAN), false)", df::ident(d)))
+        .unwrap_or_default();
+    format!(
+        "WITH ranked AS (\
+           SELECT {cols}, row_number() OVER (PARTITION BY {keys}{order}) AS \"__tg_rank\" \
+           FROM staged), \
+         winners AS (SELECT {cols} FROM ranked WHERE \"__tg_rank\" = 1) \
+         SELECT p.* FROM published p LEFT ANTI JOIN winners w ON {on} \
+         UNION ALL SELECT {cols} FROM winners{keep}",
+        keys = df::ident_list(keys),
+        on = on.join(" AND "),
+    )
+}
+
+/// Invariant 7: rejects a merge source in which some key has several rows and the ordering does
+/// not pick one (no `order_by`, or equal highest `order_by` values), naming the key.
+pub(crate) async fn reject_ties(
+    dataset: &str,
+    keys: &[String],
+    order_by: Option<&str>,
+    schema: &SchemaRef,
+    rows: Vec<RecordBatch>,
+) -> Result<()> {
+    indices(schema, keys).map_err(|e| with_dataset(e, dataset))?;
+    if let Some(o) = order_by {
+        indices(schema, &[o.to_owned()]).map_err(|e| with_dataset(e, dataset))?;
+    }
+    let ctx = df::session();
+    df::register_batches(&ctx, "staged", schema, rows)?;
+    let k = df::ident_list(keys);
+    let sql = match order_by {
+        Some(o) => format!(
+            "SELECT {k}, count(*) AS n FROM (\
+               SELECT {k}, rank() OVER (PARTITION BY {k} ORDER BY {o} DESC NULLS LAST) AS r \
+               FROM staged) \
+             WHERE r = 1 GROUP BY {k} HAVING count(*) > 1 LIMIT 1",
+            o = df::ident(o)
+        ),
+        None => format!("SELECT {k}, count(*) AS n FROM staged GROUP BY {k} HAVING count(*) > 1 LIMIT 1"),
+    };
+    let tied = df::query(&ctx, &sql).await?;
+    if df::n_rows(&tied) == 0 {
+        return Ok(());
+    }
+    let mut parts = Vec::with_capacity(keys.len());
+    for (i, key) in keys.iter().enumerate() {
+        let value = df::first_value(&tied, i)?.unwrap_or_else(|| "null".to_owned());
+        parts.push(format!("{key}={value}"));
+    }
+    Err(Error::TiedDuplicates {
+        dataset: dataset.to_owned(),
+        key: format!("({})", parts.join(", ")),
+        n_rows: df::first_u64(&tied, keys.len())?,
+        why: if order_by.is_some() {
+            "they share the highest order_by value"
+        } else {
+            "the dataset declares no order_by"
+        },
+    })
+}
+
+fn with_dataset(e: Error, dataset: &str) -> Error {
+    match e {
+        Error::SchemaMismatch { location, column, detail, .. } => {
+            Error::SchemaMismatch { dataset: dataset.to_owned(), location, column, detail }
+        }
+        other => other,
+    }
+}

@@ -1,0 +1,611 @@
+//! Staging: a step's output (record batches from SQL, or the Parquet, CSV and JSON-lines files a
+//! command left behind) is cast to the dataset schema and written as Parquet under
+//! `<table>/staging/<staging_id>/`, with no commit, so no Delta reader can see it. The returned
+//! [`StagedVersion`] is what the engine stores and later hands to checks and publication.
+
+use std::collections::BTreeSet;
+use std::io::{BufReader, Seek as _};
+use std::path::Path as FsPath;
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray as _, RecordBatch, StringArray, new_null_array};
+use arrow::compute::kernels::cmp::eq;
+use arrow::compute::{CastOptions, cast_with_options, filter_record_batch};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::row::{RowConverter, SortField};
+use deltalake_core::DeltaTable;
+use deltalake_core::kernel::Add;
+use deltalake_core::writer::DeltaWriter as _;
+use deltalake_core::writer::record_batch::RecordBatchWriter;
+use object_store::ObjectStoreExt as _;
+use object_store::path::Path;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use serde::{Deserialize, Serialize};
+use tidegate_core::partition::Partition;
+use tidegate_core::spec::model::{Dataset, DatasetKind, WriteMode};
+use url::Url;
+
+use crate::df;
+use crate::error::{Error, FileLocation, Result};
+use crate::modes;
+use crate::table::{Lake, PARTITION_COLUMN, STAGING_DIR, check_segment, file_schema, table_schema};
+
+/// The most files one command may leave in its output folder, so a runaway job cannot make
+/// staging list millions of entries.
+pub const MAX_INPUT_FILES: usize = 10_000;
+
+/// Rows per batch when reading CSV and JSON-lines files.
+const READ_BATCH_ROWS: usize = 8_192;
+
+/// The immutable output of one step for one dataset: staged files plus what the store records.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StagedVersion {
+    pub dataset: String,
+    /// The attempt-unique id the files are staged under (`staging/<staging_id>/`).
+    pub staging_id: String,
+    /// The partitions this version covers; a partition with no rows is published empty.
+    pub partitions: Vec<Partition>,
+    pub files: Vec<StagedFile>,
+    pub n_rows: u64,
+    /// blake3 of the table schema (names, types, nullability), hex.
+    pub schema_hash: String,
+    /// blake3 over the sorted hashes of every row: equal for equal contents, whatever the file
+    /// layout or row order.
+    pub checksum: String,
+    pub columns: Vec<ColumnStats>,
+}
+
+impl StagedVersion {
+    /// The keys of the partitions this version covers.
+    pub fn partition_keys(&self) -> Vec<String> {
+        self.partitions.iter().map(|p| p.key.clone()).collect()
+    }
+}
+
+/// One staged Parquet file, with what is needed to add it to the Delta log later.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StagedFile {
+    /// Path relative to the table root, e.g. `staging/<id>/part-00000-<uuid>-c000.snappy.parquet`.
+    pub path: String,
+    pub partition: String,
+    pub size_bytes: i64,
+    pub n_rows: u64,
+    pub modification_time_ms: i64,
+    /// Delta statistics JSON as the writer produced it (min, max, null counts).
+    pub delta_stats: Option<String>,
+}
+
+impl StagedFile {
+    /// The Add action that publishes this file.
+    pub(crate) fn to_add(&self) -> Add {
+        Add {
+            path: self.path.clone(),
+            partition_values: [(PARTITION_COLUMN.to_owned(), Some(self.partition.clone()))].into_iter().collect(),
+            size: self.size_bytes,
+            modification_time: self.modification_time_ms,
+            data_change: true,
+            stats: self.delta_stats.clone(),
+            tags: None,
+            deletion_vector: None,
+            base_row_id: None,
+            default_row_commit_version: None,
+            clustering_provider: None,
+        }
+    }
+}
+
+/// Per-column statistics of a staged version.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ColumnStats {
+    pub name: String,
+    pub null_count: u64,
+    /// The smallest value as text (None when every value is null or the type has no order).
+    pub min: Option<String>,
+    pub max: Option<String>,
+}
+
+impl Lake {
+    /// Stages the rows of a SQL task for `partitions`. Rows without `tg_partition` are given the
+    /// step's partition (there must then be exactly one); rows with it are checked against
+    /// `partitions`.
+    pub async fn stage_batches(
+        &self,
+        dataset: &Dataset,
+        staging_id: &str,
+        partitions: &[Partition],
+        batches: Vec<RecordBatch>,
+    ) -> Result<StagedVersion> {
+        check_segment("staging id", staging_id)?;
+        check_partitions(dataset, partitions)?;
+        let first = batches.first().map(|b| b.schema());
+        let table = self.ensure_table(dataset, first.as_ref()).await?;
+        let schema = table_schema(&table)?;
+        let keys: Vec<String> = partitions.iter().map(|p| p.key.clone()).collect();
+        let mut rows = Vec::with_capacity(batches.len());
+        for batch in batches {
+            rows.push(conform_batch(&dataset.name, &FileLocation::Batches, &schema, &keys, batch)?);
+        }
+        self.stage_rows(dataset, &table, staging_id, partitions, &schema, rows).await
+    }
+
+    /// Stages the files a command left in `dir`: `*.parquet`, `*.csv` (with a header row) and
+    /// `*.jsonl`/`*.ndjson`/`*.json` (one object per line). Hidden files are ignored; any other
+    /// file is an error, so a misnamed output is not silently dropped.
+    pub async fn stage_files(
+        &self,
+        dataset: &Dataset,
+        staging_id: &str,
+        partitions: &[Partition],
+        dir: &FsPath,
+    ) -> Result<StagedVersion> {
+        check_segment("staging id", staging_id)?;
+        check_partitions(dataset, partitions)?;
+        let files = list_input_files(&dataset.name, dir)?;
+        let first_schema = match files.first() {
+            Some(file) if !self.table_exists(&dataset.name).await? => Some(native_schema(&dataset.name, file)?),
+            _ => None,
+        };
+        let table = self.ensure_table(dataset, first_schema.as_ref()).await?;
+        let schema = table_schema(&table)?;
+        let keys: Vec<String> = partitions.iter().map(|p| p.key.clone()).collect();
+        let mut rows = Vec::new();
+        for file in &files {
+            let location = FileLocation::File(file.display().to_string());
+            for batch in read_input_file(&dataset.name, file)? {
+                rows.push(conform_batch(&dataset.name, &location, &schema, &keys, batch)?);
+            }
+        }
+        self.stage_rows(dataset, &table, staging_id, partitions, &schema, rows).await
+    }
+
+    /// Validates conformed rows, writes them and summarises them.
+    async fn stage_rows(
+        &self,
+        dataset: &Dataset,
+        table: &DeltaTable,
+        staging_id: &str,
+        partitions: &[Partition],
+        schema: &SchemaRef,
+        rows: Vec<RecordBatch>,
+    ) -> Result<StagedVersion> {
+        // Invariant 7: a merge source with tied duplicates is rejected before any file is written.
+        if let DatasetKind::Managed { write: WriteMode::Merge { keys, order_by, .. } } = &dataset.kind {
+            modes::reject_ties(&dataset.name, keys, order_by.as_deref(), schema, rows.clone()).await?;
+        }
+        let keys: Vec<String> = partitions.iter().map(|p| p.key.clone()).collect();
+        let prefix = format!("{STAGING_DIR}/{staging_id}");
+        let files = self.write_files(table, &dataset.name, &prefix, schema, &keys, &rows).await?;
+        let summary = summarize(schema, rows).await?;
+        Ok(StagedVersion {
+            dataset: dataset.name.clone(),
+            staging_id: staging_id.to_owned(),
+            partitions: partitions.to_vec(),
+            files,
+            n_rows: summary.n_rows,
+            schema_hash: schema_hash(schema),
+            checksum: summary.checksum,
+            columns: summary.columns,
+        })
+    }
+
+    /// Writes `rows` (already conformed to `schema`) as one Parquet file per non-empty partition
+    /// under `<table>/<prefix>/`, without committing, and describes the files.
+    pub(crate) async fn write_files(
+        &self,
+        table: &DeltaTable,
+        dataset: &str,
+        prefix: &str,
+        schema: &SchemaRef,
+        keys: &[String],
+        rows: &[RecordBatch],
+    ) -> Result<Vec<StagedFile>> {
+        let url: Url = table
+            .table_url()
+            .join(&format!("{prefix}/"))
+            .map_err(|e| Error::internal(format!("staging URL for {prefix}: {e}")))?;
+        // The local object store refuses a root that does not exist yet.
+        tokio::fs::create_dir_all(self.table_dir(dataset)?.join(prefix)).await?;
+        let files_schema = file_schema(schema);
+        let mut writer = RecordBatchWriter::try_new(url.as_str(), files_schema.clone(), None, None)?;
+        let mut files = Vec::new();
+        for key in keys {
+            let mut n_rows = 0u64;
+            for batch in rows {
+                let part = rows_of_partition(batch, key)?;
+                if part.num_rows() == 0 {
+                    continue;
+                }
+                n_rows += part.num_rows() as u64;
+                let without = part.project(&file_columns(schema))?;
+                writer.write(without).await?;
+            }
+            if n_rows == 0 {
+                continue;
+            }
+            let adds = writer.flush().await?;
+            let single = adds.len() == 1;
+            for add in adds {
+                let file_rows = if single { n_rows } else { stats_rows(add.stats.as_deref())? };
+                files.push(StagedFile {
+                    path: format!("{prefix}/{}", add.path.trim_start_matches('/')),
+                    partition: key.clone(),
+                    size_bytes: add.size,
+                    n_rows: file_rows,
+                    modification_time_ms: add.modification_time,
+                    delta_stats: add.stats,
+                });
+            }
+        }
+        Ok(files)
+    }
+
+    /// Reads the rows of staged files back, with their partition column, in the table schema.
+    pub(crate) async fn read_staged(
+        &self,
+        table: &DeltaTable,
+        dataset: &str,
+        files: &[StagedFile],
+        schema: &SchemaRef,
+    ) -> Result<Vec<RecordBatch>> {
+        let store = table.object_store();
+        let mut out = Vec::new();
+        for file in files {
+            let bytes = match store.get(&Path::from(file.path.as_str())).await {
+                Ok(result) => result.bytes().await?,
+                Err(object_store::Error::NotFound { .. }) => {
+                    return Err(Error::MissingStagedFile { dataset: dataset.to_owned(), path: file.path.clone() });
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)?.build()?;
+            for batch in reader {
+                let batch = batch?;
+                let n = batch.num_rows();
+                let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
+                for field in schema.fields() {
+                    if field.name() == PARTITION_COLUMN {
+                        columns.push(Arc::new(StringArray::from(vec![file.partition.as_str(); n])));
+                    } else {
+                        let column = batch
+                            .column_by_name(field.name())
+                            .cloned()
+                            .unwrap_or_else(|| new_null_array(field.data_type(), n));
+                        columns.push(column);
+                    }
+                }
+                let merged = RecordBatch::try_new(
+                    Arc::new(Schema::new(
+                        schema
+                            .fields()
+                            .iter()
+                            .zip(&columns)
+                            .map(|(f, c)| Field::new(f.name(), c.data_type().clone(), true))
+                            .collect::<Vec<_>>(),
+                    )),
+                    columns,
+                )?;
+                out.extend(df::conform(vec![merged], schema)?);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Checks the partitions a step was given: at least one, and keys usable as partition values.
+fn check_partitions(dataset: &Dataset, partitions: &[Partition]) -> Result<()> {
+    if partitions.is_empty() {
+        return Err(Error::InvalidName {
+            what: "partition list",
+            value: dataset.name.clone(),
+            reason: "a step stages at least one partition".to_owned(),
+        });
+    }
+    for p in partitions {
+        if p.key.is_empty() || p.key.len() > 128 || p.key.chars().any(|c| c.is_control()) {
+            return Err(Error::InvalidName {
+                what: "partition key",
+                value: p.key.clone(),
+                reason: "must be 1 to 128 printable characters".to_owned(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The rows of `batch` whose partition column equals `key`.
+fn rows_of_partition(batch: &RecordBatch, key: &str) -> Result<RecordBatch> {
+    let column = batch
+        .column_by_name(PARTITION_COLUMN)
+        .ok_or_else(|| Error::internal("conformed rows lack the partition column"))?;
+    let wanted = StringArray::new_scalar(key);
+    let mask = eq(column, &wanted)?;
+    Ok(filter_record_batch(batch, &mask)?)
+}
+
+/// Indices of every column except the partition column.
+fn file_columns(schema: &SchemaRef) -> Vec<usize> {
+    schema.fields().iter().enumerate().filter(|(_, f)| f.name() != PARTITION_COLUMN).map(|(i, _)| i).collect()
+}
+
+/// `numRecords` from a Delta stats JSON.
+fn stats_rows(stats: Option<&str>) -> Result<u64> {
+    let value: serde_json::Value = serde_json::from_str(stats.unwrap_or("{}"))
+        .map_err(|e| Error::internal(format!("writer produced invalid stats: {e}")))?;
+    value
+        .get("numRecords")
+        .and_then(serde_json::Value::as_u64)
+        .ok_or_else(|| Error::internal("writer produced stats without numRecords"))
+}
+
+/// Casts one batch to the table schema by column name, fills or validates the partition column,
+/// and names the file and column of anything that does not fit.
+pub(crate) fn conform_batch(
+    dataset: &str,
+    location: &FileLocation,
+    schema: &SchemaRef,
+    keys: &[String],
+    batch: RecordBatch,
+) -> Result<RecordBatch> {
+    let mismatch = |column: &str, detail: String| Error::SchemaMismatch {
+        dataset: dataset.to_owned(),
+        location: location.clone(),
+        column: column.to_owned(),
+        detail,
+    };
+    let input = batch.schema();
+    if let Some(extra) = input.fields().iter().find(|f| schema.field_with_name(f.name()).is_err()) {
+        let known: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+        return Err(mismatch(extra.name(), format!("not in the dataset schema (columns: {})", known.join(", "))));
+    }
+    let n = batch.num_rows();
+    let options = CastOptions { safe: false, ..Default::default() };
+    let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
+    for field in schema.fields() {
+        let name = field.name();
+        if name == PARTITION_COLUMN {
+            columns.push(partition_column(dataset, keys, batch.column_by_name(name), n)?);
+            continue;
+        }
+        let column = match batch.column_by_name(name) {
+            Some(c) if c.data_type() == field.data_type() => c.clone(),
+            Some(c) => cast_with_options(c, field.data_type(), &options).map_err(|e| {
+                mismatch(name, format!("cannot convert {} to {}: {e}", c.data_type(), field.data_type()))
+            })?,
+            None if field.is_nullable() => new_null_array(field.data_type(), n),
+            None => return Err(mismatch(name, "missing, and the column is declared not null".into())),
+        };
+        if !field.is_nullable() && column.null_count() > 0 {
+            return Err(mismatch(name, format!("{} null values in a column declared not null", column.null_count())));
+        }
+        columns.push(column);
+    }
+    Ok(RecordBatch::try_new(schema.clone(), columns)?)
+}
+
+/// The partition column of a batch: filled with the step's only partition when absent, checked
+/// against the step's partitions when present.
+fn partition_column(dataset: &str, keys: &[String], given: Option<&ArrayRef>, n: usize) -> Result<ArrayRef> {
+    let expected = || keys.join(", ");
+    let Some(given) = given else {
+        return match keys {
+            [only] => Ok(Arc::new(StringArray::from(vec![only.as_str(); n]))),
+            _ => Err(Error::PartitionMismatch {
+                dataset: dataset.to_owned(),
+                value: "(none)".to_owned(),
+                expected: format!(
+                    "{}; rows must carry a {PARTITION_COLUMN} column when a step stages several \
+                     partitions",
+                    expected()
+                ),
+            }),
+        };
+    };
+    let strings = cast_with_options(given, &DataType::Utf8, &CastOptions::default())?;
+    let allowed: BTreeSet<&str> = keys.iter().map(String::as_str).collect();
+    for value in strings.as_string::<i32>() {
+        match value {
+            Some(v) if allowed.contains(v) => {}
+            other => {
+                return Err(Error::PartitionMismatch {
+                    dataset: dataset.to_owned(),
+                    value: other.unwrap_or("null").to_owned(),
+                    expected: expected(),
+                });
+            }
+        }
+    }
+    Ok(strings)
+}
+
+/// The kind of a command's output file, from its extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum InputFormat {
+    Parquet,
+    Csv,
+    JsonLines,
+}
+
+fn input_format(dataset: &str, file: &FsPath) -> Result<InputFormat> {
+    let ext = file.extension().and_then(|e| e.to_str()).unwrap_or_default().to_ascii_lowercase();
+    match ext.as_str() {
+        "parquet" | "pq" => Ok(InputFormat::Parquet),
+        "csv" => Ok(InputFormat::Csv),
+        "jsonl" | "ndjson" | "json" => Ok(InputFormat::JsonLines),
+        _ => Err(Error::UnreadableFile {
+            dataset: dataset.to_owned(),
+            file: file.display().to_string(),
+            detail: "unknown extension; expected .parquet, .csv or .jsonl".to_owned(),
+        }),
+    }
+}
+
+/// The non-hidden regular files of a command's output folder, sorted by name.
+fn list_input_files(dataset: &str, dir: &FsPath) -> Result<Vec<std::path::PathBuf>> {
+    let unreadable =
+        |detail: String| Error::UnreadableFile { dataset: dataset.to_owned(), file: dir.display().to_string(), detail };
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(|e| unreadable(e.to_string()))? {
+        let entry = entry.map_err(|e| unreadable(e.to_string()))?;
+        let name = entry.file_name();
+        if name.to_string_lossy().starts_with(['.', '_']) {
+            continue;
+        }
+        if entry.file_type().map_err(|e| unreadable(e.to_string()))?.is_file() {
+            files.push(entry.path());
+        }
+        if files.len() > MAX_INPUT_FILES {
+            return Err(unreadable(format!("more than {MAX_INPUT_FILES} output files")));
+        }
+    }
+    files.sort();
+    for file in &files {
+        input_format(dataset, file)?;
+    }
+    Ok(files)
+}
+
+fn open(dataset: &str, file: &FsPath) -> Result<std::fs::File> {
+    std::fs::File::open(file).map_err(|e| Error::UnreadableFile {
+        dataset: dataset.to_owned(),
+        file: file.display().to_string(),
+        detail: e.to_string(),
+    })
+}
+
+fn unreadable(dataset: &str, file: &FsPath, e: impl std::fmt::Display) -> Error {
+    Error::UnreadableFile { dataset: dataset.to_owned(), file: file.display().to_string(), detail: e.to_string() }
+}
+
+/// The schema a file carries or implies, used when the first staged file defines the table.
+fn native_schema(dataset: &str, file: &FsPath) -> Result<SchemaRef> {
+    let handle = open(dataset, file)?;
+    match input_format(dataset, file)? {
+        InputFormat::Parquet => Ok(ParquetRecordBatchReaderBuilder::try_new(handle)
+            .map_err(|e| unreadable(dataset, file, e))?
+            .schema()
+            .clone()),
+        InputFormat::Csv => {
+            let format = arrow::csv::reader::Format::default().with_header(true);
+            let (schema, _) = format.infer_schema(handle, None).map_err(|e| unreadable(dataset, file, e))?;
+            Ok(Arc::new(schema))
+        }
+        InputFormat::JsonLines => {
+            let (schema, _) = arrow::json::reader::infer_json_schema_from_seekable(BufReader::new(handle), None)
+                .map_err(|e| unreadable(dataset, file, e))?;
+            Ok(Arc::new(schema))
+        }
+    }
+}
+
+/// Reads a command's output file. CSV columns are read as text and JSON with its inferred types;
+/// [`conform_batch`] then casts them to the table schema, naming the column that does not fit.
+fn read_input_file(dataset: &str, file: &FsPath) -> Result<Vec<RecordBatch>> {
+    let handle = open(dataset, file)?;
+    let batches: std::result::Result<Vec<RecordBatch>, arrow::error::ArrowError> = match input_format(dataset, file)? {
+        InputFormat::Parquet => ParquetRecordBatchReaderBuilder::try_new(handle)
+            .map_err(|e| unreadable(dataset, file, e))?
+            .build()
+            .map_err(|e| unreadable(dataset, file, e))?
+            .collect(),
+        InputFormat::Csv => {
+            let mut handle = handle;
+            let format = arrow::csv::reader::Format::default().with_header(true);
+            let (header, _) = format.infer_schema(&mut handle, Some(0)).map_err(|e| unreadable(dataset, file, e))?;
+            handle.rewind()?;
+            // Read every column as text: the cast to the table type then reports the column.
+            let as_text: Vec<Field> =
+                header.fields().iter().map(|f| Field::new(f.name(), DataType::Utf8, true)).collect();
+            arrow::csv::ReaderBuilder::new(Arc::new(Schema::new(as_text)))
+                .with_header(true)
+                .with_batch_size(READ_BATCH_ROWS)
+                .build(handle)
+                .map_err(|e| unreadable(dataset, file, e))?
+                .collect()
+        }
+        InputFormat::JsonLines => {
+            let mut reader = BufReader::new(handle);
+            let (inferred, _) = arrow::json::reader::infer_json_schema_from_seekable(&mut reader, None)
+                .map_err(|e| unreadable(dataset, file, e))?;
+            arrow::json::ReaderBuilder::new(Arc::new(inferred))
+                .with_batch_size(READ_BATCH_ROWS)
+                .build(reader)
+                .map_err(|e| unreadable(dataset, file, e))?
+                .collect()
+        }
+    };
+    batches.map_err(|e| unreadable(dataset, file, e))
+}
+
+/// What a staged version records about its rows.
+pub(crate) struct Summary {
+    pub n_rows: u64,
+    pub checksum: String,
+    pub columns: Vec<ColumnStats>,
+}
+
+/// Row count, content checksum and per-column statistics of conformed rows.
+pub(crate) async fn summarize(schema: &SchemaRef, rows: Vec<RecordBatch>) -> Result<Summary> {
+    let checksum = content_checksum(schema, &rows)?;
+    let ctx = df::session();
+    df::register_batches(&ctx, "staged", schema, rows)?;
+    let mut select = vec!["count(*)".to_owned()];
+    for field in schema.fields() {
+        let c = df::ident(field.name());
+        select.push(format!("count({c})"));
+        if has_order(field.data_type()) {
+            select.push(format!("CAST(min({c}) AS VARCHAR)"));
+            select.push(format!("CAST(max({c}) AS VARCHAR)"));
+        } else {
+            select.push("CAST(NULL AS VARCHAR)".to_owned());
+            select.push("CAST(NULL AS VARCHAR)".to_owned());
+        }
+    }
+    let result = df::query(&ctx, &format!("SELECT {} FROM staged", select.join(", "))).await?;
+    let n_rows = df::first_u64(&result, 0)?;
+    let mut columns = Vec::with_capacity(schema.fields().len());
+    for (i, field) in schema.fields().iter().enumerate() {
+        let base = 1 + 3 * i;
+        let non_null = df::first_u64(&result, base)?;
+        columns.push(ColumnStats {
+            name: field.name().clone(),
+            null_count: n_rows.saturating_sub(non_null),
+            min: df::first_value(&result, base + 1)?,
+            max: df::first_value(&result, base + 2)?,
+        });
+    }
+    Ok(Summary { n_rows, checksum, columns })
+}
+
+fn has_order(data_type: &DataType) -> bool {
+    !matches!(data_type, DataType::Binary | DataType::LargeBinary | DataType::BinaryView)
+}
+
+/// An order-independent content hash: each row is encoded with Arrow's row format and hashed,
+/// and the sorted row hashes are hashed again.
+pub(crate) fn content_checksum(schema: &SchemaRef, rows: &[RecordBatch]) -> Result<String> {
+    let fields: Vec<SortField> = schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect();
+    let converter = RowConverter::new(fields)?;
+    let mut row_hashes: Vec<[u8; 32]> = Vec::new();
+    for batch in rows {
+        let encoded = converter.convert_columns(batch.columns())?;
+        for row in encoded.iter() {
+            row_hashes.push(*blake3::hash(row.as_ref()).as_bytes());
+        }
+    }
+    row_hashes.sort_unstable();
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(&(row_hashes.len() as u64).to_le_bytes());
+    for h in &row_hashes {
+        hasher.update(h);
+    }
+    Ok(hasher.finalize().to_hex().to_string())
+}
+
+/// blake3 of the schema's names, types and nullability, hex.
+pub fn schema_hash(schema: &SchemaRef) -> String {
+    let mut hasher = blake3::Hasher::new();
+    for field in schema.fields() {
+        hasher.update(format!("{}\t{}\t{}\n", field.name(), field.data_type(), field.is_nullable()).as_bytes());
+    }
+    hasher.finalize().to_hex().to_string()
+}

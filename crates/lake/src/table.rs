@@ -1,0 +1,362 @@
+//! The lake and its tables: where each dataset's Delta table lives, how it is loaded, and how it
+//! is created from the dataset's schema contract on first use.
+
+use std::path::{Path as FsPath, PathBuf};
+use std::sync::Arc;
+
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use deltalake_core::kernel::engine::arrow_conversion::TryIntoKernel as _;
+use deltalake_core::kernel::{Add, StructType};
+use deltalake_core::{DeltaTable, DeltaTableBuilder, DeltaTableError};
+use tidegate_core::spec::model::Dataset;
+use url::Url;
+
+use crate::error::{Error, FileLocation, Result};
+
+/// The Delta partition column every dataset carries: the key of the partition a row belongs to.
+pub const PARTITION_COLUMN: &str = "tg_partition";
+
+/// The folder inside a table under which steps stage their files. It is not hidden on purpose:
+/// vacuum never looks at paths starting with `_` or `.`, so files there could never be cleaned.
+pub const STAGING_DIR: &str = "staging";
+
+/// The time zone of every `timestamp` column; Delta's TIMESTAMP type is UTC microseconds.
+const UTC: &str = "UTC";
+
+/// A lake: a folder holding one Delta table per dataset at `<root>/<dataset name>`.
+#[derive(Debug, Clone)]
+pub struct Lake {
+    root: PathBuf,
+    root_url: Url,
+}
+
+impl Lake {
+    /// Opens the lake at `location` (a folder path or `file://` URL), creating the folder if
+    /// missing. `s3://` and other object stores are refused: committing safely needs conditional
+    /// put, which needs the deltalake-aws integration this build does not include.
+    pub async fn open(location: &str) -> Result<Lake> {
+        let path = match Url::parse(location) {
+            Ok(url) if url.scheme() == "file" => url
+                .to_file_path()
+                .map_err(|()| Error::InvalidLake { url: location.to_owned(), reason: "not a local path".into() })?,
+            Ok(url) if url.scheme().len() > 1 => {
+                // A one-letter scheme is a Windows drive letter, not a URL.
+                if matches!(url.scheme(), "s3" | "s3a" | "gs" | "az" | "abfss" | "r2") {
+                    return Err(Error::UnsupportedLake { url: location.to_owned() });
+                }
+                return Err(Error::InvalidLake {
+                    url: location.to_owned(),
+                    reason: format!("unknown scheme {:?}; use a folder path", url.scheme()),
+                });
+            }
+            _ => PathBuf::from(location),
+        };
+        tokio::fs::create_dir_all(&path).await?;
+        let root = tokio::fs::canonicalize(&path).await?;
+        let root_url = Url::from_directory_path(&root).map_err(|()| Error::InvalidLake {
+            url: location.to_owned(),
+            reason: "cannot be expressed as a file URL".into(),
+        })?;
+        Ok(Lake { root, root_url })
+    }
+
+    /// The folder the lake lives in.
+    pub fn root(&self) -> &FsPath {
+        &self.root
+    }
+
+    /// The folder of one dataset's table.
+    pub(crate) fn table_dir(&self, dataset: &str) -> Result<PathBuf> {
+        check_segment("dataset name", dataset)?;
+        Ok(self.root.join(dataset))
+    }
+
+    /// The URL of one dataset's table, with a trailing slash so joins stay inside it.
+    pub(crate) fn table_url(&self, dataset: &str) -> Result<Url> {
+        check_segment("dataset name", dataset)?;
+        self.root_url.join(&format!("{dataset}/")).map_err(|e| Error::InvalidName {
+            what: "dataset name",
+            value: dataset.to_owned(),
+            reason: e.to_string(),
+        })
+    }
+
+    /// Whether the dataset's table has been created.
+    pub(crate) async fn table_exists(&self, dataset: &str) -> Result<bool> {
+        let log_dir = self.table_dir(dataset)?.join("_delta_log");
+        Ok(tokio::fs::try_exists(log_dir).await?)
+    }
+
+    /// Loads the latest version of a table, or `None` if the dataset has no table yet.
+    pub(crate) async fn try_load(&self, dataset: &str) -> Result<Option<DeltaTable>> {
+        if !self.table_exists(dataset).await? {
+            return Ok(None);
+        }
+        match DeltaTableBuilder::from_url(self.table_url(dataset)?)?.load().await {
+            Ok(table) => Ok(Some(table)),
+            // The log folder exists but holds no commit yet: a creation is under way or crashed.
+            Err(DeltaTableError::NotATable(_)) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Loads the latest version of a table that must exist.
+    pub(crate) async fn load(&self, dataset: &str) -> Result<DeltaTable> {
+        self.try_load(dataset).await?.ok_or_else(|| Error::UnknownDataset { dataset: dataset.to_owned() })
+    }
+
+    /// Loads a table as of `version` (or the latest when `None`).
+    pub(crate) async fn load_at(&self, dataset: &str, version: Option<u64>) -> Result<DeltaTable> {
+        let Some(version) = version else { return self.load(dataset).await };
+        if !self.table_exists(dataset).await? {
+            return Err(Error::UnknownDataset { dataset: dataset.to_owned() });
+        }
+        let latest = self.load(dataset).await?.version().unwrap_or_default();
+        if version > latest {
+            return Err(Error::UnknownVersion { dataset: dataset.to_owned(), version });
+        }
+        DeltaTableBuilder::from_url(self.table_url(dataset)?)?.with_version(version).load().await.map_err(|e| match e {
+            DeltaTableError::InvalidVersion(_) | DeltaTableError::NotATable(_) => {
+                Error::UnknownVersion { dataset: dataset.to_owned(), version }
+            }
+            other => other.into(),
+        })
+    }
+
+    /// Loads the dataset's table, creating it if needed. The schema is the declared `columns`
+    /// plus [`PARTITION_COLUMN`]; with no declared columns it is `first_data` (the first staged
+    /// rows), normalised to types Delta can store.
+    pub(crate) async fn ensure_table(&self, dataset: &Dataset, first_data: Option<&SchemaRef>) -> Result<DeltaTable> {
+        if let Some(table) = self.try_load(&dataset.name).await? {
+            check_declared_matches_table(dataset, &table_schema(&table)?)?;
+            return Ok(table);
+        }
+        let schema = match (declared_schema(dataset)?, first_data) {
+            (Some(declared), _) => declared,
+            (None, Some(data)) => schema_from_data(&dataset.name, data)?,
+            (None, None) => {
+                return Err(Error::SchemaMismatch {
+                    dataset: dataset.name.clone(),
+                    location: FileLocation::Batches,
+                    column: PARTITION_COLUMN.to_owned(),
+                    detail: "the dataset declares no columns and the step staged no data to \
+                             take the schema from"
+                        .to_owned(),
+                });
+            }
+        };
+        tokio::fs::create_dir_all(self.table_dir(&dataset.name)?).await?;
+        let kernel: StructType = schema
+            .as_ref()
+            .try_into_kernel()
+            .map_err(|e| Error::internal(format!("schema of {} has no Delta equivalent: {e}", dataset.name)))?;
+        let table = DeltaTableBuilder::from_url(self.table_url(&dataset.name)?)?.build()?;
+        let created = table
+            .create()
+            .with_table_name(dataset.name.clone())
+            .with_columns(kernel.fields().cloned())
+            .with_partition_columns([PARTITION_COLUMN])
+            .await;
+        match created {
+            Ok(table) => Ok(table),
+            // Another writer created the table first: use theirs, if it agrees with ours.
+            Err(_) if self.try_load(&dataset.name).await?.is_some() => {
+                let table = self.load(&dataset.name).await?;
+                check_declared_matches_table(dataset, &table_schema(&table)?)?;
+                Ok(table)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// The Arrow schema of a loaded table, partition column included.
+pub(crate) fn table_schema(table: &DeltaTable) -> Result<SchemaRef> {
+    Ok(table.snapshot()?.snapshot().arrow_schema())
+}
+
+/// The schema of the Parquet files: the table schema without the partition column, which Delta
+/// stores in the log instead of the files.
+pub(crate) fn file_schema(schema: &SchemaRef) -> SchemaRef {
+    let fields: Vec<Arc<Field>> = schema.fields().iter().filter(|f| f.name() != PARTITION_COLUMN).cloned().collect();
+    Arc::new(Schema::new(fields))
+}
+
+/// The Arrow schema of a dataset's declared columns, plus the partition column, or `None` when
+/// the dataset declares no columns.
+pub(crate) fn declared_schema(dataset: &Dataset) -> Result<Option<SchemaRef>> {
+    if dataset.columns.is_empty() {
+        return Ok(None);
+    }
+    let mut fields = Vec::with_capacity(dataset.columns.len() + 1);
+    for column in &dataset.columns {
+        if column.name == PARTITION_COLUMN {
+            return Err(Error::SchemaMismatch {
+                dataset: dataset.name.clone(),
+                location: FileLocation::Table,
+                column: column.name.clone(),
+                detail: "this name is reserved for the partition key".to_owned(),
+            });
+        }
+        let data_type = declared_type(&column.data_type).ok_or_else(|| Error::SchemaMismatch {
+            dataset: dataset.name.clone(),
+            location: FileLocation::Table,
+            column: column.name.clone(),
+            detail: format!("unknown type {:?}", column.data_type),
+        })?;
+        fields.push(Field::new(&column.name, data_type, column.nullable));
+    }
+    fields.push(Field::new(PARTITION_COLUMN, DataType::Utf8, true));
+    Ok(Some(Arc::new(Schema::new(fields))))
+}
+
+/// The Arrow type of a declared column type (the spec's vocabulary).
+pub(crate) fn declared_type(name: &str) -> Option<DataType> {
+    Some(match name {
+        "string" => DataType::Utf8,
+        "int64" => DataType::Int64,
+        "int32" => DataType::Int32,
+        "float64" => DataType::Float64,
+        "bool" => DataType::Boolean,
+        "date" => DataType::Date32,
+        "timestamp" => DataType::Timestamp(TimeUnit::Microsecond, Some(UTC.into())),
+        _ => return None,
+    })
+}
+
+/// A table schema taken from the first staged data: types Delta cannot store are widened to ones
+/// it can, every column is nullable (nothing was declared), and the partition column is added.
+fn schema_from_data(dataset: &str, data: &SchemaRef) -> Result<SchemaRef> {
+    let mut fields = Vec::with_capacity(data.fields().len() + 1);
+    for field in data.fields() {
+        if field.name() == PARTITION_COLUMN {
+            continue;
+        }
+        let data_type = delta_type(field.data_type()).ok_or_else(|| Error::SchemaMismatch {
+            dataset: dataset.to_owned(),
+            location: FileLocation::Batches,
+            column: field.name().clone(),
+            detail: format!("type {} cannot be stored in a Delta table", field.data_type()),
+        })?;
+        fields.push(Field::new(field.name(), data_type, true));
+    }
+    fields.push(Field::new(PARTITION_COLUMN, DataType::Utf8, true));
+    Ok(Arc::new(Schema::new(fields)))
+}
+
+/// The Delta-storable type closest to an Arrow type, for schemas inferred from data.
+fn delta_type(data_type: &DataType) -> Option<DataType> {
+    Some(match data_type {
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => DataType::Utf8,
+        DataType::Int8 | DataType::Int16 | DataType::UInt8 | DataType::UInt16 => DataType::Int32,
+        DataType::Int32 => DataType::Int32,
+        DataType::Int64 | DataType::UInt32 => DataType::Int64,
+        DataType::Float16 | DataType::Float32 => DataType::Float32,
+        DataType::Float64 => DataType::Float64,
+        DataType::Boolean => DataType::Boolean,
+        DataType::Date32 | DataType::Date64 => DataType::Date32,
+        DataType::Timestamp(_, _) => DataType::Timestamp(TimeUnit::Microsecond, Some(UTC.into())),
+        DataType::Decimal128(p, s) => DataType::Decimal128(*p, *s),
+        DataType::Binary | DataType::LargeBinary | DataType::BinaryView => DataType::Binary,
+        _ => return None,
+    })
+}
+
+/// Refuses a table whose schema no longer matches the declared columns: Tidegate does not evolve
+/// schemas silently, so a changed contract must be migrated on purpose.
+fn check_declared_matches_table(dataset: &Dataset, table: &SchemaRef) -> Result<()> {
+    let Some(declared) = declared_schema(dataset)? else { return Ok(()) };
+    for field in declared.fields() {
+        let mismatch = |detail: String| Error::SchemaMismatch {
+            dataset: dataset.name.clone(),
+            location: FileLocation::Table,
+            column: field.name().clone(),
+            detail,
+        };
+        let Ok(existing) = table.field_with_name(field.name()) else {
+            return Err(mismatch("declared but absent from the existing table".to_owned()));
+        };
+        if existing.data_type() != field.data_type() {
+            return Err(mismatch(format!(
+                "declared as {} but the table stores {}",
+                field.data_type(),
+                existing.data_type()
+            )));
+        }
+    }
+    if let Some(extra) = table.fields().iter().find(|f| declared.field_with_name(f.name()).is_err()) {
+        return Err(Error::SchemaMismatch {
+            dataset: dataset.name.clone(),
+            location: FileLocation::Table,
+            column: extra.name().clone(),
+            detail: "present in the existing table but not declared".to_owned(),
+        });
+    }
+    Ok(())
+}
+
+/// Checks that `value` can be one path segment that is neither hidden nor special.
+pub(crate) fn check_segment(what: &'static str, value: &str) -> Result<()> {
+    let bad = |reason: &str| Err(Error::InvalidName { what, value: value.to_owned(), reason: reason.to_owned() });
+    if value.is_empty() || value.len() > 128 {
+        return bad("must be 1 to 128 characters");
+    }
+    if value.starts_with(['_', '.']) {
+        return bad("must not start with '_' or '.' (Delta and vacuum treat such paths as hidden)");
+    }
+    if !value.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')) {
+        return bad("may hold only ASCII letters, digits, '_', '-' and '.'");
+    }
+    if value.contains("..") {
+        return bad("must not contain '..'");
+    }
+    Ok(())
+}
+
+/// Every active file of a loaded table, as Add actions (optionally only the given partitions).
+pub(crate) async fn active_files(table: &DeltaTable, partitions: Option<&[String]>) -> Result<Vec<Add>> {
+    use futures::TryStreamExt as _;
+    let views: Vec<_> = table.get_active_add_actions_by_partitions(&[]).try_collect().await?;
+    let mut adds = Vec::with_capacity(views.len());
+    for view in views {
+        let partition_values = view.partition_values_map();
+        let key = partition_values.get(PARTITION_COLUMN).cloned().flatten();
+        if let Some(wanted) = partitions
+            && !key.as_ref().is_some_and(|k| wanted.contains(k))
+        {
+            continue;
+        }
+        // Rebuilt by hand because `LogicalFileView::add_action` is deprecated in 1.1.3.
+        adds.push(Add {
+            path: view.path().into_owned(),
+            partition_values,
+            size: view.size(),
+            modification_time: view.modification_time(),
+            data_change: true,
+            stats: view.stats(),
+            tags: None,
+            deletion_vector: None,
+            base_row_id: None,
+            default_row_commit_version: None,
+            clustering_provider: None,
+        });
+    }
+    adds.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(adds)
+}
+
+/// A Remove action for a file that is active now.
+pub(crate) fn remove_of(add: &Add) -> deltalake_core::kernel::Remove {
+    deltalake_core::kernel::Remove {
+        path: add.path.clone(),
+        data_change: true,
+        deletion_timestamp: Some(chrono::Utc::now().timestamp_millis()),
+        extended_file_metadata: Some(true),
+        partition_values: Some(add.partition_values.clone()),
+        size: Some(add.size),
+        tags: None,
+        deletion_vector: None,
+        base_row_id: None,
+        default_row_commit_version: None,
+    }
+}

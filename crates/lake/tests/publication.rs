@@ -1,0 +1,241 @@
+//! Publication: atomic visibility under concurrent readers, replay protection, invisible staging,
+//! concurrent publishers, and restoring a release that fails part-way.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use common::*;
+use tidegate_core::spec::model::WriteMode;
+use tidegate_lake::arrow::array::AsArray as _;
+use tidegate_lake::arrow::datatypes::Int64Type;
+use tidegate_lake::{Error, Release, ReleaseItem};
+
+const N_PUBLISHES: i64 = 200;
+const ROWS_PER_PARTITION: i64 = 4;
+
+fn marker_batch(publish: i64, keys: &[&str]) -> tidegate_lake::arrow::array::RecordBatch {
+    let mut ids = Vec::new();
+    let mut markers = Vec::new();
+    let mut parts = Vec::new();
+    for key in keys {
+        for i in 0..ROWS_PER_PARTITION {
+            ids.push(i);
+            markers.push(publish);
+            parts.push(*key);
+        }
+    }
+    batch(vec![("id", ints(&ids)), ("marker", ints(&markers)), ("tg_partition", strs(&parts))])
+}
+
+/// Invariant 1: a reader loading the table afresh in a loop sees either the previous complete
+/// version or the next one, never rows from two publications.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_never_see_a_mixture_of_two_publications() {
+    let (_dir, lake) = lake().await;
+    let ds = dataset("markers", WriteMode::Replace, vec![col("id", "int64", false), col("marker", "int64", false)]);
+    let keys = ["a", "b", "c"];
+    let partitions: Vec<_> = keys.iter().map(|k| part(k)).collect();
+    put(&lake, &ds, &partitions, marker_batch(0, &keys), "publish-0").await;
+
+    let done = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let lake = lake.clone();
+        let done = done.clone();
+        tokio::spawn(async move {
+            let mut n_reads = 0u64;
+            let mut markers_seen = std::collections::BTreeSet::new();
+            loop {
+                // `read` loads a fresh DeltaTable every time.
+                let batches = lake.read("markers", None, None).await.expect("read");
+                let n_rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+                assert_eq!(n_rows as i64, 3 * ROWS_PER_PARTITION, "a read saw a partial version");
+                let mut markers = std::collections::BTreeSet::new();
+                for b in &batches {
+                    let m = b.column_by_name("marker").expect("marker column");
+                    markers.extend(m.as_primitive::<Int64Type>().values().iter().copied());
+                }
+                assert_eq!(markers.len(), 1, "a read mixed publications: {markers:?}");
+                markers_seen.extend(markers);
+                n_reads += 1;
+                if done.load(Ordering::SeqCst) {
+                    return (n_reads, markers_seen.len());
+                }
+            }
+        })
+    };
+    for publish in 1..=N_PUBLISHES {
+        put(&lake, &ds, &partitions, marker_batch(publish, &keys), &format!("publish-{publish}")).await;
+    }
+    done.store(true, Ordering::SeqCst);
+    let (n_reads, n_distinct) = reader.await.expect("reader task");
+    assert!(n_reads > 1 && n_distinct >= 1);
+    let last = lake.read("markers", None, None).await.expect("read");
+    let m = last[0].column_by_name("marker").expect("marker");
+    assert_eq!(m.as_primitive::<Int64Type>().value(0), N_PUBLISHES);
+    assert_eq!(lake.table_version("markers").await.expect("version"), Some(N_PUBLISHES as u64 + 1));
+}
+
+/// Invariant 2: publishing the same step identity again commits nothing and returns the version
+/// recorded the first time, even with a different staged version.
+#[tokio::test]
+async fn replaying_a_publication_is_a_no_op_returning_the_recorded_version() {
+    let (_dir, lake) = lake().await;
+    let ds = dataset("events", WriteMode::Replace, basic_columns());
+    let staged = lake
+        .stage_batches(&ds, "attempt-1", &[part("eu")], vec![rows(&[(1, Some(10), Some("x"))], None)])
+        .await
+        .expect("stage");
+    let first = lake.publish(&release("r1", &ds, staged.clone(), "step-eu")).await.expect("publish");
+    assert!(!first.items[0].already_published);
+    let version = first.items[0].table_version;
+
+    let other = lake
+        .stage_batches(&ds, "attempt-2", &[part("eu")], vec![rows(&[(2, Some(20), None)], None)])
+        .await
+        .expect("stage");
+    let replay = lake.publish(&release("r1", &ds, other, "step-eu")).await.expect("replay");
+    assert!(replay.items[0].already_published);
+    assert_eq!(replay.items[0].table_version, version);
+    assert_eq!(lake.table_version("events").await.expect("version"), Some(version));
+    assert_eq!(read_all(&lake, "events").await, vec!["id=1|value=10|name=x|tg_partition=eu"]);
+
+    let history = lake.history("events").await.expect("history");
+    let newest = &history[0];
+    assert_eq!(newest.version, version);
+    assert_eq!(newest.metadata["tidegate.step"], "step-eu");
+    assert_eq!(newest.metadata["tidegate.release_id"], "r1");
+    assert_eq!(newest.metadata["tidegate.run_id"], "run-r1");
+    assert_eq!(newest.metadata["tidegate.spec_hash"], "spec-hash");
+}
+
+/// Staged files are not referenced by the log, so a fresh read sees only published rows.
+#[tokio::test]
+async fn staged_files_are_invisible_until_published() {
+    let (_dir, lake) = lake().await;
+    let ds = dataset("events", WriteMode::Replace, basic_columns());
+    put(&lake, &ds, &[part("eu")], rows(&[(1, Some(1), None)], None), "old").await;
+    let before = read_all(&lake, "events").await;
+    let version = lake.table_version("events").await.expect("version");
+
+    let staged = lake
+        .stage_batches(&ds, "pending", &[part("eu")], vec![rows(&[(9, Some(9), None)], None)])
+        .await
+        .expect("stage");
+    assert!(!staged.files.is_empty());
+    for file in &staged.files {
+        assert!(file.path.starts_with("staging/pending/"), "{}", file.path);
+        assert!(lake.root().join("events").join(&file.path).exists());
+    }
+    assert_eq!(read_all(&lake, "events").await, before);
+    assert_eq!(lake.table_version("events").await.expect("version"), version);
+    assert_eq!(
+        lake.sql("SELECT count(*) AS n FROM events")
+            .await
+            .map(|b| { b[0].column(0).as_primitive::<Int64Type>().value(0) })
+            .expect("sql"),
+        1
+    );
+}
+
+/// Several publishers racing on one table all land, each re-planned against the newer table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_publishers_are_serialised_by_conflict_retries() {
+    let (_dir, lake) = lake().await;
+    let ds = dataset("events", WriteMode::Replace, basic_columns());
+    put(&lake, &ds, &[part("p0")], rows(&[(0, None, None)], None), "seed").await;
+    let mut tasks = Vec::new();
+    for i in 1..=6i64 {
+        let lake = lake.clone();
+        let ds = ds.clone();
+        tasks.push(tokio::spawn(async move {
+            let key = format!("p{}", i % 3);
+            let staged = lake
+                .stage_batches(&ds, &format!("s{i}"), &[part(&key)], vec![rows(&[(i, Some(i), None)], None)])
+                .await
+                .expect("stage");
+            lake.publish(&release(&format!("r{i}"), &ds, staged, &format!("step-{i}")))
+                .await
+                .expect("publish despite conflicts")
+        }));
+    }
+    let mut versions = Vec::new();
+    for task in tasks {
+        versions.push(task.await.expect("task").items[0].table_version);
+    }
+    versions.sort_unstable();
+    versions.dedup();
+    assert_eq!(versions.len(), 6, "every publisher got its own commit");
+    // Each partition holds exactly one row: replaces never stacked up.
+    let rows = lake.read("events", None, None).await.expect("read");
+    let ids: usize = rows.iter().map(|b| b.num_rows()).sum();
+    assert_eq!(ids, 3);
+}
+
+/// A release whose second dataset fails restores the first dataset and says so; retrying the
+/// release after the fault is fixed publishes both.
+#[tokio::test]
+async fn a_release_failing_on_its_second_dataset_restores_the_first() {
+    let (_dir, lake) = lake().await;
+    let first = dataset("first", WriteMode::Replace, basic_columns());
+    let second = dataset("second", WriteMode::Replace, basic_columns());
+    put(&lake, &first, &[part("x")], rows(&[(1, Some(1), Some("old"))], None), "seed-1").await;
+    put(&lake, &second, &[part("x")], rows(&[(1, Some(1), Some("old"))], None), "seed-2").await;
+    let before_first = read_all(&lake, "first").await;
+    let before_second = read_all(&lake, "second").await;
+
+    let staged_first = lake
+        .stage_batches(&first, "rel-a", &[part("x")], vec![rows(&[(2, Some(2), Some("new"))], None)])
+        .await
+        .expect("stage");
+    let staged_second = lake
+        .stage_batches(&second, "rel-b", &[part("x")], vec![rows(&[(2, Some(2), Some("new"))], None)])
+        .await
+        .expect("stage");
+    // The second dataset's staged file disappears before publication: its commit must fail.
+    let lost = lake.root().join("second").join(&staged_second.files[0].path);
+    let saved = std::fs::read(&lost).expect("staged file");
+    std::fs::remove_file(&lost).expect("remove staged file");
+
+    let release = Release {
+        release_id: "rel".to_owned(),
+        run_id: "run".to_owned(),
+        spec_hash: "h".to_owned(),
+        items: vec![
+            ReleaseItem { dataset: first.clone(), staged: staged_first, step_identity: "s-first".to_owned() },
+            ReleaseItem { dataset: second.clone(), staged: staged_second, step_identity: "s-second".to_owned() },
+        ],
+    };
+    let err = lake.publish(&release).await.expect_err("second dataset must fail");
+    match &err {
+        Error::ReleaseFailed { dataset, source, restored, not_restored, .. } => {
+            assert_eq!(dataset, "second");
+            assert!(matches!(**source, Error::MissingStagedFile { .. }), "{source}");
+            assert_eq!(restored.len(), 1);
+            assert_eq!(restored[0].0, "first");
+            assert!(not_restored.is_empty());
+        }
+        other => panic!("unexpected error: {other}"),
+    }
+    assert!(err.to_string().contains("restored: first at version"), "{err}");
+    assert_eq!(read_all(&lake, "first").await, before_first);
+    assert_eq!(read_all(&lake, "second").await, before_second);
+
+    // After the fault is repaired the same release publishes both datasets: the restore marked
+    // the first step's txn as undone, so it is not mistaken for a replay.
+    std::fs::write(&lost, saved).expect("restore staged file");
+    let publication = lake.publish(&release).await.expect("retry");
+    assert!(publication.items.iter().all(|i| !i.already_published));
+    assert_eq!(read_all(&lake, "first").await, vec!["id=2|value=2|name=new|tg_partition=x"]);
+    assert_eq!(read_all(&lake, "second").await, vec!["id=2|value=2|name=new|tg_partition=x"]);
+}
+
+#[tokio::test]
+async fn s3_lakes_are_refused_with_a_clear_error() {
+    let err = tidegate_lake::Lake::open("s3://bucket/prefix").await.expect_err("unsupported");
+    assert_eq!(
+        err.to_string(),
+        "s3://bucket/prefix: s3:// lakes need conditional put; this build supports local folders only"
+    );
+}

@@ -1,0 +1,173 @@
+//! Staging command output (Parquet, CSV, JSON lines), schema errors that name the file and the
+//! column, the staged version record, and reconciliation of abandoned staging files.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use tidegate_core::spec::model::WriteMode;
+use tidegate_lake::{Error, FileLocation};
+
+fn write_parquet(path: &std::path::Path, batch: &tidegate_lake::arrow::array::RecordBatch) {
+    let file = std::fs::File::create(path).expect("create parquet");
+    let mut writer = parquet::arrow::ArrowWriter::try_new(file, batch.schema(), None).expect("writer");
+    writer.write(batch).expect("write");
+    writer.close().expect("close");
+}
+
+#[tokio::test]
+async fn command_output_in_three_formats_is_cast_to_the_dataset_schema() {
+    let (dir, lake) = lake().await;
+    let out = dir.path().join("out");
+    std::fs::create_dir_all(&out).expect("out dir");
+    // Parquet with int32 ids (widened to int64), CSV with text, JSON lines with numbers.
+    let narrow = batch(vec![
+        ("id", Arc::new(tidegate_lake::arrow::array::Int32Array::from(vec![1])) as _),
+        ("name", strs(&["parquet"])),
+    ]);
+    write_parquet(&out.join("a.parquet"), &narrow);
+    std::fs::write(out.join("b.csv"), "id,value,name\n2,20,csv\n3,,\n").expect("csv");
+    std::fs::write(out.join("c.jsonl"), "{\"id\": 4, \"value\": 40, \"name\": \"json\"}\n").expect("jsonl");
+    std::fs::write(out.join(".hidden"), "ignored").expect("hidden");
+
+    let ds = dataset("cmd", WriteMode::Replace, basic_columns());
+    let staged = lake.stage_files(&ds, "cmd-1", &[part("p")], &out).await.expect("stage");
+    assert_eq!(staged.n_rows, 4);
+    assert_eq!(staged.partitions[0].key, "p");
+    let id = staged.columns.iter().find(|c| c.name == "id").expect("id stats");
+    assert_eq!((id.min.as_deref(), id.max.as_deref(), id.null_count), (Some("1"), Some("4"), 0));
+    let value = staged.columns.iter().find(|c| c.name == "value").expect("value stats");
+    assert_eq!(value.null_count, 2);
+
+    lake.publish(&release("r", &ds, staged, "cmd-step")).await.expect("publish");
+    assert_eq!(
+        read_all(&lake, "cmd").await,
+        vec![
+            "id=1|value=null|name=parquet|tg_partition=p",
+            "id=2|value=20|name=csv|tg_partition=p",
+            "id=3|value=null|name=null|tg_partition=p",
+            "id=4|value=40|name=json|tg_partition=p",
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_value_that_does_not_fit_names_the_file_and_the_column() {
+    let (dir, lake) = lake().await;
+    let out = dir.path().join("out");
+    std::fs::create_dir_all(&out).expect("out dir");
+    std::fs::write(out.join("bad.csv"), "id,value\n1,12\n2,twelve\n").expect("csv");
+    let ds = dataset("typed", WriteMode::Replace, basic_columns());
+    let err = lake.stage_files(&ds, "s", &[part("p")], &out).await.expect_err("bad value");
+    match &err {
+        Error::SchemaMismatch { location: FileLocation::File(file), column, .. } => {
+            assert!(file.ends_with("bad.csv"), "{file}");
+            assert_eq!(column, "value");
+        }
+        other => panic!("unexpected error: {other}"),
+    }
+    let text = err.to_string();
+    assert!(text.contains("bad.csv") && text.contains("\"value\""), "{text}");
+
+    std::fs::write(out.join("bad.csv"), "id,colour\n1,red\n").expect("csv");
+    let err = lake.stage_files(&ds, "s", &[part("p")], &out).await.expect_err("extra column");
+    assert!(matches!(&err, Error::SchemaMismatch { column, .. } if column == "colour"), "{err}");
+
+    std::fs::write(out.join("bad.csv"), "value\n1\n").expect("csv");
+    let err = lake.stage_files(&ds, "s", &[part("p")], &out).await.expect_err("missing id");
+    assert!(matches!(&err, Error::SchemaMismatch { column, .. } if column == "id"), "{err}");
+}
+
+#[tokio::test]
+async fn rows_for_a_partition_the_step_does_not_write_are_refused() {
+    let (_dir, lake) = lake().await;
+    let ds = dataset("parts", WriteMode::Replace, basic_columns());
+    let err = lake
+        .stage_batches(&ds, "s", &[part("a")], vec![rows(&[(1, None, None)], Some(&["b"]))])
+        .await
+        .expect_err("wrong partition");
+    assert!(matches!(&err, Error::PartitionMismatch { value, .. } if value == "b"), "{err}");
+    let err = lake
+        .stage_batches(&ds, "s", &[part("a"), part("b")], vec![rows(&[(1, None, None)], None)])
+        .await
+        .expect_err("ambiguous partition");
+    assert!(err.to_string().contains("must carry a tg_partition"), "{err}");
+}
+
+#[tokio::test]
+async fn without_declared_columns_the_first_data_defines_the_schema() {
+    let (_dir, lake) = lake().await;
+    let ds = dataset("free", WriteMode::Replace, vec![]);
+    put(&lake, &ds, &[part("p")], batch(vec![("k", strs(&["x"])), ("n", floats(&[1.5]))]), "f1").await;
+    assert_eq!(read_all(&lake, "free").await, vec!["k=x|n=1.5|tg_partition=p"]);
+    let err = lake
+        .stage_batches(&ds, "f2", &[part("p")], vec![batch(vec![("k", strs(&["x"])), ("n", strs(&["oops"]))])])
+        .await
+        .expect_err("now the table schema is the contract");
+    assert!(matches!(&err, Error::SchemaMismatch { column, .. } if column == "n"), "{err}");
+}
+
+#[tokio::test]
+async fn equal_contents_have_equal_checksums_whatever_the_row_order() {
+    let (_dir, lake) = lake().await;
+    let ds = dataset("sums", WriteMode::Replace, basic_columns());
+    let a = lake
+        .stage_batches(&ds, "a", &[part("p")], vec![rows(&[(1, Some(1), None), (2, Some(2), None)], None)])
+        .await
+        .expect("stage");
+    let b = lake
+        .stage_batches(
+            &ds,
+            "b",
+            &[part("p")],
+            vec![rows(&[(2, Some(2), None)], None), rows(&[(1, Some(1), None)], None)],
+        )
+        .await
+        .expect("stage");
+    let c = lake
+        .stage_batches(&ds, "c", &[part("p")], vec![rows(&[(2, Some(3), None), (1, Some(1), None)], None)])
+        .await
+        .expect("stage");
+    assert_eq!(a.checksum, b.checksum);
+    assert_ne!(a.checksum, c.checksum);
+    assert_eq!(a.schema_hash, c.schema_hash);
+}
+
+#[tokio::test]
+async fn reconcile_deletes_only_unreferenced_files_of_unknown_attempts() {
+    let (_dir, lake) = lake().await;
+    let ds = dataset("rec", WriteMode::Replace, basic_columns());
+    put(&lake, &ds, &[part("p")], rows(&[(1, None, None)], None), "published").await;
+    // Replaced later: still referenced by version 1, so rollback can use it.
+    put(&lake, &ds, &[part("p")], rows(&[(2, None, None)], None), "published-2").await;
+    let live =
+        lake.stage_batches(&ds, "live", &[part("p")], vec![rows(&[(3, None, None)], None)]).await.expect("stage");
+    let dead =
+        lake.stage_batches(&ds, "dead", &[part("p")], vec![rows(&[(4, None, None)], None)]).await.expect("stage");
+
+    let report = lake.reconcile(&["live".to_owned()]).await.expect("reconcile");
+    assert_eq!(report.deleted, vec![format!("rec/{}", dead.files[0].path)]);
+    assert_eq!(report.n_kept_known, live.files.len());
+    assert_eq!(report.n_kept_referenced, 2);
+    assert!(lake.root().join("rec").join(&live.files[0].path).exists());
+    assert!(!lake.root().join("rec").join(&dead.files[0].path).exists());
+    // Rolling back to the first version still works: its file was kept.
+    lake.rollback("rec", 1, None, "rb").await.expect("rollback");
+    assert_eq!(read_all(&lake, "rec").await, vec!["id=1|value=null|name=null|tg_partition=p"]);
+}
+
+#[tokio::test]
+async fn bad_names_are_refused() {
+    let (_dir, lake) = lake().await;
+    let ds = dataset("_hidden", WriteMode::Replace, basic_columns());
+    let err =
+        lake.stage_batches(&ds, "s", &[part("p")], vec![rows(&[(1, None, None)], None)]).await.expect_err("hidden");
+    assert!(matches!(err, Error::InvalidName { .. }), "{err}");
+    let ds = dataset("ok", WriteMode::Replace, basic_columns());
+    let err = lake
+        .stage_batches(&ds, "../up", &[part("p")], vec![rows(&[(1, None, None)], None)])
+        .await
+        .expect_err("traversal");
+    assert!(matches!(err, Error::InvalidName { what: "staging id", .. }), "{err}");
+}
