@@ -34,6 +34,11 @@ enum Command {
     Validate(cmd::validate::Args),
     Plan(cmd::plan::Args),
     Submit(cmd::submit::Args),
+    Run(cmd::run::Args),
+    Read(cmd::data::ReadArgs),
+    Sql(cmd::data::SqlArgs),
+    Rollback(cmd::rollback::RollbackArgs),
+    Reconcile(cmd::rollback::ReconcileArgs),
     Status(cmd::status::Args),
     History(cmd::history::Args),
 }
@@ -46,6 +51,11 @@ fn main() -> ExitCode {
         Command::Validate(args) => cmd::validate::run(ws, args),
         Command::Plan(args) => cmd::plan::run(ws, args),
         Command::Submit(args) => cmd::submit::run(ws, args),
+        Command::Run(args) => cmd::run::run(ws, args),
+        Command::Read(args) => cmd::data::read(ws, args),
+        Command::Sql(args) => cmd::data::sql(ws, args),
+        Command::Rollback(args) => cmd::rollback::rollback(ws, args),
+        Command::Reconcile(args) => cmd::rollback::reconcile(ws, args),
         Command::Status(args) => cmd::status::run(ws, args),
         Command::History(args) => cmd::history::run(ws, args),
     };

@@ -62,6 +62,11 @@ impl Workspace {
         resolve(&self.root, &self.spec.project.state_url)
     }
 
+    /// The lake URL with a relative folder resolved against the workspace folder.
+    pub fn lake_url(&self) -> String {
+        resolve(&self.root, &self.spec.project.lake_url)
+    }
+
     /// Opens the workspace's store, creating and migrating it on first use.
     pub fn open_store(&self) -> Result<Arc<dyn Store>> {
         let url = self.state_url();

@@ -1,8 +1,11 @@
 //! One module per subcommand: its clap arguments and its `run`.
 
+pub mod data;
 pub mod history;
 pub mod init;
 pub mod plan;
+pub mod rollback;
+pub mod run;
 pub mod status;
 pub mod submit;
 pub mod validate;

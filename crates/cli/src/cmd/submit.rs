@@ -11,7 +11,7 @@ use tidegate_core::idempotency::{self, FileContent, PinnedInput, StepIdentity};
 use tidegate_core::plan::{self, Plan};
 use tidegate_core::spec::{Spec, TaskRun};
 use tidegate_core::state::Step;
-use tidegate_store::{Claim, JournalMeta, NewStep, Priority, RunRecord, RunRequest, Trigger};
+use tidegate_store::{JournalMeta, NewStep, Priority, RunRecord, RunRequest, Store, Trigger};
 
 use crate::cmd::plan::TargetArgs;
 use crate::output;
@@ -45,37 +45,45 @@ struct Submitted<'a> {
 
 pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
-    let partitions = describe(&args.target);
+    let store = ws.open_store()?;
+    let (run, created) = submit(&ws, store.as_ref(), &args.target, args.idempotency_key.as_deref(), Trigger::Manual, Priority::Live)?;
+    let n_steps = store.steps(&run.id)?.len();
+    report(&Submitted { created, run: &run, n_steps }, args.json)
+}
+
+/// Creates a run for the target (or, under an idempotency key already used with the same
+/// request, returns the existing one). Returns the run and whether it was created now.
+pub fn submit(
+    ws: &Workspace,
+    store: &dyn Store,
+    target: &TargetArgs,
+    idempotency_key: Option<&str>,
+    trigger: Trigger,
+    priority: Priority,
+) -> Result<(RunRecord, bool)> {
     let request = RunRequest {
-        target: args.target.target.clone(),
-        partitions,
-        trigger: Trigger::Manual,
-        priority: Priority::Live,
+        target: target.target.clone(),
+        partitions: describe(target),
+        trigger,
+        priority,
         requester: requester(),
         spec_hash: ws.spec.hash.clone(),
         params: BTreeMap::new(),
         backfill_id: None,
-        idempotency_key: args.idempotency_key.clone(),
+        idempotency_key: idempotency_key.map(str::to_owned),
     };
-    let store = ws.open_store()?;
-    let now = Utc::now();
-    if let Some(key) = &args.idempotency_key
-        && let Claim::Done { run_id } = store.claim_idempotency_key(key, &request, now)?
-    {
-        let run = store.run(&run_id)?.with_context(|| format!("run {run_id} recorded for key {key:?} is missing"))?;
-        let n_steps = store.steps(&run.id)?.len();
-        return report(&Submitted { created: false, run: &run, n_steps }, args.json);
-    }
-    let plan = plan::plan(&args.target.request(&ws.spec)?)?;
-    let steps = new_steps(&ws, &plan)?;
+    // Plan first, then submit in one transaction: a crash between the two leaves nothing behind,
+    // and a replay under the same key returns the run the first submission created.
+    let plan = plan::plan(&target.request(&ws.spec)?)?;
+    let steps = new_steps(ws, &plan)?;
     let meta = JournalMeta {
         actor: request.requester.clone(),
         correlation_id: uuid::Uuid::now_v7().to_string(),
-        reason: format!("manual submission of {}", args.target.target),
-        at: now,
+        reason: format!("{} run of {}", format!("{trigger:?}").to_lowercase(), target.target),
+        at: Utc::now(),
     };
-    let run = store.create_run(&request, &steps, &meta)?;
-    report(&Submitted { created: true, run: &run, n_steps: steps.len() }, args.json)
+    let submission = store.submit_run(&request, &steps, &meta)?;
+    Ok((submission.run, submission.created))
 }
 
 fn report(s: &Submitted<'_>, json: bool) -> Result<ExitCode> {
@@ -139,7 +147,10 @@ pub fn new_steps(ws: &Workspace, plan: &Plan) -> Result<Vec<NewStep>> {
             // Input versions are pinned by the engine when it reads the lake; until then an input is
             // recorded without a version.
             let inputs: Vec<PinnedInput> =
-                s.inputs.iter().map(|i| PinnedInput { dataset: i.dataset.clone(), version: None }).collect();
+                s.inputs
+                    .iter()
+                    .map(|i| PinnedInput { dataset: i.dataset.clone(), partitions: i.partitions.clone(), version: None })
+                    .collect();
             let step_key = StepIdentity {
                 task: &s.task,
                 partition: &s.partition.key,

@@ -1,0 +1,133 @@
+//! `tidegate read` and `tidegate sql`: published data, as a table, JSON or CSV.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+use tidegate_lake::Lake;
+use tidegate_lake::arrow::record_batch::RecordBatch;
+
+use crate::workspace::{self, Workspace};
+
+/// How to print rows.
+#[derive(Debug, clap::Args)]
+pub struct Format {
+    /// Print rows as a JSON array of objects.
+    #[arg(long, conflicts_with = "csv")]
+    pub json: bool,
+    /// Print rows as CSV with a header.
+    #[arg(long)]
+    pub csv: bool,
+}
+
+/// Read a published dataset, optionally some partitions, at a version or release.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:\n  tidegate read events --partition 2024-01-03\n  tidegate read daily_stats --version 4 --limit 20\n  tidegate read daily_stats --release rel-0193... --csv > stats.csv")]
+pub struct ReadArgs {
+    /// The dataset to read.
+    pub dataset: String,
+    /// Only these partitions (repeatable).
+    #[arg(long, short = 'p')]
+    pub partition: Vec<String>,
+    /// A Delta table version (see `tidegate history DATASET:PARTITION` or the table's log).
+    #[arg(long, conflicts_with = "release")]
+    pub version: Option<u64>,
+    /// The table version a release published.
+    #[arg(long)]
+    pub release: Option<String>,
+    /// At most this many rows.
+    #[arg(long, default_value_t = 100)]
+    pub limit: usize,
+    #[command(flatten)]
+    pub format: Format,
+}
+
+/// Query published datasets with SQL (DataFusion); every dataset is a table under its name.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:\n  tidegate sql \"SELECT event_type, COUNT(*) FROM events GROUP BY 1\"\n  tidegate sql \"SELECT * FROM daily_stats ORDER BY day\" --json")]
+pub struct SqlArgs {
+    /// The query.
+    pub query: String,
+    #[command(flatten)]
+    pub format: Format,
+}
+
+pub fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")
+}
+
+pub async fn open_lake(ws: &Workspace) -> Result<Arc<Lake>> {
+    let url = ws.lake_url();
+    Ok(Arc::new(Lake::open(&url).await.with_context(|| format!("opening the lake at {url}"))?))
+}
+
+pub fn read(ws: Option<&Path>, args: ReadArgs) -> Result<ExitCode> {
+    let ws = workspace::load(ws)?;
+    if !ws.spec.datasets.contains_key(&args.dataset) {
+        bail!("no dataset named {:?} in {}", args.dataset, ws.spec.file);
+    }
+    let version = match &args.release {
+        None => args.version,
+        Some(r) => {
+            let store = ws.open_store()?;
+            let release = store.release(r)?.with_context(|| format!("no release {r:?}"))?;
+            let item = release.items.iter().find(|i| i.dataset == args.dataset).with_context(|| format!("release {r} did not publish {}", args.dataset))?;
+            Some(u64::try_from(item.delta_version).context("negative table version")?)
+        }
+    };
+    let batches = runtime()?.block_on(async {
+        let lake = open_lake(&ws).await?;
+        let parts = (!args.partition.is_empty()).then_some(args.partition.as_slice());
+        anyhow::Ok(lake.read(&args.dataset, parts, version).await?)
+    })?;
+    print_batches(&limit(batches, args.limit), &args.format)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn sql(ws: Option<&Path>, args: SqlArgs) -> Result<ExitCode> {
+    let ws = workspace::load(ws)?;
+    let batches = runtime()?.block_on(async {
+        let lake = open_lake(&ws).await?;
+        anyhow::Ok(lake.sql(&args.query).await?)
+    })?;
+    print_batches(&batches, &args.format)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn limit(batches: Vec<RecordBatch>, mut n: usize) -> Vec<RecordBatch> {
+    let mut out = Vec::new();
+    for b in batches {
+        if n == 0 {
+            break;
+        }
+        let take = b.num_rows().min(n);
+        out.push(b.slice(0, take));
+        n -= take;
+    }
+    out
+}
+
+/// Prints rows in the chosen format.
+pub fn print_batches(batches: &[RecordBatch], format: &Format) -> Result<()> {
+    use tidegate_lake::arrow;
+    if format.json {
+        let mut w = arrow::json::ArrayWriter::new(Vec::new());
+        for b in batches {
+            w.write(b)?;
+        }
+        w.finish()?;
+        let bytes = w.into_inner();
+        println!("{}", if bytes.is_empty() { "[]" } else { std::str::from_utf8(&bytes)? });
+    } else if format.csv {
+        let mut w = arrow::csv::Writer::new(std::io::stdout());
+        for b in batches {
+            w.write(b)?;
+        }
+    } else {
+        println!("{}", arrow::util::pretty::pretty_format_batches(batches)?);
+        let n: usize = batches.iter().map(RecordBatch::num_rows).sum();
+        println!("{n} row{}", if n == 1 { "" } else { "s" });
+    }
+    Ok(())
+}

@@ -1,0 +1,136 @@
+//! `tidegate rollback` and `tidegate reconcile`: undo a publication in a new commit, and clean up
+//! what crashed attempts left behind.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use chrono::Utc;
+use serde::Serialize;
+use tidegate_store::{JournalMeta, ReleaseItem, ReleaseKind, ReleaseRecord};
+
+use crate::cmd::data::{open_lake, runtime};
+use crate::cmd::submit::requester;
+use crate::output;
+use crate::workspace;
+
+/// Restore a dataset's previous files in a new, journaled commit.
+///
+/// Without --to-release or --to-version, the latest release of the dataset is undone. With
+/// --partition, only those partitions are restored. Nothing is deleted: the undone version stays
+/// in the table's history and can itself be restored.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:\n  tidegate rollback daily_stats                       # undo the latest release\n  tidegate rollback daily_stats --to-version 3\n  tidegate rollback events --to-release rel-0193... --partition 2024-01-03")]
+pub struct RollbackArgs {
+    pub dataset: String,
+    /// Undo this release: restore the table version that preceded it.
+    #[arg(long, conflicts_with = "to_version")]
+    pub to_release: Option<String>,
+    /// Restore exactly this table version.
+    #[arg(long)]
+    pub to_version: Option<u64>,
+    /// Only these partitions (repeatable).
+    #[arg(long, short = 'p')]
+    pub partition: Vec<String>,
+    /// Why (recorded in the journal).
+    #[arg(long, default_value = "manual rollback")]
+    pub reason: String,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Serialize)]
+struct RolledBack {
+    dataset: String,
+    restored_version: u64,
+    new_version: u64,
+    release_id: String,
+}
+
+pub fn rollback(ws: Option<&Path>, args: RollbackArgs) -> Result<ExitCode> {
+    let ws = workspace::load(ws)?;
+    if !ws.spec.datasets.contains_key(&args.dataset) {
+        bail!("no dataset named {:?} in {}", args.dataset, ws.spec.file);
+    }
+    let store = ws.open_store()?;
+    let release_id = format!("rollback-{}", uuid::Uuid::now_v7());
+    let (target, new_version) = runtime()?.block_on(async {
+        let lake = open_lake(&ws).await?;
+        let current = lake.table_version(&args.dataset).await?.with_context(|| format!("{} has no published version", args.dataset))?;
+        let target = match (&args.to_release, args.to_version) {
+            (_, Some(v)) => v,
+            (Some(r), None) => {
+                let rel = store.release(r)?.with_context(|| format!("no release {r:?}"))?;
+                let item = rel.items.iter().find(|i| i.dataset == args.dataset).with_context(|| format!("release {r} did not publish {}", args.dataset))?;
+                u64::try_from(item.delta_version - 1).context("the release created the table; there is nothing before it")?
+            }
+            (None, None) => current.checked_sub(1).context("the table has a single version; there is nothing to restore")?,
+        };
+        if target >= current {
+            bail!("version {target} is not older than the current version {current}");
+        }
+        let parts = (!args.partition.is_empty()).then_some(args.partition.as_slice());
+        let new_version = lake.rollback(&args.dataset, target, parts, &release_id).await?;
+        anyhow::Ok((target, new_version))
+    })?;
+    let partitions = if args.partition.is_empty() { vec!["*".to_owned()] } else { args.partition.clone() };
+    let record = ReleaseRecord {
+        id: release_id.clone(),
+        kind: ReleaseKind::Rollback,
+        run_id: None,
+        backfill_id: None,
+        restores_release_id: args.to_release.clone(),
+        created_by: requester(),
+        created_at: Utc::now(),
+        items: partitions
+            .iter()
+            .map(|p| ReleaseItem { dataset: args.dataset.clone(), partition: p.clone(), version_id: None, delta_version: i64::try_from(new_version).unwrap_or(i64::MAX) })
+            .collect(),
+    };
+    let meta = JournalMeta { actor: requester(), correlation_id: release_id.clone(), reason: format!("{} (restored table version {target})", args.reason), at: Utc::now() };
+    store.record_release(&record, &[], &meta)?;
+    let out = RolledBack { dataset: args.dataset, restored_version: target, new_version, release_id };
+    if args.json {
+        output::json(&out)?;
+    } else {
+        println!("Restored {} to its version {} as new version {} (release {})", out.dataset, target, new_version, out.release_id);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Remove staged files that no commit references and no live attempt owns.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:\n  tidegate reconcile\n  tidegate reconcile --json")]
+pub struct ReconcileArgs {
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn reconcile(ws: Option<&Path>, args: ReconcileArgs) -> Result<ExitCode> {
+    let ws = workspace::load(ws)?;
+    let store = ws.open_store()?;
+    // Staging ids of attempts that may still publish: steps not yet terminal.
+    let live: Vec<String> = store
+        .active_steps()?
+        .iter()
+        .map(|a| format!("{}-{}", a.step.id, a.step.state.attempt))
+        .collect();
+    let report = runtime()?.block_on(async {
+        let lake = open_lake(&ws).await?;
+        anyhow::Ok(lake.reconcile(&live).await?)
+    })?;
+    if args.json {
+        output::json(&report)?;
+    } else {
+        println!(
+            "Deleted {} abandoned staging file(s); kept {} referenced by table versions and {} owned by unfinished attempts",
+            report.deleted.len(),
+            report.n_kept_referenced,
+            report.n_kept_known
+        );
+        for path in &report.deleted {
+            println!("  deleted {path}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

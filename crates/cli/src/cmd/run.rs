@@ -1,0 +1,134 @@
+//! `tidegate run`: submit a run and execute it in the foreground until everything is published,
+//! failed or waiting for approval, with a progress bar on a terminal and plain lines otherwise.
+
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+use tidegate_core::clock::SystemClock;
+use tidegate_engine::{Engine, Options, Summary};
+use tidegate_store::{Priority, Trigger};
+
+use crate::cmd::plan::TargetArgs;
+use crate::cmd::submit;
+use crate::output;
+use crate::workspace::{self, Workspace};
+
+/// Plan, run, check and publish a target's partitions in the foreground.
+///
+/// Each step's output is staged invisibly, checked, and published as one Delta commit per
+/// dataset. Transient failures are retried with backoff inside the pool's retry budget;
+/// deterministic ones fail at once with the reason. Interrupting and running again resumes: the
+/// state store knows what was done, and a replayed publication adds nothing.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:\n  tidegate run daily_stats --from 2024-01-01 --to 2024-01-07\n  tidegate run events --partition 2024-01-03 --idempotency-key events-2024-01-03\n  tidegate run daily_stats --from 2024-01-01 --to 2024-01-31 --workers 8 --json")]
+pub struct Args {
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// A client key that makes the submission safe to retry: the same key and request resume
+    /// the same run instead of creating another.
+    #[arg(long, value_name = "KEY")]
+    pub idempotency_key: Option<String>,
+    /// Attempts to run at once (pools may allow fewer).
+    #[arg(long, default_value_t = 4)]
+    pub workers: usize,
+    /// Print the summary as JSON (no progress output).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Serialize)]
+struct RunReport<'a> {
+    run_id: &'a str,
+    created: bool,
+    status: String,
+    summary: &'a Summary,
+    elapsed_s: f64,
+}
+
+pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
+    let ws = workspace::load(ws)?;
+    let store = ws.open_store()?;
+    let (run, created) = submit::submit(&ws, store.as_ref(), &args.target, args.idempotency_key.as_deref(), Trigger::Manual, Priority::Live)?;
+    let n_steps = store.steps(&run.id)?.len();
+    if !args.json {
+        let verb = if created { "Created" } else { "Resuming" };
+        eprintln!("{verb} run {} ({n_steps} steps)", run.id);
+    }
+    let started = Instant::now();
+    let summary = execute(&ws, store.clone(), args.workers, !args.json)?;
+    let run = store.run(&run.id)?.context("the run vanished from the store")?;
+    let report = RunReport { run_id: &run.id, created, status: run.status.to_string(), summary: &summary, elapsed_s: started.elapsed().as_secs_f64() };
+    if args.json {
+        output::json(&report)?;
+    } else {
+        println!(
+            "Run {} {}: {} published, {} failed, {} skipped, {} retries, {} rejected stale reports in {:.1} s",
+            run.id, report.status, summary.published, summary.failed, summary.skipped, summary.retried, summary.rejected, report.elapsed_s
+        );
+        if summary.failed > 0 {
+            println!("See why with: tidegate history {}", run.id);
+        }
+    }
+    Ok(if summary.failed > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}
+
+/// Drains every unfinished run in the workspace's store with an in-process engine.
+pub fn execute(ws: &Workspace, store: Arc<dyn tidegate_store::Store>, workers: usize, show_progress: bool) -> Result<Summary> {
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
+    let lake_uri = ws.lake_url();
+    runtime.block_on(async {
+        let lake = Arc::new(tidegate_lake::Lake::open(&lake_uri).await.with_context(|| format!("opening the lake at {lake_uri}"))?);
+        let opts = Options { max_parallel: workers.max(1), ..Options::default() };
+        let mut engine = Engine::new(store, lake, Arc::new(ws.spec.clone()), ws.root.clone(), lake_uri.clone(), Arc::new(SystemClock), opts);
+        if show_progress {
+            engine = engine.with_progress(progress_printer());
+        }
+        let summary = engine.drain().await?;
+        if show_progress && std::io::stderr().is_terminal() {
+            eprintln!();
+        }
+        Ok(summary)
+    })
+}
+
+/// A progress line: redrawn in place on a terminal, printed every few seconds otherwise.
+fn progress_printer() -> tidegate_engine::executor::ProgressFn {
+    let tty = std::io::stderr().is_terminal();
+    let started = Instant::now();
+    let last = Mutex::new((Instant::now() - Duration::from_secs(60), String::new()));
+    Box::new(move |tally: &BTreeMap<String, usize>| {
+        let total: usize = tally.values().sum();
+        let done: usize = ["published", "failed", "upstream_failed", "skipped", "superseded", "cancelled", "awaiting_approval"]
+            .iter()
+            .filter_map(|s| tally.get(*s))
+            .sum();
+        let elapsed = started.elapsed().as_secs_f64();
+        let eta = if done > 0 && done < total {
+            #[allow(clippy::cast_precision_loss)]
+            let rate = done as f64 / elapsed.max(0.001);
+            #[allow(clippy::cast_precision_loss)]
+            let left = (total - done) as f64 / rate;
+            format!(", ETA {left:.0} s")
+        } else {
+            String::new()
+        };
+        let detail: Vec<String> = tally.iter().filter(|(_, n)| **n > 0).map(|(s, n)| format!("{n} {s}")).collect();
+        let line = format!("[{done}/{total}] {}{eta}", detail.join(", "));
+        let Ok(mut last) = last.lock() else { return };
+        if tty {
+            if line != last.1 {
+                eprint!("\r\x1b[2K{line}");
+                last.1 = line;
+            }
+        } else if last.0.elapsed() >= Duration::from_secs(2) && line != last.1 {
+            eprintln!("{line}");
+            *last = (Instant::now(), line);
+        }
+    })
+}

@@ -1,0 +1,90 @@
+//! Invariant 6 (fencing) with real processes: a `tidegate run` frozen with SIGSTOP past its lease
+//! loses the step to another process; when it resumes, its late output is rejected by the store
+//! (and journaled), and the step is published exactly once, by the other process.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const SPEC: &str = r#"
+[project]
+name = "fencing_test"
+lease_ttl_s = 2
+heartbeat_s = 1
+
+[datasets.slow]
+partitioning = { grain = "day", start = "2024-01-01" }
+write = { mode = "replace" }
+
+[tasks.slow]
+command = ["sh", "-c", "sleep 3; printf 'id,attempt\n1,%s\n' \"$TIDEGATE_ATTEMPT\" > \"$TIDEGATE_OUTPUT_DIR/out.csv\""]
+outputs = ["slow"]
+timeout_s = 60
+"#;
+
+fn tidegate(dir: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tidegate"));
+    cmd.current_dir(dir).env("TIDEGATE_USER", "fencing-test");
+    cmd
+}
+
+fn signal(pid: u32, sig: &str) {
+    let status = Command::new("kill").args([sig, &pid.to_string()]).status().expect("kill runs");
+    assert!(status.success(), "kill {sig} {pid}");
+}
+
+#[test]
+fn a_paused_worker_past_its_lease_cannot_publish() {
+    let dir = tempfile::tempdir().expect("tmp");
+    std::fs::write(dir.path().join("tidegate.toml"), SPEC).expect("write spec");
+    let args = ["run", "slow", "--partition", "2024-01-01", "--idempotency-key", "fence", "--json"];
+    let first = tidegate(dir.path()).args(args).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("spawn first");
+
+    // Wait until the first process's attempt is running, then freeze the process.
+    let db_path = dir.path().join(".tidegate/state.db");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        assert!(Instant::now() < deadline, "the first attempt never started");
+        if let Ok(db) = rusqlite::Connection::open(&db_path)
+            && db.query_row("SELECT COUNT(*) FROM attempts", [], |r| r.get::<_, i64>(0)).unwrap_or(0) > 0
+        {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    signal(first.id(), "-STOP");
+
+    // A second process takes over once the lease and the scheduler role expire, and publishes.
+    let second = tidegate(dir.path()).args(args).output().expect("second run");
+    assert!(second.status.success(), "{}", String::from_utf8_lossy(&second.stderr));
+    let report: Value = serde_json::from_slice(&second.stdout).expect("json");
+    assert_eq!(report["status"], "succeeded");
+    assert_eq!(report["summary"]["published"], 1);
+
+    // The first process resumes: its attempt's output arrives with a stale epoch.
+    signal(first.id(), "-CONT");
+    let out = first.wait_with_output().expect("first finishes");
+    let first_report: Value = serde_json::from_slice(&out.stdout).expect("json from the first process");
+    assert_eq!(first_report["summary"]["published"], 0, "the paused process published nothing");
+    assert_eq!(first_report["summary"]["rejected"], 1, "its stale report was rejected");
+
+    let db = rusqlite::Connection::open(&db_path).expect("db");
+    let rejected: String = db
+        .query_row("SELECT reason FROM journal WHERE kind = 'rejected'", [], |r| r.get(0))
+        .expect("the rejection is journaled");
+    assert!(rejected.contains("fenced"), "{rejected}");
+    let (attempts, epoch): (i64, i64) =
+        db.query_row("SELECT attempt, epoch FROM steps", [], |r| Ok((r.get(0)?, r.get(1)?))).expect("step");
+    assert_eq!((attempts, epoch), (2, 2));
+
+    // Exactly one commit for the step, and the published row comes from attempt 2.
+    let log = dir.path().join(".tidegate/lake/slow/_delta_log");
+    let commits_with_txn = std::fs::read_dir(&log)
+        .expect("delta log")
+        .flatten()
+        .filter(|e| std::fs::read_to_string(e.path()).is_ok_and(|t| t.contains("\"txn\"")))
+        .count();
+    assert_eq!(commits_with_txn, 1);
+}

@@ -1,0 +1,94 @@
+//! Invariant 5 (errors are classified), with real processes: deterministic failures are attempted
+//! once, transient ones retried with backoff until they succeed, and a pool that fails every
+//! attempt stops retrying once its retry budget is spent.
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+fn workspace(spec: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tmp");
+    std::fs::write(dir.path().join("tidegate.toml"), spec).expect("write spec");
+    dir
+}
+
+fn run(dir: &Path, args: &[&str]) -> (i32, Value) {
+    let out = Command::new(env!("CARGO_BIN_EXE_tidegate")).args(args).arg("--json").current_dir(dir).output().expect("runs");
+    let code = out.status.code().unwrap_or(-1);
+    let json = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("no JSON on stdout; stderr:\n{}", String::from_utf8_lossy(&out.stderr)));
+    (code, json)
+}
+
+fn attempts(dir: &Path) -> Vec<(String, i64, Option<String>)> {
+    let db = rusqlite::Connection::open(dir.join(".tidegate/state.db")).expect("db");
+    let mut stmt = db
+        .prepare("SELECT s.partition_key, a.attempt, a.reason FROM attempts a JOIN steps s ON s.id = a.step_id ORDER BY 1, 2")
+        .expect("query");
+    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).expect("rows").map(|r| r.expect("row")).collect()
+}
+
+fn spec(command: &str, pool: &str, retry: &str) -> String {
+    format!(
+        r#"
+[project]
+name = "retry_test"
+
+{pool}
+
+[datasets.out]
+partitioning = {{ grain = "day", start = "2024-01-01" }}
+write = {{ mode = "replace" }}
+
+[tasks.flaky]
+command = ["sh", "-c", "{command}"]
+outputs = ["out"]
+retry = {retry}
+"#
+    )
+}
+
+const WRITE: &str = "printf 'id\\\\n1\\\\n' > \\\"$TIDEGATE_OUTPUT_DIR/o.csv\\\"";
+
+#[test]
+fn a_deterministic_failure_is_attempted_once() {
+    let dir = workspace(&spec("echo 'bad input row 7' >&2; exit 65", "", "{ attempts = 5, backoff_base_ms = 10, backoff_max_ms = 20 }"));
+    let (code, report) = run(dir.path(), &["run", "flaky", "--partition", "2024-01-01"]);
+    assert_eq!(code, 1);
+    assert_eq!(report["status"], "failed");
+    let a = attempts(dir.path());
+    assert_eq!(a.len(), 1, "{a:?}");
+    let reason = a[0].2.clone().unwrap_or_default();
+    assert!(reason.contains("exited with code 65") && reason.contains("bad input row 7"), "{reason}");
+}
+
+#[test]
+fn two_transient_failures_then_success_on_attempt_3() {
+    let command = format!("if [ \\\"$TIDEGATE_ATTEMPT\\\" -lt 3 ]; then exit 75; fi; {WRITE}");
+    let dir = workspace(&spec(&command, "", "{ attempts = 3, backoff_base_ms = 10, backoff_max_ms = 50 }"));
+    let (code, report) = run(dir.path(), &["run", "flaky", "--partition", "2024-01-01"]);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(report["summary"]["published"], 1);
+    assert_eq!(report["summary"]["retried"], 2);
+    let a = attempts(dir.path());
+    assert_eq!(a.iter().map(|x| x.1).collect::<Vec<_>>(), [1, 2, 3]);
+}
+
+#[test]
+fn a_pool_failing_every_attempt_stops_at_its_retry_budget() {
+    let pool = "[pools.default]\nslots = 2\nretry_budget_ratio = 0.1\nretry_budget_burst = 1";
+    let dir = workspace(&spec("exit 75", pool, "{ attempts = 5, backoff_base_ms = 10, backoff_max_ms = 20 }"));
+    let (code, report) = run(dir.path(), &["run", "flaky", "--from", "2024-01-01", "--to", "2024-01-10"]);
+    assert_eq!(code, 1);
+    let a = attempts(dir.path());
+    let first = a.iter().filter(|x| x.1 == 1).count();
+    let retries = a.len() - first;
+    assert_eq!(first, 10);
+    // At most the burst plus the ratio's share of first attempts, far below 10 x 4 possible retries.
+    assert!((1..=2).contains(&retries), "{retries} retries: {a:?}");
+    assert_eq!(report["summary"]["failed"], 10);
+    let db = rusqlite::Connection::open(dir.path().join(".tidegate/state.db")).expect("db");
+    let denied: i64 = db.query_row("SELECT COUNT(*) FROM journal WHERE kind = 'retry_denied'", [], |r| r.get(0)).expect("count");
+    assert_eq!(denied, 10, "every step ends with a journaled retry denial naming the spent budget");
+}
