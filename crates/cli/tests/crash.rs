@@ -72,7 +72,8 @@ fn killing_a_run_at_any_moment_and_rerunning_publishes_every_step_exactly_once()
         let key = format!("crash-{i}");
         let day = format!("2024-01-{:02}", 1 + i % 28);
         let args = ["run", "summarize", "--partition", &day, "--idempotency-key", &key, "--json"];
-        let mut child = tidegate(dir.path()).args(args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("spawn");
+        let mut child =
+            tidegate(dir.path()).args(args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("spawn");
         // Spread the kill over the run's life: before planning, mid-attempt, mid-publication, after.
         std::thread::sleep(Duration::from_millis((i * 37) % 700));
         let _ = child.kill();
@@ -86,10 +87,16 @@ fn killing_a_run_at_any_moment_and_rerunning_publishes_every_step_exactly_once()
     // Every step of every run is published, and each step's identity appears in exactly one commit.
     let db = rusqlite::Connection::open(dir.path().join(".tidegate/state.db")).expect("state db");
     let (n_steps, n_published): (i64, i64) = db
-        .query_row("SELECT COUNT(*), SUM(CASE WHEN status = 'published' THEN 1 ELSE 0 END) FROM steps", [], |r| Ok((r.get(0)?, r.get(1)?)))
+        .query_row("SELECT COUNT(*), SUM(CASE WHEN status = 'published' THEN 1 ELSE 0 END) FROM steps", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
         .expect("count steps");
     assert_eq!(n_steps, n_published, "every step ends published");
-    assert_eq!(n_steps, i64::try_from(ITERATIONS * 2).expect("small"), "one run of two steps per iteration, never a second run");
+    assert_eq!(
+        n_steps,
+        i64::try_from(ITERATIONS * 2).expect("small"),
+        "one run of two steps per iteration, never a second run"
+    );
     let lake = dir.path().join(".tidegate/lake");
     let mut app_ids = BTreeMap::new();
     for table in ["raw", "summary"] {

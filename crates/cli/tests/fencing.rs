@@ -40,7 +40,8 @@ fn a_paused_worker_past_its_lease_cannot_publish() {
     let dir = tempfile::tempdir().expect("tmp");
     std::fs::write(dir.path().join("tidegate.toml"), SPEC).expect("write spec");
     let args = ["run", "slow", "--partition", "2024-01-01", "--idempotency-key", "fence", "--json"];
-    let first = tidegate(dir.path()).args(args).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("spawn first");
+    let first =
+        tidegate(dir.path()).args(args).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("spawn first");
 
     // Wait until the first process's attempt is running, then freeze the process.
     let db_path = dir.path().join(".tidegate/state.db");

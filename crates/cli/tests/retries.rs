@@ -14,7 +14,8 @@ fn workspace(spec: &str) -> tempfile::TempDir {
 }
 
 fn run(dir: &Path, args: &[&str]) -> (i32, Value) {
-    let out = Command::new(env!("CARGO_BIN_EXE_tidegate")).args(args).arg("--json").current_dir(dir).output().expect("runs");
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_tidegate")).args(args).arg("--json").current_dir(dir).output().expect("runs");
     let code = out.status.code().unwrap_or(-1);
     let json = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|_| panic!("no JSON on stdout; stderr:\n{}", String::from_utf8_lossy(&out.stderr)));
@@ -53,7 +54,11 @@ const WRITE: &str = "printf 'id\\\\n1\\\\n' > \\\"$TIDEGATE_OUTPUT_DIR/o.csv\\\"
 
 #[test]
 fn a_deterministic_failure_is_attempted_once() {
-    let dir = workspace(&spec("echo 'bad input row 7' >&2; exit 65", "", "{ attempts = 5, backoff_base_ms = 10, backoff_max_ms = 20 }"));
+    let dir = workspace(&spec(
+        "echo 'bad input row 7' >&2; exit 65",
+        "",
+        "{ attempts = 5, backoff_base_ms = 10, backoff_max_ms = 20 }",
+    ));
     let (code, report) = run(dir.path(), &["run", "flaky", "--partition", "2024-01-01"]);
     assert_eq!(code, 1);
     assert_eq!(report["status"], "failed");
@@ -89,6 +94,7 @@ fn a_pool_failing_every_attempt_stops_at_its_retry_budget() {
     assert!((1..=2).contains(&retries), "{retries} retries: {a:?}");
     assert_eq!(report["summary"]["failed"], 10);
     let db = rusqlite::Connection::open(dir.path().join(".tidegate/state.db")).expect("db");
-    let denied: i64 = db.query_row("SELECT COUNT(*) FROM journal WHERE kind = 'retry_denied'", [], |r| r.get(0)).expect("count");
+    let denied: i64 =
+        db.query_row("SELECT COUNT(*) FROM journal WHERE kind = 'retry_denied'", [], |r| r.get(0)).expect("count");
     assert_eq!(denied, 10, "every step ends with a journaled retry denial naming the spent budget");
 }

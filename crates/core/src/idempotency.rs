@@ -115,8 +115,10 @@ mod tests {
 
     fn key(task: &str, partition: &str, params: &[(&str, &str)], inputs: &[(&str, Option<i64>)]) -> String {
         let params: BTreeMap<String, String> = params.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
-        let inputs: Vec<PinnedInput> =
-            inputs.iter().map(|(d, v)| PinnedInput { dataset: (*d).to_owned(), partitions: Vec::new(), version: *v }).collect();
+        let inputs: Vec<PinnedInput> = inputs
+            .iter()
+            .map(|(d, v)| PinnedInput { dataset: (*d).to_owned(), partitions: Vec::new(), version: *v })
+            .collect();
         StepIdentity { task, partition, code_version: "c1", params: &params, inputs: &inputs }.key()
     }
 

@@ -151,7 +151,13 @@ impl RateLimit {
             self.recent.clear();
         } else if share < BACKPRESSURE_CLEAR && before < ceiling {
             let doubled = before * 2.0;
-            self.current_per_s = if doubled >= ceiling || (ceiling.is_infinite() && doubled > BACKPRESSURE_UNLIMITED_START_PER_S * 4.0) { ceiling } else { doubled };
+            self.current_per_s = if doubled >= ceiling
+                || (ceiling.is_infinite() && doubled > BACKPRESSURE_UNLIMITED_START_PER_S * 4.0)
+            {
+                ceiling
+            } else {
+                doubled
+            };
             self.recent.clear();
         }
         (self.current_per_s != before).then_some(self.current_per_s)

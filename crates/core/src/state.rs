@@ -147,7 +147,9 @@ impl Step {
 pub enum StepEvent {
     /// Every upstream step is published, skipped or superseded; `inputs` are the versions pinned
     /// for every attempt of the step.
-    DepsMet { inputs: Vec<PinnedInput> },
+    DepsMet {
+        inputs: Vec<PinnedInput>,
+    },
     UpstreamFailed {
         upstream: String,
     },
@@ -187,6 +189,11 @@ pub enum StepEvent {
     },
     /// The backoff elapsed and the pool's retry budget granted a token.
     RetryDue,
+    /// The pool's retry budget is spent and nothing left in the run can earn it back: the step
+    /// fails instead of waiting forever (the retry-storm guard's last word).
+    RetryDenied {
+        reason: String,
+    },
     /// A backfill approval bound to this step's spec and comparison was recorded.
     Approved {
         by: String,
@@ -221,6 +228,7 @@ impl StepEvent {
             StepEvent::AttemptFailed { .. } => "attempt_failed",
             StepEvent::LeaseExpired { .. } => "lease_expired",
             StepEvent::RetryDue => "retry_due",
+            StepEvent::RetryDenied { .. } => "retry_denied",
             StepEvent::Approved { .. } => "approved",
             StepEvent::Published { .. } => "published",
             StepEvent::Superseded { .. } => "superseded",
@@ -351,6 +359,12 @@ pub fn apply(step: &Step, event: &StepEvent) -> Result<(Step, Vec<Action>), Erro
         (S::RetryWait, E::RetryDue) => {
             next.retry_at = None;
             S::Ready
+        }
+        (S::RetryWait, E::RetryDenied { reason }) => {
+            next.retry_at = None;
+            next.last_failure = Some(Failure { class: ErrorClass::Transient, reason: reason.clone() });
+            actions.push(Action::FailDownstream);
+            S::Failed
         }
         (S::AwaitingApproval, E::Approved { .. }) => {
             actions.push(Action::Publish);

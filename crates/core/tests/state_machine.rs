@@ -39,6 +39,7 @@ fn events(epoch: u64) -> Vec<StepEvent> {
         },
         StepEvent::LeaseExpired { epoch, at: t0(), jitter: 0.5 },
         StepEvent::RetryDue,
+        StepEvent::RetryDenied { reason: "retry budget of pool default spent".into() },
         StepEvent::Approved { by: "reviewer".into() },
         StepEvent::Published { epoch, release: "r1".into() },
         StepEvent::Superseded { by: "run-2".into() },
@@ -159,7 +160,7 @@ fn run_status_follows_its_steps() {
 }
 
 fn arb_event() -> impl Strategy<Value = (usize, u64, f64)> {
-    (0usize..16, 0u64..4, 0.0f64..1.0)
+    (0usize..17, 0u64..4, 0.0f64..1.0)
 }
 
 proptest! {
@@ -173,7 +174,7 @@ proptest! {
         for (idx, epoch_delta, jitter) in seq {
             let mut candidates = events(step.epoch);
             // Vary epochs so stale and future events are tried too.
-            let event = match candidates.swap_remove(idx % 16) {
+            let event = match candidates.swap_remove(idx % 17) {
                 StepEvent::Claimed { worker, .. } => StepEvent::Claimed { epoch: step.epoch + epoch_delta, worker },
                 StepEvent::Staged { version, .. } if epoch_delta == 3 => StepEvent::Staged { epoch: step.epoch.wrapping_sub(1), version },
                 StepEvent::AttemptFailed { epoch, class, reason, at, .. } => StepEvent::AttemptFailed { epoch, class, reason, at, jitter },

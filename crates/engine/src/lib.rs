@@ -1,4 +1,31 @@
-//! Tidegate's engine: runs steps. Workers spawn command tasks from argv, the scheduler loop applies
-//! policies from `core`, and every state change goes through the store.
+//! Tidegate's engine: runs steps. The scheduler loop ([`executor::Engine`]) applies policies from
+//! `core`, workers ([`attempt`]) spawn command tasks from argv or run SQL over pinned inputs and
+//! stage their output, and every state change goes through the store.
+//!
+//! Architecture invariant: an attempt never publishes. It stages and reports; the scheduler, the
+//! single holder of the store's scheduler role, publishes validated steps after the store has
+//! checked their lease epoch, so a paused worker that comes back cannot publish.
 
+pub mod attempt;
+pub mod executor;
 pub mod process;
+pub mod view;
+
+pub use executor::{Engine, Options, Summary};
+
+/// What went wrong while running steps.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    #[error("another scheduler is running on this state store; wait for it to finish or stop it")]
+    SchedulerBusy,
+    #[error(transparent)]
+    Store(#[from] tidegate_store::Error),
+    #[error(transparent)]
+    Lake(#[from] tidegate_lake::Error),
+    #[error("internal error: {0} (this is a bug, please report it)")]
+    Internal(String),
+}
+
+/// `Result` with the engine's error.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

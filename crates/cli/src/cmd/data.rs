@@ -23,7 +23,9 @@ pub struct Format {
 
 /// Read a published dataset, optionally some partitions, at a version or release.
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Examples:\n  tidegate read events --partition 2024-01-03\n  tidegate read daily_stats --version 4 --limit 20\n  tidegate read daily_stats --release rel-0193... --csv > stats.csv")]
+#[command(
+    after_help = "Examples:\n  tidegate read events --partition 2024-01-03\n  tidegate read daily_stats --version 4 --limit 20\n  tidegate read daily_stats --release rel-0193... --csv > stats.csv"
+)]
 pub struct ReadArgs {
     /// The dataset to read.
     pub dataset: String,
@@ -45,7 +47,9 @@ pub struct ReadArgs {
 
 /// Query published datasets with SQL (DataFusion); every dataset is a table under its name.
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Examples:\n  tidegate sql \"SELECT event_type, COUNT(*) FROM events GROUP BY 1\"\n  tidegate sql \"SELECT * FROM daily_stats ORDER BY day\" --json")]
+#[command(
+    after_help = "Examples:\n  tidegate sql \"SELECT event_type, COUNT(*) FROM events GROUP BY 1\"\n  tidegate sql \"SELECT * FROM daily_stats ORDER BY day\" --json"
+)]
 pub struct SqlArgs {
     /// The query.
     pub query: String,
@@ -72,7 +76,11 @@ pub fn read(ws: Option<&Path>, args: ReadArgs) -> Result<ExitCode> {
         Some(r) => {
             let store = ws.open_store()?;
             let release = store.release(r)?.with_context(|| format!("no release {r:?}"))?;
-            let item = release.items.iter().find(|i| i.dataset == args.dataset).with_context(|| format!("release {r} did not publish {}", args.dataset))?;
+            let item = release
+                .items
+                .iter()
+                .find(|i| i.dataset == args.dataset)
+                .with_context(|| format!("release {r} did not publish {}", args.dataset))?;
             Some(u64::try_from(item.delta_version).context("negative table version")?)
         }
     };

@@ -20,7 +20,9 @@ use crate::workspace;
 /// --partition, only those partitions are restored. Nothing is deleted: the undone version stays
 /// in the table's history and can itself be restored.
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Examples:\n  tidegate rollback daily_stats                       # undo the latest release\n  tidegate rollback daily_stats --to-version 3\n  tidegate rollback events --to-release rel-0193... --partition 2024-01-03")]
+#[command(
+    after_help = "Examples:\n  tidegate rollback daily_stats                       # undo the latest release\n  tidegate rollback daily_stats --to-version 3\n  tidegate rollback events --to-release rel-0193... --partition 2024-01-03"
+)]
 pub struct RollbackArgs {
     pub dataset: String,
     /// Undo this release: restore the table version that preceded it.
@@ -56,15 +58,25 @@ pub fn rollback(ws: Option<&Path>, args: RollbackArgs) -> Result<ExitCode> {
     let release_id = format!("rollback-{}", uuid::Uuid::now_v7());
     let (target, new_version) = runtime()?.block_on(async {
         let lake = open_lake(&ws).await?;
-        let current = lake.table_version(&args.dataset).await?.with_context(|| format!("{} has no published version", args.dataset))?;
+        let current = lake
+            .table_version(&args.dataset)
+            .await?
+            .with_context(|| format!("{} has no published version", args.dataset))?;
         let target = match (&args.to_release, args.to_version) {
             (_, Some(v)) => v,
             (Some(r), None) => {
                 let rel = store.release(r)?.with_context(|| format!("no release {r:?}"))?;
-                let item = rel.items.iter().find(|i| i.dataset == args.dataset).with_context(|| format!("release {r} did not publish {}", args.dataset))?;
-                u64::try_from(item.delta_version - 1).context("the release created the table; there is nothing before it")?
+                let item = rel
+                    .items
+                    .iter()
+                    .find(|i| i.dataset == args.dataset)
+                    .with_context(|| format!("release {r} did not publish {}", args.dataset))?;
+                u64::try_from(item.delta_version - 1)
+                    .context("the release created the table; there is nothing before it")?
             }
-            (None, None) => current.checked_sub(1).context("the table has a single version; there is nothing to restore")?,
+            (None, None) => {
+                current.checked_sub(1).context("the table has a single version; there is nothing to restore")?
+            }
         };
         if target >= current {
             bail!("version {target} is not older than the current version {current}");
@@ -84,16 +96,29 @@ pub fn rollback(ws: Option<&Path>, args: RollbackArgs) -> Result<ExitCode> {
         created_at: Utc::now(),
         items: partitions
             .iter()
-            .map(|p| ReleaseItem { dataset: args.dataset.clone(), partition: p.clone(), version_id: None, delta_version: i64::try_from(new_version).unwrap_or(i64::MAX) })
+            .map(|p| ReleaseItem {
+                dataset: args.dataset.clone(),
+                partition: p.clone(),
+                version_id: None,
+                delta_version: i64::try_from(new_version).unwrap_or(i64::MAX),
+            })
             .collect(),
     };
-    let meta = JournalMeta { actor: requester(), correlation_id: release_id.clone(), reason: format!("{} (restored table version {target})", args.reason), at: Utc::now() };
+    let meta = JournalMeta {
+        actor: requester(),
+        correlation_id: release_id.clone(),
+        reason: format!("{} (restored table version {target})", args.reason),
+        at: Utc::now(),
+    };
     store.record_release(&record, &[], &meta)?;
     let out = RolledBack { dataset: args.dataset, restored_version: target, new_version, release_id };
     if args.json {
         output::json(&out)?;
     } else {
-        println!("Restored {} to its version {} as new version {} (release {})", out.dataset, target, new_version, out.release_id);
+        println!(
+            "Restored {} to its version {} as new version {} (release {})",
+            out.dataset, target, new_version, out.release_id
+        );
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -110,11 +135,8 @@ pub fn reconcile(ws: Option<&Path>, args: ReconcileArgs) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
     let store = ws.open_store()?;
     // Staging ids of attempts that may still publish: steps not yet terminal.
-    let live: Vec<String> = store
-        .active_steps()?
-        .iter()
-        .map(|a| format!("{}-{}", a.step.id, a.step.state.attempt))
-        .collect();
+    let live: Vec<String> =
+        store.active_steps()?.iter().map(|a| format!("{}-{}", a.step.id, a.step.state.attempt)).collect();
     let report = runtime()?.block_on(async {
         let lake = open_lake(&ws).await?;
         anyhow::Ok(lake.reconcile(&live).await?)

@@ -26,7 +26,9 @@ use crate::workspace::{self, Workspace};
 /// deterministic ones fail at once with the reason. Interrupting and running again resumes: the
 /// state store knows what was done, and a replayed publication adds nothing.
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Examples:\n  tidegate run daily_stats --from 2024-01-01 --to 2024-01-07\n  tidegate run events --partition 2024-01-03 --idempotency-key events-2024-01-03\n  tidegate run daily_stats --from 2024-01-01 --to 2024-01-31 --workers 8 --json")]
+#[command(
+    after_help = "Examples:\n  tidegate run daily_stats --from 2024-01-01 --to 2024-01-07\n  tidegate run events --partition 2024-01-03 --idempotency-key events-2024-01-03\n  tidegate run daily_stats --from 2024-01-01 --to 2024-01-31 --workers 8 --json"
+)]
 pub struct Args {
     #[command(flatten)]
     pub target: TargetArgs,
@@ -54,7 +56,14 @@ struct RunReport<'a> {
 pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
     let store = ws.open_store()?;
-    let (run, created) = submit::submit(&ws, store.as_ref(), &args.target, args.idempotency_key.as_deref(), Trigger::Manual, Priority::Live)?;
+    let (run, created) = submit::submit(
+        &ws,
+        store.as_ref(),
+        &args.target,
+        args.idempotency_key.as_deref(),
+        Trigger::Manual,
+        Priority::Live,
+    )?;
     let n_steps = store.steps(&run.id)?.len();
     if !args.json {
         let verb = if created { "Created" } else { "Resuming" };
@@ -63,13 +72,26 @@ pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
     let started = Instant::now();
     let summary = execute(&ws, store.clone(), args.workers, !args.json)?;
     let run = store.run(&run.id)?.context("the run vanished from the store")?;
-    let report = RunReport { run_id: &run.id, created, status: run.status.to_string(), summary: &summary, elapsed_s: started.elapsed().as_secs_f64() };
+    let report = RunReport {
+        run_id: &run.id,
+        created,
+        status: run.status.to_string(),
+        summary: &summary,
+        elapsed_s: started.elapsed().as_secs_f64(),
+    };
     if args.json {
         output::json(&report)?;
     } else {
         println!(
             "Run {} {}: {} published, {} failed, {} skipped, {} retries, {} rejected stale reports in {:.1} s",
-            run.id, report.status, summary.published, summary.failed, summary.skipped, summary.retried, summary.rejected, report.elapsed_s
+            run.id,
+            report.status,
+            summary.published,
+            summary.failed,
+            summary.skipped,
+            summary.retried,
+            summary.rejected,
+            report.elapsed_s
         );
         if summary.failed > 0 {
             println!("See why with: tidegate history {}", run.id);
@@ -79,13 +101,29 @@ pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
 }
 
 /// Drains every unfinished run in the workspace's store with an in-process engine.
-pub fn execute(ws: &Workspace, store: Arc<dyn tidegate_store::Store>, workers: usize, show_progress: bool) -> Result<Summary> {
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
+pub fn execute(
+    ws: &Workspace,
+    store: Arc<dyn tidegate_store::Store>,
+    workers: usize,
+    show_progress: bool,
+) -> Result<Summary> {
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
     let lake_uri = ws.lake_url();
     runtime.block_on(async {
-        let lake = Arc::new(tidegate_lake::Lake::open(&lake_uri).await.with_context(|| format!("opening the lake at {lake_uri}"))?);
+        let lake = Arc::new(
+            tidegate_lake::Lake::open(&lake_uri).await.with_context(|| format!("opening the lake at {lake_uri}"))?,
+        );
         let opts = Options { max_parallel: workers.max(1), ..Options::default() };
-        let mut engine = Engine::new(store, lake, Arc::new(ws.spec.clone()), ws.root.clone(), lake_uri.clone(), Arc::new(SystemClock), opts);
+        let mut engine = Engine::new(
+            store,
+            lake,
+            Arc::new(ws.spec.clone()),
+            ws.root.clone(),
+            lake_uri.clone(),
+            Arc::new(SystemClock),
+            opts,
+        );
         if show_progress {
             engine = engine.with_progress(progress_printer());
         }
@@ -104,10 +142,11 @@ fn progress_printer() -> tidegate_engine::executor::ProgressFn {
     let last = Mutex::new((Instant::now() - Duration::from_secs(60), String::new()));
     Box::new(move |tally: &BTreeMap<String, usize>| {
         let total: usize = tally.values().sum();
-        let done: usize = ["published", "failed", "upstream_failed", "skipped", "superseded", "cancelled", "awaiting_approval"]
-            .iter()
-            .filter_map(|s| tally.get(*s))
-            .sum();
+        let done: usize =
+            ["published", "failed", "upstream_failed", "skipped", "superseded", "cancelled", "awaiting_approval"]
+                .iter()
+                .filter_map(|s| tally.get(*s))
+                .sum();
         let elapsed = started.elapsed().as_secs_f64();
         let eta = if done > 0 && done < total {
             #[allow(clippy::cast_precision_loss)]

@@ -46,7 +46,8 @@ struct Submitted<'a> {
 pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
     let store = ws.open_store()?;
-    let (run, created) = submit(&ws, store.as_ref(), &args.target, args.idempotency_key.as_deref(), Trigger::Manual, Priority::Live)?;
+    let (run, created) =
+        submit(&ws, store.as_ref(), &args.target, args.idempotency_key.as_deref(), Trigger::Manual, Priority::Live)?;
     let n_steps = store.steps(&run.id)?.len();
     report(&Submitted { created, run: &run, n_steps }, args.json)
 }
@@ -146,11 +147,11 @@ pub fn new_steps(ws: &Workspace, plan: &Plan) -> Result<Vec<NewStep>> {
             let task = &spec.tasks[&s.task];
             // Input versions are pinned by the engine when it reads the lake; until then an input is
             // recorded without a version.
-            let inputs: Vec<PinnedInput> =
-                s.inputs
-                    .iter()
-                    .map(|i| PinnedInput { dataset: i.dataset.clone(), partitions: i.partitions.clone(), version: None })
-                    .collect();
+            let inputs: Vec<PinnedInput> = s
+                .inputs
+                .iter()
+                .map(|i| PinnedInput { dataset: i.dataset.clone(), partitions: i.partitions.clone(), version: None })
+                .collect();
             let step_key = StepIdentity {
                 task: &s.task,
                 partition: &s.partition.key,

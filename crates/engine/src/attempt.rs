@@ -1,0 +1,232 @@
+//! One attempt of one step: run the command (or the SQL query) for the step's partition, stage
+//! what it produced into the lake (invisible to readers), run the checks on the staged data, and
+//! report back. An attempt never publishes; the scheduler does, after fencing.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use tidegate_core::partition::Partition;
+use tidegate_core::retry::{self, ErrorClass, Exit};
+use tidegate_core::spec::{Dataset, Task, TaskRun};
+use tidegate_lake::{CheckResult, Lake, StagedVersion};
+use tidegate_store::{CheckpointRecord, Lease, StepRecord, Store};
+
+use crate::process;
+
+/// Everything an attempt needs, cloned out of the scheduler so the attempt runs on its own.
+#[derive(Debug, Clone)]
+pub struct Attempt {
+    pub lease: Lease,
+    pub step: StepRecord,
+    pub task: Task,
+    pub outputs: Vec<Dataset>,
+    pub partition: Partition,
+    /// The workspace folder: commands run here.
+    pub workspace: PathBuf,
+    /// `.tidegate/attempts/<step>/<attempt>`: output folder, logs and checkpoint file.
+    pub dir: PathBuf,
+    pub lake_uri: String,
+    pub heartbeat: Duration,
+    pub lease_ttl_s: u32,
+    pub resume_from: Option<CheckpointRecord>,
+    pub run_id: String,
+}
+
+/// How an attempt ended, for the scheduler to turn into events.
+#[derive(Debug, Clone)]
+pub enum Report {
+    /// Output staged; `checks` holds every check's result per dataset.
+    Staged {
+        step_id: String,
+        epoch: u64,
+        versions: Vec<StagedVersion>,
+        checks: Vec<CheckResult>,
+        ended_at: DateTime<Utc>,
+    },
+    Failed {
+        step_id: String,
+        epoch: u64,
+        class: ErrorClass,
+        reason: String,
+        ended_at: DateTime<Utc>,
+    },
+}
+
+impl Report {
+    pub fn step_id(&self) -> &str {
+        match self {
+            Report::Staged { step_id, .. } | Report::Failed { step_id, .. } => step_id,
+        }
+    }
+}
+
+/// Runs the attempt to its end; heartbeats the lease meanwhile. Never panics on task failure:
+/// every failure is a [`Report::Failed`] with its class.
+pub async fn run(attempt: Attempt, store: Arc<dyn Store>, lake: Arc<Lake>) -> Report {
+    let step_id = attempt.step.id.clone();
+    let epoch = attempt.lease.epoch;
+    let fail =
+        |class, reason: String| Report::Failed { step_id: step_id.clone(), epoch, class, reason, ended_at: Utc::now() };
+    let heartbeat =
+        tokio::spawn(heartbeat_loop(store.clone(), attempt.lease.clone(), attempt.heartbeat, attempt.lease_ttl_s));
+    let result = execute(&attempt, &lake).await;
+    heartbeat.abort();
+    match result {
+        Ok((versions, checks)) => Report::Staged { step_id, epoch, versions, checks, ended_at: Utc::now() },
+        Err((class, reason)) => fail(class, reason),
+    }
+}
+
+async fn heartbeat_loop(store: Arc<dyn Store>, mut lease: Lease, every: Duration, ttl_s: u32) {
+    loop {
+        tokio::time::sleep(every).await;
+        let s = store.clone();
+        let l = lease.clone();
+        match tokio::task::spawn_blocking(move || s.heartbeat(&l, Utc::now(), ttl_s)).await {
+            Ok(Ok(renewed)) => lease = renewed,
+            // Fenced or the store is unreachable: stop renewing. If the lease expires, the scheduler
+            // gives the step to another attempt and this one's report will be rejected.
+            _ => return,
+        }
+    }
+}
+
+type Failure = (ErrorClass, String);
+
+async fn execute(a: &Attempt, lake: &Lake) -> Result<(Vec<StagedVersion>, Vec<CheckResult>), Failure> {
+    let staging_id = format!("{}-{}", a.step.id, a.lease.attempt);
+    let versions = match &a.task.run {
+        TaskRun::Command { argv, .. } => run_command(a, argv, lake, &staging_id).await?,
+        TaskRun::Sql { query } => run_sql(a, query, lake, &staging_id).await?,
+    };
+    let mut checks = Vec::new();
+    for (dataset, staged) in a.outputs.iter().zip(&versions) {
+        let results = lake.check(dataset, staged).await.map_err(|e| lake_failure("checking", &e))?;
+        checks.extend(results);
+    }
+    Ok((versions, checks))
+}
+
+fn lake_failure(doing: &str, e: &tidegate_lake::Error) -> Failure {
+    let class = if e.is_retryable() { ErrorClass::Transient } else { ErrorClass::Deterministic };
+    (class, format!("{doing} output: {e}"))
+}
+
+/// The folder a command leaves `dataset`'s files in.
+fn output_dir(a: &Attempt, dataset: &str) -> PathBuf {
+    if a.outputs.len() == 1 { a.dir.join("out") } else { a.dir.join("out").join(dataset) }
+}
+
+async fn run_command(
+    a: &Attempt,
+    argv: &[String],
+    lake: &Lake,
+    staging_id: &str,
+) -> Result<Vec<StagedVersion>, Failure> {
+    let io =
+        |e: std::io::Error| (ErrorClass::Transient, format!("preparing the attempt folder {}: {e}", a.dir.display()));
+    for d in &a.outputs {
+        tokio::fs::create_dir_all(output_dir(a, &d.name)).await.map_err(io)?;
+    }
+    let mut env = step_env(a);
+    let mut redact = Vec::new();
+    for name in &a.task.secrets {
+        if let Ok(value) = std::env::var(name) {
+            redact.push(value.clone());
+            env.push((name.clone(), value));
+        }
+    }
+    let spec = process::Spec {
+        argv: argv.to_vec(),
+        cwd: a.workspace.clone(),
+        env,
+        timeout: Duration::from_secs(u64::from(a.task.timeout_s)),
+        log_dir: a.dir.join("logs"),
+        redact,
+    };
+    let finished = process::run(&spec).await.map_err(|e| match e {
+        process::Error::Spawn { .. } | process::Error::EmptyArgv => (ErrorClass::Deterministic, e.to_string()),
+        process::Error::Log { .. } => (ErrorClass::Transient, e.to_string()),
+    })?;
+    if !finished.succeeded() {
+        let class = retry::classify(finished.exit, &a.task.exit_codes);
+        let how = match finished.exit {
+            Exit::Code { code } => format!("exited with code {code}"),
+            Exit::Signal { signal } => format!("was killed by signal {signal}"),
+            Exit::TimedOut => format!("timed out after {} s", a.task.timeout_s),
+        };
+        let tail = finished.stderr_tail.last().map(|l| format!(": {l}")).unwrap_or_default();
+        return Err((class, format!("{} {how}{tail} (log: {})", argv[0], finished.stderr_log.display())));
+    }
+    let mut versions = Vec::new();
+    for d in &a.outputs {
+        let staged = lake
+            .stage_files(d, staging_id, std::slice::from_ref(&a.partition), &output_dir(a, &d.name))
+            .await
+            .map_err(|e| lake_failure("staging", &e))?;
+        versions.push(staged);
+    }
+    Ok(versions)
+}
+
+async fn run_sql(a: &Attempt, query: &str, lake: &Lake, staging_id: &str) -> Result<Vec<StagedVersion>, Failure> {
+    let inputs: Vec<tidegate_lake::InputTable> = a
+        .step
+        .state
+        .pinned
+        .iter()
+        .map(|p| tidegate_lake::InputTable {
+            name: p.dataset.clone(),
+            dataset: p.dataset.clone(),
+            version: p.version.and_then(|v| u64::try_from(v).ok()),
+            partitions: p.partitions.clone(),
+        })
+        .collect();
+    let batches = lake.sql_over(query, &inputs).await.map_err(|e| lake_failure("running the query for", &e))?;
+    let dataset = a.outputs.first().ok_or((ErrorClass::Deterministic, "the task has no output".to_owned()))?;
+    let staged = lake
+        .stage_batches(dataset, staging_id, std::slice::from_ref(&a.partition), batches)
+        .await
+        .map_err(|e| lake_failure("staging", &e))?;
+    Ok(vec![staged])
+}
+
+/// The environment a command task sees, besides the inherited basics and its secrets.
+pub fn step_env(a: &Attempt) -> Vec<(String, String)> {
+    let ts = |t: DateTime<Utc>| t.to_rfc3339_opts(SecondsFormat::Secs, true);
+    let mut env = vec![
+        ("TIDEGATE_RUN_ID".to_owned(), a.run_id.clone()),
+        ("TIDEGATE_STEP_ID".to_owned(), a.step.id.clone()),
+        ("TIDEGATE_TASK".to_owned(), a.step.task.clone()),
+        ("TIDEGATE_PARTITION".to_owned(), a.partition.key.clone()),
+        ("TIDEGATE_ATTEMPT".to_owned(), a.lease.attempt.to_string()),
+        ("TIDEGATE_IDEMPOTENCY_KEY".to_owned(), a.step.step_key.clone()),
+        ("TIDEGATE_OUTPUT_DIR".to_owned(), a.dir.join("out").display().to_string()),
+        ("TIDEGATE_CHECKPOINT_FILE".to_owned(), a.dir.join("checkpoints.jsonl").display().to_string()),
+        ("TIDEGATE_LAKE".to_owned(), a.lake_uri.clone()),
+    ];
+    if let Some(i) = a.partition.interval {
+        env.push(("TIDEGATE_INTERVAL_START".to_owned(), ts(i.start)));
+        env.push(("TIDEGATE_INTERVAL_END".to_owned(), ts(i.end)));
+    }
+    if let Some(c) = &a.resume_from {
+        env.push(("TIDEGATE_RESUME_FROM".to_owned(), c.position.clone()));
+    }
+    for d in &a.outputs {
+        env.push((
+            format!("TIDEGATE_OUTPUT_DIR_{}", d.name.to_uppercase()),
+            output_dir(a, &d.name).display().to_string(),
+        ));
+    }
+    for p in &a.step.state.pinned {
+        let name = p.dataset.to_uppercase();
+        env.push((format!("TIDEGATE_INPUT_{name}_URI"), format!("{}/{}", a.lake_uri.trim_end_matches('/'), p.dataset)));
+        env.push((format!("TIDEGATE_INPUT_{name}_VERSION"), p.version.map_or_else(String::new, |v| v.to_string())));
+    }
+    for (k, v) in &a.task.params {
+        env.push((format!("TIDEGATE_PARAM_{}", k.to_uppercase()), v.clone()));
+    }
+    env
+}

@@ -1,0 +1,639 @@
+//! The scheduler loop: promotes steps whose upstream published, starts attempts within pool slots,
+//! rate limits and priority shares, turns attempt reports into events, publishes validated steps,
+//! retries transient failures inside each pool's retry budget, and expires dead leases. Every
+//! state change goes through the store in group commits.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tidegate_core::clock::Clock;
+use tidegate_core::idempotency::PinnedInput;
+use tidegate_core::retry::{ErrorClass, RetryBudget};
+use tidegate_core::schedule::{self, ClassLoad, RateLimit, Shares};
+use tidegate_core::spec::Spec;
+use tidegate_core::state::{Action, StepEvent, StepStatus};
+use tidegate_lake::Lake;
+use tidegate_store::{
+    ClaimRequest, JournalMeta, Outcome, Priority, ReleaseItem, ReleaseKind, ReleaseRecord, StepEventRecord, Store,
+    VersionRecord,
+};
+use tokio::sync::mpsc;
+
+use crate::attempt::{self, Attempt, Report};
+use crate::view::{Dependency, View};
+use crate::{Error, Result};
+
+/// The most events one group commit holds.
+pub const MAX_EVENTS_PER_COMMIT: usize = 2_000;
+/// The most steps claimed in one transaction.
+pub const MAX_CLAIMS_PER_TICK: usize = 512;
+/// How often the loop looks for expired leases and due retries when nothing else wakes it.
+pub const IDLE_TICK: Duration = Duration::from_millis(250);
+
+/// How the engine runs.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Names this process in leases and the journal.
+    pub worker_id: String,
+    /// Attempts this process runs at once, whatever the pools allow.
+    pub max_parallel: usize,
+    /// Guaranteed minimum shares for catch-up and backfill work.
+    pub shares: Shares,
+    /// Seed for backoff jitter, so a test can reproduce a schedule.
+    pub seed: u64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            worker_id: format!("worker-{}", std::process::id()),
+            max_parallel: 4,
+            shares: Shares::default(),
+            seed: 0x5eed,
+        }
+    }
+}
+
+/// What a drain did, for the summary line.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Summary {
+    pub published: usize,
+    pub failed: usize,
+    pub skipped: usize,
+    pub retried: usize,
+    pub rejected: usize,
+    pub awaiting_approval: usize,
+}
+
+/// Progress for a terminal or a log: counts per status after each tick.
+pub type ProgressFn = Box<dyn Fn(&BTreeMap<String, usize>) + Send + Sync>;
+
+/// Per-pool limits and budgets.
+#[derive(Debug)]
+struct PoolState {
+    slots: u32,
+    running: [u32; 3],
+    rate: RateLimit,
+    budget: RetryBudget,
+}
+
+/// The engine: one scheduler loop with in-process workers.
+pub struct Engine {
+    store: Arc<dyn Store>,
+    lake: Arc<Lake>,
+    spec: Arc<Spec>,
+    workspace: PathBuf,
+    lake_uri: String,
+    clock: Arc<dyn Clock>,
+    opts: Options,
+    progress: Option<ProgressFn>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine").field("workspace", &self.workspace).field("opts", &self.opts).finish_non_exhaustive()
+    }
+}
+
+fn class_of(p: Priority) -> usize {
+    match p {
+        Priority::Live => 0,
+        Priority::Catchup => 1,
+        Priority::Backfill => 2,
+    }
+}
+
+/// A tiny deterministic generator for backoff jitter (splitmix64).
+#[derive(Debug)]
+struct Jitter(u64);
+
+impl Jitter {
+    fn next(&mut self) -> f64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        #[allow(clippy::cast_precision_loss)]
+        let unit = (z >> 11) as f64 / (1u64 << 53) as f64;
+        unit
+    }
+}
+
+impl Engine {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        store: Arc<dyn Store>,
+        lake: Arc<Lake>,
+        spec: Arc<Spec>,
+        workspace: PathBuf,
+        lake_uri: String,
+        clock: Arc<dyn Clock>,
+        opts: Options,
+    ) -> Self {
+        Self { store, lake, spec, workspace, lake_uri, clock, opts, progress: None }
+    }
+
+    pub fn with_progress(mut self, f: ProgressFn) -> Self {
+        self.progress = Some(f);
+        self
+    }
+
+    fn meta(&self, reason: impl Into<String>, correlation_id: &str) -> JournalMeta {
+        JournalMeta {
+            actor: self.opts.worker_id.clone(),
+            correlation_id: correlation_id.to_owned(),
+            reason: reason.into(),
+            at: self.clock.now(),
+        }
+    }
+
+    async fn db<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&dyn Store) -> tidegate_store::Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || f(store.as_ref()))
+            .await
+            .map_err(|e| Error::Internal(e.to_string()))?
+            .map_err(Error::Store)
+    }
+
+    /// Runs every unfinished run in the store until nothing more can move without a person
+    /// (everything is published, failed, or waiting for a backfill approval).
+    pub async fn drain(&self) -> Result<Summary> {
+        let owner = self.opts.worker_id.clone();
+        self.acquire_scheduler_role().await?;
+        let result = self.drain_inner().await;
+        let o = owner.clone();
+        let _ = self.db(move |s| s.release_scheduler(&o)).await;
+        result
+    }
+
+    /// Takes the scheduler role, waiting out a holder that stopped renewing it (a crashed process
+    /// holds it until its lease TTL passes).
+    async fn acquire_scheduler_role(&self) -> Result<()> {
+        let ttl = self.spec.project.lease_ttl_s;
+        let give_up = std::time::Instant::now() + Duration::from_secs(u64::from(ttl) * 2 + 1);
+        loop {
+            let (o, now) = (self.opts.worker_id.clone(), self.clock.now());
+            if self.db(move |s| s.acquire_scheduler(&o, now, ttl)).await? {
+                return Ok(());
+            }
+            if std::time::Instant::now() >= give_up {
+                return Err(Error::SchedulerBusy);
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    async fn drain_inner(&self) -> Result<Summary> {
+        let mut view = self.db(|s| View::load(s)).await?;
+        let mut pools = self.pools();
+        let mut jitter = Jitter(self.opts.seed);
+        let mut summary = Summary::default();
+        let (tx, mut rx) = mpsc::unbounded_channel::<Report>();
+        let mut in_flight = 0usize;
+        let correlation = format!("drain-{}", self.clock.now().timestamp_millis());
+        let mut last_scheduler_renewal = self.clock.now();
+        loop {
+            let now = self.clock.now();
+            let mut events: Vec<StepEventRecord> = Vec::new();
+
+            // 1. Reports from finished attempts.
+            while let Ok(report) = rx.try_recv() {
+                in_flight -= 1;
+                self.absorb_report(report, &mut view, &mut pools, &mut events, &correlation, &mut summary).await?;
+            }
+            // 2. Dependencies.
+            for (step_id, decision) in view.take_dependency_decisions() {
+                let event = match decision {
+                    Dependency::Met => StepEvent::DepsMet { inputs: self.pin_inputs(&view, &step_id).await? },
+                    Dependency::Failed { upstream } => StepEvent::UpstreamFailed { upstream },
+                };
+                events.push(StepEventRecord { step_id, event, meta: self.meta("upstream settled", &correlation) });
+            }
+            // 3. Retries that are due, inside the pool's budget. When the budget is spent and
+            //    nothing in flight or ready can earn it back, the retries fail instead of waiting
+            //    forever: that is the retry-storm guard doing its job, and the reason says so.
+            let stalled = in_flight == 0 && view.in_status(StepStatus::Ready).is_empty();
+            for entry in view.in_status(StepStatus::RetryWait) {
+                if !entry.record.state.retry_at.is_some_and(|t| t <= now) {
+                    continue;
+                }
+                let Some(pool) = pools.get_mut(&entry.record.pool) else { continue };
+                let (event, reason) = if pool.budget.try_spend() {
+                    summary.retried += 1;
+                    (StepEvent::RetryDue, "backoff elapsed; the retry budget granted a token".to_owned())
+                } else if stalled {
+                    let reason = format!(
+                        "retry budget of pool {:?} spent (retries are capped at {} per first attempt plus a burst of {}); not retrying",
+                        entry.record.pool,
+                        self.spec.pools[&entry.record.pool].retry_budget_ratio,
+                        self.spec.pools[&entry.record.pool].retry_budget_burst
+                    );
+                    (StepEvent::RetryDenied { reason: reason.clone() }, reason)
+                } else {
+                    continue;
+                };
+                events.push(StepEventRecord {
+                    step_id: entry.record.id.clone(),
+                    event,
+                    meta: self.meta(reason, &correlation),
+                });
+            }
+            // 4. Leases that expired (a worker died or stopped heartbeating).
+            for lease in self.db(move |s| s.expired_leases(now)).await? {
+                events.push(StepEventRecord {
+                    step_id: lease.step_id.clone(),
+                    event: StepEvent::LeaseExpired { epoch: lease.epoch, at: now, jitter: jitter.next() },
+                    meta: self.meta(format!("lease of {} expired at {}", lease.worker, lease.expires_at), &correlation),
+                });
+            }
+            self.commit(events, &mut view, &mut summary).await?;
+
+            // 5. Publication of validated steps.
+            for step_id in view.in_status(StepStatus::Validated).iter().map(|e| e.record.id.clone()).collect::<Vec<_>>()
+            {
+                self.publish(&step_id, &mut view, &mut summary, &correlation).await?;
+            }
+
+            // 6. Claims within slots, shares and rate limits.
+            let claimed = self.claim(&mut view, &mut pools, in_flight, &correlation).await?;
+            for attempt in claimed {
+                in_flight += 1;
+                let (store, lake, tx) = (self.store.clone(), self.lake.clone(), tx.clone());
+                tokio::spawn(async move {
+                    let report = attempt::run(attempt, store, lake).await;
+                    let _ = tx.send(report);
+                });
+            }
+
+            if let Some(progress) = &self.progress {
+                let tally: BTreeMap<String, usize> =
+                    view.tally().into_iter().map(|(s, n)| (s.to_string(), n)).collect();
+                progress(&tally);
+            }
+            if in_flight == 0 && !view.has_work() {
+                break;
+            }
+            if now - last_scheduler_renewal > chrono::Duration::seconds(i64::from(self.spec.project.heartbeat_s)) {
+                let (o, ttl) = (self.opts.worker_id.clone(), self.spec.project.lease_ttl_s);
+                if !self.db(move |s| s.acquire_scheduler(&o, now, ttl)).await? {
+                    return Err(Error::SchedulerBusy);
+                }
+                last_scheduler_renewal = now;
+            }
+            // 7. Sleep until an attempt reports or a timer is due.
+            let wait = self.next_wake(&view, &pools, now);
+            if let Ok(Some(report)) = tokio::time::timeout(wait, rx.recv()).await {
+                in_flight -= 1;
+                let mut events = Vec::new();
+                self.absorb_report(report, &mut view, &mut pools, &mut events, &correlation, &mut summary).await?;
+                self.commit(events, &mut view, &mut summary).await?;
+            }
+        }
+        summary.awaiting_approval = view.in_status(StepStatus::AwaitingApproval).len();
+        Ok(summary)
+    }
+
+    fn pools(&self) -> HashMap<String, PoolState> {
+        self.spec
+            .pools
+            .iter()
+            .map(|(name, p)| {
+                let state = PoolState {
+                    slots: p.slots,
+                    running: [0; 3],
+                    rate: RateLimit::new(p.rate_per_s),
+                    budget: RetryBudget::new(p.retry_budget_ratio, p.retry_budget_burst),
+                };
+                (name.clone(), state)
+            })
+            .collect()
+    }
+
+    fn next_wake(&self, view: &View, pools: &HashMap<String, PoolState>, now: DateTime<Utc>) -> Duration {
+        let mut wake = now + chrono::Duration::from_std(IDLE_TICK).unwrap_or_default();
+        for e in view.in_status(StepStatus::RetryWait) {
+            if let Some(t) = e.record.state.retry_at {
+                wake = wake.min(t);
+            }
+        }
+        if !view.in_status(StepStatus::Ready).is_empty() {
+            for p in pools.values() {
+                wake = wake.min(p.rate.next_token_at(now));
+            }
+        }
+        (wake - now).to_std().unwrap_or(Duration::from_millis(1)).max(Duration::from_millis(1))
+    }
+
+    /// Pins every input of a step to the table version published now; the pins are stored with
+    /// the step and every attempt, retries included, reads exactly them.
+    async fn pin_inputs(&self, view: &View, step_id: &str) -> Result<Vec<PinnedInput>> {
+        let Some(entry) = view.get(step_id) else { return Ok(Vec::new()) };
+        let mut pins = Vec::new();
+        for input in &entry.record.inputs {
+            let version = self.lake.table_version(&input.dataset).await.map_err(Error::Lake)?;
+            pins.push(PinnedInput {
+                dataset: input.dataset.clone(),
+                partitions: input.partitions.clone(),
+                version: version.and_then(|v| i64::try_from(v).ok()),
+            });
+        }
+        Ok(pins)
+    }
+
+    async fn commit(&self, events: Vec<StepEventRecord>, view: &mut View, summary: &mut Summary) -> Result<()> {
+        for chunk in events.chunks(MAX_EVENTS_PER_COMMIT) {
+            let batch = chunk.to_vec();
+            let outcomes = self.db(move |s| s.commit(&batch)).await?;
+            for (record, outcome) in chunk.iter().zip(outcomes) {
+                let rejected = matches!(outcome, Outcome::Rejected { .. });
+                self.absorb_outcome(&record.step_id, outcome, view, summary);
+                if rejected {
+                    self.refresh(&record.step_id, view).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Reloads a step whose event was rejected: someone else moved it, so the view is stale.
+    async fn refresh(&self, step_id: &str, view: &mut View) -> Result<()> {
+        let sid = step_id.to_owned();
+        if let Some(step) = self.db(move |s| s.step(&sid)).await? {
+            view.update(step_id, step.state);
+        }
+        Ok(())
+    }
+
+    fn absorb_outcome(&self, step_id: &str, outcome: Outcome, view: &mut View, summary: &mut Summary) {
+        match outcome {
+            Outcome::Applied { step, actions, .. } => {
+                let status = step.status;
+                view.update(step_id, step);
+                match status {
+                    StepStatus::Published => summary.published += 1,
+                    StepStatus::Failed | StepStatus::UpstreamFailed => summary.failed += 1,
+                    StepStatus::Skipped | StepStatus::Superseded => summary.skipped += 1,
+                    _ => {}
+                }
+                let _ = actions.iter().any(|a| matches!(a, Action::Publish));
+            }
+            Outcome::Rejected { .. } => summary.rejected += 1,
+        }
+    }
+
+    async fn absorb_report(
+        &self,
+        report: Report,
+        view: &mut View,
+        pools: &mut HashMap<String, PoolState>,
+        events: &mut Vec<StepEventRecord>,
+        correlation: &str,
+        summary: &mut Summary,
+    ) -> Result<()> {
+        let Some(entry) = view.get(report.step_id()).cloned() else { return Ok(()) };
+        let pool = pools.get_mut(&entry.record.pool);
+        let failed = matches!(report, Report::Failed { .. });
+        if let Some(p) = pool {
+            let class = class_of(entry.priority);
+            p.running[class] = p.running[class].saturating_sub(1);
+            p.rate.record(failed);
+        }
+        match report {
+            Report::Failed { step_id, epoch, class, reason, ended_at } => {
+                let jitter = Jitter(self.opts.seed ^ epoch).next();
+                events.push(StepEventRecord {
+                    step_id,
+                    event: StepEvent::AttemptFailed { epoch, class, reason: reason.clone(), at: ended_at, jitter },
+                    meta: self.meta(format!("{} failure: {reason}", class.as_str()), correlation),
+                });
+            }
+            Report::Staged { step_id, epoch, versions, checks, ended_at } => {
+                let records: Vec<VersionRecord> = versions
+                    .iter()
+                    .map(|v| VersionRecord {
+                        id: format!("{}:{}", v.staging_id, v.dataset),
+                        step_id: step_id.clone(),
+                        attempt: entry.record.state.attempt,
+                        dataset: v.dataset.clone(),
+                        partition: v.partition_keys().join(","),
+                        files: serde_json::to_value(v).unwrap_or_default(),
+                        n_rows: v.n_rows,
+                        schema_hash: v.schema_hash.clone(),
+                        checksum: v.checksum.clone(),
+                        stats: serde_json::to_value(&checks).unwrap_or_default(),
+                        created_at: ended_at,
+                    })
+                    .collect();
+                let meta =
+                    self.meta(format!("staged {} rows", versions.iter().map(|v| v.n_rows).sum::<u64>()), correlation);
+                let sid = step_id.clone();
+                let outcome = self.db(move |s| s.record_staged(&sid, epoch, &records, &meta)).await?;
+                if let Outcome::Rejected { .. } = outcome {
+                    // Another attempt owns the step now (this one's lease expired): its output
+                    // stays unpublished and reconciliation removes the files.
+                    summary.rejected += 1;
+                    return self.refresh(&step_id, view).await;
+                }
+                events.push(StepEventRecord {
+                    step_id: step_id.clone(),
+                    event: StepEvent::ValidationStarted { epoch },
+                    meta: self.meta("checks started", correlation),
+                });
+                let failing: Vec<String> =
+                    checks.iter().filter(|c| c.blocks()).map(|c| format!("{} ({})", c.name, c.detail)).collect();
+                let event = if failing.is_empty() {
+                    StepEvent::ChecksPassed { epoch }
+                } else {
+                    StepEvent::ChecksFailed { epoch, reason: format!("blocking checks failed: {}", failing.join("; ")) }
+                };
+                let reason = format!("{} checks, {} blocking failures", checks.len(), failing.len());
+                events.push(StepEventRecord { step_id, event, meta: self.meta(reason, correlation) });
+            }
+        }
+        Ok(())
+    }
+
+    async fn publish(&self, step_id: &str, view: &mut View, summary: &mut Summary, correlation: &str) -> Result<()> {
+        let Some(entry) = view.get(step_id).cloned() else { return Ok(()) };
+        let sid = step_id.to_owned();
+        let records = self.db(move |s| s.versions(&sid)).await?;
+        let attempt = entry.record.state.attempt;
+        let task = &self.spec.tasks[&entry.record.task];
+        let mut items = Vec::new();
+        let mut version_ids = HashMap::new();
+        for dataset_name in &task.outputs {
+            let Some(rec) = records.iter().rev().find(|r| r.attempt == attempt && &r.dataset == dataset_name) else {
+                return Err(Error::Internal(format!(
+                    "step {step_id} is validated but has no staged version of {dataset_name}"
+                )));
+            };
+            let staged: tidegate_lake::StagedVersion = serde_json::from_value(rec.files.clone())
+                .map_err(|e| Error::Internal(format!("decoding staged version {}: {e}", rec.id)))?;
+            version_ids.insert(dataset_name.clone(), rec.id.clone());
+            items.push(tidegate_lake::ReleaseItem {
+                dataset: self.spec.datasets[dataset_name].clone(),
+                staged,
+                step_identity: step_id.to_owned(),
+            });
+        }
+        let release_id = format!("rel-{step_id}");
+        let release = tidegate_lake::Release {
+            release_id: release_id.clone(),
+            run_id: entry.record.run_id.clone(),
+            spec_hash: self.spec.hash.clone(),
+            items,
+        };
+        let epoch = entry.record.state.epoch;
+        match self.lake.publish(&release).await {
+            Ok(publication) => {
+                let record = ReleaseRecord {
+                    id: release_id,
+                    kind: ReleaseKind::Publish,
+                    run_id: Some(entry.record.run_id.clone()),
+                    backfill_id: None,
+                    restores_release_id: None,
+                    created_by: self.opts.worker_id.clone(),
+                    created_at: self.clock.now(),
+                    items: publication
+                        .items
+                        .iter()
+                        .map(|i| ReleaseItem {
+                            dataset: i.dataset.clone(),
+                            partition: entry.record.partition.clone(),
+                            version_id: version_ids.get(&i.dataset).cloned(),
+                            delta_version: i64::try_from(i.table_version).unwrap_or(i64::MAX),
+                        })
+                        .collect(),
+                };
+                let meta = self.meta("published", correlation);
+                let sid = step_id.to_owned();
+                let outcomes = self.db(move |s| s.record_release(&record, &[(sid, epoch)], &meta)).await?;
+                for o in outcomes {
+                    self.absorb_outcome(step_id, o, view, summary);
+                }
+            }
+            Err(e) if e.is_retryable() => {
+                // Leave the step validated; the next tick tries again.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => {
+                let event = StepEvent::AttemptFailed {
+                    epoch,
+                    class: ErrorClass::Deterministic,
+                    reason: format!("publication failed: {e}"),
+                    at: self.clock.now(),
+                    jitter: 0.0,
+                };
+                let record = StepEventRecord {
+                    step_id: step_id.to_owned(),
+                    event,
+                    meta: self.meta("publication failed", correlation),
+                };
+                self.commit(vec![record], view, summary).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn claim(
+        &self,
+        view: &mut View,
+        pools: &mut HashMap<String, PoolState>,
+        in_flight: usize,
+        correlation: &str,
+    ) -> Result<Vec<Attempt>> {
+        let now = self.clock.now();
+        let mut room = self.opts.max_parallel.saturating_sub(in_flight).min(MAX_CLAIMS_PER_TICK);
+        let ready = view.in_status(StepStatus::Ready);
+        if room == 0 || ready.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Ready steps per pool and class, in order.
+        let mut queues: BTreeMap<String, [Vec<String>; 3]> = BTreeMap::new();
+        for e in ready {
+            queues.entry(e.record.pool.clone()).or_default()[class_of(e.priority)].push(e.record.id.clone());
+        }
+        let mut picked: Vec<(String, String, usize)> = Vec::new();
+        for (pool_name, mut classes) in queues {
+            let Some(pool) = pools.get_mut(&pool_name) else { continue };
+            for q in &mut classes {
+                q.reverse();
+            }
+            while room > 0 {
+                let load = ClassLoad {
+                    ready: [0, 1, 2].map(|c| u32::try_from(classes[c].len()).unwrap_or(u32::MAX)),
+                    running: pool.running,
+                };
+                let Some(class) = schedule::next_class(&load, pool.slots, &self.opts.shares) else { break };
+                if !pool.rate.try_start(now) {
+                    break;
+                }
+                let Some(step_id) = classes[class].pop() else { break };
+                pool.running[class] += 1;
+                room -= 1;
+                picked.push((step_id, pool_name.clone(), class));
+            }
+        }
+        if picked.is_empty() {
+            return Ok(Vec::new());
+        }
+        let requests: Vec<ClaimRequest> = picked
+            .iter()
+            .map(|(id, _, _)| ClaimRequest {
+                step_id: id.clone(),
+                worker: self.opts.worker_id.clone(),
+                meta: self.meta("claimed", correlation),
+            })
+            .collect();
+        let ttl = self.spec.project.lease_ttl_s;
+        let leases = self.db(move |s| s.claim_steps(&requests, now, ttl)).await?;
+        let mut attempts = Vec::new();
+        for ((step_id, pool_name, class), lease) in picked.into_iter().zip(leases) {
+            let Some(lease) = lease else {
+                if let Some(p) = pools.get_mut(&pool_name) {
+                    p.running[class] = p.running[class].saturating_sub(1);
+                }
+                continue;
+            };
+            if lease.attempt == 1
+                && let Some(p) = pools.get_mut(&pool_name)
+            {
+                p.budget.on_first_attempt();
+            }
+            let sid = step_id.clone();
+            let step = self
+                .db(move |s| s.step(&sid))
+                .await?
+                .ok_or_else(|| Error::Internal(format!("claimed step {step_id} vanished")))?;
+            view.update(&step_id, step.state.clone());
+            let sid = step_id.clone();
+            let resume_from = self.db(move |s| s.last_checkpoint(&sid)).await?;
+            let task = self.spec.tasks[&step.task].clone();
+            let outputs = task.outputs.iter().map(|o| self.spec.datasets[o].clone()).collect();
+            let partition =
+                tidegate_core::partition::Partition { key: step.partition.clone(), interval: step.interval };
+            attempts.push(Attempt {
+                dir: self.workspace.join(".tidegate").join("attempts").join(&step.id).join(lease.attempt.to_string()),
+                run_id: step.run_id.clone(),
+                lease,
+                step,
+                task,
+                outputs,
+                partition,
+                workspace: self.workspace.clone(),
+                lake_uri: self.lake_uri.clone(),
+                heartbeat: Duration::from_secs(u64::from(self.spec.project.heartbeat_s)),
+                lease_ttl_s: self.spec.project.lease_ttl_s,
+                resume_from,
+            });
+        }
+        Ok(attempts)
+    }
+}

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Longer soak of the kill -9 test: runs the crash test binary repeatedly (each run is 50 kills).
+# Usage: scripts/soak-kill.sh [ROUNDS]   (default 20 rounds = 1,000 kills)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds="${1:-20}"
+for i in $(seq 1 "$rounds"); do
+  echo "== round $i of $rounds"
+  cargo test --quiet -p tidegate --test crash
+done
