@@ -221,7 +221,7 @@ impl Engine {
             //    forever: that is the retry-storm guard doing its job, and the reason says so.
             let stalled = in_flight == 0 && view.in_status(StepStatus::Ready).is_empty();
             for entry in view.in_status(StepStatus::RetryWait) {
-                if !entry.record.state.retry_at.is_some_and(|t| t <= now) {
+                if entry.record.state.retry_at.is_none_or(|t| t > now) {
                     continue;
                 }
                 let Some(pool) = pools.get_mut(&entry.record.pool) else { continue };
