@@ -14,7 +14,7 @@ use clap::{Parser, Subcommand};
 /// Tidegate plans partitions, runs tasks, stages their output invisibly, validates it and
 /// publishes it atomically as Delta Lake commits. Every decision is journaled.
 #[derive(Debug, Parser)]
-#[command(name = "tidegate", version, propagate_version = true, max_term_width = 100)]
+#[command(name = "tidegate", version, max_term_width = 100)]
 #[command(
     after_help = "Start here:\n  tidegate init my-pipeline && cd my-pipeline\n  tidegate validate\n  tidegate plan daily_stats --from 2024-01-01 --to 2024-01-07"
 )]
@@ -65,5 +65,16 @@ fn main() -> ExitCode {
             eprintln!("error: {e:#}");
             ExitCode::from(1)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// clap's own consistency checks over every subcommand (duplicate flags, bad defaults).
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        super::Cli::command().debug_assert();
     }
 }
