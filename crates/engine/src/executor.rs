@@ -14,7 +14,7 @@ use tidegate_core::idempotency::PinnedInput;
 use tidegate_core::retry::{ErrorClass, RetryBudget};
 use tidegate_core::schedule::{self, ClassLoad, RateLimit, Shares};
 use tidegate_core::spec::Spec;
-use tidegate_core::state::{Action, StepEvent, StepStatus};
+use tidegate_core::state::{StepEvent, StepStatus};
 use tidegate_lake::Lake;
 use tidegate_store::{
     ClaimRequest, JournalMeta, Outcome, Priority, ReleaseItem, ReleaseKind, ReleaseRecord, StepEventRecord, Store,
@@ -373,7 +373,7 @@ impl Engine {
 
     fn absorb_outcome(&self, step_id: &str, outcome: Outcome, view: &mut View, summary: &mut Summary) {
         match outcome {
-            Outcome::Applied { step, actions, .. } => {
+            Outcome::Applied { step, .. } => {
                 let status = step.status;
                 view.update(step_id, step);
                 match status {
@@ -382,7 +382,6 @@ impl Engine {
                     StepStatus::Skipped | StepStatus::Superseded => summary.skipped += 1,
                     _ => {}
                 }
-                let _ = actions.iter().any(|a| matches!(a, Action::Publish));
             }
             Outcome::Rejected { .. } => summary.rejected += 1,
         }
