@@ -28,7 +28,7 @@ def main() -> int:
         user = f"user_{digest[0] % 7}"
         event_type = ["view", "click", "purchase"][digest[1] % 3]
         rows.append({"event_id": f"{day}-{i:03d}", "user_id": user, "event_type": event_type,
-                     "event_time": f"{day}T{i:02d}:00:00Z", "amount": round(digest[2] / 10.0, 1)})
+                     "ts": f"{day}T{i:02d}:00:00Z"})
     with open(os.path.join(out_dir, "events.csv"), "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
