@@ -48,7 +48,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
     }
     println!("  tidegate validate       # check the spec");
     println!("  tidegate plan {EXAMPLE_TARGET} --from 2024-01-01 --to 2024-01-07");
-    println!("  tidegate submit {EXAMPLE_TARGET} --from 2024-01-01 --to 2024-01-07 --idempotency-key first-week");
+    println!("  tidegate run {EXAMPLE_TARGET} --from 2024-01-01 --to 2024-01-07   # stage, check, publish");
+    println!("  tidegate sql \"SELECT * FROM {EXAMPLE_TARGET} ORDER BY day\"");
     println!("  tidegate history        # what was intended, what happened, what became visible");
     Ok(ExitCode::SUCCESS)
 }
