@@ -406,7 +406,11 @@ impl Engine {
         }
         match report {
             Report::Failed { step_id, epoch, class, reason, ended_at } => {
-                let jitter = Jitter(self.opts.seed ^ epoch).next();
+                // Seeded per step and attempt: a shared seed would give every step failing in the
+                // same tick the same delay, which is the thundering herd full jitter exists to avoid.
+                let step_seed =
+                    u64::from_le_bytes(blake3::hash(step_id.as_bytes()).as_bytes()[..8].try_into().unwrap_or([0; 8]));
+                let jitter = Jitter(self.opts.seed ^ step_seed ^ epoch).next();
                 events.push(StepEventRecord {
                     step_id,
                     event: StepEvent::AttemptFailed { epoch, class, reason: reason.clone(), at: ended_at, jitter },

@@ -387,6 +387,13 @@ struct KeyRecord {
 const KEY_IN_PROGRESS: &str = "in_progress";
 const KEY_DONE: &str = "done";
 
+fn load_run(tx: &mut dyn Tx, run_id: &str) -> Result<Option<RunRecord>> {
+    tx.query(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = ?1"), &[run_id.into()])?
+        .first()
+        .map(run_from_row)
+        .transpose()
+}
+
 fn load_key(tx: &mut dyn Tx, key: &str) -> Result<Option<KeyRecord>> {
     let rows = tx.query(
         "SELECT request_json, state, run_id, created_at, expires_at FROM idempotency_records WHERE idem_key = ?1",
@@ -885,11 +892,7 @@ impl<D: Driver> Store for SqlStore<D> {
                         }
                         match (stored.done, stored.run_id) {
                             (true, Some(run_id)) => {
-                                let run = tx
-                                    .query(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = ?1"), &[run_id.as_str().into()])?
-                                    .first()
-                                    .map(run_from_row)
-                                    .transpose()?
+                                let run = load_run(tx, &run_id)?
                                     .ok_or_else(|| Error::Corrupt(format!("idempotency key {key:?} names missing run {run_id}")))?;
                                 return Ok(Submission { run, created: false });
                             }
@@ -932,14 +935,7 @@ impl<D: Driver> Store for SqlStore<D> {
     }
 
     fn run(&self, run_id: &str) -> Result<Option<RunRecord>> {
-        self.driver
-            .read(|tx| {
-                tx.query(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = ?1"), &[run_id.into()])?
-                    .first()
-                    .map(run_from_row)
-                    .transpose()
-            })
-            .map_err(|e| e.context(&format!("reading run {run_id}")))
+        self.driver.read(|tx| load_run(tx, run_id)).map_err(|e| e.context(&format!("reading run {run_id}")))
     }
 
     fn runs(&self, limit: u32) -> Result<Vec<RunRecord>> {
