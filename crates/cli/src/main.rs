@@ -16,7 +16,7 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "tidegate", version, max_term_width = 100)]
 #[command(
-    after_help = "Start here:\n  tidegate init my-pipeline && cd my-pipeline\n  tidegate validate\n  tidegate plan daily_stats --from 2024-01-01 --to 2024-01-07"
+    after_help = "Start here:\n  tidegate demo                      # the whole story on built-in data, in ./tidegate-demo\n  tidegate init my-pipeline && cd my-pipeline\n  tidegate validate\n  tidegate run daily_stats --from 2024-01-01 --to 2024-01-07"
 )]
 struct Cli {
     /// The workspace folder (holding tidegate.toml); by default the current folder or the nearest
@@ -35,12 +35,19 @@ enum Command {
     Plan(cmd::plan::Args),
     Submit(cmd::submit::Args),
     Run(cmd::run::Args),
+    #[command(subcommand)]
+    Backfill(cmd::backfill::Command),
     Read(cmd::data::ReadArgs),
     Sql(cmd::data::SqlArgs),
     Rollback(cmd::rollback::RollbackArgs),
     Reconcile(cmd::rollback::ReconcileArgs),
     Status(cmd::status::Args),
     History(cmd::history::Args),
+    Tick(cmd::tick::Args),
+    Demo(cmd::demo::Args),
+    /// The demo workspace's click feed (a command task; not for direct use).
+    #[command(hide = true)]
+    DemoFeed(cmd::demo::feed::FeedArgs),
 }
 
 fn main() -> ExitCode {
@@ -52,12 +59,16 @@ fn main() -> ExitCode {
         Command::Plan(args) => cmd::plan::run(ws, args),
         Command::Submit(args) => cmd::submit::run(ws, args),
         Command::Run(args) => cmd::run::run(ws, args),
+        Command::Backfill(command) => cmd::backfill::run(ws, command),
         Command::Read(args) => cmd::data::read(ws, args),
         Command::Sql(args) => cmd::data::sql(ws, args),
         Command::Rollback(args) => cmd::rollback::rollback(ws, args),
         Command::Reconcile(args) => cmd::rollback::reconcile(ws, args),
         Command::Status(args) => cmd::status::run(ws, args),
         Command::History(args) => cmd::history::run(ws, args),
+        Command::Tick(args) => cmd::tick::run(ws, args),
+        Command::Demo(args) => cmd::demo::run(args),
+        Command::DemoFeed(args) => cmd::demo::feed::run(args),
     };
     match result {
         Ok(code) => code,

@@ -77,6 +77,11 @@ pub struct PinnedInput {
     pub partitions: Vec<String>,
     /// The Delta table version read; `None` when the input has no published version yet.
     pub version: Option<i64>,
+    /// Inside a backfill: the upstream steps of the same backfill whose staged (unpublished)
+    /// output replaces the published rows of the partitions they cover. Empty otherwise, and then
+    /// absent from the serialized form, so step keys of ordinary runs are unchanged.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub staged_steps: Vec<String>,
 }
 
 /// Everything that makes two executions of a step the same logical operation.
@@ -117,7 +122,12 @@ mod tests {
         let params: BTreeMap<String, String> = params.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
         let inputs: Vec<PinnedInput> = inputs
             .iter()
-            .map(|(d, v)| PinnedInput { dataset: (*d).to_owned(), partitions: Vec::new(), version: *v })
+            .map(|(d, v)| PinnedInput {
+                dataset: (*d).to_owned(),
+                partitions: Vec::new(),
+                version: *v,
+                staged_steps: Vec::new(),
+            })
             .collect();
         StepIdentity { task, partition, code_version: "c1", params: &params, inputs: &inputs }.key()
     }

@@ -71,7 +71,7 @@ pub async fn run(attempt: Attempt, store: Arc<dyn Store>, lake: Arc<Lake>) -> Re
         |class, reason: String| Report::Failed { step_id: step_id.clone(), epoch, class, reason, ended_at: Utc::now() };
     let heartbeat =
         tokio::spawn(heartbeat_loop(store.clone(), attempt.lease.clone(), attempt.heartbeat, attempt.lease_ttl_s));
-    let result = execute(&attempt, &lake).await;
+    let result = execute(&attempt, &store, &lake).await;
     heartbeat.abort();
     match result {
         Ok((versions, checks)) => Report::Staged { step_id, epoch, versions, checks, ended_at: Utc::now() },
@@ -95,11 +95,15 @@ async fn heartbeat_loop(store: Arc<dyn Store>, mut lease: Lease, every: Duration
 
 type Failure = (ErrorClass, String);
 
-async fn execute(a: &Attempt, lake: &Lake) -> Result<(Vec<StagedVersion>, Vec<CheckResult>), Failure> {
+async fn execute(
+    a: &Attempt,
+    store: &Arc<dyn Store>,
+    lake: &Lake,
+) -> Result<(Vec<StagedVersion>, Vec<CheckResult>), Failure> {
     let staging_id = format!("{}-{}", a.step.id, a.lease.attempt);
     let versions = match &a.task.run {
         TaskRun::Command { argv, .. } => run_command(a, argv, lake, &staging_id).await?,
-        TaskRun::Sql { query } => run_sql(a, query, lake, &staging_id).await?,
+        TaskRun::Sql { query } => run_sql(a, query, store, lake, &staging_id).await?,
     };
     let mut checks = Vec::new();
     for (dataset, staged) in a.outputs.iter().zip(&versions) {
@@ -171,19 +175,23 @@ async fn run_command(
     Ok(versions)
 }
 
-async fn run_sql(a: &Attempt, query: &str, lake: &Lake, staging_id: &str) -> Result<Vec<StagedVersion>, Failure> {
-    let inputs: Vec<tidegate_lake::InputTable> = a
-        .step
-        .state
-        .pinned
-        .iter()
-        .map(|p| tidegate_lake::InputTable {
+async fn run_sql(
+    a: &Attempt,
+    query: &str,
+    store: &Arc<dyn Store>,
+    lake: &Lake,
+    staging_id: &str,
+) -> Result<Vec<StagedVersion>, Failure> {
+    let mut inputs = Vec::new();
+    for p in &a.step.state.pinned {
+        inputs.push(tidegate_lake::InputTable {
             name: p.dataset.clone(),
             dataset: p.dataset.clone(),
             version: p.version.and_then(|v| u64::try_from(v).ok()),
             partitions: p.partitions.clone(),
-        })
-        .collect();
+            overlay: staged_overlay(store, &p.dataset, &p.staged_steps).await?,
+        });
+    }
     let batches = lake.sql_over(query, &inputs).await.map_err(|e| lake_failure("running the query for", &e))?;
     let dataset = a.outputs.first().ok_or((ErrorClass::Deterministic, "the task has no output".to_owned()))?;
     let staged = lake
@@ -191,6 +199,33 @@ async fn run_sql(a: &Attempt, query: &str, lake: &Lake, staging_id: &str) -> Res
         .await
         .map_err(|e| lake_failure("staging", &e))?;
     Ok(vec![staged])
+}
+
+/// The staged versions of `dataset` written by a backfill's upstream steps (their last attempt's),
+/// which the attempt reads in place of the published rows of the partitions they cover.
+async fn staged_overlay(
+    store: &Arc<dyn Store>,
+    dataset: &str,
+    step_ids: &[String],
+) -> Result<Vec<StagedVersion>, Failure> {
+    let mut overlay = Vec::new();
+    for step_id in step_ids {
+        let (s, sid) = (store.clone(), step_id.clone());
+        let records = tokio::task::spawn_blocking(move || s.versions(&sid))
+            .await
+            .map_err(|e| (ErrorClass::Transient, format!("reading staged versions: {e}")))?
+            .map_err(|e| (ErrorClass::Transient, format!("reading the staged versions of step {step_id}: {e}")))?;
+        let Some(record) = records.iter().rev().find(|r| r.dataset == dataset) else {
+            return Err((
+                ErrorClass::Deterministic,
+                format!("upstream step {step_id} staged no version of {dataset}, which this step reads"),
+            ));
+        };
+        let staged: StagedVersion = serde_json::from_value(record.files.clone())
+            .map_err(|e| (ErrorClass::Deterministic, format!("decoding staged version {}: {e}", record.id)))?;
+        overlay.push(staged);
+    }
+    Ok(overlay)
 }
 
 /// The environment a command task sees, besides the inherited basics and its secrets.

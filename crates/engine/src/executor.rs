@@ -14,11 +14,11 @@ use tidegate_core::idempotency::PinnedInput;
 use tidegate_core::retry::{ErrorClass, RetryBudget};
 use tidegate_core::schedule::{self, ClassLoad, RateLimit, Shares};
 use tidegate_core::spec::Spec;
-use tidegate_core::state::{StepEvent, StepStatus};
+use tidegate_core::state::{RunStatus, StepEvent, StepStatus};
 use tidegate_lake::Lake;
 use tidegate_store::{
-    ClaimRequest, JournalMeta, Outcome, Priority, ReleaseItem, ReleaseKind, ReleaseRecord, StepEventRecord, Store,
-    VersionRecord,
+    BackfillStatus, ClaimRequest, JournalMeta, Outcome, Priority, ReleaseItem, ReleaseKind, ReleaseRecord,
+    StepEventRecord, Store, VersionRecord,
 };
 use tokio::sync::mpsc;
 
@@ -30,6 +30,17 @@ use crate::{Error, Result};
 pub const MAX_EVENTS_PER_COMMIT: usize = 2_000;
 /// The most steps claimed in one transaction.
 pub const MAX_CLAIMS_PER_TICK: usize = 512;
+/// How many recent backfills and runs the loop watches for changes made by other processes.
+const BACKFILLS_WATCHED: u32 = 200;
+const RUNS_WATCHED: u32 = 50;
+
+/// Backfills in the view whose steps must not start now: paused, or no longer holding their
+/// partitions (their steps wait for an operator, not for this loop).
+fn blocked_backfills(view: &View, gates: &HashMap<String, BackfillGate>) -> Vec<String> {
+    let ids: std::collections::BTreeSet<&String> = view.entries().filter_map(|e| e.backfill_id.as_ref()).collect();
+    ids.into_iter().filter(|b| gates.get(*b).is_none_or(|g| g.paused)).cloned().collect()
+}
+
 /// How often the loop looks for expired leases and due retries when nothing else wakes it.
 pub const IDLE_TICK: Duration = Duration::from_millis(250);
 
@@ -68,6 +79,24 @@ pub struct Summary {
     pub awaiting_approval: usize,
 }
 
+impl Summary {
+    /// What a run's steps add up to, for a process that followed a run another process executed.
+    pub fn of_steps(steps: &[tidegate_store::StepRecord]) -> Summary {
+        let mut summary = Summary::default();
+        for step in steps {
+            match step.status() {
+                StepStatus::Published => summary.published += 1,
+                StepStatus::Failed | StepStatus::UpstreamFailed => summary.failed += 1,
+                StepStatus::Skipped | StepStatus::Superseded => summary.skipped += 1,
+                StepStatus::AwaitingApproval => summary.awaiting_approval += 1,
+                _ => {}
+            }
+            summary.retried += step.state.attempt.saturating_sub(1) as usize;
+        }
+        summary
+    }
+}
+
 /// Progress for a terminal or a log: counts per status after each tick.
 pub type ProgressFn = Box<dyn Fn(&BTreeMap<String, usize>) + Send + Sync>;
 
@@ -79,6 +108,18 @@ struct PoolState {
     rate: RateLimit,
     budget: RetryBudget,
 }
+
+/// A backfill's limits as the scheduler applies them, refreshed from the store while draining so
+/// that `backfill pause` and a changed throttle take effect within a second.
+#[derive(Debug)]
+struct BackfillGate {
+    paused: bool,
+    max_active: u32,
+    rate: RateLimit,
+}
+
+/// How often the loop re-reads backfill gates and looks for runs submitted by other processes.
+const REFRESH_EVERY: Duration = Duration::from_millis(500);
 
 /// The engine: one scheduler loop with in-process workers.
 pub struct Engine {
@@ -173,6 +214,37 @@ impl Engine {
         result
     }
 
+    /// Runs until `run_id` settles: drains everything when this process can take the scheduler
+    /// role; otherwise another process (a `serve`, a backfill, another `run`) is executing, so this
+    /// one follows the run's progress in the store, and takes over if that holder dies.
+    pub async fn drain_until(&self, run_id: &str) -> Result<Summary> {
+        loop {
+            let (o, now, ttl) = (self.opts.worker_id.clone(), self.clock.now(), self.spec.project.lease_ttl_s);
+            if self.db(move |s| s.acquire_scheduler(&o, now, ttl)).await? {
+                let result = self.drain_inner().await;
+                let o = self.opts.worker_id.clone();
+                let _ = self.db(move |s| s.release_scheduler(&o)).await;
+                return result;
+            }
+            let rid = run_id.to_owned();
+            let run = self.db(move |s| s.run(&rid)).await?;
+            let rid = run_id.to_owned();
+            let steps = self.db(move |s| s.steps(&rid)).await?;
+            let mut tally: BTreeMap<String, usize> = BTreeMap::new();
+            for step in &steps {
+                *tally.entry(step.status().to_string()).or_default() += 1;
+            }
+            if let Some(progress) = &self.progress {
+                progress(&tally);
+            }
+            let settled = run.is_none_or(|r| r.status.is_terminal() || r.status == RunStatus::AwaitingApproval);
+            if settled {
+                return Ok(Summary::of_steps(&steps));
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
     /// Takes the scheduler role, waiting out a holder that stopped renewing it (a crashed process
     /// holds it until its lease TTL passes).
     async fn acquire_scheduler_role(&self) -> Result<()> {
@@ -199,9 +271,16 @@ impl Engine {
         let mut in_flight = 0usize;
         let correlation = format!("drain-{}", self.clock.now().timestamp_millis());
         let mut last_scheduler_renewal = self.clock.now();
+        let mut gates: HashMap<String, BackfillGate> = HashMap::new();
+        let mut last_refresh: Option<std::time::Instant> = None;
         loop {
             let now = self.clock.now();
             let mut events: Vec<StepEventRecord> = Vec::new();
+            if last_refresh.is_none_or(|t| t.elapsed() >= REFRESH_EVERY) {
+                self.refresh_gates(&mut gates).await?;
+                self.discover_runs(&mut view).await?;
+                last_refresh = Some(std::time::Instant::now());
+            }
 
             // 1. Reports from finished attempts.
             while let Ok(report) = rx.try_recv() {
@@ -255,14 +334,20 @@ impl Engine {
             }
             self.commit(events, &mut view, &mut summary).await?;
 
-            // 5. Publication of validated steps.
-            for step_id in view.in_status(StepStatus::Validated).iter().map(|e| e.record.id.clone()).collect::<Vec<_>>()
-            {
+            // 5. Publication of validated steps. A backfill's steps are published together by
+            //    `backfill publish`, never one by one here.
+            let validated: Vec<String> = view
+                .in_status(StepStatus::Validated)
+                .iter()
+                .filter(|e| !e.record.state.needs_approval)
+                .map(|e| e.record.id.clone())
+                .collect();
+            for step_id in validated {
                 self.publish(&step_id, &mut view, &mut summary, &correlation).await?;
             }
 
             // 6. Claims within slots, shares and rate limits.
-            let claimed = self.claim(&mut view, &mut pools, in_flight, &correlation).await?;
+            let claimed = self.claim(&mut view, &mut pools, &mut gates, in_flight, &correlation).await?;
             for attempt in claimed {
                 in_flight += 1;
                 let (store, lake, tx) = (self.store.clone(), self.lake.clone(), tx.clone());
@@ -277,7 +362,7 @@ impl Engine {
                     view.tally().into_iter().map(|(s, n)| (s.to_string(), n)).collect();
                 progress(&tally);
             }
-            if in_flight == 0 && !view.has_work() {
+            if in_flight == 0 && !view.has_work_outside(&blocked_backfills(&view, &gates)) {
                 break;
             }
             if now - last_scheduler_renewal > chrono::Duration::seconds(i64::from(self.spec.project.heartbeat_s)) {
@@ -298,6 +383,41 @@ impl Engine {
         }
         summary.awaiting_approval = view.in_status(StepStatus::AwaitingApproval).len();
         Ok(summary)
+    }
+
+    /// Re-reads the throttle and pause state of every backfill that holds partitions.
+    async fn refresh_gates(&self, gates: &mut HashMap<String, BackfillGate>) -> Result<()> {
+        let backfills: Vec<_> = self
+            .db(|s| s.backfills(BACKFILLS_WATCHED))
+            .await?
+            .into_iter()
+            .filter(|b| b.status.holds_partitions())
+            .collect();
+        gates.retain(|id, _| backfills.iter().any(|b| &b.id == id));
+        for b in backfills {
+            let paused = b.status == BackfillStatus::Paused;
+            let gate = gates.entry(b.id.clone()).or_insert_with(|| BackfillGate {
+                paused,
+                max_active: b.throttle.max_active,
+                rate: RateLimit::new(b.throttle.rate_per_s),
+            });
+            gate.paused = paused;
+            gate.max_active = b.throttle.max_active;
+        }
+        Ok(())
+    }
+
+    /// Adds runs submitted since the view was loaded (by `tidegate run` in another process, which
+    /// then only follows its run while this process, holding the scheduler role, executes it).
+    async fn discover_runs(&self, view: &mut View) -> Result<()> {
+        let runs = self.db(|s| s.runs(RUNS_WATCHED)).await?;
+        let new: Vec<_> = runs.into_iter().filter(|r| !r.status.is_terminal() && !view.has_run(&r.id)).collect();
+        for run in new {
+            let rid = run.id.clone();
+            let steps = self.db(move |s| s.steps(&rid)).await?;
+            view.add_run(steps, run.request.priority, run.request.backfill_id.clone());
+        }
+        Ok(())
     }
 
     fn pools(&self) -> HashMap<String, PoolState> {
@@ -331,17 +451,30 @@ impl Engine {
         (wake - now).to_std().unwrap_or(Duration::from_millis(1)).max(Duration::from_millis(1))
     }
 
-    /// Pins every input of a step to the table version published now; the pins are stored with
+    /// Pins every input of a step to the table version published now (unless planned with a
+    /// version already); the pins are stored with
     /// the step and every attempt, retries included, reads exactly them.
     async fn pin_inputs(&self, view: &View, step_id: &str) -> Result<Vec<PinnedInput>> {
         let Some(entry) = view.get(step_id) else { return Ok(Vec::new()) };
         let mut pins = Vec::new();
         for input in &entry.record.inputs {
             let version = self.lake.table_version(&input.dataset).await.map_err(Error::Lake)?;
+            // Inside a backfill, upstream steps of the same run that wrote this input are staged,
+            // not published: the attempt reads their output over the published version.
+            let staged_steps = entry
+                .upstream_ids
+                .iter()
+                .filter_map(|id| view.get(id))
+                .filter(|up| up.status() == StepStatus::AwaitingApproval)
+                .filter(|up| self.spec.tasks.get(&up.record.task).is_some_and(|t| t.outputs.contains(&input.dataset)))
+                .map(|up| up.record.id.clone())
+                .collect();
             pins.push(PinnedInput {
                 dataset: input.dataset.clone(),
                 partitions: input.partitions.clone(),
-                version: version.and_then(|v| i64::try_from(v).ok()),
+                // A version pinned at plan time (a backfill's frozen spec) wins over the current one.
+                version: input.version.or_else(|| version.and_then(|v| i64::try_from(v).ok())),
+                staged_steps,
             });
         }
         Ok(pins)
@@ -549,6 +682,7 @@ impl Engine {
         &self,
         view: &mut View,
         pools: &mut HashMap<String, PoolState>,
+        gates: &mut HashMap<String, BackfillGate>,
         in_flight: usize,
         correlation: &str,
     ) -> Result<Vec<Attempt>> {
@@ -558,9 +692,28 @@ impl Engine {
         if room == 0 || ready.is_empty() {
             return Ok(Vec::new());
         }
-        // Ready steps per pool and class, in order.
+        // Each backfill's room under its throttle: max_active minus its steps holding leases.
+        let mut backfill_room: HashMap<String, u32> = HashMap::new();
+        for (id, gate) in gates.iter() {
+            let active = view
+                .entries()
+                .filter(|e| e.backfill_id.as_deref() == Some(id.as_str()) && e.status().holds_lease())
+                .count();
+            let room =
+                if gate.paused { 0 } else { gate.max_active.saturating_sub(u32::try_from(active).unwrap_or(u32::MAX)) };
+            backfill_room.insert(id.clone(), room);
+        }
+        // Ready steps per pool and class, in order; a backfill's steps only within its room.
         let mut queues: BTreeMap<String, [Vec<String>; 3]> = BTreeMap::new();
         for e in ready {
+            if let Some(b) = &e.backfill_id {
+                let Some(left) = backfill_room.get_mut(b) else { continue };
+                let Some(gate) = gates.get_mut(b) else { continue };
+                if *left == 0 || !gate.rate.try_start(now) {
+                    continue;
+                }
+                *left -= 1;
+            }
             queues.entry(e.record.pool.clone()).or_default()[class_of(e.priority)].push(e.record.id.clone());
         }
         let mut picked: Vec<(String, String, usize)> = Vec::new();

@@ -15,6 +15,8 @@ pub struct Entry {
     pub priority: Priority,
     pub upstream_ids: Vec<String>,
     pub downstream_ids: Vec<String>,
+    /// The backfill the step's run belongs to, if any.
+    pub backfill_id: Option<String>,
 }
 
 impl Entry {
@@ -38,6 +40,8 @@ pub struct View {
     steps: HashMap<String, Entry>,
     /// Pending steps whose upstream changed since they were last examined.
     dirty: BTreeSet<String>,
+    /// The runs whose steps the view holds.
+    runs: HashSet<String>,
 }
 
 impl View {
@@ -47,16 +51,18 @@ impl View {
         let mut view = View::default();
         let runs: BTreeSet<(DateTime<Utc>, String)> =
             active.iter().map(|a| (a.run_created_at, a.step.run_id.clone())).collect();
-        let priorities: HashMap<String, Priority> =
-            active.iter().map(|a| (a.step.run_id.clone(), a.priority)).collect();
+        let runs_of: HashMap<String, (Priority, Option<String>)> =
+            active.iter().map(|a| (a.step.run_id.clone(), (a.priority, a.backfill_id.clone()))).collect();
         for (_, run_id) in runs {
-            view.add_run(store.steps(&run_id)?, priorities[&run_id]);
+            let (priority, backfill_id) = runs_of[&run_id].clone();
+            view.add_run(store.steps(&run_id)?, priority, backfill_id);
         }
         Ok(view)
     }
 
     /// Adds a run's steps (all of them, as the store returns them).
-    pub fn add_run(&mut self, steps: Vec<StepRecord>, priority: Priority) {
+    pub fn add_run(&mut self, steps: Vec<StepRecord>, priority: Priority, backfill_id: Option<String>) {
+        self.runs.extend(steps.iter().map(|s| s.run_id.clone()));
         let ids: HashMap<String, String> = steps.iter().map(|s| (s.name.clone(), s.id.clone())).collect();
         let mut links = Vec::new();
         for s in steps {
@@ -65,7 +71,14 @@ impl View {
             if s.state.status == StepStatus::Pending {
                 self.dirty.insert(s.id.clone());
             }
-            self.steps.insert(s.id.clone(), Entry { record: s, priority, upstream_ids, downstream_ids: Vec::new() });
+            let entry = Entry {
+                record: s,
+                priority,
+                upstream_ids,
+                downstream_ids: Vec::new(),
+                backfill_id: backfill_id.clone(),
+            };
+            self.steps.insert(entry.record.id.clone(), entry);
         }
         for (up, down) in links {
             if let Some(e) = self.steps.get_mut(&up) {
@@ -82,10 +95,17 @@ impl View {
         self.steps.values()
     }
 
-    /// Records a step's new state; when it became terminal, its downstream steps need a look.
+    /// Whether the view holds a run.
+    pub fn has_run(&self, run_id: &str) -> bool {
+        self.runs.contains(run_id)
+    }
+
+    /// Records a step's new state; when it settled (terminal, or staged awaiting a backfill's
+    /// approval), its downstream steps need a look.
     pub fn update(&mut self, step_id: &str, state: Step) {
         let Some(entry) = self.steps.get_mut(step_id) else { return };
-        let became_terminal = !entry.record.state.status.is_terminal() && state.status.is_terminal();
+        let settled = |s: StepStatus| s.is_terminal() || s == StepStatus::AwaitingApproval;
+        let became_terminal = !settled(entry.record.state.status) && settled(state.status);
         entry.record.state = state;
         if became_terminal {
             let downstream = entry.downstream_ids.clone();
@@ -107,6 +127,8 @@ impl View {
             for up in &entry.upstream_ids {
                 match self.steps.get(up).map(Entry::status) {
                     Some(s) if s.satisfies_downstream() => {}
+                    // Inside a backfill, a downstream step reads its upstream's staged output.
+                    Some(StepStatus::AwaitingApproval) if entry.record.state.needs_approval => {}
                     Some(s) if s.is_terminal() => {
                         failed = Some(self.steps[up].record.name.clone());
                         break;
@@ -134,7 +156,19 @@ impl View {
 
     /// Whether anything is left that the engine can move forward without a person.
     pub fn has_work(&self) -> bool {
-        self.steps.values().any(|e| !e.status().is_terminal() && e.status() != StepStatus::AwaitingApproval)
+        self.has_work_outside(&[])
+    }
+
+    /// Like [`View::has_work`], ignoring the steps of paused backfills (and a backfill's validated
+    /// steps, which wait for `backfill publish`).
+    pub fn has_work_outside(&self, paused_backfills: &[String]) -> bool {
+        self.steps.values().any(|e| {
+            let waits_for_a_person = e.status() == StepStatus::AwaitingApproval
+                || (e.status() == StepStatus::Validated && e.record.state.needs_approval)
+                || (e.backfill_id.as_ref().is_some_and(|b| paused_backfills.contains(b))
+                    && matches!(e.status(), StepStatus::Pending | StepStatus::Ready));
+            !e.status().is_terminal() && !waits_for_a_person
+        })
     }
 
     /// Counts per status across the view.
@@ -155,5 +189,6 @@ impl View {
             }
         }
         self.steps.retain(|_, e| open_runs.contains(&e.record.run_id));
+        self.runs.retain(|r| open_runs.contains(r));
     }
 }

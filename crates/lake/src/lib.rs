@@ -12,6 +12,7 @@
 //! clean it.
 
 mod checks;
+mod compare;
 mod df;
 mod error;
 mod modes;
@@ -23,6 +24,10 @@ mod stage;
 mod table;
 
 pub use checks::{CheckResult, SCHEMA_CONTRACT};
+pub use compare::{
+    ColumnDelta, CompareSpec, Comparison, ComparisonTotals, MAX_SLICE_VALUES, NULL_SLICE_VALUE, PartitionComparison,
+    PartitionSize, SliceDelta,
+};
 pub use error::{Error, FileLocation, Result};
 pub use publish::{
     APP_ID_PREFIX, MAX_COMMIT_ATTEMPTS, Publication, PublishedItem, Release, ReleaseItem, TXN_UNDONE, app_id,

@@ -1,17 +1,21 @@
 //! SQL tasks: a query over the step's inputs, each read at its pinned table version and restricted
 //! to the partitions the step's mapping names, so a retry reads exactly what the first attempt read.
+//! An input may carry an overlay: staged versions of an unpublished backfill whose partitions stand
+//! in for the pinned version's, so downstream steps can be computed before the backfill is approved.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use arrow::datatypes::{Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 
-use crate::read::scan;
+use crate::read::scan_where;
+use crate::stage::{StagedFile, StagedVersion};
 use crate::table::{Lake, PARTITION_COLUMN, table_schema};
 use crate::{Error, Result, df};
 
 /// One input of a SQL task: registered as the table `name`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct InputTable {
     /// The table name the query uses (the dataset's name).
     pub name: String,
@@ -20,34 +24,67 @@ pub struct InputTable {
     pub version: Option<u64>,
     /// The partitions to read; empty means every partition of that version (`latest` mapping).
     pub partitions: Vec<String>,
+    /// Staged versions of this dataset whose partitions replace the pinned version's rows of the
+    /// same partitions (a partition staged empty reads as empty); usually empty.
+    pub overlay: Vec<StagedVersion>,
 }
 
 impl Lake {
     /// Runs `query` with each input registered as a table holding exactly the pinned version's
-    /// rows of the named partitions, without the partition column (the output's partition is the
-    /// step's own, not its inputs').
+    /// rows of the named partitions, with overlaid partitions read from their staged files,
+    /// without the partition column (the output's partition is the step's own, not its inputs').
     pub async fn sql_over(&self, query: &str, inputs: &[InputTable]) -> Result<Vec<RecordBatch>> {
         let ctx = df::session();
         for input in inputs {
-            let Some(version) = input.version else {
+            let (schema, batches) = self.input_rows(input).await?;
+            let (schema, batches) = without_partition_column(&schema, batches)?;
+            df::register_batches(&ctx, &input.name, &schema, batches)?;
+        }
+        df::user_query(&ctx, query).await
+    }
+
+    /// The rows of one input, partition column included: the pinned version's rows of the wanted
+    /// partitions that the overlay does not cover, then the overlay's rows of the wanted partitions.
+    async fn input_rows(&self, input: &InputTable) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+        if let Some(other) = input.overlay.iter().find(|s| s.dataset != input.dataset) {
+            return Err(Error::internal(format!(
+                "input {:?} overlaid with a version staged for {:?}",
+                input.dataset, other.dataset
+            )));
+        }
+        let table = match input.version {
+            Some(version) => self.load_at(&input.dataset, Some(version)).await?,
+            None if !input.overlay.is_empty() => self.load(&input.dataset).await?,
+            None => {
                 return Err(Error::Query {
                     detail: format!(
                         "input {:?} has no published version yet; run the task that writes it first",
                         input.dataset
                     ),
                 });
-            };
-            let table = self.load_at(&input.dataset, Some(version)).await?;
-            let schema = table_schema(&table)?;
-            let partitions = (!input.partitions.is_empty()).then_some(input.partitions.as_slice());
-            let batches = scan(&table, partitions, &schema).await?;
-            let (schema, batches) = without_partition_column(&schema, batches)?;
-            df::register_batches(&ctx, &input.name, &schema, batches)?;
+            }
+        };
+        let schema = table_schema(&table)?;
+        let mut rows = Vec::new();
+        if input.version.is_some() {
+            let p = df::ident(PARTITION_COLUMN);
+            let overlaid: BTreeSet<String> = input.overlay.iter().flat_map(StagedVersion::partition_keys).collect();
+            let overlaid: Vec<String> = overlaid.into_iter().collect();
+            let mut filter = vec!["true".to_owned()];
+            if !input.partitions.is_empty() {
+                filter.push(format!("{p} IN {}", df::literal_list(&input.partitions)));
+            }
+            if !overlaid.is_empty() {
+                filter.push(format!("{p} NOT IN {}", df::literal_list(&overlaid)));
+            }
+            rows = scan_where(&table, &filter.join(" AND "), &schema).await?;
         }
-        df::user_query(&ctx, query).await
+        let wanted = |f: &&StagedFile| input.partitions.is_empty() || input.partitions.contains(&f.partition);
+        let files: Vec<StagedFile> = input.overlay.iter().flat_map(|s| &s.files).filter(wanted).cloned().collect();
+        rows.extend(self.read_staged(&table, &input.dataset, &files, &schema).await?);
+        Ok((schema, rows))
     }
 }
-
 fn without_partition_column(schema: &SchemaRef, batches: Vec<RecordBatch>) -> Result<(SchemaRef, Vec<RecordBatch>)> {
     let Ok(idx) = schema.index_of(PARTITION_COLUMN) else { return Ok((schema.clone(), batches)) };
     let keep: Vec<usize> = (0..schema.fields().len()).filter(|i| *i != idx).collect();

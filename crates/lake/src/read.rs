@@ -177,12 +177,17 @@ pub(crate) async fn scan(
 ) -> Result<Vec<RecordBatch>> {
     let filter = match partitions {
         Some([]) => return Ok(Vec::new()),
-        Some(keys) => format!(" WHERE {} IN {}", df::ident(PARTITION_COLUMN), df::literal_list(keys)),
-        None => String::new(),
+        Some(keys) => format!("{} IN {}", df::ident(PARTITION_COLUMN), df::literal_list(keys)),
+        None => "true".to_owned(),
     };
+    scan_where(table, &filter, schema).await
+}
+
+/// The rows of a loaded table matching `filter` (a condition written by Tidegate), cast to `schema`.
+pub(crate) async fn scan_where(table: &DeltaTable, filter: &str, schema: &SchemaRef) -> Result<Vec<RecordBatch>> {
     let ctx = df::session();
     register_table(&ctx, "t", table).await?;
-    let batches = df::query(&ctx, &format!("SELECT * FROM t{filter}")).await?;
+    let batches = df::query(&ctx, &format!("SELECT * FROM t WHERE {filter}")).await?;
     df::conform(batches, schema)
 }
 

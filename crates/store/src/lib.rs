@@ -7,6 +7,7 @@
 //! new state and appends the journal entry in the same transaction. A rejected event (illegal, or
 //! fenced by a newer lease epoch) changes no state and is journaled as a rejection.
 
+mod backfill;
 mod codec;
 mod error;
 mod journal;
@@ -143,6 +144,26 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn acquire_scheduler(&self, owner: &str, now: DateTime<Utc>, ttl_s: u32) -> Result<bool>;
     /// Gives the scheduler role up (clean shutdown).
     fn release_scheduler(&self, owner: &str) -> Result<()>;
+
+    // ----- Backfills. -----
+
+    /// Creates a backfill and claims its footprint, journaled as `backfill_planned`. A partition
+    /// held by another backfill that is not yet published, rolled back, cancelled or failed is
+    /// [`Error::Conflict`] naming that backfill.
+    fn create_backfill(&self, record: &BackfillRecord, meta: &JournalMeta) -> Result<()>;
+    fn backfill(&self, id: &str) -> Result<Option<BackfillRecord>>;
+    /// The newest backfills first, at most `limit`.
+    fn backfills(&self, limit: u32) -> Result<Vec<BackfillRecord>>;
+    /// Compare-and-set: applies `change` when the backfill's status is one of `expect` (else
+    /// [`Error::InvalidRequest`] naming both), journaled as `kind` in the same transaction.
+    fn update_backfill(
+        &self,
+        id: &str,
+        expect: &[BackfillStatus],
+        kind: &str,
+        change: &(dyn Fn(&mut BackfillRecord) + Sync),
+        meta: &JournalMeta,
+    ) -> Result<BackfillRecord>;
 }
 
 /// Seconds after which an in-progress idempotency claim is considered abandoned.

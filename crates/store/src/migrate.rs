@@ -19,6 +19,7 @@ struct Migration {
 
 const INIT: &str = include_str!("../migrations/0001_init.sql");
 const ENGINE_SUPPORT: &str = include_str!("../migrations/0003_engine_support.sql");
+const BACKFILLS: &str = include_str!("../migrations/0004_backfills.sql");
 
 /// Every migration, in order. Never edit one that has shipped: add the next number instead.
 const MIGRATIONS: &[Migration] = &[
@@ -30,6 +31,7 @@ const MIGRATIONS: &[Migration] = &[
         postgres: include_str!("../migrations/0002_journal_append_only.postgres.sql"),
     },
     Migration { version: 3, name: "engine_support", sqlite: ENGINE_SUPPORT, postgres: ENGINE_SUPPORT },
+    Migration { version: 4, name: "backfills", sqlite: BACKFILLS, postgres: BACKFILLS },
 ];
 
 /// Applies the migrations the database has not seen; returns how many it applied.

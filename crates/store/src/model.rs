@@ -308,3 +308,116 @@ pub struct Submission {
     /// False when an earlier submission under the same idempotency key created the run.
     pub created: bool,
 }
+
+/// Where a backfill is in its life. A backfill holds its partitions (no other backfill may
+/// rewrite them) until it is published, rolled back, cancelled or failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BackfillStatus {
+    /// Frozen and sized; nothing has run.
+    Planned,
+    /// Its run is executing into staging.
+    Running,
+    /// An operator paused it: no new attempts start; running ones finish.
+    Paused,
+    /// Every step is staged and validated; waiting for a comparison and an approval.
+    Staged,
+    /// Approved against a spec hash and a comparison hash; ready to publish.
+    Approved,
+    /// Visible to readers as one release.
+    Published,
+    /// Its release was undone by a rollback release.
+    RolledBack,
+    Cancelled,
+    /// Some step failed for good; nothing was published.
+    Failed,
+}
+
+impl BackfillStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackfillStatus::Planned => "planned",
+            BackfillStatus::Running => "running",
+            BackfillStatus::Paused => "paused",
+            BackfillStatus::Staged => "staged",
+            BackfillStatus::Approved => "approved",
+            BackfillStatus::Published => "published",
+            BackfillStatus::RolledBack => "rolled_back",
+            BackfillStatus::Cancelled => "cancelled",
+            BackfillStatus::Failed => "failed",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        [
+            BackfillStatus::Planned,
+            BackfillStatus::Running,
+            BackfillStatus::Paused,
+            BackfillStatus::Staged,
+            BackfillStatus::Approved,
+            BackfillStatus::Published,
+            BackfillStatus::RolledBack,
+            BackfillStatus::Cancelled,
+            BackfillStatus::Failed,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == text)
+    }
+
+    /// Whether the backfill still holds its partitions against other backfills.
+    pub fn holds_partitions(self) -> bool {
+        !matches!(
+            self,
+            BackfillStatus::Published | BackfillStatus::RolledBack | BackfillStatus::Cancelled | BackfillStatus::Failed
+        )
+    }
+}
+
+impl std::fmt::Display for BackfillStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An approval, bound to exactly what the approver saw.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Approval {
+    pub by: String,
+    pub at: DateTime<Utc>,
+    pub spec_hash: String,
+    pub comparison_hash: String,
+}
+
+/// A governed backfill: a frozen spec (opaque to the store, hashed by its creator), the
+/// partitions it rewrites, and what happened to it since.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BackfillRecord {
+    pub id: String,
+    pub status: BackfillStatus,
+    /// The frozen spec: tasks, partitions, code versions, pins, reason, throttle.
+    pub spec: serde_json::Value,
+    pub spec_hash: String,
+    pub requester: String,
+    pub reason: String,
+    /// Dataset name -> the partition keys the backfill rewrites (its claim against overlaps).
+    pub footprint: BTreeMap<String, Vec<String>>,
+    pub throttle: Throttle,
+    pub run_id: Option<String>,
+    /// The last comparison report and its hash.
+    pub comparison: Option<serde_json::Value>,
+    pub comparison_hash: Option<String>,
+    pub approval: Option<Approval>,
+    pub release_id: Option<String>,
+    pub rollback_release_id: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// How hard a backfill may push: it always runs below live work, and within these limits.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Throttle {
+    /// At most this many of its steps hold a lease at once.
+    pub max_active: u32,
+    /// At most this many attempt starts per second.
+    pub rate_per_s: Option<f64>,
+}

@@ -8,6 +8,7 @@ use chrono::{DateTime, Duration, Utc};
 use tidegate_core::partition::Interval;
 use tidegate_core::state::{self, RunEvent, RunStatus, StepEvent, StepStatus, StepTally};
 
+use crate::backfill;
 use crate::codec::{fmt_ts, from_json, parse_opt_ts, parse_ts, to_i64, to_json, to_u32, to_u64};
 use crate::journal::{self, Appender, Draft};
 use crate::migrate;
@@ -15,9 +16,10 @@ use crate::postgres::Postgres;
 use crate::sql::{Driver, Row, Tx, Value};
 use crate::sqlite::Sqlite;
 use crate::{
-    ActiveStep, AttemptRecord, Backend, ChainReport, CheckpointRecord, Claim, ClaimRequest, Error, IN_FLIGHT_TIMEOUT_S,
-    JournalEntry, JournalMeta, JournalQuery, Lease, NewStep, Outcome, ReleaseItem, ReleaseKind, ReleaseRecord, Result,
-    RunRecord, RunRequest, StepEventRecord, StepRecord, Store, Submission, VersionRecord,
+    ActiveStep, AttemptRecord, Backend, BackfillRecord, BackfillStatus, ChainReport, CheckpointRecord, Claim,
+    ClaimRequest, Error, IN_FLIGHT_TIMEOUT_S, JournalEntry, JournalMeta, JournalQuery, Lease, NewStep, Outcome,
+    ReleaseItem, ReleaseKind, ReleaseRecord, Result, RunRecord, RunRequest, StepEventRecord, StepRecord, Store,
+    Submission, VersionRecord,
 };
 
 /// Store settings.
@@ -1494,5 +1496,32 @@ impl<D: Driver> Store for SqlStore<D> {
                 Ok(())
             })
             .map_err(|e| e.context(&format!("releasing the scheduler role of {owner}")))
+    }
+
+    fn create_backfill(&self, record: &BackfillRecord, meta: &JournalMeta) -> Result<()> {
+        self.driver
+            .write(|tx| backfill::create(tx, record, meta))
+            .map_err(|e| e.context(&format!("creating backfill {}", record.id)))
+    }
+
+    fn backfill(&self, id: &str) -> Result<Option<BackfillRecord>> {
+        self.driver.read(|tx| backfill::load(tx, id)).map_err(|e| e.context(&format!("reading backfill {id}")))
+    }
+
+    fn backfills(&self, limit: u32) -> Result<Vec<BackfillRecord>> {
+        self.driver.read(|tx| backfill::list(tx, limit.into())).map_err(|e| e.context("listing backfills"))
+    }
+
+    fn update_backfill(
+        &self,
+        id: &str,
+        expect: &[BackfillStatus],
+        kind: &str,
+        change: &(dyn Fn(&mut BackfillRecord) + Sync),
+        meta: &JournalMeta,
+    ) -> Result<BackfillRecord> {
+        self.driver
+            .write(|tx| backfill::update(tx, id, expect, kind, change, meta))
+            .map_err(|e| e.context(&format!("updating backfill {id} ({kind})")))
     }
 }

@@ -1,6 +1,8 @@
 //! One module per subcommand: its clap arguments and its `run`.
 
+pub mod backfill;
 pub mod data;
+pub mod demo;
 pub mod history;
 pub mod init;
 pub mod plan;
@@ -8,4 +10,5 @@ pub mod rollback;
 pub mod run;
 pub mod status;
 pub mod submit;
+pub mod tick;
 pub mod validate;

@@ -70,7 +70,7 @@ pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
         eprintln!("{verb} run {} ({n_steps} steps)", run.id);
     }
     let started = Instant::now();
-    let summary = execute(&ws, store.clone(), args.workers, !args.json)?;
+    let summary = execute(&ws, store.clone(), args.workers, !args.json, Some(&run.id))?;
     let run = store.run(&run.id)?.context("the run vanished from the store")?;
     let report = RunReport {
         run_id: &run.id,
@@ -100,12 +100,15 @@ pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
     Ok(if summary.failed > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }
 
-/// Drains every unfinished run in the workspace's store with an in-process engine.
+/// Drains every unfinished run in the workspace's store with an in-process engine. With
+/// `follow`, waits for that run to settle, following it when another process holds the
+/// scheduler role instead of competing for it.
 pub fn execute(
     ws: &Workspace,
     store: Arc<dyn tidegate_store::Store>,
     workers: usize,
     show_progress: bool,
+    follow: Option<&str>,
 ) -> Result<Summary> {
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
@@ -127,7 +130,10 @@ pub fn execute(
         if show_progress {
             engine = engine.with_progress(progress_printer());
         }
-        let summary = engine.drain().await?;
+        let summary = match follow {
+            Some(run_id) => engine.drain_until(run_id).await?,
+            None => engine.drain().await?,
+        };
         if show_progress && std::io::stderr().is_terminal() {
             eprintln!();
         }

@@ -76,7 +76,7 @@ pub fn submit(
     // Plan first, then submit in one transaction: a crash between the two leaves nothing behind,
     // and a replay under the same key returns the run the first submission created.
     let plan = plan::plan(&target.request(&ws.spec)?)?;
-    let steps = new_steps(ws, &plan)?;
+    let steps = new_steps(ws, &plan, &BTreeMap::new(), false)?;
     let meta = JournalMeta {
         actor: request.requester.clone(),
         correlation_id: uuid::Uuid::now_v7().to_string(),
@@ -109,8 +109,21 @@ fn describe(args: &TargetArgs) -> Vec<String> {
     }
 }
 
+/// Who the demo is acting as: it plays two people (a requester and a reviewer) in one process.
+static ACTING_AS: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+/// Makes [`requester`] return `name` in this process (`None` restores the default).
+pub fn act_as(name: Option<&str>) {
+    if let Ok(mut who) = ACTING_AS.lock() {
+        *who = name.map(str::to_owned);
+    }
+}
+
 /// Who is asking: `TIDEGATE_USER`, else the login name.
 pub fn requester() -> String {
+    if let Some(name) = ACTING_AS.lock().ok().and_then(|w| w.clone()) {
+        return name;
+    }
     ["TIDEGATE_USER", "USER", "USERNAME"]
         .iter()
         .find_map(|v| std::env::var(v).ok().filter(|s| !s.is_empty()))
@@ -136,8 +149,15 @@ pub fn code_versions(ws: &Workspace) -> Result<BTreeMap<String, String>> {
     Ok(out)
 }
 
-/// Turns planned steps into store rows with their idempotency keys.
-pub fn new_steps(ws: &Workspace, plan: &Plan) -> Result<Vec<NewStep>> {
+/// Turns planned steps into store rows with their idempotency keys. `pins` fixes the table
+/// version an input dataset is read at (a backfill pins at plan time; other runs pin when a step
+/// becomes ready); `needs_approval` makes the steps stop at staged output (backfills).
+pub fn new_steps(
+    ws: &Workspace,
+    plan: &Plan,
+    pins: &BTreeMap<String, Option<i64>>,
+    needs_approval: bool,
+) -> Result<Vec<NewStep>> {
     let versions = code_versions(ws)?;
     let spec: &Spec = &ws.spec;
     Ok(plan
@@ -145,12 +165,17 @@ pub fn new_steps(ws: &Workspace, plan: &Plan) -> Result<Vec<NewStep>> {
         .iter()
         .map(|s| {
             let task = &spec.tasks[&s.task];
-            // Input versions are pinned by the engine when it reads the lake; until then an input is
-            // recorded without a version.
+            // Unless pinned here, input versions are pinned by the engine when the step becomes
+            // ready; until then an input is recorded without a version.
             let inputs: Vec<PinnedInput> = s
                 .inputs
                 .iter()
-                .map(|i| PinnedInput { dataset: i.dataset.clone(), partitions: i.partitions.clone(), version: None })
+                .map(|i| PinnedInput {
+                    dataset: i.dataset.clone(),
+                    partitions: i.partitions.clone(),
+                    version: pins.get(&i.dataset).copied().flatten(),
+                    staged_steps: Vec::new(),
+                })
                 .collect();
             let step_key = StepIdentity {
                 task: &s.task,
@@ -169,7 +194,7 @@ pub fn new_steps(ws: &Workspace, plan: &Plan) -> Result<Vec<NewStep>> {
                 pool: task.pool.clone(),
                 upstream: s.upstream.clone(),
                 inputs,
-                state: Step::new(task.retry, false),
+                state: Step::new(task.retry, needs_approval),
             }
         })
         .collect())

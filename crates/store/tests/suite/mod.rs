@@ -9,8 +9,9 @@ use chrono::{DateTime, Duration, Utc};
 use tidegate_core::retry::ErrorClass;
 use tidegate_core::state::{Action, RunStatus, StepEvent, StepStatus};
 use tidegate_store::{
-    CheckpointRecord, Claim, Error, IN_FLIGHT_TIMEOUT_S, JournalEntry, JournalQuery, Lease, Outcome, Priority,
-    ReleaseKind, ReleaseRecord, RunRecord, RunRequest, SqlStore, StepRecord, Store,
+    Approval, BackfillRecord, BackfillStatus, CheckpointRecord, Claim, Error, IN_FLIGHT_TIMEOUT_S, JournalEntry,
+    JournalQuery, Lease, Outcome, Priority, ReleaseKind, ReleaseRecord, RunRecord, RunRequest, SqlStore, StepRecord,
+    Store, Throttle,
 };
 use tidegate_testkit::fixed_instant;
 use tidegate_testkit::store::{
@@ -71,6 +72,8 @@ macro_rules! all_backend_tests {
             published_step_keys_finds_exactly_the_published_keys,
             checkpoint_is_refused_until_its_version_is_staged,
             scheduler_role_is_held_by_one_owner_until_it_expires,
+            overlapping_backfill_is_refused_naming_the_first,
+            backfill_changes_are_compare_and_set_and_journaled,
         );
     };
 }
@@ -1140,6 +1143,122 @@ pub fn scheduler_role_is_held_by_one_owner_until_it_expires(t: &StoreUnderTest) 
             ("scheduler_acquired".to_owned(), "a".to_owned(), serde_json::Value::Null),
         ],
         "changes of holder are journaled, renewals and refusals are not"
+    );
+    assert_chain_intact(store);
+}
+
+fn backfill_record(id: &str, footprint: &[(&str, &[&str])]) -> BackfillRecord {
+    BackfillRecord {
+        id: id.to_owned(),
+        status: BackfillStatus::Planned,
+        spec: serde_json::json!({ "target": "features" }),
+        spec_hash: format!("hash-{id}"),
+        requester: "ana".to_owned(),
+        reason: "fix the session window".to_owned(),
+        footprint: footprint
+            .iter()
+            .map(|(d, ps)| ((*d).to_owned(), ps.iter().map(|p| (*p).to_owned()).collect()))
+            .collect(),
+        throttle: Throttle { max_active: 2, rate_per_s: None },
+        run_id: None,
+        comparison: None,
+        comparison_hash: None,
+        approval: None,
+        release_id: None,
+        rollback_release_id: None,
+        created_at: t0(),
+        updated_at: t0(),
+    }
+}
+
+pub fn overlapping_backfill_is_refused_naming_the_first(t: &StoreUnderTest) {
+    let store = &*t.store;
+    store
+        .create_backfill(&backfill_record("bf-1", &[("features", &["2024-01-01", "2024-01-02"])]), &meta(t0()))
+        .expect("creating the first backfill");
+    let err = store
+        .create_backfill(&backfill_record("bf-2", &[("features", &["2024-01-02", "2024-01-03"])]), &meta(t0()))
+        .expect_err("an overlapping backfill");
+    assert!(matches!(err, Error::Conflict(_)), "{err:?}");
+    let message = err.to_string();
+    assert!(message.contains("bf-1") && message.contains("2024-01-02"), "{message}");
+    assert!(store.backfill("bf-2").expect("reading").is_none(), "the refused backfill stored nothing");
+
+    // Another dataset's partition of the same key does not overlap.
+    store
+        .create_backfill(&backfill_record("bf-3", &[("sessions", &["2024-01-02"])]), &meta(t0()))
+        .expect("a disjoint backfill");
+    // Once the first is cancelled, its partitions are free again.
+    store
+        .update_backfill(
+            "bf-1",
+            &[BackfillStatus::Planned],
+            "backfill_cancelled",
+            &|b| {
+                b.status = BackfillStatus::Cancelled;
+            },
+            &meta(t0()),
+        )
+        .expect("cancelling");
+    store
+        .create_backfill(&backfill_record("bf-2", &[("features", &["2024-01-02", "2024-01-03"])]), &meta(t0()))
+        .expect("no longer overlapping");
+    let ids: Vec<String> = store.backfills(10).expect("listing").into_iter().map(|b| b.id).collect();
+    assert_eq!(ids.len(), 3);
+    assert_chain_intact(store);
+}
+
+pub fn backfill_changes_are_compare_and_set_and_journaled(t: &StoreUnderTest) {
+    let store = &*t.store;
+    store.create_backfill(&backfill_record("bf-1", &[("features", &["2024-01-01"])]), &meta(t0())).expect("creating");
+    let approve = |b: &mut BackfillRecord| {
+        b.status = BackfillStatus::Approved;
+        b.approval = Some(Approval {
+            by: "bo".to_owned(),
+            at: t0(),
+            spec_hash: b.spec_hash.clone(),
+            comparison_hash: "cmp".to_owned(),
+        });
+    };
+    let err = store
+        .update_backfill("bf-1", &[BackfillStatus::Staged], "backfill_approved", &approve, &meta(t0()))
+        .expect_err("approving a planned backfill");
+    assert!(err.to_string().contains("bf-1 is planned; this needs it to be staged"), "{err}");
+    let err = store
+        .update_backfill("bf-9", &[BackfillStatus::Staged], "backfill_approved", &approve, &meta(t0()))
+        .expect_err("an unknown backfill");
+    assert!(matches!(err, Error::NotFound { .. }), "{err:?}");
+
+    store
+        .update_backfill(
+            "bf-1",
+            &[BackfillStatus::Planned],
+            "backfill_staged",
+            &|b| {
+                b.status = BackfillStatus::Staged;
+                b.run_id = None;
+            },
+            &meta(t0() + secs(1)),
+        )
+        .expect("staging");
+    let approved = store
+        .update_backfill("bf-1", &[BackfillStatus::Staged], "backfill_approved", &approve, &meta(t0() + secs(2)))
+        .expect("approving");
+    assert_eq!(store.backfill("bf-1").expect("reading"), Some(approved.clone()));
+    assert_eq!(approved.updated_at, t0() + secs(2));
+    let kinds: Vec<(String, Option<String>, Option<String>)> = all_entries(store)
+        .into_iter()
+        .filter(|e| e.kind.starts_with("backfill_"))
+        .map(|e| (e.kind, e.from_status, e.to_status))
+        .collect();
+    let s = |x: &str| Some(x.to_owned());
+    assert_eq!(
+        kinds,
+        vec![
+            ("backfill_planned".to_owned(), None, s("planned")),
+            ("backfill_staged".to_owned(), s("planned"), s("staged")),
+            ("backfill_approved".to_owned(), s("staged"), s("approved")),
+        ]
     );
     assert_chain_intact(store);
 }

@@ -1,0 +1,451 @@
+//! `backfill plan`: freeze what a backfill will rebuild (steps, code versions, pinned inputs,
+//! reason, requester, throttle) under one hash, and size its blast radius before anything runs.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::{Result, bail};
+use chrono::Utc;
+use serde::{Deserialize, Serialize};
+use tidegate_core::idempotency::Canonical;
+use tidegate_core::plan::{self, Plan};
+use tidegate_core::state::StepStatus;
+use tidegate_store::{BackfillRecord, BackfillStatus, JournalQuery, NewStep, Store, Throttle};
+
+use super::{meta, short};
+use crate::cmd::data::{open_lake, runtime};
+use crate::cmd::plan::TargetArgs;
+use crate::cmd::submit::{self, requester};
+use crate::output;
+use crate::workspace::{self, Workspace};
+
+/// Which partitions a backfill rebuilds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum Reprocess {
+    /// Only partitions that were never published.
+    Missing,
+    /// Only partitions whose latest step failed.
+    Failed,
+    /// Every selected partition.
+    All,
+}
+
+/// Freeze a backfill and show its blast radius; nothing runs yet.
+///
+/// The frozen spec (steps, code versions, input versions pinned now, reason, requester,
+/// throttle) gets an id and a hash. Overlapping an unfinished backfill of the same datasets is
+/// refused with a conflict naming it.
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Examples:\n  tidegate backfill plan daily_stats --from 2024-01-01 --to 2024-01-31 --reprocess all --reason \"fix the dedup\"\n  tidegate backfill plan features --from 2024-01-01 --to 2024-01-07 --reprocess all --include-downstream --max-active-runs 2 --reason \"new feature SQL\" --json"
+)]
+pub struct PlanArgs {
+    /// A task, or a dataset written by a task.
+    pub target: String,
+    /// First partition (included).
+    #[arg(long)]
+    pub from: String,
+    /// Last partition (included).
+    #[arg(long)]
+    pub to: String,
+    /// Which of the selected partitions to rebuild.
+    #[arg(long, value_enum)]
+    pub reprocess: Reprocess,
+    /// The intended change, in words (recorded in the frozen spec and the journal).
+    #[arg(long)]
+    pub reason: String,
+    /// At most this many of the backfill's steps run at once.
+    #[arg(long, default_value_t = 2, value_name = "K")]
+    pub max_active_runs: u32,
+    /// At most this many step starts per second.
+    #[arg(long, value_name = "R")]
+    pub rate: Option<f64>,
+    /// Also rebuild every downstream partition that reads what this backfill rewrites.
+    #[arg(long)]
+    pub include_downstream: bool,
+    /// Flag a partition in the comparison when more than this percent of its rows change, a
+    /// column's mean moves by more than this percent, or its null rate rises by more than this
+    /// many points.
+    #[arg(long, value_name = "PCT")]
+    pub flag_change_pct: Option<f64>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Everything a backfill will do, fixed when it is planned. Its hash is what an approval binds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FrozenSpec {
+    pub target: String,
+    pub from: String,
+    pub to: String,
+    pub reprocess: Reprocess,
+    pub reason: String,
+    pub requester: String,
+    pub include_downstream: bool,
+    pub throttle: Throttle,
+    /// The comparison's flagging threshold, in percent.
+    pub flag_change_pct: Option<f64>,
+    /// The hash of `tidegate.toml` the backfill was planned under.
+    pub workspace_spec_hash: String,
+    /// Task name -> code version (command or SQL text plus declared files).
+    pub code_versions: BTreeMap<String, String>,
+    /// Dataset -> the table version read (inputs) or replaced (outputs) when planned.
+    pub table_versions: BTreeMap<String, Option<u64>>,
+    /// The datasets the backfill writes, upstream first: its release commits them in this order.
+    pub datasets: Vec<String>,
+    pub steps: Vec<NewStep>,
+    pub blast_radius: BlastRadius,
+}
+
+impl FrozenSpec {
+    pub fn hash(&self) -> String {
+        let json = serde_json::to_vec(self).unwrap_or_default();
+        Canonical::new("tidegate.backfill.spec").field("json", &json).finish()
+    }
+}
+
+/// What a backfill touches, sized from current versions and history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BlastRadius {
+    pub datasets: Vec<Impact>,
+    pub n_steps: usize,
+    /// From the median duration of each task's past attempts; `None` without history.
+    pub estimated_compute_s: Option<f64>,
+    /// Wall-clock estimate under the throttle.
+    pub estimated_wall_s: Option<f64>,
+    /// Roughly the bytes the rebuilt partitions hold now: what staging will need.
+    pub estimated_staging_bytes: u64,
+}
+
+/// One dataset's share of the blast radius.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Impact {
+    pub dataset: String,
+    pub task: String,
+    /// True when the target does not write it: it is rebuilt because it reads what changes.
+    pub downstream: bool,
+    pub partitions: Vec<String>,
+    pub consumers: Vec<String>,
+    pub current_rows: u64,
+    pub current_bytes: u64,
+    pub median_step_s: Option<f64>,
+}
+
+#[derive(Serialize)]
+struct Planned<'a> {
+    id: &'a str,
+    spec_hash: &'a str,
+    spec: &'a FrozenSpec,
+}
+
+pub fn plan(ws: Option<&Path>, args: PlanArgs) -> Result<ExitCode> {
+    let ws = workspace::load(ws)?;
+    if args.max_active_runs == 0 {
+        bail!("--max-active-runs must be at least 1 (pause a backfill with `tidegate backfill pause` instead)");
+    }
+    if let Some(r) = args.rate
+        && !(r.is_finite() && r > 0.0)
+    {
+        bail!("--rate must be a positive number of step starts per second, got {r}");
+    }
+    let store = ws.open_store()?;
+    let spec = freeze(&ws, store.as_ref(), &args)?;
+    let id = format!("bf-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    let spec_hash = spec.hash();
+    let footprint: BTreeMap<String, Vec<String>> =
+        spec.blast_radius.datasets.iter().map(|d| (d.dataset.clone(), d.partitions.clone())).collect();
+    let now = Utc::now();
+    let record = BackfillRecord {
+        id: id.clone(),
+        status: BackfillStatus::Planned,
+        spec: serde_json::to_value(&spec)?,
+        spec_hash: spec_hash.clone(),
+        requester: spec.requester.clone(),
+        reason: spec.reason.clone(),
+        footprint,
+        throttle: spec.throttle,
+        run_id: None,
+        comparison: None,
+        comparison_hash: None,
+        approval: None,
+        release_id: None,
+        rollback_release_id: None,
+        created_at: now,
+        updated_at: now,
+    };
+    store.create_backfill(&record, &meta(format!("backfill planned: {}", spec.reason), &id))?;
+    if args.json {
+        output::json(&Planned { id: &id, spec_hash: &spec_hash, spec: &spec })?;
+    } else {
+        print_plan(&id, &spec_hash, &spec);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn freeze(ws: &Workspace, store: &dyn Store, args: &PlanArgs) -> Result<FrozenSpec> {
+    let target = TargetArgs {
+        target: args.target.clone(),
+        from: Some(args.from.clone()),
+        to: Some(args.to.clone()),
+        partition: Vec::new(),
+        all: false,
+        only: true,
+        downstream: args.include_downstream,
+    };
+    let mut plan = plan::plan(&target.request(&ws.spec)?)?;
+    let target_task = plan::resolve_target(&ws.spec, &args.target)?.name.clone();
+    let written: BTreeSet<String> =
+        plan.steps.iter().flat_map(|s| ws.spec.tasks[&s.task].outputs.iter().cloned()).collect();
+    let read: BTreeSet<String> = plan.steps.iter().flat_map(|s| s.inputs.iter().map(|i| i.dataset.clone())).collect();
+
+    runtime()?.block_on(async {
+        let lake = open_lake(ws).await?;
+        let mut table_versions = BTreeMap::new();
+        for d in written.iter().chain(&read) {
+            table_versions.insert(d.clone(), lake.table_version(d).await?);
+        }
+        if args.reprocess != Reprocess::All {
+            let keep = wanted_steps(ws, store, &lake, &plan, args.reprocess).await?;
+            retain_steps(&mut plan, &keep);
+        }
+        if plan.steps.is_empty() {
+            bail!(
+                "nothing to backfill: no partition of {} from {} to {} is {}",
+                args.target,
+                args.from,
+                args.to,
+                match args.reprocess {
+                    Reprocess::Missing => "missing",
+                    Reprocess::Failed => "failed",
+                    Reprocess::All => "selected",
+                }
+            );
+        }
+        let pins: BTreeMap<String, Option<i64>> =
+            table_versions.iter().map(|(d, v)| (d.clone(), v.and_then(|v| i64::try_from(v).ok()))).collect();
+        let steps = submit::new_steps(ws, &plan, &pins, true)?;
+        let throttle = Throttle { max_active: args.max_active_runs, rate_per_s: args.rate };
+        let blast_radius = blast_radius(ws, store, &lake, &plan, &target_task, throttle).await?;
+        let datasets = dependency_order(ws, &plan);
+        Ok(FrozenSpec {
+            target: args.target.clone(),
+            from: args.from.clone(),
+            to: args.to.clone(),
+            reprocess: args.reprocess,
+            reason: args.reason.clone(),
+            requester: requester(),
+            include_downstream: args.include_downstream,
+            throttle,
+            flag_change_pct: args.flag_change_pct,
+            workspace_spec_hash: ws.spec.hash.clone(),
+            code_versions: submit::code_versions(ws)?,
+            table_versions,
+            datasets,
+            steps,
+            blast_radius,
+        })
+    })
+}
+
+/// The step names to keep for `missing` or `failed`.
+async fn wanted_steps(
+    ws: &Workspace,
+    store: &dyn Store,
+    lake: &tidegate_lake::Lake,
+    plan: &Plan,
+    reprocess: Reprocess,
+) -> Result<BTreeSet<String>> {
+    let mut keep = BTreeSet::new();
+    match reprocess {
+        Reprocess::All => keep.extend(plan.steps.iter().map(|s| s.name.clone())),
+        Reprocess::Missing => {
+            for s in &plan.steps {
+                for d in &ws.spec.tasks[&s.task].outputs {
+                    let sizes = lake.partition_sizes(d, std::slice::from_ref(&s.partition.key)).await?;
+                    if sizes.iter().all(|p| p.n_files == 0) {
+                        keep.insert(s.name.clone());
+                    }
+                }
+            }
+        }
+        Reprocess::Failed => {
+            // The latest step of each (task, partition) across recent runs decides.
+            let mut latest: BTreeMap<(String, String), StepStatus> = BTreeMap::new();
+            for run in store.runs(RUNS_SCANNED)?.into_iter().rev() {
+                for step in store.steps(&run.id)? {
+                    latest.insert((step.task.clone(), step.partition.clone()), step.status());
+                }
+            }
+            for s in &plan.steps {
+                let status = latest.get(&(s.task.clone(), s.partition.key.clone()));
+                if matches!(status, Some(StepStatus::Failed | StepStatus::UpstreamFailed)) {
+                    keep.insert(s.name.clone());
+                }
+            }
+        }
+    }
+    Ok(keep)
+}
+
+/// How many recent runs `--reprocess failed` looks through.
+const RUNS_SCANNED: u32 = 1_000;
+
+/// Drops steps not in `keep`, and the dependencies on them (what they would have rebuilt is read
+/// from the published version instead).
+fn retain_steps(plan: &mut Plan, keep: &BTreeSet<String>) {
+    plan.steps.retain(|s| keep.contains(&s.name));
+    for s in &mut plan.steps {
+        s.upstream.retain(|u| keep.contains(u));
+    }
+}
+
+/// Output datasets, upstream first.
+fn dependency_order(ws: &Workspace, plan: &Plan) -> Vec<String> {
+    let mut steps: Vec<_> = plan.steps.iter().collect();
+    steps.sort_by_key(|s| s.level);
+    let mut out: Vec<String> = Vec::new();
+    for s in steps {
+        for d in &ws.spec.tasks[&s.task].outputs {
+            if !out.contains(d) {
+                out.push(d.clone());
+            }
+        }
+    }
+    out
+}
+
+async fn blast_radius(
+    ws: &Workspace,
+    store: &dyn Store,
+    lake: &tidegate_lake::Lake,
+    plan: &Plan,
+    target_task: &str,
+    throttle: Throttle,
+) -> Result<BlastRadius> {
+    let mut by_dataset: BTreeMap<String, (String, BTreeSet<String>)> = BTreeMap::new();
+    for s in &plan.steps {
+        for d in &ws.spec.tasks[&s.task].outputs {
+            by_dataset
+                .entry(d.clone())
+                .or_insert_with(|| (s.task.clone(), BTreeSet::new()))
+                .1
+                .insert(s.partition.key.clone());
+        }
+    }
+    let mut datasets = Vec::new();
+    let mut compute_s = Some(0.0);
+    for dataset in dependency_order(ws, plan) {
+        let (task, partitions) = &by_dataset[&dataset];
+        let partitions: Vec<String> = partitions.iter().cloned().collect();
+        let sizes = lake.partition_sizes(&dataset, &partitions).await?;
+        let median_step_s = median_duration_s(store, task)?;
+        #[allow(clippy::cast_precision_loss)]
+        let n = partitions.len() as f64;
+        compute_s = match (compute_s, median_step_s) {
+            (Some(total), Some(m)) => Some(total + m * n),
+            _ => None,
+        };
+        datasets.push(Impact {
+            dataset: dataset.clone(),
+            task: task.clone(),
+            downstream: task != target_task,
+            consumers: ws.spec.datasets[&dataset].consumers.clone(),
+            current_rows: sizes.iter().map(|p| p.n_rows).sum(),
+            current_bytes: sizes.iter().map(|p| p.n_bytes).sum(),
+            partitions,
+            median_step_s,
+        });
+    }
+    let estimated_wall_s = compute_s.map(|c| c / f64::from(throttle.max_active.max(1)));
+    Ok(BlastRadius {
+        estimated_staging_bytes: datasets.iter().map(|d| d.current_bytes).sum(),
+        datasets,
+        n_steps: plan.steps.len(),
+        estimated_compute_s: compute_s,
+        estimated_wall_s,
+    })
+}
+
+/// The median time from claim to staged output of a task's recent attempts, from the journal.
+fn median_duration_s(store: &dyn Store, task: &str) -> Result<Option<f64>> {
+    let entries = store.journal(&JournalQuery { task: Some(task.to_owned()), ..JournalQuery::default() })?;
+    let mut claimed: BTreeMap<String, chrono::DateTime<Utc>> = BTreeMap::new();
+    let mut durations = Vec::new();
+    for e in entries {
+        let Some(step) = e.step_id.clone() else { continue };
+        match e.kind.as_str() {
+            "claimed" => {
+                claimed.insert(step, e.at);
+            }
+            "staged" => {
+                if let Some(start) = claimed.remove(&step) {
+                    #[allow(clippy::cast_precision_loss)]
+                    durations.push((e.at - start).num_milliseconds() as f64 / 1000.0);
+                }
+            }
+            _ => {}
+        }
+    }
+    if durations.is_empty() {
+        return Ok(None);
+    }
+    durations.sort_by(f64::total_cmp);
+    Ok(Some(durations[durations.len() / 2]))
+}
+
+pub(crate) fn human_bytes(n: u64) -> String {
+    #[allow(clippy::cast_precision_loss)]
+    let f = n as f64;
+    match n {
+        0..1_024 => format!("{n} B"),
+        1_024..1_048_576 => format!("{:.1} KiB", f / 1024.0),
+        1_048_576..1_073_741_824 => format!("{:.1} MiB", f / 1_048_576.0),
+        _ => format!("{:.1} GiB", f / 1_073_741_824.0),
+    }
+}
+
+fn print_plan(id: &str, spec_hash: &str, spec: &FrozenSpec) {
+    let br = &spec.blast_radius;
+    println!("Planned backfill {id} (spec {}), requested by {}", short(spec_hash), spec.requester);
+    println!("  reason: {}", spec.reason);
+    println!(
+        "  {} steps, reprocess {:?}, at most {} at once{}",
+        br.n_steps,
+        spec.reprocess,
+        spec.throttle.max_active,
+        spec.throttle.rate_per_s.map(|r| format!(", {r} starts/s")).unwrap_or_default()
+    );
+    println!();
+    println!("Blast radius:");
+    let rows: Vec<Vec<String>> = br
+        .datasets
+        .iter()
+        .map(|d| {
+            vec![
+                d.dataset.clone(),
+                format!("{}{}", d.task, if d.downstream { " (downstream)" } else { "" }),
+                format!(
+                    "{} ({}..{})",
+                    d.partitions.len(),
+                    d.partitions.first().cloned().unwrap_or_default(),
+                    d.partitions.last().cloned().unwrap_or_default()
+                ),
+                d.current_rows.to_string(),
+                human_bytes(d.current_bytes),
+                if d.consumers.is_empty() { "-".to_owned() } else { d.consumers.join(", ") },
+            ]
+        })
+        .collect();
+    print!("{}", output::table(&["dataset", "task", "partitions", "rows now", "bytes now", "consumers"], &rows));
+    match (br.estimated_compute_s, br.estimated_wall_s) {
+        (Some(c), Some(w)) => {
+            println!("Estimated compute {c:.1} s (about {w:.1} s under the throttle), from step history")
+        }
+        _ => println!("Estimated compute: unknown (no step history for some task yet)"),
+    }
+    println!("Staging needs about {}", human_bytes(br.estimated_staging_bytes));
+    println!();
+    println!("Nothing runs until you start it:  tidegate backfill start {id}");
+}

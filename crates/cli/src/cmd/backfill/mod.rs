@@ -1,0 +1,131 @@
+//! `tidegate backfill`: a backfill is a governed release. `plan` freezes what will be rebuilt and
+//! sizes its blast radius; `start` runs it into staging only, throttled below live work; `compare`
+//! reports what would change; `approve` binds a second person to the exact spec and comparison;
+//! `publish` makes it visible as one release; `rollback` restores what was there before.
+
+mod exec;
+mod freeze;
+mod html;
+mod release;
+mod review;
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use chrono::Utc;
+use tidegate_store::{BackfillRecord, JournalMeta, Store};
+
+use crate::cmd::submit::requester;
+use crate::workspace::Workspace;
+
+pub use freeze::FrozenSpec;
+
+/// Governed backfills: plan, run into staging, compare, approve, publish, roll back.
+///
+/// Nothing a backfill computes is visible to readers until it is approved by someone other than
+/// its requester (unless the workspace allows self-approval) and published as one release.
+#[derive(Debug, clap::Subcommand)]
+#[command(
+    after_help = "A backfill's life:\n  tidegate backfill plan daily_stats --from 2024-01-01 --to 2024-01-31 --reprocess all --reason \"fix the dedup\"\n  tidegate backfill start bf-1a2b3c4d\n  tidegate backfill compare bf-1a2b3c4d --html report.html\n  TIDEGATE_USER=reviewer tidegate backfill approve bf-1a2b3c4d --as reviewer\n  tidegate backfill publish bf-1a2b3c4d\n  tidegate backfill rollback bf-1a2b3c4d"
+)]
+pub enum Command {
+    Plan(freeze::PlanArgs),
+    Start(exec::StartArgs),
+    Status(exec::StatusArgs),
+    Pause(exec::IdArgs),
+    Resume(exec::StartArgs),
+    Cancel(exec::IdArgs),
+    Compare(review::CompareArgs),
+    Approve(review::ApproveArgs),
+    Publish(release::PublishArgs),
+    Rollback(release::RollbackArgs),
+    List(exec::ListArgs),
+}
+
+pub fn run(ws: Option<&Path>, command: Command) -> Result<ExitCode> {
+    match command {
+        Command::Plan(args) => freeze::plan(ws, args),
+        Command::Start(args) => exec::start(ws, args, false),
+        Command::Resume(args) => exec::start(ws, args, true),
+        Command::Status(args) => exec::status(ws, args),
+        Command::Pause(args) => exec::pause(ws, args),
+        Command::Cancel(args) => exec::cancel(ws, args),
+        Command::List(args) => exec::list(ws, args),
+        Command::Compare(args) => review::compare(ws, args),
+        Command::Approve(args) => review::approve(ws, args),
+        Command::Publish(args) => release::publish(ws, args),
+        Command::Rollback(args) => release::rollback(ws, args),
+    }
+}
+
+/// A backfill and its frozen spec, or an error that says how to list the known ones.
+pub(crate) fn load(store: &dyn Store, id: &str) -> Result<(BackfillRecord, FrozenSpec)> {
+    let Some(record) = store.backfill(id)? else {
+        bail!("no backfill {id:?}; `tidegate backfill list` shows the known ones");
+    };
+    let spec: FrozenSpec = serde_json::from_value(record.spec.clone())
+        .with_context(|| format!("decoding the frozen spec of backfill {id}"))?;
+    Ok((record, spec))
+}
+
+/// Refuses to act when `tidegate.toml` changed since the backfill was planned: the frozen spec
+/// is what was reviewed, so running or publishing under another one would break the contract.
+pub(crate) fn ensure_spec_unchanged(ws: &Workspace, record: &BackfillRecord, spec: &FrozenSpec) -> Result<()> {
+    if ws.spec.hash != spec.workspace_spec_hash {
+        bail!(
+            "{} changed since backfill {} was planned (spec hash {} then, {} now); its frozen spec no longer \
+             describes this workspace. Restore the file, or cancel this backfill and plan a new one",
+            ws.spec.file,
+            record.id,
+            short(&spec.workspace_spec_hash),
+            short(&ws.spec.hash)
+        );
+    }
+    Ok(())
+}
+
+pub(crate) fn meta(reason: impl Into<String>, correlation_id: &str) -> JournalMeta {
+    JournalMeta { actor: requester(), correlation_id: correlation_id.to_owned(), reason: reason.into(), at: Utc::now() }
+}
+
+pub(crate) fn short(hash: &str) -> &str {
+    hash.get(..12).unwrap_or(hash)
+}
+
+// Arguments for callers that drive backfills in-process (the demo).
+
+pub(crate) fn freeze_args(target: &str, from: &str, to: &str, reason: &str, max_active_runs: u32) -> freeze::PlanArgs {
+    freeze::PlanArgs {
+        target: target.to_owned(),
+        from: from.to_owned(),
+        to: to.to_owned(),
+        reprocess: freeze::Reprocess::All,
+        reason: reason.to_owned(),
+        max_active_runs,
+        rate: None,
+        include_downstream: true,
+        flag_change_pct: Some(10.0),
+        json: false,
+    }
+}
+
+pub(crate) fn start_args(id: &str) -> exec::StartArgs {
+    exec::StartArgs { id: id.to_owned(), workers: 4, json: false }
+}
+
+pub(crate) fn compare_args(id: &str, html: Option<std::path::PathBuf>) -> review::CompareArgs {
+    review::CompareArgs { id: id.to_owned(), html, json: false }
+}
+
+pub(crate) fn approve_args(id: &str, approver: &str) -> review::ApproveArgs {
+    review::ApproveArgs { id: id.to_owned(), approver: approver.to_owned(), json: false }
+}
+
+pub(crate) fn publish_args(id: &str) -> release::PublishArgs {
+    release::PublishArgs { id: id.to_owned(), json: false }
+}
+
+pub(crate) fn rollback_args(id: &str) -> release::RollbackArgs {
+    release::RollbackArgs { id: id.to_owned(), reason: "demo: undoing the backfill".to_owned(), json: false }
+}

@@ -1,0 +1,403 @@
+//! `backfill publish` and `backfill rollback`: make an approved backfill visible as one release
+//! (one atomic commit per dataset, upstream first), and restore exactly what it replaced.
+//!
+//! Both are safe to run again after a crash: publication records its intent (the release id)
+//! before the first commit, each dataset's commit carries an application transaction that makes
+//! a replay commit nothing, and the store records the release once.
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use chrono::Utc;
+use serde::Serialize;
+use tidegate_core::spec::model::{DatasetKind, WriteMode};
+use tidegate_core::state::{StepEvent, StepStatus};
+use tidegate_lake::{Lake, Publication, StagedVersion};
+use tidegate_store::{BackfillRecord, BackfillStatus, ReleaseItem, ReleaseKind, ReleaseRecord, StepEventRecord, Store};
+
+use super::review::{publishable, review, staged_versions};
+use super::{FrozenSpec, ensure_spec_unchanged, load, meta, short};
+use crate::cmd::data::{open_lake, runtime};
+use crate::cmd::submit::requester;
+use crate::output;
+use crate::workspace::{self, Workspace};
+
+/// Publish an approved backfill: one atomic commit per dataset, upstream first.
+///
+/// Refused unless the approval still matches the backfill's spec hash and a freshly computed
+/// comparison. Consumers are told through the journal and an OpenLineage event appended to
+/// .tidegate/openlineage.jsonl.
+#[derive(Debug, clap::Args)]
+pub struct PublishArgs {
+    pub id: String,
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Undo a published backfill: restore the exact previous version of every partition it changed.
+#[derive(Debug, clap::Args)]
+pub struct RollbackArgs {
+    pub id: String,
+    /// Why (recorded in the journal).
+    #[arg(long, default_value = "backfill rolled back by operator")]
+    pub reason: String,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Serialize)]
+struct Published<'a> {
+    backfill_id: &'a str,
+    release_id: &'a str,
+    publication: &'a Publication,
+}
+
+pub fn publish(ws: Option<&Path>, args: PublishArgs) -> Result<ExitCode> {
+    let ws = workspace::load(ws)?;
+    let store = ws.open_store()?;
+    let (record, spec) = load(store.as_ref(), &args.id)?;
+    if record.status != BackfillStatus::Approved {
+        bail!(
+            "backfill {} is {}; only an approved backfill can be published{}",
+            record.id,
+            record.status,
+            if record.status == BackfillStatus::Staged { " (compare it, then have it approved)" } else { "" }
+        );
+    }
+    ensure_spec_unchanged(&ws, &record, &spec)?;
+    let Some(approval) = record.approval.clone() else {
+        bail!("backfill {} is marked approved but holds no approval; this is a bug, please report it", record.id);
+    };
+    if approval.spec_hash != record.spec_hash {
+        bail!(
+            "the approval of backfill {} was given for spec {}, not {}",
+            record.id,
+            short(&approval.spec_hash),
+            short(&record.spec_hash)
+        );
+    }
+    let release_id = format!("rel-{}", record.id);
+    let owner = format!("backfill-publish-{}", std::process::id());
+    let rt = runtime()?;
+    let publication = rt.block_on(async {
+        let lake = open_lake(&ws).await?;
+        if record.release_id.is_none() {
+            // First attempt: the approval must still describe what would be published.
+            let current = review(&ws, store.as_ref(), &lake, &record, &spec).await?;
+            if current.hash() != approval.comparison_hash {
+                store.update_backfill(
+                    &record.id,
+                    &[BackfillStatus::Approved],
+                    "backfill_approval_invalidated",
+                    &|b: &mut BackfillRecord| {
+                        b.status = BackfillStatus::Staged;
+                        b.approval = None;
+                    },
+                    &meta("the comparison changed after approval", &record.id),
+                )?;
+                bail!(
+                    "the data changed since backfill {} was approved (its comparison no longer matches {}); the \
+                     approval was withdrawn. Run `tidegate backfill compare {}` and have it approved again",
+                    record.id,
+                    short(&approval.comparison_hash),
+                    record.id
+                );
+            }
+            let rid = release_id.clone();
+            store.update_backfill(
+                &record.id,
+                &[BackfillStatus::Approved],
+                "backfill_publishing",
+                &move |b: &mut BackfillRecord| b.release_id = Some(rid.clone()),
+                &meta(format!("publishing as release {release_id}"), &record.id),
+            )?;
+        }
+        hold_scheduler_role(store.as_ref(), &owner, ws.spec.project.lease_ttl_s).await?;
+        let result = publish_release(&ws, store.as_ref(), &lake, &record, &spec, &release_id).await;
+        let _ = store.release_scheduler(&owner);
+        result
+    })?;
+    store.update_backfill(
+        &record.id,
+        &[BackfillStatus::Approved],
+        "backfill_published",
+        &|b: &mut BackfillRecord| b.status = BackfillStatus::Published,
+        &meta(format!("published as release {release_id}, approved by {}", approval.by), &record.id),
+    )?;
+    let lineage = openlineage_event(&ws, &record, &spec, &publication)?;
+    if args.json {
+        output::json(&Published { backfill_id: &record.id, release_id: &release_id, publication: &publication })?;
+    } else {
+        println!("Published backfill {} as release {release_id}:", record.id);
+        for item in &publication.items {
+            let note = if item.already_published { " (already committed before; nothing new)" } else { "" };
+            println!("  {} -> table version {}{note}", item.dataset, item.table_version);
+        }
+        println!("Consumers notified through the journal and {lineage}");
+        println!("Undo with: tidegate backfill rollback {}", record.id);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Takes the scheduler role (only its holder publishes), waiting out a live holder for a while.
+async fn hold_scheduler_role(store: &dyn Store, owner: &str, ttl_s: u32) -> Result<()> {
+    let give_up = std::time::Instant::now() + Duration::from_secs(u64::from(ttl_s) * 2 + 1);
+    while !store.acquire_scheduler(owner, Utc::now(), ttl_s)? {
+        if std::time::Instant::now() >= give_up {
+            bail!("another process holds the scheduler role (a `tidegate run` or `serve`); try again when it finishes");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(())
+}
+
+async fn publish_release(
+    ws: &Workspace,
+    store: &dyn Store,
+    lake: &Lake,
+    record: &BackfillRecord,
+    spec: &FrozenSpec,
+    release_id: &str,
+) -> Result<Publication> {
+    let run_id = record.run_id.clone().context("an approved backfill has a run")?;
+    let approver = record.approval.as_ref().map_or_else(requester, |a| a.by.clone());
+    // Approved steps become validated: ready for this release, and only this one (the scheduler
+    // never publishes a backfill's steps one by one).
+    let approvals: Vec<StepEventRecord> = store
+        .steps(&run_id)?
+        .into_iter()
+        .filter(|s| s.status() == StepStatus::AwaitingApproval)
+        .map(|s| StepEventRecord {
+            step_id: s.id,
+            event: StepEvent::Approved { by: approver.clone() },
+            meta: meta(format!("backfill {} approved by {approver}", record.id), &record.id),
+        })
+        .collect();
+    store.commit(&approvals)?;
+
+    let staged = staged_versions(store, record)?;
+    let mut items = Vec::new();
+    let mut version_ids: BTreeMap<(String, String), String> = BTreeMap::new();
+    for name in &spec.datasets {
+        let versions: Vec<&StagedVersion> = staged.iter().filter(|(d, _)| d == name).map(|(_, v)| v).collect();
+        for v in &versions {
+            for p in &v.partitions {
+                version_ids.insert((name.clone(), p.key.clone()), format!("{}:{}", v.staging_id, name));
+            }
+        }
+        let dataset = ws.spec.datasets[name].clone();
+        let Some(merged) = merge(&publishable(&dataset, versions.into_iter())) else { continue };
+        items.push(tidegate_lake::ReleaseItem {
+            dataset,
+            staged: merged,
+            step_identity: format!("backfill:{}:{name}", record.id),
+        });
+    }
+    let release = tidegate_lake::Release {
+        release_id: release_id.to_owned(),
+        run_id: run_id.clone(),
+        spec_hash: record.spec_hash.clone(),
+        items,
+    };
+    let publication = lake.publish(&release).await?;
+
+    if store.release(release_id)?.is_none() {
+        let mut release_items = Vec::new();
+        for (item, published) in release.items.iter().zip(&publication.items) {
+            for p in &item.staged.partitions {
+                release_items.push(ReleaseItem {
+                    dataset: published.dataset.clone(),
+                    partition: p.key.clone(),
+                    version_id: version_ids.get(&(published.dataset.clone(), p.key.clone())).cloned(),
+                    delta_version: i64::try_from(published.table_version)?,
+                });
+            }
+        }
+        let steps: Vec<(String, u64)> = store
+            .steps(&run_id)?
+            .into_iter()
+            .filter(|s| s.status() == StepStatus::Validated)
+            .map(|s| (s.id, s.state.epoch))
+            .collect();
+        let rr = ReleaseRecord {
+            id: release_id.to_owned(),
+            kind: ReleaseKind::Publish,
+            run_id: Some(run_id),
+            backfill_id: Some(record.id.clone()),
+            restores_release_id: None,
+            created_by: approver,
+            created_at: Utc::now(),
+            items: release_items,
+        };
+        store.record_release(&rr, &steps, &meta(format!("backfill {} published", record.id), &record.id))?;
+    }
+    Ok(publication)
+}
+
+/// One staged version per dataset: the union of the steps' partitions and files.
+fn merge(versions: &[StagedVersion]) -> Option<StagedVersion> {
+    let mut iter = versions.iter();
+    let mut merged = iter.next()?.clone();
+    for v in iter {
+        merged.partitions.extend(v.partitions.iter().cloned());
+        merged.files.extend(v.files.iter().cloned());
+        merged.n_rows += v.n_rows;
+    }
+    merged.partitions.sort_by(|a, b| a.key.cmp(&b.key));
+    merged.partitions.dedup_by(|a, b| a.key == b.key);
+    Some(merged)
+}
+
+/// Appends an OpenLineage COMPLETE run event for the release; returns where it went.
+fn openlineage_event(
+    ws: &Workspace,
+    record: &BackfillRecord,
+    spec: &FrozenSpec,
+    publication: &Publication,
+) -> Result<String> {
+    let path = ws.root.join(".tidegate").join("openlineage.jsonl");
+    let outputs: Vec<serde_json::Value> = publication
+        .items
+        .iter()
+        .map(|i| {
+            serde_json::json!({
+                "namespace": format!("tidegate://{}", ws.spec.project.name),
+                "name": i.dataset,
+                "facets": { "version": { "datasetVersion": i.table_version.to_string() } },
+            })
+        })
+        .collect();
+    let event = serde_json::json!({
+        "eventType": "COMPLETE",
+        "eventTime": Utc::now().to_rfc3339(),
+        "producer": "https://github.com/tidegate/tidegate",
+        "schemaURL": "https://openlineage.io/spec/2-0-2/OpenLineage.json#/definitions/RunEvent",
+        "run": {
+            "runId": uuid::Uuid::now_v7().to_string(),
+            "facets": { "tidegate": {
+                "backfill_id": record.id,
+                "release_id": publication.release_id,
+                "spec_hash": record.spec_hash,
+                "reason": spec.reason,
+                "approved_by": record.approval.as_ref().map(|a| a.by.clone()),
+            } },
+        },
+        "job": { "namespace": format!("tidegate://{}", ws.spec.project.name), "name": format!("backfill.{}", spec.target) },
+        "inputs": [],
+        "outputs": outputs,
+    });
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    writeln!(file, "{event}").with_context(|| format!("writing {}", path.display()))?;
+    Ok(path.strip_prefix(&ws.root).unwrap_or(&path).display().to_string())
+}
+
+#[derive(Serialize)]
+struct RolledBack {
+    backfill_id: String,
+    release_id: String,
+    restored: Vec<(String, u64)>,
+}
+
+pub fn rollback(ws: Option<&Path>, args: RollbackArgs) -> Result<ExitCode> {
+    let ws = workspace::load(ws)?;
+    let store = ws.open_store()?;
+    let (record, spec) = load(store.as_ref(), &args.id)?;
+    if record.status != BackfillStatus::Published {
+        bail!("backfill {} is {}; only a published backfill can be rolled back", record.id, record.status);
+    }
+    let published_id = record.release_id.clone().context("a published backfill has a release")?;
+    let published = store.release(&published_id)?.context("the backfill's release is not in the store")?;
+    let release_id = format!("rb-{}", record.id);
+    // The version each dataset had just before the backfill's commit.
+    let mut before: BTreeMap<String, (u64, Vec<String>)> = BTreeMap::new();
+    for item in &published.items {
+        let entry = before.entry(item.dataset.clone()).or_insert((u64::try_from(item.delta_version - 1)?, Vec::new()));
+        entry.1.push(item.partition.clone());
+    }
+    let owner = format!("backfill-rollback-{}", std::process::id());
+    let restored = runtime()?.block_on(async {
+        let lake = open_lake(&ws).await?;
+        hold_scheduler_role(store.as_ref(), &owner, ws.spec.project.lease_ttl_s).await?;
+        let mut restored = Vec::new();
+        let mut result = Ok(());
+        for name in spec.datasets.iter().rev() {
+            let Some((version, partitions)) = before.get(name) else { continue };
+            // A snapshot's publication replaced the whole table, so its rollback restores the
+            // whole table; other modes touched only the backfill's partitions.
+            let snapshot = matches!(
+                ws.spec.datasets.get(name).map(|d| &d.kind),
+                Some(DatasetKind::Managed { write: WriteMode::Snapshot })
+            );
+            let scope = (!snapshot).then_some(partitions.as_slice());
+            match lake.rollback(name, *version, scope, &release_id).await {
+                Ok(new_version) => restored.push((name.clone(), *version, new_version, partitions.clone())),
+                Err(e) => {
+                    result = Err(anyhow::Error::from(e).context(format!("restoring {name} to version {version}")));
+                    break;
+                }
+            }
+        }
+        let _ = store.release_scheduler(&owner);
+        result.map(|()| restored)
+    })?;
+    if store.release(&release_id)?.is_none() {
+        let items = restored
+            .iter()
+            .flat_map(|(d, _, new_version, partitions)| {
+                partitions.iter().map(move |p| ReleaseItem {
+                    dataset: d.clone(),
+                    partition: p.clone(),
+                    version_id: None,
+                    delta_version: i64::try_from(*new_version).unwrap_or(i64::MAX),
+                })
+            })
+            .collect();
+        let rr = ReleaseRecord {
+            id: release_id.clone(),
+            kind: ReleaseKind::Rollback,
+            run_id: record.run_id.clone(),
+            backfill_id: Some(record.id.clone()),
+            restores_release_id: Some(published_id),
+            created_by: requester(),
+            created_at: Utc::now(),
+            items,
+        };
+        store.record_release(&rr, &[], &meta(args.reason.clone(), &record.id))?;
+    }
+    let rid = release_id.clone();
+    store.update_backfill(
+        &record.id,
+        &[BackfillStatus::Published],
+        "backfill_rolled_back",
+        &move |b: &mut BackfillRecord| {
+            b.status = BackfillStatus::RolledBack;
+            b.rollback_release_id = Some(rid.clone());
+        },
+        &meta(args.reason.clone(), &record.id),
+    )?;
+    let out = RolledBack {
+        backfill_id: record.id.clone(),
+        release_id: release_id.clone(),
+        restored: restored.iter().map(|(d, v, _, _)| (d.clone(), *v)).collect(),
+    };
+    if args.json {
+        output::json(&out)?;
+    } else {
+        println!("Rolled back backfill {} as release {release_id}:", record.id);
+        for (d, v, new_version, partitions) in &restored {
+            println!(
+                "  {d}: {} partitions restored to their table version {v} files (new version {new_version})",
+                partitions.len()
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,333 @@
+//! `backfill compare` and `backfill approve`: what publishing would change, partition by
+//! partition, and an approval bound to exactly the spec and comparison the approver saw.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use chrono::Utc;
+use serde::{Deserialize, Serialize};
+use tidegate_core::idempotency::Canonical;
+use tidegate_core::spec::model::{DatasetKind, WriteMode};
+use tidegate_core::state::StepStatus;
+use tidegate_lake::{CompareSpec, Comparison, Lake, StagedVersion};
+use tidegate_store::{Approval, BackfillRecord, BackfillStatus, Store};
+
+use super::{FrozenSpec, ensure_spec_unchanged, html, load, meta, short};
+use crate::cmd::data::{open_lake, runtime};
+use crate::output;
+use crate::workspace::{self, Workspace};
+
+/// How many changed, added and removed rows a comparison shows per partition.
+const SAMPLE_ROWS: usize = 5;
+
+/// Compare a staged backfill with the published data, partition by partition.
+///
+/// Rows before and after, keys added, removed and changed, per-column sum, min, max, mean and
+/// null-rate deltas, per-slice differences and a sample of changed rows. Partitions past the
+/// backfill's --flag-change-pct are flagged. The comparison's hash is what an approval binds.
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Examples:\n  tidegate backfill compare bf-1a2b3c4d\n  tidegate backfill compare bf-1a2b3c4d --html review.html\n  tidegate backfill compare bf-1a2b3c4d --json"
+)]
+pub struct CompareArgs {
+    pub id: String,
+    /// Also write a self-contained HTML report to this file.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Approve a compared backfill, binding NAME to its spec hash and comparison hash.
+///
+/// The requester cannot approve their own backfill unless `allow_self_approval = true` in
+/// [project]. A comparison that changed since it was recorded (new staged output, or new
+/// published data underneath) must be compared and reviewed again.
+#[derive(Debug, clap::Args)]
+pub struct ApproveArgs {
+    pub id: String,
+    /// Who approves (recorded in the journal and bound to the hashes).
+    #[arg(long = "as", value_name = "NAME")]
+    pub approver: String,
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A backfill's comparison: one report per dataset, upstream first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Review {
+    pub backfill_id: String,
+    pub spec_hash: String,
+    pub datasets: Vec<Comparison>,
+}
+
+impl Review {
+    /// What an approval binds: the per-dataset reports (not when they were computed).
+    pub fn hash(&self) -> String {
+        let json = serde_json::to_vec(&self.datasets).unwrap_or_default();
+        Canonical::new("tidegate.backfill.comparison").str("spec", &self.spec_hash).field("json", &json).finish()
+    }
+}
+
+/// Computes the comparison of a staged backfill with what is published now.
+pub(crate) async fn review(
+    ws: &Workspace,
+    store: &dyn Store,
+    lake: &Lake,
+    record: &BackfillRecord,
+    spec: &FrozenSpec,
+) -> Result<Review> {
+    let staged = staged_versions(store, record)?;
+    let mut datasets = Vec::new();
+    for name in &spec.datasets {
+        let dataset = &ws.spec.datasets[name];
+        let keys = compare_keys(dataset);
+        let versions = publishable(dataset, staged.iter().filter(|(d, _)| d == name).map(|(_, v)| v));
+        let published = lake.table_version(name).await?;
+        let cspec = CompareSpec {
+            dataset,
+            keys: &keys,
+            slice_columns: &dataset.slice_columns,
+            flag_change_pct: spec.flag_change_pct,
+            sample_rows: SAMPLE_ROWS,
+        };
+        datasets.push(lake.compare(&cspec, published, &versions).await?);
+    }
+    Ok(Review { backfill_id: record.id.clone(), spec_hash: record.spec_hash.clone(), datasets })
+}
+
+/// The staged versions of one dataset that publication would make visible: all of them, except
+/// for a snapshot dataset, whose newest version alone is the whole dataset.
+pub(crate) fn publishable<'a>(
+    dataset: &tidegate_core::spec::Dataset,
+    versions: impl Iterator<Item = &'a StagedVersion>,
+) -> Vec<StagedVersion> {
+    let versions: Vec<&StagedVersion> = versions.collect();
+    if matches!(dataset.kind, DatasetKind::Managed { write: WriteMode::Snapshot }) {
+        return versions.iter().max_by_key(|v| v.partition_keys()).map(|v| vec![(*v).clone()]).unwrap_or_default();
+    }
+    versions.into_iter().cloned().collect()
+}
+
+/// The keys rows are matched by: the merge keys or the append de-duplication key; whole rows
+/// for replace and snapshot datasets.
+fn compare_keys(dataset: &tidegate_core::spec::Dataset) -> Vec<String> {
+    match &dataset.kind {
+        DatasetKind::Managed { write: WriteMode::Merge { keys, .. } } => keys.clone(),
+        DatasetKind::Managed { write: WriteMode::Append { dedup_key } } => dedup_key.clone(),
+        _ => Vec::new(),
+    }
+}
+
+/// (dataset, staged version) for every step of the backfill's run that staged and validated its
+/// output, from the step's last attempt.
+pub(crate) fn staged_versions(store: &dyn Store, record: &BackfillRecord) -> Result<Vec<(String, StagedVersion)>> {
+    let Some(run_id) = &record.run_id else {
+        bail!("backfill {} has not run yet; start it with `tidegate backfill start {}`", record.id, record.id);
+    };
+    let mut out = Vec::new();
+    for step in store.steps(run_id)? {
+        if !matches!(step.status(), StepStatus::AwaitingApproval | StepStatus::Validated | StepStatus::Published) {
+            continue;
+        }
+        for v in store.versions(&step.id)?.into_iter().filter(|v| v.attempt == step.state.attempt) {
+            let staged: StagedVersion =
+                serde_json::from_value(v.files.clone()).with_context(|| format!("decoding staged version {}", v.id))?;
+            out.push((v.dataset.clone(), staged));
+        }
+    }
+    Ok(out)
+}
+
+pub fn compare(ws: Option<&Path>, args: CompareArgs) -> Result<ExitCode> {
+    let ws = workspace::load(ws)?;
+    let store = ws.open_store()?;
+    let (record, spec) = load(store.as_ref(), &args.id)?;
+    if !matches!(record.status, BackfillStatus::Staged | BackfillStatus::Approved) {
+        bail!(
+            "backfill {} is {}; only a staged backfill can be compared{}",
+            record.id,
+            record.status,
+            if record.status == BackfillStatus::Running {
+                " (wait for `tidegate backfill status --watch`)"
+            } else {
+                ""
+            }
+        );
+    }
+    let review = runtime()?.block_on(async {
+        let lake = open_lake(&ws).await?;
+        review(&ws, store.as_ref(), &lake, &record, &spec).await
+    })?;
+    let hash = review.hash();
+    let value = serde_json::to_value(&review)?;
+    let changed = record.comparison_hash.as_deref() != Some(hash.as_str());
+    let h = hash.clone();
+    // A new comparison replaces the old one; if it differs from what was approved, the approval
+    // no longer holds and the backfill goes back to staged.
+    let updated = store.update_backfill(
+        &record.id,
+        &[BackfillStatus::Staged, BackfillStatus::Approved],
+        "backfill_compared",
+        &move |b: &mut BackfillRecord| {
+            if b.approval.as_ref().is_some_and(|a| a.comparison_hash != h) {
+                b.approval = None;
+                b.status = BackfillStatus::Staged;
+            }
+            b.comparison = Some(value.clone());
+            b.comparison_hash = Some(h.clone());
+        },
+        &meta(if changed { "comparison recorded" } else { "comparison unchanged" }, &record.id),
+    )?;
+    if let Some(path) = &args.html {
+        std::fs::write(path, html::report(&record, &spec, &review, &hash))
+            .with_context(|| format!("writing the HTML report to {}", path.display()))?;
+    }
+    if args.json {
+        #[derive(Serialize)]
+        struct Out<'a> {
+            comparison_hash: &'a str,
+            status: BackfillStatus,
+            #[serde(flatten)]
+            review: &'a Review,
+        }
+        output::json(&Out { comparison_hash: &hash, status: updated.status, review: &review })?;
+    } else {
+        print_review(&review, &hash);
+        if let Some(path) = &args.html {
+            println!("HTML report: {}", path.display());
+        }
+        if record.approval.is_some() && updated.approval.is_none() {
+            println!("The comparison changed since it was approved: the approval no longer holds.");
+        }
+        println!(
+            "Approve (as someone other than {}): tidegate backfill approve {} --as NAME",
+            record.requester, record.id
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_review(review: &Review, hash: &str) {
+    println!("Comparison of backfill {} with the published data (hash {})", review.backfill_id, short(hash));
+    for d in &review.datasets {
+        let t = &d.totals;
+        println!();
+        println!(
+            "{}: {} -> {} rows; {} added, {} removed, {} changed{}; compared with table version {}",
+            d.dataset,
+            t.rows_before,
+            t.rows_after,
+            t.n_added,
+            t.n_removed,
+            t.n_changed,
+            if t.n_flagged > 0 { format!("; {} partitions flagged", t.n_flagged) } else { String::new() },
+            d.published_version.map_or_else(|| "none".to_owned(), |v| v.to_string()),
+        );
+        let rows: Vec<Vec<String>> = d
+            .partitions
+            .iter()
+            .map(|p| {
+                let moved: Vec<String> = p
+                    .columns
+                    .iter()
+                    .filter_map(|c| match (c.mean_before, c.mean_after) {
+                        (Some(a), Some(b)) if (a - b).abs() > f64::EPSILON * a.abs().max(1.0) => {
+                            Some(format!("{} mean {a:.4}->{b:.4}", c.column))
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                vec![
+                    p.partition.clone(),
+                    p.rows_before.to_string(),
+                    p.rows_after.to_string(),
+                    p.n_added.to_string(),
+                    p.n_removed.to_string(),
+                    p.n_changed.to_string(),
+                    if moved.is_empty() { "-".to_owned() } else { moved.join("; ") },
+                    if p.flagged.is_empty() { String::new() } else { format!("FLAG: {}", p.flagged.join("; ")) },
+                ]
+            })
+            .collect();
+        print!(
+            "{}",
+            output::table(&["partition", "before", "after", "added", "removed", "changed", "column means", ""], &rows)
+        );
+        if let Some(p) = d.partitions.iter().find(|p| !p.sample_changed.is_empty()) {
+            println!("  sample of changed rows in {}:", p.partition);
+            for row in &p.sample_changed {
+                println!("    {row}");
+            }
+        }
+    }
+}
+
+pub fn approve(ws: Option<&Path>, args: ApproveArgs) -> Result<ExitCode> {
+    let ws = workspace::load(ws)?;
+    let store = ws.open_store()?;
+    let (record, spec) = load(store.as_ref(), &args.id)?;
+    let approver = args.approver.trim().to_owned();
+    if approver.is_empty() {
+        bail!("--as needs the approver's name");
+    }
+    if approver == record.requester && !ws.spec.project.allow_self_approval {
+        bail!(
+            "{approver} requested backfill {} and cannot also approve it; ask someone else to run \
+             `tidegate backfill approve {} --as THEIR_NAME` (or set allow_self_approval = true in [project] of {})",
+            record.id,
+            record.id,
+            ws.spec.file
+        );
+    }
+    if record.status != BackfillStatus::Staged {
+        bail!("backfill {} is {}; only a staged, compared backfill can be approved", record.id, record.status);
+    }
+    let Some(recorded) = record.comparison_hash.clone() else {
+        bail!("backfill {} has no comparison yet; review `tidegate backfill compare {}` first", record.id, record.id);
+    };
+    ensure_spec_unchanged(&ws, &record, &spec)?;
+    let current = runtime()?.block_on(async {
+        let lake = open_lake(&ws).await?;
+        review(&ws, store.as_ref(), &lake, &record, &spec).await
+    })?;
+    if current.hash() != recorded {
+        bail!(
+            "the comparison of backfill {} changed since it was recorded (published data or staged output moved); \
+             run `tidegate backfill compare {}` again and review it before approving",
+            record.id,
+            record.id
+        );
+    }
+    let approval = Approval {
+        by: approver.clone(),
+        at: Utc::now(),
+        spec_hash: record.spec_hash.clone(),
+        comparison_hash: recorded,
+    };
+    let a = approval.clone();
+    let updated = store.update_backfill(
+        &record.id,
+        &[BackfillStatus::Staged],
+        "backfill_approved",
+        &move |b: &mut BackfillRecord| {
+            b.status = BackfillStatus::Approved;
+            b.approval = Some(a.clone());
+        },
+        &meta(format!("approved by {approver}"), &record.id),
+    )?;
+    if args.json {
+        output::json(&updated)?;
+    } else {
+        println!(
+            "Backfill {} approved by {} (spec {}, comparison {}).",
+            record.id,
+            approval.by,
+            short(&approval.spec_hash),
+            short(&approval.comparison_hash)
+        );
+        println!("Publish it with: tidegate backfill publish {}", record.id);
+    }
+    Ok(ExitCode::SUCCESS)
+}

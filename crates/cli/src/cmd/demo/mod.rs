@@ -1,0 +1,433 @@
+//! `tidegate demo`: the whole story on built-in data, offline and deterministic. It creates a
+//! workspace with an ML feature pipeline (click events -> sessions -> daily user features ->
+//! weekly training snapshot), runs a month of it with one transient and one bad-data failure,
+//! shows catch-up off after an outage, then takes a bug fix through a governed backfill and back
+//! out again, and ends with a summary built from the journal.
+
+pub mod feed;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use chrono::{Duration, NaiveDate};
+use tidegate_store::{BackfillStatus, JournalQuery, Store};
+
+use crate::cmd::backfill::{self, Command as Backfill};
+use crate::cmd::data::{self, open_lake, runtime};
+use crate::cmd::plan::TargetArgs;
+use crate::cmd::submit::act_as;
+use crate::cmd::{run, tick};
+use crate::workspace;
+
+/// Marks a folder as a demo workspace, so a second run may start it over without asking.
+const MARKER: &str = ".tidegate-demo";
+const REQUESTER: &str = "ana";
+const REVIEWER: &str = "bo";
+const FIRST_DAY: (i32, u32, u32) = (2024, 1, 1);
+/// The day whose first feed delivery times out (transient, retried).
+const OUTAGE_DAY: u32 = 5;
+/// The day whose delivery carries an unknown event type (bad data, not retried).
+const CORRUPT_DAY: u32 = 12;
+/// Days the scheduler is down before the last day.
+const DOWNTIME_DAYS: u32 = 3;
+
+/// Show the whole story on built-in sample data, in a fresh workspace.
+///
+/// Creates the workspace (default ./tidegate-demo), runs a month of a click -> sessions ->
+/// features -> training-snapshot pipeline with injected failures, shows catch-up after an
+/// outage, and takes a bug fix through a governed backfill: plan, throttled run, comparison,
+/// approval by a second person, publication, and rollback. Runs offline in well under a minute.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:\n  tidegate demo\n  tidegate demo --dir /tmp/demo --days 14")]
+pub struct Args {
+    /// Where to create the demo workspace (started over if it holds an earlier demo).
+    #[arg(long, default_value = "tidegate-demo")]
+    pub dir: PathBuf,
+    /// Days of history to simulate (14 to 60).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(14..=60))]
+    pub days: u32,
+    /// Keep an earlier demo workspace's state instead of starting over.
+    #[arg(long)]
+    pub reuse: bool,
+}
+
+fn day(n: u32) -> String {
+    let (y, m, d) = FIRST_DAY;
+    let first = NaiveDate::from_ymd_opt(y, m, d).unwrap_or_default();
+    (first + Duration::days(i64::from(n) - 1)).to_string()
+}
+
+fn chapter(n: u32, title: &str) {
+    println!();
+    println!("━━ {n}. {title} ━━");
+}
+
+fn say(text: &str) {
+    for line in text.lines() {
+        println!("   {line}");
+    }
+}
+
+pub fn run(args: Args) -> Result<ExitCode> {
+    let started = Instant::now();
+    let exe = std::env::current_exe().context("finding the tidegate binary for the demo's feed task")?;
+    let dir = args.dir.clone();
+    let fresh = prepare(&dir, &exe, args.reuse)?;
+    let ws = Some(dir.as_path());
+    let last = args.days;
+    let history_end = last - DOWNTIME_DAYS - 1;
+
+    println!("Tidegate demo in {} ({} days of synthetic clicks, seed 7)", dir.display(), last);
+    if !fresh {
+        say("Reusing the earlier demo's state; run without --reuse to start over.");
+        return summary(&dir, started);
+    }
+    say("Pipeline: clicks (append, de-duplicated by event_id) -> sessions (merge by session_id)");
+    say("          -> user_features (replace per day) -> training_snapshot (snapshot per week)");
+
+    chapter(1, "A month of history, with two failures");
+    say(&format!(
+        "Day {} times out on its first delivery (exit 75: transient, retried after backoff).\nDay {} carries an unknown event type: the blocking accepted_values check fails, so nothing\nof that day is published and it is not retried.",
+        day(OUTAGE_DAY),
+        day(CORRUPT_DAY)
+    ));
+    let _ = run_target(ws, "user_features", &day(1), &day(history_end), false)?;
+    show_failures(&dir)?;
+
+    chapter(2, "The vendor re-delivers the bad day; a replayed delivery adds nothing");
+    std::fs::remove_file(feed::corrupt_marker(&dir, &day(CORRUPT_DAY))).ok();
+    let _ = run_target(ws, "user_features", &day(CORRUPT_DAY), &day(CORRUPT_DAY), false)?;
+    let before = count(&dir, &format!("SELECT COUNT(*) AS n FROM clicks WHERE tg_partition = '{}'", day(3)))?;
+    say(&format!("clicks for {} before the replay: {before} rows; delivering the same day again...", day(3)));
+    let _ = run_target(ws, "ingest_clicks", &day(3), &day(3), true)?;
+    let after = count(&dir, &format!("SELECT COUNT(*) AS n FROM clicks WHERE tg_partition = '{}'", day(3)))?;
+    say(&format!("...after: {after} rows. Append de-duplicates by event_id, so a replay is a no-op."));
+
+    chapter(3, "Weekly training snapshots");
+    let weeks_end = day(((history_end) / 7) * 7);
+    let _ = run_target(ws, "training_snapshot", &day(1), &weeks_end, true)?;
+    say("Each snapshot is a complete new version of the dataset; a trainer can pin one with `read --version`.");
+
+    chapter(4, "The scheduler was down; catch-up is off by default");
+    say(&format!(
+        "The scheduler comes back on {} after {DOWNTIME_DAYS} missed days. Only the newest interval runs;\nthe missed ones are reported as debt instead of stampeding the warehouse.",
+        day(last + 1)
+    ));
+    tick::run(
+        ws,
+        tick::Args { now: Some(format!("{}T00:05:00Z", day(last + 1))), dry_run: false, workers: 4, json: false },
+    )?;
+    say("Filling the debt on purpose, when it suits us:");
+    let _ = run_target(ws, "user_features", &day(history_end + 1), &day(last - 1), false)?;
+
+    chapter(5, "A consumer's view before the fix");
+    let consumer = "SELECT ROUND(AVG(purchase_rate), 4) AS avg_purchase_rate, COUNT(*) AS user_days FROM user_features";
+    say(&format!("tidegate sql \"{consumer}\""));
+    data::sql(ws, data::SqlArgs { query: consumer.to_owned(), format: data::Format { json: false, csv: false } })?;
+
+    chapter(6, "A bug fix in the feature SQL becomes a governed backfill");
+    say("purchase_rate divided clicks, not purchases, by events. Fixing tidegate.toml:");
+    fix_feature_sql(&dir)?;
+    act_as(Some(REQUESTER));
+    let plan_args = backfill::freeze_args(
+        "user_features",
+        &day(1),
+        &day(last),
+        "purchase_rate counted clicks instead of purchases",
+        2,
+    );
+    say(&format!(
+        "{REQUESTER}: tidegate backfill plan user_features --from {} --to {} --reprocess all --include-downstream --max-active-runs 2 --reason \"...\"",
+        day(1),
+        day(last)
+    ));
+    backfill::run(ws, Backfill::Plan(plan_args))?;
+    let id = latest_backfill(&dir)?;
+
+    chapter(7, "Run it into staging, throttled below live work");
+    backfill::run(ws, Backfill::Start(backfill::start_args(&id)))?;
+    say("Published data is untouched while it waits for review:");
+    data::sql(ws, data::SqlArgs { query: consumer.to_owned(), format: data::Format { json: false, csv: false } })?;
+
+    chapter(8, "Compare with what is published");
+    let report = dir.join("backfill-report.html");
+    backfill::run(ws, Backfill::Compare(backfill::compare_args(&id, Some(report.clone()))))?;
+
+    chapter(9, "Approval by a second person");
+    say(&format!("{REQUESTER} tries to approve her own backfill:"));
+    match backfill::run(ws, Backfill::Approve(backfill::approve_args(&id, REQUESTER))) {
+        Ok(_) => bail!("self-approval was accepted; the demo expected it to be refused"),
+        Err(e) => say(&format!("refused: {e}")),
+    }
+    act_as(Some(REVIEWER));
+    say(&format!("{REVIEWER} reviews the report and approves:"));
+    backfill::run(ws, Backfill::Approve(backfill::approve_args(&id, REVIEWER)))?;
+
+    chapter(10, "Publish: one atomic commit per dataset");
+    backfill::run(ws, Backfill::Publish(backfill::publish_args(&id)))?;
+    say("The consumer's query now:");
+    data::sql(ws, data::SqlArgs { query: consumer.to_owned(), format: data::Format { json: false, csv: false } })?;
+
+    chapter(11, "Rollback restores exactly what was there");
+    backfill::run(ws, Backfill::Rollback(backfill::rollback_args(&id)))?;
+    say("The consumer's query after the rollback (identical to chapter 5):");
+    data::sql(ws, data::SqlArgs { query: consumer.to_owned(), format: data::Format { json: false, csv: false } })?;
+    act_as(None);
+
+    summary(&dir, started)
+}
+
+/// Creates the workspace; returns false when an earlier demo is reused as it is.
+fn prepare(dir: &Path, exe: &Path, reuse: bool) -> Result<bool> {
+    if dir.exists() {
+        let is_demo = dir.join(MARKER).exists();
+        let is_empty = std::fs::read_dir(dir).map(|mut d| d.next().is_none()).unwrap_or(false);
+        if !is_demo && !is_empty {
+            bail!(
+                "{} exists and is not a Tidegate demo workspace; pass --dir with a new or empty folder",
+                dir.display()
+            );
+        }
+        if is_demo && reuse {
+            println!("Found an earlier demo in {}; reusing it (--reuse).", dir.display());
+            return Ok(false);
+        }
+        if is_demo {
+            println!("Found an earlier demo in {}; starting it over clean.", dir.display());
+            std::fs::remove_dir_all(dir).with_context(|| format!("removing the earlier demo in {}", dir.display()))?;
+        }
+    }
+    std::fs::create_dir_all(dir.join("feed")).with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::write(dir.join(MARKER), "created by `tidegate demo`; safe to delete\n")?;
+    std::fs::write(dir.join(workspace::SPEC_FILE), spec_text(exe))?;
+    std::fs::write(feed::outage_marker(dir, &day(OUTAGE_DAY)), "")?;
+    std::fs::write(feed::corrupt_marker(dir, &day(CORRUPT_DAY)), "")?;
+    Ok(true)
+}
+
+const FEATURES_V1: &str = "CAST(SUM(n_clicks) AS DOUBLE) / CAST(SUM(n_events) AS DOUBLE) AS purchase_rate";
+const FEATURES_V2: &str = "CAST(SUM(n_purchases) AS DOUBLE) / CAST(SUM(n_events) AS DOUBLE) AS purchase_rate";
+
+fn fix_feature_sql(dir: &Path) -> Result<()> {
+    let path = dir.join(workspace::SPEC_FILE);
+    let text = std::fs::read_to_string(&path)?;
+    std::fs::write(&path, text.replace(FEATURES_V1, FEATURES_V2))?;
+    say(&format!("- {FEATURES_V1}\n+ {FEATURES_V2}"));
+    Ok(())
+}
+
+fn spec_text(exe: &Path) -> String {
+    let exe = exe.display().to_string().replace('\\', "\\\\").replace('"', "\\\"");
+    format!(
+        r#"# The tidegate demo workspace (created by `tidegate demo`).
+[project]
+name = "tidegate_demo"
+lease_ttl_s = 30
+heartbeat_s = 5
+allow_self_approval = false
+
+[datasets.clicks]
+partitioning = {{ grain = "day", start = "2024-01-01" }}
+write = {{ mode = "append", dedup_key = ["event_id"] }}
+consumers = ["sessionizer"]
+columns = [
+  {{ name = "event_id", type = "string", nullable = false }},
+  {{ name = "user_id", type = "string", nullable = false }},
+  {{ name = "event_type", type = "string", nullable = false }},
+  {{ name = "ts", type = "timestamp", nullable = false }},
+  {{ name = "received_at", type = "timestamp", nullable = false }},
+]
+
+[[datasets.clicks.checks]]
+type = "accepted_values"
+column = "event_type"
+values = ["view", "click", "purchase"]
+
+[datasets.sessions]
+partitioning = {{ grain = "day", start = "2024-01-01" }}
+write = {{ mode = "merge", keys = ["session_id"], order_by = "last_ts" }}
+consumers = ["growth-dashboard"]
+
+[datasets.user_features]
+partitioning = {{ grain = "day", start = "2024-01-01" }}
+write = {{ mode = "replace" }}
+consumers = ["churn-model", "growth-dashboard"]
+
+[datasets.training_snapshot]
+partitioning = {{ grain = "week", start = "2024-01-01" }}
+write = {{ mode = "snapshot" }}
+consumers = ["churn-model-training"]
+
+[tasks.ingest_clicks]
+command = ["{exe}", "demo-feed", "--seed", "7"]
+outputs = ["clicks"]
+schedule = "@daily"
+retry = {{ attempts = 3, backoff_base_ms = 200, backoff_max_ms = 1000 }}
+exit_codes = {{ transient = [75], deterministic = [65] }}
+timeout_s = 60
+
+[tasks.sessionize]
+sql = """
+SELECT user_id || '/' || CAST(CAST(ts AS DATE) AS VARCHAR) AS session_id,
+       user_id,
+       COUNT(DISTINCT event_id) AS n_events,
+       COUNT(DISTINCT CASE WHEN event_type = 'click' THEN event_id END) AS n_clicks,
+       COUNT(DISTINCT CASE WHEN event_type = 'purchase' THEN event_id END) AS n_purchases,
+       MIN(ts) AS first_ts,
+       MAX(ts) AS last_ts
+FROM clicks
+GROUP BY user_id, CAST(ts AS DATE)
+"""
+inputs = ["clicks"]
+outputs = ["sessions"]
+schedule = "@daily"
+
+[tasks.user_features]
+sql = """
+SELECT user_id,
+       COUNT(*) AS n_sessions,
+       SUM(n_events) AS n_events,
+       {FEATURES_V1}
+FROM sessions
+GROUP BY user_id
+"""
+inputs = ["sessions"]
+outputs = ["user_features"]
+schedule = "@daily"
+
+[tasks.training_snapshot]
+sql = """
+SELECT user_id,
+       SUM(n_events) AS n_events_7d,
+       ROUND(AVG(purchase_rate), 6) AS purchase_rate_7d
+FROM user_features
+GROUP BY user_id
+"""
+inputs = [{{ dataset = "user_features", mapping = "same" }}]
+outputs = ["training_snapshot"]
+schedule = "0 6 * * 1"
+"#
+    )
+}
+
+/// Runs a target over a day range quietly; returns whether everything published.
+fn run_target(ws: Option<&Path>, target: &str, from: &str, to: &str, only: bool) -> Result<bool> {
+    say(&format!("tidegate run {target} --from {from} --to {to}{}", if only { " --only" } else { "" }));
+    let code = run::run(
+        ws,
+        run::Args {
+            target: TargetArgs {
+                target: target.to_owned(),
+                from: Some(from.to_owned()),
+                to: Some(to.to_owned()),
+                partition: Vec::new(),
+                all: false,
+                only,
+                downstream: false,
+            },
+            idempotency_key: None,
+            workers: 4,
+            json: false,
+        },
+    )?;
+    Ok(code == ExitCode::SUCCESS)
+}
+
+fn count(dir: &Path, query: &str) -> Result<u64> {
+    let ws = workspace::load(Some(dir))?;
+    runtime()?.block_on(async {
+        let lake = open_lake(&ws).await?;
+        let batches = lake.sql(query).await?;
+        let value = batches
+            .first()
+            .and_then(|b| {
+                b.column(0).as_any().downcast_ref::<tidegate_lake::arrow::array::Int64Array>().map(|a| a.value(0))
+            })
+            .unwrap_or(0);
+        Ok(u64::try_from(value).unwrap_or(0))
+    })
+}
+
+fn store_of(dir: &Path) -> Result<std::sync::Arc<dyn Store>> {
+    workspace::load(Some(dir))?.open_store()
+}
+
+fn show_failures(dir: &Path) -> Result<()> {
+    let store = store_of(dir)?;
+    let entries = store.journal(&JournalQuery::default())?;
+    for e in entries.iter().filter(|e| e.kind == "attempt_failed" || e.kind == "checks_failed") {
+        say(&format!(
+            "journal #{}: {} {} -> {}: {}",
+            e.seq,
+            e.task.as_deref().unwrap_or("-"),
+            e.partition.as_deref().unwrap_or("-"),
+            e.to_status.as_deref().unwrap_or("-"),
+            e.reason
+        ));
+    }
+    Ok(())
+}
+
+fn latest_backfill(dir: &Path) -> Result<String> {
+    let store = store_of(dir)?;
+    Ok(store.backfills(1)?.first().context("the backfill was not recorded")?.id.clone())
+}
+
+/// The narrated summary, built only from the journal and the store.
+fn summary(dir: &Path, started: Instant) -> Result<ExitCode> {
+    let store = store_of(dir)?;
+    let entries = store.journal(&JournalQuery::default())?;
+    let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
+    for e in &entries {
+        *kinds.entry(e.kind.as_str()).or_default() += 1;
+    }
+    let n = |k: &str| kinds.get(k).copied().unwrap_or(0);
+    let chain = store.verify_journal()?;
+    chapter(12, "What the journal says");
+    say("What was intended:");
+    say(&format!("  {} runs requested; {} steps planned", n("run_created"), n("step_planned")));
+    for b in store.backfills(10)? {
+        say(&format!("  backfill {} by {}: \"{}\"", b.id, b.requester, b.reason));
+    }
+    say("What happened:");
+    say(&format!(
+        "  {} attempts started, {} retried after a transient failure, {} blocked by a failed check",
+        n("claimed"),
+        n("retry_due"),
+        n("checks_failed")
+    ));
+    say(&format!(
+        "  {} steps published in {} releases; {} rollbacks",
+        n("published"),
+        n("release_published"),
+        n("release_restored")
+    ));
+    for b in store.backfills(10)? {
+        let approval = b.approval.as_ref().map(|a| format!(", approved by {}", a.by)).unwrap_or_default();
+        say(&format!("  backfill {} ended {}{approval}", b.id, b.status));
+        if b.status == BackfillStatus::RolledBack {
+            say("  (its release was undone by a rollback release: consumers see the data from before it)");
+        }
+    }
+    say("What consumers saw:");
+    say("  only published releases: staged output, the failed day's bad data and the backfill before its");
+    say("  approval were never visible; every release is a Delta commit readable by DuckDB, Polars, pandas, Spark.");
+    say(&format!(
+        "The journal holds {} entries; its hash chain {}.",
+        chain.n_entries,
+        if chain.break_at.is_none() { "verifies" } else { "is BROKEN" }
+    ));
+    println!();
+    println!("Done in {:.1} s. Try next:", started.elapsed().as_secs_f64());
+    let d = dir.display();
+    println!("  tidegate -C {d} status");
+    println!("  tidegate -C {d} backfill list");
+    println!("  tidegate -C {d} history user_features:{}", day(CORRUPT_DAY));
+    println!("  tidegate -C {d} read training_snapshot --limit 5");
+    println!("  tidegate -C {d} sql \"SELECT event_type, COUNT(*) FROM clicks GROUP BY 1\"");
+    println!("  open {d}/backfill-report.html");
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,251 @@
+//! `tidegate tick`: one pass of the scheduler. For every scheduled task, the intervals that ended
+//! since its dataset's newest published partition are due; catch-up (off by default) decides
+//! whether only the newest runs and the rest are left as debt, or all of them run, newest first.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use tidegate_core::partition::Partition;
+use tidegate_core::plan::{self, Plan, Request, Selection};
+use tidegate_core::schedule::catch_up;
+use tidegate_core::spec::{Spec, Task};
+use tidegate_lake::Lake;
+use tidegate_store::{JournalMeta, Priority, RunRequest, Store, Trigger};
+
+use crate::cmd::data::{open_lake, runtime};
+use crate::cmd::run::execute;
+use crate::cmd::submit::{self, requester};
+use crate::output;
+use crate::workspace::{self, Workspace};
+
+/// How far back a tick looks for a task's newest published partition.
+const LOOKBACK: i32 = 400;
+
+/// Run the schedules once: start what is due, and report what catch-up leaves as debt.
+///
+/// A scheduled task is due for every interval of its dataset that ended after its newest
+/// published partition. With catch-up off (the default) only the newest due interval runs and
+/// the others are reported as debt; with `catchup = { enabled = true }` they all run, newest
+/// first, as a catch-up run below live work. `--now` replays the decision at another instant.
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Examples:\n  tidegate tick\n  tidegate tick --now 2024-01-31T00:05:00Z --json\n  tidegate tick --dry-run"
+)]
+pub struct Args {
+    /// The instant to decide at (RFC 3339 or a date); default now.
+    #[arg(long)]
+    pub now: Option<String>,
+    /// Decide and report, but submit nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    #[arg(long, default_value_t = 4)]
+    pub workers: usize,
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One scheduled task's decision.
+#[derive(Debug, Clone, Serialize)]
+pub struct TaskDecision {
+    pub task: String,
+    pub catchup: bool,
+    /// The newest published partition of its dataset before the tick.
+    pub newest_published: Option<String>,
+    pub due: Vec<String>,
+    pub run: Vec<String>,
+    pub debt: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct Tick {
+    now: DateTime<Utc>,
+    decisions: Vec<TaskDecision>,
+    runs: Vec<String>,
+}
+
+pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
+    let ws = workspace::load(ws)?;
+    let now = match &args.now {
+        Some(text) => parse_instant(text)?,
+        None => Utc::now(),
+    };
+    let decisions = runtime()?.block_on(async {
+        let lake = open_lake(&ws).await?;
+        decide(&ws.spec, &lake, now).await
+    })?;
+    let store = ws.open_store()?;
+    let mut runs = Vec::new();
+    if !args.dry_run {
+        for (trigger, priority) in [(Trigger::Schedule, Priority::Live), (Trigger::Catchup, Priority::Catchup)] {
+            if let Some(run_id) = submit_due(&ws, store.as_ref(), &decisions, trigger, priority, now)? {
+                runs.push(run_id);
+            }
+        }
+    }
+    if !args.json {
+        print_decisions(&decisions, now);
+    }
+    if !runs.is_empty() {
+        execute(&ws, store.clone(), args.workers, !args.json, None)?;
+    }
+    if args.json {
+        output::json(&Tick { now, decisions, runs })?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn parse_instant(text: &str) -> Result<DateTime<Utc>> {
+    if let Ok(t) = DateTime::parse_from_rfc3339(text) {
+        return Ok(t.with_timezone(&Utc));
+    }
+    let day = chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d")
+        .with_context(|| format!("--now {text:?} is neither an RFC 3339 instant nor a date"))?;
+    Ok(day.and_hms_opt(0, 0, 0).unwrap_or_default().and_utc())
+}
+
+/// Decides every scheduled task's due intervals at `now`.
+pub async fn decide(spec: &Spec, lake: &Lake, now: DateTime<Utc>) -> Result<Vec<TaskDecision>> {
+    let mut out = Vec::new();
+    for task in spec.tasks.values().filter(|t| t.schedule.is_some()) {
+        let Some(decision) = decide_task(spec, lake, task, now).await? else { continue };
+        out.push(decision);
+    }
+    Ok(out)
+}
+
+async fn decide_task(spec: &Spec, lake: &Lake, task: &Task, now: DateTime<Utc>) -> Result<Option<TaskDecision>> {
+    let Some(dataset) = task.outputs.first() else { return Ok(None) };
+    let Some(axis) = plan::axis_of(&spec.datasets[dataset]) else { return Ok(None) };
+    // The newest interval that has ended by `now`.
+    let current = axis.floor(now);
+    if current <= axis.first {
+        return Ok(None);
+    }
+    let latest = axis.shift(current, -1);
+    let window_start = axis.shift(latest, -LOOKBACK).max(axis.first);
+    let candidates = axis.range_inclusive(window_start, latest)?;
+    let keys: Vec<String> = candidates.iter().map(|p| p.key.clone()).collect();
+    let sizes = lake.partition_sizes(dataset, &keys).await?;
+    let published: BTreeSet<&str> = sizes.iter().filter(|s| s.n_files > 0).map(|s| s.partition.as_str()).collect();
+    let newest = candidates.iter().rposition(|p| published.contains(p.key.as_str()));
+    let due: Vec<Partition> = match newest {
+        Some(i) => candidates[i + 1..].to_vec(),
+        // Never published: the schedule starts now, with the newest ended interval.
+        None => candidates.last().cloned().into_iter().collect(),
+    };
+    let decision = catch_up(&due, task.catchup);
+    Ok(Some(TaskDecision {
+        task: task.name.clone(),
+        catchup: task.catchup.enabled,
+        newest_published: newest.map(|i| candidates[i].key.clone()),
+        due: due.iter().map(|p| p.key.clone()).collect(),
+        run: decision.run.iter().map(|p| p.key.clone()).collect(),
+        debt: decision.debt.iter().map(|p| p.key.clone()).collect(),
+    }))
+}
+
+/// Submits one run holding every (task, partition) the decisions start under `trigger`: the
+/// newest due interval of each task (schedule), or the older ones of tasks with catch-up on.
+fn submit_due(
+    ws: &Workspace,
+    store: &dyn Store,
+    decisions: &[TaskDecision],
+    trigger: Trigger,
+    priority: Priority,
+    now: DateTime<Utc>,
+) -> Result<Option<String>> {
+    let wanted: BTreeMap<String, Vec<String>> = decisions
+        .iter()
+        .map(|d| {
+            let keys = match trigger {
+                Trigger::Schedule => d.run.first().cloned().into_iter().collect(),
+                _ => d.run.iter().skip(1).cloned().collect(),
+            };
+            (d.task.clone(), keys)
+        })
+        .filter(|(_, keys): &(String, Vec<String>)| !keys.is_empty())
+        .collect();
+    if wanted.is_empty() {
+        return Ok(None);
+    }
+    let plan = combined_plan(&ws.spec, &wanted)?;
+    let steps = submit::new_steps(ws, &plan, &BTreeMap::new(), false)?;
+    let partitions: Vec<String> =
+        wanted.iter().flat_map(|(t, keys)| keys.iter().map(move |k| format!("{t}@{k}"))).collect();
+    let request = RunRequest {
+        target: wanted.keys().cloned().collect::<Vec<_>>().join(","),
+        partitions,
+        trigger,
+        priority,
+        requester: "scheduler".to_owned(),
+        spec_hash: ws.spec.hash.clone(),
+        params: BTreeMap::new(),
+        backfill_id: None,
+        // One tick per instant: ticking twice at the same `now` creates nothing new.
+        idempotency_key: Some(format!("tick:{}:{}", format!("{trigger:?}").to_lowercase(), now.to_rfc3339())),
+    };
+    let meta = JournalMeta {
+        actor: requester(),
+        correlation_id: format!("tick-{}", now.timestamp()),
+        reason: format!("{} tick at {now}", format!("{trigger:?}").to_lowercase()),
+        at: Utc::now(),
+    };
+    Ok(Some(store.submit_run(&request, &steps, &meta)?.run.id))
+}
+
+/// One plan for many (task, partitions): each planned with its upstream, then cut down to the
+/// wanted pairs, keeping the links between them.
+fn combined_plan(spec: &Spec, wanted: &BTreeMap<String, Vec<String>>) -> Result<Plan> {
+    let wanted_names: BTreeSet<String> =
+        wanted.iter().flat_map(|(t, keys)| keys.iter().map(move |k| format!("{t}@{k}"))).collect();
+    let mut steps = BTreeMap::new();
+    for (task, keys) in wanted {
+        let request = Request {
+            spec,
+            target: task,
+            selection: Selection::Keys(keys.clone()),
+            include_upstream: true,
+            include_downstream: false,
+        };
+        for step in plan::plan(&request)?.steps {
+            if wanted_names.contains(&step.name) {
+                steps.insert(step.name.clone(), step);
+            }
+        }
+    }
+    let mut steps: Vec<_> = steps.into_values().collect();
+    for s in &mut steps {
+        s.upstream.retain(|u| wanted_names.contains(u));
+    }
+    Ok(Plan { target: wanted.keys().cloned().collect::<Vec<_>>().join(","), steps })
+}
+
+fn print_decisions(decisions: &[TaskDecision], now: DateTime<Utc>) {
+    println!("Tick at {now}:");
+    if decisions.is_empty() {
+        println!("  no scheduled task has a time-partitioned output");
+    }
+    for d in decisions {
+        if d.due.is_empty() {
+            println!("  {}: up to date (newest published {})", d.task, d.newest_published.as_deref().unwrap_or("-"));
+            continue;
+        }
+        let mode = if d.catchup { "catch-up on" } else { "catch-up off" };
+        println!("  {}: {} due ({}); {mode} -> running {}", d.task, d.due.len(), span(&d.due), d.run.join(", "));
+        if !d.debt.is_empty() {
+            println!("    debt (missed, not run): {}", d.debt.join(", "));
+        }
+    }
+}
+
+fn span(keys: &[String]) -> String {
+    match keys {
+        [] => String::new(),
+        [one] => one.clone(),
+        [first, .., last] => format!("{first}..{last}"),
+    }
+}

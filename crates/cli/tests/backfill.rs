@@ -1,0 +1,358 @@
+//! Invariant 9 (governed backfills), end to end with the real binary: plan, start, kill -9
+//! midway, start again, compare, self-approval refused, approval by another person, publication,
+//! readers see the new data, rollback, readers see exactly the old data. Plus the overlap
+//! conflict, the throttle (asserted from the journal) and live work overtaking a backfill.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+const SPEC: &str = r#"
+[project]
+name = "backfill_test"
+lease_ttl_s = 2
+heartbeat_s = 1
+
+[datasets.raw]
+partitioning = { grain = "day", start = "2024-01-01" }
+write = { mode = "replace" }
+columns = [{ name = "id", type = "int64", nullable = false }, { name = "day", type = "string" }, { name = "v", type = "int64" }]
+
+[datasets.summary]
+partitioning = { grain = "day", start = "2024-01-01" }
+write = { mode = "replace" }
+consumers = ["dashboard"]
+
+[datasets.report]
+partitioning = { grain = "day", start = "2024-01-01" }
+write = { mode = "replace" }
+consumers = ["finance"]
+
+[tasks.extract]
+command = ["sh", "-c", "sleep 0.2; printf 'id,day,v\n1,%s,10\n2,%s,20\n3,%s,30\n' \"$TIDEGATE_PARTITION\" \"$TIDEGATE_PARTITION\" \"$TIDEGATE_PARTITION\" > \"$TIDEGATE_OUTPUT_DIR/raw.csv\""]
+outputs = ["raw"]
+timeout_s = 60
+
+[tasks.summarize]
+sql = "SELECT day, COUNT(*) AS n, SUM(v) AS total FROM raw GROUP BY day"
+inputs = ["raw"]
+outputs = ["summary"]
+timeout_s = 60
+
+[tasks.publish_report]
+sql = "SELECT day, total + 1 AS total_plus_one FROM summary"
+inputs = ["summary"]
+outputs = ["report"]
+timeout_s = 60
+"#;
+
+const BUGGY: &str = "SUM(v) AS total FROM raw";
+const FIXED: &str = "SUM(v) * 2 AS total FROM raw";
+
+fn tidegate(dir: &Path, user: &str) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tidegate"));
+    cmd.current_dir(dir).env("TIDEGATE_USER", user);
+    cmd
+}
+
+fn run(dir: &Path, user: &str, args: &[&str]) -> Output {
+    tidegate(dir, user).args(args).output().expect("the tidegate binary runs")
+}
+
+fn ok(dir: &Path, user: &str, args: &[&str]) -> String {
+    let out = run(dir, user, args);
+    assert!(
+        out.status.success(),
+        "tidegate {args:?} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+fn json(dir: &Path, user: &str, args: &[&str]) -> Value {
+    let text = ok(dir, user, args);
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{args:?} printed no JSON ({e}): {text}"))
+}
+
+fn read_summary(dir: &Path) -> Value {
+    json(dir, "reader", &["sql", "SELECT tg_partition, n, total FROM summary ORDER BY tg_partition", "--json"])
+}
+
+fn read_report(dir: &Path) -> Value {
+    json(dir, "reader", &["sql", "SELECT tg_partition, total_plus_one FROM report ORDER BY tg_partition", "--json"])
+}
+
+/// appId -> commits carrying it in one table's log.
+fn commits_with(table: &Path, app_id: &str) -> usize {
+    let mut n = 0;
+    for entry in std::fs::read_dir(table.join("_delta_log")).expect("a delta log").flatten() {
+        if entry.path().extension().and_then(|e| e.to_str()) != Some("json") {
+            continue;
+        }
+        let text = std::fs::read_to_string(entry.path()).expect("commit");
+        n += text.lines().filter(|l| l.contains(&format!("\"appId\":\"{app_id}\""))).count();
+    }
+    n
+}
+
+/// The most steps of `run_id` holding a lease at once, replayed from the journal.
+fn max_concurrent(dir: &Path, run_id: &str) -> i64 {
+    let db = rusqlite::Connection::open(dir.join(".tidegate/state.db")).expect("state db");
+    let mut stmt = db.prepare("SELECT kind FROM journal WHERE run_id = ?1 ORDER BY seq").expect("query");
+    let kinds: Vec<String> =
+        stmt.query_map([run_id], |r| r.get(0)).expect("rows").collect::<Result<_, _>>().expect("kinds");
+    let (mut now, mut max) = (0i64, 0i64);
+    for kind in kinds {
+        match kind.as_str() {
+            "claimed" => now += 1,
+            "staged" | "attempt_failed" | "lease_expired" => now -= 1,
+            _ => {}
+        }
+        max = max.max(now);
+    }
+    max
+}
+
+fn workspace() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tmp");
+    std::fs::write(dir.path().join("tidegate.toml"), SPEC).expect("spec");
+    ok(dir.path(), "ana", &["run", "publish_report", "--from", "2024-01-01", "--to", "2024-01-06", "--json"]);
+    dir
+}
+
+fn fix_the_bug(dir: &Path) {
+    let path = dir.join("tidegate.toml");
+    let text = std::fs::read_to_string(&path).expect("spec");
+    assert!(text.contains(BUGGY));
+    std::fs::write(&path, text.replace(BUGGY, FIXED)).expect("spec");
+}
+
+#[test]
+fn a_backfill_goes_from_plan_to_rollback_without_readers_seeing_anything_unapproved() {
+    let dir = workspace();
+    let ws = dir.path();
+    let summary_before = read_summary(ws);
+    let report_before = read_report(ws);
+    assert_eq!(summary_before.as_array().map(Vec::len), Some(6));
+    fix_the_bug(ws);
+
+    let planned = json(
+        ws,
+        "ana",
+        &[
+            "backfill",
+            "plan",
+            "summarize",
+            "--from",
+            "2024-01-01",
+            "--to",
+            "2024-01-06",
+            "--reprocess",
+            "all",
+            "--include-downstream",
+            "--max-active-runs",
+            "2",
+            "--reason",
+            "total was half of the truth",
+            "--json",
+        ],
+    );
+    let id = planned["id"].as_str().expect("an id").to_owned();
+    let radius = &planned["spec"]["blast_radius"]["datasets"];
+    let names: Vec<&str> = radius.as_array().expect("datasets").iter().filter_map(|d| d["dataset"].as_str()).collect();
+    assert_eq!(names, ["summary", "report"], "the target and its downstream, upstream first");
+    assert_eq!(radius[1]["downstream"], true);
+    assert_eq!(radius[1]["consumers"][0], "finance");
+    assert_eq!(radius[0]["partitions"].as_array().map(Vec::len), Some(6));
+    assert!(radius[0]["current_rows"].as_u64().unwrap_or(0) == 6, "{radius}");
+
+    // An overlapping second backfill is refused, naming the first.
+    let overlap = run(
+        ws,
+        "carl",
+        &[
+            "backfill",
+            "plan",
+            "summary",
+            "--from",
+            "2024-01-05",
+            "--to",
+            "2024-01-09",
+            "--reprocess",
+            "all",
+            "--reason",
+            "x",
+        ],
+    );
+    assert!(!overlap.status.success());
+    let message = String::from_utf8_lossy(&overlap.stderr);
+    assert!(message.contains(&id) && message.contains("summary"), "{message}");
+
+    // Start, kill -9 midway, start again: it resumes the same run.
+    let mut child = tidegate(ws, "ana")
+        .args(["backfill", "start", &id, "--json"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    std::thread::sleep(Duration::from_millis(250));
+    child.kill().expect("kill -9");
+    child.wait().expect("reaped");
+    assert_eq!(read_summary(ws), summary_before, "nothing is visible while the backfill runs");
+    let started = json(ws, "ana", &["backfill", "start", &id, "--json"]);
+    assert_eq!(started["status"], "staged", "{started}");
+    let run_id = started["run_id"].as_str().expect("run id").to_owned();
+    assert!(max_concurrent(ws, &run_id) <= 2, "the throttle of 2 held");
+    assert_eq!(read_summary(ws), summary_before, "staged output is invisible");
+    assert_eq!(read_report(ws), report_before);
+
+    // Comparison: every day's total changed; the downstream report changed too; rows unchanged.
+    let review = json(ws, "ana", &["backfill", "compare", &id, "--json"]);
+    let summary = &review["datasets"][0];
+    assert_eq!(summary["dataset"], "summary");
+    assert_eq!(summary["totals"]["rows_before"], 6);
+    assert_eq!(summary["totals"]["rows_after"], 6);
+    let changed =
+        summary["totals"]["n_changed"].as_u64().unwrap_or(0) + summary["totals"]["n_added"].as_u64().unwrap_or(0);
+    assert!(changed >= 6, "every day's total changed: {summary}");
+    assert_eq!(review["datasets"][1]["dataset"], "report");
+
+    // Approval: not by the requester; then by someone else.
+    let own = run(ws, "ana", &["backfill", "approve", &id, "--as", "ana"]);
+    assert!(!own.status.success(), "self-approval must be refused");
+    assert!(String::from_utf8_lossy(&own.stderr).contains("cannot also approve"));
+    let publish_early = run(ws, "ana", &["backfill", "publish", &id]);
+    assert!(!publish_early.status.success(), "nothing publishes before approval");
+    ok(ws, "bo", &["backfill", "approve", &id, "--as", "bo"]);
+
+    ok(ws, "ana", &["backfill", "publish", &id]);
+    let summary_after = read_summary(ws);
+    for (before, after) in
+        summary_before.as_array().into_iter().flatten().zip(summary_after.as_array().into_iter().flatten())
+    {
+        assert_eq!(after["total"].as_i64(), before["total"].as_i64().map(|t| t * 2), "{after}");
+    }
+    assert_ne!(read_report(ws), report_before, "the downstream dataset was published too");
+    let table = ws.join(".tidegate/lake/summary");
+    assert_eq!(commits_with(&table, &format!("tidegate:backfill:{id}:summary")), 1, "one atomic commit");
+
+    // Publishing again is refused by status, and changes nothing.
+    assert!(!run(ws, "ana", &["backfill", "publish", &id]).status.success());
+
+    ok(ws, "ana", &["backfill", "rollback", &id]);
+    assert_eq!(read_summary(ws), summary_before, "rollback restores exactly the previous data");
+    assert_eq!(read_report(ws), report_before);
+    let status = json(ws, "ana", &["backfill", "status", &id, "--json"]);
+    assert_eq!(status["status"], "rolled_back");
+    assert_eq!(status["approval"]["by"], "bo");
+
+    // The journal's chain verifies after all of it.
+    let history = json(ws, "ana", &["history", "--json"]);
+    assert!(history["chain"]["break_at"].is_null(), "{}", history["chain"]);
+}
+
+#[test]
+fn a_changed_spec_or_changed_data_voids_the_approval() {
+    let dir = workspace();
+    let ws = dir.path();
+    fix_the_bug(ws);
+    let planned = json(
+        ws,
+        "ana",
+        &[
+            "backfill",
+            "plan",
+            "summarize",
+            "--from",
+            "2024-01-01",
+            "--to",
+            "2024-01-02",
+            "--reprocess",
+            "all",
+            "--reason",
+            "fix",
+            "--json",
+        ],
+    );
+    let id = planned["id"].as_str().expect("id").to_owned();
+    ok(ws, "ana", &["backfill", "start", &id]);
+    ok(ws, "ana", &["backfill", "compare", &id]);
+    ok(ws, "bo", &["backfill", "approve", &id, "--as", "bo"]);
+    // Someone publishes new data underneath the approved backfill.
+    ok(ws, "ana", &["run", "summarize", "--partition", "2024-01-02", "--only", "--json"]);
+    let out = run(ws, "ana", &["backfill", "publish", &id]);
+    assert!(!out.status.success(), "a stale approval must not publish");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("changed since backfill"));
+    let status = json(ws, "ana", &["backfill", "status", &id, "--json"]);
+    assert_eq!(status["status"], "staged", "the approval was withdrawn");
+    assert!(status["approval"].is_null());
+
+    // Editing tidegate.toml after planning blocks every further step.
+    let path = ws.join("tidegate.toml");
+    let text = std::fs::read_to_string(&path).expect("spec");
+    std::fs::write(&path, format!("{text}\n# an edit\n")).expect("spec");
+    let out = run(ws, "bo", &["backfill", "approve", &id, "--as", "bo"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("changed since backfill"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn live_work_submitted_during_a_backfill_finishes_first() {
+    let dir = workspace();
+    let ws = dir.path();
+    let planned = json(
+        ws,
+        "ana",
+        &[
+            "backfill",
+            "plan",
+            "extract",
+            "--from",
+            "2024-01-01",
+            "--to",
+            "2024-01-06",
+            "--reprocess",
+            "all",
+            "--max-active-runs",
+            "1",
+            "--reason",
+            "re-extract",
+            "--json",
+        ],
+    );
+    let id = planned["id"].as_str().expect("id").to_owned();
+    let backfill = tidegate(ws, "ana")
+        .args(["backfill", "start", &id, "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    std::thread::sleep(Duration::from_millis(400));
+    // The live run follows while the backfill's process holds the scheduler role.
+    let live = json(ws, "ana", &["run", "extract", "--partition", "2024-01-20", "--json"]);
+    assert_eq!(live["status"], "succeeded", "{live}");
+    let out = backfill.wait_with_output().expect("backfill finished");
+    assert!(out.status.success());
+    let report: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(report["status"], "staged");
+
+    let db = rusqlite::Connection::open(ws.join(".tidegate/state.db")).expect("db");
+    let seq_of = |sql: &str, arg: &str| -> i64 { db.query_row(sql, [arg], |r| r.get(0)).expect("seq") };
+    let live_published = seq_of(
+        "SELECT MAX(seq) FROM journal WHERE run_id = ?1 AND kind = 'published'",
+        live["run_id"].as_str().expect("id"),
+    );
+    let backfill_last = seq_of(
+        "SELECT MAX(seq) FROM journal WHERE run_id = ?1 AND kind = 'staged'",
+        report["run_id"].as_str().expect("id"),
+    );
+    assert!(live_published < backfill_last, "the live run published before the backfill's last step");
+    assert!(max_concurrent(ws, report["run_id"].as_str().expect("id")) <= 1, "max_active_runs 1 held");
+}

@@ -1,0 +1,706 @@
+//! Backfill review: what a backfill's staged versions would change in a dataset, partition by
+//! partition, against a published version; and how much data a set of partitions holds (the blast
+//! radius of rewriting them). The comparison is set-based SQL in one DataFusion session, grouped by
+//! the partition column, and its output is deterministic because callers hash it to bind an
+//! approval to exactly what was reviewed.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use arrow::array::{Array, AsArray as _, RecordBatch};
+use arrow::compute::cast;
+use arrow::datatypes::{DataType, Float64Type, SchemaRef, UInt64Type};
+use datafusion::prelude::{SessionConfig, SessionContext};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tidegate_core::spec::model::Dataset;
+
+use crate::df;
+use crate::error::{Error, FileLocation, Result};
+use crate::read;
+use crate::stage::{StagedFile, StagedVersion};
+use crate::table::{Lake, PARTITION_COLUMN, active_files, table_schema};
+
+/// How a null value of a slice column is reported in [`SliceDelta::value`].
+pub const NULL_SLICE_VALUE: &str = "(null)";
+
+/// The most values of one slice column reported per partition: those with the most differing
+/// rows, so a high-cardinality slice column cannot make the comparison unbounded.
+pub const MAX_SLICE_VALUES: usize = 100;
+
+/// What to compare and how to report it.
+#[derive(Debug, Clone, Copy)]
+pub struct CompareSpec<'a> {
+    pub dataset: &'a Dataset,
+    /// The columns identifying a row; empty compares whole rows as multisets.
+    pub keys: &'a [String],
+    /// Columns the differences are broken down by.
+    pub slice_columns: &'a [String],
+    /// Flag a partition whose rows, a column's mean or a column's null rate move by more than
+    /// this percentage; `None` flags nothing.
+    pub flag_change_pct: Option<f64>,
+    /// The most sample rows reported per partition and kind (added, removed, changed).
+    pub sample_rows: usize,
+}
+
+/// The difference a backfill would make to a dataset, partition by partition (sorted by key).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Comparison {
+    pub dataset: String,
+    /// The version compared against; `None` when nothing was published, so every row is added.
+    pub published_version: Option<u64>,
+    pub keys: Vec<String>,
+    pub partitions: Vec<PartitionComparison>,
+    pub totals: ComparisonTotals,
+}
+
+/// The sums over every compared partition.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ComparisonTotals {
+    pub rows_before: u64,
+    pub rows_after: u64,
+    pub n_added: u64,
+    pub n_removed: u64,
+    pub n_changed: u64,
+    /// The number of partitions with at least one flag.
+    pub n_flagged: u64,
+}
+
+/// One partition: the published rows ("before") against the staged rows ("after").
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PartitionComparison {
+    pub partition: String,
+    pub rows_before: u64,
+    pub rows_after: u64,
+    /// Rows whose key is only staged (without keys: rows staged more often than published).
+    pub n_added: u64,
+    /// Rows whose key is only published (without keys: rows published more often than staged).
+    pub n_removed: u64,
+    /// Keys present on both sides with some other column distinct (always 0 without keys).
+    pub n_changed: u64,
+    /// Every column except the keys and the partition column, sorted by name.
+    pub columns: Vec<ColumnDelta>,
+    /// Sorted by column, then value.
+    pub slices: Vec<SliceDelta>,
+    /// `{"key": {..}, "before": {..}, "after": {..}}` (before and after without the keys),
+    /// ordered by key. Null values are left out of the objects.
+    pub sample_changed: Vec<Value>,
+    /// Whole staged rows, ordered by key (without keys: by every column).
+    pub sample_added: Vec<Value>,
+    /// Whole published rows, ordered like `sample_added`.
+    pub sample_removed: Vec<Value>,
+    /// Why the partition deserves a closer look, e.g. `rows changed 12.5% > 5%`.
+    pub flagged: Vec<String>,
+}
+
+/// How one column moved in one partition. The numbers are `None` for non-numeric columns and for
+/// a side with no non-null value.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ColumnDelta {
+    pub column: String,
+    pub sum_before: Option<f64>,
+    pub sum_after: Option<f64>,
+    pub min_before: Option<f64>,
+    pub min_after: Option<f64>,
+    pub max_before: Option<f64>,
+    pub max_after: Option<f64>,
+    pub mean_before: Option<f64>,
+    pub mean_after: Option<f64>,
+    /// The share of null values, 0 to 1 (0 for a side with no rows).
+    pub null_rate_before: f64,
+    pub null_rate_after: f64,
+}
+
+/// The rows of one partition with one value of a slice column. A changed row counts under its
+/// staged value, a removed row under its published value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SliceDelta {
+    pub column: String,
+    /// The value as text, [`NULL_SLICE_VALUE`] for null.
+    pub value: String,
+    pub rows_before: u64,
+    pub rows_after: u64,
+    pub n_added: u64,
+    pub n_removed: u64,
+    pub n_changed: u64,
+}
+
+/// How much data one partition of a table holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionSize {
+    pub partition: String,
+    pub n_rows: u64,
+    pub n_bytes: u64,
+    pub n_files: u64,
+}
+
+impl Lake {
+    /// Compares staged versions (a backfill's output, possibly several covering different
+    /// partitions of one dataset) with the published table at `published_version` (`None`: the
+    /// dataset has nothing published, so every row is added), partition by partition. Every
+    /// staged partition is compared, an empty one showing all its published rows removed.
+    pub async fn compare(
+        &self,
+        spec: &CompareSpec<'_>,
+        published_version: Option<u64>,
+        staged: &[StagedVersion],
+    ) -> Result<Comparison> {
+        let name = &spec.dataset.name;
+        let mut keys = BTreeSet::new();
+        for version in staged {
+            if &version.dataset != name {
+                return Err(Error::internal(format!(
+                    "comparing dataset {name:?} with a version staged for {:?}",
+                    version.dataset
+                )));
+            }
+            keys.extend(version.partition_keys());
+        }
+        let partitions: Vec<String> = keys.into_iter().collect();
+        let mut comparison = Comparison {
+            dataset: name.clone(),
+            published_version,
+            keys: spec.keys.to_vec(),
+            partitions: Vec::new(),
+            totals: ComparisonTotals::default(),
+        };
+        if partitions.is_empty() {
+            return Ok(comparison);
+        }
+        let table = self.load(name).await?;
+        let schema = table_schema(&table)?;
+        let layout = Layout::new(name, &schema, spec)?;
+
+        let ctx = single_partition_session();
+        match published_version {
+            Some(version) => {
+                let published = self.load_at(name, Some(version)).await?;
+                read::register_table(&ctx, "published_table", &published).await?;
+                let sql = format!(
+                    "CREATE VIEW published AS SELECT * FROM published_table WHERE {} IN {}",
+                    df::ident(PARTITION_COLUMN),
+                    df::literal_list(&partitions)
+                );
+                df::query(&ctx, &sql).await?;
+            }
+            None => df::register_batches(&ctx, "published", &schema, Vec::new())?,
+        }
+        let files: Vec<StagedFile> = staged.iter().flat_map(|s| s.files.iter().cloned()).collect();
+        let rows = self.read_staged(&table, name, &files, &schema).await?;
+        df::register_batches(&ctx, "staged", &schema, rows)?;
+        df::query(&ctx, &format!("CREATE VIEW changes AS {}", layout.changes_sql())).await?;
+        df::query(&ctx, &format!("CREATE TABLE differing AS {}", layout.differing_sql())).await?;
+
+        let mut by_partition: BTreeMap<String, PartitionComparison> =
+            partitions.iter().map(|p| (p.clone(), layout.empty(p))).collect();
+        layout.add_column_stats(&ctx, "published", &mut by_partition, Side::Before).await?;
+        layout.add_column_stats(&ctx, "staged", &mut by_partition, Side::After).await?;
+        add_counts(&ctx, &mut by_partition).await?;
+        for (idx, column) in layout.slices.iter().enumerate() {
+            add_slices(&ctx, idx, column, &mut by_partition).await?;
+        }
+        if spec.sample_rows > 0 {
+            layout.add_samples(&ctx, spec.sample_rows, &mut by_partition).await?;
+        }
+
+        for (_, mut partition) in by_partition {
+            if let Some(pct) = spec.flag_change_pct {
+                partition.flagged = flags(&partition, pct);
+            }
+            let totals = &mut comparison.totals;
+            totals.rows_before += partition.rows_before;
+            totals.rows_after += partition.rows_after;
+            totals.n_added += partition.n_added;
+            totals.n_removed += partition.n_removed;
+            totals.n_changed += partition.n_changed;
+            totals.n_flagged += u64::from(!partition.flagged.is_empty());
+            comparison.partitions.push(partition);
+        }
+        Ok(comparison)
+    }
+
+    /// Rows, bytes and files of some partitions in the dataset's latest version, sorted by
+    /// partition; an empty `partitions` means every partition the table holds. A partition with
+    /// no data, or a dataset with no table yet, has zeros.
+    pub async fn partition_sizes(&self, dataset: &str, partitions: &[String]) -> Result<Vec<PartitionSize>> {
+        let size = |p: &String| PartitionSize { partition: p.clone(), n_rows: 0, n_bytes: 0, n_files: 0 };
+        let mut sizes: BTreeMap<String, PartitionSize> = partitions.iter().map(|p| (p.clone(), size(p))).collect();
+        let Some(table) = self.try_load(dataset).await? else { return Ok(sizes.into_values().collect()) };
+        let wanted = (!partitions.is_empty()).then_some(partitions);
+        // Partitions with a file whose statistics lack a row count are counted by reading them.
+        let mut uncounted = BTreeSet::new();
+        for add in active_files(&table, wanted).await? {
+            let Some(key) = add.partition_values.get(PARTITION_COLUMN).cloned().flatten() else { continue };
+            let entry = sizes.entry(key.clone()).or_insert_with(|| size(&key));
+            entry.n_files += 1;
+            entry.n_bytes += u64::try_from(add.size).unwrap_or_default();
+            match stats_rows(add.stats.as_deref()) {
+                Some(n) => entry.n_rows += n,
+                None => {
+                    uncounted.insert(key);
+                }
+            }
+        }
+        if !uncounted.is_empty() {
+            let keys: Vec<String> = uncounted.into_iter().collect();
+            let ctx = df::session();
+            read::register_table(&ctx, "t", &table).await?;
+            let p = df::ident(PARTITION_COLUMN);
+            let sql = format!("SELECT {p}, count(*) FROM t WHERE {p} IN {} GROUP BY {p}", df::literal_list(&keys));
+            let counted = df::query(&ctx, &sql).await?;
+            for key in &keys {
+                if let Some(entry) = sizes.get_mut(key) {
+                    entry.n_rows = 0;
+                }
+            }
+            for batch in &counted {
+                for (key, n) in texts(batch, 0)?.into_iter().zip(counts(batch, 1)?) {
+                    if let Some(entry) = key.and_then(|k| sizes.get_mut(&k)) {
+                        entry.n_rows = n;
+                    }
+                }
+            }
+        }
+        Ok(sizes.into_values().collect())
+    }
+}
+
+/// A session that runs every plan as one partition, so floating-point sums add the rows in the
+/// same order on every call and the comparison (which callers hash) never changes between runs.
+fn single_partition_session() -> SessionContext {
+    SessionContext::new_with_config(SessionConfig::new().with_target_partitions(1))
+}
+
+/// Which side of the comparison a statistic describes.
+#[derive(Debug, Clone, Copy)]
+enum Side {
+    Before,
+    After,
+}
+
+/// The columns of a comparison and the SQL that follows from them. In the `changes` view, column
+/// `i` of `columns` appears as `b{i}` (its published value) and `a{i}` (its staged value).
+#[derive(Debug)]
+struct Layout {
+    /// Every column but the partition column, sorted by name, with whether it is numeric.
+    columns: Vec<(String, bool)>,
+    keys: Vec<String>,
+    slices: Vec<String>,
+}
+
+impl Layout {
+    fn new(dataset: &str, schema: &SchemaRef, spec: &CompareSpec<'_>) -> Result<Layout> {
+        for (name, role) in spec
+            .keys
+            .iter()
+            .map(|k| (k, "a comparison key"))
+            .chain(spec.slice_columns.iter().map(|s| (s, "a slice column")))
+        {
+            if name == PARTITION_COLUMN || schema.field_with_name(name).is_err() {
+                return Err(Error::SchemaMismatch {
+                    dataset: dataset.to_owned(),
+                    location: FileLocation::Table,
+                    column: name.clone(),
+                    detail: format!("named as {role} but not a column of the dataset"),
+                });
+            }
+        }
+        let mut columns: Vec<(String, bool)> = schema
+            .fields()
+            .iter()
+            .filter(|f| f.name() != PARTITION_COLUMN)
+            .map(|f| (f.name().clone(), f.data_type().is_numeric()))
+            .collect();
+        columns.sort();
+        let mut slices = spec.slice_columns.to_vec();
+        slices.sort();
+        slices.dedup();
+        Ok(Layout { columns, keys: spec.keys.to_vec(), slices })
+    }
+
+    fn idx(&self, name: &str) -> usize {
+        self.columns.iter().position(|(c, _)| c == name).expect("validated column names are in the layout")
+    }
+
+    fn is_key(&self, name: &str) -> bool {
+        self.keys.iter().any(|k| k == name)
+    }
+
+    /// The columns whose statistics are reported: all but the keys.
+    fn measured(&self) -> impl Iterator<Item = &(String, bool)> {
+        self.columns.iter().filter(|(c, _)| !self.is_key(c))
+    }
+
+    /// A partition with no rows on either side yet.
+    fn empty(&self, partition: &str) -> PartitionComparison {
+        let columns = self
+            .measured()
+            .map(|(c, _)| ColumnDelta {
+                column: c.clone(),
+                sum_before: None,
+                sum_after: None,
+                min_before: None,
+                min_after: None,
+                max_before: None,
+                max_after: None,
+                mean_before: None,
+                mean_after: None,
+                null_rate_before: 0.0,
+                null_rate_after: 0.0,
+            })
+            .collect();
+        PartitionComparison {
+            partition: partition.to_owned(),
+            rows_before: 0,
+            rows_after: 0,
+            n_added: 0,
+            n_removed: 0,
+            n_changed: 0,
+            columns,
+            slices: Vec::new(),
+            sample_changed: Vec::new(),
+            sample_added: Vec::new(),
+            sample_removed: Vec::new(),
+            flagged: Vec::new(),
+        }
+    }
+
+    /// Every differing row as `(p, status, n, b0, a0, b1, a1, ...)`, `status` being `added`,
+    /// `removed` or `changed` and `n` how many rows it stands for. With keys, rows are matched
+    /// by partition and key; without, identical rows are grouped and their counts compared.
+    fn changes_sql(&self) -> String {
+        let p = df::ident(PARTITION_COLUMN);
+        let sides: Vec<String> =
+            (0..self.columns.len()).map(|i| format!("b.\"c{i}\" AS b{i}, a.\"c{i}\" AS a{i}")).collect();
+        let sides = sides.join(", ");
+        // Each side's columns renamed `c{i}` so any column name works below.
+        let renamed: Vec<String> =
+            self.columns.iter().enumerate().map(|(i, (c, _))| format!("{} AS \"c{i}\"", df::ident(c))).collect();
+        let renamed = renamed.join(", ");
+        let matched = |names: &mut dyn Iterator<Item = String>| {
+            let mut on = vec!["(b.\"p\" IS NOT DISTINCT FROM a.\"p\")".to_owned()];
+            on.extend(names.map(|c| format!("(b.{c} IS NOT DISTINCT FROM a.{c})")));
+            // Every condition is IS NOT DISTINCT FROM, so DataFusion plans a hash join that
+            // matches null keys instead of a nested loop. The parentheses are needed: the parser
+            // binds `x IS NOT DISTINCT FROM y AND z` as `x IS NOT DISTINCT FROM (y AND z)`.
+            on.join(" AND ")
+        };
+        if self.keys.is_empty() {
+            let all: Vec<String> = (0..self.columns.len()).map(|i| format!("\"c{i}\"")).collect();
+            let grouped = |from: &str| {
+                format!(
+                    "(SELECT \"p\", {cols}, count(*) AS \"n\" FROM (SELECT {p} AS \"p\", {renamed} FROM {from}) \
+                     GROUP BY \"p\", {cols})",
+                    cols = all.join(", ")
+                )
+            };
+            let on = matched(&mut all.iter().cloned());
+            format!(
+                "SELECT CAST(coalesce(a.\"p\", b.\"p\") AS VARCHAR) AS p, \
+                   CASE WHEN coalesce(a.\"n\", 0) > coalesce(b.\"n\", 0) THEN 'added' ELSE 'removed' END AS status, \
+                   CASE WHEN coalesce(a.\"n\", 0) > coalesce(b.\"n\", 0) \
+                     THEN coalesce(a.\"n\", 0) - coalesce(b.\"n\", 0) \
+                     ELSE coalesce(b.\"n\", 0) - coalesce(a.\"n\", 0) END AS n, \
+                   {sides} \
+                 FROM {b} b FULL JOIN {a} a ON {on} \
+                 WHERE coalesce(a.\"n\", 0) <> coalesce(b.\"n\", 0)",
+                b = grouped("published"),
+                a = grouped("staged"),
+            )
+        } else {
+            let side = |from: &str| format!("(SELECT {p} AS \"p\", {renamed}, true AS \"in\" FROM {from})");
+            let on = matched(&mut self.keys.iter().map(|k| format!("\"c{}\"", self.idx(k))));
+            let differs: Vec<String> = (0..self.columns.len())
+                .filter(|i| !self.is_key(&self.columns[*i].0))
+                .map(|i| format!("(b.\"c{i}\" IS DISTINCT FROM a.\"c{i}\")"))
+                .collect();
+            let differs = if differs.is_empty() { "false".to_owned() } else { differs.join(" OR ") };
+            format!(
+                "SELECT CAST(coalesce(a.\"p\", b.\"p\") AS VARCHAR) AS p, \
+                   CASE WHEN b.\"in\" IS NULL THEN 'added' WHEN a.\"in\" IS NULL THEN 'removed' \
+                     ELSE 'changed' END AS status, \
+                   CAST(1 AS BIGINT) AS n, {sides} \
+                 FROM {b} b FULL JOIN {a} a ON {on} \
+                 WHERE b.\"in\" IS NULL OR a.\"in\" IS NULL OR {differs}",
+                b = side("published"),
+                a = side("staged"),
+            )
+        }
+    }
+
+    /// The slim `differing` table the counts and slices are computed from: `(p, status, n, s0, s1, ...)`,
+    /// `s{j}` being slice column `j` as text (published value for removed rows, else staged).
+    fn differing_sql(&self) -> String {
+        let mut select = vec!["p".to_owned(), "status".to_owned(), "n".to_owned()];
+        for (j, slice) in self.slices.iter().enumerate() {
+            let i = self.idx(slice);
+            select.push(format!("CAST(CASE WHEN status = 'removed' THEN b{i} ELSE a{i} END AS VARCHAR) AS s{j}"));
+        }
+        format!("SELECT {} FROM changes", select.join(", "))
+    }
+
+    /// Fills one side's row counts and column statistics from one grouped query.
+    async fn add_column_stats(
+        &self,
+        ctx: &SessionContext,
+        table: &str,
+        by_partition: &mut BTreeMap<String, PartitionComparison>,
+        side: Side,
+    ) -> Result<()> {
+        let mut select = vec![df::ident(PARTITION_COLUMN), "count(*)".to_owned()];
+        for (column, numeric) in self.measured() {
+            let c = df::ident(column);
+            select.push(format!("count({c})"));
+            if *numeric {
+                for f in ["sum", "min", "max", "avg"] {
+                    select.push(format!("{f}(CAST({c} AS DOUBLE))"));
+                }
+            }
+        }
+        let sql = format!("SELECT {} FROM {table} GROUP BY {}", select.join(", "), df::ident(PARTITION_COLUMN));
+        for batch in &df::query(ctx, &sql).await? {
+            let keys = texts(batch, 0)?;
+            let n_rows = counts(batch, 1)?;
+            let mut col_idx = 2;
+            let mut measures = Vec::new();
+            for (_, numeric) in self.measured() {
+                let n_values = counts(batch, col_idx)?;
+                let aggregates = if *numeric {
+                    let found: Vec<Vec<Option<f64>>> =
+                        (1..=4).map(|k| numbers(batch, col_idx + k)).collect::<Result<_>>()?;
+                    col_idx += 4;
+                    Some(found)
+                } else {
+                    None
+                };
+                col_idx += 1;
+                measures.push((n_values, aggregates));
+            }
+            for (row, key) in keys.iter().enumerate() {
+                let Some(partition) = key.as_ref().and_then(|k| by_partition.get_mut(k)) else { continue };
+                let n = n_rows[row];
+                match side {
+                    Side::Before => partition.rows_before = n,
+                    Side::After => partition.rows_after = n,
+                }
+                for (delta, (n_values, aggregates)) in partition.columns.iter_mut().zip(&measures) {
+                    let null_rate = if n == 0 { 0.0 } else { n.saturating_sub(n_values[row]) as f64 / n as f64 };
+                    let get = |k: usize| aggregates.as_ref().and_then(|a| a[k][row]);
+                    let (sum, min, max, mean) = (get(0), get(1), get(2), get(3));
+                    match side {
+                        Side::Before => {
+                            delta.null_rate_before = null_rate;
+                            (delta.sum_before, delta.min_before, delta.max_before, delta.mean_before) =
+                                (sum, min, max, mean);
+                        }
+                        Side::After => {
+                            delta.null_rate_after = null_rate;
+                            (delta.sum_after, delta.min_after, delta.max_after, delta.mean_after) =
+                                (sum, min, max, mean);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Up to `limit` sample rows per partition and kind, ordered by key, then by every column.
+    async fn add_samples(
+        &self,
+        ctx: &SessionContext,
+        limit: usize,
+        by_partition: &mut BTreeMap<String, PartitionComparison>,
+    ) -> Result<()> {
+        let named = |prefix: char, names: &mut dyn Iterator<Item = &String>| {
+            let fields: Vec<String> = names.map(|c| format!("{}, {prefix}{}", df::literal(c), self.idx(c))).collect();
+            format!("named_struct({})", fields.join(", "))
+        };
+        let mut order: Vec<String> =
+            self.keys.iter().map(|k| self.idx(k)).map(|i| format!("coalesce(a{i}, b{i})")).collect();
+        for i in (0..self.columns.len()).filter(|i| !self.is_key(&self.columns[*i].0)) {
+            order.push(format!("a{i}"));
+            order.push(format!("b{i}"));
+        }
+        let all = || self.columns.iter().map(|(c, _)| c);
+        let key = if self.keys.is_empty() {
+            "CAST(NULL AS VARCHAR)".to_owned()
+        } else {
+            let fields: Vec<String> = self
+                .keys
+                .iter()
+                .map(|k| format!("{}, coalesce(a{i}, b{i})", df::literal(k), i = self.idx(k)))
+                .collect();
+            format!("named_struct({})", fields.join(", "))
+        };
+        let sql = format!(
+            "SELECT p, status, {key} AS \"key\", {before} AS \"before\", {after} AS \"after\" \
+             FROM (SELECT *, row_number() OVER (PARTITION BY p, status ORDER BY {order}) AS \"rank\" FROM changes) \
+             WHERE \"rank\" <= {limit} ORDER BY p, status, \"rank\"",
+            before = named('b', &mut all()),
+            after = named('a', &mut all()),
+            order = order.join(", "),
+        );
+        for batch in &df::query(ctx, &sql).await? {
+            let keys = texts(batch, 0)?;
+            let statuses = texts(batch, 1)?;
+            let objects = df::sample_rows(&[batch.project(&[2, 3, 4])?], usize::MAX)?;
+            for ((key, status), object) in keys.into_iter().zip(statuses).zip(objects) {
+                let Some(partition) = key.and_then(|k| by_partition.get_mut(&k)) else { continue };
+                let field = |name: &str| object.get(name).cloned().unwrap_or_else(|| Value::Object(Default::default()));
+                match status.as_deref() {
+                    Some("added") => partition.sample_added.push(field("after")),
+                    Some("removed") => partition.sample_removed.push(field("before")),
+                    Some("changed") => {
+                        let without_keys = |mut row: Value| {
+                            if let Some(map) = row.as_object_mut() {
+                                map.retain(|c, _| !self.is_key(c));
+                            }
+                            row
+                        };
+                        partition.sample_changed.push(serde_json::json!({
+                            "key": field("key"),
+                            "before": without_keys(field("before")),
+                            "after": without_keys(field("after")),
+                        }));
+                    }
+                    other => return Err(Error::internal(format!("unexpected change status {other:?}"))),
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Fills the added, removed and changed counts from the `differing` table.
+async fn add_counts(ctx: &SessionContext, by_partition: &mut BTreeMap<String, PartitionComparison>) -> Result<()> {
+    let sql = "SELECT p, status, sum(n) FROM differing GROUP BY p, status";
+    for batch in &df::query(ctx, sql).await? {
+        let rows = texts(batch, 0)?.into_iter().zip(texts(batch, 1)?).zip(counts(batch, 2)?);
+        for ((key, status), n) in rows {
+            let Some(partition) = key.and_then(|k| by_partition.get_mut(&k)) else { continue };
+            match status.as_deref() {
+                Some("added") => partition.n_added = n,
+                Some("removed") => partition.n_removed = n,
+                Some("changed") => partition.n_changed = n,
+                other => return Err(Error::internal(format!("unexpected change status {other:?}"))),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Fills the breakdown by slice column `idx` (named `column`): per partition and value, the rows
+/// on each side and the rows counted in the `differing` table.
+async fn add_slices(
+    ctx: &SessionContext,
+    idx: usize,
+    column: &str,
+    by_partition: &mut BTreeMap<String, PartitionComparison>,
+) -> Result<()> {
+    let p = df::ident(PARTITION_COLUMN);
+    let c = df::ident(column);
+    let side = |table: &str, before: &str, after: &str| {
+        format!(
+            "SELECT CAST({p} AS VARCHAR) AS p, CAST({c} AS VARCHAR) AS v, {before} AS nb, {after} AS na, \
+               CAST(0 AS BIGINT) AS added, CAST(0 AS BIGINT) AS removed, CAST(0 AS BIGINT) AS changed \
+             FROM {table} GROUP BY {p}, {c}"
+        )
+    };
+    let n_of = |status: &str| format!("sum(CASE WHEN status = '{status}' THEN n ELSE 0 END)");
+    let sql = format!(
+        "SELECT p, v, sum(nb), sum(na), sum(added), sum(removed), sum(changed) FROM (\
+           {before} UNION ALL {after} UNION ALL \
+           SELECT p, s{idx} AS v, CAST(0 AS BIGINT), CAST(0 AS BIGINT), {added}, {removed}, {changed} \
+           FROM differing GROUP BY p, s{idx}) \
+         GROUP BY p, v",
+        before = side("published", "count(*)", "CAST(0 AS BIGINT)"),
+        after = side("staged", "CAST(0 AS BIGINT)", "count(*)"),
+        added = n_of("added"),
+        removed = n_of("removed"),
+        changed = n_of("changed"),
+    );
+    let mut found: BTreeMap<String, Vec<SliceDelta>> = BTreeMap::new();
+    for batch in &df::query(ctx, &sql).await? {
+        let values: Vec<Vec<u64>> = (2..7).map(|i| counts(batch, i)).collect::<Result<_>>()?;
+        for (row, (key, value)) in texts(batch, 0)?.into_iter().zip(texts(batch, 1)?).enumerate() {
+            let Some(key) = key else { continue };
+            found.entry(key).or_default().push(SliceDelta {
+                column: column.to_owned(),
+                value: value.unwrap_or_else(|| NULL_SLICE_VALUE.to_owned()),
+                rows_before: values[0][row],
+                rows_after: values[1][row],
+                n_added: values[2][row],
+                n_removed: values[3][row],
+                n_changed: values[4][row],
+            });
+        }
+    }
+    for (key, mut slices) in found {
+        let Some(partition) = by_partition.get_mut(&key) else { continue };
+        // Keep the values that moved most, then report them by value.
+        let churn = |s: &SliceDelta| s.n_added + s.n_removed + s.n_changed;
+        slices.sort_by(|x, y| churn(y).cmp(&churn(x)).then_with(|| x.value.cmp(&y.value)));
+        slices.truncate(MAX_SLICE_VALUES);
+        slices.sort_by(|x, y| x.value.cmp(&y.value));
+        partition.slices.extend(slices);
+    }
+    Ok(())
+}
+
+/// Why a partition deserves a closer look: its rows, a column's mean or a column's null rate moved
+/// by more than `pct` percent (points, for null rates).
+fn flags(partition: &PartitionComparison, pct: f64) -> Vec<String> {
+    let mut out = Vec::new();
+    let n_moved = partition.n_added + partition.n_removed + partition.n_changed;
+    let rows_pct = n_moved as f64 * 100.0 / partition.rows_before.max(1) as f64;
+    if rows_pct > pct {
+        out.push(format!("rows changed {rows_pct:.1}% > {pct}%"));
+    }
+    for column in &partition.columns {
+        if let (Some(before), Some(after)) = (column.mean_before, column.mean_after) {
+            let moved_pct = if before == 0.0 {
+                if after == 0.0 { 0.0 } else { f64::INFINITY }
+            } else {
+                (after - before).abs() * 100.0 / before.abs()
+            };
+            if moved_pct > pct {
+                out.push(format!("mean of {} moved {moved_pct:.1}% ({before} -> {after}) > {pct}%", column.column));
+            }
+        }
+        let rise = (column.null_rate_after - column.null_rate_before) * 100.0;
+        if rise > pct {
+            out.push(format!(
+                "null rate of {} rose {rise:.1} points ({:.1}% -> {:.1}%) > {pct}",
+                column.column,
+                column.null_rate_before * 100.0,
+                column.null_rate_after * 100.0
+            ));
+        }
+    }
+    out
+}
+
+/// `numRecords` from a Delta stats JSON, if the writer recorded it.
+fn stats_rows(stats: Option<&str>) -> Option<u64> {
+    let value: Value = serde_json::from_str(stats?).ok()?;
+    value.get("numRecords")?.as_u64()
+}
+
+/// Column `idx` of a query result as text.
+fn texts(batch: &RecordBatch, idx: usize) -> Result<Vec<Option<String>>> {
+    let column = cast(batch.column(idx), &DataType::Utf8)?;
+    Ok(column.as_string::<i32>().iter().map(|v| v.map(str::to_owned)).collect())
+}
+
+/// Column `idx` of a query result as counts (null as 0).
+fn counts(batch: &RecordBatch, idx: usize) -> Result<Vec<u64>> {
+    let column = cast(batch.column(idx), &DataType::UInt64)?;
+    let column = column.as_primitive::<UInt64Type>();
+    Ok((0..column.len()).map(|i| if column.is_null(i) { 0 } else { column.value(i) }).collect())
+}
+
+/// Column `idx` of a query result as numbers.
+fn numbers(batch: &RecordBatch, idx: usize) -> Result<Vec<Option<f64>>> {
+    let column = cast(batch.column(idx), &DataType::Float64)?;
+    Ok(column.as_primitive::<Float64Type>().iter().collect())
+}

@@ -1,0 +1,358 @@
+//! Backfill review: comparing staged versions with a published version (by key, as multisets, with
+//! nothing published, with flags and slices), SQL inputs overlaid with staged partitions, and the
+//! size of partitions.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+use tidegate_core::partition::Partition;
+use tidegate_core::spec::model::{Dataset, WriteMode};
+use tidegate_lake::arrow::array::RecordBatch;
+use tidegate_lake::{
+    ColumnDelta, CompareSpec, Comparison, ComparisonTotals, Error, InputTable, Lake, PartitionSize, SliceDelta,
+    StagedVersion,
+};
+
+fn sales() -> Dataset {
+    dataset("sales", WriteMode::Replace, basic_columns())
+}
+
+fn spec<'a>(ds: &'a Dataset, keys: &'a [String], slices: &'a [String]) -> CompareSpec<'a> {
+    CompareSpec { dataset: ds, keys, slice_columns: slices, flag_change_pct: None, sample_rows: 5 }
+}
+
+async fn stage(
+    lake: &Lake,
+    ds: &Dataset,
+    id: &str,
+    partitions: &[Partition],
+    batch: Vec<RecordBatch>,
+) -> StagedVersion {
+    lake.stage_batches(ds, id, partitions, batch).await.expect("stage")
+}
+
+fn slice(value: &str, counts: [u64; 5]) -> SliceDelta {
+    let [rows_before, rows_after, n_added, n_removed, n_changed] = counts;
+    SliceDelta {
+        column: "name".to_owned(),
+        value: value.to_owned(),
+        rows_before,
+        rows_after,
+        n_added,
+        n_removed,
+        n_changed,
+    }
+}
+
+fn text_column(name: &str, null_rate_before: f64, null_rate_after: f64) -> ColumnDelta {
+    ColumnDelta {
+        column: name.to_owned(),
+        sum_before: None,
+        sum_after: None,
+        min_before: None,
+        min_after: None,
+        max_before: None,
+        max_after: None,
+        mean_before: None,
+        mean_after: None,
+        null_rate_before,
+        null_rate_after,
+    }
+}
+
+fn strings(values: &[&str]) -> Vec<String> {
+    values.iter().map(|v| (*v).to_owned()).collect()
+}
+
+/// A backfill rewriting `eu` (one row kept, two changed, one added, one removed) and adding the new
+/// partition `ap`, against the version published before `us` was rewritten.
+#[tokio::test]
+async fn keyed_comparison_counts_rows_and_moves_columns_per_partition() {
+    let (_dir, lake) = lake().await;
+    let ds = sales();
+    let published = rows(
+        &[(1, Some(10), Some("a")), (2, Some(20), Some("a")), (3, Some(30), Some("b")), (4, Some(40), Some("b"))],
+        None,
+    );
+    put(&lake, &ds, &[part("eu")], published, "eu-1").await;
+    let version = put(&lake, &ds, &[part("us")], rows(&[(1, Some(100), Some("a"))], None), "us-1").await;
+    // A later publication must not leak into a comparison pinned to `version`.
+    put(&lake, &ds, &[part("eu")], rows(&[(9, Some(9), None)], None), "eu-2").await;
+
+    let eu = rows(
+        &[(1, Some(10), Some("a")), (2, Some(25), Some("a")), (3, Some(30), Some("c")), (5, Some(50), Some("b"))],
+        None,
+    );
+    let backfill = vec![
+        stage(&lake, &ds, "bf-eu", &[part("eu")], vec![eu]).await,
+        stage(&lake, &ds, "bf-ap", &[part("ap")], vec![rows(&[(7, Some(70), Some("a"))], None)]).await,
+    ];
+    let keys = strings(&["id"]);
+    let slices = strings(&["name"]);
+    let comparison = lake.compare(&spec(&ds, &keys, &slices), Some(version), &backfill).await.expect("compare");
+
+    assert_eq!(comparison.dataset, "sales");
+    assert_eq!(comparison.published_version, Some(version));
+    assert_eq!(
+        comparison.totals,
+        ComparisonTotals { rows_before: 4, rows_after: 5, n_added: 2, n_removed: 1, n_changed: 2, n_flagged: 0 }
+    );
+    let names: Vec<&str> = comparison.partitions.iter().map(|p| p.partition.as_str()).collect();
+    assert_eq!(names, ["ap", "eu"]);
+
+    let ap = &comparison.partitions[0];
+    assert_eq!((ap.rows_before, ap.rows_after, ap.n_added, ap.n_removed, ap.n_changed), (0, 1, 1, 0, 0));
+    assert_eq!(ap.sample_added, vec![json!({"id": 7, "value": 70, "name": "a"})]);
+
+    let eu = &comparison.partitions[1];
+    assert_eq!((eu.rows_before, eu.rows_after, eu.n_added, eu.n_removed, eu.n_changed), (4, 4, 1, 1, 2));
+    assert_eq!(
+        eu.columns,
+        vec![
+            text_column("name", 0.0, 0.0),
+            ColumnDelta {
+                column: "value".to_owned(),
+                sum_before: Some(100.0),
+                sum_after: Some(115.0),
+                min_before: Some(10.0),
+                min_after: Some(10.0),
+                max_before: Some(40.0),
+                max_after: Some(50.0),
+                mean_before: Some(25.0),
+                mean_after: Some(28.75),
+                null_rate_before: 0.0,
+                null_rate_after: 0.0,
+            },
+        ]
+    );
+    assert_eq!(
+        eu.sample_changed,
+        vec![
+            json!({"key": {"id": 2}, "before": {"value": 20, "name": "a"}, "after": {"value": 25, "name": "a"}}),
+            json!({"key": {"id": 3}, "before": {"value": 30, "name": "b"}, "after": {"value": 30, "name": "c"}}),
+        ]
+    );
+    assert_eq!(eu.sample_added, vec![json!({"id": 5, "value": 50, "name": "b"})]);
+    assert_eq!(eu.sample_removed, vec![json!({"id": 4, "value": 40, "name": "b"})]);
+    // A changed row counts under its staged value, a removed one under its published value.
+    assert_eq!(eu.slices, vec![slice("a", [2, 2, 0, 0, 1]), slice("b", [2, 1, 1, 1, 0]), slice("c", [0, 1, 0, 0, 1])]);
+
+    // Samples are the first rows by key; the output is the same on every call.
+    let one = CompareSpec { sample_rows: 1, ..spec(&ds, &keys, &slices) };
+    let limited = lake.compare(&one, Some(version), &backfill).await.expect("compare");
+    assert_eq!(limited.partitions[1].sample_changed.len(), 1);
+    assert_eq!(limited.partitions[1].sample_changed[0]["key"], json!({"id": 2}));
+    let again = lake.compare(&spec(&ds, &keys, &slices), Some(version), &backfill).await.expect("compare");
+    assert_eq!(serde_json::to_string(&again).expect("json"), serde_json::to_string(&comparison).expect("json"));
+    let decoded: Comparison = serde_json::from_value(serde_json::to_value(&comparison).expect("json")).expect("decode");
+    assert_eq!(decoded, comparison);
+}
+
+/// Without keys, rows are multisets: a duplicate more or less is one row added or removed, and rows
+/// with nulls match themselves.
+#[tokio::test]
+async fn unkeyed_comparison_matches_whole_rows_with_duplicates_and_nulls() {
+    let (_dir, lake) = lake().await;
+    let ds = sales();
+    let published =
+        rows(&[(1, Some(10), Some("a")), (1, Some(10), Some("a")), (2, Some(20), Some("b")), (3, None, None)], None);
+    let version = put(&lake, &ds, &[part("eu")], published, "eu-1").await;
+    let staged = rows(
+        &[
+            (1, Some(10), Some("a")),
+            (2, Some(20), Some("b")),
+            (2, Some(20), Some("b")),
+            (3, None, None),
+            (4, Some(40), Some("d")),
+        ],
+        None,
+    );
+    let backfill = vec![stage(&lake, &ds, "bf", &[part("eu")], vec![staged]).await];
+    let slices = strings(&["name"]);
+    let comparison = lake.compare(&spec(&ds, &[], &slices), Some(version), &backfill).await.expect("compare");
+
+    let eu = &comparison.partitions[0];
+    assert_eq!((eu.rows_before, eu.rows_after, eu.n_added, eu.n_removed, eu.n_changed), (4, 5, 2, 1, 0));
+    let names: Vec<&str> = eu.columns.iter().map(|c| c.column.as_str()).collect();
+    assert_eq!(names, ["id", "name", "value"], "without keys every column is measured");
+    assert_eq!(eu.columns[1], text_column("name", 0.25, 0.2));
+    assert_eq!(eu.columns[2].sum_before, Some(40.0));
+    assert_eq!(eu.columns[2].mean_after, Some(22.5));
+    assert_eq!(
+        eu.sample_added,
+        vec![json!({"id": 2, "value": 20, "name": "b"}), json!({"id": 4, "value": 40, "name": "d"})]
+    );
+    assert_eq!(eu.sample_removed, vec![json!({"id": 1, "value": 10, "name": "a"})]);
+    assert!(eu.sample_changed.is_empty());
+    assert_eq!(
+        eu.slices,
+        vec![
+            slice("(null)", [1, 1, 0, 0, 0]),
+            slice("a", [2, 1, 0, 1, 0]),
+            slice("b", [1, 2, 1, 0, 0]),
+            slice("d", [0, 1, 1, 0, 0]),
+        ]
+    );
+}
+
+/// With nothing published every staged row is added, and a partition staged empty is compared too.
+#[tokio::test]
+async fn with_nothing_published_every_row_is_added() {
+    let (_dir, lake) = lake().await;
+    let ds = sales();
+    let batch = rows(&[(1, Some(1), Some("a")), (2, None, Some("a")), (3, Some(5), None)], Some(&["eu", "eu", "eu"]));
+    let backfill = vec![stage(&lake, &ds, "bf", &[part("eu"), part("us")], vec![batch]).await];
+    let keys = strings(&["id"]);
+    let comparison = lake.compare(&spec(&ds, &keys, &[]), None, &backfill).await.expect("compare");
+
+    assert_eq!(comparison.published_version, None);
+    assert_eq!(
+        comparison.totals,
+        ComparisonTotals { rows_before: 0, rows_after: 3, n_added: 3, n_removed: 0, n_changed: 0, n_flagged: 0 }
+    );
+    let eu = &comparison.partitions[0];
+    assert_eq!(eu.partition, "eu");
+    assert_eq!(eu.sample_added.len(), 3);
+    assert_eq!(eu.sample_added[1], json!({"id": 2, "name": "a"}), "null values are left out");
+    let value = &eu.columns[1];
+    assert_eq!((value.mean_before, value.mean_after, value.sum_after), (None, Some(3.0), Some(6.0)));
+    assert!((value.null_rate_after - 1.0 / 3.0).abs() < 1e-12);
+    let us = &comparison.partitions[1];
+    assert_eq!((us.partition.as_str(), us.rows_before, us.rows_after, us.n_added), ("us", 0, 0, 0));
+}
+
+/// A partition is flagged when its rows, a column's mean or a null rate move past the threshold;
+/// a partition staged empty shows every published row removed.
+#[tokio::test]
+async fn partitions_moving_past_the_threshold_are_flagged() {
+    let (_dir, lake) = lake().await;
+    let ds = sales();
+    let steady: Vec<(i64, Option<i64>, Option<&str>)> = (0..20).map(|i| (i, Some(10), Some("x"))).collect();
+    put(&lake, &ds, &[part("eu")], rows(&steady, None), "eu-1").await;
+    put(&lake, &ds, &[part("us")], rows(&steady, None), "us-1").await;
+    let version = put(&lake, &ds, &[part("gone")], rows(&steady[..2], None), "gone-1").await;
+
+    // eu: ids 0 and 1 triple their value, ids 2 and 3 lose their name: 4 of 20 rows changed (20%),
+    // the mean goes from 10 to 12 (20%), the name's null rate rises 10 points.
+    let mut eu = steady.clone();
+    eu[0].1 = Some(30);
+    eu[1].1 = Some(30);
+    eu[2].2 = None;
+    eu[3].2 = None;
+    // us: one row changes a little (5%, not more than 5%), the mean by 0.5%.
+    let mut us = steady.clone();
+    us[0].1 = Some(11);
+    let backfill = vec![
+        stage(&lake, &ds, "bf-eu", &[part("eu")], vec![rows(&eu, None)]).await,
+        stage(&lake, &ds, "bf-us", &[part("us")], vec![rows(&us, None)]).await,
+        stage(&lake, &ds, "bf-gone", &[part("gone")], Vec::new()).await,
+    ];
+    let keys = strings(&["id"]);
+    let flagging = CompareSpec { flag_change_pct: Some(5.0), ..spec(&ds, &keys, &[]) };
+    let comparison = lake.compare(&flagging, Some(version), &backfill).await.expect("compare");
+
+    let by_name = |name: &str| comparison.partitions.iter().find(|p| p.partition == name).expect("partition");
+    assert_eq!(
+        by_name("eu").flagged,
+        vec![
+            "rows changed 20.0% > 5%",
+            "null rate of name rose 10.0 points (0.0% -> 10.0%) > 5",
+            "mean of value moved 20.0% (10 -> 12) > 5%",
+        ]
+    );
+    assert_eq!(by_name("us").n_changed, 1);
+    assert!(by_name("us").flagged.is_empty(), "{:?}", by_name("us").flagged);
+    let gone = by_name("gone");
+    assert_eq!((gone.rows_before, gone.rows_after, gone.n_removed), (2, 0, 2));
+    assert_eq!(gone.flagged, vec!["rows changed 100.0% > 5%"]);
+    assert_eq!(comparison.totals.n_flagged, 2);
+
+    let unflagged = lake.compare(&spec(&ds, &keys, &[]), Some(version), &backfill).await.expect("compare");
+    assert!(unflagged.partitions.iter().all(|p| p.flagged.is_empty()));
+    assert_eq!(unflagged.totals.n_flagged, 0);
+}
+
+#[tokio::test]
+async fn an_unknown_key_or_slice_column_is_named() {
+    let (_dir, lake) = lake().await;
+    let ds = sales();
+    let backfill = vec![stage(&lake, &ds, "bf", &[part("eu")], vec![rows(&[(1, None, None)], None)]).await];
+    let keys = strings(&["account"]);
+    let err = lake.compare(&spec(&ds, &keys, &[]), None, &backfill).await.expect_err("unknown key");
+    assert!(matches!(&err, Error::SchemaMismatch { column, .. } if column == "account"), "{err}");
+    let slices = strings(&["tg_partition"]);
+    let err = lake.compare(&spec(&ds, &[], &slices), None, &backfill).await.expect_err("partition column");
+    assert!(matches!(&err, Error::SchemaMismatch { column, .. } if column == "tg_partition"), "{err}");
+}
+
+fn input(version: Option<u64>, partitions: &[&str], overlay: Vec<StagedVersion>) -> InputTable {
+    InputTable {
+        name: "sales".to_owned(),
+        dataset: "sales".to_owned(),
+        version,
+        partitions: strings(partitions),
+        overlay,
+    }
+}
+
+async fn ids(lake: &Lake, input: InputTable) -> Vec<String> {
+    render(&lake.sql_over("SELECT id FROM sales", &[input]).await.expect("sql_over"))
+}
+
+/// An overlaid partition reads the staged rows, the others the pinned version's.
+#[tokio::test]
+async fn an_overlay_replaces_the_pinned_rows_of_its_partitions() {
+    let (_dir, lake) = lake().await;
+    let ds = sales();
+    put(&lake, &ds, &[part("eu")], rows(&[(1, Some(1), None)], None), "eu-1").await;
+    let version = put(&lake, &ds, &[part("us")], rows(&[(2, Some(2), None)], None), "us-1").await;
+    let eu =
+        stage(&lake, &ds, "bf-eu", &[part("eu")], vec![rows(&[(3, Some(3), None), (4, Some(4), None)], None)]).await;
+    let empty_us = stage(&lake, &ds, "bf-us", &[part("us")], Vec::new()).await;
+    let v = Some(version);
+
+    assert_eq!(ids(&lake, input(v, &[], Vec::new())).await, ["id=1", "id=2"]);
+    assert_eq!(ids(&lake, input(v, &[], vec![eu.clone()])).await, ["id=2", "id=3", "id=4"]);
+    assert_eq!(ids(&lake, input(v, &["eu"], vec![eu.clone()])).await, ["id=3", "id=4"]);
+    assert_eq!(ids(&lake, input(v, &["us"], vec![eu.clone()])).await, ["id=2"]);
+    assert_eq!(ids(&lake, input(v, &[], vec![eu.clone(), empty_us.clone()])).await, ["id=3", "id=4"]);
+    assert_eq!(ids(&lake, input(None, &[], vec![eu.clone()])).await, ["id=3", "id=4"]);
+    // The overlay changes nothing published.
+    assert_eq!(ids(&lake, input(v, &[], Vec::new())).await, ["id=1", "id=2"]);
+
+    let columns = lake.sql_over("SELECT * FROM sales", &[input(v, &[], vec![eu])]).await.expect("sql_over");
+    let names: Vec<String> = columns[0].schema().fields().iter().map(|f| f.name().clone()).collect();
+    assert_eq!(names, ["id", "value", "name"], "the partition column is dropped");
+
+    let err = lake.sql_over("SELECT 1", &[input(None, &[], Vec::new())]).await.expect_err("no version");
+    assert!(matches!(&err, Error::Query { detail } if detail.contains("no published version")), "{err}");
+}
+
+#[tokio::test]
+async fn partition_sizes_come_from_the_published_files() {
+    let (_dir, lake) = lake().await;
+    let ds = sales();
+    let zeros = |p: &str| PartitionSize { partition: p.to_owned(), n_rows: 0, n_bytes: 0, n_files: 0 };
+    assert_eq!(lake.partition_sizes("sales", &strings(&["eu"])).await.expect("sizes"), vec![zeros("eu")]);
+
+    let eu =
+        stage(&lake, &ds, "eu", &[part("eu")], vec![rows(&[(1, None, None), (2, None, None), (3, None, None)], None)])
+            .await;
+    let eu_bytes: i64 = eu.files.iter().map(|f| f.size_bytes).sum();
+    lake.publish(&release("r-eu", &ds, eu, "eu")).await.expect("publish");
+    put(&lake, &ds, &[part("us")], rows(&[(1, None, None), (2, None, None)], None), "us").await;
+
+    let sizes = lake.partition_sizes("sales", &strings(&["zz", "eu"])).await.expect("sizes");
+    assert_eq!(
+        sizes,
+        vec![
+            PartitionSize { partition: "eu".to_owned(), n_rows: 3, n_bytes: eu_bytes as u64, n_files: 1 },
+            zeros("zz")
+        ]
+    );
+    let all = lake.partition_sizes("sales", &[]).await.expect("sizes");
+    let summary: Vec<(&str, u64, u64)> = all.iter().map(|s| (s.partition.as_str(), s.n_rows, s.n_files)).collect();
+    assert_eq!(summary, [("eu", 3, 1), ("us", 2, 1)]);
+    assert!(all.iter().all(|s| s.n_bytes > 0));
+}
