@@ -374,7 +374,7 @@ pub fn apply(step: &Step, event: &StepEvent) -> Result<(Step, Vec<Action>), Erro
             actions.push(Action::ReleaseDownstream);
             S::Published
         }
-        (S::Pending | S::Ready | S::RetryWait | S::AwaitingApproval, E::Superseded { .. }) => {
+        (S::Pending | S::Ready | S::RetryWait | S::AwaitingApproval | S::Validated, E::Superseded { .. }) => {
             actions.push(Action::ReleaseDownstream);
             S::Superseded
         }

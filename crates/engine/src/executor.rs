@@ -655,6 +655,15 @@ impl Engine {
                     self.absorb_outcome(step_id, o, view, summary);
                 }
             }
+            Err(tidegate_lake::Error::SupersededSnapshot { dataset, staged, published }) => {
+                let reason = format!("the published snapshot of {dataset} ({published}) is newer than {staged}");
+                let record = StepEventRecord {
+                    step_id: step_id.to_owned(),
+                    event: StepEvent::Superseded { by: format!("{dataset}@{published}") },
+                    meta: self.meta(reason, correlation),
+                };
+                self.commit(vec![record], view, summary).await?;
+            }
             Err(e) if e.is_retryable() => {
                 // Leave the step validated; the next tick tries again.
                 tokio::time::sleep(Duration::from_millis(50)).await;

@@ -52,6 +52,12 @@ pub enum Error {
     #[error("dataset {dataset:?}: staged file {path} is missing; stage the step again")]
     MissingStagedFile { dataset: String, path: String },
 
+    /// A snapshot older than the one published would move readers backwards in time.
+    #[error(
+        "dataset {dataset:?}: the snapshot of {staged} is older than the published snapshot of {published}; not publishing it"
+    )]
+    SupersededSnapshot { dataset: String, staged: String, published: String },
+
     /// A query given by the user (custom check, `sql`) failed to plan or run.
     #[error("query failed: {detail}")]
     Query { detail: String },

@@ -54,6 +54,19 @@ pub(crate) async fn plan(lake: &Lake, table: &DeltaTable, dataset: &Dataset, sta
         WriteMode::Snapshot => {
             ensure_exist(table, &dataset.name, &staged.files).await?;
             let removed = active_files(table, None).await?;
+            // Snapshots of several partitions may finish in any order; the newest must stay.
+            let published =
+                removed.iter().filter_map(|a| a.partition_values.get(PARTITION_COLUMN).cloned().flatten()).max();
+            let newest_staged = keys.iter().max();
+            if let (Some(published), Some(staged)) = (published, newest_staged)
+                && published > *staged
+            {
+                return Err(Error::SupersededSnapshot {
+                    dataset: dataset.name.clone(),
+                    staged: staged.clone(),
+                    published,
+                });
+            }
             Ok(swap(removed, &staged.files, None, Vec::new()))
         }
         WriteMode::Merge { keys: merge_keys, order_by, delete_marker } => {

@@ -8,7 +8,7 @@ use anyhow::{Context, Result, bail};
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
 use tidegate_core::idempotency::Canonical;
-use tidegate_core::spec::model::{DatasetKind, WriteMode};
+use tidegate_core::spec::model::{CheckRule, DatasetKind, WriteMode};
 use tidegate_core::state::StepStatus;
 use tidegate_lake::{CompareSpec, Comparison, Lake, StagedVersion};
 use tidegate_store::{Approval, BackfillRecord, BackfillStatus, Store};
@@ -20,6 +20,8 @@ use crate::workspace::{self, Workspace};
 
 /// How many changed, added and removed rows a comparison shows per partition.
 const SAMPLE_ROWS: usize = 5;
+/// How many partitions per dataset the terminal table shows (all are in --json and --html).
+const MAX_PARTITIONS_SHOWN: usize = 8;
 
 /// Compare a staged backfill with the published data, partition by partition.
 ///
@@ -110,13 +112,20 @@ pub(crate) fn publishable<'a>(
     versions.into_iter().cloned().collect()
 }
 
-/// The keys rows are matched by: the merge keys or the append de-duplication key; whole rows
-/// for replace and snapshot datasets.
+/// The keys rows are matched by: the merge keys, the append de-duplication key, or else the
+/// columns of the dataset's first `unique` check (a declared key); whole rows otherwise.
 fn compare_keys(dataset: &tidegate_core::spec::Dataset) -> Vec<String> {
     match &dataset.kind {
         DatasetKind::Managed { write: WriteMode::Merge { keys, .. } } => keys.clone(),
         DatasetKind::Managed { write: WriteMode::Append { dedup_key } } => dedup_key.clone(),
-        _ => Vec::new(),
+        _ => dataset
+            .checks
+            .iter()
+            .find_map(|c| match &c.rule {
+                CheckRule::Unique { columns } => Some(columns.clone()),
+                _ => None,
+            })
+            .unwrap_or_default(),
     }
 }
 
@@ -225,8 +234,8 @@ fn print_review(review: &Review, hash: &str) {
             if t.n_flagged > 0 { format!("; {} partitions flagged", t.n_flagged) } else { String::new() },
             d.published_version.map_or_else(|| "none".to_owned(), |v| v.to_string()),
         );
-        let rows: Vec<Vec<String>> = d
-            .partitions
+        let shown: Vec<_> = d.partitions.iter().take(MAX_PARTITIONS_SHOWN).collect();
+        let rows: Vec<Vec<String>> = shown
             .iter()
             .map(|p| {
                 let moved: Vec<String> = p
@@ -255,6 +264,9 @@ fn print_review(review: &Review, hash: &str) {
             "{}",
             output::table(&["partition", "before", "after", "added", "removed", "changed", "column means", ""], &rows)
         );
+        if d.partitions.len() > shown.len() {
+            println!("  ... and {} more partitions (see --json or --html)", d.partitions.len() - shown.len());
+        }
         if let Some(p) = d.partitions.iter().find(|p| !p.sample_changed.is_empty()) {
             println!("  sample of changed rows in {}:", p.partition);
             for row in &p.sample_changed {

@@ -88,6 +88,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
     say("Pipeline: clicks (append, de-duplicated by event_id) -> sessions (merge by session_id)");
     say("          -> user_features (replace per day) -> training_snapshot (snapshot per week)");
 
+    // The demo plays two people: ana owns the pipeline and requests the backfill, bo reviews it.
+    act_as(Some(REQUESTER));
     chapter(1, "A month of history, with two failures");
     say(&format!(
         "Day {} times out on its first delivery (exit 75: transient, retried after backoff).\nDay {} carries an unknown event type: the blocking accepted_values check fails, so nothing\nof that day is published and it is not retried.",
@@ -131,7 +133,6 @@ pub fn run(args: Args) -> Result<ExitCode> {
     chapter(6, "A bug fix in the feature SQL becomes a governed backfill");
     say("purchase_rate divided clicks, not purchases, by events. Fixing tidegate.toml:");
     fix_feature_sql(&dir)?;
-    act_as(Some(REQUESTER));
     let plan_args = backfill::freeze_args(
         "user_features",
         &day(1),
@@ -256,6 +257,11 @@ partitioning = {{ grain = "day", start = "2024-01-01" }}
 write = {{ mode = "replace" }}
 consumers = ["churn-model", "growth-dashboard"]
 
+[[datasets.user_features.checks]]
+# One row per user and day; also the key a backfill comparison matches rows by.
+type = "unique"
+columns = ["user_id"]
+
 [datasets.training_snapshot]
 partitioning = {{ grain = "week", start = "2024-01-01" }}
 write = {{ mode = "snapshot" }}
@@ -359,13 +365,14 @@ fn show_failures(dir: &Path) -> Result<()> {
     let store = store_of(dir)?;
     let entries = store.journal(&JournalQuery::default())?;
     for e in entries.iter().filter(|e| e.kind == "attempt_failed" || e.kind == "checks_failed") {
+        let why = e.payload["reason"].as_str().unwrap_or(&e.reason);
+        let why = why.split(" (log: ").next().unwrap_or(why);
         say(&format!(
-            "journal #{}: {} {} -> {}: {}",
+            "journal #{}: {} {} -> {}: {why}",
             e.seq,
             e.task.as_deref().unwrap_or("-"),
             e.partition.as_deref().unwrap_or("-"),
             e.to_status.as_deref().unwrap_or("-"),
-            e.reason
         ));
     }
     Ok(())
