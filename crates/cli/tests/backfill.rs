@@ -356,3 +356,34 @@ fn live_work_submitted_during_a_backfill_finishes_first() {
     assert!(live_published < backfill_last, "the live run published before the backfill's last step");
     assert!(max_concurrent(ws, report["run_id"].as_str().expect("id")) <= 1, "max_active_runs 1 held");
 }
+
+#[test]
+fn pause_resume_and_cancel_steer_a_backfill_and_cancel_frees_its_partitions() {
+    let dir = workspace();
+    let ws = dir.path();
+    let plan = |reason: &str| -> Output {
+        run(
+            ws,
+            "ana",
+            &["backfill", "plan", "summarize", "--from", "2024-01-01", "--to", "2024-01-03", "--reprocess", "all", "--reason", reason, "--json"],
+        )
+    };
+    let first = plan("first");
+    assert!(first.status.success());
+    let id = serde_json::from_slice::<Value>(&first.stdout).expect("json")["id"].as_str().expect("id").to_owned();
+
+    ok(ws, "ana", &["backfill", "pause", &id]);
+    let refused = run(ws, "ana", &["backfill", "start", &id]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("resume"), "a paused backfill says how to resume");
+    let resumed = json(ws, "ana", &["backfill", "resume", &id, "--json"]);
+    assert_eq!(resumed["status"], "staged", "{resumed}");
+
+    assert!(!plan("overlapping").status.success(), "the staged backfill still holds its partitions");
+    ok(ws, "ana", &["backfill", "cancel", &id, "--reason", "wrong range"]);
+    let status = json(ws, "ana", &["backfill", "status", &id, "--json"]);
+    assert_eq!(status["status"], "cancelled");
+    assert_eq!(status["steps"]["cancelled"], 3, "{status}");
+    assert!(!run(ws, "bo", &["backfill", "approve", &id, "--as", "bo"]).status.success(), "a cancelled backfill cannot be approved");
+    assert!(plan("second try").status.success(), "cancelling freed the partitions");
+}
