@@ -44,6 +44,7 @@ enum Command {
     Status(cmd::status::Args),
     History(cmd::history::Args),
     Tick(cmd::tick::Args),
+    Serve(cmd::serve::Args),
     Demo(cmd::demo::Args),
     /// The demo workspace's click feed (a command task; not for direct use).
     #[command(hide = true)]
@@ -67,6 +68,7 @@ fn main() -> ExitCode {
         Command::Status(args) => cmd::status::run(ws, args),
         Command::History(args) => cmd::history::run(ws, args),
         Command::Tick(args) => cmd::tick::run(ws, args),
+        Command::Serve(args) => cmd::serve::run(ws, args),
         Command::Demo(args) => cmd::demo::run(args),
         Command::DemoFeed(args) => cmd::demo::feed::run(args),
     };

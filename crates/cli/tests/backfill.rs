@@ -365,7 +365,20 @@ fn pause_resume_and_cancel_steer_a_backfill_and_cancel_frees_its_partitions() {
         run(
             ws,
             "ana",
-            &["backfill", "plan", "summarize", "--from", "2024-01-01", "--to", "2024-01-03", "--reprocess", "all", "--reason", reason, "--json"],
+            &[
+                "backfill",
+                "plan",
+                "summarize",
+                "--from",
+                "2024-01-01",
+                "--to",
+                "2024-01-03",
+                "--reprocess",
+                "all",
+                "--reason",
+                reason,
+                "--json",
+            ],
         )
     };
     let first = plan("first");
@@ -384,6 +397,53 @@ fn pause_resume_and_cancel_steer_a_backfill_and_cancel_frees_its_partitions() {
     let status = json(ws, "ana", &["backfill", "status", &id, "--json"]);
     assert_eq!(status["status"], "cancelled");
     assert_eq!(status["steps"]["cancelled"], 3, "{status}");
-    assert!(!run(ws, "bo", &["backfill", "approve", &id, "--as", "bo"]).status.success(), "a cancelled backfill cannot be approved");
+    assert!(
+        !run(ws, "bo", &["backfill", "approve", &id, "--as", "bo"]).status.success(),
+        "a cancelled backfill cannot be approved"
+    );
     assert!(plan("second try").status.success(), "cancelling freed the partitions");
+}
+
+/// Issue 5: the `tidegate init` example supports the whole flow as it stands, as the README's
+/// tutorial shows it.
+#[test]
+fn the_init_example_supports_a_backfill_from_plan_to_rollback() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let ws = dir.path();
+    ok(ws, "ana", &["init", "."]);
+    ok(ws, "ana", &["run", "daily_stats", "--from", "2024-01-01", "--to", "2024-01-03", "--json"]);
+    let query = ["sql", "SELECT day, event_type, n_users FROM daily_stats ORDER BY 1, 2", "--json"];
+    let before = json(ws, "reader", &query);
+    let path = ws.join("tidegate.toml");
+    let text = std::fs::read_to_string(&path).expect("spec");
+    assert!(text.contains("COUNT(DISTINCT user_id) AS n_users"), "the README's edit applies to the example");
+    std::fs::write(&path, text.replace("COUNT(DISTINCT user_id) AS n_users", "COUNT(DISTINCT event_id) AS n_users"))
+        .expect("spec");
+    let planned = json(
+        ws,
+        "ana",
+        &[
+            "backfill",
+            "plan",
+            "daily_stats",
+            "--from",
+            "2024-01-01",
+            "--to",
+            "2024-01-03",
+            "--reprocess",
+            "all",
+            "--reason",
+            "count events",
+            "--json",
+        ],
+    );
+    let id = planned["id"].as_str().expect("id").to_owned();
+    ok(ws, "ana", &["backfill", "start", &id]);
+    let review = json(ws, "ana", &["backfill", "compare", &id, "--json"]);
+    assert!(review["datasets"][0]["totals"]["n_changed"].as_u64().unwrap_or(0) > 0, "{review}");
+    ok(ws, "reviewer", &["backfill", "approve", &id, "--as", "reviewer"]);
+    ok(ws, "ana", &["backfill", "publish", &id]);
+    assert_ne!(json(ws, "reader", &query), before);
+    ok(ws, "ana", &["backfill", "rollback", &id]);
+    assert_eq!(json(ws, "reader", &query), before);
 }

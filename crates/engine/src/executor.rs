@@ -131,6 +131,8 @@ pub struct Engine {
     clock: Arc<dyn Clock>,
     opts: Options,
     progress: Option<ProgressFn>,
+    /// Set by a shutdown request: start nothing new, let in-flight attempts finish, return.
+    stop: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -175,7 +177,18 @@ impl Engine {
         clock: Arc<dyn Clock>,
         opts: Options,
     ) -> Self {
-        Self { store, lake, spec, workspace, lake_uri, clock, opts, progress: None }
+        Self { store, lake, spec, workspace, lake_uri, clock, opts, progress: None, stop: None }
+    }
+
+    /// A flag that, once set, makes `drain` start no new attempt and return when the attempts in
+    /// flight have reported (a clean shutdown on SIGTERM).
+    pub fn with_stop(mut self, stop: Arc<std::sync::atomic::AtomicBool>) -> Self {
+        self.stop = Some(stop);
+        self
+    }
+
+    fn stopping(&self) -> bool {
+        self.stop.as_ref().is_some_and(|s| s.load(std::sync::atomic::Ordering::SeqCst))
     }
 
     pub fn with_progress(mut self, f: ProgressFn) -> Self {
@@ -346,8 +359,12 @@ impl Engine {
                 self.publish(&step_id, &mut view, &mut summary, &correlation).await?;
             }
 
-            // 6. Claims within slots, shares and rate limits.
-            let claimed = self.claim(&mut view, &mut pools, &mut gates, in_flight, &correlation).await?;
+            // 6. Claims within slots, shares and rate limits (none once a shutdown was asked for).
+            let claimed = if self.stopping() {
+                Vec::new()
+            } else {
+                self.claim(&mut view, &mut pools, &mut gates, in_flight, &correlation).await?
+            };
             for attempt in claimed {
                 in_flight += 1;
                 let (store, lake, tx) = (self.store.clone(), self.lake.clone(), tx.clone());
@@ -362,7 +379,7 @@ impl Engine {
                     view.tally().into_iter().map(|(s, n)| (s.to_string(), n)).collect();
                 progress(&tally);
             }
-            if in_flight == 0 && !view.has_work_outside(&blocked_backfills(&view, &gates)) {
+            if in_flight == 0 && (self.stopping() || !view.has_work_outside(&blocked_backfills(&view, &gates))) {
                 break;
             }
             if now - last_scheduler_renewal > chrono::Duration::seconds(i64::from(self.spec.project.heartbeat_s)) {

@@ -664,6 +664,7 @@ fn flags(partition: &PartitionComparison, pct: f64) -> Vec<String> {
                 (after - before).abs() * 100.0 / before.abs()
             };
             if moved_pct > pct {
+                let (before, after) = (short_number(before), short_number(after));
                 out.push(format!("mean of {} moved {moved_pct:.1}% ({before} -> {after}) > {pct}%", column.column));
             }
         }
@@ -703,4 +704,9 @@ fn counts(batch: &RecordBatch, idx: usize) -> Result<Vec<u64>> {
 fn numbers(batch: &RecordBatch, idx: usize) -> Result<Vec<Option<f64>>> {
     let column = cast(batch.column(idx), &DataType::Float64)?;
     Ok(column.as_primitive::<Float64Type>().iter().collect())
+}
+
+/// A number for a message: integers as they are, others to four significant decimals.
+fn short_number(x: f64) -> String {
+    if x.fract() == 0.0 && x.abs() < 1e15 { format!("{x:.0}") } else { format!("{x:.4}") }
 }

@@ -8,6 +8,7 @@ pub mod init;
 pub mod plan;
 pub mod rollback;
 pub mod run;
+pub mod serve;
 pub mod status;
 pub mod submit;
 pub mod tick;

@@ -5,11 +5,16 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Result;
+use chrono::Utc;
 use serde::Serialize;
+use tidegate_core::plan;
+use tidegate_core::state::StepStatus;
 use tidegate_store::RunRecord;
 
+use crate::cmd::data::{open_lake, runtime};
+use crate::cmd::tick;
 use crate::output;
-use crate::workspace;
+use crate::workspace::{self, Workspace};
 
 /// Show recent runs with their step counts by status.
 #[derive(Debug, clap::Args)]
@@ -35,6 +40,35 @@ struct Status {
     project: String,
     state: String,
     runs: Vec<RunStatusLine>,
+    debt: Debt,
+}
+
+/// What is owed: queued work per priority class, missed schedule intervals, and how stale each
+/// scheduled dataset is.
+#[derive(Serialize, Default)]
+struct Debt {
+    /// Per priority class (live, catchup, backfill): steps ready and running, and how long the
+    /// oldest ready step has waited.
+    queues: BTreeMap<String, Queue>,
+    /// Per scheduled task: intervals that ended and were not run (catch-up off leaves them here).
+    missed: Vec<tick::TaskDecision>,
+    /// Per scheduled task's dataset: the newest published partition and how far behind now its
+    /// end is.
+    freshness: Vec<Freshness>,
+}
+
+#[derive(Serialize, Default)]
+struct Queue {
+    ready: usize,
+    running: usize,
+    oldest_ready_age_s: Option<f64>,
+}
+
+#[derive(Serialize)]
+struct Freshness {
+    task: String,
+    newest_published: Option<String>,
+    lag_s: Option<f64>,
 }
 
 pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
@@ -48,14 +82,17 @@ pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
         }
         runs.push(RunStatusLine { run, steps });
     }
-    let status = Status { project: ws.spec.project.name.clone(), state: workspace::redact(&ws.state_url()), runs };
+    let debt = debt(&ws, store.as_ref())?;
+    let status =
+        Status { project: ws.spec.project.name.clone(), state: workspace::redact(&ws.state_url()), runs, debt };
     if args.json {
         output::json(&status)?;
         return Ok(ExitCode::SUCCESS);
     }
     println!("Project {} (state: {})", status.project, status.state);
+    print_debt(&status.debt);
     if status.runs.is_empty() {
-        println!("\nNo runs yet. Create one with `tidegate submit TARGET --from A --to B`.");
+        println!("\nNo runs yet. Create one with `tidegate run TARGET --from A --to B`.");
         return Ok(ExitCode::SUCCESS);
     }
     let rows: Vec<Vec<String>> = status
@@ -77,4 +114,58 @@ pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
     println!();
     print!("{}", output::table(&["RUN", "CREATED (UTC)", "TARGET", "PARTITIONS", "TRIGGER", "STATUS", "STEPS"], &rows));
     Ok(ExitCode::SUCCESS)
+}
+
+fn debt(ws: &Workspace, store: &dyn tidegate_store::Store) -> Result<Debt> {
+    let now = Utc::now();
+    let mut queues: BTreeMap<String, Queue> = BTreeMap::new();
+    for a in store.active_steps()? {
+        let q = queues.entry(format!("{:?}", a.priority).to_lowercase()).or_default();
+        match a.step.status() {
+            StepStatus::Ready => {
+                q.ready += 1;
+                #[allow(clippy::cast_precision_loss)]
+                let age = (now - a.step.updated_at).num_milliseconds().max(0) as f64 / 1000.0;
+                q.oldest_ready_age_s = Some(q.oldest_ready_age_s.map_or(age, |o| o.max(age)));
+            }
+            s if s.holds_lease() => q.running += 1,
+            _ => {}
+        }
+    }
+    let decisions = runtime()?.block_on(async {
+        let lake = open_lake(ws).await?;
+        tick::decide(&ws.spec, &lake, now).await
+    })?;
+    let freshness = decisions
+        .iter()
+        .map(|d| {
+            let task = &ws.spec.tasks[&d.task];
+            let axis = task.outputs.first().and_then(|o| plan::axis_of(&ws.spec.datasets[o]));
+            let end = d
+                .newest_published
+                .as_ref()
+                .and_then(|k| axis.as_ref().and_then(|a| a.parse_key(k).ok().map(|t| a.shift(t, 1))));
+            #[allow(clippy::cast_precision_loss)]
+            let lag_s = end.map(|e| (now - e).num_milliseconds().max(0) as f64 / 1000.0);
+            Freshness { task: d.task.clone(), newest_published: d.newest_published.clone(), lag_s }
+        })
+        .collect();
+    let missed = decisions.into_iter().filter(|d| !d.debt.is_empty()).collect();
+    Ok(Debt { queues, missed, freshness })
+}
+
+fn print_debt(debt: &Debt) {
+    for (class, q) in &debt.queues {
+        let age = q.oldest_ready_age_s.map(|a| format!(", oldest waiting {a:.0} s")).unwrap_or_default();
+        println!("Queue {class}: {} ready, {} running{age}", q.ready, q.running);
+    }
+    for d in &debt.missed {
+        println!(
+            "Debt {}: {} missed intervals not run ({}); the newest due one is {}",
+            d.task,
+            d.debt.len(),
+            d.debt.join(", "),
+            d.run.first().map_or("-", String::as_str)
+        );
+    }
 }

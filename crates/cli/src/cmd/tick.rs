@@ -150,7 +150,7 @@ async fn decide_task(spec: &Spec, lake: &Lake, task: &Task, now: DateTime<Utc>) 
 
 /// Submits one run holding every (task, partition) the decisions start under `trigger`: the
 /// newest due interval of each task (schedule), or the older ones of tasks with catch-up on.
-fn submit_due(
+pub fn submit_due(
     ws: &Workspace,
     store: &dyn Store,
     decisions: &[TaskDecision],

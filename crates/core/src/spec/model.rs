@@ -225,7 +225,7 @@ pub enum TaskRun {
     /// `command = ["python3", "features.py"]`: argv, never a shell string. `files` are hashed
     /// into the code version.
     Command { argv: Vec<String>, files: Vec<String> },
-    /// `sql = "SELECT ..."` or `sql_file = "path.sql"` (resolved and read by the caller).
+    /// `sql = "SELECT ..."`: a DataFusion query over the task's inputs.
     Sql { query: String },
 }
 
@@ -247,7 +247,7 @@ pub enum Mapping {
     Window { from: i32, to: i32 },
     /// Every partition of the input up to the end of the step's interval.
     All,
-    /// Whatever version of the input is published when the step is planned.
+    /// The whole published version of the input, pinned when the step becomes ready.
     Latest,
 }
 

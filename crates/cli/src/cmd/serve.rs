@@ -1,0 +1,98 @@
+//! `tidegate serve`: the long-lived scheduler. Every tick it starts what the schedules say is due
+//! (catch-up rules included), then executes every unfinished run, live work first. SIGTERM or
+//! Ctrl-C stops it cleanly: no new attempt starts, attempts in flight finish and report, the
+//! scheduler role is given up.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use chrono::Utc;
+use tidegate_core::clock::SystemClock;
+use tidegate_engine::{Engine, Options};
+use tidegate_store::{Priority, Trigger};
+
+use crate::cmd::data::{open_lake, runtime};
+use crate::cmd::tick;
+use crate::workspace;
+
+/// Run the schedules and execute runs until stopped (SIGTERM or Ctrl-C stop it cleanly).
+///
+/// Each tick does what `tidegate tick` does, then drains every unfinished run, including runs
+/// and backfills submitted by other processes. On SIGTERM no new attempt starts, attempts in
+/// flight finish and are recorded, and the process exits 0.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:\n  tidegate serve\n  tidegate serve --tick-every-s 10 --workers 8")]
+pub struct Args {
+    /// Seconds between schedule evaluations.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub tick_every_s: u64,
+    /// Attempts this process runs at once (pools may allow fewer).
+    #[arg(long, default_value_t = 4)]
+    pub workers: usize,
+}
+
+pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
+    let ws = workspace::load(ws)?;
+    let store = ws.open_store()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    runtime()?.block_on(async {
+        let flag = stop.clone();
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .context("listening for SIGTERM")?;
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            eprintln!("tidegate serve: stopping; attempts in flight will finish");
+            flag.store(true, Ordering::SeqCst);
+        });
+        let lake = open_lake(&ws).await?;
+        let lake_uri = ws.lake_url();
+        let engine = Engine::new(
+            store.clone(),
+            lake.clone(),
+            Arc::new(ws.spec.clone()),
+            ws.root.clone(),
+            lake_uri,
+            Arc::new(SystemClock),
+            Options { max_parallel: args.workers.max(1), ..Options::default() },
+        )
+        .with_stop(stop.clone());
+        eprintln!(
+            "tidegate serve: {} (ticking every {} s; SIGTERM or Ctrl-C stops)",
+            ws.spec.project.name, args.tick_every_s
+        );
+        while !stop.load(Ordering::SeqCst) {
+            let started = Instant::now();
+            let now = Utc::now();
+            let decisions = tick::decide(&ws.spec, &lake, now).await?;
+            for (trigger, priority) in [(Trigger::Schedule, Priority::Live), (Trigger::Catchup, Priority::Catchup)] {
+                if let Some(run_id) = tick::submit_due(&ws, store.as_ref(), &decisions, trigger, priority, now)? {
+                    eprintln!("tick {now}: started {} run {run_id}", format!("{trigger:?}").to_lowercase());
+                }
+            }
+            for d in decisions.iter().filter(|d| !d.debt.is_empty()) {
+                eprintln!("tick {now}: {} has {} missed intervals as debt (catch-up off)", d.task, d.debt.len());
+            }
+            let summary = engine.drain().await?;
+            if summary.published + summary.failed + summary.skipped > 0 {
+                eprintln!(
+                    "drained: {} published, {} failed, {} skipped, {} retries",
+                    summary.published, summary.failed, summary.skipped, summary.retried
+                );
+            }
+            let next = started + Duration::from_secs(args.tick_every_s);
+            while !stop.load(Ordering::SeqCst) && Instant::now() < next {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        eprintln!("tidegate serve: stopped cleanly");
+        anyhow::Ok(())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}

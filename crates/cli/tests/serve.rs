@@ -1,0 +1,73 @@
+//! `tidegate serve`: schedules start due work, and SIGTERM stops the process cleanly: the attempt
+//! in flight finishes and is published, nothing new starts, the process exits 0.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn spec(start: &str) -> String {
+    format!(
+        r#"
+[project]
+name = "serve_test"
+lease_ttl_s = 10
+heartbeat_s = 1
+
+[datasets.raw]
+partitioning = {{ grain = "day", start = "{start}" }}
+write = {{ mode = "replace" }}
+columns = [{{ name = "id", type = "int64" }}]
+
+[tasks.extract]
+command = ["sh", "-c", "sleep 1.5; printf 'id\n1\n' > \"$TIDEGATE_OUTPUT_DIR/raw.csv\""]
+outputs = ["raw"]
+schedule = "@daily"
+timeout_s = 60
+"#
+    )
+}
+
+fn count(db: &rusqlite::Connection, kind: &str) -> i64 {
+    db.query_row("SELECT COUNT(*) FROM journal WHERE kind = ?1", [kind], |r| r.get(0)).unwrap_or(0)
+}
+
+#[test]
+fn serve_runs_what_is_due_and_sigterm_lets_the_attempt_in_flight_finish() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let start = (chrono::Utc::now() - chrono::Duration::days(5)).format("%Y-%m-%d").to_string();
+    std::fs::write(dir.path().join("tidegate.toml"), spec(&start)).expect("spec");
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_tidegate"))
+        .args(["serve", "--tick-every-s", "1"])
+        .current_dir(dir.path())
+        .env("TIDEGATE_USER", "ops")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn serve");
+
+    // Wait until the scheduled attempt is running, then ask the server to stop.
+    let db_path = dir.path().join(".tidegate/state.db");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        assert!(Instant::now() < deadline, "serve never started the due interval");
+        if let Ok(db) = rusqlite::Connection::open(&db_path)
+            && count(&db, "claimed") > 0
+        {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let pid = serve.id().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().expect("kill").success());
+    let out = serve.wait_with_output().expect("serve exits");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "serve exits 0 on SIGTERM: {stderr}");
+    assert!(stderr.contains("stopped cleanly"), "{stderr}");
+
+    let db = rusqlite::Connection::open(&db_path).expect("db");
+    assert_eq!(count(&db, "claimed"), 1, "exactly one attempt: the newest due day, catch-up being off");
+    assert_eq!(count(&db, "published"), 1, "the attempt in flight finished and was published");
+    let yesterday = (chrono::Utc::now() - chrono::Duration::days(1)).format("%Y-%m-%d").to_string();
+    let partition: String =
+        db.query_row("SELECT partition_key FROM release_versions", [], |r| r.get(0)).expect("one release item");
+    assert_eq!(partition, yesterday, "the schedule ran the newest interval that ended");
+}
