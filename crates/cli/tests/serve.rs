@@ -35,7 +35,7 @@ fn serve_runs_what_is_due_and_sigterm_lets_the_attempt_in_flight_finish() {
     let dir = tempfile::tempdir().expect("tmp");
     let start = (chrono::Utc::now() - chrono::Duration::days(5)).format("%Y-%m-%d").to_string();
     std::fs::write(dir.path().join("tidegate.toml"), spec(&start)).expect("spec");
-    let mut serve = Command::new(env!("CARGO_BIN_EXE_tidegate"))
+    let serve = Command::new(env!("CARGO_BIN_EXE_tidegate"))
         .args(["serve", "--tick-every-s", "1"])
         .current_dir(dir.path())
         .env("TIDEGATE_USER", "ops")
