@@ -447,3 +447,53 @@ fn the_init_example_supports_a_backfill_from_plan_to_rollback() {
     ok(ws, "ana", &["backfill", "rollback", &id]);
     assert_eq!(json(ws, "reader", &query), before);
 }
+
+#[test]
+fn reprocess_missing_plans_only_partitions_never_published() {
+    let dir = workspace();
+    let ws = dir.path();
+    let planned = json(
+        ws,
+        "ana",
+        &[
+            "backfill",
+            "plan",
+            "extract",
+            "--from",
+            "2024-01-05",
+            "--to",
+            "2024-01-09",
+            "--reprocess",
+            "missing",
+            "--reason",
+            "fill the gap",
+            "--json",
+        ],
+    );
+    let partitions: Vec<&str> =
+        planned["spec"]["steps"].as_array().expect("steps").iter().filter_map(|s| s["partition"].as_str()).collect();
+    assert_eq!(partitions, ["2024-01-07", "2024-01-08", "2024-01-09"], "days 1-6 are published already");
+    let nothing = run(
+        ws,
+        "ana",
+        &[
+            "backfill",
+            "plan",
+            "extract",
+            "--from",
+            "2024-01-01",
+            "--to",
+            "2024-01-03",
+            "--reprocess",
+            "failed",
+            "--reason",
+            "x",
+        ],
+    );
+    assert!(!nothing.status.success());
+    assert!(
+        String::from_utf8_lossy(&nothing.stderr).contains("nothing to backfill"),
+        "{}",
+        String::from_utf8_lossy(&nothing.stderr)
+    );
+}

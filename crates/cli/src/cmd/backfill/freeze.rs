@@ -261,12 +261,23 @@ async fn wanted_steps(
     match reprocess {
         Reprocess::All => keep.extend(plan.steps.iter().map(|s| s.name.clone())),
         Reprocess::Missing => {
+            // One look at each dataset's table: which of the planned partitions hold data.
+            let mut wanted: BTreeMap<&str, Vec<String>> = BTreeMap::new();
             for s in &plan.steps {
                 for d in &ws.spec.tasks[&s.task].outputs {
-                    let sizes = lake.partition_sizes(d, std::slice::from_ref(&s.partition.key)).await?;
-                    if sizes.iter().all(|p| p.n_files == 0) {
-                        keep.insert(s.name.clone());
-                    }
+                    wanted.entry(d.as_str()).or_default().push(s.partition.key.clone());
+                }
+            }
+            let mut present: BTreeSet<(String, String)> = BTreeSet::new();
+            for (d, keys) in wanted {
+                for size in lake.partition_sizes(d, &keys).await?.into_iter().filter(|p| p.n_files > 0) {
+                    present.insert((d.to_owned(), size.partition));
+                }
+            }
+            for s in &plan.steps {
+                let outputs = &ws.spec.tasks[&s.task].outputs;
+                if outputs.iter().any(|d| !present.contains(&(d.clone(), s.partition.key.clone()))) {
+                    keep.insert(s.name.clone());
                 }
             }
         }
