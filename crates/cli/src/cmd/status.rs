@@ -26,6 +26,9 @@ pub struct Args {
     /// Print the status as JSON.
     #[arg(long)]
     json: bool,
+    /// Judge schedule debt and freshness at this instant (RFC 3339 or a date); default now.
+    #[arg(long)]
+    now: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -51,10 +54,20 @@ struct Debt {
     /// oldest ready step has waited.
     queues: BTreeMap<String, Queue>,
     /// Per scheduled task: intervals that ended and were not run (catch-up off leaves them here).
-    missed: Vec<tick::TaskDecision>,
+    missed: Vec<Missed>,
     /// Per scheduled task's dataset: the newest published partition and how far behind now its
     /// end is.
     freshness: Vec<Freshness>,
+}
+
+#[derive(Serialize)]
+struct Missed {
+    task: String,
+    /// Missed intervals, oldest first: gaps between published partitions, then the due intervals
+    /// a tick would leave as debt.
+    debt: Vec<String>,
+    /// The interval the next tick would run.
+    next: Option<String>,
 }
 
 #[derive(Serialize, Default)]
@@ -82,7 +95,11 @@ pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
         }
         runs.push(RunStatusLine { run, steps });
     }
-    let debt = debt(&ws, store.as_ref())?;
+    let now = match &args.now {
+        Some(text) => tick::parse_instant(text)?,
+        None => Utc::now(),
+    };
+    let debt = debt(&ws, store.as_ref(), now)?;
     let status =
         Status { project: ws.spec.project.name.clone(), state: workspace::redact(&ws.state_url()), runs, debt };
     if args.json {
@@ -116,8 +133,7 @@ pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn debt(ws: &Workspace, store: &dyn tidegate_store::Store) -> Result<Debt> {
-    let now = Utc::now();
+fn debt(ws: &Workspace, store: &dyn tidegate_store::Store, now: chrono::DateTime<Utc>) -> Result<Debt> {
     let mut queues: BTreeMap<String, Queue> = BTreeMap::new();
     for a in store.active_steps()? {
         let q = queues.entry(format!("{:?}", a.priority).to_lowercase()).or_default();
@@ -150,7 +166,15 @@ fn debt(ws: &Workspace, store: &dyn tidegate_store::Store) -> Result<Debt> {
             Freshness { task: d.task.clone(), newest_published: d.newest_published.clone(), lag_s }
         })
         .collect();
-    let missed = decisions.into_iter().filter(|d| !d.debt.is_empty()).collect();
+    let missed = decisions
+        .into_iter()
+        .map(|d| Missed {
+            task: d.task,
+            debt: d.gaps.into_iter().chain(d.debt).collect(),
+            next: d.run.first().cloned(),
+        })
+        .filter(|m| !m.debt.is_empty())
+        .collect();
     Ok(Debt { queues, missed, freshness })
 }
 
@@ -161,11 +185,13 @@ fn print_debt(debt: &Debt) {
     }
     for d in &debt.missed {
         println!(
-            "Debt {}: {} missed intervals not run ({}); the newest due one is {}",
+            "Debt {}: {} missed intervals not run ({}); run them with `tidegate run {} --from {} --to {}`",
             d.task,
             d.debt.len(),
             d.debt.join(", "),
-            d.run.first().map_or("-", String::as_str)
+            d.task,
+            d.debt.first().map_or("-", String::as_str),
+            d.debt.last().map_or("-", String::as_str)
         );
     }
 }

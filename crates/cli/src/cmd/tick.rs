@@ -58,6 +58,8 @@ pub struct TaskDecision {
     pub due: Vec<String>,
     pub run: Vec<String>,
     pub debt: Vec<String>,
+    /// Older missed intervals: unpublished, between published ones (debt left by earlier ticks).
+    pub gaps: Vec<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -98,7 +100,7 @@ pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn parse_instant(text: &str) -> Result<DateTime<Utc>> {
+pub fn parse_instant(text: &str) -> Result<DateTime<Utc>> {
     if let Ok(t) = DateTime::parse_from_rfc3339(text) {
         return Ok(t.with_timezone(&Utc));
     }
@@ -137,6 +139,13 @@ async fn decide_task(spec: &Spec, lake: &Lake, task: &Task, now: DateTime<Utc>) 
         // Never published: the schedule starts now, with the newest ended interval.
         None => candidates.last().cloned().into_iter().collect(),
     };
+    let oldest = candidates.iter().position(|p| published.contains(p.key.as_str()));
+    let gaps: Vec<String> = match (oldest, newest) {
+        (Some(a), Some(b)) => {
+            candidates[a..b].iter().filter(|p| !published.contains(p.key.as_str())).map(|p| p.key.clone()).collect()
+        }
+        _ => Vec::new(),
+    };
     let decision = catch_up(&due, task.catchup);
     Ok(Some(TaskDecision {
         task: task.name.clone(),
@@ -145,6 +154,7 @@ async fn decide_task(spec: &Spec, lake: &Lake, task: &Task, now: DateTime<Utc>) 
         due: due.iter().map(|p| p.key.clone()).collect(),
         run: decision.run.iter().map(|p| p.key.clone()).collect(),
         debt: decision.debt.iter().map(|p| p.key.clone()).collect(),
+        gaps,
     }))
 }
 
