@@ -49,6 +49,9 @@ enum Command {
     /// The demo workspace's click feed (a command task; not for direct use).
     #[command(hide = true)]
     DemoFeed(cmd::demo::feed::FeedArgs),
+    /// Benchmarks for developers (`tidegate bench lake`); results go to BENCHMARKS.md.
+    #[command(hide = true, subcommand)]
+    Bench(cmd::bench::Command),
 }
 
 fn main() -> ExitCode {
@@ -71,6 +74,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => cmd::serve::run(ws, args),
         Command::Demo(args) => cmd::demo::run(args),
         Command::DemoFeed(args) => cmd::demo::feed::run(args),
+        Command::Bench(command) => cmd::bench::run(command),
     };
     match result {
         Ok(code) => code,

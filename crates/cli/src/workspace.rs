@@ -23,7 +23,9 @@ pub fn find_root(explicit: Option<&Path>) -> Result<PathBuf> {
         if !dir.join(SPEC_FILE).is_file() {
             bail!("{} has no {SPEC_FILE}; create one with `tidegate init {}`", dir.display(), dir.display());
         }
-        return Ok(dir.to_path_buf());
+        // Absolute, because commands run with the workspace as their working folder and are
+        // given paths inside it: a relative root would be resolved twice.
+        return std::path::absolute(dir).with_context(|| format!("resolving the workspace folder {}", dir.display()));
     }
     let cwd = std::env::current_dir().context("reading the current folder")?;
     for dir in cwd.ancestors() {

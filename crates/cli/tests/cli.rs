@@ -181,3 +181,31 @@ fn history_says_exactly_where_an_edited_journal_breaks() {
     let json: Value = serde_json::from_slice(&ws.run(&["history", "--json"]).stdout).expect("json");
     assert_eq!(json["chain"]["break_at"]["seq"], 3);
 }
+
+/// A relative `-C` must not break command tasks, which run inside the workspace and are given
+/// paths in it (a relative root would be resolved twice).
+#[test]
+fn a_relative_workspace_folder_runs_command_tasks() {
+    let parent = tempfile::tempdir().expect("temp dir");
+    let ws = parent.path().join("ws");
+    std::fs::create_dir(&ws).expect("ws");
+    std::fs::write(
+        ws.join("tidegate.toml"),
+        r#"
+[project]
+name = "relative"
+[datasets.raw]
+partitioning = { grain = "day", start = "2024-01-01" }
+write = { mode = "replace" }
+columns = [{ name = "id", type = "int64" }]
+[tasks.extract]
+command = ["sh", "-c", "printf 'id\n1\n' > \"$TIDEGATE_OUTPUT_DIR/raw.csv\""]
+outputs = ["raw"]
+"#,
+    )
+    .expect("spec");
+    let out = tidegate(parent.path(), &["-C", "ws", "run", "extract", "--partition", "2024-01-01", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(report["status"], "succeeded", "{report}");
+}

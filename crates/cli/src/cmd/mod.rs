@@ -1,6 +1,7 @@
 //! One module per subcommand: its clap arguments and its `run`.
 
 pub mod backfill;
+pub mod bench;
 pub mod data;
 pub mod demo;
 pub mod history;
