@@ -430,11 +430,27 @@ fn summary(dir: &Path, started: Instant) -> Result<ExitCode> {
     println!();
     println!("Done in {:.1} s. Try next:", started.elapsed().as_secs_f64());
     let d = dir.display();
-    println!("  tidegate -C {d} status");
-    println!("  tidegate -C {d} backfill list");
-    println!("  tidegate -C {d} history user_features:{}", day(CORRUPT_DAY));
-    println!("  tidegate -C {d} read training_snapshot --limit 5");
-    println!("  tidegate -C {d} sql \"SELECT event_type, COUNT(*) FROM clicks GROUP BY 1\"");
+    let tg = invocation();
+    println!("  {tg} -C {d} status");
+    println!("  {tg} -C {d} backfill list");
+    println!("  {tg} -C {d} history user_features:{}", day(CORRUPT_DAY));
+    println!("  {tg} -C {d} read training_snapshot --limit 5");
+    println!("  {tg} -C {d} sql \"SELECT event_type, COUNT(*) FROM clicks GROUP BY 1\"");
+    println!("  {tg} init my-pipeline      # your own workspace, with a commented tidegate.toml");
     println!("  open {d}/backfill-report.html");
     Ok(ExitCode::SUCCESS)
+}
+
+/// How the user can call this binary again: `tidegate` when that is what is on the PATH,
+/// otherwise its path (relative to the current folder when inside it, as after `cargo run`).
+fn invocation() -> String {
+    let Ok(exe) = std::env::current_exe() else { return "tidegate".to_owned() };
+    let on_path = std::env::var_os("PATH").is_some_and(|paths| {
+        std::env::split_paths(&paths).any(|p| p.join("tidegate").canonicalize().ok() == exe.canonicalize().ok())
+    });
+    if on_path {
+        return "tidegate".to_owned();
+    }
+    let cwd = std::env::current_dir().unwrap_or_default();
+    exe.strip_prefix(&cwd).map_or_else(|_| exe.display().to_string(), |p| p.display().to_string())
 }
