@@ -497,3 +497,52 @@ fn reprocess_missing_plans_only_partitions_never_published() {
         String::from_utf8_lossy(&nothing.stderr)
     );
 }
+
+#[test]
+fn a_command_task_that_would_read_staged_output_is_refused_at_plan_time() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let ws = dir.path();
+    let spec = format!(
+        "{SPEC}\n[datasets.export]\npartitioning = {{ grain = \"day\", start = \"2024-01-01\" }}\nwrite = {{ mode = \"replace\" }}\ncolumns = [{{ name = \"id\", type = \"int64\" }}]\n\n[tasks.export_report]\ncommand = [\"true\"]\ninputs = [\"report\"]\noutputs = [\"export\"]\n"
+    );
+    std::fs::write(ws.join("tidegate.toml"), spec).expect("spec");
+    let out = run(
+        ws,
+        "ana",
+        &[
+            "backfill",
+            "plan",
+            "summarize",
+            "--from",
+            "2024-01-01",
+            "--to",
+            "2024-01-02",
+            "--reprocess",
+            "all",
+            "--include-downstream",
+            "--reason",
+            "x",
+        ],
+    );
+    assert!(!out.status.success());
+    let message = String::from_utf8_lossy(&out.stderr);
+    assert!(message.contains("export_report") && message.contains("staged output"), "{message}");
+    // Without the downstream closure the same backfill is fine.
+    ok(
+        ws,
+        "ana",
+        &[
+            "backfill",
+            "plan",
+            "summarize",
+            "--from",
+            "2024-01-01",
+            "--to",
+            "2024-01-02",
+            "--reprocess",
+            "all",
+            "--reason",
+            "x",
+        ],
+    );
+}

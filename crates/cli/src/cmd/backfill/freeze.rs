@@ -199,6 +199,7 @@ fn freeze(ws: &Workspace, store: &dyn Store, args: &PlanArgs) -> Result<FrozenSp
     let written: BTreeSet<String> =
         plan.steps.iter().flat_map(|s| ws.spec.tasks[&s.task].outputs.iter().cloned()).collect();
     let read: BTreeSet<String> = plan.steps.iter().flat_map(|s| s.inputs.iter().map(|i| i.dataset.clone())).collect();
+    refuse_commands_reading_staged_output(ws, &plan, &written)?;
 
     runtime()?.block_on(async {
         let lake = open_lake(ws).await?;
@@ -247,6 +248,29 @@ fn freeze(ws: &Workspace, store: &dyn Store, args: &PlanArgs) -> Result<FrozenSp
             blast_radius,
         })
     })
+}
+
+/// A command task inside a backfill that reads what an upstream step of the same backfill writes
+/// would read the *published* rows, not the staged ones (only SQL tasks read staged output so
+/// far): refused at plan time rather than computing a silently stale downstream.
+fn refuse_commands_reading_staged_output(ws: &Workspace, plan: &Plan, written: &BTreeSet<String>) -> Result<()> {
+    for s in &plan.steps {
+        let task = &ws.spec.tasks[&s.task];
+        if !matches!(task.run, tidegate_core::spec::TaskRun::Command { .. }) || s.upstream.is_empty() {
+            continue;
+        }
+        if let Some(input) = task.inputs.iter().find(|i| written.contains(&i.dataset)) {
+            bail!(
+                "task {} is a command that reads {}, which this backfill rewrites; command tasks cannot read a                  backfill's staged output yet (SQL tasks can). Plan {} without --include-downstream and backfill {}                  after publishing, or make {} a SQL task",
+                task.name,
+                input.dataset,
+                input.dataset,
+                task.name,
+                task.name
+            );
+        }
+    }
+    Ok(())
 }
 
 /// The step names to keep for `missing` or `failed`.
