@@ -301,9 +301,14 @@ impl Engine {
                 self.absorb_report(report, &mut view, &mut pools, &mut events, &correlation, &mut summary).await?;
             }
             // 2. Dependencies.
+            // Every step that becomes ready in this tick pins the same table versions: each
+            // table's version is read once per tick, not once per step.
+            let mut versions: HashMap<String, Option<u64>> = HashMap::new();
             for (step_id, decision) in view.take_dependency_decisions() {
                 let event = match decision {
-                    Dependency::Met => StepEvent::DepsMet { inputs: self.pin_inputs(&view, &step_id).await? },
+                    Dependency::Met => {
+                        StepEvent::DepsMet { inputs: self.pin_inputs(&view, &step_id, &mut versions).await? }
+                    }
                     Dependency::Failed { upstream } => StepEvent::UpstreamFailed { upstream },
                 };
                 events.push(StepEventRecord { step_id, event, meta: self.meta("upstream settled", &correlation) });
@@ -471,11 +476,23 @@ impl Engine {
     /// Pins every input of a step to the table version published now (unless planned with a
     /// version already); the pins are stored with
     /// the step and every attempt, retries included, reads exactly them.
-    async fn pin_inputs(&self, view: &View, step_id: &str) -> Result<Vec<PinnedInput>> {
+    async fn pin_inputs(
+        &self,
+        view: &View,
+        step_id: &str,
+        versions: &mut HashMap<String, Option<u64>>,
+    ) -> Result<Vec<PinnedInput>> {
         let Some(entry) = view.get(step_id) else { return Ok(Vec::new()) };
         let mut pins = Vec::new();
         for input in &entry.record.inputs {
-            let version = self.lake.table_version(&input.dataset).await.map_err(Error::Lake)?;
+            let version = match versions.get(&input.dataset) {
+                Some(v) => *v,
+                None => {
+                    let v = self.lake.table_version(&input.dataset).await.map_err(Error::Lake)?;
+                    versions.insert(input.dataset.clone(), v);
+                    v
+                }
+            };
             // Inside a backfill, upstream steps of the same run that wrote this input are staged,
             // not published: the attempt reads their output over the published version.
             let staged_steps = entry

@@ -156,6 +156,12 @@ impl Lake {
             .with_table_name(dataset.name.clone())
             .with_columns(kernel.fields().cloned())
             .with_partition_columns([PARTITION_COLUMN])
+            // Every publication loads the table; a checkpoint every few commits keeps that load
+            // flat as history grows (delta-rs' default of 100 lets per-step cost climb with it).
+            .with_configuration_property(
+                deltalake_core::TableProperty::CheckpointInterval,
+                Some(CHECKPOINT_INTERVAL.to_string()),
+            )
             .await;
         match created {
             Ok(table) => Ok(table),
@@ -169,6 +175,9 @@ impl Lake {
         }
     }
 }
+
+/// Commits between Delta checkpoints of the tables Tidegate creates.
+pub const CHECKPOINT_INTERVAL: u32 = 10;
 
 /// The Arrow schema of a loaded table, partition column included.
 pub(crate) fn table_schema(table: &DeltaTable) -> Result<SchemaRef> {
