@@ -12,7 +12,7 @@ use arrow::datatypes::{DataType, Float64Type, SchemaRef, UInt64Type};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tidegate_core::spec::model::Dataset;
+use tidegate_core::spec::model::{Dataset, DatasetKind, WriteMode};
 
 use crate::df;
 use crate::error::{Error, FileLocation, Result};
@@ -175,11 +175,29 @@ impl Lake {
             Some(version) => {
                 let published = self.load_at(name, Some(version)).await?;
                 read::register_table(&ctx, "published_table", &published).await?;
-                let sql = format!(
-                    "CREATE VIEW published AS SELECT * FROM published_table WHERE {} IN {}",
-                    df::ident(PARTITION_COLUMN),
-                    df::literal_list(&partitions)
-                );
+                let sql = match (&spec.dataset.kind, partitions.as_slice()) {
+                    // A snapshot is the whole dataset: the new one replaces every published row,
+                    // whichever partition (week, month) the current snapshot was taken for.
+                    (DatasetKind::Managed { write: WriteMode::Snapshot }, [key]) => {
+                        let columns: Vec<String> = schema
+                            .fields()
+                            .iter()
+                            .map(|f| {
+                                if f.name() == PARTITION_COLUMN {
+                                    format!("{} AS {}", df::literal(key), df::ident(PARTITION_COLUMN))
+                                } else {
+                                    df::ident(f.name())
+                                }
+                            })
+                            .collect();
+                        format!("CREATE VIEW published AS SELECT {} FROM published_table", columns.join(", "))
+                    }
+                    _ => format!(
+                        "CREATE VIEW published AS SELECT * FROM published_table WHERE {} IN {}",
+                        df::ident(PARTITION_COLUMN),
+                        df::literal_list(&partitions)
+                    ),
+                };
                 df::query(&ctx, &sql).await?;
             }
             None => df::register_batches(&ctx, "published", &schema, Vec::new())?,

@@ -356,3 +356,32 @@ async fn partition_sizes_come_from_the_published_files() {
     assert_eq!(summary, [("eu", 3, 1), ("us", 2, 1)]);
     assert!(all.iter().all(|s| s.n_bytes > 0));
 }
+
+/// A snapshot is the whole dataset: a new week's snapshot is compared with every published row
+/// (the previous week's snapshot), not with an empty partition of the same key; and an older
+/// snapshot published after a newer one is refused, so readers never move backwards.
+#[tokio::test]
+async fn a_snapshot_compares_with_the_whole_published_snapshot_and_never_goes_backwards() {
+    let (_dir, lake) = lake().await;
+    let ds = dataset("training", WriteMode::Snapshot, basic_columns());
+    let keys = strings(&["id"]);
+    let w1 = put(&lake, &ds, &[part("2024-W01")], rows(&[(1, Some(10), None), (2, Some(20), None)], None), "w1").await;
+    let staged = stage(
+        &lake,
+        &ds,
+        "w2",
+        &[part("2024-W02")],
+        vec![rows(&[(1, Some(10), None), (2, Some(25), None), (3, Some(30), None)], None)],
+    )
+    .await;
+    let c = lake.compare(&spec(&ds, &keys, &[]), Some(w1), std::slice::from_ref(&staged)).await.expect("compare");
+    let p = &c.partitions[0];
+    assert_eq!(p.partition, "2024-W02");
+    assert_eq!((p.rows_before, p.rows_after, p.n_added, p.n_removed, p.n_changed), (2, 3, 1, 0, 1));
+
+    lake.publish(&release("rel-w2", &ds, staged, "w2")).await.expect("publish w2");
+    let late = stage(&lake, &ds, "w1-late", &[part("2024-W01")], vec![rows(&[(9, Some(90), None)], None)]).await;
+    let err = lake.publish(&release("rel-w1-late", &ds, late, "w1-late")).await.expect_err("an older snapshot");
+    assert!(matches!(err, Error::SupersededSnapshot { .. }), "{err:?}");
+    assert_eq!(read_all(&lake, "training").await.len(), 3, "readers still see the 2024-W02 snapshot");
+}
