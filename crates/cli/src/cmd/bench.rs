@@ -154,6 +154,7 @@ struct Report {
     merge: Samples,
     merge_rss_kib: Option<u64>,
     merge_check: String,
+    base_read: Samples,
     diff: Samples,
     diff_rss_kib: Option<u64>,
     diff_counts: (u64, u64, u64),
@@ -240,6 +241,7 @@ async fn run_all(dir: &Path, sizes: Sizes) -> Result<Report> {
         merge: merge.samples,
         merge_rss_kib: merge.rss_kib,
         merge_check: merge.check,
+        base_read: merge.base_read,
         diff,
         diff_rss_kib,
         diff_counts,
@@ -387,6 +389,8 @@ async fn bench_publish(lake: &Lake, sizes: Sizes) -> Result<Vec<PublishLevel>> {
 #[derive(Debug)]
 struct MergeOutcome {
     samples: Samples,
+    /// `Lake::read` of every row of the base version (context, not a baseline).
+    base_read: Samples,
     rss_kib: Option<u64>,
     /// Table version of the published base and of the first merge's result.
     base_version: u64,
@@ -612,8 +616,20 @@ async fn bench_merge(lake: &Lake, sizes: Sizes) -> Result<MergeOutcome> {
     }
     let rss_kib = tracked.then(peak_rss_kib).flatten();
     let merged_files = first_publish_files(lake, &staged.staging_id)?;
+
+    // Context for the merge's cost: reading every row of the base version once.
+    let mut base_read = Samples::default();
+    for run in 0..sizes.runs {
+        progress(&format!("merge context: Lake::read of the base version, run {} of {}", run + 1, sizes.runs));
+        let start = Instant::now();
+        let batches = lake.read(MERGE_TABLE, None, Some(base_version)).await?;
+        base_read.0.push(start.elapsed().as_secs_f64());
+        let n: usize = batches.iter().map(RecordBatch::num_rows).sum();
+        ensure!(n as u64 == sizes.rows, "read {n} rows of the base, expected {}", sizes.rows);
+    }
     Ok(MergeOutcome {
         samples,
+        base_read,
         rss_kib,
         base_version,
         merged_version,
@@ -852,6 +868,7 @@ impl Report {
             json!({ "updates": sizes.n_updates, "deletes": sizes.n_deletes, "inserts": sizes.n_inserts });
         merge["partitions"] = json!(N_BUCKETS);
         merge["check"] = json!(self.merge_check);
+        merge["context_read_base"] = self.base_read.json();
         merge["peak_rss_kib"] = json!(self.merge_rss_kib);
         let mut diff = self.diff.json();
         diff["rows"] = json!(sizes.rows);
@@ -980,6 +997,14 @@ impl Report {
                 let _ = writeln!(o, "   DuckDB baseline skipped: {why}");
             }
         }
+        let _ = writeln!(
+            o,
+            "   context, Lake::read of all {} base rows: median {} (min {}, max {})",
+            sizes.rows,
+            s(self.base_read.median()),
+            s(self.base_read.min()),
+            s(self.base_read.max())
+        );
         let _ = writeln!(o, "   result checked: {}; peak RSS {}", self.merge_check, mib(self.merge_rss_kib));
 
         let _ = writeln!(o);
