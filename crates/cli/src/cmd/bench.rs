@@ -66,8 +66,8 @@ pub fn run(command: Command) -> Result<ExitCode> {
 const N_DAYS: usize = 365;
 /// Rows per day partition in the publication benchmark.
 const ROWS_PER_DAY: i64 = 4;
-/// The table versions at which publication is measured (the first on fresh tables). 100 is past
-/// the first Delta checkpoint (delta-rs writes one every 100 commits by default).
+/// The table versions at which publication is measured (the first on fresh tables); 100 shows the
+/// trend over a longer log. The lake checkpoints its tables every few commits (`table.rs`).
 const PUBLISH_LEVELS: [u64; 4] = [0, 10, 50, 100];
 /// The publication aim of the issue, in seconds.
 const PUBLISH_AIM_S: f64 = 2.0;
