@@ -9,6 +9,7 @@ pub mod idempotency;
 pub mod partition;
 pub mod plan;
 pub mod retry;
+pub mod rng;
 pub mod schedule;
 pub mod spec;
 pub mod state;

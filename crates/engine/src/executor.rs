@@ -12,6 +12,7 @@ use chrono::{DateTime, Utc};
 use tidegate_core::clock::Clock;
 use tidegate_core::idempotency::PinnedInput;
 use tidegate_core::retry::{ErrorClass, RetryBudget};
+use tidegate_core::rng::SplitMix64;
 use tidegate_core::schedule::{self, ClassLoad, RateLimit, Shares};
 use tidegate_core::spec::Spec;
 use tidegate_core::state::{RunStatus, StepEvent, StepStatus};
@@ -84,16 +85,23 @@ impl Summary {
     pub fn of_steps(steps: &[tidegate_store::StepRecord]) -> Summary {
         let mut summary = Summary::default();
         for step in steps {
-            match step.status() {
-                StepStatus::Published => summary.published += 1,
-                StepStatus::Failed | StepStatus::UpstreamFailed => summary.failed += 1,
-                StepStatus::Skipped | StepStatus::Superseded => summary.skipped += 1,
-                StepStatus::AwaitingApproval => summary.awaiting_approval += 1,
-                _ => {}
+            summary.count(step.status());
+            if step.status() == StepStatus::AwaitingApproval {
+                summary.awaiting_approval += 1;
             }
             summary.retried += step.state.attempt.saturating_sub(1) as usize;
         }
         summary
+    }
+
+    /// Counts a step that reached `status` (non-final statuses count nowhere).
+    fn count(&mut self, status: StepStatus) {
+        match status {
+            StepStatus::Published => self.published += 1,
+            StepStatus::Failed | StepStatus::UpstreamFailed => self.failed += 1,
+            StepStatus::Skipped | StepStatus::Superseded => self.skipped += 1,
+            _ => {}
+        }
     }
 }
 
@@ -149,20 +157,23 @@ fn class_of(p: Priority) -> usize {
     }
 }
 
-/// A tiny deterministic generator for backoff jitter (splitmix64).
-#[derive(Debug)]
-struct Jitter(u64);
-
-impl Jitter {
-    fn next(&mut self) -> f64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        #[allow(clippy::cast_precision_loss)]
-        let unit = (z >> 11) as f64 / (1u64 << 53) as f64;
-        unit
+/// Takes the scheduler role for `owner`, waiting out a holder that stopped renewing it (a crashed
+/// process holds it until its TTL passes); [`Error::SchedulerBusy`] after twice the TTL. Anything
+/// that publishes outside a drain (a backfill release, a rollback) takes the role this way too.
+pub async fn acquire_scheduler_role(store: &Arc<dyn Store>, owner: &str, clock: &dyn Clock, ttl_s: u32) -> Result<()> {
+    let give_up = std::time::Instant::now() + Duration::from_secs(u64::from(ttl_s) * 2 + 1);
+    loop {
+        let (s, o, now) = (store.clone(), owner.to_owned(), clock.now());
+        let acquired = tokio::task::spawn_blocking(move || s.acquire_scheduler(&o, now, ttl_s))
+            .await
+            .map_err(|e| Error::Internal(e.to_string()))??;
+        if acquired {
+            return Ok(());
+        }
+        if std::time::Instant::now() >= give_up {
+            return Err(Error::SchedulerBusy);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
@@ -261,24 +272,14 @@ impl Engine {
     /// Takes the scheduler role, waiting out a holder that stopped renewing it (a crashed process
     /// holds it until its lease TTL passes).
     async fn acquire_scheduler_role(&self) -> Result<()> {
-        let ttl = self.spec.project.lease_ttl_s;
-        let give_up = std::time::Instant::now() + Duration::from_secs(u64::from(ttl) * 2 + 1);
-        loop {
-            let (o, now) = (self.opts.worker_id.clone(), self.clock.now());
-            if self.db(move |s| s.acquire_scheduler(&o, now, ttl)).await? {
-                return Ok(());
-            }
-            if std::time::Instant::now() >= give_up {
-                return Err(Error::SchedulerBusy);
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        acquire_scheduler_role(&self.store, &self.opts.worker_id, self.clock.as_ref(), self.spec.project.lease_ttl_s)
+            .await
     }
 
     async fn drain_inner(&self) -> Result<Summary> {
         let mut view = self.db(|s| View::load(s)).await?;
         let mut pools = self.pools();
-        let mut jitter = Jitter(self.opts.seed);
+        let mut jitter = SplitMix64::new(self.opts.seed);
         let mut summary = Summary::default();
         let (tx, mut rx) = mpsc::unbounded_channel::<Report>();
         let mut in_flight = 0usize;
@@ -346,7 +347,7 @@ impl Engine {
             for lease in self.db(move |s| s.expired_leases(now)).await? {
                 events.push(StepEventRecord {
                     step_id: lease.step_id.clone(),
-                    event: StepEvent::LeaseExpired { epoch: lease.epoch, at: now, jitter: jitter.next() },
+                    event: StepEvent::LeaseExpired { epoch: lease.epoch, at: now, jitter: jitter.next_unit() },
                     meta: self.meta(format!("lease of {} expired at {}", lease.worker, lease.expires_at), &correlation),
                 });
             }
@@ -541,14 +542,8 @@ impl Engine {
     fn absorb_outcome(&self, step_id: &str, outcome: Outcome, view: &mut View, summary: &mut Summary) {
         match outcome {
             Outcome::Applied { step, .. } => {
-                let status = step.status;
+                summary.count(step.status);
                 view.update(step_id, step);
-                match status {
-                    StepStatus::Published => summary.published += 1,
-                    StepStatus::Failed | StepStatus::UpstreamFailed => summary.failed += 1,
-                    StepStatus::Skipped | StepStatus::Superseded => summary.skipped += 1,
-                    _ => {}
-                }
             }
             Outcome::Rejected { .. } => summary.rejected += 1,
         }
@@ -577,7 +572,7 @@ impl Engine {
                 // same tick the same delay, which is the thundering herd full jitter exists to avoid.
                 let step_seed =
                     u64::from_le_bytes(blake3::hash(step_id.as_bytes()).as_bytes()[..8].try_into().unwrap_or([0; 8]));
-                let jitter = Jitter(self.opts.seed ^ step_seed ^ epoch).next();
+                let jitter = SplitMix64::new(self.opts.seed ^ step_seed ^ epoch).next_unit();
                 events.push(StepEventRecord {
                     step_id,
                     event: StepEvent::AttemptFailed { epoch, class, reason: reason.clone(), at: ended_at, jitter },
@@ -735,17 +730,21 @@ impl Engine {
         if room == 0 || ready.is_empty() {
             return Ok(Vec::new());
         }
-        // Each backfill's room under its throttle: max_active minus its steps holding leases.
-        let mut backfill_room: HashMap<String, u32> = HashMap::new();
-        for (id, gate) in gates.iter() {
-            let active = view
-                .entries()
-                .filter(|e| e.backfill_id.as_deref() == Some(id.as_str()) && e.status().holds_lease())
-                .count();
-            let room =
-                if gate.paused { 0 } else { gate.max_active.saturating_sub(u32::try_from(active).unwrap_or(u32::MAX)) };
-            backfill_room.insert(id.clone(), room);
+        // Each backfill's room under its throttle: max_active minus its steps holding leases, from
+        // one pass over the view.
+        let mut active: HashMap<&str, u32> = HashMap::new();
+        for e in view.entries().filter(|e| e.status().holds_lease()) {
+            if let Some(b) = &e.backfill_id {
+                *active.entry(b.as_str()).or_default() += 1;
+            }
         }
+        let mut backfill_room: HashMap<String, u32> = gates
+            .iter()
+            .map(|(id, gate)| {
+                let used = active.get(id.as_str()).copied().unwrap_or(0);
+                (id.clone(), if gate.paused { 0 } else { gate.max_active.saturating_sub(used) })
+            })
+            .collect();
         // Ready steps per pool and class, in order; a backfill's steps only within its room.
         let mut queues: BTreeMap<String, [Vec<String>; 3]> = BTreeMap::new();
         for e in ready {

@@ -105,9 +105,9 @@ impl View {
     pub fn update(&mut self, step_id: &str, state: Step) {
         let Some(entry) = self.steps.get_mut(step_id) else { return };
         let settled = |s: StepStatus| s.is_terminal() || s == StepStatus::AwaitingApproval;
-        let became_terminal = !settled(entry.record.state.status) && settled(state.status);
+        let settled_now = !settled(entry.record.state.status) && settled(state.status);
         entry.record.state = state;
-        if became_terminal {
+        if settled_now {
             let downstream = entry.downstream_ids.clone();
             self.dirty.extend(downstream);
         }

@@ -14,6 +14,7 @@ use tidegate_core::clock::SystemClock;
 use tidegate_engine::{Engine, Options, Summary};
 use tidegate_store::{Priority, Trigger};
 
+use crate::cmd::data::{open_lake, runtime};
 use crate::cmd::plan::TargetArgs;
 use crate::cmd::submit;
 use crate::output;
@@ -110,23 +111,9 @@ pub fn execute(
     show_progress: bool,
     follow: Option<&str>,
 ) -> Result<Summary> {
-    let runtime =
-        tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
-    let lake_uri = ws.lake_url();
-    runtime.block_on(async {
-        let lake = Arc::new(
-            tidegate_lake::Lake::open(&lake_uri).await.with_context(|| format!("opening the lake at {lake_uri}"))?,
-        );
-        let opts = Options { max_parallel: workers.max(1), ..Options::default() };
-        let mut engine = Engine::new(
-            store,
-            lake,
-            Arc::new(ws.spec.clone()),
-            ws.root.clone(),
-            lake_uri.clone(),
-            Arc::new(SystemClock),
-            opts,
-        );
+    runtime()?.block_on(async {
+        let lake = open_lake(ws).await?;
+        let mut engine = engine(ws, store, lake, workers);
         if show_progress {
             engine = engine.with_progress(progress_printer());
         }
@@ -139,6 +126,24 @@ pub fn execute(
         }
         Ok(summary)
     })
+}
+
+/// The in-process engine for a workspace, on the system clock.
+pub fn engine(
+    ws: &Workspace,
+    store: Arc<dyn tidegate_store::Store>,
+    lake: Arc<tidegate_lake::Lake>,
+    workers: usize,
+) -> Engine {
+    Engine::new(
+        store,
+        lake,
+        Arc::new(ws.spec.clone()),
+        ws.root.clone(),
+        ws.lake_url(),
+        Arc::new(SystemClock),
+        Options { max_parallel: workers.max(1), ..Options::default() },
+    )
 }
 
 /// A progress line: redrawn in place on a terminal, printed every few seconds otherwise.

@@ -11,12 +11,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use chrono::Utc;
-use tidegate_core::clock::SystemClock;
-use tidegate_engine::{Engine, Options};
-use tidegate_store::{Priority, Trigger};
 
 use crate::cmd::data::{open_lake, runtime};
-use crate::cmd::tick;
+use crate::cmd::{run, tick};
 use crate::workspace;
 
 /// Run the schedules and execute runs until stopped (SIGTERM or Ctrl-C stop it cleanly).
@@ -52,17 +49,7 @@ pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
             flag.store(true, Ordering::SeqCst);
         });
         let lake = open_lake(&ws).await?;
-        let lake_uri = ws.lake_url();
-        let engine = Engine::new(
-            store.clone(),
-            lake.clone(),
-            Arc::new(ws.spec.clone()),
-            ws.root.clone(),
-            lake_uri,
-            Arc::new(SystemClock),
-            Options { max_parallel: args.workers.max(1), ..Options::default() },
-        )
-        .with_stop(stop.clone());
+        let engine = run::engine(&ws, store.clone(), lake.clone(), args.workers).with_stop(stop.clone());
         eprintln!(
             "tidegate serve: {} (ticking every {} s; SIGTERM or Ctrl-C stops)",
             ws.spec.project.name, args.tick_every_s
@@ -71,10 +58,8 @@ pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
             let started = Instant::now();
             let now = Utc::now();
             let decisions = tick::decide(&ws.spec, &lake, now).await?;
-            for (trigger, priority) in [(Trigger::Schedule, Priority::Live), (Trigger::Catchup, Priority::Catchup)] {
-                if let Some(run_id) = tick::submit_due(&ws, store.as_ref(), &decisions, trigger, priority, now)? {
-                    eprintln!("tick {now}: started {} run {run_id}", format!("{trigger:?}").to_lowercase());
-                }
+            for run_id in tick::start_due(&ws, store.as_ref(), &decisions, now)? {
+                eprintln!("tick {now}: started run {run_id}");
             }
             for d in decisions.iter().filter(|d| !d.debt.is_empty()) {
                 eprintln!("tick {now}: {} has {} missed intervals as debt (catch-up off)", d.task, d.debt.len());

@@ -80,14 +80,7 @@ pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
         decide(&ws.spec, &lake, now).await
     })?;
     let store = ws.open_store()?;
-    let mut runs = Vec::new();
-    if !args.dry_run {
-        for (trigger, priority) in [(Trigger::Schedule, Priority::Live), (Trigger::Catchup, Priority::Catchup)] {
-            if let Some(run_id) = submit_due(&ws, store.as_ref(), &decisions, trigger, priority, now)? {
-                runs.push(run_id);
-            }
-        }
-    }
+    let runs = if args.dry_run { Vec::new() } else { start_due(&ws, store.as_ref(), &decisions, now)? };
     if !args.json {
         print_decisions(&decisions, now);
     }
@@ -158,9 +151,23 @@ async fn decide_task(spec: &Spec, lake: &Lake, task: &Task, now: DateTime<Utc>) 
     }))
 }
 
-/// Submits one run holding every (task, partition) the decisions start under `trigger`: the
-/// newest due interval of each task (schedule), or the older ones of tasks with catch-up on.
-pub fn submit_due(
+/// Submits the runs the decisions start: the newest due interval of each task as a schedule run
+/// (live priority), the older ones of tasks with catch-up on as a catch-up run. Returns their ids.
+pub fn start_due(
+    ws: &Workspace,
+    store: &dyn Store,
+    decisions: &[TaskDecision],
+    now: DateTime<Utc>,
+) -> Result<Vec<String>> {
+    let mut runs = Vec::new();
+    for (trigger, priority) in [(Trigger::Schedule, Priority::Live), (Trigger::Catchup, Priority::Catchup)] {
+        runs.extend(submit_due(ws, store, decisions, trigger, priority, now)?);
+    }
+    Ok(runs)
+}
+
+/// Submits one run holding every (task, partition) the decisions start under `trigger`.
+fn submit_due(
     ws: &Workspace,
     store: &dyn Store,
     decisions: &[TaskDecision],

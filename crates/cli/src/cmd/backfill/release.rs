@@ -9,13 +9,14 @@ use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::path::Path;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use chrono::Utc;
 use serde::Serialize;
+use tidegate_core::clock::SystemClock;
 use tidegate_core::spec::model::{DatasetKind, WriteMode};
 use tidegate_core::state::{StepEvent, StepStatus};
+use tidegate_engine::executor::acquire_scheduler_role;
 use tidegate_lake::{Lake, Publication, StagedVersion};
 use tidegate_store::{BackfillRecord, BackfillStatus, ReleaseItem, ReleaseKind, ReleaseRecord, StepEventRecord, Store};
 
@@ -116,7 +117,7 @@ pub fn publish(ws: Option<&Path>, args: PublishArgs) -> Result<ExitCode> {
                 &meta(format!("publishing as release {release_id}"), &record.id),
             )?;
         }
-        hold_scheduler_role(store.as_ref(), &owner, ws.spec.project.lease_ttl_s).await?;
+        acquire_scheduler_role(&store, &owner, &SystemClock, ws.spec.project.lease_ttl_s).await?;
         let result = publish_release(&ws, store.as_ref(), &lake, &record, &spec, &release_id).await;
         let _ = store.release_scheduler(&owner);
         result
@@ -141,18 +142,6 @@ pub fn publish(ws: Option<&Path>, args: PublishArgs) -> Result<ExitCode> {
         println!("Undo with: tidegate backfill rollback {}", record.id);
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// Takes the scheduler role (only its holder publishes), waiting out a live holder for a while.
-async fn hold_scheduler_role(store: &dyn Store, owner: &str, ttl_s: u32) -> Result<()> {
-    let give_up = std::time::Instant::now() + Duration::from_secs(u64::from(ttl_s) * 2 + 1);
-    while !store.acquire_scheduler(owner, Utc::now(), ttl_s)? {
-        if std::time::Instant::now() >= give_up {
-            bail!("another process holds the scheduler role (a `tidegate run` or `serve`); try again when it finishes");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    Ok(())
 }
 
 async fn publish_release(
@@ -325,7 +314,7 @@ pub fn rollback(ws: Option<&Path>, args: RollbackArgs) -> Result<ExitCode> {
     let owner = format!("backfill-rollback-{}", std::process::id());
     let restored = runtime()?.block_on(async {
         let lake = open_lake(&ws).await?;
-        hold_scheduler_role(store.as_ref(), &owner, ws.spec.project.lease_ttl_s).await?;
+        acquire_scheduler_role(&store, &owner, &SystemClock, ws.spec.project.lease_ttl_s).await?;
         let mut restored = Vec::new();
         let mut result = Ok(());
         for name in spec.datasets.iter().rev() {

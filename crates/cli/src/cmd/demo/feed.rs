@@ -13,6 +13,8 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use chrono::{Duration, NaiveDate};
+use tidegate_core::idempotency::Canonical;
+use tidegate_core::rng::SplitMix64;
 
 /// Write one day of demo click events (used by the demo workspace's ingest task).
 #[derive(Debug, clap::Args)]
@@ -25,32 +27,12 @@ pub struct FeedArgs {
     pub users: u64,
 }
 
-/// splitmix64: a tiny, well-mixed deterministic generator.
-#[derive(Debug)]
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64, salt: &str) -> Self {
-        let h = blake3_u64(salt);
-        Rng(seed ^ h)
-    }
-
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
-
-fn blake3_u64(text: &str) -> u64 {
-    // FNV-1a: enough to spread a salt; no cryptographic need here.
-    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+/// The generator for one stream of the feed: the seed mixed with a salt (the day), so each day
+/// is reproducible on its own.
+fn day_rng(seed: u64, salt: &str) -> SplitMix64 {
+    let digest = Canonical::new("tidegate.demo.feed").str("salt", salt).finish();
+    let salt = digest.get(..16).and_then(|h| u64::from_str_radix(h, 16).ok()).unwrap_or(0);
+    SplitMix64::new(seed ^ salt)
 }
 
 /// One click event.
@@ -65,7 +47,7 @@ pub struct Event {
 
 /// The events delivered for `day`: deterministic from `seed`.
 pub fn events(seed: u64, users: u64, day: NaiveDate, corrupt: bool) -> Vec<Event> {
-    let mut rng = Rng::new(seed, &day.to_string());
+    let mut rng = day_rng(seed, &day.to_string());
     let start = day.and_hms_opt(0, 0, 0).unwrap_or_default().and_utc();
     let weekday_boost = if day.format("%u").to_string().parse::<u32>().unwrap_or(1) >= 6 { 40 } else { 0 };
     let n = 160 + weekday_boost + rng.below(60);
@@ -91,7 +73,7 @@ pub fn events(seed: u64, users: u64, day: NaiveDate, corrupt: bool) -> Vec<Event
     }
     // Late events: about 5% of yesterday's traffic arrives today (they keep yesterday's ts).
     let yesterday = day.pred_opt().unwrap_or(day);
-    let mut late_rng = Rng::new(seed, &format!("late/{day}"));
+    let mut late_rng = day_rng(seed, &format!("late/{day}"));
     for i in 0..(n / 20) {
         let user = late_rng.below(users);
         let ts = yesterday.and_hms_opt(23, 0, 0).unwrap_or_default().and_utc()
