@@ -45,6 +45,7 @@ enum Command {
     History(cmd::history::Args),
     Tick(cmd::tick::Args),
     Serve(cmd::serve::Args),
+    Worker(cmd::worker::Args),
     Demo(cmd::demo::Args),
     /// The demo workspace's click feed (a command task; not for direct use).
     #[command(hide = true)]
@@ -72,6 +73,7 @@ fn main() -> ExitCode {
         Command::History(args) => cmd::history::run(ws, args),
         Command::Tick(args) => cmd::tick::run(ws, args),
         Command::Serve(args) => cmd::serve::run(ws, args),
+        Command::Worker(args) => cmd::worker::run(ws, args),
         Command::Demo(args) => cmd::demo::run(args),
         Command::DemoFeed(args) => cmd::demo::feed::run(args),
         Command::Bench(command) => cmd::bench::run(command),

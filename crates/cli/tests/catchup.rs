@@ -91,3 +91,44 @@ fn catch_up_on_runs_every_missed_interval_below_live_work() {
         status["runs"].as_array().expect("runs").iter().filter_map(|r| r["request"]["trigger"].as_str()).collect();
     assert!(triggers.contains(&"catchup") && triggers.contains(&"schedule"), "{triggers:?}");
 }
+
+#[test]
+fn catch_up_skips_intervals_a_wider_run_already_covers_and_journals_them_as_superseded() {
+    let dir = tempfile::tempdir().expect("tmp");
+    std::fs::write(dir.path().join("tidegate.toml"), spec("{ enabled = true, max_active_runs = 2 }")).expect("spec");
+    tidegate(dir.path(), &["run", "extract", "--partition", "2024-01-01", "--json"]);
+    // An operator queued a wider manual run over part of the downtime before the scheduler came back.
+    let manual = tidegate(dir.path(), &["submit", "extract", "--from", "2024-01-02", "--to", "2024-01-04", "--json"]);
+    let manual_id = manual["run"]["id"].as_str().expect("run id").to_owned();
+
+    let tick = tidegate(dir.path(), &["tick", "--now", "2024-01-07T00:05:00Z", "--json"]);
+    let superseded: Vec<(&str, &str)> = tick["superseded"]
+        .as_array()
+        .expect("superseded")
+        .iter()
+        .map(|s| (s["partition"].as_str().unwrap_or_default(), s["by_run"].as_str().unwrap_or_default()))
+        .collect();
+    let by = manual_id.as_str();
+    assert_eq!(superseded, [("2024-01-04", by), ("2024-01-03", by), ("2024-01-02", by)], "{tick}");
+
+    // Every day published once: the covered ones by the manual run, the rest by the tick's runs.
+    assert_eq!(
+        published(dir.path()),
+        ["2024-01-01", "2024-01-02", "2024-01-03", "2024-01-04", "2024-01-05", "2024-01-06"]
+    );
+    let db = rusqlite::Connection::open(dir.path().join(".tidegate/state.db")).expect("db");
+    let n: i64 = db
+        .query_row("SELECT COUNT(*) FROM journal WHERE kind = 'interval_superseded' AND run_id = ?1", [by], |r| {
+            r.get(0)
+        })
+        .expect("count");
+    assert_eq!(n, 3);
+    let twice: i64 = db
+        .query_row(
+            "SELECT COUNT(*) FROM (SELECT partition_key FROM steps WHERE status = 'published' GROUP BY partition_key HAVING COUNT(*) > 1)",
+            [],
+            |r| r.get(0),
+        )
+        .expect("count");
+    assert_eq!(twice, 0, "no interval was built twice");
+}

@@ -97,4 +97,12 @@ fn a_pool_failing_every_attempt_stops_at_its_retry_budget() {
     let denied: i64 =
         db.query_row("SELECT COUNT(*) FROM journal WHERE kind = 'retry_denied'", [], |r| r.get(0)).expect("count");
     assert_eq!(denied, 10, "every step ends with a journaled retry denial naming the spent budget");
+
+    // `status` shows the spent budget from the scheduler's last gauge, and an empty backlog.
+    let (code, status) = run(dir.path(), &["status"]);
+    assert_eq!(code, 0, "{status}");
+    let gauge = &status["debt"]["scheduler"];
+    assert_eq!(gauge["pools"]["default"]["retry_budget_left"], 0, "{gauge}");
+    assert_eq!(gauge["pools"]["default"]["retry_budget_burst"], 1, "{gauge}");
+    assert_eq!(gauge["backlog"], 0, "{gauge}");
 }

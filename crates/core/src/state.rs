@@ -158,6 +158,13 @@ pub enum StepEvent {
         epoch: u64,
         worker: String,
     },
+    /// A running attempt staged the output covering a granule of its work and recorded where to
+    /// resume from: the step stays running (invariant 4: the checkpoint follows its output).
+    Checkpointed {
+        epoch: u64,
+        granule: String,
+        version: String,
+    },
     /// The attempt wrote its output to staging and recorded the version.
     Staged {
         epoch: u64,
@@ -221,6 +228,7 @@ impl StepEvent {
             StepEvent::DepsMet { .. } => "deps_met",
             StepEvent::UpstreamFailed { .. } => "upstream_failed",
             StepEvent::Claimed { .. } => "claimed",
+            StepEvent::Checkpointed { .. } => "checkpointed",
             StepEvent::Staged { .. } => "staged",
             StepEvent::ValidationStarted { .. } => "validation_started",
             StepEvent::ChecksPassed { .. } => "checks_passed",
@@ -241,6 +249,7 @@ impl StepEvent {
     fn fenced_epoch(&self) -> Option<u64> {
         match self {
             StepEvent::Staged { epoch, .. }
+            | StepEvent::Checkpointed { epoch, .. }
             | StepEvent::ValidationStarted { epoch }
             | StepEvent::ChecksPassed { epoch }
             | StepEvent::ChecksFailed { epoch, .. }
@@ -329,6 +338,7 @@ pub fn apply(step: &Step, event: &StepEvent) -> Result<(Step, Vec<Action>), Erro
             actions.push(Action::StartAttempt { attempt: next.attempt, epoch: *epoch });
             S::Running
         }
+        (S::Running, E::Checkpointed { .. }) => S::Running,
         (S::Running, E::Staged { .. }) => {
             actions.push(Action::RunChecks);
             S::Staged

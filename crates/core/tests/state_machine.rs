@@ -19,6 +19,7 @@ fn events(epoch: u64) -> Vec<StepEvent> {
         StepEvent::DepsMet { inputs: vec![] },
         StepEvent::UpstreamFailed { upstream: "up".into() },
         StepEvent::Claimed { epoch: epoch + 1, worker: "w1".into() },
+        StepEvent::Checkpointed { epoch, granule: "batch-1".into(), version: "v0".into() },
         StepEvent::Staged { epoch, version: "v1".into() },
         StepEvent::ValidationStarted { epoch },
         StepEvent::ChecksPassed { epoch },

@@ -93,7 +93,10 @@ async fn heartbeat_loop(store: Arc<dyn Store>, mut lease: Lease, every: Duration
     }
 }
 
-type Failure = (ErrorClass, String);
+use crate::checkpoint::{Checkpoints, Failure};
+
+/// How often a running command's checkpoint file is read.
+pub const CHECKPOINT_POLL: Duration = Duration::from_millis(200);
 
 async fn execute(
     a: &Attempt,
@@ -102,7 +105,7 @@ async fn execute(
 ) -> Result<(Vec<StagedVersion>, Vec<CheckResult>), Failure> {
     let staging_id = format!("{}-{}", a.step.id, a.lease.attempt);
     let versions = match &a.task.run {
-        TaskRun::Command { argv, .. } => run_command(a, argv, lake, &staging_id).await?,
+        TaskRun::Command { argv, .. } => run_command(a, argv, store, lake, &staging_id).await?,
         TaskRun::Sql { query } => run_sql(a, query, store, lake, &staging_id).await?,
     };
     let mut checks = Vec::new();
@@ -119,13 +122,14 @@ fn lake_failure(doing: &str, e: &tidegate_lake::Error) -> Failure {
 }
 
 /// The folder a command leaves `dataset`'s files in.
-fn output_dir(a: &Attempt, dataset: &str) -> PathBuf {
+pub(crate) fn output_dir(a: &Attempt, dataset: &str) -> PathBuf {
     if a.outputs.len() == 1 { a.dir.join("out") } else { a.dir.join("out").join(dataset) }
 }
 
 async fn run_command(
     a: &Attempt,
     argv: &[String],
+    store: &Arc<dyn Store>,
     lake: &Lake,
     staging_id: &str,
 ) -> Result<Vec<StagedVersion>, Failure> {
@@ -150,10 +154,26 @@ async fn run_command(
         log_dir: a.dir.join("logs"),
         redact,
     };
-    let finished = process::run(&spec).await.map_err(|e| match e {
-        process::Error::Spawn { .. } | process::Error::EmptyArgv => (ErrorClass::Deterministic, e.to_string()),
-        process::Error::Log { .. } => (ErrorClass::Transient, e.to_string()),
-    })?;
+    // The process runs on its own task so that staging a checkpointed granule never stalls the
+    // reading of its output pipes or its timeout.
+    let mut process = tokio::spawn(async move { process::run(&spec).await });
+    let mut checkpoints = Checkpoints::new(a, store.clone(), lake);
+    let mut poll = tokio::time::interval(CHECKPOINT_POLL);
+    let finished = loop {
+        tokio::select! {
+            done = &mut process => break done,
+            _ = poll.tick() => checkpoints.poll().await,
+        }
+    };
+    // Granules completed before the process ended count even when it failed: a retry resumes
+    // after them.
+    checkpoints.poll().await;
+    let finished = finished
+        .map_err(|e| (ErrorClass::Transient, format!("the task's supervisor failed: {e}")))?
+        .map_err(|e| match e {
+            process::Error::Spawn { .. } | process::Error::EmptyArgv => (ErrorClass::Deterministic, e.to_string()),
+            process::Error::Log { .. } => (ErrorClass::Transient, e.to_string()),
+        })?;
     if !finished.succeeded() {
         let class = retry::classify(finished.exit, &a.task.exit_codes);
         let how = match finished.exit {
@@ -163,6 +183,12 @@ async fn run_command(
         };
         let tail = finished.stderr_tail.last().map(|l| format!(": {l}")).unwrap_or_default();
         return Err((class, format!("{} {how}{tail} (log: {})", argv[0], finished.stderr_log.display())));
+    }
+    if let Some(failure) = checkpoints.failure() {
+        return Err(failure);
+    }
+    if let Some(versions) = checkpoints.finish(staging_id).await? {
+        return Ok(versions);
     }
     let mut versions = Vec::new();
     for d in &a.outputs {
@@ -239,7 +265,7 @@ pub fn step_env(a: &Attempt) -> Vec<(String, String)> {
         ("TIDEGATE_ATTEMPT".to_owned(), a.lease.attempt.to_string()),
         ("TIDEGATE_IDEMPOTENCY_KEY".to_owned(), a.step.step_key.clone()),
         ("TIDEGATE_OUTPUT_DIR".to_owned(), a.dir.join("out").display().to_string()),
-        ("TIDEGATE_CHECKPOINT_FILE".to_owned(), a.dir.join("checkpoints.jsonl").display().to_string()),
+        ("TIDEGATE_CHECKPOINT_FILE".to_owned(), crate::checkpoint::checkpoint_file(a).display().to_string()),
         ("TIDEGATE_LAKE".to_owned(), a.lake_uri.clone()),
     ];
     if let Some(i) = a.partition.interval {
@@ -248,6 +274,7 @@ pub fn step_env(a: &Attempt) -> Vec<(String, String)> {
     }
     if let Some(c) = &a.resume_from {
         env.push(("TIDEGATE_RESUME_FROM".to_owned(), c.position.clone()));
+        env.push(("TIDEGATE_RESUME_GRANULE".to_owned(), c.granule.clone()));
     }
     for d in &a.outputs {
         env.push((
@@ -264,4 +291,110 @@ pub fn step_env(a: &Attempt) -> Vec<(String, String)> {
         env.push((format!("TIDEGATE_PARAM_{}", k.to_uppercase()), v.clone()));
     }
     env
+}
+
+/// The attempt a lease starts: the step's task, outputs, partition and folders, from the spec.
+/// `None` when the spec no longer has the step's task (the worker runs another spec version).
+pub fn prepare(
+    spec: &tidegate_core::spec::Spec,
+    workspace: &std::path::Path,
+    lake_uri: &str,
+    step: StepRecord,
+    lease: Lease,
+    resume_from: Option<CheckpointRecord>,
+) -> Option<Attempt> {
+    let task = spec.tasks.get(&step.task)?.clone();
+    let outputs = task.outputs.iter().filter_map(|o| spec.datasets.get(o).cloned()).collect();
+    Some(Attempt {
+        dir: workspace.join(".tidegate").join("attempts").join(&step.id).join(lease.attempt.to_string()),
+        run_id: step.run_id.clone(),
+        partition: Partition { key: step.partition.clone(), interval: step.interval },
+        lease,
+        step,
+        task,
+        outputs,
+        workspace: workspace.to_path_buf(),
+        lake_uri: lake_uri.to_owned(),
+        heartbeat: Duration::from_secs(u64::from(spec.project.heartbeat_s)),
+        lease_ttl_s: spec.project.lease_ttl_s,
+        resume_from,
+    })
+}
+
+/// What a finished attempt's report asks of the store: the staged versions to record (fenced by
+/// the epoch) and then the events that follow them.
+#[derive(Debug)]
+pub struct Settlement {
+    pub staged: Option<(String, u64, Vec<tidegate_store::VersionRecord>)>,
+    pub events: Vec<tidegate_store::StepEventRecord>,
+    pub n_rows: u64,
+}
+
+/// Turns a report into store writes. `attempt` is the step's attempt number the report is for;
+/// `seed` seeds the backoff jitter (per step and epoch, so steps failing together spread out);
+/// `meta` makes the journal metadata for a reason.
+pub fn settle(
+    report: Report,
+    attempt: u32,
+    seed: u64,
+    meta: &dyn Fn(String) -> tidegate_store::JournalMeta,
+) -> Settlement {
+    use tidegate_core::rng::SplitMix64;
+    use tidegate_core::state::StepEvent;
+    use tidegate_store::{StepEventRecord, VersionRecord};
+    match report {
+        Report::Failed { step_id, epoch, class, reason, ended_at } => {
+            let step_seed =
+                u64::from_le_bytes(blake3::hash(step_id.as_bytes()).as_bytes()[..8].try_into().unwrap_or([0; 8]));
+            let jitter = SplitMix64::new(seed ^ step_seed ^ epoch).next_unit();
+            let event = StepEvent::AttemptFailed { epoch, class, reason: reason.clone(), at: ended_at, jitter };
+            Settlement {
+                staged: None,
+                events: vec![StepEventRecord {
+                    step_id,
+                    event,
+                    meta: meta(format!("{} failure: {reason}", class.as_str())),
+                }],
+                n_rows: 0,
+            }
+        }
+        Report::Staged { step_id, epoch, versions, checks, ended_at } => {
+            let records = versions
+                .iter()
+                .map(|v| VersionRecord {
+                    id: crate::checkpoint::version_id(v),
+                    step_id: step_id.clone(),
+                    attempt,
+                    dataset: v.dataset.clone(),
+                    partition: v.partition_keys().join(","),
+                    files: serde_json::to_value(v).unwrap_or_default(),
+                    n_rows: v.n_rows,
+                    schema_hash: v.schema_hash.clone(),
+                    checksum: v.checksum.clone(),
+                    stats: serde_json::to_value(&checks).unwrap_or_default(),
+                    created_at: ended_at,
+                })
+                .collect();
+            let failing: Vec<String> =
+                checks.iter().filter(|c| c.blocks()).map(|c| format!("{} ({})", c.name, c.detail)).collect();
+            let verdict = if failing.is_empty() {
+                StepEvent::ChecksPassed { epoch }
+            } else {
+                StepEvent::ChecksFailed { epoch, reason: format!("blocking checks failed: {}", failing.join("; ")) }
+            };
+            let reason = format!("{} checks, {} blocking failures", checks.len(), failing.len());
+            Settlement {
+                staged: Some((step_id.clone(), epoch, records)),
+                events: vec![
+                    StepEventRecord {
+                        step_id: step_id.clone(),
+                        event: StepEvent::ValidationStarted { epoch },
+                        meta: meta("checks started".to_owned()),
+                    },
+                    StepEventRecord { step_id, event: verdict, meta: meta(reason) },
+                ],
+                n_rows: versions.iter().map(|v| v.n_rows).sum(),
+            }
+        }
+    }
 }

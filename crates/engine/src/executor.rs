@@ -19,7 +19,7 @@ use tidegate_core::state::{RunStatus, StepEvent, StepStatus};
 use tidegate_lake::Lake;
 use tidegate_store::{
     BackfillStatus, ClaimRequest, JournalMeta, Outcome, Priority, ReleaseItem, ReleaseKind, ReleaseRecord,
-    StepEventRecord, Store, VersionRecord,
+    StepEventRecord, Store, WorkerRecord,
 };
 use tokio::sync::mpsc;
 
@@ -126,8 +126,89 @@ struct BackfillGate {
     rate: RateLimit,
 }
 
+/// The name of the scheduler's gauge in the store's metrics.
+pub const SCHEDULER_GAUGE: &str = "scheduler";
+/// How often the scheduler writes its gauge.
+const GAUGE_EVERY: Duration = Duration::from_secs(1);
+/// The window recent throughput is measured over.
+const THROUGHPUT_WINDOW_S: i64 = 60;
+
+/// Steps settled (published, failed, skipped) recently, for the backlog's ETA.
+#[derive(Debug, Default)]
+struct Throughput {
+    /// When the drain started, and the settled count seen at each observation.
+    started: Option<DateTime<Utc>>,
+    settled: usize,
+    events: std::collections::VecDeque<(DateTime<Utc>, usize)>,
+}
+
+impl Throughput {
+    fn observe(&mut self, summary: &Summary, now: DateTime<Utc>) {
+        self.started.get_or_insert(now);
+        let settled = summary.published + summary.failed + summary.skipped;
+        if settled > self.settled {
+            self.events.push_back((now, settled - self.settled));
+            self.settled = settled;
+        }
+        while self.events.front().is_some_and(|(t, _)| now - *t > chrono::Duration::seconds(THROUGHPUT_WINDOW_S)) {
+            self.events.pop_front();
+        }
+    }
+
+    /// Steps settled per second over the window (or since the drain began, if more recent).
+    fn per_s(&self, now: DateTime<Utc>) -> Option<f64> {
+        let started = self.started?;
+        let span = (now - started).min(chrono::Duration::seconds(THROUGHPUT_WINDOW_S));
+        #[allow(clippy::cast_precision_loss)]
+        let span_s = span.num_milliseconds() as f64 / 1000.0;
+        if span_s < 1.0 {
+            return None;
+        }
+        #[allow(clippy::cast_precision_loss)]
+        let n = self.events.iter().map(|(_, n)| n).sum::<usize>() as f64;
+        Some(n / span_s)
+    }
+}
+
+/// How often the loop re-reads the steps of attempts in flight in worker processes.
+const REMOTE_POLL: Duration = Duration::from_millis(50);
+
+/// Where claimed attempts can run: this process's slots not in use, and live worker processes.
+struct Dispatch<'a> {
+    in_flight: usize,
+    workers: &'a [WorkerRecord],
+    remote: &'a mut HashMap<String, Remote>,
+}
+
 /// How often the loop re-reads backfill gates and looks for runs submitted by other processes.
 const REFRESH_EVERY: Duration = Duration::from_millis(500);
+
+/// An attempt leased to a worker process (or found holding a lease when the drain started): the
+/// scheduler follows it through the store instead of a report.
+#[derive(Debug, Clone)]
+struct Remote {
+    /// The worker it was leased to; empty for one found at start-up.
+    worker: String,
+    pool: String,
+    class: usize,
+    epoch: u64,
+}
+
+/// Statuses in which an attempt is still in flight.
+fn in_flight_status(status: StepStatus) -> bool {
+    matches!(status, StepStatus::Running | StepStatus::Staged | StepStatus::Validating)
+}
+
+/// A validated step on its way to publication: what recording its release needs.
+#[derive(Debug)]
+struct Pending {
+    step_id: String,
+    epoch: u64,
+    release_id: String,
+    run_id: String,
+    partition: String,
+    version_ids: HashMap<String, String>,
+}
 
 /// The engine: one scheduler loop with in-process workers.
 pub struct Engine {
@@ -287,14 +368,34 @@ impl Engine {
         let mut last_scheduler_renewal = self.clock.now();
         let mut gates: HashMap<String, BackfillGate> = HashMap::new();
         let mut last_refresh: Option<std::time::Instant> = None;
+        let mut workers: Vec<WorkerRecord> = Vec::new();
+        // Attempts in flight elsewhere: leased to worker processes, or left by an earlier
+        // scheduler (they hold pool slots until they report or their lease expires).
+        let mut remote: HashMap<String, Remote> = HashMap::new();
+        let mut throughput = Throughput::default();
+        let mut last_gauge: Option<std::time::Instant> = None;
+        for e in view.entries().filter(|e| in_flight_status(e.status())) {
+            let class = class_of(e.priority);
+            if let Some(p) = pools.get_mut(&e.record.pool) {
+                p.running[class] += 1;
+            }
+            let r = Remote { worker: String::new(), pool: e.record.pool.clone(), class, epoch: e.record.state.epoch };
+            remote.insert(e.record.id.clone(), r);
+        }
         loop {
             let now = self.clock.now();
             let mut events: Vec<StepEventRecord> = Vec::new();
             if last_refresh.is_none_or(|t| t.elapsed() >= REFRESH_EVERY) {
                 self.refresh_gates(&mut gates).await?;
                 self.discover_runs(&mut view).await?;
+                // A worker that missed two renewals is taken for dead before its leases expire,
+                // so the steps they free are not leased to it again.
+                let silent_after = chrono::Duration::seconds(2 * i64::from(self.spec.project.heartbeat_s));
+                workers = self.db(move |s| s.live_workers(now)).await?;
+                workers.retain(|w| now - w.heartbeat_at <= silent_after);
                 last_refresh = Some(std::time::Instant::now());
             }
+            self.follow_remote(&mut remote, &mut view, &mut pools, &mut summary).await?;
 
             // 1. Reports from finished attempts.
             while let Ok(report) = rx.try_recv() {
@@ -317,7 +418,7 @@ impl Engine {
             // 3. Retries that are due, inside the pool's budget. When the budget is spent and
             //    nothing in flight or ready can earn it back, the retries fail instead of waiting
             //    forever: that is the retry-storm guard doing its job, and the reason says so.
-            let stalled = in_flight == 0 && view.in_status(StepStatus::Ready).is_empty();
+            let stalled = in_flight == 0 && remote.is_empty() && view.in_status(StepStatus::Ready).is_empty();
             for entry in view.in_status(StepStatus::RetryWait) {
                 if entry.record.state.retry_at.is_none_or(|t| t > now) {
                     continue;
@@ -361,15 +462,16 @@ impl Engine {
                 .filter(|e| !e.record.state.needs_approval)
                 .map(|e| e.record.id.clone())
                 .collect();
-            for step_id in validated {
-                self.publish(&step_id, &mut view, &mut summary, &correlation).await?;
+            if !validated.is_empty() {
+                self.publish(&validated, &mut view, &mut summary, &correlation).await?;
             }
 
             // 6. Claims within slots, shares and rate limits (none once a shutdown was asked for).
             let claimed = if self.stopping() {
                 Vec::new()
             } else {
-                self.claim(&mut view, &mut pools, &mut gates, in_flight, &correlation).await?
+                let dispatch = Dispatch { in_flight, workers: &workers, remote: &mut remote };
+                self.claim(&mut view, &mut pools, &mut gates, dispatch, &correlation).await?
             };
             for attempt in claimed {
                 in_flight += 1;
@@ -380,12 +482,21 @@ impl Engine {
                 });
             }
 
+            throughput.observe(&summary, now);
+            if last_gauge.is_none_or(|t| t.elapsed() >= GAUGE_EVERY) {
+                let gauge = self.gauge(&view, &pools, &workers, &throughput, now);
+                self.db(move |s| s.put_metric(SCHEDULER_GAUGE, &gauge, now)).await?;
+                last_gauge = Some(std::time::Instant::now());
+            }
             if let Some(progress) = &self.progress {
                 let tally: BTreeMap<String, usize> =
                     view.tally().into_iter().map(|(s, n)| (s.to_string(), n)).collect();
                 progress(&tally);
             }
-            if in_flight == 0 && (self.stopping() || !view.has_work_outside(&blocked_backfills(&view, &gates))) {
+            if in_flight == 0
+                && remote.is_empty()
+                && (self.stopping() || !view.has_work_outside(&blocked_backfills(&view, &gates)))
+            {
                 break;
             }
             if now - last_scheduler_renewal > chrono::Duration::seconds(i64::from(self.spec.project.heartbeat_s)) {
@@ -396,7 +507,10 @@ impl Engine {
                 last_scheduler_renewal = now;
             }
             // 7. Sleep until an attempt reports or a timer is due.
-            let wait = self.next_wake(&view, &pools, now);
+            let mut wait = self.next_wake(&view, &pools, now);
+            if !remote.is_empty() {
+                wait = wait.min(REMOTE_POLL);
+            }
             if let Ok(Some(report)) = tokio::time::timeout(wait, rx.recv()).await {
                 in_flight -= 1;
                 let mut events = Vec::new();
@@ -405,7 +519,88 @@ impl Engine {
             }
         }
         summary.awaiting_approval = view.in_status(StepStatus::AwaitingApproval).len();
+        // The last gauge describes where the drain left things.
+        let now = self.clock.now();
+        throughput.observe(&summary, now);
+        let gauge = self.gauge(&view, &pools, &workers, &throughput, now);
+        self.db(move |s| s.put_metric(SCHEDULER_GAUGE, &gauge, now)).await?;
         Ok(summary)
+    }
+
+    /// The scheduler's gauges for `tidegate status`: per pool its slots, attempts running per
+    /// class, rate in force and retry budget left; the backlog (steps not yet settled), recent
+    /// throughput and the backlog's ETA at that pace; the live workers.
+    fn gauge(
+        &self,
+        view: &View,
+        pools: &HashMap<String, PoolState>,
+        workers: &[WorkerRecord],
+        throughput: &Throughput,
+        now: DateTime<Utc>,
+    ) -> serde_json::Value {
+        let pools: serde_json::Map<String, serde_json::Value> = pools
+            .iter()
+            .map(|(name, p)| {
+                let rate = p.rate.current_per_s.is_finite().then_some(p.rate.current_per_s);
+                let value = serde_json::json!({
+                    "slots": p.slots,
+                    "running": { "live": p.running[0], "catchup": p.running[1], "backfill": p.running[2] },
+                    "rate_per_s": rate,
+                    "retry_budget_left": p.budget.remaining(),
+                    "retry_budget_burst": self.spec.pools.get(name).map(|c| c.retry_budget_burst),
+                });
+                (name.clone(), value)
+            })
+            .collect();
+        let backlog =
+            view.entries().filter(|e| !e.status().is_terminal() && e.status() != StepStatus::AwaitingApproval).count();
+        let per_s = throughput.per_s(now);
+        #[allow(clippy::cast_precision_loss)]
+        let eta_s = per_s.filter(|r| *r > 0.0).map(|r| backlog as f64 / r);
+        serde_json::json!({
+            "scheduler": self.opts.worker_id,
+            "pools": pools,
+            "backlog": backlog,
+            "throughput_per_s": per_s,
+            "backlog_eta_s": eta_s,
+            "workers": workers.iter().map(|w| serde_json::json!({ "id": w.id, "slots": w.slots })).collect::<Vec<_>>(),
+        })
+    }
+
+    /// Follows attempts in flight elsewhere through the store: each one's step is re-read, and
+    /// once it has left the in-flight statuses (the worker staged and checked it, or it failed,
+    /// or its lease expired and moved on) its pool slot is freed.
+    async fn follow_remote(
+        &self,
+        remote: &mut HashMap<String, Remote>,
+        view: &mut View,
+        pools: &mut HashMap<String, PoolState>,
+        summary: &mut Summary,
+    ) -> Result<()> {
+        if remote.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<String> = remote.keys().cloned().collect();
+        let steps =
+            self.db(move |s| ids.iter().map(|id| s.step(id)).collect::<tidegate_store::Result<Vec<_>>>()).await?;
+        for step in steps.into_iter().flatten() {
+            let Some(r) = remote.get(&step.id) else { continue };
+            let before = view.get(&step.id).map(|e| e.status());
+            let status = step.state.status;
+            let done = !in_flight_status(status) || step.state.epoch != r.epoch;
+            if before != Some(status) {
+                summary.count(status);
+                view.update(&step.id, step.state.clone());
+            }
+            if done {
+                if let Some(p) = pools.get_mut(&r.pool) {
+                    p.running[r.class] = p.running[r.class].saturating_sub(1);
+                    p.rate.record(matches!(status, StepStatus::RetryWait | StepStatus::Failed));
+                }
+                remote.remove(&step.id);
+            }
+        }
+        Ok(())
     }
 
     /// Re-reads the throttle and pause state of every backfill that holds partitions.
@@ -566,67 +761,109 @@ impl Engine {
             p.running[class] = p.running[class].saturating_sub(1);
             p.rate.record(failed);
         }
-        match report {
-            Report::Failed { step_id, epoch, class, reason, ended_at } => {
-                // Seeded per step and attempt: a shared seed would give every step failing in the
-                // same tick the same delay, which is the thundering herd full jitter exists to avoid.
-                let step_seed =
-                    u64::from_le_bytes(blake3::hash(step_id.as_bytes()).as_bytes()[..8].try_into().unwrap_or([0; 8]));
-                let jitter = SplitMix64::new(self.opts.seed ^ step_seed ^ epoch).next_unit();
-                events.push(StepEventRecord {
-                    step_id,
-                    event: StepEvent::AttemptFailed { epoch, class, reason: reason.clone(), at: ended_at, jitter },
-                    meta: self.meta(format!("{} failure: {reason}", class.as_str()), correlation),
-                });
+        let settlement = attempt::settle(report, entry.record.state.attempt, self.opts.seed, &|reason| {
+            self.meta(reason, correlation)
+        });
+        if let Some((step_id, epoch, records)) = settlement.staged {
+            let meta = self.meta(format!("staged {} rows", settlement.n_rows), correlation);
+            let sid = step_id.clone();
+            let outcome = self.db(move |s| s.record_staged(&sid, epoch, &records, &meta)).await?;
+            if let Outcome::Rejected { .. } = outcome {
+                // Another attempt owns the step now (this one's lease expired): its output
+                // stays unpublished and reconciliation removes the files.
+                summary.rejected += 1;
+                return self.refresh(&step_id, view).await;
             }
-            Report::Staged { step_id, epoch, versions, checks, ended_at } => {
-                let records: Vec<VersionRecord> = versions
-                    .iter()
-                    .map(|v| VersionRecord {
-                        id: format!("{}:{}", v.staging_id, v.dataset),
-                        step_id: step_id.clone(),
-                        attempt: entry.record.state.attempt,
-                        dataset: v.dataset.clone(),
-                        partition: v.partition_keys().join(","),
-                        files: serde_json::to_value(v).unwrap_or_default(),
-                        n_rows: v.n_rows,
-                        schema_hash: v.schema_hash.clone(),
-                        checksum: v.checksum.clone(),
-                        stats: serde_json::to_value(&checks).unwrap_or_default(),
-                        created_at: ended_at,
-                    })
-                    .collect();
-                let meta =
-                    self.meta(format!("staged {} rows", versions.iter().map(|v| v.n_rows).sum::<u64>()), correlation);
-                let sid = step_id.clone();
-                let outcome = self.db(move |s| s.record_staged(&sid, epoch, &records, &meta)).await?;
-                if let Outcome::Rejected { .. } = outcome {
-                    // Another attempt owns the step now (this one's lease expired): its output
-                    // stays unpublished and reconciliation removes the files.
-                    summary.rejected += 1;
-                    return self.refresh(&step_id, view).await;
+        }
+        events.extend(settlement.events);
+        Ok(())
+    }
+
+    /// Publishes validated steps: their releases share Delta commits where they can (see
+    /// [`Lake::publish_many`]), and each step's release is recorded in the store with its epoch.
+    async fn publish(
+        &self,
+        step_ids: &[String],
+        view: &mut View,
+        summary: &mut Summary,
+        correlation: &str,
+    ) -> Result<()> {
+        let mut pending: Vec<Pending> = Vec::with_capacity(step_ids.len());
+        let mut releases = Vec::with_capacity(step_ids.len());
+        for step_id in step_ids {
+            if let Some((p, release)) = self.prepare_release(step_id, view).await? {
+                pending.push(p);
+                releases.push(release);
+            }
+        }
+        let results = self.lake.publish_many(&releases).await;
+        let mut retry_later = false;
+        for (p, result) in pending.into_iter().zip(results) {
+            match result {
+                Ok(publication) => {
+                    let record = ReleaseRecord {
+                        id: p.release_id,
+                        kind: ReleaseKind::Publish,
+                        run_id: Some(p.run_id),
+                        backfill_id: None,
+                        restores_release_id: None,
+                        created_by: self.opts.worker_id.clone(),
+                        created_at: self.clock.now(),
+                        items: publication
+                            .items
+                            .iter()
+                            .map(|i| ReleaseItem {
+                                dataset: i.dataset.clone(),
+                                partition: p.partition.clone(),
+                                version_id: p.version_ids.get(&i.dataset).cloned(),
+                                delta_version: i64::try_from(i.table_version).unwrap_or(i64::MAX),
+                            })
+                            .collect(),
+                    };
+                    let meta = self.meta("published", correlation);
+                    let fence = [(p.step_id.clone(), p.epoch)];
+                    let outcomes = self.db(move |s| s.record_release(&record, &fence, &meta)).await?;
+                    for o in outcomes {
+                        self.absorb_outcome(&p.step_id, o, view, summary);
+                    }
                 }
-                events.push(StepEventRecord {
-                    step_id: step_id.clone(),
-                    event: StepEvent::ValidationStarted { epoch },
-                    meta: self.meta("checks started", correlation),
-                });
-                let failing: Vec<String> =
-                    checks.iter().filter(|c| c.blocks()).map(|c| format!("{} ({})", c.name, c.detail)).collect();
-                let event = if failing.is_empty() {
-                    StepEvent::ChecksPassed { epoch }
-                } else {
-                    StepEvent::ChecksFailed { epoch, reason: format!("blocking checks failed: {}", failing.join("; ")) }
-                };
-                let reason = format!("{} checks, {} blocking failures", checks.len(), failing.len());
-                events.push(StepEventRecord { step_id, event, meta: self.meta(reason, correlation) });
+                Err(tidegate_lake::Error::SupersededSnapshot { dataset, staged, published }) => {
+                    let reason = format!("the published snapshot of {dataset} ({published}) is newer than {staged}");
+                    let record = StepEventRecord {
+                        step_id: p.step_id,
+                        event: StepEvent::Superseded { by: format!("{dataset}@{published}") },
+                        meta: self.meta(reason, correlation),
+                    };
+                    self.commit(vec![record], view, summary).await?;
+                }
+                // Leave the step validated; a later tick tries again.
+                Err(e) if e.is_retryable() => retry_later = true,
+                Err(e) => {
+                    let event = StepEvent::AttemptFailed {
+                        epoch: p.epoch,
+                        class: ErrorClass::Deterministic,
+                        reason: format!("publication failed: {e}"),
+                        at: self.clock.now(),
+                        jitter: 0.0,
+                    };
+                    let record = StepEventRecord {
+                        step_id: p.step_id,
+                        event,
+                        meta: self.meta("publication failed", correlation),
+                    };
+                    self.commit(vec![record], view, summary).await?;
+                }
             }
+        }
+        if retry_later {
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
         Ok(())
     }
 
-    async fn publish(&self, step_id: &str, view: &mut View, summary: &mut Summary, correlation: &str) -> Result<()> {
-        let Some(entry) = view.get(step_id).cloned() else { return Ok(()) };
+    /// The release that publishes a validated step's staged versions (its last attempt's).
+    async fn prepare_release(&self, step_id: &str, view: &View) -> Result<Option<(Pending, tidegate_lake::Release)>> {
+        let Some(entry) = view.get(step_id).cloned() else { return Ok(None) };
         let sid = step_id.to_owned();
         let records = self.db(move |s| s.versions(&sid)).await?;
         let attempt = entry.record.state.attempt;
@@ -655,65 +892,15 @@ impl Engine {
             spec_hash: self.spec.hash.clone(),
             items,
         };
-        let epoch = entry.record.state.epoch;
-        match self.lake.publish(&release).await {
-            Ok(publication) => {
-                let record = ReleaseRecord {
-                    id: release_id,
-                    kind: ReleaseKind::Publish,
-                    run_id: Some(entry.record.run_id.clone()),
-                    backfill_id: None,
-                    restores_release_id: None,
-                    created_by: self.opts.worker_id.clone(),
-                    created_at: self.clock.now(),
-                    items: publication
-                        .items
-                        .iter()
-                        .map(|i| ReleaseItem {
-                            dataset: i.dataset.clone(),
-                            partition: entry.record.partition.clone(),
-                            version_id: version_ids.get(&i.dataset).cloned(),
-                            delta_version: i64::try_from(i.table_version).unwrap_or(i64::MAX),
-                        })
-                        .collect(),
-                };
-                let meta = self.meta("published", correlation);
-                let sid = step_id.to_owned();
-                let outcomes = self.db(move |s| s.record_release(&record, &[(sid, epoch)], &meta)).await?;
-                for o in outcomes {
-                    self.absorb_outcome(step_id, o, view, summary);
-                }
-            }
-            Err(tidegate_lake::Error::SupersededSnapshot { dataset, staged, published }) => {
-                let reason = format!("the published snapshot of {dataset} ({published}) is newer than {staged}");
-                let record = StepEventRecord {
-                    step_id: step_id.to_owned(),
-                    event: StepEvent::Superseded { by: format!("{dataset}@{published}") },
-                    meta: self.meta(reason, correlation),
-                };
-                self.commit(vec![record], view, summary).await?;
-            }
-            Err(e) if e.is_retryable() => {
-                // Leave the step validated; the next tick tries again.
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            Err(e) => {
-                let event = StepEvent::AttemptFailed {
-                    epoch,
-                    class: ErrorClass::Deterministic,
-                    reason: format!("publication failed: {e}"),
-                    at: self.clock.now(),
-                    jitter: 0.0,
-                };
-                let record = StepEventRecord {
-                    step_id: step_id.to_owned(),
-                    event,
-                    meta: self.meta("publication failed", correlation),
-                };
-                self.commit(vec![record], view, summary).await?;
-            }
-        }
-        Ok(())
+        let pending = Pending {
+            step_id: step_id.to_owned(),
+            epoch: entry.record.state.epoch,
+            release_id,
+            run_id: entry.record.run_id.clone(),
+            partition: entry.record.partition.clone(),
+            version_ids,
+        };
+        Ok(Some((pending, release)))
     }
 
     async fn claim(
@@ -721,11 +908,19 @@ impl Engine {
         view: &mut View,
         pools: &mut HashMap<String, PoolState>,
         gates: &mut HashMap<String, BackfillGate>,
-        in_flight: usize,
+        dispatch: Dispatch<'_>,
         correlation: &str,
     ) -> Result<Vec<Attempt>> {
         let now = self.clock.now();
-        let mut room = self.opts.max_parallel.saturating_sub(in_flight).min(MAX_CLAIMS_PER_TICK);
+        let Dispatch { in_flight, workers, remote } = dispatch;
+        // Slots: this process's own, then each live worker's not taken by its leases.
+        let mut free: Vec<(String, usize)> =
+            vec![(self.opts.worker_id.clone(), self.opts.max_parallel.saturating_sub(in_flight))];
+        for w in workers {
+            let used = remote.values().filter(|r| r.worker == w.id).count();
+            free.push((w.id.clone(), (w.slots as usize).saturating_sub(used)));
+        }
+        let mut room = free.iter().map(|(_, n)| n).sum::<usize>().min(MAX_CLAIMS_PER_TICK);
         let ready = view.in_status(StepStatus::Ready);
         if room == 0 || ready.is_empty() {
             return Ok(Vec::new());
@@ -782,12 +977,15 @@ impl Engine {
         if picked.is_empty() {
             return Ok(Vec::new());
         }
+        // Each pick goes to the first process with a free slot: local attempts first (no store
+        // round trip to start them), then the workers.
+        let mut slots = free.into_iter().flat_map(|(worker, n)| std::iter::repeat_n(worker, n));
         let requests: Vec<ClaimRequest> = picked
             .iter()
-            .map(|(id, _, _)| ClaimRequest {
-                step_id: id.clone(),
-                worker: self.opts.worker_id.clone(),
-                meta: self.meta("claimed", correlation),
+            .map(|(id, _, _)| {
+                let worker = slots.next().unwrap_or_else(|| self.opts.worker_id.clone());
+                let reason = if worker == self.opts.worker_id { "claimed" } else { "leased to a worker" };
+                ClaimRequest { step_id: id.clone(), worker, meta: self.meta(reason, correlation) }
             })
             .collect();
         let ttl = self.spec.project.lease_ttl_s;
@@ -811,26 +1009,16 @@ impl Engine {
                 .await?
                 .ok_or_else(|| Error::Internal(format!("claimed step {step_id} vanished")))?;
             view.update(&step_id, step.state.clone());
+            if lease.worker != self.opts.worker_id {
+                let r = Remote { worker: lease.worker.clone(), pool: pool_name, class, epoch: lease.epoch };
+                remote.insert(step_id, r);
+                continue;
+            }
             let sid = step_id.clone();
             let resume_from = self.db(move |s| s.last_checkpoint(&sid)).await?;
-            let task = self.spec.tasks[&step.task].clone();
-            let outputs = task.outputs.iter().map(|o| self.spec.datasets[o].clone()).collect();
-            let partition =
-                tidegate_core::partition::Partition { key: step.partition.clone(), interval: step.interval };
-            attempts.push(Attempt {
-                dir: self.workspace.join(".tidegate").join("attempts").join(&step.id).join(lease.attempt.to_string()),
-                run_id: step.run_id.clone(),
-                lease,
-                step,
-                task,
-                outputs,
-                partition,
-                workspace: self.workspace.clone(),
-                lake_uri: self.lake_uri.clone(),
-                heartbeat: Duration::from_secs(u64::from(self.spec.project.heartbeat_s)),
-                lease_ttl_s: self.spec.project.lease_ttl_s,
-                resume_from,
-            });
+            let attempt = attempt::prepare(&self.spec, &self.workspace, &self.lake_uri, step, lease, resume_from)
+                .ok_or_else(|| Error::Internal(format!("claimed step {step_id} has a task the spec lacks")))?;
+            attempts.push(attempt);
         }
         Ok(attempts)
     }

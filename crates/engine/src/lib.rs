@@ -7,11 +7,14 @@
 //! checked their lease epoch, so a paused worker that comes back cannot publish.
 
 pub mod attempt;
+pub mod checkpoint;
 pub mod executor;
 pub mod process;
 pub mod view;
+pub mod worker;
 
 pub use executor::{Engine, Options, Summary};
+pub use worker::{Worker, WorkerSummary};
 
 /// What went wrong while running steps.
 #[derive(Debug, thiserror::Error)]

@@ -14,7 +14,7 @@ use object_store::ObjectStoreExt as _;
 use object_store::path::Path;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tidegate_core::spec::model::Dataset;
+use tidegate_core::spec::model::{Dataset, WriteMode};
 
 use crate::error::{Error, Result};
 use crate::modes;
@@ -88,6 +88,70 @@ impl Lake {
         Ok(Publication { release_id: release.release_id.clone(), items: done })
     }
 
+    /// Publishes many releases at once, each on its own terms but sharing commits: the releases
+    /// of one dataset item each whose partitions do not overlap go into one commit per dataset,
+    /// carrying one `txn` per step (a replay of any of them is still seen, and every step's
+    /// identity still appears in exactly one commit). Releases over several datasets, snapshots
+    /// (which replace the whole table) and releases whose partitions overlap an earlier one in
+    /// the batch are published one by one, as [`Lake::publish`] does. Results are in the order
+    /// of `releases`; one release failing fails no other.
+    ///
+    /// This is how a scheduler that validated many steps in one tick publishes them: a Delta
+    /// commit costs a log read and a write, and per-step commits made publication the bound on
+    /// throughput for small steps.
+    pub async fn publish_many(&self, releases: &[Release]) -> Vec<Result<Publication>> {
+        let mut results: Vec<Option<Result<Publication>>> = releases.iter().map(|_| None).collect();
+        // Waves per dataset: each wave holds releases with disjoint partitions.
+        let mut waves: Vec<(String, Vec<usize>, std::collections::BTreeSet<String>)> = Vec::new();
+        let mut alone = Vec::new();
+        for (i, release) in releases.iter().enumerate() {
+            let [item] = release.items.as_slice() else {
+                alone.push(i);
+                continue;
+            };
+            if matches!(modes::write_mode(&item.dataset), Ok(WriteMode::Snapshot) | Err(_)) {
+                alone.push(i);
+                continue;
+            }
+            let keys = item.staged.partition_keys();
+            let fits = |(name, _, taken): &&mut (String, Vec<usize>, std::collections::BTreeSet<String>)| {
+                *name == item.dataset.name && keys.iter().all(|k| !taken.contains(k))
+            };
+            match waves.iter_mut().find(|w| fits(w)) {
+                Some((_, members, taken)) => {
+                    members.push(i);
+                    taken.extend(keys);
+                }
+                None => waves.push((item.dataset.name.clone(), vec![i], keys.into_iter().collect())),
+            }
+        }
+        for (_, members, _) in waves {
+            let wave: Vec<(&Release, &ReleaseItem)> =
+                members.iter().map(|&i| (&releases[i], &releases[i].items[0])).collect();
+            match self.publish_wave(&wave).await {
+                Ok(outcomes) => {
+                    for (&i, outcome) in members.iter().zip(outcomes) {
+                        results[i] =
+                            Some(outcome.map(|item| Publication {
+                                release_id: releases[i].release_id.clone(),
+                                items: vec![item],
+                            }));
+                    }
+                }
+                // The shared commit could not be made (conflicts, an unreadable table): each
+                // release goes its own way and reports its own error.
+                Err(_) => alone.extend(members),
+            }
+        }
+        for i in alone {
+            results[i] = Some(self.publish(&releases[i]).await);
+        }
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(Error::internal("a release was left unpublished"))))
+            .collect()
+    }
+
     /// Restores every dataset this call committed, newest first, and wraps the failure.
     async fn undo(&self, release: &Release, done: &[PublishedItem], failed_dataset: &str, source: Error) -> Error {
         let mut restored = Vec::new();
@@ -118,66 +182,118 @@ impl Lake {
 
     /// Publishes one item: replay check, plan, commit; re-planned on a conflict.
     async fn publish_item(&self, release: &Release, item: &ReleaseItem) -> Result<PublishedItem> {
-        let name = &item.dataset.name;
-        if item.staged.dataset != *name {
-            return Err(Error::internal(format!(
-                "release item for {name} carries a version staged for {}",
-                item.staged.dataset
-            )));
-        }
-        let app_id = app_id(&item.step_identity);
+        let mut outcomes = self.publish_wave(&[(release, item)]).await?;
+        outcomes.pop().unwrap_or_else(|| Err(Error::internal("a one-item publication reported nothing")))
+    }
+
+    /// Publishes items of one dataset whose partitions do not overlap in a single commit: replay
+    /// check and plan per item against the same loaded version, then one commit with a `txn` per
+    /// step; everything is re-planned on a conflict. An item that fails to plan (a missing staged
+    /// file, a superseded snapshot, a tie) is left out with its error; the others still commit.
+    /// The outer error is for the commit as a whole (conflicts exhausted, the table unreadable).
+    async fn publish_wave(&self, wave: &[(&Release, &ReleaseItem)]) -> Result<Vec<Result<PublishedItem>>> {
+        let Some((_, first)) = wave.first() else { return Ok(Vec::new()) };
+        let name = &first.dataset.name;
         for _ in 0..MAX_COMMIT_ATTEMPTS {
             let table = self.load(name).await?;
             let version = loaded_version(&table)?;
-            if let Some(recorded) = published_version(&table, &app_id).await? {
-                return Ok(PublishedItem {
-                    dataset: name.clone(),
-                    step_identity: item.step_identity.clone(),
-                    table_version: recorded,
-                    previous_version: None,
-                    already_published: true,
-                    n_files_added: 0,
-                    n_files_removed: 0,
-                    n_rows_added: 0,
-                });
+            let mut outcomes: Vec<Option<Result<PublishedItem>>> = Vec::with_capacity(wave.len());
+            let mut planned: Vec<(usize, modes::Plan)> = Vec::new();
+            for (i, (_, item)) in wave.iter().enumerate() {
+                if item.staged.dataset != *name || item.dataset.name != *name {
+                    outcomes.push(Some(Err(Error::internal(format!(
+                        "release item for {} carries a version staged for {} in a commit to {name}",
+                        item.dataset.name, item.staged.dataset
+                    )))));
+                    continue;
+                }
+                if let Some(recorded) = published_version(&table, &app_id(&item.step_identity)).await? {
+                    outcomes.push(Some(Ok(PublishedItem {
+                        dataset: name.clone(),
+                        step_identity: item.step_identity.clone(),
+                        table_version: recorded,
+                        previous_version: None,
+                        already_published: true,
+                        n_files_added: 0,
+                        n_files_removed: 0,
+                        n_rows_added: 0,
+                    })));
+                    continue;
+                }
+                match modes::plan(self, &table, &item.dataset, &item.staged).await {
+                    Ok(plan) => {
+                        outcomes.push(None);
+                        planned.push((i, plan));
+                    }
+                    Err(e) => outcomes.push(Some(Err(e))),
+                }
             }
-            let plan = modes::plan(self, &table, &item.dataset, &item.staged).await?;
-            // The commit can only land at `version + 1` (no automatic retries), so the txn can
+            if planned.is_empty() {
+                return Ok(outcomes
+                    .into_iter()
+                    .map(|o| o.unwrap_or_else(|| Err(Error::internal("unplanned"))))
+                    .collect());
+            }
+            // The commit can only land at `version + 1` (no automatic retries), so each txn can
             // record the table version itself: a replay then knows where its effect is.
             let target =
                 i64::try_from(version + 1).map_err(|_| Error::internal("table version does not fit a txn version"))?;
-            let metadata = vec![
-                ("tidegate.operation".to_owned(), Value::from("publish")),
-                ("tidegate.release_id".to_owned(), Value::from(release.release_id.clone())),
-                ("tidegate.run_id".to_owned(), Value::from(release.run_id.clone())),
-                ("tidegate.step".to_owned(), Value::from(item.step_identity.clone())),
-                ("tidegate.spec_hash".to_owned(), Value::from(release.spec_hash.clone())),
-                ("tidegate.staging_id".to_owned(), Value::from(item.staged.staging_id.clone())),
-            ];
+            let members: Vec<(&Release, &ReleaseItem)> = planned.iter().map(|(i, _)| wave[*i]).collect();
+            let txns = members.iter().map(|(_, item)| Transaction::new(app_id(&item.step_identity), target)).collect();
+            let metadata = publish_metadata(&members);
+            let predicates: Vec<String> = planned.iter().filter_map(|(_, p)| p.predicate.clone()).collect();
+            let removes = planned.iter().any(|(_, p)| p.n_files_removed > 0);
             let operation = DeltaOperation::Write {
-                mode: if plan.n_files_removed > 0 { SaveMode::Overwrite } else { SaveMode::Append },
+                mode: if removes { SaveMode::Overwrite } else { SaveMode::Append },
                 partition_by: Some(vec![PARTITION_COLUMN.to_owned()]),
-                predicate: plan.predicate.clone(),
+                predicate: (!predicates.is_empty()).then(|| predicates.join(" OR ")),
             };
-            let txn = Transaction::new(&app_id, target);
-            match commit(&table, plan.actions, Some(txn), metadata, operation).await? {
+            let written: Vec<String> = planned.iter().flat_map(|(_, p)| p.written.iter().cloned()).collect();
+            let actions = planned.iter_mut().flat_map(|(_, p)| std::mem::take(&mut p.actions)).collect();
+            match commit(&table, actions, txns, metadata, operation).await? {
                 Some(committed) => {
-                    return Ok(PublishedItem {
-                        dataset: name.clone(),
-                        step_identity: item.step_identity.clone(),
-                        table_version: committed,
-                        previous_version: Some(version),
-                        already_published: false,
-                        n_files_added: plan.n_files_added,
-                        n_files_removed: plan.n_files_removed,
-                        n_rows_added: plan.n_rows_added,
-                    });
+                    for (i, plan) in planned {
+                        outcomes[i] = Some(Ok(PublishedItem {
+                            dataset: name.clone(),
+                            step_identity: wave[i].1.step_identity.clone(),
+                            table_version: committed,
+                            previous_version: Some(version),
+                            already_published: false,
+                            n_files_added: plan.n_files_added,
+                            n_files_removed: plan.n_files_removed,
+                            n_rows_added: plan.n_rows_added,
+                        }));
+                    }
+                    return Ok(outcomes
+                        .into_iter()
+                        .map(|o| o.unwrap_or_else(|| Err(Error::internal("unplanned"))))
+                        .collect());
                 }
-                None => discard(&table, &plan.written).await,
+                None => discard(&table, &written).await,
             }
         }
         Err(Error::Conflict { dataset: name.clone(), n_attempts: MAX_COMMIT_ATTEMPTS })
     }
+}
+
+/// The commit metadata of a publication: the release, run and step of a single item as plain
+/// values (what readers of the history look for), and of a shared commit as lists in step order.
+fn publish_metadata(members: &[(&Release, &ReleaseItem)]) -> Vec<(String, Value)> {
+    let list = |f: &dyn Fn(&(&Release, &ReleaseItem)) -> String| -> Value {
+        match members {
+            [one] => Value::from(f(one)),
+            many => Value::from(many.iter().map(f).collect::<Vec<_>>()),
+        }
+    };
+    let suffix = if members.len() == 1 { "" } else { "s" };
+    vec![
+        ("tidegate.operation".to_owned(), Value::from("publish")),
+        (format!("tidegate.release_id{suffix}"), list(&|(r, _)| r.release_id.clone())),
+        (format!("tidegate.run_id{suffix}"), list(&|(r, _)| r.run_id.clone())),
+        (format!("tidegate.step{suffix}"), list(&|(_, i)| i.step_identity.clone())),
+        (format!("tidegate.spec_hash{suffix}"), list(&|(r, _)| r.spec_hash.clone())),
+        (format!("tidegate.staging_id{suffix}"), list(&|(_, i)| i.staged.staging_id.clone())),
+    ]
 }
 
 /// The application transaction id of a step.
@@ -201,16 +317,14 @@ pub(crate) async fn published_version(table: &DeltaTable, app_id: &str) -> Resul
 pub(crate) async fn commit(
     table: &DeltaTable,
     actions: Vec<Action>,
-    txn: Option<Transaction>,
+    txns: Vec<Transaction>,
     metadata: Vec<(String, Value)>,
     operation: DeltaOperation,
 ) -> Result<Option<u64>> {
     // No automatic retries: delta-rs would rebase the same actions onto a newer version, but our
-    // Remove set and the txn version were computed for this one.
-    let mut properties = CommitProperties::default().with_metadata(metadata).with_max_retries(0);
-    if let Some(txn) = txn {
-        properties = properties.with_application_transaction(txn);
-    }
+    // Remove set and the txn versions were computed for this one.
+    let properties =
+        CommitProperties::default().with_metadata(metadata).with_max_retries(0).with_application_transactions(txns);
     let result = CommitBuilder::from(properties)
         .with_actions(actions)
         .build(Some(table.snapshot()?), table.log_store(), operation)

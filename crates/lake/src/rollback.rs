@@ -82,7 +82,9 @@ impl Lake {
                 wanted.iter().filter(|a| !current_paths.contains(a.path.as_str())).map(|a| Action::Add(a.clone())),
             );
             let operation = DeltaOperation::Restore { version: Some(to_version), datetime: None };
-            if let Some(version) = commit(&table, actions, txn.clone(), metadata.clone(), operation).await? {
+            if let Some(version) =
+                commit(&table, actions, txn.clone().into_iter().collect(), metadata.clone(), operation).await?
+            {
                 return Ok(version);
             }
         }

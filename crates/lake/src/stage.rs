@@ -138,9 +138,30 @@ impl Lake {
         partitions: &[Partition],
         dir: &FsPath,
     ) -> Result<StagedVersion> {
+        let files = list_input_files(&dataset.name, dir)?;
+        self.stage_paths(dataset, staging_id, partitions, &files).await
+    }
+
+    /// The files a command left in `dir` that [`Lake::stage_files`] would stage (Parquet, CSV and
+    /// JSON-lines files; names starting with `.` or `_` are ignored), sorted.
+    pub fn output_files(&self, dataset: &Dataset, dir: &FsPath) -> Result<Vec<std::path::PathBuf>> {
+        list_input_files(&dataset.name, dir)
+    }
+
+    /// Stages exactly `files` (as [`Lake::stage_files`] stages a folder): what a checkpointing
+    /// task's granule covers.
+    pub async fn stage_paths(
+        &self,
+        dataset: &Dataset,
+        staging_id: &str,
+        partitions: &[Partition],
+        files: &[std::path::PathBuf],
+    ) -> Result<StagedVersion> {
         check_segment("staging id", staging_id)?;
         check_partitions(dataset, partitions)?;
-        let files = list_input_files(&dataset.name, dir)?;
+        for file in files {
+            input_format(&dataset.name, file)?;
+        }
         let first_schema = match files.first() {
             Some(file) if !self.table_exists(&dataset.name).await? => Some(native_schema(&dataset.name, file)?),
             _ => None,
@@ -149,13 +170,53 @@ impl Lake {
         let schema = table_schema(&table)?;
         let keys: Vec<String> = partitions.iter().map(|p| p.key.clone()).collect();
         let mut rows = Vec::new();
-        for file in &files {
+        for file in files {
             let location = FileLocation::File(file.display().to_string());
             for batch in read_input_file(&dataset.name, file)? {
                 rows.push(conform_batch(&dataset.name, &location, &schema, &keys, batch)?);
             }
         }
         self.stage_rows(dataset, &table, staging_id, partitions, &schema, rows).await
+    }
+
+    /// One staged version made of several staged parts of one step (the granules a checkpointing
+    /// task staged as it went, in this attempt or an earlier one, and what it wrote after the last
+    /// checkpoint): the files of all, summarised afresh so that the row count, checksum and
+    /// statistics describe the whole, as if it had been staged at once.
+    pub async fn combine_staged(
+        &self,
+        dataset: &Dataset,
+        staging_id: &str,
+        partitions: &[Partition],
+        parts: &[StagedVersion],
+    ) -> Result<StagedVersion> {
+        check_segment("staging id", staging_id)?;
+        check_partitions(dataset, partitions)?;
+        let table = self.ensure_table(dataset, None).await?;
+        let schema = table_schema(&table)?;
+        let hash = schema_hash(&schema);
+        if let Some(part) = parts.iter().find(|p| p.schema_hash != hash || p.dataset != dataset.name) {
+            return Err(Error::internal(format!(
+                "staged part {} of {} was staged for another schema or dataset than the table's; stage the step again",
+                part.staging_id, dataset.name
+            )));
+        }
+        let files: Vec<StagedFile> = parts.iter().flat_map(|p| p.files.iter().cloned()).collect();
+        let rows = self.read_staged(&table, &dataset.name, &files, &schema).await?;
+        if let DatasetKind::Managed { write: WriteMode::Merge { keys, order_by, .. } } = &dataset.kind {
+            modes::reject_ties(&dataset.name, keys, order_by.as_deref(), &schema, rows.clone()).await?;
+        }
+        let summary = summarize(&schema, rows).await?;
+        Ok(StagedVersion {
+            dataset: dataset.name.clone(),
+            staging_id: staging_id.to_owned(),
+            partitions: partitions.to_vec(),
+            files,
+            n_rows: summary.n_rows,
+            schema_hash: hash,
+            checksum: summary.checksum,
+            columns: summary.columns,
+        })
     }
 
     /// Validates conformed rows, writes them and summarises them.

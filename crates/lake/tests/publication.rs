@@ -239,3 +239,58 @@ async fn s3_lakes_are_refused_with_a_clear_error() {
         "s3://bucket/prefix: s3:// lakes need conditional put; this build supports local folders only"
     );
 }
+
+/// Many releases published together share one commit per dataset where their partitions are
+/// disjoint, yet each step stays replay-safe on its own: a second `publish_many` of the same
+/// steps commits nothing, overlapping releases land in later commits in order, and one release
+/// that cannot publish (its staged file is gone) fails alone.
+#[tokio::test]
+async fn releases_published_together_share_commits_and_stay_replay_safe() {
+    let (_dir, lake) = lake().await;
+    let events = dataset("events", WriteMode::Replace, basic_columns());
+    let other = dataset("other", WriteMode::Replace, basic_columns());
+    let stage = |ds: &tidegate_core::spec::model::Dataset, id: &str, key: &str, value: i64| {
+        let (lake, ds, id, key) = (lake.clone(), ds.clone(), id.to_owned(), key.to_owned());
+        async move {
+            lake.stage_batches(&ds, &id, &[part(&key)], vec![rows(&[(1, Some(value), Some(&key))], None)])
+                .await
+                .expect("stage")
+        }
+    };
+    let releases = vec![
+        release("r-eu", &events, stage(&events, "s-eu", "eu", 1).await, "step-eu"),
+        release("r-us", &events, stage(&events, "s-us", "us", 2).await, "step-us"),
+        // Same partition as r-eu: must land after it, in its own commit.
+        release("r-eu-2", &events, stage(&events, "s-eu-2", "eu", 3).await, "step-eu-2"),
+        release("r-o", &other, stage(&other, "s-o", "eu", 4).await, "step-o"),
+    ];
+    let gone = stage(&events, "s-gone", "ap", 5).await;
+    std::fs::remove_file(lake.root().join("events").join(&gone.files[0].path)).expect("delete a staged file");
+    let mut all = releases.clone();
+    all.push(release("r-gone", &events, gone, "step-gone"));
+
+    let results = lake.publish_many(&all).await;
+    let versions: Vec<u64> =
+        results[..4].iter().map(|r| r.as_ref().expect("published").items[0].table_version).collect();
+    assert_eq!(versions[0], versions[1], "disjoint releases of one dataset share a commit");
+    assert!(versions[2] > versions[0], "an overlapping release commits after the one it overlaps");
+    assert!(matches!(results[4], Err(Error::MissingStagedFile { .. })), "{:?}", results[4]);
+    assert_eq!(
+        read_all(&lake, "events").await,
+        vec!["id=1|value=3|name=eu|tg_partition=eu", "id=1|value=2|name=us|tg_partition=us"]
+    );
+    assert_eq!(read_all(&lake, "other").await, vec!["id=1|value=4|name=eu|tg_partition=eu"]);
+    let shared = lake.history("events").await.expect("history").into_iter().find(|h| h.version == versions[0]);
+    let shared = shared.expect("the shared commit is in the history");
+    assert_eq!(shared.metadata["tidegate.steps"], serde_json::json!(["step-eu", "step-us"]));
+
+    // Replaying the whole batch commits nothing and reports where each step's effect is.
+    let before = lake.table_version("events").await.expect("version");
+    let replay = lake.publish_many(&releases).await;
+    for (first, again) in results.iter().zip(&replay) {
+        let (first, again) = (&first.as_ref().expect("ok").items[0], &again.as_ref().expect("replay").items[0]);
+        assert!(again.already_published);
+        assert_eq!(again.table_version, first.table_version);
+    }
+    assert_eq!(lake.table_version("events").await.expect("version"), before);
+}

@@ -17,6 +17,7 @@ mod postgres;
 mod sql;
 mod sqlite;
 mod store;
+mod workers;
 
 pub use error::{Error, Result};
 pub use model::*;
@@ -90,6 +91,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 
     /// Journal entries matching `query`, in sequence order.
     fn journal(&self, query: &JournalQuery) -> Result<Vec<JournalEntry>>;
+    /// Journals a decision that changes no stored state (a scheduler declining to run an interval
+    /// another run already covers, say): `kind`, the interval it is about, and a JSON payload.
+    fn record_decision(&self, decision: &Decision, meta: &JournalMeta) -> Result<u64>;
     /// Recomputes the hash chain and reports the first entry where it breaks.
     fn verify_journal(&self) -> Result<ChainReport>;
 
@@ -133,11 +137,39 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// The step keys among `keys` that some step already published (identical work to skip).
     fn published_step_keys(&self, keys: &[String]) -> Result<std::collections::BTreeSet<String>>;
 
-    /// Stores a checkpoint for a step's granule. Only after the output it covers is staged
-    /// (invariant 4): `version_id` must name a version this step recorded, else `InvalidRequest`.
-    fn record_checkpoint(&self, checkpoint: &CheckpointRecord) -> Result<()>;
+    /// Stores a running attempt's checkpoint for a granule, in one transaction with `versions`
+    /// (the staged output it covers, if not recorded before) and the `Checkpointed` event, fenced
+    /// by `epoch`: a stale epoch or a step no longer running stores nothing and returns
+    /// `Outcome::Rejected` (journaled). Invariant 4: `version_id` must name a version of this
+    /// step, recorded now or earlier, else `InvalidRequest` and nothing is stored. Rewriting a
+    /// granule replaces it.
+    fn record_checkpoint(
+        &self,
+        epoch: u64,
+        versions: &[VersionRecord],
+        checkpoint: &CheckpointRecord,
+        meta: &JournalMeta,
+    ) -> Result<Outcome>;
     /// The newest checkpoint of a step, for a retried attempt to resume from.
     fn last_checkpoint(&self, step_id: &str) -> Result<Option<CheckpointRecord>>;
+    /// Every checkpoint of a step, one per granule, oldest first: the staged parts a retried
+    /// attempt carries forward.
+    fn checkpoints(&self, step_id: &str) -> Result<Vec<CheckpointRecord>>;
+
+    /// Registers worker `id` with `slots`, or renews its registration, until `now + ttl_s`; the
+    /// first registration (and a return after expiry) is journaled as `worker_joined`.
+    fn register_worker(&self, id: &str, slots: u32, now: DateTime<Utc>, ttl_s: u32) -> Result<()>;
+    /// Removes a worker's registration (a clean stop), journaled as `worker_left`.
+    fn deregister_worker(&self, id: &str, now: DateTime<Utc>) -> Result<()>;
+    /// Workers whose registration is valid at `now`, by id.
+    fn live_workers(&self, now: DateTime<Utc>) -> Result<Vec<WorkerRecord>>;
+    /// The leases currently held in `worker`'s name: the attempts it must run.
+    fn leases_of(&self, worker: &str) -> Result<Vec<Lease>>;
+
+    /// Sets a gauge (`value` replaces the previous one); not journaled.
+    fn put_metric(&self, name: &str, value: &serde_json::Value, now: DateTime<Utc>) -> Result<()>;
+    /// Every gauge with when it was last set, by name.
+    fn metrics(&self) -> Result<Vec<(String, serde_json::Value, DateTime<Utc>)>>;
 
     /// Takes or renews the single scheduler role for `owner` until `now + ttl_s`; false when
     /// another live owner holds it. Only the holder promotes, expires leases and publishes.

@@ -20,6 +20,7 @@ struct Migration {
 const INIT: &str = include_str!("../migrations/0001_init.sql");
 const ENGINE_SUPPORT: &str = include_str!("../migrations/0003_engine_support.sql");
 const BACKFILLS: &str = include_str!("../migrations/0004_backfills.sql");
+const WORKERS: &str = include_str!("../migrations/0005_workers_and_metrics.sql");
 
 /// Every migration, in order. Never edit one that has shipped: add the next number instead.
 const MIGRATIONS: &[Migration] = &[
@@ -32,6 +33,7 @@ const MIGRATIONS: &[Migration] = &[
     },
     Migration { version: 3, name: "engine_support", sqlite: ENGINE_SUPPORT, postgres: ENGINE_SUPPORT },
     Migration { version: 4, name: "backfills", sqlite: BACKFILLS, postgres: BACKFILLS },
+    Migration { version: 5, name: "workers_and_metrics", sqlite: WORKERS, postgres: WORKERS },
 ];
 
 /// Applies the migrations the database has not seen; returns how many it applied.

@@ -143,6 +143,27 @@ pub enum Outcome {
     Rejected { seq: u64, reason: String },
 }
 
+/// A journaled decision about an interval that changes no stored state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Decision {
+    pub kind: String,
+    pub run_id: Option<String>,
+    pub task: Option<String>,
+    pub partition: Option<String>,
+    pub payload: serde_json::Value,
+}
+
+/// A registered worker process.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerRecord {
+    pub id: String,
+    /// Attempts it runs at once.
+    pub slots: u32,
+    pub started_at: DateTime<Utc>,
+    pub heartbeat_at: DateTime<Utc>,
+    pub expires_at: DateTime<Utc>,
+}
+
 /// A lease on a step's current attempt.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Lease {

@@ -15,11 +15,12 @@ use crate::migrate;
 use crate::postgres::Postgres;
 use crate::sql::{Driver, Row, Tx, Value};
 use crate::sqlite::Sqlite;
+use crate::workers;
 use crate::{
     ActiveStep, AttemptRecord, Backend, BackfillRecord, BackfillStatus, ChainReport, CheckpointRecord, Claim,
-    ClaimRequest, Error, IN_FLIGHT_TIMEOUT_S, JournalEntry, JournalMeta, JournalQuery, Lease, NewStep, Outcome,
-    ReleaseItem, ReleaseKind, ReleaseRecord, Result, RunRecord, RunRequest, StepEventRecord, StepRecord, Store,
-    Submission, VersionRecord,
+    ClaimRequest, Decision, Error, IN_FLIGHT_TIMEOUT_S, JournalEntry, JournalMeta, JournalQuery, Lease, NewStep,
+    Outcome, ReleaseItem, ReleaseKind, ReleaseRecord, Result, RunRecord, RunRequest, StepEventRecord, StepRecord,
+    Store, Submission, VersionRecord, WorkerRecord,
 };
 
 /// Store settings.
@@ -1061,6 +1062,29 @@ impl<D: Driver> Store for SqlStore<D> {
         self.driver.read(|tx| journal::query(tx, query)).map_err(|e| e.context("reading the journal"))
     }
 
+    fn record_decision(&self, decision: &Decision, meta: &JournalMeta) -> Result<u64> {
+        self.driver
+            .write(|tx| {
+                Appender::default().append(
+                    tx,
+                    Draft {
+                        meta,
+                        kind: &decision.kind,
+                        run_id: decision.run_id.as_deref(),
+                        step_id: None,
+                        task: decision.task.as_deref(),
+                        partition: decision.partition.as_deref(),
+                        interval: None,
+                        from_status: None,
+                        to_status: None,
+                        reason: &meta.reason,
+                        payload: to_json(&decision.payload)?,
+                    },
+                )
+            })
+            .map_err(|e| e.context(&format!("journaling decision {}", decision.kind)))
+    }
+
     fn verify_journal(&self) -> Result<ChainReport> {
         self.driver.read(journal::verify).map_err(|e| e.context("verifying the journal"))
     }
@@ -1331,12 +1355,52 @@ impl<D: Driver> Store for SqlStore<D> {
             .map_err(|e| e.context(&format!("looking up {} published step keys", keys.len())))
     }
 
-    fn record_checkpoint(&self, checkpoint: &CheckpointRecord) -> Result<()> {
+    fn record_checkpoint(
+        &self,
+        epoch: u64,
+        versions: &[VersionRecord],
+        checkpoint: &CheckpointRecord,
+        meta: &JournalMeta,
+    ) -> Result<Outcome> {
         let cp = checkpoint;
+        let what = format!("recording checkpoint {:?} of step {} at epoch {epoch}", cp.granule, cp.step_id);
+        if let Some(v) = versions.iter().find(|v| v.step_id != cp.step_id) {
+            return Err(
+                Error::InvalidRequest(format!("version {:?} belongs to step {}", v.id, v.step_id)).context(&what)
+            );
+        }
+        let rec = StepEventRecord {
+            step_id: cp.step_id.clone(),
+            event: StepEvent::Checkpointed { epoch, granule: cp.granule.clone(), version: cp.version_id.clone() },
+            meta: meta.clone(),
+        };
+        let detail =
+            serde_json::to_value(cp).map_err(|e| Error::Corrupt(format!("a checkpoint does not serialize: {e}")))?;
         self.driver
             .write(|tx| {
-                let step = load_step(tx, &cp.step_id)?
-                    .ok_or_else(|| Error::NotFound { what: "step", id: cp.step_id.clone() })?;
+                let mut journal = Appender::default();
+                let outcome =
+                    Self::apply_events(tx, &mut journal, std::slice::from_ref(&rec), Some(("checkpoint", &detail)))?
+                        .pop()
+                        .ok_or_else(|| Error::Corrupt("one event applied gave no outcome".into()))?;
+                // Fenced (a newer attempt owns the step) or not running: journaled, nothing stored.
+                let Outcome::Applied { step, .. } = &outcome else { return Ok(outcome) };
+                if cp.attempt != step.attempt {
+                    return Err(Error::InvalidRequest(format!(
+                        "the checkpoint names attempt {} but epoch {epoch} is attempt {}",
+                        cp.attempt, step.attempt
+                    )));
+                }
+                for v in versions {
+                    if v.attempt != step.attempt {
+                        return Err(Error::InvalidRequest(format!(
+                            "version {:?} names attempt {} but epoch {epoch} is attempt {}",
+                            v.id, v.attempt, step.attempt
+                        )));
+                    }
+                    insert_version(tx, v)?;
+                }
+                // Invariant 4: the output a checkpoint covers is staged before the checkpoint is.
                 let staged = tx.query(
                     "SELECT id FROM versions WHERE id = ?1 AND step_id = ?2",
                     &[cp.version_id.as_str().into(), cp.step_id.as_str().into()],
@@ -1368,43 +1432,9 @@ impl<D: Driver> Store for SqlStore<D> {
                         fmt_ts(cp.created_at).into(),
                     ],
                 )?;
-                // The trait passes no journal metadata for a checkpoint: the attempt's worker is
-                // the actor and the run is the correlation.
-                let worker = tx
-                    .query(
-                        "SELECT worker FROM attempts WHERE step_id = ?1 AND attempt = ?2",
-                        &[cp.step_id.as_str().into(), Value::Int(cp.attempt.into())],
-                    )?
-                    .first()
-                    .map(|row| row.text(0))
-                    .transpose()?;
-                let meta = JournalMeta {
-                    actor: worker.unwrap_or_else(|| format!("attempt {}", cp.attempt)),
-                    correlation_id: step.run_id.clone(),
-                    reason: format!("granule {:?} covered by staged version {:?}", cp.granule, cp.version_id),
-                    at: cp.created_at,
-                };
-                Appender::default().append(
-                    tx,
-                    Draft {
-                        meta: &meta,
-                        kind: "checkpoint_recorded",
-                        run_id: Some(&step.run_id),
-                        step_id: Some(&step.id),
-                        task: Some(&step.task),
-                        partition: Some(&step.partition),
-                        interval: step.interval,
-                        from_status: None,
-                        to_status: None,
-                        reason: &meta.reason,
-                        payload: to_json(cp)?,
-                    },
-                )?;
-                Ok(())
+                Ok(outcome)
             })
-            .map_err(|e| {
-                e.context(&format!("recording checkpoint {:?} of step {}", checkpoint.granule, checkpoint.step_id))
-            })
+            .map_err(|e| e.context(&what))
     }
 
     fn last_checkpoint(&self, step_id: &str) -> Result<Option<CheckpointRecord>> {
@@ -1422,6 +1452,76 @@ impl<D: Driver> Store for SqlStore<D> {
                 .transpose()
             })
             .map_err(|e| e.context(&format!("reading the last checkpoint of step {step_id}")))
+    }
+
+    fn checkpoints(&self, step_id: &str) -> Result<Vec<CheckpointRecord>> {
+        self.driver
+            .read(|tx| {
+                tx.query(
+                    &format!(
+                        "SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE step_id = ?1 ORDER BY created_at, granule"
+                    ),
+                    &[step_id.into()],
+                )?
+                .iter()
+                .map(checkpoint_from_row)
+                .collect()
+            })
+            .map_err(|e| e.context(&format!("listing the checkpoints of step {step_id}")))
+    }
+
+    fn register_worker(&self, id: &str, slots: u32, now: DateTime<Utc>, ttl_s: u32) -> Result<()> {
+        self.driver
+            .write(|tx| workers::register(tx, id, slots, now, ttl_s))
+            .map_err(|e| e.context(&format!("registering worker {id}")))
+    }
+
+    fn deregister_worker(&self, id: &str, now: DateTime<Utc>) -> Result<()> {
+        self.driver
+            .write(|tx| workers::deregister(tx, id, now))
+            .map_err(|e| e.context(&format!("deregistering worker {id}")))
+    }
+
+    fn live_workers(&self, now: DateTime<Utc>) -> Result<Vec<WorkerRecord>> {
+        self.driver.read(|tx| workers::live(tx, now)).map_err(|e| e.context("listing live workers"))
+    }
+
+    fn leases_of(&self, worker: &str) -> Result<Vec<Lease>> {
+        self.driver
+            .read(|tx| {
+                tx.query(
+                    &format!("SELECT {LEASE_COLUMNS} FROM leases WHERE worker = ?1 ORDER BY acquired_at, step_id"),
+                    &[worker.into()],
+                )?
+                .iter()
+                .map(lease_from_row)
+                .collect()
+            })
+            .map_err(|e| e.context(&format!("listing the leases of worker {worker}")))
+    }
+
+    fn put_metric(&self, name: &str, value: &serde_json::Value, now: DateTime<Utc>) -> Result<()> {
+        self.driver
+            .write(|tx| {
+                tx.execute(
+                    "INSERT INTO metrics (name, value_json, updated_at) VALUES (?1, ?2, ?3) \
+                     ON CONFLICT (name) DO UPDATE SET value_json = excluded.value_json, updated_at = excluded.updated_at",
+                    &[name.into(), to_json(value)?.into(), fmt_ts(now).into()],
+                )?;
+                Ok(())
+            })
+            .map_err(|e| e.context(&format!("setting metric {name}")))
+    }
+
+    fn metrics(&self) -> Result<Vec<(String, serde_json::Value, DateTime<Utc>)>> {
+        self.driver
+            .read(|tx| {
+                tx.query("SELECT name, value_json, updated_at FROM metrics ORDER BY name", &[])?
+                    .iter()
+                    .map(|row| Ok((row.text(0)?, from_json("metric", &row.text(1)?)?, parse_ts(&row.text(2)?)?)))
+                    .collect()
+            })
+            .map_err(|e| e.context("reading metrics"))
     }
 
     fn acquire_scheduler(&self, owner: &str, now: DateTime<Utc>, ttl_s: u32) -> Result<bool> {

@@ -14,3 +14,4 @@ pub mod status;
 pub mod submit;
 pub mod tick;
 pub mod validate;
+pub mod worker;

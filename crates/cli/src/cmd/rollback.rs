@@ -134,9 +134,23 @@ pub struct ReconcileArgs {
 pub fn reconcile(ws: Option<&Path>, args: ReconcileArgs) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
     let store = ws.open_store()?;
-    // Staging ids of attempts that may still publish: steps not yet terminal.
-    let live: Vec<String> =
-        store.active_steps()?.iter().map(|a| format!("{}-{}", a.step.id, a.step.state.attempt)).collect();
+    // Staging ids of attempts that may still publish: steps not yet terminal, with every staging
+    // folder their recorded versions use (a checkpointing task's granules are staged apart and
+    // carried from attempt to attempt).
+    let mut live: Vec<String> = Vec::new();
+    for active in store.active_steps()? {
+        live.push(format!("{}-{}", active.step.id, active.step.state.attempt));
+        for version in store.versions(&active.step.id)? {
+            let paths = version.files.get("files").and_then(|f| f.as_array()).into_iter().flatten();
+            for path in paths.filter_map(|f| f.get("path").and_then(|p| p.as_str())) {
+                if let Some(staging_id) = path.split('/').nth(1) {
+                    live.push(staging_id.to_owned());
+                }
+            }
+        }
+    }
+    live.sort();
+    live.dedup();
     let report = runtime()?.block_on(async {
         let lake = open_lake(&ws).await?;
         anyhow::Ok(lake.reconcile(&live).await?)

@@ -37,9 +37,10 @@ pub struct Args {
     /// the same run instead of creating another.
     #[arg(long, value_name = "KEY")]
     pub idempotency_key: Option<String>,
-    /// Attempts to run at once (pools may allow fewer).
-    #[arg(long, default_value_t = 4)]
-    pub workers: usize,
+    /// Attempts to run at once in this process (pools may allow fewer); registered `tidegate
+    /// worker` processes add their slots.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=4096))]
+    pub workers: u16,
     /// Print the summary as JSON (no progress output).
     #[arg(long)]
     pub json: bool,
@@ -71,7 +72,7 @@ pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
         eprintln!("{verb} run {} ({n_steps} steps)", run.id);
     }
     let started = Instant::now();
-    let summary = execute(&ws, store.clone(), args.workers, !args.json, Some(&run.id))?;
+    let summary = execute(&ws, store.clone(), args.workers.into(), !args.json, Some(&run.id))?;
     let run = store.run(&run.id)?.context("the run vanished from the store")?;
     let report = RunReport {
         run_id: &run.id,
@@ -142,7 +143,7 @@ pub fn engine(
         ws.root.clone(),
         ws.lake_url(),
         Arc::new(SystemClock),
-        Options { max_parallel: workers.max(1), ..Options::default() },
+        Options { max_parallel: workers, ..Options::default() },
     )
 }
 

@@ -22,14 +22,17 @@ use crate::workspace;
 /// and backfills submitted by other processes. On SIGTERM no new attempt starts, attempts in
 /// flight finish and are recorded, and the process exits 0.
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Examples:\n  tidegate serve\n  tidegate serve --tick-every-s 10 --workers 8")]
+#[command(
+    after_help = "Examples:\n  tidegate serve\n  tidegate serve --tick-every-s 10 --workers 8\n  tidegate serve --workers 0   # attempts run in `tidegate worker` processes"
+)]
 pub struct Args {
     /// Seconds between schedule evaluations.
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub tick_every_s: u64,
-    /// Attempts this process runs at once (pools may allow fewer).
-    #[arg(long, default_value_t = 4)]
-    pub workers: usize,
+    /// Attempts this process runs itself at once (pools may allow fewer); 0 runs every attempt
+    /// in `tidegate worker` processes.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(0..=4096))]
+    pub workers: u16,
 }
 
 pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
@@ -49,7 +52,7 @@ pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
             flag.store(true, Ordering::SeqCst);
         });
         let lake = open_lake(&ws).await?;
-        let engine = run::engine(&ws, store.clone(), lake.clone(), args.workers).with_stop(stop.clone());
+        let engine = run::engine(&ws, store.clone(), lake.clone(), args.workers.into()).with_stop(stop.clone());
         eprintln!(
             "tidegate serve: {} (ticking every {} s; SIGTERM or Ctrl-C stops)",
             ws.spec.project.name, args.tick_every_s
@@ -58,8 +61,12 @@ pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
             let started = Instant::now();
             let now = Utc::now();
             let decisions = tick::decide(&ws.spec, &lake, now).await?;
-            for run_id in tick::start_due(&ws, store.as_ref(), &decisions, now)? {
+            let due = tick::start_due(&ws, store.as_ref(), &decisions, now)?;
+            for run_id in &due.runs {
                 eprintln!("tick {now}: started run {run_id}");
+            }
+            for s in &due.superseded {
+                eprintln!("tick {now}: {}@{} superseded by run {}", s.task, s.partition, s.by_run);
             }
             for d in decisions.iter().filter(|d| !d.debt.is_empty()) {
                 eprintln!("tick {now}: {} has {} missed intervals as debt (catch-up off)", d.task, d.debt.len());

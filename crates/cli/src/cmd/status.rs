@@ -58,7 +58,13 @@ struct Debt {
     /// Per scheduled task's dataset: the newest published partition and how far behind now its
     /// end is.
     freshness: Vec<Freshness>,
+    /// The scheduler's last gauge (pools with their retry budget left, backlog, throughput,
+    /// backlog ETA, live workers), with its age; absent before any scheduler ran.
+    scheduler: Option<serde_json::Value>,
 }
+
+/// A gauge older than this is from a scheduler that is no longer running.
+const GAUGE_STALE_S: f64 = 10.0;
 
 #[derive(Serialize)]
 struct Missed {
@@ -175,10 +181,46 @@ fn debt(ws: &Workspace, store: &dyn tidegate_store::Store, now: chrono::DateTime
         })
         .filter(|m| !m.debt.is_empty())
         .collect();
-    Ok(Debt { queues, missed, freshness })
+    let scheduler =
+        store.metrics()?.into_iter().find(|(name, _, _)| name == tidegate_engine::executor::SCHEDULER_GAUGE).map(
+            |(_, mut value, at)| {
+                #[allow(clippy::cast_precision_loss)]
+                let age_s = (now - at).num_milliseconds().max(0) as f64 / 1000.0;
+                if let Some(object) = value.as_object_mut() {
+                    object.insert("updated_at".to_owned(), serde_json::json!(at));
+                    object.insert("age_s".to_owned(), serde_json::json!(age_s));
+                    object.insert("stale".to_owned(), serde_json::json!(age_s > GAUGE_STALE_S));
+                }
+                value
+            },
+        );
+    Ok(Debt { queues, missed, freshness, scheduler })
 }
 
 fn print_debt(debt: &Debt) {
+    if let Some(g) = &debt.scheduler {
+        let num = |k: &str| g[k].as_f64();
+        let when = if g["stale"].as_bool() == Some(true) {
+            format!("as of {:.0} s ago; no scheduler is running now", num("age_s").unwrap_or_default())
+        } else {
+            "live".to_owned()
+        };
+        let eta = num("backlog_eta_s").map(|e| format!(", ETA {e:.0} s")).unwrap_or_default();
+        let pace = num("throughput_per_s").map(|r| format!(", {r:.1} steps/s")).unwrap_or_default();
+        println!("Scheduler ({when}): backlog {}{pace}{eta}", g["backlog"]);
+        if let Some(pools) = g["pools"].as_object() {
+            for (name, p) in pools {
+                println!(
+                    "Pool {name}: {} slots; retry budget left {} of {}",
+                    p["slots"], p["retry_budget_left"], p["retry_budget_burst"]
+                );
+            }
+        }
+        let workers = g["workers"].as_array().map_or(0, Vec::len);
+        if workers > 0 {
+            println!("Workers: {workers} live");
+        }
+    }
     for (class, q) in &debt.queues {
         let age = q.oldest_ready_age_s.map(|a| format!(", oldest waiting {a:.0} s")).unwrap_or_default();
         println!("Queue {class}: {} ready, {} running{age}", q.ready, q.running);

@@ -14,7 +14,7 @@ use tidegate_core::plan::{self, Plan, Request, Selection};
 use tidegate_core::schedule::catch_up;
 use tidegate_core::spec::{Spec, Task};
 use tidegate_lake::Lake;
-use tidegate_store::{JournalMeta, Priority, RunRequest, Store, Trigger};
+use tidegate_store::{Decision, JournalMeta, Priority, RunRequest, Store, Trigger};
 
 use crate::cmd::data::{open_lake, runtime};
 use crate::cmd::run::execute;
@@ -67,6 +67,23 @@ struct Tick {
     now: DateTime<Utc>,
     decisions: Vec<TaskDecision>,
     runs: Vec<String>,
+    superseded: Vec<Superseded>,
+}
+
+/// A due interval not run because an unfinished run of another trigger already covers it (a
+/// wider manual run or backfill over the downtime): journaled as `interval_superseded`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Superseded {
+    pub task: String,
+    pub partition: String,
+    pub by_run: String,
+}
+
+/// What a tick started.
+#[derive(Debug, Default)]
+pub struct Started {
+    pub runs: Vec<String>,
+    pub superseded: Vec<Superseded>,
 }
 
 pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
@@ -80,15 +97,19 @@ pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
         decide(&ws.spec, &lake, now).await
     })?;
     let store = ws.open_store()?;
-    let runs = if args.dry_run { Vec::new() } else { start_due(&ws, store.as_ref(), &decisions, now)? };
+    let Started { runs, superseded } =
+        if args.dry_run { Started::default() } else { start_due(&ws, store.as_ref(), &decisions, now)? };
     if !args.json {
         print_decisions(&decisions, now);
+        for s in &superseded {
+            println!("  {}@{}: superseded by run {}, which already covers it", s.task, s.partition, s.by_run);
+        }
     }
     if !runs.is_empty() {
-        execute(&ws, store.clone(), args.workers, !args.json, None)?;
+        execute(&ws, store.clone(), args.workers.max(1), !args.json, None)?;
     }
     if args.json {
-        output::json(&Tick { now, decisions, runs })?;
+        output::json(&Tick { now, decisions, runs, superseded })?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -152,18 +173,53 @@ async fn decide_task(spec: &Spec, lake: &Lake, task: &Task, now: DateTime<Utc>) 
 }
 
 /// Submits the runs the decisions start: the newest due interval of each task as a schedule run
-/// (live priority), the older ones of tasks with catch-up on as a catch-up run. Returns their ids.
-pub fn start_due(
-    ws: &Workspace,
-    store: &dyn Store,
-    decisions: &[TaskDecision],
-    now: DateTime<Utc>,
-) -> Result<Vec<String>> {
+/// (live priority), the older ones of tasks with catch-up on as a catch-up run. An interval that
+/// an unfinished run already covers (a wider manual run or a backfill submitted over the
+/// downtime) is not run again: it is journaled as superseded by that run.
+pub fn start_due(ws: &Workspace, store: &dyn Store, decisions: &[TaskDecision], now: DateTime<Utc>) -> Result<Started> {
+    let mut covered: BTreeMap<(String, String), String> = BTreeMap::new();
+    for a in store.active_steps()? {
+        covered.entry((a.step.task.clone(), a.step.partition.clone())).or_insert(a.step.run_id.clone());
+    }
+    let mut superseded = Vec::new();
+    let decisions: Vec<TaskDecision> = decisions
+        .iter()
+        .map(|d| {
+            let mut d = d.clone();
+            d.run.retain(|p| match covered.get(&(d.task.clone(), p.clone())) {
+                Some(run) => {
+                    superseded.push(Superseded { task: d.task.clone(), partition: p.clone(), by_run: run.clone() });
+                    false
+                }
+                None => true,
+            });
+            d
+        })
+        .collect();
+    for s in &superseded {
+        let decision = Decision {
+            kind: "interval_superseded".to_owned(),
+            run_id: Some(s.by_run.clone()),
+            task: Some(s.task.clone()),
+            partition: Some(s.partition.clone()),
+            payload: serde_json::json!({ "by_run": s.by_run, "tick": now }),
+        };
+        let meta = JournalMeta {
+            actor: requester(),
+            correlation_id: format!("tick-{}", now.timestamp()),
+            reason: format!(
+                "{}@{} is already covered by unfinished run {}; not run again",
+                s.task, s.partition, s.by_run
+            ),
+            at: Utc::now(),
+        };
+        store.record_decision(&decision, &meta)?;
+    }
     let mut runs = Vec::new();
     for (trigger, priority) in [(Trigger::Schedule, Priority::Live), (Trigger::Catchup, Priority::Catchup)] {
-        runs.extend(submit_due(ws, store, decisions, trigger, priority, now)?);
+        runs.extend(submit_due(ws, store, &decisions, trigger, priority, now)?);
     }
-    Ok(runs)
+    Ok(Started { runs, superseded })
 }
 
 /// Submits one run holding every (task, partition) the decisions start under `trigger`.

@@ -72,6 +72,7 @@ macro_rules! all_backend_tests {
             published_step_keys_finds_exactly_the_published_keys,
             checkpoint_is_refused_until_its_version_is_staged,
             scheduler_role_is_held_by_one_owner_until_it_expires,
+            workers_register_renew_expire_and_see_their_leases,
             overlapping_backfill_is_refused_naming_the_first,
             backfill_changes_are_compare_and_set_and_journaled,
         );
@@ -1072,48 +1073,135 @@ pub fn checkpoint_is_refused_until_its_version_is_staged(t: &StoreUnderTest) {
     let (_, steps) = create_ready(store, 2);
     let id = &steps[0].id;
     let lease = claim(store, id, "w1", t0(), 60);
+    let entries_before = all_entries(store).len();
 
     // Invariant 4: no checkpoint before the output it covers is staged.
     let early = checkpoint_record(id, "batch-0", "v1", t0() + secs(1));
-    let err = store.record_checkpoint(&early).expect_err("refused before staging");
+    let err = store.record_checkpoint(lease.epoch, &[], &early, &meta(t0())).expect_err("refused before staging");
     assert!(matches!(err, Error::InvalidRequest(_)), "{err}");
     assert_eq!(store.last_checkpoint(id).expect("reading"), None);
+    assert_eq!(all_entries(store).len(), entries_before, "a refused checkpoint journals nothing");
+    assert_eq!(status(store, id), StepStatus::Running);
 
-    let at = t0() + secs(2);
-    let versions = [version_record("v1", id, 1, "features", at), version_record("v2", id, 1, "features", at)];
-    assert!(is_applied(&store.record_staged(id, lease.epoch, &versions, &meta(at)).expect("staging")));
     // A version of another step does not cover this one's progress.
+    let at = t0() + secs(2);
     let other = claim(store, &steps[1].id, "w1", t0(), 60);
     let theirs = version_record("v-other", &steps[1].id, 1, "features", at);
-    store.record_staged(&steps[1].id, other.epoch, &[theirs], &meta(at)).expect("staging");
-    let err = store.record_checkpoint(&checkpoint_record(id, "batch-0", "v-other", at)).expect_err("refused");
+    let cp = checkpoint_record(&steps[1].id, "batch-0", "v-other", at);
+    assert!(is_applied(&store.record_checkpoint(other.epoch, &[theirs], &cp, &meta(at)).expect("theirs")));
+    let err = store
+        .record_checkpoint(lease.epoch, &[], &checkpoint_record(id, "batch-0", "v-other", at), &meta(at))
+        .expect_err("refused");
     assert!(matches!(err, Error::InvalidRequest(_)), "{err}");
-    let err = store.record_checkpoint(&checkpoint_record("no-such-step", "batch-0", "v1", at)).expect_err("refused");
+    let foreign = version_record("v-foreign", &steps[1].id, 1, "features", at);
+    let err = store
+        .record_checkpoint(lease.epoch, &[foreign], &checkpoint_record(id, "batch-0", "v-foreign", at), &meta(at))
+        .expect_err("a version of another step is refused");
+    assert!(matches!(err, Error::InvalidRequest(_)), "{err}");
+    let err = store
+        .record_checkpoint(1, &[], &checkpoint_record("no-such-step", "batch-0", "v1", at), &meta(at))
+        .expect_err("refused");
     assert!(matches!(&err, Error::NotFound { what: "step", .. }), "{err}");
 
+    // Staged output and its checkpoint in one transaction; the step keeps running.
     let b0 = checkpoint_record(id, "batch-0", "v1", t0() + secs(3));
-    store.record_checkpoint(&b0).expect("recording after staging");
+    let v1 = version_record("v1", id, 1, "features", at);
+    assert!(is_applied(&store.record_checkpoint(lease.epoch, &[v1], &b0, &meta(t0() + secs(3))).expect("recording")));
     assert_eq!(store.last_checkpoint(id).expect("reading"), Some(b0.clone()));
+    assert_eq!(status(store, id), StepStatus::Running);
+    assert!(store.versions(id).expect("versions").iter().any(|v| v.id == "v1"), "the covered version is stored");
     let cp = last_entry(store);
-    assert_eq!((cp.kind.as_str(), cp.actor.as_str(), cp.step_id.as_ref()), ("checkpoint_recorded", "w1", Some(id)));
-    assert_eq!(cp.payload, serde_json::to_value(&b0).expect("checkpoint serializes"));
+    assert_eq!((cp.kind.as_str(), cp.step_id.as_ref()), ("checkpointed", Some(id)));
+    assert_eq!(cp.payload["checkpoint"], serde_json::to_value(&b0).expect("checkpoint serializes"));
 
-    // The newest by time, then by granule; rewriting a granule replaces it.
+    // The newest by time, then by granule; rewriting a granule replaces it; a checkpoint may
+    // name a version staged before.
     let b1 = checkpoint_record(id, "batch-1", "v2", t0() + secs(4));
-    store.record_checkpoint(&b1).expect("recording");
+    let v2 = version_record("v2", id, 1, "features", at);
+    store.record_checkpoint(lease.epoch, &[v2], &b1, &meta(t0() + secs(4))).expect("recording");
     assert_eq!(store.last_checkpoint(id).expect("reading"), Some(b1.clone()));
     let b0_again = CheckpointRecord {
         position: "rewound".into(),
         data_version: None,
         ..checkpoint_record(id, "batch-0", "v2", t0() + secs(5))
     };
-    store.record_checkpoint(&b0_again).expect("rewriting a granule");
+    store.record_checkpoint(lease.epoch, &[], &b0_again, &meta(t0() + secs(5))).expect("rewriting a granule");
     assert_eq!(store.last_checkpoint(id).expect("reading"), Some(b0_again));
-    assert_eq!(t.raw_count("SELECT count(*) FROM checkpoints"), 2, "one row per granule");
+    assert_eq!(t.raw_count(&format!("SELECT count(*) FROM checkpoints WHERE step_id = '{id}'")), 2, "one per granule");
     let b2 = CheckpointRecord { position: "end".into(), ..checkpoint_record(id, "batch-2", "v2", t0() + secs(5)) };
-    store.record_checkpoint(&b2).expect("recording");
-    assert_eq!(store.last_checkpoint(id).expect("reading"), Some(b2), "a tie in time goes to the later granule");
-    assert_eq!(store.last_checkpoint(&steps[1].id).expect("reading"), None);
+    store.record_checkpoint(lease.epoch, &[], &b2, &meta(t0() + secs(5))).expect("recording");
+    assert_eq!(
+        store.last_checkpoint(id).expect("reading"),
+        Some(b2.clone()),
+        "a tie in time goes to the later granule"
+    );
+    let granules: Vec<String> = store.checkpoints(id).expect("listing").into_iter().map(|c| c.granule).collect();
+    assert_eq!(granules, ["batch-1", "batch-0", "batch-2"], "oldest first, one per granule");
+
+    // Fencing: a stale epoch (a paused worker whose lease expired) records nothing.
+    let stale = CheckpointRecord { position: "stale".into(), ..checkpoint_record(id, "batch-9", "v2", t0() + secs(6)) };
+    let v3 = version_record("v3", id, 1, "features", at);
+    let outcome = store.record_checkpoint(lease.epoch + 1, &[v3], &stale, &meta(t0() + secs(6))).expect("fenced");
+    assert!(matches!(outcome, Outcome::Rejected { .. }), "{outcome:?}");
+    assert_eq!(store.last_checkpoint(id).expect("reading"), Some(b2));
+    assert!(!store.versions(id).expect("versions").iter().any(|v| v.id == "v3"), "a fenced version is not stored");
+    assert_chain_intact(store);
+}
+
+pub fn workers_register_renew_expire_and_see_their_leases(t: &StoreUnderTest) {
+    let store = &*t.store;
+    let live = |at_s: i64| -> Vec<(String, u32)> {
+        store.live_workers(t0() + secs(at_s)).expect("listing").into_iter().map(|w| (w.id, w.slots)).collect()
+    };
+    store.register_worker("w-a", 2, t0(), 30).expect("registering");
+    store.register_worker("w-b", 4, t0(), 10).expect("registering");
+    assert_eq!(live(5), [("w-a".to_owned(), 2), ("w-b".to_owned(), 4)]);
+    assert_eq!(live(11), [("w-a".to_owned(), 2)], "a registration not renewed expires");
+    store.register_worker("w-a", 3, t0() + secs(20), 30).expect("renewing");
+    assert_eq!(live(45), [("w-a".to_owned(), 3)], "a renewal extends the registration and updates slots");
+    store.register_worker("w-b", 4, t0() + secs(46), 30).expect("coming back");
+    let joined: Vec<String> =
+        all_entries(store).into_iter().filter(|e| e.kind == "worker_joined").map(|e| e.actor).collect();
+    assert_eq!(joined, ["w-a", "w-b", "w-b"], "joining and returning are journaled, renewals are not");
+
+    // Leases are in the claimer's name.
+    let (_, steps) = create_ready(store, 3);
+    let a1 = claim(store, &steps[0].id, "w-a", t0(), 60);
+    claim(store, &steps[1].id, "w-b", t0(), 60);
+    let a2 = claim(store, &steps[2].id, "w-a", t0() + secs(1), 60);
+    assert_eq!(store.leases_of("w-a").expect("leases"), [a1, a2]);
+    assert!(store.leases_of("w-c").expect("leases").is_empty());
+
+    // Gauges: set, replaced, read back with their time, never journaled.
+    let entries = all_entries(store).len();
+    store.put_metric("scheduler", &serde_json::json!({"backlog": 3}), t0()).expect("setting");
+    store.put_metric("scheduler", &serde_json::json!({"backlog": 1}), t0() + secs(1)).expect("replacing");
+    assert_eq!(
+        store.metrics().expect("reading"),
+        [("scheduler".to_owned(), serde_json::json!({"backlog": 1}), t0() + secs(1))]
+    );
+    assert_eq!(all_entries(store).len(), entries);
+
+    // A decision that changes no state is journaled as given.
+    let decision = tidegate_store::Decision {
+        kind: "interval_superseded".to_owned(),
+        run_id: Some("run-9".to_owned()),
+        task: Some("extract".to_owned()),
+        partition: Some("2024-01-02".to_owned()),
+        payload: serde_json::json!({"by_run": "run-8"}),
+    };
+    store.record_decision(&decision, &meta(t0() + secs(2))).expect("journaling");
+    let e = last_entry(store);
+    assert_eq!(
+        (e.kind.as_str(), e.task.as_deref(), e.partition.as_deref()),
+        ("interval_superseded", Some("extract"), Some("2024-01-02"))
+    );
+    assert_eq!(e.payload, serde_json::json!({"by_run": "run-8"}));
+
+    store.deregister_worker("w-a", t0() + secs(50)).expect("leaving");
+    store.deregister_worker("w-unknown", t0() + secs(50)).expect("leaving twice is harmless");
+    assert_eq!(live(51), [("w-b".to_owned(), 4)]);
+    assert_eq!(last_entry(store).kind, "worker_left");
     assert_chain_intact(store);
 }
 

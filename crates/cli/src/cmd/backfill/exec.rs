@@ -120,7 +120,7 @@ pub fn start(ws: Option<&Path>, args: StartArgs, resume: bool) -> Result<ExitCod
             spec.throttle.max_active
         );
     }
-    execute(&ws, store.clone(), args.workers, !args.json, Some(&run_id))?;
+    execute(&ws, store.clone(), args.workers.max(1), !args.json, Some(&run_id))?;
     let settled = settle(store.as_ref(), &record.id)?;
     let report = Report::of(store.as_ref(), &settled)?;
     if args.json {

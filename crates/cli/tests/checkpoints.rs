@@ -1,0 +1,127 @@
+//! Invariant 4 end to end, with real processes: a long task reports progress on its checkpoint
+//! file; each granule's output is staged before its checkpoint is stored; a retried attempt
+//! resumes from the last checkpoint and carries the staged granules forward, so the published
+//! partition holds every granule exactly once.
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+/// Writes hours 0..6 as one CSV granule each, checkpointing after each. Attempt 1 dies (exit 75)
+/// after hour 2's checkpoint and a half-written hour 3; attempt 2 resumes after the last
+/// checkpoint, writes the rest and leaves hour 5 to the final staging (no checkpoint line).
+const TASK: &str = r#"
+import json, os, sys
+out = os.environ["TIDEGATE_OUTPUT_DIR"]
+attempt = int(os.environ["TIDEGATE_ATTEMPT"])
+resume = os.environ.get("TIDEGATE_RESUME_FROM")
+with open(os.path.join(os.environ["TIDEGATE_OUTPUT_DIR"], "..", "seen_resume"), "w") as f:
+    f.write(resume or "none")
+start = int(resume.split("=")[1]) + 1 if resume else 0
+with open(os.environ["TIDEGATE_CHECKPOINT_FILE"], "a") as cp:
+    for hour in range(start, 6):
+        if attempt == 1 and hour == 3:
+            with open(os.path.join(out, f"h{hour}.csv"), "w") as f:
+                f.write("hour,value\n3,")  # half-written: must never be published
+            sys.exit(75)
+        with open(os.path.join(out, f"h{hour}.csv"), "w") as f:
+            f.write(f"hour,value\n{hour},{hour * 10}\n")
+        if hour < 5:
+            cp.write(json.dumps({"granule": f"hour-{hour}", "position": f"hour={hour}", "files": [f"h{hour}.csv"]}) + "\n")
+            cp.flush()
+"#;
+
+fn spec(script: &Path) -> String {
+    format!(
+        r#"
+[project]
+name = "checkpoint_test"
+
+[datasets.hourly]
+partitioning = {{ grain = "day", start = "2024-01-01" }}
+write = {{ mode = "replace" }}
+columns = [{{ name = "hour", type = "int64" }}, {{ name = "value", type = "int64" }}]
+
+[tasks.load]
+command = ["python3", "{}"]
+outputs = ["hourly"]
+retry = {{ attempts = 3, backoff_base_ms = 10, backoff_max_ms = 20 }}
+"#,
+        script.display()
+    )
+}
+
+fn tidegate(dir: &Path, args: &[&str]) -> (i32, Value) {
+    let out = Command::new(env!("CARGO_BIN_EXE_tidegate")).args(args).current_dir(dir).output().expect("runs");
+    let json = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
+        panic!("no JSON on stdout: {}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    });
+    (out.status.code().unwrap_or(-1), json)
+}
+
+#[test]
+fn a_retried_task_resumes_from_its_last_checkpoint_and_publishes_every_granule_once() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let script = dir.path().join("task.py");
+    std::fs::write(&script, TASK).expect("script");
+    std::fs::write(dir.path().join("tidegate.toml"), spec(&script)).expect("spec");
+
+    let (code, report) = tidegate(dir.path(), &["run", "load", "--partition", "2024-01-01", "--json"]);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(report["summary"]["published"], 1, "{report}");
+    assert_eq!(report["summary"]["retried"], 1, "{report}");
+
+    // Attempt 2 was told where attempt 1 stopped.
+    let attempts = dir.path().join(".tidegate/attempts");
+    let step = std::fs::read_dir(&attempts).expect("attempts").next().expect("one step").expect("entry").path();
+    assert_eq!(std::fs::read_to_string(step.join("1/seen_resume")).expect("attempt 1"), "none");
+    assert_eq!(std::fs::read_to_string(step.join("2/seen_resume")).expect("attempt 2"), "hour=2");
+
+    // Every hour exactly once: granules 0-2 staged by attempt 1, 3-4 by attempt 2's checkpoints,
+    // 5 by the final staging; the half-written hour 3 of attempt 1 is nowhere.
+    let (code, rows) = tidegate(dir.path(), &["sql", "SELECT hour, value FROM hourly ORDER BY hour", "--json"]);
+    assert_eq!(code, 0, "{rows}");
+    let got: Vec<(i64, i64)> = rows
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|r| (r["hour"].as_i64().expect("hour"), r["value"].as_i64().expect("value")))
+        .collect();
+    assert_eq!(got, (0..6).map(|h| (h, h * 10)).collect::<Vec<_>>());
+
+    // The journal holds one `checkpointed` entry per granule, each before its attempt ended, and
+    // its chain verifies.
+    let (code, journal) = tidegate(dir.path(), &["history", "--limit", "1000", "--json"]);
+    assert_eq!(code, 0, "{journal}");
+    assert!(journal["chain"]["break_at"].is_null(), "{}", journal["chain"]);
+    let granules: Vec<String> = journal["happened"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .filter(|e| e["kind"] == "checkpointed")
+        .map(|e| e["payload"]["checkpoint"]["granule"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(granules, ["hour-0", "hour-1", "hour-2", "hour-3", "hour-4"]);
+}
+
+#[test]
+fn a_malformed_checkpoint_line_fails_the_attempt_deterministically_with_its_line_number() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let script = dir.path().join("task.py");
+    std::fs::write(
+        &script,
+        "import os\nopen(os.environ['TIDEGATE_CHECKPOINT_FILE'], 'a').write('{\"granule\": \"g\"}\\nnot json\\n')\n",
+    )
+    .expect("script");
+    std::fs::write(dir.path().join("tidegate.toml"), spec(&script)).expect("spec");
+    let (code, report) = tidegate(dir.path(), &["run", "load", "--partition", "2024-01-01", "--json"]);
+    assert_eq!(code, 1, "{report}");
+    assert_eq!(report["summary"]["retried"], 0, "a deterministic failure is not retried: {report}");
+    let db = rusqlite::Connection::open(dir.path().join(".tidegate/state.db")).expect("db");
+    let reason: String = db.query_row("SELECT reason FROM attempts", [], |r| r.get(0)).expect("one attempt");
+    assert!(
+        reason.contains("checkpoint file") && reason.contains("line 1") && reason.contains("missing field"),
+        "{reason}"
+    );
+}

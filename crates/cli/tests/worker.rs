@@ -1,0 +1,152 @@
+//! `tidegate worker`: attempts run in separate worker processes that the scheduler (`serve
+//! --workers 0`) leases steps to. A worker killed with kill -9 mid-attempt loses its leases when
+//! they expire, and the steps are retried on another worker; every partition is published once.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const N_DAYS: usize = 4;
+
+fn spec() -> String {
+    // Attempt 1 of each step sleeps long enough for the test to kill its worker mid-attempt.
+    r#"
+[project]
+name = "worker_test"
+lease_ttl_s = 3
+heartbeat_s = 1
+
+[datasets.raw]
+partitioning = { grain = "day", start = "2024-01-01" }
+write = { mode = "replace" }
+columns = [{ name = "id", type = "int64" }]
+
+[tasks.extract]
+command = ["sh", "-c", "if [ \"$SLOW_FIRST\" = 1 ] && [ \"$TIDEGATE_ATTEMPT\" = 1 ]; then sleep 30; fi; printf 'id\n1\n' > \"$TIDEGATE_OUTPUT_DIR/raw.csv\""]
+outputs = ["raw"]
+timeout_s = 120
+retry = { attempts = 3, backoff_base_ms = 10, backoff_max_ms = 20 }
+"#
+    .to_owned()
+}
+
+fn spawn(dir: &Path, args: &[&str], slow_first: bool) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_tidegate"))
+        .args(args)
+        .current_dir(dir)
+        .env("SLOW_FIRST", if slow_first { "1" } else { "0" })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tidegate")
+}
+
+/// -1 until the state database exists (it is never created here, only by tidegate).
+fn query_i64(dir: &Path, sql: &str) -> i64 {
+    let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY;
+    rusqlite::Connection::open_with_flags(dir.join(".tidegate/state.db"), flags)
+        .and_then(|db| db.query_row(sql, [], |r| r.get(0)))
+        .unwrap_or(-1)
+}
+
+fn wait_for(what: &str, secs: u64, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn stop(mut child: Child) -> std::process::Output {
+    let pid = child.id().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().expect("kill").success());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().expect("wait").is_none() {
+        assert!(Instant::now() < deadline, "the process did not stop on SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().expect("output")
+}
+
+fn workspace() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tmp");
+    std::fs::write(dir.path().join("tidegate.toml"), spec()).expect("spec");
+    let init = Command::new(env!("CARGO_BIN_EXE_tidegate")).arg("validate").current_dir(dir.path()).output();
+    assert!(init.expect("validate").status.success());
+    dir
+}
+
+fn submit(dir: &Path) {
+    let last = format!("2024-01-{N_DAYS:02}");
+    let out = Command::new(env!("CARGO_BIN_EXE_tidegate"))
+        .args(["submit", "extract", "--from", "2024-01-01", "--to", &last, "--json"])
+        .current_dir(dir)
+        .output()
+        .expect("submit");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+fn published(dir: &Path) -> i64 {
+    query_i64(dir, "SELECT COUNT(*) FROM steps WHERE status = 'published'")
+}
+
+#[test]
+fn a_scheduler_without_slots_of_its_own_runs_everything_on_worker_processes() {
+    let dir = workspace();
+    let worker = spawn(dir.path(), &["worker", "--slots", "2", "--name", "w1"], false);
+    wait_for("the worker to register", 60, || query_i64(dir.path(), "SELECT COUNT(*) FROM workers") == 1);
+    let serve = spawn(dir.path(), &["serve", "--workers", "0", "--tick-every-s", "1"], false);
+    submit(dir.path());
+    wait_for("every partition to publish", 120, || published(dir.path()) == N_DAYS as i64);
+
+    // Every attempt ran on the worker, none in the scheduler's process.
+    assert_eq!(query_i64(dir.path(), "SELECT COUNT(*) FROM attempts WHERE worker <> 'w1'"), 0);
+    assert_eq!(query_i64(dir.path(), "SELECT COUNT(*) FROM attempts"), N_DAYS as i64);
+
+    let out = stop(worker);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("stopped cleanly"));
+    assert_eq!(query_i64(dir.path(), "SELECT COUNT(*) FROM workers"), 0, "a clean stop deregisters");
+    assert_eq!(query_i64(dir.path(), "SELECT COUNT(*) FROM journal WHERE kind = 'worker_joined'"), 1);
+    assert_eq!(query_i64(dir.path(), "SELECT COUNT(*) FROM journal WHERE kind = 'worker_left'"), 1);
+    assert!(stop(serve).status.success());
+}
+
+#[test]
+fn steps_of_a_worker_killed_mid_attempt_are_retried_on_another_worker() {
+    let dir = workspace();
+    let mut doomed = spawn(dir.path(), &["worker", "--slots", "8", "--name", "doomed"], true);
+    wait_for("the worker to register", 60, || query_i64(dir.path(), "SELECT COUNT(*) FROM workers") == 1);
+    let serve = spawn(dir.path(), &["serve", "--workers", "0", "--tick-every-s", "1"], false);
+    submit(dir.path());
+    wait_for("the first attempts to start on the doomed worker", 60, || {
+        query_i64(dir.path(), "SELECT COUNT(*) FROM attempts WHERE worker = 'doomed'") == N_DAYS as i64
+    });
+    doomed.kill().expect("kill -9 the worker");
+    let _ = doomed.wait();
+    // Its task processes are still sleeping; they hold nothing the store will accept.
+    let rescuer = spawn(dir.path(), &["worker", "--slots", "2", "--name", "rescuer"], false);
+    wait_for("every partition to publish after the leases expire", 120, || published(dir.path()) == N_DAYS as i64);
+
+    assert_eq!(query_i64(dir.path(), "SELECT COUNT(*) FROM attempts WHERE worker = 'rescuer'"), N_DAYS as i64);
+    assert_eq!(query_i64(dir.path(), "SELECT COUNT(*) FROM journal WHERE kind = 'lease_expired'"), N_DAYS as i64);
+    // One Delta commit per step identity, whatever the crash.
+    let log = dir.path().join(".tidegate/lake/raw/_delta_log");
+    let mut app_ids = std::collections::BTreeMap::<String, usize>::new();
+    for entry in std::fs::read_dir(&log).expect("delta log").flatten() {
+        let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+        if !entry.path().extension().is_some_and(|e| e == "json") {
+            continue;
+        }
+        for line in text.lines() {
+            let action: serde_json::Value = serde_json::from_str(line).expect("JSON action");
+            if let Some(app) = action["txn"]["appId"].as_str() {
+                *app_ids.entry(app.to_owned()).or_default() += 1;
+            }
+        }
+    }
+    assert_eq!(app_ids.len(), N_DAYS, "{app_ids:?}");
+    assert!(app_ids.values().all(|n| *n == 1), "{app_ids:?}");
+    assert!(stop(rescuer).status.success());
+    assert!(stop(serve).status.success());
+}

@@ -1,0 +1,324 @@
+//! Checkpoints of long command tasks: a line protocol on the checkpoint file.
+//!
+//! A task appends one JSON object per line to `$TIDEGATE_CHECKPOINT_FILE` each time a granule of
+//! its work is complete:
+//!
+//! ```text
+//! {"granule": "hour-06", "position": "offset=120000", "files": ["part-06.parquet"]}
+//! ```
+//!
+//! - `granule` names the unit of work, unique within the step; writing it again (in a later
+//!   attempt) replaces it.
+//! - `position` says where a retry resumes; Tidegate does not interpret it and hands the last one
+//!   back in `$TIDEGATE_RESUME_FROM`.
+//! - `files` names the output files the granule covers, relative to `$TIDEGATE_OUTPUT_DIR` (an
+//!   empty list for a granule with no output). It is required: "whatever is in the folder when
+//!   the line is read" would race with the task writing the next granule, and a crash in that
+//!   window would publish the next granule twice (once inside this one, once after resuming).
+//! - `data_version` (optional) records the input version the granule was computed from; by
+//!   default the version of the step's first pinned input.
+//!
+//! The attempt reads new lines while the task runs and once more after it exits. For each line it
+//! stages the covered files, then stores the staged part, the checkpoint and a `checkpointed` event
+//! in one transaction fenced by the lease epoch: a checkpoint is never stored before the output it
+//! covers (invariant 4), and an attempt that lost its lease stores none. A retried attempt resumes
+//! from the last position and carries every granule's staged part forward: the step's version is
+//! those parts plus whatever the task wrote after its last checkpoint, summarised as one.
+
+use std::collections::{BTreeSet, HashMap};
+use std::io::{Read as _, Seek as _, SeekFrom};
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+
+use chrono::Utc;
+use serde::Deserialize;
+use tidegate_core::retry::ErrorClass;
+use tidegate_lake::{Lake, StagedVersion};
+use tidegate_store::{CheckpointRecord, JournalMeta, Outcome, Store, VersionRecord};
+
+use crate::attempt::{Attempt, output_dir};
+
+/// Why an attempt failed, as its report gives it.
+pub(crate) type Failure = (ErrorClass, String);
+
+/// The longest granule name, so a runaway task cannot fill the store.
+pub const MAX_GRANULE_BYTES: usize = 256;
+/// The longest position.
+pub const MAX_POSITION_BYTES: usize = 4096;
+
+/// One line of the checkpoint file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Line {
+    granule: String,
+    position: String,
+    files: Vec<String>,
+    #[serde(default)]
+    data_version: Option<i64>,
+}
+
+/// Follows one attempt's checkpoint file.
+pub(crate) struct Checkpoints<'a> {
+    attempt: &'a Attempt,
+    store: Arc<dyn Store>,
+    lake: &'a Lake,
+    path: PathBuf,
+    /// Bytes of the file already read (complete lines only).
+    offset: u64,
+    n_lines: usize,
+    /// Output files (per dataset) some checkpoint of this attempt already staged.
+    covered: HashMap<String, BTreeSet<PathBuf>>,
+    /// The first failure; once set, nothing more is read and the attempt fails with it.
+    failure: Option<Failure>,
+}
+
+impl<'a> Checkpoints<'a> {
+    pub(crate) fn new(attempt: &'a Attempt, store: Arc<dyn Store>, lake: &'a Lake) -> Self {
+        Self {
+            attempt,
+            store,
+            lake,
+            path: checkpoint_file(attempt),
+            offset: 0,
+            n_lines: 0,
+            covered: HashMap::new(),
+            failure: None,
+        }
+    }
+
+    /// The failure that stopped checkpointing, if any: the attempt must report it.
+    pub(crate) fn failure(&mut self) -> Option<Failure> {
+        self.failure.take()
+    }
+
+    /// Reads the complete lines appended since the last call and records each; the first failure
+    /// is kept and stops further reading.
+    pub(crate) async fn poll(&mut self) {
+        if self.failure.is_some() {
+            return;
+        }
+        let lines = match self.read_new_lines() {
+            Ok(lines) => lines,
+            Err(e) => {
+                self.failure = Some((ErrorClass::Transient, e));
+                return;
+            }
+        };
+        for line in lines {
+            self.n_lines += 1;
+            if let Err(failure) = self.record(&line).await {
+                self.failure = Some(failure);
+                return;
+            }
+        }
+    }
+
+    fn read_new_lines(&mut self) -> Result<Vec<String>, String> {
+        let mut file = match std::fs::File::open(&self.path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(format!("reading the checkpoint file {}: {e}", self.path.display())),
+        };
+        let mut bytes = Vec::new();
+        file.seek(SeekFrom::Start(self.offset))
+            .and_then(|_| file.read_to_end(&mut bytes))
+            .map_err(|e| format!("reading the checkpoint file {}: {e}", self.path.display()))?;
+        // A line the task is still writing is read next time.
+        let Some(end) = bytes.iter().rposition(|b| *b == b'\n') else { return Ok(Vec::new()) };
+        self.offset += end as u64 + 1;
+        Ok(String::from_utf8_lossy(&bytes[..end])
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(str::to_owned)
+            .collect())
+    }
+
+    /// Stages what one line covers and stores it with the checkpoint.
+    async fn record(&mut self, text: &str) -> Result<(), Failure> {
+        let a = self.attempt;
+        let (file, line_no) = (self.path.display().to_string(), self.n_lines);
+        let bad =
+            |detail: String| (ErrorClass::Deterministic, format!("checkpoint file {file} line {line_no}: {detail}"));
+        let line: Line = serde_json::from_str(text).map_err(|e| {
+            bad(format!(
+                "{e}; expected a JSON object like {{\"granule\": \"batch-1\", \"position\": \"offset=100\", \"files\": [\"batch-1.parquet\"]}}"
+            ))
+        })?;
+        if line.granule.is_empty()
+            || line.granule.len() > MAX_GRANULE_BYTES
+            || line.granule.chars().any(char::is_control)
+        {
+            return Err(bad(format!(
+                "granule must be 1 to {MAX_GRANULE_BYTES} bytes without control characters, got {:?}",
+                line.granule
+            )));
+        }
+        if line.position.len() > MAX_POSITION_BYTES {
+            return Err(bad(format!("position is longer than {MAX_POSITION_BYTES} bytes")));
+        }
+        let named = named_files(a, &line.files).map_err(bad)?;
+        let staging_id = format!("{}-{}-g{}", a.step.id, a.lease.attempt, self.n_lines);
+        let mut versions = Vec::new();
+        let mut parts = Vec::new();
+        for dataset in &a.outputs {
+            let dir = output_dir(a, &dataset.name);
+            let files: Vec<PathBuf> = named.iter().filter(|f| f.parent() == Some(dir.as_path())).cloned().collect();
+            let part = self
+                .lake
+                .stage_paths(dataset, &staging_id, std::slice::from_ref(&a.partition), &files)
+                .await
+                .map_err(|e| stage_failure(&e))?;
+            self.covered.entry(dataset.name.clone()).or_default().extend(files);
+            versions.push(version_record(a, &part));
+            parts.push(part);
+        }
+        let Some(first) = parts.first() else { return Err(bad("the task has no output to checkpoint".to_owned())) };
+        let checksum = match parts.as_slice() {
+            [one] => one.checksum.clone(),
+            many => blake3::hash(many.iter().map(|p| p.checksum.as_str()).collect::<Vec<_>>().join(",").as_bytes())
+                .to_hex()
+                .to_string(),
+        };
+        let n_rows: u64 = parts.iter().map(|p| p.n_rows).sum();
+        let checkpoint = CheckpointRecord {
+            step_id: a.step.id.clone(),
+            granule: line.granule.clone(),
+            attempt: a.lease.attempt,
+            position: line.position.clone(),
+            version_id: version_id(first),
+            data_version: line.data_version.or_else(|| a.step.state.pinned.first().and_then(|p| p.version)),
+            schema_hash: first.schema_hash.clone(),
+            n_rows,
+            checksum,
+            created_at: Utc::now(),
+        };
+        let meta = JournalMeta {
+            actor: a.lease.worker.clone(),
+            correlation_id: a.run_id.clone(),
+            reason: format!("granule {:?} staged ({n_rows} rows); resume from {:?}", line.granule, line.position),
+            at: checkpoint.created_at,
+        };
+        let (store, epoch) = (self.store.clone(), a.lease.epoch);
+        let outcome =
+            tokio::task::spawn_blocking(move || store.record_checkpoint(epoch, &versions, &checkpoint, &meta))
+                .await
+                .map_err(|e| (ErrorClass::Transient, format!("recording a checkpoint: {e}")))?
+                .map_err(|e| (ErrorClass::Transient, format!("recording checkpoint {:?}: {e}", line.granule)))?;
+        match outcome {
+            Outcome::Applied { .. } => Ok(()),
+            Outcome::Rejected { reason, .. } => Err((
+                ErrorClass::Transient,
+                format!("checkpoint {:?} refused ({reason}): this attempt no longer holds the step", line.granule),
+            )),
+        }
+    }
+
+    /// The step's output when checkpoints were recorded (by this attempt or an earlier one): per
+    /// output dataset, every granule's staged part plus what the task wrote after the last
+    /// checkpoint, combined under `staging_id`. `None` when the step has no checkpoint: the
+    /// output is staged as a whole, as for any task.
+    pub(crate) async fn finish(&mut self, staging_id: &str) -> Result<Option<Vec<StagedVersion>>, Failure> {
+        let a = self.attempt;
+        let (store, sid) = (self.store.clone(), a.step.id.clone());
+        let (checkpoints, records) = tokio::task::spawn_blocking(move || {
+            Ok::<_, tidegate_store::Error>((store.checkpoints(&sid)?, store.versions(&sid)?))
+        })
+        .await
+        .map_err(|e| (ErrorClass::Transient, format!("reading checkpoints: {e}")))?
+        .map_err(|e| (ErrorClass::Transient, format!("reading the checkpoints of step {}: {e}", a.step.id)))?;
+        if checkpoints.is_empty() {
+            return Ok(None);
+        }
+        let mut combined = Vec::new();
+        for dataset in &a.outputs {
+            let mut parts = Vec::new();
+            for cp in &checkpoints {
+                let staging = cp.version_id.rsplit_once(':').map_or(cp.version_id.as_str(), |(s, _)| s);
+                let id = format!("{staging}:{}", dataset.name);
+                let Some(record) = records.iter().find(|r| r.id == id) else {
+                    return Err((
+                        ErrorClass::Deterministic,
+                        format!("checkpoint {:?} has no staged version {id}; rerun the step from scratch", cp.granule),
+                    ));
+                };
+                let part: StagedVersion = serde_json::from_value(record.files.clone())
+                    .map_err(|e| (ErrorClass::Deterministic, format!("decoding staged version {id}: {e}")))?;
+                parts.push(part);
+            }
+            let dir = output_dir(a, &dataset.name);
+            let covered = self.covered.get(&dataset.name);
+            let rest: Vec<PathBuf> = self
+                .lake
+                .output_files(dataset, &dir)
+                .map_err(|e| stage_failure(&e))?
+                .into_iter()
+                .filter(|f| covered.is_none_or(|c| !c.contains(f)))
+                .collect();
+            if !rest.is_empty() {
+                let part = self
+                    .lake
+                    .stage_paths(dataset, &format!("{staging_id}-rest"), std::slice::from_ref(&a.partition), &rest)
+                    .await
+                    .map_err(|e| stage_failure(&e))?;
+                parts.push(part);
+            }
+            let version = self
+                .lake
+                .combine_staged(dataset, staging_id, std::slice::from_ref(&a.partition), &parts)
+                .await
+                .map_err(|e| stage_failure(&e))?;
+            combined.push(version);
+        }
+        Ok(Some(combined))
+    }
+}
+
+/// Where the task writes its checkpoint lines.
+pub(crate) fn checkpoint_file(a: &Attempt) -> PathBuf {
+    a.dir.join("checkpoints.jsonl")
+}
+
+/// The store's id of a staged version: `<staging id>:<dataset>`.
+pub(crate) fn version_id(v: &StagedVersion) -> String {
+    format!("{}:{}", v.staging_id, v.dataset)
+}
+
+fn version_record(a: &Attempt, v: &StagedVersion) -> VersionRecord {
+    VersionRecord {
+        id: version_id(v),
+        step_id: a.step.id.clone(),
+        attempt: a.lease.attempt,
+        dataset: v.dataset.clone(),
+        partition: v.partition_keys().join(","),
+        files: serde_json::to_value(v).unwrap_or_default(),
+        n_rows: v.n_rows,
+        schema_hash: v.schema_hash.clone(),
+        checksum: v.checksum.clone(),
+        stats: serde_json::Value::Null,
+        created_at: Utc::now(),
+    }
+}
+
+/// The files a line names, resolved under the attempt's output folder: plain relative paths only.
+fn named_files(a: &Attempt, names: &[String]) -> Result<Vec<PathBuf>, String> {
+    let root = a.dir.join("out");
+    let mut files = Vec::with_capacity(names.len());
+    for name in names {
+        let relative = Path::new(name);
+        if name.is_empty() || !relative.components().all(|c| matches!(c, Component::Normal(_))) {
+            return Err(format!("file {name:?} must be a relative path inside $TIDEGATE_OUTPUT_DIR"));
+        }
+        let path = root.join(relative);
+        if !path.is_file() {
+            return Err(format!("file {name:?} is not in the output folder {}", root.display()));
+        }
+        files.push(path);
+    }
+    Ok(files)
+}
+
+fn stage_failure(e: &tidegate_lake::Error) -> Failure {
+    let class = if e.is_retryable() { ErrorClass::Transient } else { ErrorClass::Deterministic };
+    (class, format!("staging checkpointed output: {e}"))
+}

@@ -1,0 +1,192 @@
+//! A worker process (`tidegate worker`): runs the attempts the scheduler leased in its name, and
+//! nothing else. It registers its slots in the store and renews the registration; it polls for
+//! leases in its name, runs each attempt (heartbeating the lease as any attempt does), and writes
+//! the outcome itself (staged versions, then the checks' verdict, or the failure), fenced by the
+//! lease epoch. It never promotes, retries or publishes: those stay with the single scheduler.
+//!
+//! A worker that dies stops heartbeating: its leases expire, the scheduler retries the attempts
+//! elsewhere, and whatever the dead worker might still write is rejected by the epoch.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use tidegate_core::clock::Clock;
+use tidegate_core::spec::Spec;
+use tidegate_lake::Lake;
+use tidegate_store::{JournalMeta, Lease, Outcome, Store};
+use tokio::sync::mpsc;
+
+use crate::attempt::{self, Report};
+use crate::{Error, Result};
+
+/// How often a worker looks for new leases in its name.
+pub const POLL_EVERY: Duration = Duration::from_millis(100);
+
+/// What a worker did before it stopped.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct WorkerSummary {
+    pub staged: usize,
+    pub failed: usize,
+    /// Outcomes the store refused because the lease had moved on (fenced).
+    pub rejected: usize,
+}
+
+/// One worker process.
+pub struct Worker {
+    store: Arc<dyn Store>,
+    lake: Arc<Lake>,
+    spec: Arc<Spec>,
+    workspace: PathBuf,
+    lake_uri: String,
+    clock: Arc<dyn Clock>,
+    id: String,
+    slots: u32,
+    seed: u64,
+    stop: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker").field("id", &self.id).field("slots", &self.slots).finish_non_exhaustive()
+    }
+}
+
+impl Worker {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        store: Arc<dyn Store>,
+        lake: Arc<Lake>,
+        spec: Arc<Spec>,
+        workspace: PathBuf,
+        lake_uri: String,
+        clock: Arc<dyn Clock>,
+        id: String,
+        slots: u32,
+        stop: Arc<AtomicBool>,
+    ) -> Self {
+        Self { store, lake, spec, workspace, lake_uri, clock, id, slots, seed: 0x5eed, stop }
+    }
+
+    async fn db<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&dyn Store) -> tidegate_store::Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || f(store.as_ref()))
+            .await
+            .map_err(|e| Error::Internal(e.to_string()))?
+            .map_err(Error::Store)
+    }
+
+    fn meta(&self, reason: String, correlation_id: &str) -> JournalMeta {
+        JournalMeta { actor: self.id.clone(), correlation_id: correlation_id.to_owned(), reason, at: self.clock.now() }
+    }
+
+    async fn register(&self) -> Result<()> {
+        let (id, slots, now, ttl) = (self.id.clone(), self.slots, self.clock.now(), self.spec.project.lease_ttl_s);
+        self.db(move |s| s.register_worker(&id, slots, now, ttl)).await
+    }
+
+    /// Runs until the stop flag is set, then lets the attempts in flight finish, deregisters and
+    /// returns.
+    pub async fn run(&self) -> Result<WorkerSummary> {
+        self.register().await?;
+        let mut summary = WorkerSummary::default();
+        let mut last_registration = Instant::now();
+        let renew_every = Duration::from_secs(u64::from(self.spec.project.heartbeat_s));
+        // (step, epoch) of the attempts running here.
+        let mut running: HashSet<(String, u64)> = HashSet::new();
+        let (tx, mut rx) = mpsc::unbounded_channel::<(Lease, Report)>();
+        loop {
+            while let Ok((lease, report)) = rx.try_recv() {
+                running.remove(&(lease.step_id.clone(), lease.epoch));
+                self.settle(lease, report, &mut summary).await?;
+            }
+            let stopping = self.stop.load(Ordering::SeqCst);
+            if stopping && running.is_empty() {
+                break;
+            }
+            if last_registration.elapsed() >= renew_every {
+                self.register().await?;
+                last_registration = Instant::now();
+            }
+            if !stopping {
+                let id = self.id.clone();
+                for lease in self.db(move |s| s.leases_of(&id)).await? {
+                    if running.contains(&(lease.step_id.clone(), lease.epoch)) {
+                        continue;
+                    }
+                    running.insert((lease.step_id.clone(), lease.epoch));
+                    self.start(lease, tx.clone()).await?;
+                }
+            }
+            if let Ok(Some((lease, report))) = tokio::time::timeout(POLL_EVERY, rx.recv()).await {
+                running.remove(&(lease.step_id.clone(), lease.epoch));
+                self.settle(lease, report, &mut summary).await?;
+            }
+        }
+        let (id, now) = (self.id.clone(), self.clock.now());
+        self.db(move |s| s.deregister_worker(&id, now)).await?;
+        Ok(summary)
+    }
+
+    /// Starts the attempt a lease names, on its own task.
+    async fn start(&self, lease: Lease, tx: mpsc::UnboundedSender<(Lease, Report)>) -> Result<()> {
+        let sid = lease.step_id.clone();
+        let (step, resume_from) = self.db(move |s| Ok((s.step(&sid)?, s.last_checkpoint(&sid)?))).await?;
+        let Some(step) = step else { return Ok(()) };
+        let epoch = lease.epoch;
+        let Some(attempt) =
+            attempt::prepare(&self.spec, &self.workspace, &self.lake_uri, step, lease.clone(), resume_from)
+        else {
+            let report = Report::Failed {
+                step_id: lease.step_id.clone(),
+                epoch,
+                class: tidegate_core::retry::ErrorClass::Deterministic,
+                reason: format!(
+                    "worker {} runs a spec without this step's task; start workers on the scheduler's tidegate.toml",
+                    self.id
+                ),
+                ended_at: self.clock.now(),
+            };
+            let _ = tx.send((lease, report));
+            return Ok(());
+        };
+        let (store, lake) = (self.store.clone(), self.lake.clone());
+        tokio::spawn(async move {
+            let report = attempt::run(attempt, store, lake).await;
+            let _ = tx.send((lease, report));
+        });
+        Ok(())
+    }
+
+    /// Writes an attempt's outcome: staged versions (fenced), then the events that follow.
+    async fn settle(&self, lease: Lease, report: Report, summary: &mut WorkerSummary) -> Result<()> {
+        let sid = lease.step_id.clone();
+        let Some(step) = self.db(move |s| s.step(&sid)).await? else { return Ok(()) };
+        let run_id = step.run_id.clone();
+        let failed = matches!(report, Report::Failed { .. });
+        let settlement = attempt::settle(report, lease.attempt, self.seed, &|reason| self.meta(reason, &run_id));
+        if let Some((step_id, epoch, records)) = settlement.staged {
+            let meta = self.meta(format!("staged {} rows", settlement.n_rows), &run_id);
+            let outcome = self.db(move |s| s.record_staged(&step_id, epoch, &records, &meta)).await?;
+            if let Outcome::Rejected { .. } = outcome {
+                summary.rejected += 1;
+                return Ok(());
+            }
+        }
+        let events = settlement.events;
+        let outcomes = self.db(move |s| s.commit(&events)).await?;
+        if outcomes.iter().any(|o| matches!(o, Outcome::Rejected { .. })) {
+            summary.rejected += 1;
+        } else if failed {
+            summary.failed += 1;
+        } else {
+            summary.staged += 1;
+        }
+        Ok(())
+    }
+}
