@@ -63,7 +63,11 @@ fn run_then_read_query_and_roll_back() {
     assert_eq!(restored[0]["total"], 30, "rollback restores exactly the previous rows");
     let old: Value =
         serde_json::from_str(&tidegate(dir.path(), &["read", "totals", "--version", "1", "--json"])).expect("json");
-    assert_eq!(old.as_array().map(Vec::len), Some(1), "version 1 holds the first day only");
+    // Version 1 is the first publication: one day, or both when the two steps were validated in
+    // the same tick and shared a commit; either way only rows of the first run.
+    let old = old.as_array().expect("rows");
+    assert!((1..=2).contains(&old.len()), "{old:?}");
+    assert!(old.iter().all(|r| r["total"] == 30), "{old:?}");
     let history = tidegate(dir.path(), &["history", "--json"]);
     assert!(history.contains("release_restored"), "the rollback is journaled");
 }

@@ -134,10 +134,10 @@ fn steps_of_a_worker_killed_mid_attempt_are_retried_on_another_worker() {
     let log = dir.path().join(".tidegate/lake/raw/_delta_log");
     let mut app_ids = std::collections::BTreeMap::<String, usize>::new();
     for entry in std::fs::read_dir(&log).expect("delta log").flatten() {
-        let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
-        if !entry.path().extension().is_some_and(|e| e == "json") {
+        if entry.path().extension().is_none_or(|e| e != "json") {
             continue;
         }
+        let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
         for line in text.lines() {
             let action: serde_json::Value = serde_json::from_str(line).expect("JSON action");
             if let Some(app) = action["txn"]["appId"].as_str() {
