@@ -656,8 +656,10 @@ impl Engine {
             items,
         };
         let epoch = entry.record.state.epoch;
+        crate::failpoint::hit("after-stage");
         match self.lake.publish(&release).await {
             Ok(publication) => {
+                crate::failpoint::hit("after-commit");
                 let record = ReleaseRecord {
                     id: release_id,
                     kind: ReleaseKind::Publish,

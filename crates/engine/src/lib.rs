@@ -8,6 +8,7 @@
 
 pub mod attempt;
 pub mod executor;
+pub mod failpoint;
 pub mod process;
 pub mod view;
 

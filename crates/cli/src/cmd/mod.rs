@@ -13,4 +13,5 @@ pub mod serve;
 pub mod status;
 pub mod submit;
 pub mod tick;
+pub mod vacuum;
 pub mod validate;
