@@ -81,9 +81,12 @@ pub fn release_of(table: &Path, version: u64) -> String {
         .unwrap_or_else(|| panic!("version {version} names no release"))
 }
 
-/// appId -> number of commits carrying it, for one table.
+/// appId -> number of commits carrying it, for one table (none if the table does not exist yet).
 pub fn commits_per_app_id(table: &Path) -> BTreeMap<String, usize> {
     let mut counts = BTreeMap::new();
+    if !table.join("_delta_log").exists() {
+        return counts;
+    }
     for version in 0..=latest_version(table) {
         for action in commit(table, version) {
             if let Some(app_id) = action["txn"]["appId"].as_str() {
