@@ -44,8 +44,10 @@ fn reconcile_removes_abandoned_staging_and_reports_what_disagrees() {
 
     // A step of 2024-01-03 staged and validated, then the process died before committing.
     abort_at(ws, "after-stage", &["run", "make", "--partition", "2024-01-03", "--json"]);
-    let published: Vec<String> =
-        (0..=published_version).flat_map(|v| adds(&nums, v)).map(|a| a["path"].as_str().expect("path").to_owned()).collect();
+    let published: Vec<String> = (0..=published_version)
+        .flat_map(|v| adds(&nums, v))
+        .map(|a| a["path"].as_str().expect("path").to_owned())
+        .collect();
     let waiting: Vec<String> = staged_files(&nums).into_iter().filter(|f| !published.contains(f)).collect();
     assert_eq!(waiting.len(), 1, "the waiting step staged one file: {waiting:?}");
     // Its staged file disappears (an over-eager cleanup script, a lost disk).
