@@ -136,6 +136,7 @@ pub fn rollback(ws: Option<&Path>, args: RollbackArgs) -> Result<ExitCode> {
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Examples:\n  tidegate reconcile\n  tidegate reconcile --json")]
 pub struct ReconcileArgs {
+    /// Print what was deleted and every difference as JSON.
     #[arg(long)]
     pub json: bool,
 }
@@ -211,7 +212,10 @@ pub fn reconcile(ws: Option<&Path>, args: ReconcileArgs) -> Result<ExitCode> {
     for v in &d.unknown_versions {
         let what = match &v.release_id {
             Some(release) => {
-                format!("names release {release}, which the store never recorded; rerun its run to record it")
+                format!(
+                    "names release {release}, which the store never recorded; rerun the run or `backfill publish` \
+                     that made it to record it"
+                )
             }
             None => "was not written by Tidegate".to_owned(),
         };

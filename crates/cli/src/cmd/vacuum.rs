@@ -22,7 +22,7 @@ pub const DEFAULT_RETAIN_RELEASES: u32 = 10;
 /// The most releases of one dataset read to decide what --older-than keeps.
 pub const MAX_RELEASES_SCANNED: u32 = 100_000;
 
-/// Delete data files that no retained release and not the current version need.
+/// Delete data files that neither the current version nor a retained release needs.
 ///
 /// For every kept release, vacuum keeps the table version the release created and the one just
 /// before it, so `tidegate rollback DATASET --to-release R` (which restores the version before R)
@@ -30,7 +30,8 @@ pub const MAX_RELEASES_SCANNED: u32 = 100_000;
 /// unfinished steps pinned are always kept. Everything else
 /// that an earlier commit added and a later one removed is deleted. Staged files of steps that
 /// may still publish are never touched (reconcile owns abandoned ones), nor is `_delta_log`.
-/// Rolling back to a version whose files were vacuumed is refused with a clear error.
+/// Rolling back to a version whose files were vacuumed is refused with a clear error. Vacuum is
+/// not journaled; `--json` lists every deleted path.
 #[derive(Debug, clap::Args)]
 #[command(
     after_help = "Examples:\n  tidegate vacuum --dry-run                        # what would go, nothing deleted\n  tidegate vacuum                                  # keep the 10 newest releases per dataset\n  tidegate vacuum daily_stats --retain-releases 3\n  tidegate vacuum --older-than 30d --json          # keep releases from the last 30 days"
@@ -48,6 +49,7 @@ pub struct Args {
     /// Report what would be deleted; delete nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// Print the report, with every deleted path, as JSON.
     #[arg(long)]
     pub json: bool,
 }
