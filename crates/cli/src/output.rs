@@ -41,3 +41,15 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     }
     out
 }
+
+/// A byte count for humans: `512 B`, `1.5 KiB`, `3.2 MiB`, `1.0 GiB`.
+pub fn human_bytes(n: u64) -> String {
+    #[allow(clippy::cast_precision_loss)]
+    let f = n as f64;
+    match n {
+        0..1_024 => format!("{n} B"),
+        1_024..1_048_576 => format!("{:.1} KiB", f / 1024.0),
+        1_048_576..1_073_741_824 => format!("{:.1} MiB", f / 1_048_576.0),
+        _ => format!("{:.1} GiB", f / 1_073_741_824.0),
+    }
+}

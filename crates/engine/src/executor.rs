@@ -796,7 +796,11 @@ impl Engine {
                 releases.push(release);
             }
         }
+        crate::failpoint::hit("after-stage");
         let results = self.lake.publish_many(&releases).await;
+        if results.iter().any(Result::is_ok) {
+            crate::failpoint::hit("after-commit");
+        }
         let mut retry_later = false;
         for (p, result) in pending.into_iter().zip(results) {
             match result {

@@ -9,6 +9,7 @@
 pub mod attempt;
 pub mod checkpoint;
 pub mod executor;
+pub mod failpoint;
 pub mod process;
 pub mod view;
 pub mod worker;

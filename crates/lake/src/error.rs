@@ -52,6 +52,13 @@ pub enum Error {
     #[error("dataset {dataset:?}: staged file {path} is missing; stage the step again")]
     MissingStagedFile { dataset: String, path: String },
 
+    /// A rollback target whose files vacuum has deleted (no kept release needed them).
+    #[error(
+        "dataset {dataset:?}: version {version} references {path}, which vacuum removed; roll back to a \
+         version a retained release recorded (see `tidegate vacuum --help`)"
+    )]
+    VacuumedVersion { dataset: String, version: u64, path: String },
+
     /// A snapshot older than the one published would move readers backwards in time.
     #[error(
         "dataset {dataset:?}: the snapshot of {staged} is older than the published snapshot of {published}; not publishing it"

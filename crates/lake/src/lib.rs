@@ -1,7 +1,8 @@
 //! Tidegate's data plane: each dataset is a Delta table in the lake. Steps stage their output as
 //! uncommitted Parquet files, checks run on the staged rows, and publication makes them visible in
 //! one Delta commit per dataset, guarded against replays by an application transaction. Rollback
-//! is a new commit that restores an earlier version's files.
+//! is a new commit that restores an earlier version's files; vacuum deletes the files no version a
+//! rollback may still target references.
 //!
 //! Architecture invariant: this crate knows nothing of the state store. It returns plain,
 //! serializable records ([`StagedVersion`], [`CheckResult`], [`Publication`]) that the engine
@@ -22,6 +23,7 @@ mod read;
 mod rollback;
 mod stage;
 mod table;
+mod vacuum;
 
 pub use checks::{CheckResult, SCHEMA_CONTRACT};
 pub use compare::{
@@ -34,9 +36,10 @@ pub use publish::{
 };
 pub use query::InputTable;
 pub use read::{Commit, DIFF_SAMPLE_ROWS, Diff};
-pub use rollback::Reconciliation;
+pub use rollback::{Declared, Differences, MissingFile, MissingVersion, Reconciliation, UnknownVersion};
 pub use stage::{ColumnStats, MAX_INPUT_FILES, StagedFile, StagedVersion, schema_hash};
 pub use table::{Lake, PARTITION_COLUMN, STAGING_DIR};
+pub use vacuum::Vacuum;
 
 /// Re-exported so callers build and read batches with the exact Arrow version the lake uses.
 pub use arrow;

@@ -1,9 +1,11 @@
 //! Rollback and reconciliation. A rollback is a new commit that makes the active file set (of the
 //! whole table or some partitions) exactly what it was at an earlier version; the old files still
-//! exist because nothing here deletes a file any version references. Reconciliation deletes staged
-//! files that no version references and no live attempt owns.
+//! exist because nothing here deletes a file any version references (vacuum may, for versions no
+//! retained release needs; restoring such a version is refused). Reconciliation deletes staged
+//! files that no version references and no live attempt owns, and compares what the store
+//! declares with what the lake holds.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use deltalake_core::kernel::{Action, Transaction};
 use deltalake_core::protocol::DeltaOperation;
@@ -15,6 +17,7 @@ use serde_json::Value;
 
 use crate::error::{Error, Result};
 use crate::publish::{MAX_COMMIT_ATTEMPTS, commit};
+use crate::stage::StagedVersion;
 use crate::table::{Lake, STAGING_DIR, active_files, remove_of};
 
 /// What [`Lake::reconcile`] did.
@@ -26,6 +29,62 @@ pub struct Reconciliation {
     pub n_kept_referenced: usize,
     /// Staging files kept because their staging id is still known to the store.
     pub n_kept_known: usize,
+}
+
+/// What the store declares about the lake, for [`Lake::differences`].
+#[derive(Debug, Clone, Default)]
+pub struct Declared {
+    /// Per dataset, every table version the store's releases recorded.
+    pub release_versions: BTreeMap<String, BTreeSet<u64>>,
+    /// Staged versions of steps that may still publish: their files must exist.
+    pub staged: Vec<StagedVersion>,
+}
+
+/// Declared-versus-observed differences found by [`Lake::differences`]; empty when they agree.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Differences {
+    /// Table versions no store release records: committed outside Tidegate, or by a publication
+    /// whose release was never recorded (a crash between commit and record, not yet resumed).
+    pub unknown_versions: Vec<UnknownVersion>,
+    /// Versions a store release records that the table does not have.
+    pub missing_versions: Vec<MissingVersion>,
+    /// Files a store record or the current table version needs that are gone.
+    pub missing_files: Vec<MissingFile>,
+}
+
+impl Differences {
+    /// True when the store and the lake agree.
+    pub fn is_empty(&self) -> bool {
+        self.unknown_versions.is_empty() && self.missing_versions.is_empty() && self.missing_files.is_empty()
+    }
+}
+
+/// A table version the store does not know.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnknownVersion {
+    pub dataset: String,
+    pub version: u64,
+    /// Delta's operation name (`WRITE`, `DELETE`, ...).
+    pub operation: Option<String>,
+    /// The release the commit names in its metadata, if Tidegate wrote it.
+    pub release_id: Option<String>,
+}
+
+/// A table version a store release records that the table does not have.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MissingVersion {
+    pub dataset: String,
+    pub version: u64,
+}
+
+/// A file that should exist and does not.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MissingFile {
+    pub dataset: String,
+    /// Relative to the table root.
+    pub path: String,
+    /// Who needs it: `current version N` (readers fail) or `staged version <staging id>`.
+    pub needed_by: String,
 }
 
 impl Lake {
@@ -73,6 +132,22 @@ impl Lake {
             let table = self.load(dataset).await?;
             let current = active_files(&table, partitions).await?;
             let current_paths: HashSet<&str> = current.iter().map(|a| a.path.as_str()).collect();
+            // Files vacuum removed cannot come back: refuse rather than commit a version whose
+            // files are missing, which would break every reader.
+            let store = table.object_store();
+            for add in wanted.iter().filter(|a| !current_paths.contains(a.path.as_str())) {
+                match store.head(&Path::from(add.path.as_str())).await {
+                    Ok(_) => {}
+                    Err(object_store::Error::NotFound { .. }) => {
+                        return Err(Error::VacuumedVersion {
+                            dataset: dataset.to_owned(),
+                            version: to_version,
+                            path: add.path.clone(),
+                        });
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
             let mut actions: Vec<Action> = current
                 .iter()
                 .filter(|a| !wanted_paths.contains(a.path.as_str()))
@@ -120,9 +195,79 @@ impl Lake {
     }
 }
 
+impl Lake {
+    /// Compares what the store declares with what the lake holds: table versions no release
+    /// records (Tidegate's own compensating `restore` commits and table creation excepted),
+    /// releases whose version the table lacks, and missing files of the current versions and of
+    /// the staged versions that may still publish. Older versions are not checked: vacuum removes
+    /// their files on purpose.
+    pub async fn differences(&self, declared: &Declared) -> Result<Differences> {
+        let mut report = Differences::default();
+        let mut datasets: BTreeSet<String> = self.datasets().await?.into_iter().collect();
+        datasets.extend(declared.release_versions.keys().cloned());
+        datasets.extend(declared.staged.iter().map(|s| s.dataset.clone()));
+        let no_versions = BTreeSet::new();
+        for dataset in &datasets {
+            let recorded = declared.release_versions.get(dataset).unwrap_or(&no_versions);
+            let Some(table) = self.try_load(dataset).await? else {
+                report
+                    .missing_versions
+                    .extend(recorded.iter().map(|v| MissingVersion { dataset: dataset.clone(), version: *v }));
+                for staged in declared.staged.iter().filter(|s| &s.dataset == dataset) {
+                    report.missing_files.extend(staged.files.iter().map(|f| MissingFile {
+                        dataset: dataset.clone(),
+                        path: f.path.clone(),
+                        needed_by: format!("staged version {}", staged.staging_id),
+                    }));
+                }
+                continue;
+            };
+            let current = table.version().unwrap_or_default();
+            report.missing_versions.extend(
+                recorded.range(current + 1..).map(|v| MissingVersion { dataset: dataset.clone(), version: *v }),
+            );
+            for commit in self.history(dataset).await? {
+                let tidegate_op = commit.metadata.get("tidegate.operation").and_then(Value::as_str);
+                let created = commit.operation.as_deref() == Some("CREATE TABLE");
+                if recorded.contains(&commit.version) || created || tidegate_op == Some("restore") {
+                    continue;
+                }
+                report.unknown_versions.push(UnknownVersion {
+                    dataset: dataset.clone(),
+                    version: commit.version,
+                    operation: commit.operation.clone(),
+                    release_id: commit.metadata.get("tidegate.release_id").and_then(Value::as_str).map(str::to_owned),
+                });
+            }
+            let store = table.object_store();
+            let present: HashSet<String> = store.list(None).map_ok(|m| m.location.to_string()).try_collect().await?;
+            for add in active_files(&table, None).await? {
+                if !present.contains(&add.path) {
+                    report.missing_files.push(MissingFile {
+                        dataset: dataset.clone(),
+                        path: add.path,
+                        needed_by: format!("current version {current}"),
+                    });
+                }
+            }
+            for staged in declared.staged.iter().filter(|s| &s.dataset == dataset) {
+                for file in staged.files.iter().filter(|f| !present.contains(&f.path)) {
+                    report.missing_files.push(MissingFile {
+                        dataset: dataset.clone(),
+                        path: file.path.clone(),
+                        needed_by: format!("staged version {}", staged.staging_id),
+                    });
+                }
+            }
+        }
+        report.unknown_versions.sort_by(|a, b| (&a.dataset, a.version).cmp(&(&b.dataset, b.version)));
+        Ok(report)
+    }
+}
+
 /// Every file path any retained table version adds: the active files (which covers commits folded
 /// into a checkpoint) plus every `add` in the JSON commits.
-async fn referenced_paths(table: &deltalake_core::DeltaTable) -> Result<BTreeSet<String>> {
+pub(crate) async fn referenced_paths(table: &deltalake_core::DeltaTable) -> Result<BTreeSet<String>> {
     let mut paths: BTreeSet<String> = active_files(table, None).await?.into_iter().map(|a| a.path).collect();
     let store = table.object_store();
     let entries: Vec<_> = store.list(Some(&Path::from("_delta_log"))).try_collect().await?;

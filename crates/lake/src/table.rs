@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use deltalake_core::kernel::engine::arrow_conversion::TryIntoKernel as _;
+use deltalake_core::kernel::transaction::CommitProperties;
 use deltalake_core::kernel::{Add, StructType};
 use deltalake_core::{DeltaTable, DeltaTableBuilder, DeltaTableError};
 use tidegate_core::spec::model::Dataset;
@@ -162,6 +163,10 @@ impl Lake {
                 deltalake_core::TableProperty::CheckpointInterval,
                 Some(CHECKPOINT_INTERVAL.to_string()),
             )
+            // A creator that loses the race must fail, not retry its CREATE TABLE on top of the
+            // winner's as version 1 (a second metaData action with a new table id); the branch
+            // below then uses the winner's table.
+            .with_commit_properties(CommitProperties::default().with_max_retries(0))
             .await;
         match created {
             Ok(table) => Ok(table),

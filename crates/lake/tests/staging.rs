@@ -157,6 +157,31 @@ async fn reconcile_deletes_only_unreferenced_files_of_unknown_attempts() {
     assert_eq!(read_all(&lake, "rec").await, vec!["id=1|value=null|name=null|tg_partition=p"]);
 }
 
+/// Regression: two steps staging the first data of a dataset at once both created the table, the
+/// loser as version 1 (a second CREATE TABLE), so version 1 held no rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_first_stagings_create_the_table_once() {
+    let (_dir, lake) = lake().await;
+    for i in 0..N_CREATE_RACES {
+        let ds = dataset(&format!("race{i}"), WriteMode::Replace, basic_columns());
+        let stage = |id: &'static str, key: &'static str| {
+            let (lake, ds) = (lake.clone(), ds.clone());
+            tokio::spawn(async move {
+                lake.stage_batches(&ds, id, &[part(key)], vec![rows(&[(1, None, None)], None)]).await
+            })
+        };
+        let (a, b) = (stage("a", "p"), stage("b", "q"));
+        a.await.expect("join").expect("stage a");
+        b.await.expect("join").expect("stage b");
+        let history = lake.history(&ds.name).await.expect("history");
+        let creates = history.iter().filter(|c| c.operation.as_deref() == Some("CREATE TABLE")).count();
+        assert_eq!((creates, history.len()), (1, 1), "race {i}: {history:?}");
+    }
+}
+
+/// Attempts at the creation race; each is a fresh table.
+const N_CREATE_RACES: usize = 20;
+
 #[tokio::test]
 async fn bad_names_are_refused() {
     let (_dir, lake) = lake().await;

@@ -13,5 +13,6 @@ pub mod serve;
 pub mod status;
 pub mod submit;
 pub mod tick;
+pub mod vacuum;
 pub mod validate;
 pub mod worker;

@@ -1,5 +1,5 @@
 //! `tidegate rollback` and `tidegate reconcile`: undo a publication in a new commit, and clean up
-//! what crashed attempts left behind.
+//! what crashed attempts left behind while reporting where the store and the lake disagree.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -7,7 +7,8 @@ use std::process::ExitCode;
 use anyhow::{Context, Result, bail};
 use chrono::Utc;
 use serde::Serialize;
-use tidegate_store::{JournalMeta, ReleaseItem, ReleaseKind, ReleaseRecord};
+use tidegate_lake::{Declared, Differences, Reconciliation, StagedVersion};
+use tidegate_store::{ActiveStep, JournalMeta, ReleaseItem, ReleaseKind, ReleaseRecord, Store};
 
 use crate::cmd::data::{open_lake, runtime};
 use crate::cmd::submit::requester;
@@ -123,24 +124,42 @@ pub fn rollback(ws: Option<&Path>, args: RollbackArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Remove staged files that no commit references and no live attempt owns.
+/// Remove abandoned staged files, then compare what the store declares with what the lake holds.
+///
+/// A staged file is abandoned when no table version references it and no unfinished attempt owns
+/// it (a crashed or fenced attempt, a cancelled backfill). Reported, never changed: table versions
+/// no release in the store records (a commit made outside Tidegate, or a publication whose
+/// release was never recorded because the process died in between; rerunning the run records
+/// it), releases whose table version is gone, and files that the current table versions or the
+/// staged versions of unfinished steps need and that are missing. Exits with status 2 when there
+/// are differences.
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Examples:\n  tidegate reconcile\n  tidegate reconcile --json")]
 pub struct ReconcileArgs {
+    /// Print what was deleted and every difference as JSON.
     #[arg(long)]
     pub json: bool,
 }
 
-pub fn reconcile(ws: Option<&Path>, args: ReconcileArgs) -> Result<ExitCode> {
-    let ws = workspace::load(ws)?;
-    let store = ws.open_store()?;
-    // Staging ids of attempts that may still publish: steps not yet terminal, with every staging
-    // folder their recorded versions use (a checkpointing task's granules are staged apart and
-    // carried from attempt to attempt).
+/// The most releases read to learn which table versions the store knows.
+pub const MAX_RELEASES_RECONCILED: u32 = 1_000_000;
+
+#[derive(Serialize)]
+struct Reconciled {
+    #[serde(flatten)]
+    cleaned: Reconciliation,
+    #[serde(flatten)]
+    differences: Differences,
+}
+
+/// Staging ids of attempts that may still publish: the current attempt of every step that is
+/// not terminal, and every staging folder the versions of those steps use (a checkpointing task's
+/// granules are staged apart and carried from attempt to attempt).
+pub(crate) fn live_staging_ids(store: &dyn Store, active: &[ActiveStep]) -> Result<Vec<String>> {
     let mut live: Vec<String> = Vec::new();
-    for active in store.active_steps()? {
-        live.push(format!("{}-{}", active.step.id, active.step.state.attempt));
-        for version in store.versions(&active.step.id)? {
+    for a in active {
+        live.push(format!("{}-{}", a.step.id, a.step.state.attempt));
+        for version in store.versions(&a.step.id)? {
             let paths = version.files.get("files").and_then(|f| f.as_array()).into_iter().flatten();
             for path in paths.filter_map(|f| f.get("path").and_then(|p| p.as_str())) {
                 if let Some(staging_id) = path.split('/').nth(1) {
@@ -151,22 +170,85 @@ pub fn reconcile(ws: Option<&Path>, args: ReconcileArgs) -> Result<ExitCode> {
     }
     live.sort();
     live.dedup();
-    let report = runtime()?.block_on(async {
-        let lake = open_lake(&ws).await?;
-        anyhow::Ok(lake.reconcile(&live).await?)
-    })?;
-    if args.json {
-        output::json(&report)?;
-    } else {
-        println!(
-            "Deleted {} abandoned staging file(s); kept {} referenced by table versions and {} owned by unfinished attempts",
-            report.deleted.len(),
-            report.n_kept_referenced,
-            report.n_kept_known
-        );
-        for path in &report.deleted {
-            println!("  deleted {path}");
+    Ok(live)
+}
+
+/// What the store declares: the table versions of its releases and the staged versions of steps
+/// that may still publish.
+fn declared(store: &dyn Store, active: &[ActiveStep]) -> Result<Declared> {
+    let mut declared = Declared::default();
+    for release in store.releases(None, MAX_RELEASES_RECONCILED)? {
+        for item in release.items {
+            let version = u64::try_from(item.delta_version).context("a release records a negative table version")?;
+            declared.release_versions.entry(item.dataset).or_default().insert(version);
         }
     }
-    Ok(ExitCode::SUCCESS)
+    for active in active {
+        for record in store.versions(&active.step.id)?.into_iter().filter(|v| v.attempt == active.step.state.attempt) {
+            let staged: StagedVersion = serde_json::from_value(record.files)
+                .with_context(|| format!("decoding the staged version {}", record.id))?;
+            declared.staged.push(staged);
+        }
+    }
+    Ok(declared)
+}
+
+pub fn reconcile(ws: Option<&Path>, args: ReconcileArgs) -> Result<ExitCode> {
+    let ws = workspace::load(ws)?;
+    let store = ws.open_store()?;
+    let active = store.active_steps()?;
+    let live = live_staging_ids(store.as_ref(), &active)?;
+    let declared = declared(store.as_ref(), &active)?;
+    let report = runtime()?.block_on(async {
+        let lake = open_lake(&ws).await?;
+        let cleaned = lake.reconcile(&live).await?;
+        let differences = lake.differences(&declared).await?;
+        anyhow::Ok(Reconciled { cleaned, differences })
+    })?;
+    let code = if report.differences.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(2) };
+    if args.json {
+        output::json(&report)?;
+        return Ok(code);
+    }
+    let cleaned = &report.cleaned;
+    println!(
+        "Deleted {} abandoned staging file(s); kept {} referenced by table versions and {} owned by unfinished attempts",
+        cleaned.deleted.len(),
+        cleaned.n_kept_referenced,
+        cleaned.n_kept_known
+    );
+    for path in &cleaned.deleted {
+        println!("  deleted {path}");
+    }
+    let d = &report.differences;
+    if d.is_empty() {
+        println!("The store and the lake agree");
+    }
+    for v in &d.unknown_versions {
+        let what = match &v.release_id {
+            Some(release) => {
+                format!(
+                    "names release {release}, which the store never recorded; rerun the run or `backfill publish` \
+                     that made it to record it"
+                )
+            }
+            None => "was not written by Tidegate".to_owned(),
+        };
+        println!(
+            "  unknown to the store: {} version {} ({}) {what}",
+            v.dataset,
+            v.version,
+            v.operation.as_deref().unwrap_or("unknown operation")
+        );
+    }
+    for v in &d.missing_versions {
+        println!(
+            "  missing version: the store records {} version {}, which the table does not have",
+            v.dataset, v.version
+        );
+    }
+    for f in &d.missing_files {
+        println!("  missing file: {}/{} (needed by {})", f.dataset, f.path, f.needed_by);
+    }
+    Ok(code)
 }

@@ -430,17 +430,6 @@ fn median_duration_s(store: &dyn Store, task: &str) -> Result<Option<f64>> {
     Ok(Some(durations[durations.len() / 2]))
 }
 
-pub(crate) fn human_bytes(n: u64) -> String {
-    #[allow(clippy::cast_precision_loss)]
-    let f = n as f64;
-    match n {
-        0..1_024 => format!("{n} B"),
-        1_024..1_048_576 => format!("{:.1} KiB", f / 1024.0),
-        1_048_576..1_073_741_824 => format!("{:.1} MiB", f / 1_048_576.0),
-        _ => format!("{:.1} GiB", f / 1_073_741_824.0),
-    }
-}
-
 fn print_plan(id: &str, spec_hash: &str, spec: &FrozenSpec) {
     let br = &spec.blast_radius;
     println!("Planned backfill {id} (spec {}), requested by {}", short(spec_hash), spec.requester);
@@ -468,7 +457,7 @@ fn print_plan(id: &str, spec_hash: &str, spec: &FrozenSpec) {
                     d.partitions.last().cloned().unwrap_or_default()
                 ),
                 d.current_rows.to_string(),
-                human_bytes(d.current_bytes),
+                output::human_bytes(d.current_bytes),
                 if d.consumers.is_empty() { "-".to_owned() } else { d.consumers.join(", ") },
             ]
         })
@@ -480,7 +469,7 @@ fn print_plan(id: &str, spec_hash: &str, spec: &FrozenSpec) {
         }
         _ => println!("Estimated compute: unknown (no step history for some task yet)"),
     }
-    println!("Staging needs about {}", human_bytes(br.estimated_staging_bytes));
+    println!("Staging needs about {}", output::human_bytes(br.estimated_staging_bytes));
     println!();
     println!("Nothing runs until you start it:  tidegate backfill start {id}");
 }

@@ -1,0 +1,117 @@
+//! Helpers shared by the CLI's integration tests: run the built binary on a workspace and read a
+//! Delta table's log directly, as an outside reader would.
+#![allow(dead_code)] // each test binary uses a different subset of the helpers
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+/// A command running the built `tidegate` in `dir`.
+pub fn tidegate(dir: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tidegate"));
+    cmd.current_dir(dir).env("TIDEGATE_USER", "cli-test").env_remove("TIDEGATE_FAILPOINT");
+    cmd
+}
+
+/// Runs `tidegate ARGS` and returns its stdout, failing the test if it does not succeed.
+pub fn ok(dir: &Path, args: &[&str]) -> String {
+    let out = tidegate(dir).args(args).output().expect("runs");
+    assert!(out.status.success(), "tidegate {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+/// Runs `tidegate ARGS` (which must print JSON) and returns its exit code and output.
+pub fn json(dir: &Path, args: &[&str]) -> (i32, Value) {
+    let out = tidegate(dir).args(args).output().expect("runs");
+    let value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!("tidegate {args:?} printed no JSON ({e}): {}", String::from_utf8_lossy(&out.stderr))
+    });
+    (out.status.code().expect("exited, not killed"), value)
+}
+
+/// Runs `tidegate ARGS` with a failpoint armed and asserts that the process aborted there.
+pub fn abort_at(dir: &Path, failpoint: &str, args: &[&str]) -> Output {
+    use std::os::unix::process::ExitStatusExt as _;
+    let out = tidegate(dir).env("TIDEGATE_FAILPOINT", failpoint).args(args).output().expect("runs");
+    assert_eq!(
+        out.status.signal(),
+        Some(SIGABRT),
+        "{failpoint} should abort `tidegate {args:?}`; it exited with {:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// The signal `std::process::abort` raises.
+const SIGABRT: i32 = 6;
+
+/// The Delta table of `dataset` in the workspace's default lake.
+pub fn table(dir: &Path, dataset: &str) -> PathBuf {
+    dir.join(".tidegate/lake").join(dataset)
+}
+
+/// The actions of one commit, in order.
+pub fn commit(table: &Path, version: u64) -> Vec<Value> {
+    let text = std::fs::read_to_string(table.join(format!("_delta_log/{version:020}.json"))).expect("read commit");
+    text.lines().map(|l| serde_json::from_str(l).expect("commit lines are JSON")).collect()
+}
+
+/// The newest table version: the highest numbered JSON commit.
+pub fn latest_version(table: &Path) -> u64 {
+    std::fs::read_dir(table.join("_delta_log"))
+        .expect("log folder")
+        .filter_map(|e| e.ok()?.file_name().to_str()?.strip_suffix(".json")?.parse().ok())
+        .max()
+        .expect("at least one commit")
+}
+
+/// The `add` actions of one commit.
+pub fn adds(table: &Path, version: u64) -> Vec<Value> {
+    commit(table, version).into_iter().filter_map(|a| a.get("add").cloned()).collect()
+}
+
+/// The release id Tidegate wrote into a commit's metadata.
+pub fn release_of(table: &Path, version: u64) -> String {
+    commit(table, version)
+        .iter()
+        .find_map(|a| a["commitInfo"]["tidegate.release_id"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| panic!("version {version} names no release"))
+}
+
+/// appId -> number of commits carrying it, for one table (none if the table does not exist yet).
+pub fn commits_per_app_id(table: &Path) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    if !table.join("_delta_log").exists() {
+        return counts;
+    }
+    for version in 0..=latest_version(table) {
+        for action in commit(table, version) {
+            if let Some(app_id) = action["txn"]["appId"].as_str() {
+                *counts.entry(app_id.to_owned()).or_insert(0) += 1;
+            }
+        }
+    }
+    counts
+}
+
+/// Every file under the table's `staging/` folder, relative to the table root, sorted.
+pub fn staged_files(table: &Path) -> Vec<String> {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) {
+        let Ok(entries) = std::fs::read_dir(dir) else { return };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(root, &path, out);
+            } else {
+                out.push(path.strip_prefix(root).expect("inside").to_string_lossy().into_owned());
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(table, &table.join("staging"), &mut out);
+    out.sort();
+    out
+}

@@ -1,0 +1,120 @@
+//! `tidegate reconcile` on a workspace where the store and the lake were made to disagree for
+//! real: an abandoned staging file, a commit written into the Delta log by hand (a writer outside
+//! Tidegate), a published file deleted, and the staged files of a step waiting to publish
+//! deleted. The abandoned file is removed; the differences are reported, not repaired.
+
+mod common;
+
+use common::*;
+use serde_json::{Value, json as j};
+
+const SPEC: &str = r#"
+[project]
+name = "reconcile_test"
+
+[datasets.nums]
+partitioning = { grain = "day", start = "2024-01-01" }
+write = { mode = "replace" }
+
+[tasks.make]
+command = ["sh", "-c", "printf 'id,v\n1,10\n2,20\n' > \"$TIDEGATE_OUTPUT_DIR/n.csv\""]
+outputs = ["nums"]
+"#;
+
+/// The first `add` of a file for `partition` in the log.
+fn add_of(table: &std::path::Path, partition: &str) -> Value {
+    (0..=latest_version(table))
+        .flat_map(|v| adds(table, v))
+        .find(|a| a["partitionValues"]["tg_partition"] == partition)
+        .unwrap_or_else(|| panic!("no file for {partition}"))
+}
+
+#[test]
+fn reconcile_removes_abandoned_staging_and_reports_what_disagrees() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let ws = dir.path();
+    std::fs::write(ws.join("tidegate.toml"), SPEC).expect("spec");
+    ok(ws, &["run", "make", "--from", "2024-01-01", "--to", "2024-01-02", "--json"]);
+    let nums = table(ws, "nums");
+    // Two steps staging at once may both create the table, so count from the log.
+    let published_version = latest_version(&nums);
+    let foreign_version = published_version + 1;
+    let (code, clean) = json(ws, &["reconcile", "--json"]);
+    assert_eq!(code, 0, "a fresh workspace agrees with itself: {clean}");
+
+    // A step of 2024-01-03 staged and validated, then the process died before committing.
+    abort_at(ws, "after-stage", &["run", "make", "--partition", "2024-01-03", "--json"]);
+    let published: Vec<String> = (0..=published_version)
+        .flat_map(|v| adds(&nums, v))
+        .map(|a| a["path"].as_str().expect("path").to_owned())
+        .collect();
+    let waiting: Vec<String> = staged_files(&nums).into_iter().filter(|f| !published.contains(f)).collect();
+    assert_eq!(waiting.len(), 1, "the waiting step staged one file: {waiting:?}");
+    // Its staged file disappears (an over-eager cleanup script, a lost disk).
+    std::fs::remove_file(nums.join(&waiting[0])).expect("delete staged file");
+
+    // An attempt that died long ago left a file nobody owns.
+    let abandoned = "staging/abandoned-1/part-00000.snappy.parquet";
+    std::fs::create_dir_all(nums.join("staging/abandoned-1")).expect("mkdir");
+    std::fs::write(nums.join(abandoned), b"not even parquet").expect("write abandoned file");
+
+    // Someone deletes 2024-01-02 with another Delta writer: a version no release records.
+    let day2 = add_of(&nums, "2024-01-02");
+    let now_ms = 1_767_000_000_000_i64;
+    let commit = [
+        j!({"commitInfo": {"timestamp": now_ms, "operation": "DELETE",
+            "operationParameters": {"predicate": "tg_partition = '2024-01-02'"}, "clientVersion": "by-hand"}}),
+        j!({"remove": {"path": day2["path"], "deletionTimestamp": now_ms, "dataChange": true,
+            "extendedFileMetadata": true, "partitionValues": day2["partitionValues"], "size": day2["size"]}}),
+    ];
+    let lines: Vec<String> = commit.iter().map(Value::to_string).collect();
+    let log_file = nums.join(format!("_delta_log/{foreign_version:020}.json"));
+    std::fs::write(log_file, lines.join("\n") + "\n").expect("commit");
+
+    // And the file that release published for 2024-01-01, still the current one, is deleted.
+    let day1 = add_of(&nums, "2024-01-01");
+    let day1_path = day1["path"].as_str().expect("path").to_owned();
+    std::fs::remove_file(nums.join(&day1_path)).expect("delete published file");
+
+    let (code, report) = json(ws, &["reconcile", "--json"]);
+    assert_eq!(code, 2, "differences exit with status 2: {report}");
+    assert_eq!(report["deleted"], j!([format!("nums/{abandoned}")]), "{report}");
+    assert!(!nums.join(abandoned).exists());
+    assert_eq!(
+        report["unknown_versions"],
+        j!([{"dataset": "nums", "version": foreign_version, "operation": "DELETE", "release_id": null}]),
+        "{report}"
+    );
+    assert_eq!(report["missing_versions"], j!([]), "{report}");
+    let mut missing: Vec<(String, String)> = report["missing_files"]
+        .as_array()
+        .expect("list")
+        .iter()
+        .map(|m| {
+            assert_eq!(m["dataset"], "nums");
+            (m["path"].as_str().expect("path").to_owned(), m["needed_by"].as_str().expect("who").to_owned())
+        })
+        .collect();
+    missing.sort();
+    let staging_id = waiting[0].split('/').nth(1).expect("staging/<id>/file").to_owned();
+    let mut expected = vec![
+        (day1_path.clone(), format!("current version {foreign_version}")),
+        (waiting[0].clone(), format!("staged version {staging_id}")),
+    ];
+    expected.sort();
+    assert_eq!(missing, expected, "{report}");
+
+    // Reported, not repaired: a second pass finds the same differences and deletes nothing more.
+    let (code, again) = json(ws, &["reconcile", "--json"]);
+    assert_eq!(code, 2);
+    assert_eq!(again["deleted"], j!([]));
+    assert_eq!(again["unknown_versions"], report["unknown_versions"]);
+    assert_eq!(again["missing_files"], report["missing_files"]);
+    let out = tidegate(ws).arg("reconcile").output().expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    let unknown = format!("unknown to the store: nums version {foreign_version} (DELETE) was not written by Tidegate");
+    assert!(text.contains(&unknown), "{text}");
+    let missing = format!("missing file: nums/{day1_path} (needed by current version {foreign_version})");
+    assert!(text.contains(&missing), "{text}");
+}

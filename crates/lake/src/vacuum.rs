@@ -1,0 +1,141 @@
+//! Vacuum: delete the data files that no table version a rollback may still target references.
+//!
+//! Which versions those are is the caller's decision (the CLI derives them from the store's
+//! releases); the current version is always kept. The set of files to keep is computed by loading
+//! the table at every kept version and taking its active files, rather than with delta-rs'
+//! `VacuumBuilder`, which decides by the age of a file's removal and so cannot promise that a
+//! chosen older version stays complete. A file is deleted only if some commit in the log once
+//! added it: files no commit ever referenced are staged output, which reconciliation owns, and
+//! `_delta_log` and other hidden paths are never looked at.
+
+use std::collections::{BTreeSet, HashSet};
+
+use futures::TryStreamExt as _;
+use object_store::ObjectStoreExt as _;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::publish::{MAX_COMMIT_ATTEMPTS, loaded_version};
+use crate::rollback::referenced_paths;
+use crate::table::{Lake, STAGING_DIR, active_files};
+
+/// What [`Lake::vacuum`] removed (or, on a dry run, would remove) from one dataset.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Vacuum {
+    pub dataset: String,
+    /// The table version the plan was made against (always kept).
+    pub current_version: u64,
+    /// Every version whose files were kept, ascending.
+    pub kept_versions: Vec<u64>,
+    /// Paths (relative to the table root) of the deleted files, sorted.
+    pub deleted: Vec<String>,
+    pub n_bytes_deleted: u64,
+    /// Files kept because a kept version references them or an unfinished attempt owns them.
+    pub n_kept_referenced: usize,
+    /// Files no commit ever added (staged output): left to reconciliation.
+    pub n_left_unpublished: usize,
+    /// True when nothing was deleted because the caller asked for a dry run.
+    pub dry_run: bool,
+}
+
+impl Lake {
+    /// Deletes the files of `dataset` that some commit once added and that neither the current
+    /// version nor any of `keep_versions` references. Files staged under one of
+    /// `protected_staging_ids` (attempts that may still publish) are never deleted. With
+    /// `dry_run`, returns the same report and deletes nothing.
+    ///
+    /// A kept version that can no longer be loaded is an error rather than a guess: vacuum cannot
+    /// know which files it needs.
+    pub async fn vacuum(
+        &self,
+        dataset: &str,
+        keep_versions: &BTreeSet<u64>,
+        protected_staging_ids: &[String],
+        dry_run: bool,
+    ) -> Result<Vacuum> {
+        let protected: HashSet<&str> = protected_staging_ids.iter().map(String::as_str).collect();
+        for _ in 0..MAX_COMMIT_ATTEMPTS {
+            let table = self.load(dataset).await?;
+            let current = loaded_version(&table)?;
+            let plan = self.plan_vacuum(dataset, &table, current, keep_versions, &protected).await?;
+            // A commit that landed while the plan was made may reference files the plan did not
+            // see as needed (a rollback re-adding old files): plan again against it.
+            if self.load(dataset).await?.version() != Some(current) {
+                continue;
+            }
+            if !dry_run {
+                let store = table.object_store();
+                for (path, _) in &plan.candidates {
+                    match store.delete(&object_store::path::Path::from(path.as_str())).await {
+                        Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+            }
+            return Ok(Vacuum {
+                dataset: dataset.to_owned(),
+                current_version: current,
+                kept_versions: plan.kept_versions,
+                n_bytes_deleted: plan.candidates.iter().map(|(_, size)| size).sum(),
+                deleted: plan.candidates.into_iter().map(|(path, _)| path).collect(),
+                n_kept_referenced: plan.n_kept_referenced,
+                n_left_unpublished: plan.n_left_unpublished,
+                dry_run,
+            });
+        }
+        Err(Error::Conflict { dataset: dataset.to_owned(), n_attempts: MAX_COMMIT_ATTEMPTS })
+    }
+
+    async fn plan_vacuum(
+        &self,
+        dataset: &str,
+        table: &deltalake_core::DeltaTable,
+        current: u64,
+        keep_versions: &BTreeSet<u64>,
+        protected: &HashSet<&str>,
+    ) -> Result<Plan> {
+        let mut kept_versions: BTreeSet<u64> = keep_versions.iter().copied().filter(|v| *v < current).collect();
+        kept_versions.insert(current);
+        let mut needed: HashSet<String> = HashSet::new();
+        for version in &kept_versions {
+            let at = if *version == current { table.clone() } else { self.load_at(dataset, Some(*version)).await? };
+            needed.extend(active_files(&at, None).await?.into_iter().map(|a| a.path));
+        }
+        let ever_added = referenced_paths(table).await?;
+        let store = table.object_store();
+        let listed: Vec<_> = store.list(None).try_collect().await?;
+        let mut plan = Plan { kept_versions: kept_versions.into_iter().collect(), ..Plan::default() };
+        for meta in listed {
+            let path = meta.location.to_string();
+            if path.split('/').any(|segment| segment.starts_with(['_', '.'])) {
+                continue;
+            }
+            if needed.contains(&path) {
+                plan.n_kept_referenced += 1;
+            } else if !ever_added.contains(&path) {
+                plan.n_left_unpublished += 1;
+            } else if staging_id_of(&path).is_some_and(|id| protected.contains(id)) {
+                plan.n_kept_referenced += 1;
+            } else {
+                plan.candidates.push((path, meta.size));
+            }
+        }
+        plan.candidates.sort();
+        Ok(plan)
+    }
+}
+
+#[derive(Debug, Default)]
+struct Plan {
+    kept_versions: Vec<u64>,
+    /// `(path, size in bytes)` of every file to delete.
+    candidates: Vec<(String, u64)>,
+    n_kept_referenced: usize,
+    n_left_unpublished: usize,
+}
+
+/// The staging id of a path under `staging/<id>/`, if it is one.
+fn staging_id_of(path: &str) -> Option<&str> {
+    let mut segments = path.split('/');
+    (segments.next() == Some(STAGING_DIR)).then(|| segments.next()).flatten()
+}
