@@ -132,6 +132,8 @@ fn xargs_true(n: usize) -> Result<f64> {
 #[derive(Debug, Default, Clone)]
 struct Phases {
     n_steps: usize,
+    /// Steps with an upstream step (chains only): `promote` is over these.
+    n_promoted: usize,
     /// From the upstream step's `published` to this step's `deps_met` (chains only).
     promote: f64,
     /// `deps_met` to `claimed`: waiting for a slot and the claim.
@@ -149,6 +151,7 @@ struct Phases {
 impl Phases {
     fn add(&mut self, other: &Phases) {
         self.n_steps += other.n_steps;
+        self.n_promoted += other.n_promoted;
         self.promote += other.promote;
         self.claim += other.claim;
         self.attempt += other.attempt;
@@ -157,13 +160,15 @@ impl Phases {
         self.span += other.span;
     }
 
-    /// Mean milliseconds per step of each phase.
+    /// Mean milliseconds per step of each phase (`promote` per step that has an upstream).
     fn json(&self) -> Value {
         #[allow(clippy::cast_precision_loss)]
         let per = |s: f64| ms(s / self.n_steps.max(1) as f64);
+        #[allow(clippy::cast_precision_loss)]
+        let promote = ms(self.promote / self.n_promoted.max(1) as f64);
         json!({
             "steps": self.n_steps,
-            "promote_ms": per(self.promote),
+            "promote_ms": promote,
             "claim_ms": per(self.claim),
             "attempt_ms": per(self.attempt),
             "validate_ms": per(self.validate),
@@ -173,10 +178,15 @@ impl Phases {
 
     fn line(&self) -> String {
         let v = self.json();
+        let promote = if self.n_promoted > 0 {
+            format!("upstream published -> ready {} ms, ", v["promote_ms"])
+        } else {
+            String::new()
+        };
         format!(
-            "mean per step: upstream published -> ready {} ms, ready -> claimed {} ms, claimed -> staged {} ms, \
+            "mean per step: {promote}ready -> claimed {} ms, claimed -> staged {} ms, \
              staged -> checks passed {} ms, checks passed -> published {} ms",
-            v["promote_ms"], v["claim_ms"], v["attempt_ms"], v["validate_ms"], v["publish_ms"]
+            v["claim_ms"], v["attempt_ms"], v["validate_ms"], v["publish_ms"]
         )
     }
 }
@@ -204,6 +214,7 @@ fn phases(ws: &Path, run_id: &str, chain: bool) -> Result<Phases> {
     for (i, s) in steps.iter().enumerate() {
         if chain && i > 0 {
             p.promote += secs(steps[i - 1][4], s[0]);
+            p.n_promoted += 1;
         }
         p.claim += secs(s[0], s[1]);
         p.attempt += secs(s[1], s[2]);
