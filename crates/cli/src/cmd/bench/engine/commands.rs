@@ -144,6 +144,9 @@ struct Phases {
     validate: f64,
     /// `checks_passed` to `published`: the Delta commit and the release record.
     publish: f64,
+    /// The loop's time spent publishing: publications happen one at a time, so each one is
+    /// charged from its `checks_passed` or the previous `published`, whichever is later.
+    publish_busy: f64,
     /// First `deps_met` to last `published` of the run.
     span: f64,
 }
@@ -157,6 +160,7 @@ impl Phases {
         self.attempt += other.attempt;
         self.validate += other.validate;
         self.publish += other.publish;
+        self.publish_busy += other.publish_busy;
         self.span += other.span;
     }
 
@@ -185,7 +189,7 @@ impl Phases {
         };
         format!(
             "mean per step: {promote}ready -> claimed {} ms, claimed -> staged {} ms, \
-             staged -> checks passed {} ms, checks passed -> published {} ms",
+             staged -> checks passed {} ms, checks passed -> published {} ms (queueing included)",
             v["claim_ms"], v["attempt_ms"], v["validate_ms"], v["publish_ms"]
         )
     }
@@ -220,6 +224,14 @@ fn phases(ws: &Path, run_id: &str, chain: bool) -> Result<Phases> {
         p.attempt += secs(s[1], s[2]);
         p.validate += secs(s[2], s[3]);
         p.publish += secs(s[3], s[4]);
+    }
+    let mut by_publication: Vec<&[DateTime<Utc>; 5]> = steps.iter().collect();
+    by_publication.sort_by_key(|s| s[4]);
+    let mut previous: Option<DateTime<Utc>> = None;
+    for s in by_publication {
+        let from = previous.map_or(s[3], |p| p.max(s[3]));
+        p.publish_busy += secs(from, s[4]);
+        previous = Some(s[4]);
     }
     if let (Some(first), Some(last)) = (steps.first(), steps.iter().map(|s| s[4]).max()) {
         p.span = secs(first[0], last);
@@ -326,9 +338,9 @@ pub fn b4(dir: &Path, n: usize, workers: usize, repeats: usize) -> Result<Outcom
     let r = ratio(wall.median(), baseline.median());
     let aim_met = r <= B4_AIM_RATIO;
     #[allow(clippy::cast_precision_loss)]
-    let publish_share = phase_sum.publish / wall.0.iter().sum::<f64>();
+    let publish_share = phase_sum.publish_busy / wall.0.iter().sum::<f64>();
     let mut phases_json = phase_sum.json();
-    phases_json["publish_share_of_wall"] = json!(round(publish_share));
+    phases_json["publish_busy_share_of_wall"] = json!(round(publish_share));
     let json = json!({
         "steps": n,
         "workers": workers,
@@ -366,7 +378,7 @@ pub fn b4(dir: &Path, n: usize, workers: usize, repeats: usize) -> Result<Outcom
     let _ = writeln!(o, "   {}", phase_sum.line());
     let _ = writeln!(
         o,
-        "   publication (checks passed -> published, serial in the loop): {:.0}% of the wall time",
+        "   the loop publishing (one publication at a time: Delta commit + release record): {:.0}% of the wall time",
         publish_share * 100.0
     );
     let _ = writeln!(
