@@ -51,7 +51,7 @@ enum Command {
     /// The demo workspace's click feed (a command task; not for direct use).
     #[command(hide = true)]
     DemoFeed(cmd::demo::feed::FeedArgs),
-    /// Benchmarks for developers (`tidegate bench lake`); results go to BENCHMARKS.md.
+    /// Benchmarks for developers (`tidegate bench lake`, `tidegate bench engine`); results go to BENCHMARKS.md.
     #[command(hide = true, subcommand)]
     Bench(cmd::bench::Command),
 }

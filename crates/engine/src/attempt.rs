@@ -62,6 +62,26 @@ impl Report {
     }
 }
 
+/// What a [`Runner`] returns: the attempt's report, once it ends.
+pub type ReportFuture = std::pin::Pin<Box<dyn std::future::Future<Output = Report> + Send>>;
+
+/// Runs the engine's attempts. The engine uses [`TaskRunner`] unless told otherwise
+/// (`Engine::with_runner`); a benchmark swaps in a runner that does no work, to measure the
+/// scheduler and the store alone.
+pub trait Runner: Send + Sync {
+    fn run(&self, attempt: Attempt, store: Arc<dyn Store>, lake: Arc<Lake>) -> ReportFuture;
+}
+
+/// The default runner: the task's command or SQL, with [`run`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TaskRunner;
+
+impl Runner for TaskRunner {
+    fn run(&self, attempt: Attempt, store: Arc<dyn Store>, lake: Arc<Lake>) -> ReportFuture {
+        Box::pin(run(attempt, store, lake))
+    }
+}
+
 /// Runs the attempt to its end; heartbeats the lease meanwhile. Never panics on task failure:
 /// every failure is a [`Report::Failed`] with its class.
 pub async fn run(attempt: Attempt, store: Arc<dyn Store>, lake: Arc<Lake>) -> Report {

@@ -222,6 +222,8 @@ pub struct Engine {
     progress: Option<ProgressFn>,
     /// Set by a shutdown request: start nothing new, let in-flight attempts finish, return.
     stop: Option<Arc<std::sync::atomic::AtomicBool>>,
+    /// Runs each claimed attempt ([`attempt::TaskRunner`] unless replaced).
+    runner: Arc<dyn attempt::Runner>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -269,7 +271,14 @@ impl Engine {
         clock: Arc<dyn Clock>,
         opts: Options,
     ) -> Self {
-        Self { store, lake, spec, workspace, lake_uri, clock, opts, progress: None, stop: None }
+        let runner = Arc::new(attempt::TaskRunner);
+        Self { store, lake, spec, workspace, lake_uri, clock, opts, progress: None, stop: None, runner }
+    }
+
+    /// Runs attempts with `runner` instead of the task's command or SQL (a benchmark's no-op).
+    pub fn with_runner(mut self, runner: Arc<dyn attempt::Runner>) -> Self {
+        self.runner = runner;
+        self
     }
 
     /// A flag that, once set, makes `drain` start no new attempt and return when the attempts in
@@ -475,9 +484,10 @@ impl Engine {
             };
             for attempt in claimed {
                 in_flight += 1;
-                let (store, lake, tx) = (self.store.clone(), self.lake.clone(), tx.clone());
+                let (store, lake, tx, runner) =
+                    (self.store.clone(), self.lake.clone(), tx.clone(), self.runner.clone());
                 tokio::spawn(async move {
-                    let report = attempt::run(attempt, store, lake).await;
+                    let report = runner.run(attempt, store, lake).await;
                     let _ = tx.send(report);
                 });
             }

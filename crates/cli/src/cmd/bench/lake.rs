@@ -8,8 +8,6 @@
 //!    files, in a `python3` child process.
 //! 3. `Lake::diff` of the versions before and after that merge, with known counts; baseline: the
 //!    same six queries (three counts, three samples) in DuckDB over the same Parquet files.
-//!
-//! Everything happens in a fresh folder under the system temp folder, removed at the end.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -28,14 +26,10 @@ use tidegate_lake::arrow::compute::cast;
 use tidegate_lake::arrow::datatypes::{DataType, Int64Type};
 use tidegate_lake::{Lake, Release, ReleaseItem, StagedVersion};
 
-use super::data::runtime;
-
-/// Benchmarks (for developers; the results go to BENCHMARKS.md).
-#[derive(Debug, clap::Subcommand)]
-pub enum Command {
-    /// The lake: publication as the table grows, merge against DuckDB, diff of two versions.
-    Lake(LakeArgs),
-}
+use super::{
+    Samples, Scratch, command_line, machine, mib, now_text, peak_rss_kib, progress, ratio, reset_peak_rss, round,
+};
+use crate::cmd::data::runtime;
 
 #[derive(Debug, clap::Args)]
 pub struct LakeArgs {
@@ -54,12 +48,6 @@ pub struct LakeArgs {
     /// Keep the temp folder (its path is printed) instead of removing it.
     #[arg(long)]
     pub keep: bool,
-}
-
-pub fn run(command: Command) -> Result<ExitCode> {
-    match command {
-        Command::Lake(args) => lake(args),
-    }
 }
 
 /// Day partitions in the publication benchmark.
@@ -103,36 +91,14 @@ impl Sizes {
     }
 }
 
-/// A temp folder removed when dropped (unless kept).
-#[derive(Debug)]
-struct Scratch {
-    path: PathBuf,
-    keep: bool,
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        if self.keep {
-            eprintln!("kept {}", self.path.display());
-        } else {
-            let _ = std::fs::remove_dir_all(&self.path);
-        }
-    }
-}
-
-fn lake(args: LakeArgs) -> Result<ExitCode> {
+pub fn run(args: LakeArgs) -> Result<ExitCode> {
     let sizes = Sizes::of(&args)?;
-    let command = std::env::args().collect::<Vec<_>>().join(" ");
-    let scratch = Scratch {
-        path: std::env::temp_dir().join(format!("tidegate-bench-{}", uuid::Uuid::now_v7().simple())),
-        keep: args.keep,
-    };
-    std::fs::create_dir_all(&scratch.path).with_context(|| format!("creating {}", scratch.path.display()))?;
-    progress(&format!("working in {}", scratch.path.display()));
+    let command = command_line();
+    let scratch = Scratch::new(args.keep)?;
     let rt = runtime()?;
     let report = rt.block_on(run_all(&scratch.path, sizes))?;
     let machine = machine();
-    let date = Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let date = now_text();
     if args.json {
         let mut out = report.json(sizes);
         out["command"] = json!(command);
@@ -174,47 +140,6 @@ struct PublishLevel {
 enum Baseline {
     Skipped(String),
     Measured { version: String, threads: String, merge: Samples, copy: Samples, diff: Samples, rss_kib: Option<u64> },
-}
-
-/// Durations in seconds.
-#[derive(Debug, Clone, Default)]
-struct Samples(Vec<f64>);
-
-impl Samples {
-    fn median(&self) -> f64 {
-        let mut v = self.0.clone();
-        v.sort_by(f64::total_cmp);
-        match v.len() {
-            0 => f64::NAN,
-            n if n % 2 == 1 => v[n / 2],
-            n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-        }
-    }
-
-    fn min(&self) -> f64 {
-        self.0.iter().copied().fold(f64::INFINITY, f64::min)
-    }
-
-    fn max(&self) -> f64 {
-        self.0.iter().copied().fold(f64::NEG_INFINITY, f64::max)
-    }
-
-    fn sum(&self, other: &Samples) -> Samples {
-        Samples(self.0.iter().zip(&other.0).map(|(a, b)| a + b).collect())
-    }
-
-    fn json(&self) -> Value {
-        json!({ "median_s": round(self.median()), "min_s": round(self.min()), "max_s": round(self.max()),
-                "samples_s": self.0.iter().map(|s| round(*s)).collect::<Vec<_>>() })
-    }
-}
-
-fn round(seconds: f64) -> f64 {
-    (seconds * 10_000.0).round() / 10_000.0
-}
-
-fn progress(message: &str) {
-    eprintln!("[bench] {message}");
 }
 
 async fn run_all(dir: &Path, sizes: Sizes) -> Result<Report> {
@@ -793,44 +718,6 @@ fn duckdb_baseline(dir: &Path, sizes: Sizes, merge: &MergeOutcome) -> Result<Bas
 }
 
 // ---------------------------------------------------------------------------------------------
-// Machine and memory
-
-fn machine() -> Value {
-    let nproc = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
-    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    let mem_kib = meminfo
-        .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok());
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("model name").map(|v| v.trim_start_matches([' ', '\t', ':']).to_owned()));
-    json!({
-        "nproc": nproc,
-        "mem_total_kib": mem_kib,
-        "mem_total_gib": mem_kib.map(|k| round(k as f64 / 1024.0 / 1024.0)),
-        "cpu": cpu,
-        "os": std::env::consts::OS,
-    })
-}
-
-/// Resets the process's peak resident set size (Linux `clear_refs`); false if that failed.
-fn reset_peak_rss() -> bool {
-    std::fs::write("/proc/self/clear_refs", "5").is_ok()
-}
-
-/// The process's peak resident set size since the last reset, in KiB.
-fn peak_rss_kib() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.trim().trim_end_matches("kB").trim().parse().ok()
-}
-
-fn mib(kib: Option<u64>) -> String {
-    kib.map(|k| format!("{} MiB", k / 1024)).unwrap_or_else(|| "?".to_owned())
-}
-
-// ---------------------------------------------------------------------------------------------
 // Output
 
 fn versions_label(versions: &[u64]) -> String {
@@ -839,10 +726,6 @@ fn versions_label(versions: &[u64]) -> String {
         (Some(lo), Some(hi)) => format!("{lo}-{hi}"),
         _ => "-".to_owned(),
     }
-}
-
-fn ratio(a: f64, b: f64) -> f64 {
-    if b > 0.0 { a / b } else { f64::NAN }
 }
 
 impl Report {
