@@ -82,7 +82,7 @@ fn reconcile_removes_abandoned_staging_and_reports_what_disagrees() {
     assert!(!nums.join(abandoned).exists());
     assert_eq!(
         report["unknown_versions"],
-        j!([{"dataset": "nums", "version": foreign_version, "operation": "DELETE", "release_id": null}]),
+        j!([{"dataset": "nums", "version": foreign_version, "operation": "DELETE", "release_ids": []}]),
         "{report}"
     );
     assert_eq!(report["missing_versions"], j!([]), "{report}");

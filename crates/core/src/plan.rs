@@ -127,6 +127,37 @@ pub fn producer<'s>(spec: &'s Spec, dataset: &str) -> Option<&'s Task> {
     spec.tasks.values().find(|t| t.outputs.iter().any(|o| o == dataset))
 }
 
+/// Who writes and who reads each dataset, built once per plan: looking a producer up by scanning
+/// every task, for every input of every planned step, made planning quadratic in the DAG's size.
+struct Edges<'s> {
+    producers: HashMap<&'s str, &'s Task>,
+    /// Per dataset, the tasks with an input on it, in the spec's order.
+    readers: HashMap<&'s str, Vec<&'s Task>>,
+}
+
+impl<'s> Edges<'s> {
+    fn of(spec: &'s Spec) -> Self {
+        let mut producers = HashMap::new();
+        let mut readers: HashMap<&'s str, Vec<&'s Task>> = HashMap::new();
+        for task in spec.tasks.values() {
+            for output in &task.outputs {
+                producers.entry(output.as_str()).or_insert(task);
+            }
+            for input in &task.inputs {
+                let list = readers.entry(input.dataset.as_str()).or_default();
+                if !list.iter().any(|t| t.name == task.name) {
+                    list.push(task);
+                }
+            }
+        }
+        Self { producers, readers }
+    }
+
+    fn producer(&self, dataset: &str) -> Option<&'s Task> {
+        self.producers.get(dataset).copied()
+    }
+}
+
 fn task_dataset<'s>(spec: &'s Spec, task: &Task) -> &'s Dataset {
     // The parser guarantees every task has at least one output and that outputs exist and share
     // one partitioning, so the first output describes the task's partitions.
@@ -242,6 +273,7 @@ pub fn plan(request: &Request<'_>) -> Result<Plan, Error> {
     for p in select_partitions(spec, target, &request.selection)? {
         queue.push_back((target.name.clone(), p));
     }
+    let edges = Edges::of(spec);
     let mut n_steps = 0usize;
     while let Some((task_name, p)) = queue.pop_front() {
         let entry = wanted.entry(task_name.clone()).or_default();
@@ -255,25 +287,25 @@ pub fn plan(request: &Request<'_>) -> Result<Plan, Error> {
         }
         let task = &spec.tasks[&task_name];
         if request.include_upstream {
-            for (up_task, q) in upstream_needs(spec, task, &p) {
+            for (up_task, q) in upstream_needs(spec, &edges, task, &p) {
                 queue.push_back((up_task, q));
             }
         }
         if request.include_downstream {
-            for (down_task, q) in downstream_needs(spec, task, &p) {
+            for (down_task, q) in downstream_needs(spec, &edges, task, &p) {
                 queue.push_back((down_task, q));
             }
         }
     }
-    Ok(assemble(spec, target, &wanted))
+    Ok(assemble(spec, &edges, target, &wanted))
 }
 
 /// (task, partition) pairs upstream of one step: the producers of the partitions it reads.
-fn upstream_needs(spec: &Spec, task: &Task, p: &Partition) -> Vec<(String, Partition)> {
+fn upstream_needs(spec: &Spec, edges: &Edges<'_>, task: &Task, p: &Partition) -> Vec<(String, Partition)> {
     let task_axis = axis_of(task_dataset(spec, task));
     let mut out = Vec::new();
     for input in &task.inputs {
-        let Some(up) = producer(spec, &input.dataset) else { continue };
+        let Some(up) = edges.producer(&input.dataset) else { continue };
         let ds = &spec.datasets[&input.dataset];
         for q in input_partitions(task_axis.as_ref(), p, ds, input.mapping) {
             out.push((up.name.clone(), q));
@@ -283,10 +315,15 @@ fn upstream_needs(spec: &Spec, task: &Task, p: &Partition) -> Vec<(String, Parti
 }
 
 /// (task, partition) pairs downstream of one step: the steps whose inputs include what it writes.
-fn downstream_needs(spec: &Spec, task: &Task, p: &Partition) -> Vec<(String, Partition)> {
+fn downstream_needs(spec: &Spec, edges: &Edges<'_>, task: &Task, p: &Partition) -> Vec<(String, Partition)> {
     let written = task_dataset(spec, task);
     let mut out = Vec::new();
-    for down in spec.tasks.values() {
+    let mut readers: Vec<&Task> =
+        task.outputs.iter().flat_map(|o| edges.readers.get(o.as_str()).into_iter().flatten().copied()).collect();
+    // The spec's order (tasks are a sorted map), each reader once, as the full scan gave them.
+    readers.sort_by(|a, b| a.name.cmp(&b.name));
+    readers.dedup_by(|a, b| a.name == b.name);
+    for down in readers {
         for input in down.inputs.iter().filter(|i| task.outputs.contains(&i.dataset)) {
             if input.mapping == Mapping::Latest {
                 continue;
@@ -325,7 +362,12 @@ fn readers_of(reader: &Dataset, written: &Dataset, p: &Partition, mapping: Mappi
         .collect()
 }
 
-fn assemble(spec: &Spec, target: &Task, wanted: &BTreeMap<String, BTreeMap<String, Partition>>) -> Plan {
+fn assemble(
+    spec: &Spec,
+    edges: &Edges<'_>,
+    target: &Task,
+    wanted: &BTreeMap<String, BTreeMap<String, Partition>>,
+) -> Plan {
     let name_of = |task: &str, key: &str| format!("{task}@{key}");
     let mut steps: BTreeMap<String, PlannedStep> = BTreeMap::new();
     for (task_name, parts) in wanted {
@@ -337,7 +379,7 @@ fn assemble(spec: &Spec, target: &Task, wanted: &BTreeMap<String, BTreeMap<Strin
             for input in &task.inputs {
                 let ds = &spec.datasets[&input.dataset];
                 let reads = input_partitions(task_axis.as_ref(), p, ds, input.mapping);
-                if let Some(up) = producer(spec, &input.dataset)
+                if let Some(up) = edges.producer(&input.dataset)
                     && let Some(up_parts) = wanted.get(&up.name)
                 {
                     upstream.extend(

@@ -454,13 +454,19 @@ pub struct StepTally {
 
 impl StepTally {
     pub fn add(&mut self, status: StepStatus) {
-        match status {
-            StepStatus::AwaitingApproval => self.awaiting_approval += 1,
-            StepStatus::Published | StepStatus::Skipped | StepStatus::Superseded => self.succeeded += 1,
-            StepStatus::Failed | StepStatus::UpstreamFailed => self.failed += 1,
-            StepStatus::Cancelled => self.cancelled += 1,
-            _ => self.active += 1,
-        }
+        self.add_n(status, 1);
+    }
+
+    /// Counts `n` steps in `status`.
+    pub fn add_n(&mut self, status: StepStatus, n: u32) {
+        let slot = match status {
+            StepStatus::AwaitingApproval => &mut self.awaiting_approval,
+            StepStatus::Published | StepStatus::Skipped | StepStatus::Superseded => &mut self.succeeded,
+            StepStatus::Failed | StepStatus::UpstreamFailed => &mut self.failed,
+            StepStatus::Cancelled => &mut self.cancelled,
+            _ => &mut self.active,
+        };
+        *slot += n;
     }
 }
 

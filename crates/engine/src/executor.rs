@@ -471,9 +471,14 @@ impl Engine {
                 .filter(|e| !e.record.state.needs_approval)
                 .map(|e| e.record.id.clone())
                 .collect();
+            let published_before = summary.published;
             if !validated.is_empty() {
                 self.publish(&validated, &mut view, &mut summary, &correlation).await?;
             }
+            // A publication can make downstream steps ready; their dependency decisions are taken
+            // at the top of the loop, so the loop goes round again at once instead of sleeping
+            // (each link of a chain used to wait out an idle tick here).
+            let published_now = summary.published > published_before;
 
             // 6. Claims within slots, shares and rate limits (none once a shutdown was asked for).
             let claimed = if self.stopping() {
@@ -517,6 +522,9 @@ impl Engine {
                 last_scheduler_renewal = now;
             }
             // 7. Sleep until an attempt reports or a timer is due.
+            if published_now {
+                continue;
+            }
             let mut wait = self.next_wake(&view, &pools, now);
             if !remote.is_empty() {
                 wait = wait.min(REMOTE_POLL);
@@ -812,6 +820,8 @@ impl Engine {
             crate::failpoint::hit("after-commit");
         }
         let mut retry_later = false;
+        // Releases whose Delta commits happened, recorded together below.
+        let mut recorded: Vec<(String, ReleaseRecord, Vec<(String, u64)>)> = Vec::new();
         for (p, result) in pending.into_iter().zip(results) {
             match result {
                 Ok(publication) => {
@@ -834,12 +844,8 @@ impl Engine {
                             })
                             .collect(),
                     };
-                    let meta = self.meta("published", correlation);
-                    let fence = [(p.step_id.clone(), p.epoch)];
-                    let outcomes = self.db(move |s| s.record_release(&record, &fence, &meta)).await?;
-                    for o in outcomes {
-                        self.absorb_outcome(&p.step_id, o, view, summary);
-                    }
+                    let fence = vec![(p.step_id.clone(), p.epoch)];
+                    recorded.push((p.step_id, record, fence));
                 }
                 Err(tidegate_lake::Error::SupersededSnapshot { dataset, staged, published }) => {
                     let reason = format!("the published snapshot of {dataset} ({published}) is newer than {staged}");
@@ -869,8 +875,49 @@ impl Engine {
                 }
             }
         }
+        self.record_releases(recorded, view, summary, correlation).await?;
         if retry_later {
             tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(())
+    }
+
+    /// Records published releases in one store transaction (the releases of a shared Delta
+    /// commit); if that fails, one by one, so the release at fault does not hold back the others
+    /// and its error is the one reported.
+    async fn record_releases(
+        &self,
+        recorded: Vec<(String, ReleaseRecord, Vec<(String, u64)>)>,
+        view: &mut View,
+        summary: &mut Summary,
+        correlation: &str,
+    ) -> Result<()> {
+        if recorded.is_empty() {
+            return Ok(());
+        }
+        let meta = self.meta("published", correlation);
+        let batch: Vec<(ReleaseRecord, Vec<(String, u64)>)> =
+            recorded.iter().map(|(_, r, f)| (r.clone(), f.clone())).collect();
+        let together = {
+            let meta = meta.clone();
+            self.db(move |s| s.record_releases(&batch, &meta)).await
+        };
+        let outcomes = match together {
+            Ok(outcomes) => outcomes,
+            Err(_) if recorded.len() > 1 => {
+                let mut outcomes = Vec::with_capacity(recorded.len());
+                for (_, record, fence) in &recorded {
+                    let (record, fence, meta) = (record.clone(), fence.clone(), meta.clone());
+                    outcomes.push(self.db(move |s| s.record_release(&record, &fence, &meta)).await?);
+                }
+                outcomes
+            }
+            Err(e) => return Err(e),
+        };
+        for ((step_id, _, _), step_outcomes) in recorded.iter().zip(outcomes) {
+            for o in step_outcomes {
+                self.absorb_outcome(step_id, o, view, summary);
+            }
         }
         Ok(())
     }

@@ -66,8 +66,9 @@ pub struct UnknownVersion {
     pub version: u64,
     /// Delta's operation name (`WRITE`, `DELETE`, ...).
     pub operation: Option<String>,
-    /// The release the commit names in its metadata, if Tidegate wrote it.
-    pub release_id: Option<String>,
+    /// The releases the commit names in its metadata (several for a shared commit); empty if
+    /// Tidegate did not write it.
+    pub release_ids: Vec<String>,
 }
 
 /// A table version a store release records that the table does not have.
@@ -236,7 +237,7 @@ impl Lake {
                     dataset: dataset.clone(),
                     version: commit.version,
                     operation: commit.operation.clone(),
-                    release_id: commit.metadata.get("tidegate.release_id").and_then(Value::as_str).map(str::to_owned),
+                    release_ids: release_ids_of(&commit.metadata),
                 });
             }
             let store = table.object_store();
@@ -285,4 +286,14 @@ pub(crate) async fn referenced_paths(table: &deltalake_core::DeltaTable) -> Resu
         }
     }
     Ok(paths)
+}
+
+/// The release ids a commit's metadata names: `tidegate.release_id` for a commit of one release,
+/// `tidegate.release_ids` for a shared commit.
+fn release_ids_of(metadata: &std::collections::BTreeMap<String, Value>) -> Vec<String> {
+    if let Some(one) = metadata.get("tidegate.release_id").and_then(Value::as_str) {
+        return vec![one.to_owned()];
+    }
+    let many = metadata.get("tidegate.release_ids").and_then(Value::as_array);
+    many.into_iter().flatten().filter_map(Value::as_str).map(str::to_owned).collect()
 }

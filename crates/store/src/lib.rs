@@ -131,6 +131,14 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         steps: &[(String, u64)],
         meta: &JournalMeta,
     ) -> Result<Vec<Outcome>>;
+    /// Records several releases, each as [`record_release`](Store::record_release) would, in one
+    /// transaction: the releases of one shared Delta commit. All or none are recorded; on an error
+    /// the caller can record them one by one to find the one at fault.
+    fn record_releases(
+        &self,
+        releases: &[(ReleaseRecord, Vec<(String, u64)>)],
+        meta: &JournalMeta,
+    ) -> Result<Vec<Vec<Outcome>>>;
     fn release(&self, release_id: &str) -> Result<Option<ReleaseRecord>>;
     /// Releases touching `dataset` (all when `None`), newest first.
     fn releases(&self, dataset: Option<&str>, limit: u32) -> Result<Vec<ReleaseRecord>>;

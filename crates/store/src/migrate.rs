@@ -21,6 +21,7 @@ const INIT: &str = include_str!("../migrations/0001_init.sql");
 const ENGINE_SUPPORT: &str = include_str!("../migrations/0003_engine_support.sql");
 const BACKFILLS: &str = include_str!("../migrations/0004_backfills.sql");
 const WORKERS: &str = include_str!("../migrations/0005_workers_and_metrics.sql");
+const STEPS_BY_RUN_STATUS: &str = include_str!("../migrations/0006_steps_by_run_status.sql");
 
 /// Every migration, in order. Never edit one that has shipped: add the next number instead.
 const MIGRATIONS: &[Migration] = &[
@@ -34,6 +35,7 @@ const MIGRATIONS: &[Migration] = &[
     Migration { version: 3, name: "engine_support", sqlite: ENGINE_SUPPORT, postgres: ENGINE_SUPPORT },
     Migration { version: 4, name: "backfills", sqlite: BACKFILLS, postgres: BACKFILLS },
     Migration { version: 5, name: "workers_and_metrics", sqlite: WORKERS, postgres: WORKERS },
+    Migration { version: 6, name: "steps_by_run_status", sqlite: STEPS_BY_RUN_STATUS, postgres: STEPS_BY_RUN_STATUS },
 ];
 
 /// Applies the migrations the database has not seen; returns how many it applied.

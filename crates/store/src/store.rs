@@ -624,6 +624,90 @@ impl<D: Driver> SqlStore<D> {
     }
 
     /// Re-derives a run's status from its steps with `apply_run`; journals a change.
+    /// Inserts one release with its items, journals it, and applies `Published` to its steps.
+    fn insert_release(
+        tx: &mut dyn Tx,
+        journal: &mut Appender,
+        release: &ReleaseRecord,
+        steps: &[(String, u64)],
+        meta: &JournalMeta,
+    ) -> Result<Vec<Outcome>> {
+        let events: Vec<StepEventRecord> = steps
+            .iter()
+            .map(|(step_id, epoch)| StepEventRecord {
+                step_id: step_id.clone(),
+                event: StepEvent::Published { epoch: *epoch, release: release.id.clone() },
+                meta: meta.clone(),
+            })
+            .collect();
+        if !tx.query("SELECT id FROM releases WHERE id = ?1", &[release.id.as_str().into()])?.is_empty() {
+            return Err(Error::Conflict(format!(
+                "release {} is already recorded; read it back instead of recording it again",
+                release.id
+            )));
+        }
+        // What the release names must exist; the foreign keys would refuse it too, but as a
+        // database error rather than as the caller's mistake.
+        let mut references: Vec<(&str, &str, &str)> = Vec::new();
+        references.extend(release.run_id.as_deref().map(|id| ("run", "runs", id)));
+        references.extend(release.restores_release_id.as_deref().map(|id| ("restored release", "releases", id)));
+        references
+            .extend(release.items.iter().filter_map(|i| i.version_id.as_deref()).map(|id| ("version", "versions", id)));
+        for (what, table, id) in references {
+            if tx.query(&format!("SELECT id FROM {table} WHERE id = ?1"), &[id.into()])?.is_empty() {
+                return Err(Error::InvalidRequest(format!("{what} {id:?} does not exist")));
+            }
+        }
+        tx.execute(
+            "INSERT INTO releases (id, kind, run_id, backfill_id, restores_release_id, created_by, created_at) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            &[
+                release.id.as_str().into(),
+                release_kind_text(release.kind).into(),
+                release.run_id.as_deref().into(),
+                release.backfill_id.as_deref().into(),
+                release.restores_release_id.as_deref().into(),
+                release.created_by.as_str().into(),
+                fmt_ts(release.created_at).into(),
+            ],
+        )?;
+        for (item_idx, item) in release.items.iter().enumerate() {
+            tx.execute(
+                "INSERT INTO release_versions \
+                         (release_id, item_idx, dataset, partition_key, version_id, delta_version) \
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                &[
+                    release.id.as_str().into(),
+                    Value::Int(to_i64("release item index", item_idx as u64)?),
+                    item.dataset.as_str().into(),
+                    item.partition.as_str().into(),
+                    item.version_id.as_deref().into(),
+                    Value::Int(item.delta_version),
+                ],
+            )?;
+        }
+        journal.append(
+            tx,
+            Draft {
+                meta,
+                kind: match release.kind {
+                    ReleaseKind::Publish => "release_published",
+                    ReleaseKind::Rollback => "release_restored",
+                },
+                run_id: release.run_id.as_deref(),
+                step_id: None,
+                task: None,
+                partition: None,
+                interval: None,
+                from_status: None,
+                to_status: None,
+                reason: &meta.reason,
+                payload: to_json(release)?,
+            },
+        )?;
+        Self::apply_events(tx, journal, &events, None)
+    }
+
     fn rederive_run(tx: &mut dyn Tx, journal: &mut Appender, run_id: &str, meta: &JournalMeta) -> Result<()> {
         let rows = tx.query("SELECT status FROM runs WHERE id = ?1", &[run_id.into()])?;
         let row =
@@ -632,12 +716,15 @@ impl<D: Driver> SqlStore<D> {
         let from = RunStatus::parse(&text)
             .ok_or_else(|| Error::Corrupt(format!("run {run_id} has unknown status {text:?}")))?;
         let mut tally = StepTally::default();
-        for row in tx.query("SELECT status FROM steps WHERE run_id = ?1", &[run_id.into()])? {
+        let counts =
+            tx.query("SELECT status, COUNT(*) FROM steps WHERE run_id = ?1 GROUP BY status", &[run_id.into()])?;
+        for row in counts {
             let text = row.text(0)?;
-            tally.add(
-                StepStatus::parse(&text)
-                    .ok_or_else(|| Error::Corrupt(format!("a step of run {run_id} has unknown status {text:?}")))?,
-            );
+            let status = StepStatus::parse(&text)
+                .ok_or_else(|| Error::Corrupt(format!("a step of run {run_id} has unknown status {text:?}")))?;
+            let n = u32::try_from(row.int(1)?)
+                .map_err(|_| Error::Corrupt(format!("run {run_id} counts more steps than fit a u32")))?;
+            tally.add_n(status, n);
         }
         // A finished run stays finished: a late event on one of its steps changes the step only.
         let Ok(to) = state::apply_run(from, &RunEvent::StepsChanged { tally }) else { return Ok(()) };
@@ -1214,93 +1301,34 @@ impl<D: Driver> Store for SqlStore<D> {
         meta: &JournalMeta,
     ) -> Result<Vec<Outcome>> {
         let what = format!("recording release {}", release.id);
-        let mut seen = HashSet::new();
-        if let Some(item) = release.items.iter().find(|i| !seen.insert((&i.dataset, &i.partition))) {
-            return Err(Error::InvalidRequest(format!(
-                "dataset {:?} partition {:?} appears twice; a release makes one version of each visible",
-                item.dataset, item.partition
-            ))
-            .context(&what));
-        }
-        let events: Vec<StepEventRecord> = steps
-            .iter()
-            .map(|(step_id, epoch)| StepEventRecord {
-                step_id: step_id.clone(),
-                event: StepEvent::Published { epoch: *epoch, release: release.id.clone() },
-                meta: meta.clone(),
-            })
-            .collect();
+        check_release_items(release).map_err(|e| e.context(&what))?;
         self.driver
             .write(|tx| {
-                if !tx.query("SELECT id FROM releases WHERE id = ?1", &[release.id.as_str().into()])?.is_empty() {
-                    return Err(Error::Conflict(format!(
-                        "release {} is already recorded; read it back instead of recording it again",
-                        release.id
-                    )));
-                }
-                // What the release names must exist; the foreign keys would refuse it too, but as a
-                // database error rather than as the caller's mistake.
-                let mut references: Vec<(&str, &str, &str)> = Vec::new();
-                references.extend(release.run_id.as_deref().map(|id| ("run", "runs", id)));
-                references
-                    .extend(release.restores_release_id.as_deref().map(|id| ("restored release", "releases", id)));
-                references.extend(
-                    release.items.iter().filter_map(|i| i.version_id.as_deref()).map(|id| ("version", "versions", id)),
-                );
-                for (what, table, id) in references {
-                    if tx.query(&format!("SELECT id FROM {table} WHERE id = ?1"), &[id.into()])?.is_empty() {
-                        return Err(Error::InvalidRequest(format!("{what} {id:?} does not exist")));
-                    }
-                }
-                tx.execute(
-                    "INSERT INTO releases (id, kind, run_id, backfill_id, restores_release_id, created_by, created_at) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                    &[
-                        release.id.as_str().into(),
-                        release_kind_text(release.kind).into(),
-                        release.run_id.as_deref().into(),
-                        release.backfill_id.as_deref().into(),
-                        release.restores_release_id.as_deref().into(),
-                        release.created_by.as_str().into(),
-                        fmt_ts(release.created_at).into(),
-                    ],
-                )?;
-                for (item_idx, item) in release.items.iter().enumerate() {
-                    tx.execute(
-                        "INSERT INTO release_versions \
-                         (release_id, item_idx, dataset, partition_key, version_id, delta_version) \
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                        &[
-                            release.id.as_str().into(),
-                            Value::Int(to_i64("release item index", item_idx as u64)?),
-                            item.dataset.as_str().into(),
-                            item.partition.as_str().into(),
-                            item.version_id.as_deref().into(),
-                            Value::Int(item.delta_version),
-                        ],
-                    )?;
-                }
                 let mut journal = Appender::default();
-                journal.append(
-                    tx,
-                    Draft {
-                        meta,
-                        kind: match release.kind {
-                            ReleaseKind::Publish => "release_published",
-                            ReleaseKind::Rollback => "release_restored",
-                        },
-                        run_id: release.run_id.as_deref(),
-                        step_id: None,
-                        task: None,
-                        partition: None,
-                        interval: None,
-                        from_status: None,
-                        to_status: None,
-                        reason: &meta.reason,
-                        payload: to_json(release)?,
-                    },
-                )?;
-                Self::apply_events(tx, &mut journal, &events, None)
+                Self::insert_release(tx, &mut journal, release, steps, meta)
+            })
+            .map_err(|e| e.context(&what))
+    }
+
+    fn record_releases(
+        &self,
+        releases: &[(ReleaseRecord, Vec<(String, u64)>)],
+        meta: &JournalMeta,
+    ) -> Result<Vec<Vec<Outcome>>> {
+        let what = format!("recording {} releases", releases.len());
+        for (release, _) in releases {
+            check_release_items(release).map_err(|e| e.context(&format!("recording release {}", release.id)))?;
+        }
+        self.driver
+            .write(|tx| {
+                let mut journal = Appender::default();
+                releases
+                    .iter()
+                    .map(|(release, steps)| {
+                        Self::insert_release(tx, &mut journal, release, steps, meta)
+                            .map_err(|e| e.context(&format!("recording release {}", release.id)))
+                    })
+                    .collect()
             })
             .map_err(|e| e.context(&what))
     }
@@ -1623,5 +1651,18 @@ impl<D: Driver> Store for SqlStore<D> {
         self.driver
             .write(|tx| backfill::update(tx, id, expect, kind, change, meta))
             .map_err(|e| e.context(&format!("updating backfill {id} ({kind})")))
+    }
+}
+
+/// A release makes one version of each (dataset, partition) visible: naming one twice is the
+/// caller's mistake.
+fn check_release_items(release: &ReleaseRecord) -> Result<()> {
+    let mut seen = HashSet::new();
+    match release.items.iter().find(|i| !seen.insert((&i.dataset, &i.partition))) {
+        Some(item) => Err(Error::InvalidRequest(format!(
+            "dataset {:?} partition {:?} appears twice; a release makes one version of each visible",
+            item.dataset, item.partition
+        ))),
+        None => Ok(()),
     }
 }

@@ -225,14 +225,16 @@ pub fn reconcile(ws: Option<&Path>, args: ReconcileArgs) -> Result<ExitCode> {
         println!("The store and the lake agree");
     }
     for v in &d.unknown_versions {
-        let what = match &v.release_id {
-            Some(release) => {
-                format!(
-                    "names release {release}, which the store never recorded; rerun the run or `backfill publish` \
-                     that made it to record it"
-                )
-            }
-            None => "was not written by Tidegate".to_owned(),
+        let what = match v.release_ids.as_slice() {
+            [] => "was not written by Tidegate".to_owned(),
+            [release] => format!(
+                "names release {release}, which the store never recorded; rerun the run or `backfill publish` \
+                 that made it to record it"
+            ),
+            many => format!(
+                "names releases {}, which the store never recorded; rerun the run that made them to record them",
+                many.join(", ")
+            ),
         };
         println!(
             "  unknown to the store: {} version {} ({}) {what}",

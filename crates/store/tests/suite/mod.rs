@@ -69,6 +69,7 @@ macro_rules! all_backend_tests {
             record_staged_stores_versions_and_journals_them,
             record_release_publishes_steps_and_rejects_a_stale_epoch,
             releases_read_back_newest_first_with_their_items,
+            releases_recorded_together_are_all_or_nothing,
             published_step_keys_finds_exactly_the_published_keys,
             checkpoint_is_refused_until_its_version_is_staged,
             scheduler_role_is_held_by_one_owner_until_it_expires,
@@ -999,6 +1000,41 @@ pub fn record_release_publishes_steps_and_rejects_a_stale_epoch(t: &StoreUnderTe
         .expect("recording");
     assert!(outcomes.iter().all(is_applied), "{outcomes:?}");
     assert_eq!(store.run(&run.id).expect("run").expect("exists").status, RunStatus::Succeeded);
+    assert_chain_intact(store);
+}
+
+pub fn releases_recorded_together_are_all_or_nothing(t: &StoreUnderTest) {
+    let store = &*t.store;
+    let (run, steps) = create_ready(store, 3);
+    let at = t0() + secs(10);
+    let datasets = ["features", "labels", "snapshots"];
+    let leases: Vec<Lease> = steps.iter().zip(datasets).map(|(s, d)| validated(store, &s.id, d, t0())).collect();
+    let release_of = |i: usize, id: &str| {
+        let version = format!("v-{}", steps[i].id);
+        release_record(id, ReleaseKind::Publish, &[(datasets[i], Some(version.as_str()))], at)
+    };
+    let fence_of = |i: usize| vec![(steps[i].id.clone(), leases[i].epoch)];
+    store.record_release(&release_of(0, "r0"), &fence_of(0), &meta(at)).expect("recording r0 alone");
+
+    // A batch naming an already recorded release is refused whole: r1 is not recorded either.
+    let batch = vec![(release_of(1, "r1"), fence_of(1)), (release_of(0, "r0"), fence_of(0))];
+    let err = store.record_releases(&batch, &meta(at)).expect_err("refused");
+    assert!(matches!(err, Error::Conflict(_)), "{err}");
+    assert_eq!(store.release("r1").expect("reading"), None, "nothing of a refused batch is recorded");
+    assert_eq!(status(store, &steps[1].id), StepStatus::Validated);
+
+    // Two releases in one transaction: both recorded, both steps published, the run succeeds,
+    // and the journal holds each release followed by its step's transition.
+    let n_before = all_entries(store).len();
+    let batch = vec![(release_of(1, "r1"), fence_of(1)), (release_of(2, "r2"), fence_of(2))];
+    let outcomes = store.record_releases(&batch, &meta(at)).expect("recording together");
+    assert_eq!(outcomes.len(), 2);
+    assert!(outcomes.iter().flatten().all(is_applied), "{outcomes:?}");
+    assert_eq!(store.release("r2").expect("reading").as_ref(), Some(&batch[1].0));
+    assert_eq!(store.run(&run.id).expect("run").expect("exists").status, RunStatus::Succeeded);
+    let entries = all_entries(store);
+    let kinds: Vec<&str> = entries[n_before..].iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(kinds, vec!["release_published", "published", "release_published", "published", "run_status"]);
     assert_chain_intact(store);
 }
 
