@@ -9,9 +9,9 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[non_exhaustive]
 pub enum Error {
     // ---- the user's mistake: deterministic, retrying cannot help ----
-    /// The lake URL names a store this build cannot write safely.
-    #[error("{url}: s3:// lakes need conditional put; this build supports local folders only")]
-    UnsupportedLake { url: String },
+    /// The lake URL names a store Tidegate cannot write safely (or at all).
+    #[error("lake {url}: {reason}")]
+    UnsupportedLake { url: String, reason: String },
 
     /// The lake URL is neither a folder nor a supported object-store URL.
     #[error("invalid lake location {url:?}: {reason}")]

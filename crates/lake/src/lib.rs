@@ -21,6 +21,7 @@ mod publish;
 mod query;
 mod read;
 mod rollback;
+mod s3;
 mod stage;
 mod table;
 mod vacuum;

@@ -71,17 +71,12 @@ impl Lake {
 
     /// The names of the datasets that have a table in the lake, sorted.
     pub async fn datasets(&self) -> Result<Vec<String>> {
-        let mut names = Vec::new();
-        let mut entries = tokio::fs::read_dir(self.root()).await?;
-        while let Some(entry) = entries.next_entry().await? {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if name.starts_with(['.', '_']) || crate::table::check_segment("dataset", &name).is_err() {
-                continue;
-            }
-            if tokio::fs::try_exists(entry.path().join("_delta_log")).await? {
-                names.push(name);
-            }
-        }
+        let mut names: Vec<String> = self
+            .table_names()
+            .await?
+            .into_iter()
+            .filter(|name| !name.starts_with(['.', '_']) && crate::table::check_segment("dataset", name).is_ok())
+            .collect();
         names.sort();
         Ok(names)
     }

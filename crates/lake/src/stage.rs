@@ -265,7 +265,7 @@ impl Lake {
             .join(&format!("{prefix}/"))
             .map_err(|e| Error::internal(format!("staging URL for {prefix}: {e}")))?;
         // The local object store refuses a root that does not exist yet.
-        tokio::fs::create_dir_all(self.table_dir(dataset)?.join(prefix)).await?;
+        self.ensure_folder(dataset, Some(prefix)).await?;
         let files_schema = file_schema(schema);
         let mut writer = RecordBatchWriter::try_new(url.as_str(), files_schema.clone(), None, None)?;
         let mut files = Vec::new();

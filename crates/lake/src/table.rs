@@ -9,6 +9,8 @@ use deltalake_core::kernel::engine::arrow_conversion::TryIntoKernel as _;
 use deltalake_core::kernel::transaction::CommitProperties;
 use deltalake_core::kernel::{Add, StructType};
 use deltalake_core::{DeltaTable, DeltaTableBuilder, DeltaTableError};
+use object_store::ObjectStore;
+use object_store::path::Path as ObjectPath;
 use tidegate_core::spec::model::Dataset;
 use url::Url;
 
@@ -24,30 +26,52 @@ pub const STAGING_DIR: &str = "staging";
 /// The time zone of every `timestamp` column; Delta's TIMESTAMP type is UTC microseconds.
 const UTC: &str = "UTC";
 
-/// A lake: a folder holding one Delta table per dataset at `<root>/<dataset name>`.
+/// A lake: a folder or an `s3://` prefix holding one Delta table per dataset at
+/// `<root>/<dataset name>`.
 #[derive(Debug, Clone)]
 pub struct Lake {
-    root: PathBuf,
+    root: Root,
     root_url: Url,
 }
 
+/// Where the tables live.
+#[derive(Debug, Clone)]
+enum Root {
+    Folder(PathBuf),
+    /// A bucket's store and the lake's prefix in it.
+    Objects {
+        store: Arc<dyn ObjectStore>,
+        prefix: ObjectPath,
+    },
+}
+
 impl Lake {
-    /// Opens the lake at `location` (a folder path or `file://` URL), creating the folder if
-    /// missing. `s3://` and other object stores are refused: committing safely needs conditional
-    /// put, which needs the deltalake-aws integration this build does not include.
+    /// Opens the lake at `location`: a folder path or `file://` URL (created if missing), or an
+    /// `s3://bucket/prefix` URL, whose store must honour conditional put (see [`crate::s3`]).
     pub async fn open(location: &str) -> Result<Lake> {
         let path = match Url::parse(location) {
             Ok(url) if url.scheme() == "file" => url
                 .to_file_path()
                 .map_err(|()| Error::InvalidLake { url: location.to_owned(), reason: "not a local path".into() })?,
+            Ok(url) if crate::s3::SCHEMES.contains(&url.scheme()) => {
+                let mut root_url = url.clone();
+                if !root_url.path().ends_with('/') {
+                    root_url.set_path(&format!("{}/", root_url.path()));
+                }
+                let (store, prefix) = crate::s3::open(&url).await?;
+                return Ok(Lake { root: Root::Objects { store, prefix }, root_url });
+            }
             Ok(url) if url.scheme().len() > 1 => {
                 // A one-letter scheme is a Windows drive letter, not a URL.
-                if matches!(url.scheme(), "s3" | "s3a" | "gs" | "az" | "abfss" | "r2") {
-                    return Err(Error::UnsupportedLake { url: location.to_owned() });
+                if matches!(url.scheme(), "gs" | "az" | "abfss" | "r2") {
+                    return Err(Error::UnsupportedLake {
+                        url: location.to_owned(),
+                        reason: format!("{}:// lakes are not supported; use a folder or s3://", url.scheme()),
+                    });
                 }
                 return Err(Error::InvalidLake {
                     url: location.to_owned(),
-                    reason: format!("unknown scheme {:?}; use a folder path", url.scheme()),
+                    reason: format!("unknown scheme {:?}; use a folder path or s3://bucket/prefix", url.scheme()),
                 });
             }
             _ => PathBuf::from(location),
@@ -58,18 +82,31 @@ impl Lake {
             url: location.to_owned(),
             reason: "cannot be expressed as a file URL".into(),
         })?;
-        Ok(Lake { root, root_url })
+        Ok(Lake { root: Root::Folder(root), root_url })
     }
 
-    /// The folder the lake lives in.
-    pub fn root(&self) -> &FsPath {
-        &self.root
+    /// The folder the lake lives in; `None` for an object-store lake.
+    pub fn root(&self) -> Option<&FsPath> {
+        match &self.root {
+            Root::Folder(path) => Some(path),
+            Root::Objects { .. } => None,
+        }
     }
 
-    /// The folder of one dataset's table.
-    pub(crate) fn table_dir(&self, dataset: &str) -> Result<PathBuf> {
+    /// The lake's URL, with a trailing slash.
+    pub fn url(&self) -> &Url {
+        &self.root_url
+    }
+
+    /// Creates the folder of one dataset's table (or a folder inside it): the local object store
+    /// refuses to write under a root that does not exist. Object stores have no folders.
+    pub(crate) async fn ensure_folder(&self, dataset: &str, inside: Option<&str>) -> Result<()> {
         check_segment("dataset name", dataset)?;
-        Ok(self.root.join(dataset))
+        if let Root::Folder(root) = &self.root {
+            let dir = root.join(dataset);
+            tokio::fs::create_dir_all(inside.map_or(dir.clone(), |p| dir.join(p))).await?;
+        }
+        Ok(())
     }
 
     /// The URL of one dataset's table, with a trailing slash so joins stay inside it.
@@ -82,10 +119,42 @@ impl Lake {
         })
     }
 
+    /// The names under the lake's root that hold a `_delta_log` (unsorted, unfiltered).
+    pub(crate) async fn table_names(&self) -> Result<Vec<String>> {
+        let mut names = Vec::new();
+        match &self.root {
+            Root::Folder(root) => {
+                let mut entries = tokio::fs::read_dir(root).await?;
+                while let Some(entry) = entries.next_entry().await? {
+                    if tokio::fs::try_exists(entry.path().join("_delta_log")).await? {
+                        names.push(entry.file_name().to_string_lossy().into_owned());
+                    }
+                }
+            }
+            Root::Objects { store, prefix } => {
+                let listing = store.list_with_delimiter(Some(prefix)).await?;
+                for folder in listing.common_prefixes {
+                    let Some(name) = folder.filename().map(str::to_owned) else { continue };
+                    let log = store.list_with_delimiter(Some(&folder.clone().join("_delta_log"))).await?;
+                    if !log.objects.is_empty() {
+                        names.push(name);
+                    }
+                }
+            }
+        }
+        Ok(names)
+    }
+
     /// Whether the dataset's table has been created.
     pub(crate) async fn table_exists(&self, dataset: &str) -> Result<bool> {
-        let log_dir = self.table_dir(dataset)?.join("_delta_log");
-        Ok(tokio::fs::try_exists(log_dir).await?)
+        check_segment("dataset name", dataset)?;
+        match &self.root {
+            Root::Folder(root) => Ok(tokio::fs::try_exists(root.join(dataset).join("_delta_log")).await?),
+            Root::Objects { store, prefix } => {
+                let log = prefix.clone().join(dataset).join("_delta_log");
+                Ok(!store.list_with_delimiter(Some(&log)).await?.objects.is_empty())
+            }
+        }
     }
 
     /// Loads the latest version of a table, or `None` if the dataset has no table yet.
@@ -146,7 +215,7 @@ impl Lake {
                 });
             }
         };
-        tokio::fs::create_dir_all(self.table_dir(&dataset.name)?).await?;
+        self.ensure_folder(&dataset.name, None).await?;
         let kernel: StructType = schema
             .as_ref()
             .try_into_kernel()

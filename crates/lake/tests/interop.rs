@@ -73,7 +73,7 @@ async fn python_deltalake_reads_what_tidegate_published() {
 
     let script = dir.path().join("read_delta.py");
     std::fs::write(&script, READER).expect("script");
-    let table_dir = lake.root().join("shared");
+    let table_dir = lake.root().expect("a folder lake").join("shared");
     let output = Command::new("python3").arg(&script).arg(&table_dir).output().expect("run python");
     assert!(output.status.success(), "python failed: {}", String::from_utf8_lossy(&output.stderr));
     let theirs: serde_json::Value = serde_json::from_slice(&output.stdout).expect("json from python");

@@ -150,8 +150,8 @@ async fn reconcile_deletes_only_unreferenced_files_of_unknown_attempts() {
     assert_eq!(report.deleted, vec![format!("rec/{}", dead.files[0].path)]);
     assert_eq!(report.n_kept_known, live.files.len());
     assert_eq!(report.n_kept_referenced, 2);
-    assert!(lake.root().join("rec").join(&live.files[0].path).exists());
-    assert!(!lake.root().join("rec").join(&dead.files[0].path).exists());
+    assert!(lake.root().expect("a folder lake").join("rec").join(&live.files[0].path).exists());
+    assert!(!lake.root().expect("a folder lake").join("rec").join(&dead.files[0].path).exists());
     // Rolling back to the first version still works: its file was kept.
     lake.rollback("rec", 1, None, "rb").await.expect("rollback");
     assert_eq!(read_all(&lake, "rec").await, vec!["id=1|value=null|name=null|tg_partition=p"]);

@@ -44,7 +44,7 @@ async fn vacuum_keeps_what_kept_versions_need_and_nothing_else() {
         lake.stage_batches(&ds, "live", &[part("p")], vec![rows(&[(7, None, None)], None)]).await.expect("stage");
     let dead =
         lake.stage_batches(&ds, "dead", &[part("p")], vec![rows(&[(8, None, None)], None)]).await.expect("stage");
-    let table = lake.root().join("vac");
+    let table = lake.root().expect("a folder lake").join("vac");
     let log_before = log_entries(&table);
     let rows_before = read_all(&lake, "vac").await;
 

@@ -450,12 +450,18 @@ fn change_batch(sizes: Sizes) -> Result<(RecordBatch, (i64, i64, i64))> {
 }
 
 fn absolute(lake: &Lake, files: &[tidegate_lake::StagedFile]) -> Vec<String> {
-    files.iter().map(|f| lake.root().join(MERGE_TABLE).join(&f.path).display().to_string()).collect()
+    let root = lake.root().expect("the benchmark's lake is a temp folder");
+    files.iter().map(|f| root.join(MERGE_TABLE).join(&f.path).display().to_string()).collect()
 }
 
 /// The Parquet files a merge wrote: the oldest `publish-*` folder under the changes' staging folder.
 fn first_publish_files(lake: &Lake, staging_id: &str) -> Result<Vec<String>> {
-    let dir = lake.root().join(MERGE_TABLE).join(tidegate_lake::STAGING_DIR).join(staging_id);
+    let dir = lake
+        .root()
+        .context("the benchmark's lake is a temp folder")?
+        .join(MERGE_TABLE)
+        .join(tidegate_lake::STAGING_DIR)
+        .join(staging_id);
     let mut folders: Vec<PathBuf> = std::fs::read_dir(&dir)
         .with_context(|| format!("listing {}", dir.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
