@@ -199,6 +199,15 @@ fn in_flight_status(status: StepStatus) -> bool {
     matches!(status, StepStatus::Running | StepStatus::Staged | StepStatus::Validating)
 }
 
+/// A release whose Delta commit happened, waiting to be recorded in the store with its step.
+#[derive(Debug)]
+struct Recorded {
+    step_id: String,
+    release: ReleaseRecord,
+    /// The step and the lease epoch its publication is fenced by.
+    fence: Vec<(String, u64)>,
+}
+
 /// A validated step on its way to publication: what recording its release needs.
 #[derive(Debug)]
 struct Pending {
@@ -821,7 +830,7 @@ impl Engine {
         }
         let mut retry_later = false;
         // Releases whose Delta commits happened, recorded together below.
-        let mut recorded: Vec<(String, ReleaseRecord, Vec<(String, u64)>)> = Vec::new();
+        let mut recorded: Vec<Recorded> = Vec::new();
         for (p, result) in pending.into_iter().zip(results) {
             match result {
                 Ok(publication) => {
@@ -845,7 +854,7 @@ impl Engine {
                             .collect(),
                     };
                     let fence = vec![(p.step_id.clone(), p.epoch)];
-                    recorded.push((p.step_id, record, fence));
+                    recorded.push(Recorded { step_id: p.step_id, release: record, fence });
                 }
                 Err(tidegate_lake::Error::SupersededSnapshot { dataset, staged, published }) => {
                     let reason = format!("the published snapshot of {dataset} ({published}) is newer than {staged}");
@@ -887,7 +896,7 @@ impl Engine {
     /// and its error is the one reported.
     async fn record_releases(
         &self,
-        recorded: Vec<(String, ReleaseRecord, Vec<(String, u64)>)>,
+        recorded: Vec<Recorded>,
         view: &mut View,
         summary: &mut Summary,
         correlation: &str,
@@ -897,7 +906,7 @@ impl Engine {
         }
         let meta = self.meta("published", correlation);
         let batch: Vec<(ReleaseRecord, Vec<(String, u64)>)> =
-            recorded.iter().map(|(_, r, f)| (r.clone(), f.clone())).collect();
+            recorded.iter().map(|r| (r.release.clone(), r.fence.clone())).collect();
         let together = {
             let meta = meta.clone();
             self.db(move |s| s.record_releases(&batch, &meta)).await
@@ -906,17 +915,17 @@ impl Engine {
             Ok(outcomes) => outcomes,
             Err(_) if recorded.len() > 1 => {
                 let mut outcomes = Vec::with_capacity(recorded.len());
-                for (_, record, fence) in &recorded {
-                    let (record, fence, meta) = (record.clone(), fence.clone(), meta.clone());
+                for r in &recorded {
+                    let (record, fence, meta) = (r.release.clone(), r.fence.clone(), meta.clone());
                     outcomes.push(self.db(move |s| s.record_release(&record, &fence, &meta)).await?);
                 }
                 outcomes
             }
             Err(e) => return Err(e),
         };
-        for ((step_id, _, _), step_outcomes) in recorded.iter().zip(outcomes) {
+        for (r, step_outcomes) in recorded.iter().zip(outcomes) {
             for o in step_outcomes {
-                self.absorb_outcome(step_id, o, view, summary);
+                self.absorb_outcome(&r.step_id, o, view, summary);
             }
         }
         Ok(())

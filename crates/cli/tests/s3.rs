@@ -1,0 +1,62 @@
+//! A workspace whose lake is an `s3://` prefix: `run` stages, checks and publishes command and SQL
+//! steps on the object store, a rerun publishes nothing twice, and `sql` and `reconcile` read it.
+//! Needs `TIDEGATE_TEST_S3_URL` and the `AWS_*` client variables (`.ci/run` sets them); without
+//! them the test says it was skipped.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+
+#[test]
+fn a_pipeline_publishes_to_an_s3_lake() {
+    let Ok(base) = std::env::var("TIDEGATE_TEST_S3_URL") else {
+        eprintln!("skipped: set TIDEGATE_TEST_S3_URL (and AWS_* for the client) to run it");
+        return;
+    };
+    let lake = format!("{}/cli-{}", base.trim_end_matches('/'), uuid::Uuid::now_v7());
+    let dir = tempfile::tempdir().expect("tmp");
+    let ws = dir.path();
+    let spec = format!(
+        r#"
+[project]
+name = "s3_test"
+lake = "{lake}"
+
+[datasets.raw]
+partitioning = {{ grain = "day", start = "2024-01-01" }}
+write = {{ mode = "replace" }}
+columns = [{{ name = "id", type = "int64", nullable = false }}, {{ name = "day", type = "string" }}]
+
+[datasets.summary]
+partitioning = {{ grain = "day", start = "2024-01-01" }}
+write = {{ mode = "replace" }}
+
+[tasks.extract]
+command = ["sh", "-c", "printf 'id,day\n1,%s\n2,%s\n' \"$TIDEGATE_PARTITION\" \"$TIDEGATE_PARTITION\" > \"$TIDEGATE_OUTPUT_DIR/raw.csv\""]
+outputs = ["raw"]
+
+[tasks.summarize]
+sql = "SELECT day, COUNT(*) AS n FROM raw GROUP BY day"
+inputs = ["raw"]
+outputs = ["summary"]
+"#
+    );
+    std::fs::write(ws.join("tidegate.toml"), spec).expect("spec");
+    let run = ["run", "summarize", "--from", "2024-01-01", "--to", "2024-01-02", "--idempotency-key", "s3", "--json"];
+    let (code, report) = json(ws, &run);
+    assert_eq!((code, &report["status"]), (0, &Value::from("succeeded")), "{report}");
+
+    let summary = ok(ws, &["sql", "SELECT tg_partition, n FROM summary ORDER BY 1", "--csv"]);
+    assert_eq!(summary, "tg_partition,n\n2024-01-01,2\n2024-01-02,2\n");
+    let raw = ok(ws, &["read", "raw", "--partition", "2024-01-02", "--csv"]);
+    assert_eq!(raw.lines().count(), 3, "{raw}");
+
+    // The same request again is the same run, already finished: nothing is published twice.
+    let (code, again) = json(ws, &run);
+    assert_eq!(code, 0, "{again}");
+    assert_eq!((&again["created"], &again["run_id"]), (&Value::from(false), &report["run_id"]), "{again}");
+    assert_eq!(again["summary"]["published"], 0, "{again}");
+    let (code, reconcile) = json(ws, &["reconcile", "--json"]);
+    assert_eq!(code, 0, "the store and the s3 lake agree: {reconcile}");
+}
