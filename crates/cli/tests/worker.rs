@@ -13,7 +13,7 @@ fn spec() -> String {
     r#"
 [project]
 name = "worker_test"
-lease_ttl_s = 3
+lease_ttl_s = 4
 heartbeat_s = 1
 
 [datasets.raw]
@@ -122,14 +122,21 @@ fn steps_of_a_worker_killed_mid_attempt_are_retried_on_another_worker() {
     wait_for("the first attempts to start on the doomed worker", 60, || {
         query_i64(dir.path(), "SELECT COUNT(*) FROM attempts WHERE worker = 'doomed'") == N_DAYS as i64
     });
+    // On a loaded machine a heartbeat can come late enough for a lease to expire before the kill;
+    // that step's retry (not slow) may then publish on the doomed worker itself. Only the steps
+    // still unpublished at the kill are the rescuer's to finish.
+    let published_before_kill = published(dir.path());
     doomed.kill().expect("kill -9 the worker");
     let _ = doomed.wait();
     // Its task processes are still sleeping; they hold nothing the store will accept.
     let rescuer = spawn(dir.path(), &["worker", "--slots", "2", "--name", "rescuer"], false);
     wait_for("every partition to publish after the leases expire", 120, || published(dir.path()) == N_DAYS as i64);
 
-    assert_eq!(query_i64(dir.path(), "SELECT COUNT(*) FROM attempts WHERE worker = 'rescuer'"), N_DAYS as i64);
-    assert_eq!(query_i64(dir.path(), "SELECT COUNT(*) FROM journal WHERE kind = 'lease_expired'"), N_DAYS as i64);
+    let orphaned = N_DAYS as i64 - published_before_kill.max(0);
+    let rescued = query_i64(dir.path(), "SELECT COUNT(DISTINCT step_id) FROM attempts WHERE worker = 'rescuer'");
+    assert!(rescued >= orphaned, "{rescued} steps retried on the rescuer, {orphaned} were orphaned by the kill");
+    let expired = query_i64(dir.path(), "SELECT COUNT(*) FROM journal WHERE kind = 'lease_expired'");
+    assert!(expired >= orphaned, "{expired} leases expired, {orphaned} were orphaned by the kill");
     // One Delta commit per step identity, whatever the crash.
     let log = dir.path().join(".tidegate/lake/raw/_delta_log");
     let mut app_ids = std::collections::BTreeMap::<String, usize>::new();
