@@ -12,30 +12,9 @@ use std::collections::BTreeMap;
 use common::*;
 use serde_json::Value;
 
-const SPEC: &str = r#"
-[project]
-name = "failpoint_test"
-lease_ttl_s = 3
-heartbeat_s = 1
-
-[datasets.raw]
-partitioning = { grain = "day", start = "2024-01-01" }
-write = { mode = "replace" }
-columns = [{ name = "id", type = "int64", nullable = false }, { name = "day", type = "string" }]
-
-[datasets.summary]
-partitioning = { grain = "day", start = "2024-01-01" }
-write = { mode = "replace" }
-
-[tasks.extract]
-command = ["sh", "-c", "printf 'id,day\n1,%s\n2,%s\n' \"$TIDEGATE_PARTITION\" \"$TIDEGATE_PARTITION\" > \"$TIDEGATE_OUTPUT_DIR/raw.csv\""]
-outputs = ["raw"]
-
-[tasks.summarize]
-sql = "SELECT day, COUNT(*) AS n FROM raw GROUP BY day"
-inputs = ["raw"]
-outputs = ["summary"]
-"#;
+fn spec() -> String {
+    format!("[project]\nname = \"failpoint_test\"\nlease_ttl_s = 3\nheartbeat_s = 1\n{EXTRACT_SUMMARIZE}")
+}
 
 /// One attempt at a time, so each publication is one step's commit (steps validated in the same
 /// tick share a commit, which would make "the third publication" depend on timing).
@@ -72,7 +51,7 @@ fn a_crash_between_commit_and_record_is_resumed_without_duplicates() {
 fn check(point: &str, n_unrecorded: usize) {
     let dir = tempfile::tempdir().expect("tmp");
     let ws = dir.path();
-    std::fs::write(ws.join("tidegate.toml"), SPEC).expect("spec");
+    std::fs::write(ws.join("tidegate.toml"), spec()).expect("spec");
     abort_at(ws, &format!("{point}@{NTH}"), RUN);
 
     // What the crash left: NTH - 1 recorded releases, plus the unrecorded commit after a commit.

@@ -17,31 +17,7 @@ fn a_pipeline_publishes_to_an_s3_lake() {
     let lake = format!("{}/cli-{}", base.trim_end_matches('/'), uuid::Uuid::now_v7());
     let dir = tempfile::tempdir().expect("tmp");
     let ws = dir.path();
-    let spec = format!(
-        r#"
-[project]
-name = "s3_test"
-lake = "{lake}"
-
-[datasets.raw]
-partitioning = {{ grain = "day", start = "2024-01-01" }}
-write = {{ mode = "replace" }}
-columns = [{{ name = "id", type = "int64", nullable = false }}, {{ name = "day", type = "string" }}]
-
-[datasets.summary]
-partitioning = {{ grain = "day", start = "2024-01-01" }}
-write = {{ mode = "replace" }}
-
-[tasks.extract]
-command = ["sh", "-c", "printf 'id,day\n1,%s\n2,%s\n' \"$TIDEGATE_PARTITION\" \"$TIDEGATE_PARTITION\" > \"$TIDEGATE_OUTPUT_DIR/raw.csv\""]
-outputs = ["raw"]
-
-[tasks.summarize]
-sql = "SELECT day, COUNT(*) AS n FROM raw GROUP BY day"
-inputs = ["raw"]
-outputs = ["summary"]
-"#
-    );
+    let spec = format!("[project]\nname = \"s3_test\"\nlake = \"{lake}\"\n{EXTRACT_SUMMARIZE}");
     std::fs::write(ws.join("tidegate.toml"), spec).expect("spec");
     let run = ["run", "summarize", "--from", "2024-01-01", "--to", "2024-01-02", "--idempotency-key", "s3", "--json"];
     let (code, report) = json(ws, &run);

@@ -202,9 +202,8 @@ fn in_flight_status(status: StepStatus) -> bool {
 /// A release whose Delta commit happened, waiting to be recorded in the store with its step.
 #[derive(Debug)]
 struct Recorded {
-    step_id: String,
     release: ReleaseRecord,
-    /// The step and the lease epoch its publication is fenced by.
+    /// The steps it publishes, each with the lease epoch its publication is fenced by.
     fence: Vec<(String, u64)>,
 }
 
@@ -854,7 +853,7 @@ impl Engine {
                             .collect(),
                     };
                     let fence = vec![(p.step_id.clone(), p.epoch)];
-                    recorded.push(Recorded { step_id: p.step_id, release: record, fence });
+                    recorded.push(Recorded { release: record, fence });
                 }
                 Err(tidegate_lake::Error::SupersededSnapshot { dataset, staged, published }) => {
                     let reason = format!("the published snapshot of {dataset} ({published}) is newer than {staged}");
@@ -923,9 +922,10 @@ impl Engine {
             }
             Err(e) => return Err(e),
         };
+        // `record_release` returns one outcome per fenced step, in order.
         for (r, step_outcomes) in recorded.iter().zip(outcomes) {
-            for o in step_outcomes {
-                self.absorb_outcome(&r.step_id, o, view, summary);
+            for ((step_id, _), o) in r.fence.iter().zip(step_outcomes) {
+                self.absorb_outcome(step_id, o, view, summary);
             }
         }
         Ok(())

@@ -71,12 +71,13 @@ impl Lake {
 
     /// The names of the datasets that have a table in the lake, sorted.
     pub async fn datasets(&self) -> Result<Vec<String>> {
-        let mut names: Vec<String> = self
-            .table_names()
-            .await?
-            .into_iter()
-            .filter(|name| !name.starts_with(['.', '_']) && crate::table::check_segment("dataset", name).is_ok())
-            .collect();
+        let mut names = Vec::new();
+        for name in self.child_names().await? {
+            let valid = !name.starts_with(['.', '_']) && crate::table::check_segment("dataset", &name).is_ok();
+            if valid && self.table_exists(&name).await? {
+                names.push(name);
+            }
+        }
         names.sort();
         Ok(names)
     }

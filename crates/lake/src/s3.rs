@@ -30,8 +30,13 @@ pub(crate) const SCHEMES: [&str; 2] = ["s3", "s3a"];
 /// Connects to the bucket of `url`, checks that it honours conditional put, and registers the
 /// `s3` schemes with delta-rs. Returns the bucket's store and the lake's prefix in it.
 pub(crate) async fn open(url: &Url) -> Result<(Arc<dyn ObjectStore>, Path)> {
+    open_with(url, &[]).await
+}
+
+/// [`open`] with client options on top of the environment's.
+async fn open_with(url: &Url, options: &[(String, String)]) -> Result<(Arc<dyn ObjectStore>, Path)> {
     register();
-    let store = build(url, &[]).map_err(|reason| Error::InvalidLake { url: url.to_string(), reason })?;
+    let store = build(url, options).map_err(|reason| Error::InvalidLake { url: url.to_string(), reason })?;
     let prefix = Path::from(url.path());
     probe_conditional_put(&store, &prefix).await.map_err(|reason| Error::UnsupportedLake {
         url: url.to_string(),
@@ -115,5 +120,88 @@ impl LogStoreFactory for ConditionalPutLogs {
         options: &StorageConfig,
     ) -> DeltaResult<Arc<dyn LogStore>> {
         Ok(default_logstore(prefixed_store, root_store, location, options))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+    use std::net::{TcpListener, TcpStream};
+
+    use super::*;
+
+    /// A store that ignores `If-None-Match` (every write succeeds) is refused when the lake is
+    /// opened, with the reason, before anything is committed to it.
+    #[tokio::test]
+    async fn a_store_that_ignores_conditional_put_is_refused_with_the_reason() {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let endpoint = format!("http://{}", listener.local_addr().expect("address"));
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                std::thread::spawn(move || serve_blindly(stream));
+            }
+        });
+        let options: Vec<(String, String)> = [
+            ("aws_endpoint_url", endpoint.as_str()),
+            ("aws_allow_http", "true"),
+            ("aws_access_key_id", "test"),
+            ("aws_secret_access_key", "test"),
+            ("aws_region", "us-east-1"),
+        ]
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+        let url = Url::parse("s3://blind-bucket/lake").expect("url");
+        let err = open_with(&url, &options).await.expect_err("refused");
+        let message = err.to_string();
+        assert!(matches!(err, Error::UnsupportedLake { .. }), "{message}");
+        assert!(
+            message.starts_with(
+                "lake s3://blind-bucket/lake: the object store does not honour conditional put \
+                 (If-None-Match), which Delta commits need so that two writers cannot both create the \
+                 same version: a second create of lake/_tidegate/probe-"
+            ) && message.ends_with("succeeded and overwrote the first"),
+            "{message}"
+        );
+    }
+
+    /// Answers as a store with no preconditions would: writes succeed, reads find nothing.
+    fn serve_blindly(stream: TcpStream) {
+        let Ok(read_half) = stream.try_clone() else { return };
+        let mut reader = BufReader::new(read_half);
+        let mut stream = stream;
+        loop {
+            let mut request_line = String::new();
+            if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
+                return;
+            }
+            let mut length = 0usize;
+            loop {
+                let mut header = String::new();
+                if reader.read_line(&mut header).unwrap_or(0) == 0 {
+                    return;
+                }
+                if header == "\r\n" {
+                    break;
+                }
+                if let Some((name, value)) = header.split_once(':')
+                    && name.eq_ignore_ascii_case("content-length")
+                {
+                    length = value.trim().parse().unwrap_or(0);
+                }
+            }
+            let mut body = vec![0; length];
+            if reader.read_exact(&mut body).is_err() {
+                return;
+            }
+            let response = match request_line.split(' ').next() {
+                Some("PUT") => "HTTP/1.1 200 OK\r\nETag: \"blind\"\r\nContent-Length: 0\r\n\r\n",
+                Some("DELETE") => "HTTP/1.1 204 No Content\r\n\r\n",
+                _ => "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n",
+            };
+            if stream.write_all(response.as_bytes()).is_err() {
+                return;
+            }
+        }
     }
 }

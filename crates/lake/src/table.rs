@@ -93,18 +93,17 @@ impl Lake {
         }
     }
 
-    /// The lake's URL, with a trailing slash.
-    pub fn url(&self) -> &Url {
-        &self.root_url
-    }
-
     /// Creates the folder of one dataset's table (or a folder inside it): the local object store
     /// refuses to write under a root that does not exist. Object stores have no folders.
     pub(crate) async fn ensure_folder(&self, dataset: &str, inside: Option<&str>) -> Result<()> {
         check_segment("dataset name", dataset)?;
         if let Root::Folder(root) = &self.root {
             let dir = root.join(dataset);
-            tokio::fs::create_dir_all(inside.map_or(dir.clone(), |p| dir.join(p))).await?;
+            tokio::fs::create_dir_all(match inside {
+                Some(folder) => dir.join(folder),
+                None => dir,
+            })
+            .await?;
         }
         Ok(())
     }
@@ -119,27 +118,21 @@ impl Lake {
         })
     }
 
-    /// The names under the lake's root that hold a `_delta_log` (unsorted, unfiltered).
-    pub(crate) async fn table_names(&self) -> Result<Vec<String>> {
+    /// The names of the folders (or prefixes) directly under the lake's root, unsorted.
+    pub(crate) async fn child_names(&self) -> Result<Vec<String>> {
         let mut names = Vec::new();
         match &self.root {
             Root::Folder(root) => {
                 let mut entries = tokio::fs::read_dir(root).await?;
                 while let Some(entry) = entries.next_entry().await? {
-                    if tokio::fs::try_exists(entry.path().join("_delta_log")).await? {
+                    if entry.file_type().await?.is_dir() {
                         names.push(entry.file_name().to_string_lossy().into_owned());
                     }
                 }
             }
             Root::Objects { store, prefix } => {
                 let listing = store.list_with_delimiter(Some(prefix)).await?;
-                for folder in listing.common_prefixes {
-                    let Some(name) = folder.filename().map(str::to_owned) else { continue };
-                    let log = store.list_with_delimiter(Some(&folder.clone().join("_delta_log"))).await?;
-                    if !log.objects.is_empty() {
-                        names.push(name);
-                    }
-                }
+                names.extend(listing.common_prefixes.iter().filter_map(|p| p.filename().map(str::to_owned)));
             }
         }
         Ok(names)

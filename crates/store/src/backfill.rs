@@ -31,17 +31,10 @@ fn journal(
     Appender::default().append(
         tx,
         Draft {
-            meta,
-            kind,
             run_id: record.run_id.as_deref(),
-            step_id: None,
-            task: None,
-            partition: None,
-            interval: None,
             from_status: from.map(BackfillStatus::as_str),
             to_status: Some(record.status.as_str()),
-            reason: &meta.reason,
-            payload: payload.to_string(),
+            ..Draft::new(meta, kind, payload.to_string())
         },
     )?;
     Ok(())

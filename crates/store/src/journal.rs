@@ -141,6 +141,26 @@ pub(crate) struct Draft<'a> {
     pub payload: String,
 }
 
+impl<'a> Draft<'a> {
+    /// An entry of `kind` that names no run, step or status, with the meta's reason; set the
+    /// fields that apply with struct update syntax (`Draft { run_id, ..Draft::new(..) }`).
+    pub fn new(meta: &'a JournalMeta, kind: &'a str, payload: String) -> Self {
+        Draft {
+            meta,
+            kind,
+            run_id: None,
+            step_id: None,
+            task: None,
+            partition: None,
+            interval: None,
+            from_status: None,
+            to_status: None,
+            reason: &meta.reason,
+            payload,
+        }
+    }
+}
+
 /// Appends entries within one write transaction, remembering the head so that a group commit of
 /// many events reads the previous entry once, not once per event.
 #[derive(Debug, Default)]

@@ -333,23 +333,6 @@ fn checkpoint_from_row(row: &Row) -> Result<CheckpointRecord> {
     })
 }
 
-/// A journal entry about the scheduler role, which concerns no run or step.
-fn scheduler_draft<'a>(meta: &'a JournalMeta, kind: &'a str, payload: String) -> Draft<'a> {
-    Draft {
-        meta,
-        kind,
-        run_id: None,
-        step_id: None,
-        task: None,
-        partition: None,
-        interval: None,
-        from_status: None,
-        to_status: None,
-        reason: &meta.reason,
-        payload,
-    }
-}
-
 fn load_step(tx: &mut dyn Tx, step_id: &str) -> Result<Option<StepRecord>> {
     tx.query(&format!("SELECT {STEP_COLUMNS} FROM steps WHERE id = ?1"), &[step_id.into()])?
         .first()
@@ -660,7 +643,7 @@ impl<D: Driver> SqlStore<D> {
         }
         tx.execute(
             "INSERT INTO releases (id, kind, run_id, backfill_id, restores_release_id, created_by, created_at) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             &[
                 release.id.as_str().into(),
                 release_kind_text(release.kind).into(),
@@ -674,8 +657,8 @@ impl<D: Driver> SqlStore<D> {
         for (item_idx, item) in release.items.iter().enumerate() {
             tx.execute(
                 "INSERT INTO release_versions \
-                         (release_id, item_idx, dataset, partition_key, version_id, delta_version) \
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                 (release_id, item_idx, dataset, partition_key, version_id, delta_version) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
                 &[
                     release.id.as_str().into(),
                     Value::Int(to_i64("release item index", item_idx as u64)?),
@@ -686,25 +669,11 @@ impl<D: Driver> SqlStore<D> {
                 ],
             )?;
         }
-        journal.append(
-            tx,
-            Draft {
-                meta,
-                kind: match release.kind {
-                    ReleaseKind::Publish => "release_published",
-                    ReleaseKind::Rollback => "release_restored",
-                },
-                run_id: release.run_id.as_deref(),
-                step_id: None,
-                task: None,
-                partition: None,
-                interval: None,
-                from_status: None,
-                to_status: None,
-                reason: &meta.reason,
-                payload: to_json(release)?,
-            },
-        )?;
+        let kind = match release.kind {
+            ReleaseKind::Publish => "release_published",
+            ReleaseKind::Rollback => "release_restored",
+        };
+        journal.append(tx, Draft { run_id: release.run_id.as_deref(), ..Draft::new(meta, kind, to_json(release)?) })?;
         Self::apply_events(tx, journal, &events, None)
     }
 
@@ -738,17 +707,11 @@ impl<D: Driver> SqlStore<D> {
         journal.append(
             tx,
             Draft {
-                meta,
-                kind: "run_status",
                 run_id: Some(run_id),
-                step_id: None,
-                task: None,
-                partition: None,
-                interval: None,
                 from_status: Some(from.as_str()),
                 to_status: Some(to.as_str()),
                 reason: "re-derived from the statuses of its steps",
-                payload: to_json(&tally)?,
+                ..Draft::new(meta, "run_status", to_json(&tally)?)
             },
         )?;
         Ok(())
@@ -789,17 +752,9 @@ impl<D: Driver> SqlStore<D> {
         journal.append(
             tx,
             Draft {
-                meta,
-                kind: "run_created",
                 run_id: Some(&run.id),
-                step_id: None,
-                task: None,
-                partition: None,
-                interval: None,
-                from_status: None,
                 to_status: Some(run.status.as_str()),
-                reason: &meta.reason,
-                payload: request_json,
+                ..Draft::new(meta, "run_created", request_json)
             },
         )?;
         for (step_idx, step) in steps.iter().enumerate() {
@@ -1155,17 +1110,10 @@ impl<D: Driver> Store for SqlStore<D> {
                 Appender::default().append(
                     tx,
                     Draft {
-                        meta,
-                        kind: &decision.kind,
                         run_id: decision.run_id.as_deref(),
-                        step_id: None,
                         task: decision.task.as_deref(),
                         partition: decision.partition.as_deref(),
-                        interval: None,
-                        from_status: None,
-                        to_status: None,
-                        reason: &meta.reason,
-                        payload: to_json(&decision.payload)?,
+                        ..Draft::new(meta, &decision.kind, to_json(&decision.payload)?)
                     },
                 )
             })
@@ -1598,7 +1546,7 @@ impl<D: Driver> Store for SqlStore<D> {
                     "expires_at": expires_text,
                     "previous_owner": previous.as_ref().map(|(holder, _)| holder),
                 });
-                Appender::default().append(tx, scheduler_draft(&meta, "scheduler_acquired", payload.to_string()))?;
+                Appender::default().append(tx, Draft::new(&meta, "scheduler_acquired", payload.to_string()))?;
                 Ok(true)
             })
             .map_err(|e| e.context(&format!("acquiring the scheduler role for {owner}")))
@@ -1620,7 +1568,7 @@ impl<D: Driver> Store for SqlStore<D> {
                     at: Utc::now(),
                 };
                 let payload = serde_json::json!({ "owner": owner });
-                Appender::default().append(tx, scheduler_draft(&meta, "scheduler_released", payload.to_string()))?;
+                Appender::default().append(tx, Draft::new(&meta, "scheduler_released", payload.to_string()))?;
                 Ok(())
             })
             .map_err(|e| e.context(&format!("releasing the scheduler role of {owner}")))

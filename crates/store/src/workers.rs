@@ -63,21 +63,6 @@ pub(crate) fn live(tx: &mut dyn Tx, now: DateTime<Utc>) -> Result<Vec<WorkerReco
 fn journal(tx: &mut dyn Tx, id: &str, kind: &str, reason: &str, at: DateTime<Utc>, slots: u32) -> Result<()> {
     let meta = JournalMeta { actor: id.to_owned(), correlation_id: id.to_owned(), reason: reason.to_owned(), at };
     let payload = serde_json::json!({ "worker": id, "slots": to_i64("worker slots", u64::from(slots))? });
-    Appender::default().append(
-        tx,
-        Draft {
-            meta: &meta,
-            kind,
-            run_id: None,
-            step_id: None,
-            task: None,
-            partition: None,
-            interval: None,
-            from_status: None,
-            to_status: None,
-            reason,
-            payload: payload.to_string(),
-        },
-    )?;
+    Appender::default().append(tx, Draft::new(&meta, kind, payload.to_string()))?;
     Ok(())
 }

@@ -8,6 +8,28 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
+/// The datasets and tasks of a two-step daily pipeline, to follow a `[project]` table: `extract`
+/// writes two rows per day into `raw` with a command, `summarize` counts them into `summary` with SQL.
+pub const EXTRACT_SUMMARIZE: &str = r#"
+[datasets.raw]
+partitioning = { grain = "day", start = "2024-01-01" }
+write = { mode = "replace" }
+columns = [{ name = "id", type = "int64", nullable = false }, { name = "day", type = "string" }]
+
+[datasets.summary]
+partitioning = { grain = "day", start = "2024-01-01" }
+write = { mode = "replace" }
+
+[tasks.extract]
+command = ["sh", "-c", "printf 'id,day\n1,%s\n2,%s\n' \"$TIDEGATE_PARTITION\" \"$TIDEGATE_PARTITION\" > \"$TIDEGATE_OUTPUT_DIR/raw.csv\""]
+outputs = ["raw"]
+
+[tasks.summarize]
+sql = "SELECT day, COUNT(*) AS n FROM raw GROUP BY day"
+inputs = ["raw"]
+outputs = ["summary"]
+"#;
+
 /// A command running the built `tidegate` in `dir`.
 pub fn tidegate(dir: &Path) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tidegate"));
