@@ -18,8 +18,8 @@ use tidegate_core::spec::Spec;
 use tidegate_core::state::{RunStatus, StepEvent, StepStatus};
 use tidegate_lake::Lake;
 use tidegate_store::{
-    BackfillStatus, ClaimRequest, JournalMeta, Outcome, Priority, ReleaseItem, ReleaseKind, ReleaseRecord,
-    StepEventRecord, Store, WorkerRecord,
+    BackfillStatus, CheckpointRecord, ClaimRequest, JournalMeta, Outcome, Priority, ReleaseItem, ReleaseKind,
+    ReleaseRecord, StagedRecord, StepEventRecord, StepRecord, Store, WorkerRecord,
 };
 use tokio::sync::mpsc;
 
@@ -38,8 +38,7 @@ const RUNS_WATCHED: u32 = 50;
 /// Backfills in the view whose steps must not start now: paused, or no longer holding their
 /// partitions (their steps wait for an operator, not for this loop).
 fn blocked_backfills(view: &View, gates: &HashMap<String, BackfillGate>) -> Vec<String> {
-    let ids: std::collections::BTreeSet<&String> = view.entries().filter_map(|e| e.backfill_id.as_ref()).collect();
-    ids.into_iter().filter(|b| gates.get(*b).is_none_or(|g| g.paused)).cloned().collect()
+    view.backfill_ids().filter(|b| gates.get(*b).is_none_or(|g| g.paused)).cloned().collect()
 }
 
 /// How often the loop looks for expired leases and due retries when nothing else wakes it.
@@ -404,6 +403,8 @@ impl Engine {
             let mut events: Vec<StepEventRecord> = Vec::new();
             if last_refresh.is_none_or(|t| t.elapsed() >= REFRESH_EVERY) {
                 self.refresh_gates(&mut gates).await?;
+                // A long-lived server would otherwise hold every step it ever ran.
+                view.forget_finished_runs();
                 self.discover_runs(&mut view).await?;
                 // A worker that missed two renewals is taken for dead before its leases expire,
                 // so the steps they free are not leased to it again.
@@ -415,10 +416,12 @@ impl Engine {
             self.follow_remote(&mut remote, &mut view, &mut pools, &mut summary).await?;
 
             // 1. Reports from finished attempts.
+            let mut reports = Vec::new();
             while let Ok(report) = rx.try_recv() {
-                in_flight -= 1;
-                self.absorb_report(report, &mut view, &mut pools, &mut events, &correlation, &mut summary).await?;
+                reports.push(report);
             }
+            in_flight -= reports.len();
+            self.absorb_reports(reports, &mut view, &mut pools, &mut events, &correlation, &mut summary).await?;
             // 2. Dependencies.
             // Every step that becomes ready in this tick pins the same table versions: each
             // table's version is read once per tick, not once per step.
@@ -435,7 +438,7 @@ impl Engine {
             // 3. Retries that are due, inside the pool's budget. When the budget is spent and
             //    nothing in flight or ready can earn it back, the retries fail instead of waiting
             //    forever: that is the retry-storm guard doing its job, and the reason says so.
-            let stalled = in_flight == 0 && remote.is_empty() && view.in_status(StepStatus::Ready).is_empty();
+            let stalled = in_flight == 0 && remote.is_empty() && view.count(StepStatus::Ready) == 0;
             for entry in view.in_status(StepStatus::RetryWait) {
                 if entry.record.state.retry_at.is_none_or(|t| t > now) {
                     continue;
@@ -475,7 +478,6 @@ impl Engine {
             //    `backfill publish`, never one by one here.
             let validated: Vec<String> = view
                 .in_status(StepStatus::Validated)
-                .iter()
                 .filter(|e| !e.record.state.needs_approval)
                 .map(|e| e.record.id.clone())
                 .collect();
@@ -538,13 +540,17 @@ impl Engine {
                 wait = wait.min(REMOTE_POLL);
             }
             if let Ok(Some(report)) = tokio::time::timeout(wait, rx.recv()).await {
-                in_flight -= 1;
+                let mut reports = vec![report];
+                while let Ok(report) = rx.try_recv() {
+                    reports.push(report);
+                }
+                in_flight -= reports.len();
                 let mut events = Vec::new();
-                self.absorb_report(report, &mut view, &mut pools, &mut events, &correlation, &mut summary).await?;
+                self.absorb_reports(reports, &mut view, &mut pools, &mut events, &correlation, &mut summary).await?;
                 self.commit(events, &mut view, &mut summary).await?;
             }
         }
-        summary.awaiting_approval = view.in_status(StepStatus::AwaitingApproval).len();
+        summary.awaiting_approval = view.count(StepStatus::AwaitingApproval);
         // The last gauge describes where the drain left things.
         let now = self.clock.now();
         throughput.observe(&summary, now);
@@ -578,8 +584,7 @@ impl Engine {
                 (name.clone(), value)
             })
             .collect();
-        let backlog =
-            view.entries().filter(|e| !e.status().is_terminal() && e.status() != StepStatus::AwaitingApproval).count();
+        let backlog = view.backlog();
         let per_s = throughput.per_s(now);
         #[allow(clippy::cast_precision_loss)]
         let eta_s = per_s.filter(|r| *r > 0.0).map(|r| backlog as f64 / r);
@@ -687,7 +692,7 @@ impl Engine {
                 wake = wake.min(t);
             }
         }
-        if !view.in_status(StepStatus::Ready).is_empty() {
+        if view.count(StepStatus::Ready) > 0 {
             for p in pools.values() {
                 wake = wake.min(p.rate.next_token_at(now));
             }
@@ -770,38 +775,67 @@ impl Engine {
         }
     }
 
-    async fn absorb_report(
+    /// Settles the reports of finished attempts: frees their pool slots, records the staged
+    /// output of all of them in one store transaction (fenced per attempt), and queues the events
+    /// that follow (checks, retries, failures) for the tick's group commit.
+    async fn absorb_reports(
         &self,
-        report: Report,
+        reports: Vec<Report>,
         view: &mut View,
         pools: &mut HashMap<String, PoolState>,
         events: &mut Vec<StepEventRecord>,
         correlation: &str,
         summary: &mut Summary,
     ) -> Result<()> {
-        let Some(entry) = view.get(report.step_id()).cloned() else { return Ok(()) };
-        let pool = pools.get_mut(&entry.record.pool);
-        let failed = matches!(report, Report::Failed { .. });
-        if let Some(p) = pool {
-            let class = class_of(entry.priority);
-            p.running[class] = p.running[class].saturating_sub(1);
-            p.rate.record(failed);
+        // Each staged attempt's record, and the events that may follow only once it is stored.
+        let mut staged: Vec<(StagedRecord, Vec<StepEventRecord>)> = Vec::new();
+        for report in reports {
+            let Some(entry) = view.get(report.step_id()) else { continue };
+            let failed = matches!(report, Report::Failed { .. });
+            if let Some(p) = pools.get_mut(&entry.record.pool) {
+                let class = class_of(entry.priority);
+                p.running[class] = p.running[class].saturating_sub(1);
+                p.rate.record(failed);
+            }
+            let settlement = attempt::settle(report, entry.record.state.attempt, self.opts.seed, &|reason| {
+                self.meta(reason, correlation)
+            });
+            match settlement.staged {
+                Some((step_id, epoch, versions)) => {
+                    let meta = self.meta(format!("staged {} rows", settlement.n_rows), correlation);
+                    staged.push((StagedRecord { step_id, epoch, versions, meta }, settlement.events));
+                }
+                None => events.extend(settlement.events),
+            }
         }
-        let settlement = attempt::settle(report, entry.record.state.attempt, self.opts.seed, &|reason| {
-            self.meta(reason, correlation)
-        });
-        if let Some((step_id, epoch, records)) = settlement.staged {
-            let meta = self.meta(format!("staged {} rows", settlement.n_rows), correlation);
-            let sid = step_id.clone();
-            let outcome = self.db(move |s| s.record_staged(&sid, epoch, &records, &meta)).await?;
+        if staged.is_empty() {
+            return Ok(());
+        }
+        let records: Vec<StagedRecord> = staged.iter().map(|(r, _)| r.clone()).collect();
+        let outcomes = match self.db(move |s| s.record_staged_many(&records)).await {
+            Ok(outcomes) => outcomes,
+            // One item at fault fails the transaction: record them one by one, so the others
+            // are kept and the error reported is that item's.
+            Err(_) if staged.len() > 1 => {
+                let mut outcomes = Vec::with_capacity(staged.len());
+                for (r, _) in &staged {
+                    let r = r.clone();
+                    outcomes.push(self.db(move |s| s.record_staged(&r.step_id, r.epoch, &r.versions, &r.meta)).await?);
+                }
+                outcomes
+            }
+            Err(e) => return Err(e),
+        };
+        for ((record, then), outcome) in staged.into_iter().zip(outcomes) {
             if let Outcome::Rejected { .. } = outcome {
                 // Another attempt owns the step now (this one's lease expired): its output
                 // stays unpublished and reconciliation removes the files.
                 summary.rejected += 1;
-                return self.refresh(&step_id, view).await;
+                self.refresh(&record.step_id, view).await?;
+                continue;
             }
+            events.extend(then);
         }
-        events.extend(settlement.events);
         Ok(())
     }
 
@@ -991,14 +1025,12 @@ impl Engine {
             free.push((w.id.clone(), (w.slots as usize).saturating_sub(used)));
         }
         let mut room = free.iter().map(|(_, n)| n).sum::<usize>().min(MAX_CLAIMS_PER_TICK);
-        let ready = view.in_status(StepStatus::Ready);
-        if room == 0 || ready.is_empty() {
+        if room == 0 || view.count(StepStatus::Ready) == 0 {
             return Ok(Vec::new());
         }
-        // Each backfill's room under its throttle: max_active minus its steps holding leases, from
-        // one pass over the view.
+        // Each backfill's room under its throttle: max_active minus its steps holding leases.
         let mut active: HashMap<&str, u32> = HashMap::new();
-        for e in view.entries().filter(|e| e.status().holds_lease()) {
+        for e in view.in_statuses(StepStatus::holds_lease) {
             if let Some(b) = &e.backfill_id {
                 *active.entry(b.as_str()).or_default() += 1;
             }
@@ -1010,18 +1042,26 @@ impl Engine {
                 (id.clone(), if gate.paused { 0 } else { gate.max_active.saturating_sub(used) })
             })
             .collect();
-        // Ready steps per pool and class, in order; a backfill's steps only within its room.
+        // Ready steps per pool and class, in order, at most `room` of each (no more can be picked
+        // this tick); a backfill's steps only within its room.
         let mut queues: BTreeMap<String, [Vec<String>; 3]> = BTreeMap::new();
-        for e in ready {
-            if let Some(b) = &e.backfill_id {
-                let Some(left) = backfill_room.get_mut(b) else { continue };
-                let Some(gate) = gates.get_mut(b) else { continue };
-                if *left == 0 || !gate.rate.try_start(now) {
-                    continue;
-                }
-                *left -= 1;
+        let mut pool_names: Vec<&String> = pools.keys().collect();
+        pool_names.sort();
+        for pool_name in pool_names {
+            let classes = [Priority::Live, Priority::Catchup, Priority::Backfill].map(|priority| {
+                view.take_ready(pool_name, priority, room, |e| {
+                    let Some(b) = &e.backfill_id else { return true };
+                    let (Some(left), Some(gate)) = (backfill_room.get_mut(b), gates.get_mut(b)) else { return false };
+                    if *left == 0 || !gate.rate.try_start(now) {
+                        return false;
+                    }
+                    *left -= 1;
+                    true
+                })
+            });
+            if classes.iter().any(|q| !q.is_empty()) {
+                queues.insert(pool_name.clone(), classes);
             }
-            queues.entry(e.record.pool.clone()).or_default()[class_of(e.priority)].push(e.record.id.clone());
         }
         let mut picked: Vec<(String, String, usize)> = Vec::new();
         for (pool_name, mut classes) in queues {
@@ -1060,6 +1100,24 @@ impl Engine {
             .collect();
         let ttl = self.spec.project.lease_ttl_s;
         let leases = self.db(move |s| s.claim_steps(&requests, now, ttl)).await?;
+        // The claimed steps as stored now, and for local attempts the checkpoint to resume from,
+        // read in one trip to the store.
+        let claimed: Vec<(String, bool)> = picked
+            .iter()
+            .zip(&leases)
+            .filter_map(|((id, _, _), l)| l.as_ref().map(|l| (id.clone(), l.worker == self.opts.worker_id)))
+            .collect();
+        let mut records: HashMap<String, (StepRecord, Option<CheckpointRecord>)> = self
+            .db(move |s| {
+                let mut out = HashMap::with_capacity(claimed.len());
+                for (id, local) in claimed {
+                    let Some(step) = s.step(&id)? else { continue };
+                    let resume_from = if local { s.last_checkpoint(&id)? } else { None };
+                    out.insert(id, (step, resume_from));
+                }
+                Ok(out)
+            })
+            .await?;
         let mut attempts = Vec::new();
         for ((step_id, pool_name, class), lease) in picked.into_iter().zip(leases) {
             let Some(lease) = lease else {
@@ -1073,19 +1131,14 @@ impl Engine {
             {
                 p.budget.on_first_attempt();
             }
-            let sid = step_id.clone();
-            let step = self
-                .db(move |s| s.step(&sid))
-                .await?
-                .ok_or_else(|| Error::Internal(format!("claimed step {step_id} vanished")))?;
+            let (step, resume_from) =
+                records.remove(&step_id).ok_or_else(|| Error::Internal(format!("claimed step {step_id} vanished")))?;
             view.update(&step_id, step.state.clone());
             if lease.worker != self.opts.worker_id {
                 let r = Remote { worker: lease.worker.clone(), pool: pool_name, class, epoch: lease.epoch };
                 remote.insert(step_id, r);
                 continue;
             }
-            let sid = step_id.clone();
-            let resume_from = self.db(move |s| s.last_checkpoint(&sid)).await?;
             let attempt = attempt::prepare(&self.spec, &self.workspace, &self.lake_uri, step, lease, resume_from)
                 .ok_or_else(|| Error::Internal(format!("claimed step {step_id} has a task the spec lacks")))?;
             attempts.push(attempt);

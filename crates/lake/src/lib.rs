@@ -12,6 +12,7 @@
 //! writes to `_delta_log`, and every staged path is non-hidden so vacuum and reconciliation can
 //! clean it.
 
+mod cache;
 mod checks;
 mod compare;
 mod df;

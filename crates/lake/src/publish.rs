@@ -207,7 +207,8 @@ impl Lake {
                     )))));
                     continue;
                 }
-                if let Some(recorded) = published_version(&table, &app_id(&item.step_identity)).await? {
+                let recorded = self.txn_version(name, &table, &app_id(&item.step_identity)).await?;
+                if let Some(recorded) = recorded.and_then(|v| u64::try_from(v).ok()) {
                     outcomes.push(Some(Ok(PublishedItem {
                         dataset: name.clone(),
                         step_identity: item.step_identity.clone(),
@@ -304,12 +305,6 @@ pub fn app_id(step_identity: &str) -> String {
 /// The version a loaded table is at.
 pub(crate) fn loaded_version(table: &DeltaTable) -> Result<u64> {
     table.version().ok_or_else(|| Error::internal("a loaded table has no version"))
-}
-
-/// The table version recorded by the step's `txn`, if it is published (and not undone).
-pub(crate) async fn published_version(table: &DeltaTable, app_id: &str) -> Result<Option<u64>> {
-    let recorded = table.snapshot()?.transaction_version(table.log_store().as_ref(), app_id).await?;
-    Ok(recorded.and_then(|v| u64::try_from(v).ok()))
 }
 
 /// Commits `actions` on top of exactly the loaded version. Returns `None` if another writer

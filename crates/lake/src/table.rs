@@ -14,6 +14,7 @@ use object_store::path::Path as ObjectPath;
 use tidegate_core::spec::model::Dataset;
 use url::Url;
 
+use crate::cache::{Cached, TableCache};
 use crate::error::{Error, FileLocation, Result};
 
 /// The Delta partition column every dataset carries: the key of the partition a row belongs to.
@@ -32,6 +33,8 @@ const UTC: &str = "UTC";
 pub struct Lake {
     root: Root,
     root_url: Url,
+    /// Tables loaded before, brought up to date incrementally (shared by clones of the handle).
+    cache: Arc<TableCache>,
 }
 
 /// Where the tables live.
@@ -59,7 +62,7 @@ impl Lake {
                     root_url.set_path(&format!("{}/", root_url.path()));
                 }
                 let (store, prefix) = crate::s3::open(&url).await?;
-                return Ok(Lake { root: Root::Objects { store, prefix }, root_url });
+                return Ok(Lake { root: Root::Objects { store, prefix }, root_url, cache: Arc::default() });
             }
             Ok(url) if url.scheme().len() > 1 => {
                 // A one-letter scheme is a Windows drive letter, not a URL.
@@ -82,7 +85,7 @@ impl Lake {
             url: location.to_owned(),
             reason: "cannot be expressed as a file URL".into(),
         })?;
-        Ok(Lake { root: Root::Folder(root), root_url })
+        Ok(Lake { root: Root::Folder(root), root_url, cache: Arc::default() })
     }
 
     /// The folder the lake lives in; `None` for an object-store lake.
@@ -150,17 +153,59 @@ impl Lake {
         }
     }
 
-    /// Loads the latest version of a table, or `None` if the dataset has no table yet.
+    /// Loads the latest version of a table, or `None` if the dataset has no table yet. A table
+    /// loaded before by this handle is brought up to date from its newer commits only.
     pub(crate) async fn try_load(&self, dataset: &str) -> Result<Option<DeltaTable>> {
         if !self.table_exists(dataset).await? {
+            self.cache.forget(dataset);
             return Ok(None);
         }
+        if let Some(mut cached) = self.cache.get(dataset) {
+            let before = cached.table.version();
+            match cached.table.update_incremental(None).await {
+                Ok(()) if cached.table.version() >= before => {
+                    let after = cached.table.version();
+                    if after != before {
+                        cached.txns = match (cached.txns.take(), before, after) {
+                            (Some(txns), Some(from), Some(to)) => {
+                                let mut txns = Arc::unwrap_or_clone(txns);
+                                crate::cache::advance_txns(&cached.table, &mut txns, from + 1, to)
+                                    .await
+                                    .map(|()| Arc::new(txns))
+                            }
+                            // Unknown so far (say a checkpoint newer than the first load appeared
+                            // in between): read it again now that the table is up to date.
+                            _ => crate::cache::read_txns(&cached.table).await.map(Arc::new),
+                        };
+                    }
+                    let table = cached.table.clone();
+                    self.cache.put(dataset, cached);
+                    return Ok(Some(table));
+                }
+                // The table was replaced under us (or its log cannot be followed): load afresh.
+                _ => self.cache.forget(dataset),
+            }
+        }
         match DeltaTableBuilder::from_url(self.table_url(dataset)?)?.load().await {
-            Ok(table) => Ok(Some(table)),
+            Ok(table) => {
+                let txns = crate::cache::read_txns(&table).await.map(Arc::new);
+                self.cache.put(dataset, Cached { table: table.clone(), txns });
+                Ok(Some(table))
+            }
             // The log folder exists but holds no commit yet: a creation is under way or crashed.
             Err(DeltaTableError::NotATable(_)) => Ok(None),
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// The version the step's application transaction records in `table` (a version of
+    /// `dataset` this handle loaded), from the cached `txn` map when it is of that version, else
+    /// from delta-rs' log replay.
+    pub(crate) async fn txn_version(&self, dataset: &str, table: &DeltaTable, app_id: &str) -> Result<Option<i64>> {
+        if let Some(txns) = self.cache.txns_at(dataset, table.version()) {
+            return Ok(txns.get(app_id).copied());
+        }
+        Ok(table.snapshot()?.transaction_version(table.log_store().as_ref(), app_id).await?)
     }
 
     /// Loads the latest version of a table that must exist.

@@ -10,7 +10,7 @@ use common::*;
 use tidegate_core::spec::model::WriteMode;
 use tidegate_lake::arrow::array::AsArray as _;
 use tidegate_lake::arrow::datatypes::Int64Type;
-use tidegate_lake::{Error, Release, ReleaseItem};
+use tidegate_lake::{Error, Lake, Release, ReleaseItem};
 
 const N_PUBLISHES: i64 = 200;
 const ROWS_PER_PARTITION: i64 = 4;
@@ -284,4 +284,72 @@ async fn releases_published_together_share_commits_and_stay_replay_safe() {
         assert_eq!(again.table_version, first.table_version);
     }
     assert_eq!(lake.table_version("events").await.expect("version"), before);
+}
+
+/// The replay guard with tables kept loaded between publications: two handles on one lake (as two
+/// processes have), each with its own cached table and `txn` map, publish past several Delta
+/// checkpoints. Each handle sees the other's steps as published (the map advances from the new
+/// commits, and a fresh handle reads it from the checkpoint), and a step both publish at once is
+/// committed exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handles_with_cached_tables_never_publish_a_step_twice() {
+    let (dir, a) = lake().await;
+    let root = dir.path().join("lake");
+    let b = Lake::open(root.to_str().expect("utf-8")).await.expect("second handle");
+    let ds = dataset("events", WriteMode::Replace, basic_columns());
+    put(&a, &ds, &[part("p-seed")], rows(&[(0, None, None)], None), "seed").await;
+    // Both handles have the table cached from here on.
+    assert_eq!(b.table_version("events").await.expect("version"), Some(1));
+
+    let stage = |lake: &Lake, id: String, key: String| {
+        let (lake, ds) = (lake.clone(), ds.clone());
+        async move {
+            lake.stage_batches(&ds, &id, &[part(&key)], vec![rows(&[(1, Some(1), Some(&key))], None)])
+                .await
+                .expect("stage")
+        }
+    };
+    // 25 publications by `a` cross the checkpoints written every 10 commits.
+    let mut published = Vec::new();
+    for i in 0..25 {
+        let staged = stage(&a, format!("a-{i}"), format!("p{i}")).await;
+        let r = release(&format!("r-a-{i}"), &ds, staged, &format!("step-a-{i}"));
+        let version = a.publish(&r).await.expect("publish").items[0].table_version;
+        published.push((r, version));
+    }
+    // `b` replays every one of them (with output staged anew): all are already published.
+    let before = b.table_version("events").await.expect("version");
+    for (r, version) in &published {
+        let mut again = r.clone();
+        again.items[0].staged = stage(&b, format!("b-{}", r.release_id), "p-other".to_owned()).await;
+        let replay = b.publish(&again).await.expect("replay");
+        assert!(replay.items[0].already_published, "{} was taken for new", r.release_id);
+        assert_eq!(replay.items[0].table_version, *version);
+    }
+    assert_eq!(b.table_version("events").await.expect("version"), before, "a replay commits nothing");
+
+    // A fresh handle reads the map from the last checkpoint and the commits after it.
+    let cold = Lake::open(root.to_str().expect("utf-8")).await.expect("third handle");
+    let (r, version) = &published[3];
+    let replay = cold.publish(r).await.expect("replay on a cold handle");
+    assert!(replay.items[0].already_published);
+    assert_eq!(replay.items[0].table_version, *version);
+
+    // Both warm handles publish the same new step at once, ten times over: one commit each.
+    for i in 0..10 {
+        let key = format!("race-{i}");
+        let step = format!("step-race-{i}");
+        let ra = release(&format!("r-race-a-{i}"), &ds, stage(&a, format!("ra-{i}"), key.clone()).await, &step);
+        let rb = release(&format!("r-race-b-{i}"), &ds, stage(&b, format!("rb-{i}"), key).await, &step);
+        let (pa, pb) = tokio::join!(a.publish(&ra), b.publish(&rb));
+        let (pa, pb) = (pa.expect("a").items[0].clone(), pb.expect("b").items[0].clone());
+        assert_eq!(pa.table_version, pb.table_version, "both report the one commit");
+        assert!(pa.already_published != pb.already_published, "exactly one of them committed: {pa:?} {pb:?}");
+    }
+    let history = a.history("events").await.expect("history");
+    for i in 0..10 {
+        let step = serde_json::json!(format!("step-race-{i}"));
+        let commits = history.iter().filter(|c| c.metadata.get("tidegate.step") == Some(&step)).count();
+        assert_eq!(commits, 1, "step-race-{i} is in exactly one commit");
+    }
 }

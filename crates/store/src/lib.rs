@@ -119,6 +119,11 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         versions: &[VersionRecord],
         meta: &JournalMeta,
     ) -> Result<Outcome>;
+    /// Records the staged versions of many attempts, each as
+    /// [`record_staged`](Store::record_staged) would, in one transaction (the reports a scheduler
+    /// absorbed in one tick). One outcome per item, in order; all or none are stored, so on an
+    /// error the caller can record them one by one to find the one at fault.
+    fn record_staged_many(&self, staged: &[StagedRecord]) -> Result<Vec<Outcome>>;
     /// The versions staged by a step's attempts, newest attempt last.
     fn versions(&self, step_id: &str) -> Result<Vec<VersionRecord>>;
 

@@ -243,6 +243,15 @@ pub struct ClaimRequest {
     pub meta: JournalMeta,
 }
 
+/// One attempt's staged output to record, fenced by its epoch (see [`crate::Store::record_staged_many`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StagedRecord {
+    pub step_id: String,
+    pub epoch: u64,
+    pub versions: Vec<VersionRecord>,
+    pub meta: JournalMeta,
+}
+
 /// A non-terminal step with what a scheduler needs to order it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ActiveStep {

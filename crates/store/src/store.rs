@@ -19,8 +19,8 @@ use crate::workers;
 use crate::{
     ActiveStep, AttemptRecord, Backend, BackfillRecord, BackfillStatus, ChainReport, CheckpointRecord, Claim,
     ClaimRequest, Decision, Error, IN_FLIGHT_TIMEOUT_S, JournalEntry, JournalMeta, JournalQuery, Lease, NewStep,
-    Outcome, ReleaseItem, ReleaseKind, ReleaseRecord, Result, RunRecord, RunRequest, StepEventRecord, StepRecord,
-    Store, Submission, VersionRecord, WorkerRecord,
+    Outcome, ReleaseItem, ReleaseKind, ReleaseRecord, Result, RunRecord, RunRequest, StagedRecord, StepEventRecord,
+    StepRecord, Store, Submission, VersionRecord, WorkerRecord,
 };
 
 /// Store settings.
@@ -808,6 +808,55 @@ impl<D: Driver> SqlStore<D> {
 
 /// Checks that step names are unique and that every upstream name is a step of the same run;
 /// the run is refused otherwise, as the caller's mistake.
+impl<D: Driver> SqlStore<D> {
+    /// Applies `Staged { epoch }` to a step and stores its versions, inside `tx`: the body of
+    /// [`Store::record_staged`] and of each item of [`Store::record_staged_many`].
+    fn stage_in(
+        tx: &mut dyn Tx,
+        journal: &mut Appender,
+        step_id: &str,
+        epoch: u64,
+        versions: &[VersionRecord],
+        meta: &JournalMeta,
+    ) -> Result<Outcome> {
+        if let Some(v) = versions.iter().find(|v| v.step_id != step_id) {
+            return Err(Error::InvalidRequest(format!("version {:?} belongs to step {}", v.id, v.step_id)));
+        }
+        let summary: serde_json::Value = versions
+            .iter()
+            .map(|v| {
+                serde_json::json!({
+                    "id": v.id,
+                    "dataset": v.dataset,
+                    "partition": v.partition,
+                    "n_rows": v.n_rows,
+                    "checksum": v.checksum,
+                })
+            })
+            .collect();
+        let rec = StepEventRecord {
+            step_id: step_id.to_owned(),
+            event: StepEvent::Staged { epoch, version: versions.first().map_or("none", |v| v.id.as_str()).to_owned() },
+            meta: meta.clone(),
+        };
+        let outcome = Self::apply_events(tx, journal, std::slice::from_ref(&rec), Some(("versions", &summary)))?
+            .pop()
+            .ok_or_else(|| Error::Corrupt("one event applied gave no outcome".into()))?;
+        // Fenced or illegal: the rejection is journaled and nothing is stored.
+        let Outcome::Applied { step, .. } = &outcome else { return Ok(outcome) };
+        for v in versions {
+            if v.attempt != step.attempt {
+                return Err(Error::InvalidRequest(format!(
+                    "version {:?} names attempt {} but epoch {epoch} is attempt {}",
+                    v.id, v.attempt, step.attempt
+                )));
+            }
+            insert_version(tx, v)?;
+        }
+        Ok(outcome)
+    }
+}
+
 fn validate_steps(steps: &[NewStep]) -> Result<()> {
     let mut names = HashSet::new();
     for step in steps {
@@ -1181,47 +1230,27 @@ impl<D: Driver> Store for SqlStore<D> {
         meta: &JournalMeta,
     ) -> Result<Outcome> {
         let what = format!("recording {} staged versions of step {step_id} at epoch {epoch}", versions.len());
-        if let Some(v) = versions.iter().find(|v| v.step_id != step_id) {
-            return Err(
-                Error::InvalidRequest(format!("version {:?} belongs to step {}", v.id, v.step_id)).context(&what)
-            );
-        }
-        let summary: serde_json::Value = versions
-            .iter()
-            .map(|v| {
-                serde_json::json!({
-                    "id": v.id,
-                    "dataset": v.dataset,
-                    "partition": v.partition,
-                    "n_rows": v.n_rows,
-                    "checksum": v.checksum,
-                })
-            })
-            .collect();
-        let rec = StepEventRecord {
-            step_id: step_id.to_owned(),
-            event: StepEvent::Staged { epoch, version: versions.first().map_or("none", |v| v.id.as_str()).to_owned() },
-            meta: meta.clone(),
-        };
+        self.driver
+            .write(|tx| Self::stage_in(tx, &mut Appender::default(), step_id, epoch, versions, meta))
+            .map_err(|e| e.context(&what))
+    }
+
+    fn record_staged_many(&self, staged: &[StagedRecord]) -> Result<Vec<Outcome>> {
+        let what = format!("recording the staged versions of {} attempts", staged.len());
         self.driver
             .write(|tx| {
                 let mut journal = Appender::default();
-                let outcome =
-                    Self::apply_events(tx, &mut journal, std::slice::from_ref(&rec), Some(("versions", &summary)))?
-                        .pop()
-                        .ok_or_else(|| Error::Corrupt("one event applied gave no outcome".into()))?;
-                // Fenced or illegal: the rejection is journaled and nothing is stored.
-                let Outcome::Applied { step, .. } = &outcome else { return Ok(outcome) };
-                for v in versions {
-                    if v.attempt != step.attempt {
-                        return Err(Error::InvalidRequest(format!(
-                            "version {:?} names attempt {} but epoch {epoch} is attempt {}",
-                            v.id, v.attempt, step.attempt
-                        )));
-                    }
-                    insert_version(tx, v)?;
-                }
-                Ok(outcome)
+                staged
+                    .iter()
+                    .map(|s| {
+                        Self::stage_in(tx, &mut journal, &s.step_id, s.epoch, &s.versions, &s.meta).map_err(|e| {
+                            e.context(&format!(
+                                "recording the staged versions of step {} at epoch {}",
+                                s.step_id, s.epoch
+                            ))
+                        })
+                    })
+                    .collect()
             })
             .map_err(|e| e.context(&what))
     }

@@ -10,8 +10,8 @@ use tidegate_core::retry::ErrorClass;
 use tidegate_core::state::{Action, RunStatus, StepEvent, StepStatus};
 use tidegate_store::{
     Approval, BackfillRecord, BackfillStatus, CheckpointRecord, Claim, Error, IN_FLIGHT_TIMEOUT_S, JournalEntry,
-    JournalQuery, Lease, Outcome, Priority, ReleaseKind, ReleaseRecord, RunRecord, RunRequest, SqlStore, StepRecord,
-    Store, Throttle,
+    JournalQuery, Lease, Outcome, Priority, ReleaseKind, ReleaseRecord, RunRecord, RunRequest, SqlStore, StagedRecord,
+    StepRecord, Store, Throttle,
 };
 use tidegate_testkit::fixed_instant;
 use tidegate_testkit::store::{
@@ -67,6 +67,7 @@ macro_rules! all_backend_tests {
             active_steps_excludes_terminal_steps_and_finished_runs,
             record_staged_with_a_stale_epoch_stores_nothing,
             record_staged_stores_versions_and_journals_them,
+            record_staged_many_fences_each_attempt_and_is_all_or_nothing,
             record_release_publishes_steps_and_rejects_a_stale_epoch,
             releases_read_back_newest_first_with_their_items,
             releases_recorded_together_are_all_or_nothing,
@@ -1384,5 +1385,43 @@ pub fn backfill_changes_are_compare_and_set_and_journaled(t: &StoreUnderTest) {
             ("backfill_approved".to_owned(), s("staged"), s("approved")),
         ]
     );
+    assert_chain_intact(store);
+}
+
+pub fn record_staged_many_fences_each_attempt_and_is_all_or_nothing(t: &StoreUnderTest) {
+    let store = &*t.store;
+    let (_, steps) = create_ready(store, 3);
+    let ids: Vec<&String> = steps.iter().map(|s| &s.id).collect();
+    let leases: Vec<Lease> = ids.iter().map(|id| claim(store, id, "w1", t0(), 30)).collect();
+    // The third step's lease expires and a second claim takes it: its first attempt is a zombie.
+    expire_and_retry(store, &leases[2], t0() + secs(31));
+    let second = claim(store, ids[2], "w2", t0() + secs(120), 30);
+    let at = t0() + secs(121);
+    let item = |i: usize, lease: &Lease, version: &str| StagedRecord {
+        step_id: ids[i].clone(),
+        epoch: lease.epoch,
+        versions: vec![version_record(version, ids[i], lease.attempt, "features", at)],
+        meta: meta(at),
+    };
+
+    // One item naming the wrong attempt fails the batch, and nothing of it is stored.
+    let mut bad = item(1, &leases[1], "v-bad");
+    bad.versions[0].attempt = 7;
+    let err = store.record_staged_many(&[item(0, &leases[0], "v0"), bad]).expect_err("an invalid item");
+    assert!(err.to_string().contains(ids[1].as_str()), "the error names the step at fault: {err}");
+    assert_eq!(t.raw_count("SELECT count(*) FROM versions"), 0);
+    assert_eq!(status(store, ids[0]), StepStatus::Running);
+
+    let outcomes = store
+        .record_staged_many(&[item(0, &leases[0], "v0"), item(1, &leases[1], "v1"), item(2, &leases[2], "v-zombie")])
+        .expect("recording");
+    assert!(matches!(outcomes[0], Outcome::Applied { .. }) && matches!(outcomes[1], Outcome::Applied { .. }));
+    assert!(matches!(&outcomes[2], Outcome::Rejected { .. }), "{:?}", outcomes[2]);
+    assert_eq!((status(store, ids[0]), status(store, ids[1])), (StepStatus::Staged, StepStatus::Staged));
+    assert_eq!(status(store, ids[2]), StepStatus::Running, "the newer claim still owns it");
+    assert_eq!(second.epoch, 2);
+    assert_eq!(store.versions(ids[0]).expect("versions")[0].id, "v0");
+    assert_eq!(store.versions(ids[2]).expect("versions"), vec![], "a fenced attempt stores no version");
+    assert_eq!(t.raw_count("SELECT count(*) FROM versions"), 2);
     assert_chain_intact(store);
 }

@@ -28,8 +28,8 @@ use tidegate_engine::attempt::{Attempt, Report, ReportFuture, Runner};
 use tidegate_engine::executor::{MAX_CLAIMS_PER_TICK, MAX_EVENTS_PER_COMMIT};
 use tidegate_lake::{Lake, StagedVersion};
 use tidegate_store::{
-    ClaimRequest, JournalMeta, Outcome, Priority, ReleaseItem, ReleaseKind, ReleaseRecord, RunRequest, StepEventRecord,
-    StepRecord, Store, Trigger, VersionRecord,
+    ClaimRequest, JournalMeta, Outcome, Priority, ReleaseItem, ReleaseKind, ReleaseRecord, RunRequest, StagedRecord,
+    StepEventRecord, StepRecord, Store, Trigger, VersionRecord,
 };
 
 use super::{Outcome as BenchOutcome, per_s, rate_json, spread, workspace};
@@ -240,11 +240,21 @@ fn store_loop(store: &dyn Store, run_ids: &[String]) -> Result<f64> {
             .map(|s| ClaimRequest { step_id: s.id.clone(), worker: ACTOR.to_owned(), meta: meta("claimed") })
             .collect();
         let leases = store.claim_steps(&requests, Utc::now(), 30)?;
+        let leases: Vec<_> = leases.into_iter().flatten().collect();
+        // The engine records the staged output of the reports it absorbs in one tick together.
+        let staged: Vec<StagedRecord> = leases
+            .iter()
+            .map(|lease| StagedRecord {
+                step_id: lease.step_id.clone(),
+                epoch: lease.epoch,
+                versions: vec![version_record(by_id[lease.step_id.as_str()], lease.attempt, "out")],
+                meta: meta("staged 0 rows"),
+            })
+            .collect();
+        store.record_staged_many(&staged)?;
         let mut events = Vec::with_capacity(2 * chunk.len());
-        for lease in leases.into_iter().flatten() {
+        for lease in leases {
             let step = by_id[lease.step_id.as_str()];
-            let record = version_record(step, lease.attempt, "out");
-            store.record_staged(&step.id, lease.epoch, &[record], &meta("staged 0 rows"))?;
             for event in
                 [StepEvent::ValidationStarted { epoch: lease.epoch }, StepEvent::ChecksPassed { epoch: lease.epoch }]
             {

@@ -1,0 +1,237 @@
+//! Tables kept loaded between uses, and the step identities their logs record.
+//!
+//! Loading a Delta table replays its log from the last checkpoint and materialises every active
+//! file; looking up one application transaction (`txn`) replays the log again, and a miss (a step
+//! not published yet, the common case) reads all of it. Done afresh for every staging, check and
+//! publication, that made each step's cost grow with the size of the table. The cache keeps each
+//! table loaded and brings it up to date incrementally (only commits newer than the cached
+//! version are read), and keeps the `txn` map of the cached version beside it, advanced from the
+//! same new commits.
+//!
+//! The cache never weakens the replay guard (invariant 2): a publication still checks the `txn`
+//! map of the version it commits on top of, and the commit can only land at exactly the next
+//! version (no automatic retries), so a commit made by anyone else in between, in this process or
+//! another, makes it conflict, reload and check again. Anything the cache cannot read with
+//! certainty (a multi-part or missing checkpoint, a missing commit, a retention rule on
+//! transactions) leaves the map unknown, and lookups fall back to delta-rs' own log replay.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use arrow::array::{Array, AsArray as _};
+use arrow::datatypes::Int64Type;
+use deltalake_core::DeltaTable;
+use object_store::ObjectStoreExt as _;
+use object_store::path::Path;
+
+/// One dataset's table as last loaded, with the `txn` versions its log holds at that version.
+#[derive(Debug, Clone)]
+pub(crate) struct Cached {
+    pub table: DeltaTable,
+    /// Application id to its latest `txn` version at `table`'s version; `None` when unknown.
+    pub txns: Option<Arc<HashMap<String, i64>>>,
+}
+
+/// The tables of one lake handle (shared by its clones).
+#[derive(Debug, Default)]
+pub(crate) struct TableCache {
+    tables: Mutex<HashMap<String, Cached>>,
+}
+
+impl TableCache {
+    pub fn get(&self, dataset: &str) -> Option<Cached> {
+        self.lock().get(dataset).cloned()
+    }
+
+    /// Keeps `cached` unless the cache already holds a newer version of the table (two tasks of
+    /// one process may bring it up to date at once).
+    pub fn put(&self, dataset: &str, cached: Cached) {
+        let mut tables = self.lock();
+        let newer_held = tables.get(dataset).is_some_and(|held| held.table.version() > cached.table.version());
+        if !newer_held {
+            tables.insert(dataset.to_owned(), cached);
+        }
+    }
+
+    pub fn forget(&self, dataset: &str) {
+        self.lock().remove(dataset);
+    }
+
+    /// The `txn` map of `dataset` at exactly `version`, if the cache knows it.
+    pub fn txns_at(&self, dataset: &str, version: Option<u64>) -> Option<Arc<HashMap<String, i64>>> {
+        let tables = self.lock();
+        let held = tables.get(dataset)?;
+        if held.table.version() != version {
+            return None;
+        }
+        held.txns.clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Cached>> {
+        // A panic while holding the lock cannot leave the map half-written (every change is one
+        // insert or remove), so a poisoned lock is still usable.
+        self.tables.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// The `txn` map of a freshly loaded table: the last checkpoint's `txn` actions, then every
+/// commit after it. `None` when the log cannot be read that way with certainty.
+pub(crate) async fn read_txns(table: &DeltaTable) -> Option<HashMap<String, i64>> {
+    let version = table.version()?;
+    if has_txn_retention(table) {
+        return None;
+    }
+    let store = table.object_store();
+    let mut txns = HashMap::new();
+    let after = match last_checkpoint(table).await? {
+        Some(checkpoint) if checkpoint <= version => {
+            let path = Path::from(format!("_delta_log/{checkpoint:020}.checkpoint.parquet"));
+            let bytes = store.get(&path).await.ok()?.bytes().await.ok()?;
+            checkpoint_txns(bytes, &mut txns)?;
+            checkpoint + 1
+        }
+        // A checkpoint newer than the loaded version: the caller loaded a moment too early.
+        Some(_) => return None,
+        None => 0,
+    };
+    advance_txns(table, &mut txns, after, version).await?;
+    Some(txns)
+}
+
+/// Adds the `txn` actions of commits `from..=to` to `txns`; `None` if any commit is missing.
+pub(crate) async fn advance_txns(
+    table: &DeltaTable,
+    txns: &mut HashMap<String, i64>,
+    from: u64,
+    to: u64,
+) -> Option<()> {
+    let log = table.log_store();
+    for version in from..=to {
+        let bytes = log.read_commit_entry(version).await.ok()??;
+        for line in bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            let action: serde_json::Value = serde_json::from_slice(line).ok()?;
+            if let Some(txn) = action.get("txn") {
+                let app_id = txn.get("appId")?.as_str()?;
+                let v = txn.get("version")?.as_i64()?;
+                txns.insert(app_id.to_owned(), v);
+            }
+        }
+    }
+    Some(())
+}
+
+/// Whether the table expires old transactions (then only delta-rs' own lookup applies the rule).
+pub(crate) fn has_txn_retention(table: &DeltaTable) -> bool {
+    table
+        .snapshot()
+        .map(|s| s.metadata().configuration().contains_key("delta.setTransactionRetentionDuration"))
+        .unwrap_or(true)
+}
+
+/// The version of the table's last single-part checkpoint: `Ok(None)` (as `Some(None)`) when the
+/// table has none; `None` when `_last_checkpoint` names a kind this module does not read.
+async fn last_checkpoint(table: &DeltaTable) -> Option<Option<u64>> {
+    let store = table.object_store();
+    let bytes = match store.get(&Path::from("_delta_log/_last_checkpoint")).await {
+        Ok(found) => found.bytes().await.ok()?,
+        Err(object_store::Error::NotFound { .. }) => return Some(None),
+        Err(_) => return None,
+    };
+    let hint: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    if hint.get("parts").is_some_and(|p| !p.is_null()) || hint.get("v2Checkpoint").is_some_and(|p| !p.is_null()) {
+        return None;
+    }
+    Some(Some(hint.get("version")?.as_u64()?))
+}
+
+/// Reads the `txn` column of a classic checkpoint into `txns`.
+fn checkpoint_txns<R: parquet::file::reader::ChunkReader + 'static>(
+    bytes: R,
+    txns: &mut HashMap<String, i64>,
+) -> Option<()> {
+    use parquet::arrow::ProjectionMask;
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    let builder = ParquetRecordBatchReaderBuilder::try_new(bytes).ok()?;
+    let Ok(root) = builder.schema().index_of("txn") else {
+        // A checkpoint with no `txn` column holds no transactions.
+        return Some(());
+    };
+    let mask = ProjectionMask::roots(builder.parquet_schema(), [root]);
+    for batch in builder.with_projection(mask).build().ok()? {
+        let batch = batch.ok()?;
+        let txn = batch.column_by_name("txn")?.as_struct_opt()?;
+        let app_ids = arrow::compute::cast(txn.column_by_name("appId")?, &arrow::datatypes::DataType::Utf8).ok()?;
+        let app_ids = app_ids.as_string_opt::<i32>()?;
+        let versions = txn.column_by_name("version")?.as_primitive_opt::<Int64Type>()?;
+        for row in 0..txn.len() {
+            if txn.is_null(row) || app_ids.is_null(row) || versions.is_null(row) {
+                continue;
+            }
+            txns.insert(app_ids.value(row).to_owned(), versions.value(row));
+        }
+    }
+    Some(())
+}
+
+#[cfg(test)]
+mod tests {
+    use deltalake_core::kernel::{DataType, PrimitiveType, StructField, Transaction};
+    use deltalake_core::protocol::{DeltaOperation, SaveMode};
+    use deltalake_core::{DeltaTableBuilder, TableProperty};
+
+    use super::*;
+
+    async fn kernel_lookup(table: &DeltaTable, app_id: &str) -> Option<i64> {
+        table.snapshot().expect("loaded").transaction_version(table.log_store().as_ref(), app_id).await.expect("replay")
+    }
+
+    /// 23 commits, each with one `txn` (app-3 three times), crossing the checkpoints after versions 9 and 19:
+    /// the map read from the last checkpoint and the commits after it, and the map advanced
+    /// commit by commit from an early version, both equal delta-rs' own lookup for every id.
+    #[tokio::test]
+    async fn the_map_from_checkpoint_and_commits_agrees_with_delta_rs() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let url = url::Url::from_directory_path(dir.path()).expect("a file url");
+        let table = DeltaTableBuilder::from_url(url.clone())
+            .expect("builder")
+            .build()
+            .expect("table")
+            .create()
+            .with_columns([StructField::new("id", DataType::Primitive(PrimitiveType::Long), true)])
+            .with_configuration_property(TableProperty::CheckpointInterval, Some("10"))
+            .await
+            .expect("create");
+        let mut early = table.clone();
+        let mut advanced = read_txns(&early).await.expect("a map at version 0");
+        let mut table = table;
+        let ids: Vec<String> = (0..22).map(|i| format!("app-{}", if i % 7 == 3 { 3 } else { i })).collect();
+        for (i, id) in ids.iter().enumerate() {
+            let txn = Transaction::new(id.clone(), i64::try_from(i).expect("small") + 100);
+            let operation = DeltaOperation::Write { mode: SaveMode::Append, partition_by: None, predicate: None };
+            let committed = crate::publish::commit(&table, Vec::new(), vec![txn], Vec::new(), operation)
+                .await
+                .expect("commit")
+                .expect("no conflict");
+            assert_eq!(committed, u64::try_from(i).expect("small") + 1);
+            table.update_incremental(None).await.expect("update");
+        }
+        // delta-rs writes a checkpoint after every tenth commit, counting version 0: at 9 and 19.
+        let log: Vec<_> = std::fs::read_dir(dir.path().join("_delta_log"))
+            .expect("log")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        assert!(dir.path().join("_delta_log/00000000000000000019.checkpoint.parquet").exists(), "{log:?}");
+
+        let fresh = DeltaTableBuilder::from_url(url).expect("builder").load().await.expect("load");
+        let from_checkpoint = read_txns(&fresh).await.expect("a map read from the checkpoint");
+        let from = early.version().expect("loaded") + 1;
+        early.update_incremental(None).await.expect("update");
+        advance_txns(&early, &mut advanced, from, early.version().expect("loaded")).await.expect("advanced");
+        assert_eq!(from_checkpoint, advanced);
+        assert_eq!(from_checkpoint.len(), 20, "22 commits, app-3 three times");
+        assert_eq!(from_checkpoint["app-3"], 117, "the newest txn of an id wins");
+        for id in ids.iter().chain([&"never-published".to_owned()]) {
+            assert_eq!(from_checkpoint.get(id).copied(), kernel_lookup(&fresh, id).await, "{id}");
+        }
+    }
+}
