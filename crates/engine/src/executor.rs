@@ -474,23 +474,8 @@ impl Engine {
             }
             self.commit(events, &mut view, &mut summary).await?;
 
-            // 5. Publication of validated steps. A backfill's steps are published together by
-            //    `backfill publish`, never one by one here.
-            let validated: Vec<String> = view
-                .in_status(StepStatus::Validated)
-                .filter(|e| !e.record.state.needs_approval)
-                .map(|e| e.record.id.clone())
-                .collect();
-            let published_before = summary.published;
-            if !validated.is_empty() {
-                self.publish(&validated, &mut view, &mut summary, &correlation).await?;
-            }
-            // A publication can make downstream steps ready; their dependency decisions are taken
-            // at the top of the loop, so the loop goes round again at once instead of sleeping
-            // (each link of a chain used to wait out an idle tick here).
-            let published_now = summary.published > published_before;
-
-            // 6. Claims within slots, shares and rate limits (none once a shutdown was asked for).
+            // 5. Claims within slots, shares and rate limits (none once a shutdown was asked for).
+            //    Before publication, so that the attempts run while the Delta commit is made.
             let claimed = if self.stopping() {
                 Vec::new()
             } else {
@@ -506,6 +491,22 @@ impl Engine {
                     let _ = tx.send(report);
                 });
             }
+
+            // 6. Publication of validated steps. A backfill's steps are published together by
+            //    `backfill publish`, never one by one here.
+            let validated: Vec<String> = view
+                .in_status(StepStatus::Validated)
+                .filter(|e| !e.record.state.needs_approval)
+                .map(|e| e.record.id.clone())
+                .collect();
+            let published_before = summary.published;
+            if !validated.is_empty() {
+                self.publish(&validated, &mut view, &mut summary, &correlation).await?;
+            }
+            // A publication can make downstream steps ready; their dependency decisions are taken
+            // at the top of the loop, so the loop goes round again at once instead of sleeping
+            // (each link of a chain used to wait out an idle tick here).
+            let published_now = summary.published > published_before;
 
             throughput.observe(&summary, now);
             if last_gauge.is_none_or(|t| t.elapsed() >= GAUGE_EVERY) {

@@ -72,12 +72,15 @@ pub(crate) async fn plan(lake: &Lake, table: &DeltaTable, dataset: &Dataset, sta
         WriteMode::Merge { keys: merge_keys, order_by, delete_marker } => {
             let schema = table_schema(table)?;
             let source = lake.read_staged(table, &dataset.name, &staged.files, &schema).await?;
-            reject_ties(&dataset.name, merge_keys, order_by.as_deref(), &schema, source.clone()).await?;
+            let keys_unique =
+                reject_ties(&dataset.name, merge_keys, order_by.as_deref(), &schema, source.clone()).await?;
             let published = read::scan(table, Some(&keys), &schema).await?;
             let ctx = df::session();
             df::register_batches(&ctx, "staged", &schema, source)?;
             df::register_batches(&ctx, "published", &schema, published)?;
-            let sql = merge_sql(&schema, merge_keys, order_by.as_deref(), delete_marker.as_deref());
+            // With unique keys every staged row wins: no ranking (a sort of the whole source).
+            let order_by = if keys_unique { None } else { order_by.as_deref() };
+            let sql = merge_sql(&schema, merge_keys, order_by, !keys_unique, delete_marker.as_deref());
             let merged = df::conform(df::query(&ctx, &sql).await?, &schema)?;
             let prefix = publish_prefix(staged);
             let files = lake.write_files(table, &dataset.name, &prefix, &schema, &keys, &merged).await?;
@@ -163,8 +166,15 @@ fn indices(schema: &Schema, names: &[String]) -> Result<Vec<usize>> {
 }
 
 /// The merged contents of the affected partitions: published rows whose key the source does not
-/// mention, plus the source's winning row per key unless it is a tombstone.
-fn merge_sql(schema: &SchemaRef, keys: &[String], order_by: Option<&str>, delete_marker: Option<&str>) -> String {
+/// mention, plus the source's winning row per key unless it is a tombstone. `rank` says whether
+/// the source may hold a key twice (then the first row by `order_by` wins).
+fn merge_sql(
+    schema: &SchemaRef,
+    keys: &[String],
+    order_by: Option<&str>,
+    rank: bool,
+    delete_marker: Option<&str>,
+) -> String {
     let columns: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
     let cols = df::ident_list(&columns);
     let order = order_by.map(|o| format!(" ORDER BY {} DESC NULLS LAST", df::ident(o))).unwrap_or_default();
@@ -172,27 +182,36 @@ fn merge_sql(schema: &SchemaRef, keys: &[String], order_by: Option<&str>, delete
     let keep = delete_marker
         .map(|d| format!(" WHERE NOT coalesce(CAST({} AS BOOLEAN), false)", df::ident(d)))
         .unwrap_or_default();
+    let winners = if rank {
+        format!(
+            "WITH ranked AS (\
+               SELECT {cols}, row_number() OVER (PARTITION BY {keys}{order}) AS \"__tg_rank\" \
+               FROM staged), \
+             winners AS (SELECT {cols} FROM ranked WHERE \"__tg_rank\" = 1)",
+            keys = df::ident_list(keys),
+        )
+    } else {
+        format!("WITH winners AS (SELECT {cols} FROM staged)")
+    };
     format!(
-        "WITH ranked AS (\
-           SELECT {cols}, row_number() OVER (PARTITION BY {keys}{order}) AS \"__tg_rank\" \
-           FROM staged), \
-         winners AS (SELECT {cols} FROM ranked WHERE \"__tg_rank\" = 1) \
+        "{winners} \
          SELECT p.* FROM published p LEFT ANTI JOIN winners w ON {on} \
          UNION ALL SELECT {cols} FROM winners{keep}",
-        keys = df::ident_list(keys),
         on = on.join(" AND "),
     )
 }
 
 /// Invariant 7: rejects a merge source in which some key has several rows and the ordering does
-/// not pick one (no `order_by`, or equal highest `order_by` values), naming the key.
+/// not pick one (no `order_by`, or equal highest `order_by` values), naming the key. Returns
+/// whether every key is unique: one hash aggregate answers that, and only a source with
+/// duplicates pays for ranking them.
 pub(crate) async fn reject_ties(
     dataset: &str,
     keys: &[String],
     order_by: Option<&str>,
     schema: &SchemaRef,
     rows: Vec<RecordBatch>,
-) -> Result<()> {
+) -> Result<bool> {
     indices(schema, keys).map_err(|e| with_dataset(e, dataset))?;
     if let Some(o) = order_by {
         indices(schema, &[o.to_owned()]).map_err(|e| with_dataset(e, dataset))?;
@@ -200,19 +219,26 @@ pub(crate) async fn reject_ties(
     let ctx = df::session();
     df::register_batches(&ctx, "staged", schema, rows)?;
     let k = df::ident_list(keys);
-    let sql = match order_by {
-        Some(o) => format!(
-            "SELECT {k}, count(*) AS n FROM (\
+    let duplicates = format!("SELECT {k}, count(*) AS n FROM staged GROUP BY {k} HAVING count(*) > 1 LIMIT 1");
+    let duplicated = df::query(&ctx, &duplicates).await?;
+    if df::n_rows(&duplicated) == 0 {
+        return Ok(true);
+    }
+    let tied = match order_by {
+        Some(o) => {
+            let sql = format!(
+                "SELECT {k}, count(*) AS n FROM (\
                SELECT {k}, rank() OVER (PARTITION BY {k} ORDER BY {o} DESC NULLS LAST) AS r \
                FROM staged) \
              WHERE r = 1 GROUP BY {k} HAVING count(*) > 1 LIMIT 1",
-            o = df::ident(o)
-        ),
-        None => format!("SELECT {k}, count(*) AS n FROM staged GROUP BY {k} HAVING count(*) > 1 LIMIT 1"),
+                o = df::ident(o)
+            );
+            df::query(&ctx, &sql).await?
+        }
+        None => duplicated,
     };
-    let tied = df::query(&ctx, &sql).await?;
     if df::n_rows(&tied) == 0 {
-        return Ok(());
+        return Ok(false);
     }
     let mut parts = Vec::with_capacity(keys.len());
     for (i, key) in keys.iter().enumerate() {

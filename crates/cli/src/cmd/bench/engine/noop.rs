@@ -5,9 +5,9 @@
 //! attempt's report (one version row per output). The steps are planned with `needs_approval`,
 //! as a backfill's are, so the engine stops each at `awaiting_approval` instead of publishing it:
 //! publishing would make one Delta commit per step, which is the lake's cost (see B2 and B4), not
-//! the scheduler's. The store side of publication (reading the staged versions, recording the
-//! release and `Published` in one transaction, as `Engine::publish` does after its Delta commit)
-//! is then timed through the store for every step and counted in the step rate.
+//! the scheduler's. The store side of publication (reading the staged versions, recording a
+//! tick's releases and `Published` events in one transaction, as `Engine::publish` does after its
+//! Delta commit) is then timed through the store for every step and counted in the step rate.
 //!
 //! Baseline: the same store calls for the same steps in a plain loop, with the engine's batch
 //! sizes (group commits of at most `MAX_EVENTS_PER_COMMIT` events, claims of at most
@@ -174,8 +174,9 @@ fn version_record(step: &StepRecord, attempt: u32, dataset: &str) -> VersionReco
 }
 
 /// Moves every step from `awaiting_approval` to `validated` (untimed: a normal step gets there
-/// directly), then times the store side of publishing each one as `Engine::publish` does it:
-/// read its versions, record a one-item release and `Published` in one transaction.
+/// directly), then times the store side of publishing them as `Engine::publish` does it: read
+/// each step's versions, then record a tick's one-item releases and `Published` events in one
+/// transaction.
 fn publication_bookkeeping(store: &dyn Store, run_ids: &[String]) -> Result<f64> {
     let steps = all_steps(store, run_ids)?;
     let approvals: Vec<StepEventRecord> = steps
@@ -190,30 +191,40 @@ fn publication_bookkeeping(store: &dyn Store, run_ids: &[String]) -> Result<f64>
         store.commit(chunk)?;
     }
     let started = Instant::now();
-    for (i, step) in steps.iter().enumerate() {
-        let versions = store.versions(&step.id)?;
-        let version = versions.iter().rev().find(|v| v.attempt == step.state.attempt).context("a staged version")?;
-        let record = ReleaseRecord {
-            id: format!("rel-{}", step.id),
-            kind: ReleaseKind::Publish,
-            run_id: Some(step.run_id.clone()),
-            backfill_id: None,
-            restores_release_id: None,
-            created_by: ACTOR.to_owned(),
-            created_at: Utc::now(),
-            items: vec![ReleaseItem {
-                dataset: version.dataset.clone(),
-                partition: step.partition.clone(),
-                version_id: Some(version.id.clone()),
-                delta_version: i64::try_from(i + 1).unwrap_or(i64::MAX),
-            }],
-        };
-        let outcomes = store.record_release(&record, &[(step.id.clone(), step.state.epoch)], &meta("published"))?;
-        ensure!(
-            outcomes.iter().all(|o| matches!(o, Outcome::Applied { .. })),
-            "step {} was not published: {outcomes:?}",
-            step.id
-        );
+    // The engine records the releases of the steps it publishes in one tick together; a tick
+    // claims at most `MAX_CLAIMS_PER_TICK` steps, so that is the batch here.
+    for (c, chunk) in steps.chunks(MAX_CLAIMS_PER_TICK).enumerate() {
+        let mut batch = Vec::with_capacity(chunk.len());
+        for (j, step) in chunk.iter().enumerate() {
+            let versions = store.versions(&step.id)?;
+            let version =
+                versions.iter().rev().find(|v| v.attempt == step.state.attempt).context("a staged version")?;
+            let delta_version = c * MAX_CLAIMS_PER_TICK + j + 1;
+            let record = ReleaseRecord {
+                id: format!("rel-{}", step.id),
+                kind: ReleaseKind::Publish,
+                run_id: Some(step.run_id.clone()),
+                backfill_id: None,
+                restores_release_id: None,
+                created_by: ACTOR.to_owned(),
+                created_at: Utc::now(),
+                items: vec![ReleaseItem {
+                    dataset: version.dataset.clone(),
+                    partition: step.partition.clone(),
+                    version_id: Some(version.id.clone()),
+                    delta_version: i64::try_from(delta_version).unwrap_or(i64::MAX),
+                }],
+            };
+            batch.push((record, vec![(step.id.clone(), step.state.epoch)]));
+        }
+        let outcomes = store.record_releases(&batch, &meta("published"))?;
+        for ((record, _), outcome) in batch.iter().zip(outcomes) {
+            ensure!(
+                outcome.iter().all(|o| matches!(o, Outcome::Applied { .. })),
+                "release {} was not recorded: {outcome:?}",
+                record.id
+            );
+        }
     }
     Ok(started.elapsed().as_secs_f64())
 }
