@@ -53,6 +53,17 @@ impl TableCache {
         }
     }
 
+    /// Keeps the table as a commit of this handle left it, `before` plus the commit: the `txn` map
+    /// of `before`'s version (if known) plus the commit's own transactions.
+    pub fn after_commit(&self, dataset: &str, before: &DeltaTable, after: DeltaTable, txns: &[(String, i64)]) {
+        let map = self.txns_at(dataset, before.version()).map(|known| {
+            let mut map = Arc::unwrap_or_clone(known);
+            map.extend(txns.iter().cloned());
+            Arc::new(map)
+        });
+        self.put(dataset, Cached { table: after, txns: map });
+    }
+
     pub fn forget(&self, dataset: &str) {
         self.lock().remove(dataset);
     }
@@ -203,17 +214,22 @@ mod tests {
             .expect("create");
         let mut early = table.clone();
         let mut advanced = read_txns(&early).await.expect("a map at version 0");
+        // A third way: the map a handle keeps by adding its own commits' transactions.
+        let cache = TableCache::default();
+        cache.put("t", Cached { table: table.clone(), txns: Some(Arc::new(advanced.clone())) });
         let mut table = table;
         let ids: Vec<String> = (0..22).map(|i| format!("app-{}", if i % 7 == 3 { 3 } else { i })).collect();
         for (i, id) in ids.iter().enumerate() {
             let txn = Transaction::new(id.clone(), i64::try_from(i).expect("small") + 100);
             let operation = DeltaOperation::Write { mode: SaveMode::Append, partition_by: None, predicate: None };
-            let committed = crate::publish::commit(&table, Vec::new(), vec![txn], Vec::new(), operation)
+            let pair = (txn.app_id.clone(), txn.version);
+            let after = crate::publish::commit(&table, Vec::new(), vec![txn], Vec::new(), operation)
                 .await
                 .expect("commit")
                 .expect("no conflict");
-            assert_eq!(committed, u64::try_from(i).expect("small") + 1);
-            table.update_incremental(None).await.expect("update");
+            cache.after_commit("t", &table, after.clone(), &[pair]);
+            table = after;
+            assert_eq!(table.version(), Some(u64::try_from(i).expect("small") + 1));
         }
         // delta-rs writes a checkpoint after every tenth commit, counting version 0: at 9 and 19.
         let log: Vec<_> = std::fs::read_dir(dir.path().join("_delta_log"))
@@ -228,6 +244,8 @@ mod tests {
         early.update_incremental(None).await.expect("update");
         advance_txns(&early, &mut advanced, from, early.version().expect("loaded")).await.expect("advanced");
         assert_eq!(from_checkpoint, advanced);
+        let kept = cache.txns_at("t", table.version()).expect("the map kept across commits");
+        assert_eq!(*kept, from_checkpoint);
         assert_eq!(from_checkpoint.len(), 20, "22 commits, app-3 three times");
         assert_eq!(from_checkpoint["app-3"], 117, "the newest txn of an id wins");
         for id in ids.iter().chain([&"never-published".to_owned()]) {

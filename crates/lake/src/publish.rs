@@ -240,7 +240,9 @@ impl Lake {
             let target =
                 i64::try_from(version + 1).map_err(|_| Error::internal("table version does not fit a txn version"))?;
             let members: Vec<(&Release, &ReleaseItem)> = planned.iter().map(|(i, _)| wave[*i]).collect();
-            let txns = members.iter().map(|(_, item)| Transaction::new(app_id(&item.step_identity), target)).collect();
+            let txns: Vec<Transaction> =
+                members.iter().map(|(_, item)| Transaction::new(app_id(&item.step_identity), target)).collect();
+            let new_txns: Vec<(String, i64)> = txns.iter().map(|t| (t.app_id.clone(), t.version)).collect();
             let metadata = publish_metadata(&members);
             let predicates: Vec<String> = planned.iter().filter_map(|(_, p)| p.predicate.clone()).collect();
             let removes = planned.iter().any(|(_, p)| p.n_files_removed > 0);
@@ -252,7 +254,9 @@ impl Lake {
             let written: Vec<String> = planned.iter().flat_map(|(_, p)| p.written.iter().cloned()).collect();
             let actions = planned.iter_mut().flat_map(|(_, p)| std::mem::take(&mut p.actions)).collect();
             match commit(&table, actions, txns, metadata, operation).await? {
-                Some(committed) => {
+                Some(after) => {
+                    let committed = loaded_version(&after)?;
+                    self.cached_commit(name, &table, after, &new_txns);
                     for (i, plan) in planned {
                         outcomes[i] = Some(Ok(PublishedItem {
                             dataset: name.clone(),
@@ -307,15 +311,16 @@ pub(crate) fn loaded_version(table: &DeltaTable) -> Result<u64> {
     table.version().ok_or_else(|| Error::internal("a loaded table has no version"))
 }
 
-/// Commits `actions` on top of exactly the loaded version. Returns `None` if another writer
-/// committed first: the caller must reload and re-plan, since its removes may be stale.
+/// Commits `actions` on top of exactly the loaded version and returns the table as of the new
+/// version. Returns `None` if another writer committed first: the caller must reload and
+/// re-plan, since its removes may be stale.
 pub(crate) async fn commit(
     table: &DeltaTable,
     actions: Vec<Action>,
     txns: Vec<Transaction>,
     metadata: Vec<(String, Value)>,
     operation: DeltaOperation,
-) -> Result<Option<u64>> {
+) -> Result<Option<DeltaTable>> {
     // No automatic retries: delta-rs would rebase the same actions onto a newer version, but our
     // Remove set and the txn versions were computed for this one.
     let properties =
@@ -325,7 +330,11 @@ pub(crate) async fn commit(
         .build(Some(table.snapshot()?), table.log_store(), operation)
         .await;
     match result {
-        Ok(finalized) => Ok(Some(finalized.version())),
+        Ok(finalized) => {
+            let mut after = table.clone();
+            after.state = Some(finalized.snapshot);
+            Ok(Some(after))
+        }
         Err(e) if is_conflict(&e) => Ok(None),
         Err(e) => Err(e.into()),
     }

@@ -158,10 +158,10 @@ impl Lake {
                 wanted.iter().filter(|a| !current_paths.contains(a.path.as_str())).map(|a| Action::Add(a.clone())),
             );
             let operation = DeltaOperation::Restore { version: Some(to_version), datetime: None };
-            if let Some(version) =
+            if let Some(after) =
                 commit(&table, actions, txn.clone().into_iter().collect(), metadata.clone(), operation).await?
             {
-                return Ok(version);
+                return crate::publish::loaded_version(&after);
             }
         }
         Err(Error::Conflict { dataset: dataset.to_owned(), n_attempts: MAX_COMMIT_ATTEMPTS })

@@ -9,8 +9,8 @@ use deltalake_core::kernel::engine::arrow_conversion::TryIntoKernel as _;
 use deltalake_core::kernel::transaction::CommitProperties;
 use deltalake_core::kernel::{Add, StructType};
 use deltalake_core::{DeltaTable, DeltaTableBuilder, DeltaTableError};
-use object_store::ObjectStore;
 use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, ObjectStoreExt as _};
 use tidegate_core::spec::model::Dataset;
 use url::Url;
 
@@ -162,6 +162,13 @@ impl Lake {
         }
         if let Some(mut cached) = self.cache.get(dataset) {
             let before = cached.table.version();
+            // Nothing committed since: one existence check instead of listing the whole log
+            // (delta-rs lists every commit file to find the new ones).
+            if let Some(v) = before
+                && !self.commit_exists(&cached.table, v + 1).await?
+            {
+                return Ok(Some(cached.table));
+            }
             match cached.table.update_incremental(None).await {
                 Ok(()) if cached.table.version() >= before => {
                     let after = cached.table.version();
@@ -196,6 +203,21 @@ impl Lake {
             Err(DeltaTableError::NotATable(_)) => Ok(None),
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// Whether the table's log holds commit `version`.
+    async fn commit_exists(&self, table: &DeltaTable, version: u64) -> Result<bool> {
+        let path = ObjectPath::from(format!("_delta_log/{version:020}.json"));
+        match table.object_store().head(&path).await {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Keeps the table as this handle's commit left it (see [`TableCache::after_commit`]).
+    pub(crate) fn cached_commit(&self, dataset: &str, before: &DeltaTable, after: DeltaTable, txns: &[(String, i64)]) {
+        self.cache.after_commit(dataset, before, after, txns);
     }
 
     /// The version the step's application transaction records in `table` (a version of
