@@ -2,12 +2,12 @@
 //! or unpublished staging, and a rollback to a vacuumed version is refused instead of committing
 //! references to missing files.
 
-mod common;
+
 
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use common::*;
+use crate::common::*;
 use tidegate_core::spec::model::WriteMode;
 use tidegate_lake::Error;
 

@@ -1,8 +1,8 @@
 //! Checks on staged data: each rule passes on good data and fails on bad data, on purpose.
 
-mod common;
 
-use common::*;
+
+use crate::common::*;
 use tidegate_core::spec::model::{Aggregate, CheckRule, Dataset, WriteMode};
 use tidegate_lake::{CheckResult, Lake, SCHEMA_CONTRACT};
 

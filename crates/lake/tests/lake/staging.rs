@@ -1,11 +1,11 @@
 //! Staging command output (Parquet, CSV, JSON lines), schema errors that name the file and the
 //! column, the staged version record, and reconciliation of abandoned staging files.
 
-mod common;
+
 
 use std::sync::Arc;
 
-use common::*;
+use crate::common::*;
 use tidegate_core::spec::model::WriteMode;
 use tidegate_lake::{Error, FileLocation};
 

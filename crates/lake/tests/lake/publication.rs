@@ -1,12 +1,12 @@
 //! Publication: atomic visibility under concurrent readers, replay protection, invisible staging,
 //! concurrent publishers, and restoring a release that fails part-way.
 
-mod common;
+
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use common::*;
+use crate::common::*;
 use tidegate_core::spec::model::WriteMode;
 use tidegate_lake::arrow::array::AsArray as _;
 use tidegate_lake::arrow::datatypes::Int64Type;

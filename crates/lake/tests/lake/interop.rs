@@ -2,11 +2,11 @@
 //! must see the same rows (count and sum), the previous version, and Tidegate's commit metadata.
 //! Skipped, with a message, when `deltalake` is not importable (CI installs it).
 
-mod common;
+
 
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 use tidegate_core::spec::model::WriteMode;
 use tidegate_lake::arrow::array::AsArray as _;
 use tidegate_lake::arrow::datatypes::Int64Type;

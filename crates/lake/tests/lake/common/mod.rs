@@ -1,6 +1,6 @@
 //! Helpers shared by the lake's integration tests: a lake in a temp folder, dataset specs, small
 //! batches, and rows rendered as sorted text so versions can be compared exactly.
-#![allow(dead_code)] // each test binary uses a different subset of the helpers
+#![allow(dead_code)] // not every helper is used by every module
 
 use std::sync::Arc;
 

@@ -2,9 +2,9 @@
 //! nothing published, with flags and slices), SQL inputs overlaid with staged partitions, and the
 //! size of partitions.
 
-mod common;
 
-use common::*;
+
+use crate::common::*;
 use serde_json::json;
 use tidegate_core::partition::Partition;
 use tidegate_core::spec::model::{Dataset, WriteMode};

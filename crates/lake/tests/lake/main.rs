@@ -1,0 +1,13 @@
+//! The lake's integration tests, in one binary: each of them links DataFusion and delta-rs, and
+//! one link instead of eight takes minutes off a clean build on two cores.
+
+mod common;
+
+mod checks;
+mod compare;
+mod interop;
+mod modes;
+mod publication;
+mod s3;
+mod staging;
+mod vacuum;
