@@ -21,6 +21,6 @@ log "W tidegate 30 true (again, after the peers)"; scripts/bench-w.sh 30 true 5
 log "W tidegate 30 python (again)"; scripts/bench-w.sh 30 python 5
 log "engine main"; $B bench engine --repeats 5 --b1-steps 10000 --b1-runs 10 --b4-steps 1000 --b5-tasks 1000
 log "engine b1 100k"; $B bench engine --only b1 --repeats 1 --b1-steps 100000 --b1-runs 100
-log "engine b4 10k"; $B bench engine --only b4 --repeats 1 --b4-steps 10000
+log "engine b4 10k (stopped after 400 s)"; timeout 400 $B bench engine --only b4 --repeats 1 --b4-steps 10000
 log "engine b5 5000"; $B bench engine --only b5 --repeats 1
 log done; uptime

@@ -106,3 +106,20 @@ fn a_pool_failing_every_attempt_stops_at_its_retry_budget() {
     assert_eq!(gauge["pools"]["default"]["retry_budget_burst"], 1, "{gauge}");
     assert_eq!(gauge["backlog"], 0, "{gauge}");
 }
+
+/// Backpressure protects a struggling dependency from load; a deterministic failure (bad input,
+/// bad config) says nothing about load, so a task failing that way on every partition must not
+/// slow its pool down. (It used to: the rate halved down to its floor of one start per 20 s, and
+/// 1,000 such steps would have taken hours to fail.)
+#[test]
+fn deterministic_failures_do_not_trip_backpressure() {
+    let pool = "[pools.default]\nslots = 2";
+    let dir = workspace(&spec("exit 65", pool, "{ attempts = 3, backoff_base_ms = 10, backoff_max_ms = 20 }"));
+    let (code, report) = run(dir.path(), &["run", "flaky", "--from", "2024-01-01", "--to", "2024-01-30"]);
+    assert_eq!(code, 1);
+    assert_eq!(report["summary"]["failed"], 30, "{report}");
+    let (code, status) = run(dir.path(), &["status"]);
+    assert_eq!(code, 0, "{status}");
+    let gauge = &status["debt"]["scheduler"];
+    assert!(gauge["pools"]["default"]["rate_per_s"].is_null(), "the pool's rate was cut: {gauge}");
+}

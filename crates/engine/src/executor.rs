@@ -627,7 +627,8 @@ impl Engine {
             if done {
                 if let Some(p) = pools.get_mut(&r.pool) {
                     p.running[r.class] = p.running[r.class].saturating_sub(1);
-                    p.rate.record(matches!(status, StepStatus::RetryWait | StepStatus::Failed));
+                    let transient = step.state.last_failure.as_ref().is_some_and(|f| f.class == ErrorClass::Transient);
+                    p.rate.record(matches!(status, StepStatus::RetryWait | StepStatus::Failed) && transient);
                 }
                 remote.remove(&step.id);
             }
@@ -792,7 +793,10 @@ impl Engine {
         let mut staged: Vec<(StagedRecord, Vec<StepEventRecord>)> = Vec::new();
         for report in reports {
             let Some(entry) = view.get(report.step_id()) else { continue };
-            let failed = matches!(report, Report::Failed { .. });
+            // Backpressure protects a struggling dependency from load: only transient failures
+            // count. A deterministic one (bad input, bad config) says nothing about load, and
+            // counting it throttled a task failing on every partition down to the floor rate.
+            let failed = matches!(report, Report::Failed { class: ErrorClass::Transient, .. });
             if let Some(p) = pools.get_mut(&entry.record.pool) {
                 let class = class_of(entry.priority);
                 p.running[class] = p.running[class].saturating_sub(1);

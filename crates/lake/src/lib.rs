@@ -17,6 +17,7 @@ mod checks;
 mod compare;
 mod df;
 mod error;
+mod local;
 mod modes;
 mod publish;
 mod query;

@@ -79,6 +79,7 @@ impl Lake {
             }
             _ => PathBuf::from(location),
         };
+        crate::local::register();
         tokio::fs::create_dir_all(&path).await?;
         let root = tokio::fs::canonicalize(&path).await?;
         let root_url = Url::from_directory_path(&root).map_err(|()| Error::InvalidLake {

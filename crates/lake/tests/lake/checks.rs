@@ -1,7 +1,5 @@
 //! Checks on staged data: each rule passes on good data and fails on bad data, on purpose.
 
-
-
 use crate::common::*;
 use tidegate_core::spec::model::{Aggregate, CheckRule, Dataset, WriteMode};
 use tidegate_lake::{CheckResult, Lake, SCHEMA_CONTRACT};

@@ -2,8 +2,6 @@
 //! nothing published, with flags and slices), SQL inputs overlaid with staged partitions, and the
 //! size of partitions.
 
-
-
 use crate::common::*;
 use serde_json::json;
 use tidegate_core::partition::Partition;

@@ -2,8 +2,6 @@
 //! must see the same rows (count and sum), the previous version, and Tidegate's commit metadata.
 //! Skipped, with a message, when `deltalake` is not importable (CI installs it).
 
-
-
 use std::process::Command;
 
 use crate::common::*;

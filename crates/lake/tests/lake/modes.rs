@@ -1,8 +1,6 @@
 //! The four write modes: merge by key with ordering, ties and tombstones; append with
 //! de-duplication; snapshot; and rollback of each mode back to identical rows.
 
-
-
 use crate::common::*;
 use tidegate_core::spec::model::{Dataset, WriteMode};
 use tidegate_lake::Error;

@@ -1,8 +1,6 @@
 //! Publication: atomic visibility under concurrent readers, replay protection, invisible staging,
 //! concurrent publishers, and restoring a release that fails part-way.
 
-
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 

@@ -4,8 +4,6 @@
 //! of a store without conditional put is a unit test in `src/s3.rs`, against a small HTTP server
 //! that accepts every write, as a store ignoring `If-None-Match` would.
 
-
-
 use crate::common::*;
 use tidegate_core::spec::model::WriteMode;
 use tidegate_lake::Lake;

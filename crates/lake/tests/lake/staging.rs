@@ -1,8 +1,6 @@
 //! Staging command output (Parquet, CSV, JSON lines), schema errors that name the file and the
 //! column, the staged version record, and reconciliation of abandoned staging files.
 
-
-
 use std::sync::Arc;
 
 use crate::common::*;

@@ -2,8 +2,6 @@
 //! or unpublished staging, and a rollback to a vacuumed version is refused instead of committing
 //! references to missing files.
 
-
-
 use std::collections::BTreeSet;
 use std::path::Path;
 
