@@ -190,3 +190,17 @@ mod tests {
         assert_eq!(listed(&fast, &prefix, &offset).await, listed(&reference, &prefix, &offset).await);
     }
 }
+
+#[cfg(test)]
+mod wiring {
+    /// The registration takes: delta-rs reaches a folder lake's tables through [`super::LocalStore`].
+    #[tokio::test]
+    async fn folder_lakes_use_the_local_store() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let lake = crate::Lake::open(dir.path().to_str().expect("utf-8")).await.expect("open");
+        let url = lake.table_url("t").expect("url");
+        let table = deltalake_core::DeltaTableBuilder::from_url(url).expect("builder").build().expect("table");
+        let root = table.log_store().root_object_store(None).to_string();
+        assert!(root.starts_with("LocalStore("), "{root}");
+    }
+}

@@ -10,6 +10,7 @@ use deltalake_core::kernel::Action;
 use deltalake_core::kernel::Transaction;
 use deltalake_core::kernel::transaction::{CommitBuilder, CommitProperties, TransactionError};
 use deltalake_core::protocol::{DeltaOperation, SaveMode};
+use deltalake_core::table::config::TablePropertiesExt as _;
 use object_store::ObjectStoreExt as _;
 use object_store::path::Path;
 use serde::{Deserialize, Serialize};
@@ -323,8 +324,17 @@ pub(crate) async fn commit(
 ) -> Result<Option<DeltaTable>> {
     // No automatic retries: delta-rs would rebase the same actions onto a newer version, but our
     // Remove set and the txn versions were computed for this one.
-    let properties =
-        CommitProperties::default().with_metadata(metadata).with_max_retries(0).with_application_transactions(txns);
+    // delta-rs cleans expired log files after every commit by listing the whole log, which made
+    // each commit cost more as the table's history grew. Cleanup can only remove files before a
+    // checkpoint, so it runs with the commits that write one.
+    let state = table.snapshot()?;
+    let landing = loaded_version(table)? + 1;
+    let writes_checkpoint = (landing + 1).is_multiple_of(state.table_config().checkpoint_interval().get());
+    let properties = CommitProperties::default()
+        .with_metadata(metadata)
+        .with_max_retries(0)
+        .with_application_transactions(txns)
+        .with_cleanup_expired_logs(Some(writes_checkpoint));
     let result = CommitBuilder::from(properties)
         .with_actions(actions)
         .build(Some(table.snapshot()?), table.log_store(), operation)
