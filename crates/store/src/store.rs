@@ -265,6 +265,21 @@ fn insert_version(tx: &mut dyn Tx, v: &VersionRecord) -> Result<()> {
     Ok(())
 }
 
+/// Stores the versions an attempt staged, refusing one that names another attempt than the one
+/// the lease `epoch` belongs to.
+fn insert_attempt_versions(tx: &mut dyn Tx, versions: &[VersionRecord], epoch: u64, attempt: u32) -> Result<()> {
+    for v in versions {
+        if v.attempt != attempt {
+            return Err(Error::InvalidRequest(format!(
+                "version {:?} names attempt {} but epoch {epoch} is attempt {attempt}",
+                v.id, v.attempt
+            )));
+        }
+        insert_version(tx, v)?;
+    }
+    Ok(())
+}
+
 fn release_kind_text(kind: ReleaseKind) -> &'static str {
     match kind {
         ReleaseKind::Publish => "publish",
@@ -844,15 +859,7 @@ impl<D: Driver> SqlStore<D> {
             .ok_or_else(|| Error::Corrupt("one event applied gave no outcome".into()))?;
         // Fenced or illegal: the rejection is journaled and nothing is stored.
         let Outcome::Applied { step, .. } = &outcome else { return Ok(outcome) };
-        for v in versions {
-            if v.attempt != step.attempt {
-                return Err(Error::InvalidRequest(format!(
-                    "version {:?} names attempt {} but epoch {epoch} is attempt {}",
-                    v.id, v.attempt, step.attempt
-                )));
-            }
-            insert_version(tx, v)?;
-        }
+        insert_attempt_versions(tx, versions, epoch, step.attempt)?;
         Ok(outcome)
     }
 }
@@ -1396,15 +1403,7 @@ impl<D: Driver> Store for SqlStore<D> {
                         cp.attempt, step.attempt
                     )));
                 }
-                for v in versions {
-                    if v.attempt != step.attempt {
-                        return Err(Error::InvalidRequest(format!(
-                            "version {:?} names attempt {} but epoch {epoch} is attempt {}",
-                            v.id, v.attempt, step.attempt
-                        )));
-                    }
-                    insert_version(tx, v)?;
-                }
+                insert_attempt_versions(tx, versions, epoch, step.attempt)?;
                 // Invariant 4: the output a checkpoint covers is staged before the checkpoint is.
                 let staged = tx.query(
                     "SELECT id FROM versions WHERE id = ?1 AND step_id = ?2",
