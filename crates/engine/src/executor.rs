@@ -193,11 +193,6 @@ struct Remote {
     epoch: u64,
 }
 
-/// Statuses in which an attempt is still in flight.
-fn in_flight_status(status: StepStatus) -> bool {
-    matches!(status, StepStatus::Running | StepStatus::Staged | StepStatus::Validating)
-}
-
 /// A release whose Delta commit happened, waiting to be recorded in the store with its step.
 #[derive(Debug)]
 struct Recorded {
@@ -390,7 +385,7 @@ impl Engine {
         let mut remote: HashMap<String, Remote> = HashMap::new();
         let mut throughput = Throughput::default();
         let mut last_gauge: Option<std::time::Instant> = None;
-        for e in view.entries().filter(|e| in_flight_status(e.status())) {
+        for e in view.entries().filter(|e| e.status().holds_lease()) {
             let class = class_of(e.priority);
             if let Some(p) = pools.get_mut(&e.record.pool) {
                 p.running[class] += 1;
@@ -619,7 +614,7 @@ impl Engine {
             let Some(r) = remote.get(&step.id) else { continue };
             let before = view.get(&step.id).map(|e| e.status());
             let status = step.state.status;
-            let done = !in_flight_status(status) || step.state.epoch != r.epoch;
+            let done = !status.holds_lease() || step.state.epoch != r.epoch;
             if before != Some(status) {
                 summary.count(status);
                 view.update(&step.id, step.state.clone());

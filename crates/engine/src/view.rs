@@ -60,6 +60,38 @@ impl QueueKey {
     }
 }
 
+/// The indexes of the view's steps: kept beside the steps (not inside them), so a step's entry
+/// can be changed in place while its index entries move.
+#[derive(Debug, Default)]
+struct Queues {
+    /// Every step, by status, in taking order.
+    by_status: HashMap<StepStatus, BTreeSet<QueueKey>>,
+    /// Ready steps by pool, in taking order.
+    ready: HashMap<String, BTreeSet<QueueKey>>,
+}
+
+impl Queues {
+    fn insert(&mut self, e: &Entry) {
+        let key = QueueKey::of(&e.record, e.priority);
+        if e.status() == StepStatus::Ready {
+            self.ready.entry(e.record.pool.clone()).or_default().insert(key.clone());
+        }
+        self.by_status.entry(e.status()).or_default().insert(key);
+    }
+
+    fn remove(&mut self, e: &Entry) {
+        let key = QueueKey::of(&e.record, e.priority);
+        if e.status() == StepStatus::Ready
+            && let Some(q) = self.ready.get_mut(&e.record.pool)
+        {
+            q.remove(&key);
+        }
+        if let Some(q) = self.by_status.get_mut(&e.status()) {
+            q.remove(&key);
+        }
+    }
+}
+
 /// Unfinished runs and their steps, indexed so that one scheduler tick costs what it touches,
 /// not the size of the view: every status keeps its steps in taking order, and ready steps are
 /// also kept per pool. (A view of 100,000 steps used to be filtered and sorted several times a
@@ -67,10 +99,7 @@ impl QueueKey {
 #[derive(Debug, Default)]
 pub struct View {
     steps: HashMap<String, Entry>,
-    /// Every step, by status, in taking order.
-    queues: HashMap<StepStatus, BTreeSet<QueueKey>>,
-    /// Ready steps by pool, in taking order.
-    ready: HashMap<String, BTreeSet<QueueKey>>,
+    queues: Queues,
     /// Pending steps whose upstream changed since they were last examined.
     dirty: BTreeSet<String>,
     /// The runs whose steps the view holds.
@@ -115,35 +144,15 @@ impl View {
                 backfill_id: backfill_id.clone(),
             };
             if let Some(old) = self.steps.remove(&entry.record.id) {
-                self.unindex(&old);
+                self.queues.remove(&old);
             }
-            self.index(&entry);
+            self.queues.insert(&entry);
             self.steps.insert(entry.record.id.clone(), entry);
         }
         for (up, down) in links {
             if let Some(e) = self.steps.get_mut(&up) {
                 e.downstream_ids.push(down);
             }
-        }
-    }
-
-    fn index(&mut self, e: &Entry) {
-        let key = QueueKey::of(&e.record, e.priority);
-        if e.status() == StepStatus::Ready {
-            self.ready.entry(e.record.pool.clone()).or_default().insert(key.clone());
-        }
-        self.queues.entry(e.status()).or_default().insert(key);
-    }
-
-    fn unindex(&mut self, e: &Entry) {
-        let key = QueueKey::of(&e.record, e.priority);
-        if e.status() == StepStatus::Ready
-            && let Some(q) = self.ready.get_mut(&e.record.pool)
-        {
-            q.remove(&key);
-        }
-        if let Some(q) = self.queues.get_mut(&e.status()) {
-            q.remove(&key);
         }
     }
 
@@ -168,21 +177,20 @@ impl View {
     /// Records a step's new state; when it settled (terminal, or staged awaiting a backfill's
     /// approval), its downstream steps need a look.
     pub fn update(&mut self, step_id: &str, state: Step) {
-        let Some(mut entry) = self.steps.remove(step_id) else { return };
+        let Some(entry) = self.steps.get_mut(step_id) else { return };
         let settled = |s: StepStatus| s.is_terminal() || s == StepStatus::AwaitingApproval;
         let settled_now = !settled(entry.record.state.status) && settled(state.status);
         let moved = entry.record.state.status != state.status;
         if moved {
-            self.unindex(&entry);
+            self.queues.remove(entry);
         }
         entry.record.state = state;
         if moved {
-            self.index(&entry);
+            self.queues.insert(entry);
         }
         if settled_now {
             self.dirty.extend(entry.downstream_ids.iter().cloned());
         }
-        self.steps.insert(step_id.to_owned(), entry);
     }
 
     /// Decisions for pending steps whose upstream changed: met, or failed because of which upstream.
@@ -219,17 +227,21 @@ impl View {
 
     /// Steps in `status`, in taking order: live before catch-up before backfill, oldest run first.
     pub fn in_status(&self, status: StepStatus) -> impl Iterator<Item = &Entry> {
-        self.queues.get(&status).into_iter().flatten().map(|k| &self.steps[&k.step_id])
+        self.queues.by_status.get(&status).into_iter().flatten().map(|k| &self.steps[&k.step_id])
     }
 
     /// Steps in every status `which` selects, each status in taking order.
     pub fn in_statuses(&self, which: impl Fn(StepStatus) -> bool) -> impl Iterator<Item = &Entry> {
-        self.queues.iter().filter(move |(s, _)| which(**s)).flat_map(|(_, q)| q.iter().map(|k| &self.steps[&k.step_id]))
+        self.queues
+            .by_status
+            .iter()
+            .filter(move |(s, _)| which(**s))
+            .flat_map(|(_, q)| q.iter().map(|k| &self.steps[&k.step_id]))
     }
 
     /// How many steps are in `status`.
     pub fn count(&self, status: StepStatus) -> usize {
-        self.queues.get(&status).map_or(0, BTreeSet::len)
+        self.queues.by_status.get(&status).map_or(0, BTreeSet::len)
     }
 
     /// Up to `limit` ready steps of `pool` in class `priority`, in taking order. `admit` is asked
@@ -244,7 +256,7 @@ impl View {
         mut admit: impl FnMut(&Entry) -> bool,
     ) -> Vec<String> {
         let mut taken = Vec::new();
-        let Some(queue) = self.ready.get(pool) else { return taken };
+        let Some(queue) = self.queues.ready.get(pool) else { return taken };
         let mut from = QueueKey::first_of(priority);
         'runs: while taken.len() < limit {
             for key in queue.range(&from..) {
@@ -273,7 +285,7 @@ impl View {
     /// Like [`View::has_work`], ignoring the steps of paused backfills (and a backfill's validated
     /// steps, which wait for `backfill publish`).
     pub fn has_work_outside(&self, paused_backfills: &[String]) -> bool {
-        self.queues.iter().filter(|(s, _)| !s.is_terminal() && **s != StepStatus::AwaitingApproval).any(
+        self.queues.by_status.iter().filter(|(s, _)| !s.is_terminal() && **s != StepStatus::AwaitingApproval).any(
             |(&status, queue)| {
                 queue.iter().any(|k| {
                     let e = &self.steps[&k.step_id];
@@ -288,12 +300,13 @@ impl View {
 
     /// Counts per status across the view (statuses with no step left out).
     pub fn tally(&self) -> HashMap<StepStatus, usize> {
-        self.queues.iter().filter(|(_, q)| !q.is_empty()).map(|(s, q)| (*s, q.len())).collect()
+        self.queues.by_status.iter().filter(|(_, q)| !q.is_empty()).map(|(s, q)| (*s, q.len())).collect()
     }
 
     /// Steps not settled yet: neither terminal nor waiting for an approval.
     pub fn backlog(&self) -> usize {
         self.queues
+            .by_status
             .iter()
             .filter(|(s, _)| !s.is_terminal() && **s != StepStatus::AwaitingApproval)
             .map(|(_, q)| q.len())
@@ -316,7 +329,7 @@ impl View {
             .collect();
         for id in finished {
             if let Some(e) = self.steps.remove(&id) {
-                self.unindex(&e);
+                self.queues.remove(&e);
             }
         }
         self.runs.retain(|r| open_runs.contains(r));

@@ -24,12 +24,54 @@ use deltalake_core::DeltaTable;
 use object_store::ObjectStoreExt as _;
 use object_store::path::Path;
 
+use crate::error::Result;
+
 /// One dataset's table as last loaded, with the `txn` versions its log holds at that version.
 #[derive(Debug, Clone)]
 pub(crate) struct Cached {
     pub table: DeltaTable,
     /// Application id to its latest `txn` version at `table`'s version; `None` when unknown.
     pub txns: Option<Arc<HashMap<String, i64>>>,
+}
+
+impl Cached {
+    /// This table brought up to date: after one existence check when nothing was committed
+    /// since (delta-rs would list the log to find out), else from the newer commits only, with
+    /// the `txn` map advanced from them. `None` when the log cannot be followed (the table was
+    /// replaced under us): the caller loads it afresh.
+    pub async fn caught_up(mut self) -> Result<Option<Cached>> {
+        let before = self.table.version();
+        if let Some(v) = before
+            && !commit_exists(&self.table, v + 1).await?
+        {
+            return Ok(Some(self));
+        }
+        if self.table.update_incremental(None).await.is_err() || self.table.version() < before {
+            return Ok(None);
+        }
+        let after = self.table.version();
+        if after != before {
+            self.txns = match (self.txns.take(), before, after) {
+                (Some(txns), Some(from), Some(to)) => {
+                    let mut txns = Arc::unwrap_or_clone(txns);
+                    advance_txns(&self.table, &mut txns, from + 1, to).await.map(|()| Arc::new(txns))
+                }
+                // Unknown so far (say a checkpoint newer than the first load appeared in
+                // between): read it again now that the table is up to date.
+                _ => read_txns(&self.table).await.map(Arc::new),
+            };
+        }
+        Ok(Some(self))
+    }
+}
+
+/// Whether the table's log holds commit `version`.
+async fn commit_exists(table: &DeltaTable, version: u64) -> Result<bool> {
+    match table.object_store().head(&Path::from(format!("_delta_log/{version:020}.json"))).await {
+        Ok(_) => Ok(true),
+        Err(object_store::Error::NotFound { .. }) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// The tables of one lake handle (shared by its clones).

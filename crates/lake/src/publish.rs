@@ -257,7 +257,7 @@ impl Lake {
             match commit(&table, actions, txns, metadata, operation).await? {
                 Some(after) => {
                     let committed = loaded_version(&after)?;
-                    self.cached_commit(name, &table, after, &new_txns);
+                    self.cache.after_commit(name, &table, after, &new_txns);
                     for (i, plan) in planned {
                         outcomes[i] = Some(Ok(PublishedItem {
                             dataset: name.clone(),

@@ -9,8 +9,8 @@ use deltalake_core::kernel::engine::arrow_conversion::TryIntoKernel as _;
 use deltalake_core::kernel::transaction::CommitProperties;
 use deltalake_core::kernel::{Add, StructType};
 use deltalake_core::{DeltaTable, DeltaTableBuilder, DeltaTableError};
+use object_store::ObjectStore;
 use object_store::path::Path as ObjectPath;
-use object_store::{ObjectStore, ObjectStoreExt as _};
 use tidegate_core::spec::model::Dataset;
 use url::Url;
 
@@ -34,7 +34,7 @@ pub struct Lake {
     root: Root,
     root_url: Url,
     /// Tables loaded before, brought up to date incrementally (shared by clones of the handle).
-    cache: Arc<TableCache>,
+    pub(crate) cache: Arc<TableCache>,
 }
 
 /// Where the tables live.
@@ -161,37 +161,15 @@ impl Lake {
             self.cache.forget(dataset);
             return Ok(None);
         }
-        if let Some(mut cached) = self.cache.get(dataset) {
-            let before = cached.table.version();
-            // Nothing committed since: one existence check instead of listing the whole log
-            // (delta-rs lists every commit file to find the new ones).
-            if let Some(v) = before
-                && !self.commit_exists(&cached.table, v + 1).await?
-            {
-                return Ok(Some(cached.table));
-            }
-            match cached.table.update_incremental(None).await {
-                Ok(()) if cached.table.version() >= before => {
-                    let after = cached.table.version();
-                    if after != before {
-                        cached.txns = match (cached.txns.take(), before, after) {
-                            (Some(txns), Some(from), Some(to)) => {
-                                let mut txns = Arc::unwrap_or_clone(txns);
-                                crate::cache::advance_txns(&cached.table, &mut txns, from + 1, to)
-                                    .await
-                                    .map(|()| Arc::new(txns))
-                            }
-                            // Unknown so far (say a checkpoint newer than the first load appeared
-                            // in between): read it again now that the table is up to date.
-                            _ => crate::cache::read_txns(&cached.table).await.map(Arc::new),
-                        };
-                    }
+        if let Some(cached) = self.cache.get(dataset) {
+            match cached.caught_up().await? {
+                Some(cached) => {
                     let table = cached.table.clone();
                     self.cache.put(dataset, cached);
                     return Ok(Some(table));
                 }
                 // The table was replaced under us (or its log cannot be followed): load afresh.
-                _ => self.cache.forget(dataset),
+                None => self.cache.forget(dataset),
             }
         }
         match DeltaTableBuilder::from_url(self.table_url(dataset)?)?.load().await {
@@ -204,21 +182,6 @@ impl Lake {
             Err(DeltaTableError::NotATable(_)) => Ok(None),
             Err(e) => Err(e.into()),
         }
-    }
-
-    /// Whether the table's log holds commit `version`.
-    async fn commit_exists(&self, table: &DeltaTable, version: u64) -> Result<bool> {
-        let path = ObjectPath::from(format!("_delta_log/{version:020}.json"));
-        match table.object_store().head(&path).await {
-            Ok(_) => Ok(true),
-            Err(object_store::Error::NotFound { .. }) => Ok(false),
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    /// Keeps the table as this handle's commit left it (see [`TableCache::after_commit`]).
-    pub(crate) fn cached_commit(&self, dataset: &str, before: &DeltaTable, after: DeltaTable, txns: &[(String, i64)]) {
-        self.cache.after_commit(dataset, before, after, txns);
     }
 
     /// The version the step's application transaction records in `table` (a version of
