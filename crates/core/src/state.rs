@@ -88,6 +88,12 @@ impl StepStatus {
         )
     }
 
+    /// Whether a step in this status keeps its run running: it is neither finished nor waiting
+    /// for an approval.
+    pub fn keeps_run_active(self) -> bool {
+        !self.is_terminal() && self != StepStatus::AwaitingApproval
+    }
+
     /// Statuses in which an attempt holds a lease.
     pub fn holds_lease(self) -> bool {
         matches!(self, StepStatus::Running | StepStatus::Staged | StepStatus::Validating)
@@ -460,11 +466,11 @@ impl StepTally {
     /// Counts `n` steps in `status`.
     pub fn add_n(&mut self, status: StepStatus, n: u32) {
         let slot = match status {
+            s if s.keeps_run_active() => &mut self.active,
             StepStatus::AwaitingApproval => &mut self.awaiting_approval,
             StepStatus::Published | StepStatus::Skipped | StepStatus::Superseded => &mut self.succeeded,
             StepStatus::Failed | StepStatus::UpstreamFailed => &mut self.failed,
-            StepStatus::Cancelled => &mut self.cancelled,
-            _ => &mut self.active,
+            _ => &mut self.cancelled,
         };
         *slot += n;
     }

@@ -201,8 +201,11 @@ async fn run_command(
             Exit::Signal { signal } => format!("was killed by signal {signal}"),
             Exit::TimedOut => format!("timed out after {} s", a.task.timeout_s),
         };
-        let tail = finished.stderr_tail.last().map(|l| format!(": {l}")).unwrap_or_default();
-        return Err((class, format!("{} {how}{tail} (log: {})", argv[0], finished.stderr_log.display())));
+        let detail = match finished.stderr_tail.last() {
+            Some(line) => format!(": {line} (log: {})", finished.stderr_log.display()),
+            None => " (it wrote nothing to stderr)".to_owned(),
+        };
+        return Err((class, format!("{} {how}{detail}", argv[0])));
     }
     if let Some(failure) = checkpoints.failure() {
         return Err(failure);

@@ -18,14 +18,17 @@ use tidegate_core::spec::Spec;
 use tidegate_core::state::{RunStatus, StepEvent, StepStatus};
 use tidegate_lake::Lake;
 use tidegate_store::{
-    BackfillStatus, CheckpointRecord, ClaimRequest, JournalMeta, Outcome, Priority, ReleaseItem, ReleaseKind,
-    ReleaseRecord, StagedRecord, StepEventRecord, StepRecord, Store, WorkerRecord,
+    BackfillStatus, CheckpointRecord, ClaimRequest, JournalMeta, Outcome, Priority, StagedRecord, StepEventRecord,
+    StepRecord, Store, WorkerRecord,
 };
 use tokio::sync::mpsc;
 
 use crate::attempt::{self, Attempt, Report};
 use crate::view::{Dependency, View};
 use crate::{Error, Result};
+
+mod publication;
+use publication::InPublication;
 
 /// The most events one group commit holds.
 pub const MAX_EVENTS_PER_COMMIT: usize = 2_000;
@@ -169,6 +172,13 @@ impl Throughput {
     }
 }
 
+/// What ended the loop's wait.
+enum Woke {
+    Report(Report),
+    Published(std::result::Result<publication::Outcomes, tokio::task::JoinError>),
+    Timer,
+}
+
 /// How often the loop re-reads the steps of attempts in flight in worker processes.
 const REMOTE_POLL: Duration = Duration::from_millis(50);
 
@@ -191,25 +201,6 @@ struct Remote {
     pool: String,
     class: usize,
     epoch: u64,
-}
-
-/// A release whose Delta commit happened, waiting to be recorded in the store with its step.
-#[derive(Debug)]
-struct Recorded {
-    release: ReleaseRecord,
-    /// The steps it publishes, each with the lease epoch its publication is fenced by.
-    fence: Vec<(String, u64)>,
-}
-
-/// A validated step on its way to publication: what recording its release needs.
-#[derive(Debug)]
-struct Pending {
-    step_id: String,
-    epoch: u64,
-    release_id: String,
-    run_id: String,
-    partition: String,
-    version_ids: HashMap<String, String>,
 }
 
 /// The engine: one scheduler loop with in-process workers.
@@ -385,6 +376,8 @@ impl Engine {
         let mut remote: HashMap<String, Remote> = HashMap::new();
         let mut throughput = Throughput::default();
         let mut last_gauge: Option<std::time::Instant> = None;
+        let mut publishing: Option<InPublication> = None;
+        let mut pacer = publication::Pacer::default();
         for e in view.entries().filter(|e| e.status().holds_lease()) {
             let class = class_of(e.priority);
             if let Some(p) = pools.get_mut(&e.record.pool) {
@@ -487,21 +480,41 @@ impl Engine {
                 });
             }
 
-            // 6. Publication of validated steps. A backfill's steps are published together by
-            //    `backfill publish`, never one by one here.
-            let validated: Vec<String> = view
-                .in_status(StepStatus::Validated)
-                .filter(|e| !e.record.state.needs_approval)
-                .map(|e| e.record.id.clone())
-                .collect();
-            let published_before = summary.published;
-            if !validated.is_empty() {
-                self.publish(&validated, &mut view, &mut summary, &correlation).await?;
+            // 6. Publication of validated steps, on its own task (see `publication`): a finished
+            //    one is settled, and the steps validated meanwhile start the next. A backfill's
+            //    steps are published together by `backfill publish`, never one by one here.
+            //    A publication can make downstream steps ready; their dependency decisions are
+            //    taken at the top of the loop, so the loop goes round again at once instead of
+            //    sleeping (each link of a chain used to wait out an idle tick here).
+            let mut published_now = false;
+            if publishing.as_ref().is_some_and(InPublication::is_done) {
+                let outcomes = publication::finished(&mut publishing).await;
+                if let Some(p) = publishing.take() {
+                    self.finish_publication(p, outcomes, &mut view, &mut summary, &correlation).await?;
+                    published_now = true;
+                }
             }
-            // A publication can make downstream steps ready; their dependency decisions are taken
-            // at the top of the loop, so the loop goes round again at once instead of sleeping
-            // (each link of a chain used to wait out an idle tick here).
-            let published_now = summary.published > published_before;
+            // The earliest moment a validated step held back by the pace may be published.
+            let mut publish_at: Option<std::time::Instant> = None;
+            if publishing.is_none() {
+                let clock = std::time::Instant::now();
+                let mut validated: Vec<String> = Vec::new();
+                let mut outputs: Vec<&String> = Vec::new();
+                for e in view.in_status(StepStatus::Validated).filter(|e| !e.record.state.needs_approval) {
+                    let task_outputs = self.spec.tasks.get(&e.record.task).map_or(&[][..], |t| &t.outputs[..]);
+                    match pacer.due(task_outputs, clock) {
+                        Some(at) => publish_at = Some(publish_at.map_or(at, |p| p.min(at))),
+                        None => {
+                            validated.push(e.record.id.clone());
+                            outputs.extend(task_outputs);
+                        }
+                    }
+                }
+                if !validated.is_empty() {
+                    publishing = self.start_publication(&validated, &view).await?;
+                    pacer.started(outputs, clock);
+                }
+            }
 
             throughput.observe(&summary, now);
             if last_gauge.is_none_or(|t| t.elapsed() >= GAUGE_EVERY) {
@@ -516,6 +529,7 @@ impl Engine {
             }
             if in_flight == 0
                 && remote.is_empty()
+                && publishing.is_none()
                 && (self.stopping() || !view.has_work_outside(&blocked_backfills(&view, &gates)))
             {
                 break;
@@ -527,7 +541,7 @@ impl Engine {
                 }
                 last_scheduler_renewal = now;
             }
-            // 7. Sleep until an attempt reports or a timer is due.
+            // 7. Sleep until an attempt reports, the publication finishes or a timer is due.
             if published_now {
                 continue;
             }
@@ -535,15 +549,32 @@ impl Engine {
             if !remote.is_empty() {
                 wait = wait.min(REMOTE_POLL);
             }
-            if let Ok(Some(report)) = tokio::time::timeout(wait, rx.recv()).await {
-                let mut reports = vec![report];
-                while let Ok(report) = rx.try_recv() {
-                    reports.push(report);
+            if let Some(at) = publish_at {
+                wait = wait.min(at.saturating_duration_since(std::time::Instant::now()).max(Duration::from_millis(1)));
+            }
+            let woke = tokio::select! {
+                Some(report) = rx.recv() => Woke::Report(report),
+                outcomes = publication::finished(&mut publishing) => Woke::Published(outcomes),
+                () = tokio::time::sleep(wait) => Woke::Timer,
+            };
+            match woke {
+                Woke::Report(report) => {
+                    let mut reports = vec![report];
+                    while let Ok(report) = rx.try_recv() {
+                        reports.push(report);
+                    }
+                    in_flight -= reports.len();
+                    let mut events = Vec::new();
+                    self.absorb_reports(reports, &mut view, &mut pools, &mut events, &correlation, &mut summary)
+                        .await?;
+                    self.commit(events, &mut view, &mut summary).await?;
                 }
-                in_flight -= reports.len();
-                let mut events = Vec::new();
-                self.absorb_reports(reports, &mut view, &mut pools, &mut events, &correlation, &mut summary).await?;
-                self.commit(events, &mut view, &mut summary).await?;
+                Woke::Published(outcomes) => {
+                    if let Some(p) = publishing.take() {
+                        self.finish_publication(p, outcomes, &mut view, &mut summary, &correlation).await?;
+                    }
+                }
+                Woke::Timer => {}
             }
         }
         summary.awaiting_approval = view.count(StepStatus::AwaitingApproval);
@@ -837,174 +868,6 @@ impl Engine {
             events.extend(then);
         }
         Ok(())
-    }
-
-    /// Publishes validated steps: their releases share Delta commits where they can (see
-    /// [`Lake::publish_many`]), and each step's release is recorded in the store with its epoch.
-    async fn publish(
-        &self,
-        step_ids: &[String],
-        view: &mut View,
-        summary: &mut Summary,
-        correlation: &str,
-    ) -> Result<()> {
-        let mut pending: Vec<Pending> = Vec::with_capacity(step_ids.len());
-        let mut releases = Vec::with_capacity(step_ids.len());
-        for step_id in step_ids {
-            if let Some((p, release)) = self.prepare_release(step_id, view).await? {
-                pending.push(p);
-                releases.push(release);
-            }
-        }
-        crate::failpoint::hit("after-stage");
-        let results = self.lake.publish_many(&releases).await;
-        if results.iter().any(Result::is_ok) {
-            crate::failpoint::hit("after-commit");
-        }
-        let mut retry_later = false;
-        // Releases whose Delta commits happened, recorded together below.
-        let mut recorded: Vec<Recorded> = Vec::new();
-        for (p, result) in pending.into_iter().zip(results) {
-            match result {
-                Ok(publication) => {
-                    let record = ReleaseRecord {
-                        id: p.release_id,
-                        kind: ReleaseKind::Publish,
-                        run_id: Some(p.run_id),
-                        backfill_id: None,
-                        restores_release_id: None,
-                        created_by: self.opts.worker_id.clone(),
-                        created_at: self.clock.now(),
-                        items: publication
-                            .items
-                            .iter()
-                            .map(|i| ReleaseItem {
-                                dataset: i.dataset.clone(),
-                                partition: p.partition.clone(),
-                                version_id: p.version_ids.get(&i.dataset).cloned(),
-                                delta_version: i64::try_from(i.table_version).unwrap_or(i64::MAX),
-                            })
-                            .collect(),
-                    };
-                    let fence = vec![(p.step_id.clone(), p.epoch)];
-                    recorded.push(Recorded { release: record, fence });
-                }
-                Err(tidegate_lake::Error::SupersededSnapshot { dataset, staged, published }) => {
-                    let reason = format!("the published snapshot of {dataset} ({published}) is newer than {staged}");
-                    let record = StepEventRecord {
-                        step_id: p.step_id,
-                        event: StepEvent::Superseded { by: format!("{dataset}@{published}") },
-                        meta: self.meta(reason, correlation),
-                    };
-                    self.commit(vec![record], view, summary).await?;
-                }
-                // Leave the step validated; a later tick tries again.
-                Err(e) if e.is_retryable() => retry_later = true,
-                Err(e) => {
-                    let event = StepEvent::AttemptFailed {
-                        epoch: p.epoch,
-                        class: ErrorClass::Deterministic,
-                        reason: format!("publication failed: {e}"),
-                        at: self.clock.now(),
-                        jitter: 0.0,
-                    };
-                    let record = StepEventRecord {
-                        step_id: p.step_id,
-                        event,
-                        meta: self.meta("publication failed", correlation),
-                    };
-                    self.commit(vec![record], view, summary).await?;
-                }
-            }
-        }
-        self.record_releases(recorded, view, summary, correlation).await?;
-        if retry_later {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        Ok(())
-    }
-
-    /// Records published releases in one store transaction (the releases of a shared Delta
-    /// commit); if that fails, one by one, so the release at fault does not hold back the others
-    /// and its error is the one reported.
-    async fn record_releases(
-        &self,
-        recorded: Vec<Recorded>,
-        view: &mut View,
-        summary: &mut Summary,
-        correlation: &str,
-    ) -> Result<()> {
-        if recorded.is_empty() {
-            return Ok(());
-        }
-        let meta = self.meta("published", correlation);
-        let batch: Vec<(ReleaseRecord, Vec<(String, u64)>)> =
-            recorded.iter().map(|r| (r.release.clone(), r.fence.clone())).collect();
-        let together = {
-            let meta = meta.clone();
-            self.db(move |s| s.record_releases(&batch, &meta)).await
-        };
-        let outcomes = match together {
-            Ok(outcomes) => outcomes,
-            Err(_) if recorded.len() > 1 => {
-                let mut outcomes = Vec::with_capacity(recorded.len());
-                for r in &recorded {
-                    let (record, fence, meta) = (r.release.clone(), r.fence.clone(), meta.clone());
-                    outcomes.push(self.db(move |s| s.record_release(&record, &fence, &meta)).await?);
-                }
-                outcomes
-            }
-            Err(e) => return Err(e),
-        };
-        // `record_release` returns one outcome per fenced step, in order.
-        for (r, step_outcomes) in recorded.iter().zip(outcomes) {
-            for ((step_id, _), o) in r.fence.iter().zip(step_outcomes) {
-                self.absorb_outcome(step_id, o, view, summary);
-            }
-        }
-        Ok(())
-    }
-
-    /// The release that publishes a validated step's staged versions (its last attempt's).
-    async fn prepare_release(&self, step_id: &str, view: &View) -> Result<Option<(Pending, tidegate_lake::Release)>> {
-        let Some(entry) = view.get(step_id).cloned() else { return Ok(None) };
-        let sid = step_id.to_owned();
-        let records = self.db(move |s| s.versions(&sid)).await?;
-        let attempt = entry.record.state.attempt;
-        let task = &self.spec.tasks[&entry.record.task];
-        let mut items = Vec::new();
-        let mut version_ids = HashMap::new();
-        for dataset_name in &task.outputs {
-            let Some(rec) = records.iter().rev().find(|r| r.attempt == attempt && &r.dataset == dataset_name) else {
-                return Err(Error::Internal(format!(
-                    "step {step_id} is validated but has no staged version of {dataset_name}"
-                )));
-            };
-            let staged: tidegate_lake::StagedVersion = serde_json::from_value(rec.files.clone())
-                .map_err(|e| Error::Internal(format!("decoding staged version {}: {e}", rec.id)))?;
-            version_ids.insert(dataset_name.clone(), rec.id.clone());
-            items.push(tidegate_lake::ReleaseItem {
-                dataset: self.spec.datasets[dataset_name].clone(),
-                staged,
-                step_identity: step_id.to_owned(),
-            });
-        }
-        let release_id = format!("rel-{step_id}");
-        let release = tidegate_lake::Release {
-            release_id: release_id.clone(),
-            run_id: entry.record.run_id.clone(),
-            spec_hash: self.spec.hash.clone(),
-            items,
-        };
-        let pending = Pending {
-            step_id: step_id.to_owned(),
-            epoch: entry.record.state.epoch,
-            release_id,
-            run_id: entry.record.run_id.clone(),
-            partition: entry.record.partition.clone(),
-            version_ids,
-        };
-        Ok(Some((pending, release)))
     }
 
     async fn claim(

@@ -27,7 +27,7 @@ pub struct Spec {
     /// Variables set for the task, in addition to [`INHERITED_ENV`].
     pub env: Vec<(String, String)>,
     pub timeout: Duration,
-    /// Where `stdout.log` and `stderr.log` go.
+    /// Where `stdout.log` and `stderr.log` go (created with the first line written to each).
     pub log_dir: PathBuf,
     /// Values to replace with `***` in the captured logs.
     pub redact: Vec<String>,
@@ -38,7 +38,9 @@ pub struct Spec {
 pub struct Finished {
     pub exit: Exit,
     pub elapsed: Duration,
+    /// The captured stdout; absent if the task wrote nothing there.
     pub stdout_log: PathBuf,
+    /// The captured stderr; absent if the task wrote nothing there.
     pub stderr_log: PathBuf,
     /// The last lines of stderr (redacted), to explain a failure.
     pub stderr_tail: Vec<String>,
@@ -65,9 +67,6 @@ pub enum Error {
 /// Runs the process to completion or timeout.
 pub async fn run(spec: &Spec) -> Result<Finished, Error> {
     let (program, args) = spec.argv.split_first().ok_or(Error::EmptyArgv)?;
-    tokio::fs::create_dir_all(&spec.log_dir)
-        .await
-        .map_err(|source| Error::Log { path: spec.log_dir.clone(), source })?;
     let mut cmd = Command::new(program);
     cmd.args(args)
         .current_dir(&spec.cwd)
@@ -125,6 +124,8 @@ fn exit_of(status: std::process::ExitStatus) -> Exit {
 }
 
 /// Copies a pipe to a log file line by line, redacting secrets; returns the last lines if asked.
+/// The file (and its folder) is created with the first line: a task that writes nothing leaves no
+/// log, and costs no file creation (two per attempt were a large share of a small step's cost).
 async fn capture<R: AsyncRead + Unpin>(
     pipe: Option<R>,
     path: PathBuf,
@@ -132,7 +133,7 @@ async fn capture<R: AsyncRead + Unpin>(
     keep_tail: bool,
 ) -> Result<Vec<String>, Error> {
     let log_err = |source| Error::Log { path: path.clone(), source };
-    let mut file = tokio::fs::File::create(&path).await.map_err(log_err)?;
+    let mut file: Option<tokio::fs::File> = None;
     let mut tail = std::collections::VecDeque::new();
     let Some(pipe) = pipe else { return Ok(Vec::new()) };
     let mut reader = BufReader::new(pipe);
@@ -144,7 +145,16 @@ async fn capture<R: AsyncRead + Unpin>(
             break;
         }
         let line = redact_line(&String::from_utf8_lossy(&buf), &redact);
-        file.write_all(line.as_bytes()).await.map_err(log_err)?;
+        let out = match &mut file {
+            Some(f) => f,
+            None => {
+                if let Some(dir) = path.parent() {
+                    tokio::fs::create_dir_all(dir).await.map_err(log_err)?;
+                }
+                file.insert(tokio::fs::File::create(&path).await.map_err(log_err)?)
+            }
+        };
+        out.write_all(line.as_bytes()).await.map_err(log_err)?;
         if keep_tail {
             tail.push_back(line.trim_end().to_owned());
             if tail.len() > MAX_TAIL_LINES {
@@ -152,7 +162,9 @@ async fn capture<R: AsyncRead + Unpin>(
             }
         }
     }
-    file.flush().await.map_err(log_err)?;
+    if let Some(f) = &mut file {
+        f.flush().await.map_err(log_err)?;
+    }
     Ok(tail.into())
 }
 

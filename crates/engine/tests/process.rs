@@ -37,6 +37,17 @@ async fn secrets_are_redacted_from_logs() {
 }
 
 #[tokio::test]
+async fn a_log_exists_only_for_a_stream_the_task_wrote_to() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let silent = process::run(&spec(dir.path(), &["true"], 10_000)).await.expect("runs");
+    assert!(silent.succeeded());
+    assert!(!dir.path().join("logs").exists(), "a silent task leaves no log folder");
+    let chatty = process::run(&spec(dir.path(), &["echo", "hello"], 10_000)).await.expect("runs");
+    assert_eq!(std::fs::read_to_string(&chatty.stdout_log).expect("log"), "hello\n");
+    assert!(!chatty.stderr_log.exists(), "nothing was written to stderr");
+}
+
+#[tokio::test]
 async fn argv_is_not_interpreted_by_a_shell() {
     let dir = tempfile::tempdir().expect("tmp");
     let s = spec(dir.path(), &["echo", "$HOME; rm -rf /", "`id`"], 10_000);

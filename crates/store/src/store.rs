@@ -130,6 +130,14 @@ pub fn open_with(url: &str, options: Options) -> Result<std::sync::Arc<dyn Store
     Ok(std::sync::Arc::new(SqliteStore::open_with(path, options)?))
 }
 
+/// A query for any step of a run (`?1`) whose status keeps the run active: one index seek per
+/// such status on `steps_by_run_status`. The statuses are the core's constants, not input.
+static ANY_ACTIVE_STEP: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    let active: Vec<String> =
+        StepStatus::ALL.iter().filter(|s| s.keeps_run_active()).map(|s| format!("'{}'", s.as_str())).collect();
+    format!("SELECT 1 FROM steps WHERE run_id = ?1 AND status IN ({}) LIMIT 1", active.join(", "))
+});
+
 const RUN_COLUMNS: &str = "id, request_json, status, created_at, updated_at";
 const STEP_COLUMNS: &str = "id, run_id, name, task, partition_key, interval_start, interval_end, step_key, pool, \
                             upstream_json, inputs_json, state_json, updated_at";
@@ -699,6 +707,13 @@ impl<D: Driver> SqlStore<D> {
         let text = row.text(0)?;
         let from = RunStatus::parse(&text)
             .ok_or_else(|| Error::Corrupt(format!("run {run_id} has unknown status {text:?}")))?;
+        // A running run with a step still active stays running whatever the other counts are
+        // (`state::apply_run`). One look in the (run, status) index answers that; the full tally
+        // below reads every step of the run, which made each group commit of a large run cost in
+        // proportion to the run's size.
+        if from == RunStatus::Running && !tx.query(&ANY_ACTIVE_STEP, &[run_id.into()])?.is_empty() {
+            return Ok(());
+        }
         let mut tally = StepTally::default();
         let counts =
             tx.query("SELECT status, COUNT(*) FROM steps WHERE run_id = ?1 GROUP BY status", &[run_id.into()])?;

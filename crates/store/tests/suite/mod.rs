@@ -77,6 +77,7 @@ macro_rules! all_backend_tests {
             workers_register_renew_expire_and_see_their_leases,
             overlapping_backfill_is_refused_naming_the_first,
             backfill_changes_are_compare_and_set_and_journaled,
+            a_run_stays_running_while_any_step_is_active_and_then_takes_its_outcome,
         );
     };
 }
@@ -1423,5 +1424,53 @@ pub fn record_staged_many_fences_each_attempt_and_is_all_or_nothing(t: &StoreUnd
     assert_eq!(store.versions(ids[0]).expect("versions")[0].id, "v0");
     assert_eq!(store.versions(ids[2]).expect("versions"), vec![], "a fenced attempt stores no version");
     assert_eq!(t.raw_count("SELECT count(*) FROM versions"), 2);
+    assert_chain_intact(store);
+}
+
+/// A run's status is re-derived from its steps at each change; while one step is active the run
+/// runs whatever its other steps did (a failure included), and when the last active step
+/// settles the run takes the outcome of all of them. Each change of the run's status is journaled
+/// once.
+pub fn a_run_stays_running_while_any_step_is_active_and_then_takes_its_outcome(t: &StoreUnderTest) {
+    let store = &*t.store;
+    let (run, steps) = create_ready(store, 3);
+    let run_status = || store.run(&run.id).expect("run").expect("exists").status;
+    let fail = |step_id: &str, at: DateTime<Utc>| {
+        let lease = claim(store, step_id, "w1", at, 60);
+        let failure = StepEvent::AttemptFailed {
+            epoch: lease.epoch,
+            class: ErrorClass::Deterministic,
+            reason: "bad data".into(),
+            at,
+            jitter: 0.0,
+        };
+        assert!(is_applied(&commit_one(store, step_id, failure, at)));
+    };
+    // Ready steps are active: the run left `queued` for `running` at their deps_met.
+    assert_eq!(run_status(), RunStatus::Running);
+    fail(&steps[0].id, t0() + secs(1));
+    assert_eq!(status(store, &steps[0].id), StepStatus::Failed);
+    assert_eq!(run_status(), RunStatus::Running, "two steps are still active");
+    let lease = validated(store, &steps[1].id, "features", t0() + secs(2));
+    let release = release_record("r1", ReleaseKind::Publish, &[("features", None)], t0() + secs(3));
+    let outcomes = store
+        .record_release(&release, &[(steps[1].id.clone(), lease.epoch)], &meta(t0() + secs(3)))
+        .expect("recording");
+    assert!(outcomes.iter().all(is_applied), "{outcomes:?}");
+    assert_eq!(run_status(), RunStatus::Running, "one step is still active");
+    fail(&steps[2].id, t0() + secs(4));
+    assert_eq!(run_status(), RunStatus::Failed, "no step is active and one failed");
+    let run_changes: Vec<_> = all_entries(store)
+        .into_iter()
+        .filter(|e| e.kind == "run_status")
+        .map(|e| (e.from_status, e.to_status))
+        .collect();
+    assert_eq!(
+        run_changes,
+        vec![
+            (Some("queued".to_owned()), Some("running".to_owned())),
+            (Some("running".to_owned()), Some("failed".to_owned())),
+        ]
+    );
     assert_chain_intact(store);
 }

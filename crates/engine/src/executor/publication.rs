@@ -1,0 +1,299 @@
+//! Publication of validated steps, off the scheduler loop's critical path.
+//!
+//! The loop hands the validated steps it holds to one publication at a time, which makes their
+//! Delta commits on its own task ([`Lake::publish_many`]: releases of one dataset with disjoint
+//! partitions share a commit, each step keeping its own `txn`). Meanwhile the loop goes on
+//! absorbing reports and claiming, so pool slots are refilled while a commit is being made, and
+//! the steps validated meanwhile form the next publication: the busier the loop, the more steps
+//! share a commit (a group commit). When the commits are done, the loop records the releases in
+//! the store, fenced by each step's lease epoch, in one transaction.
+//!
+//! A dataset gets at most one publication per [`PACE`]: steps validated within that time of the
+//! last one wait and share the next commit. Without it a busy table took a commit per step or
+//! two (a commit is quick next to the steps arriving), and every commit costs its readers a log
+//! update and, every few commits, a Delta checkpoint rewriting the table's whole state. A chain
+//! of steps writing different datasets never waits.
+//!
+//! Crash safety is unchanged by running the commit on its own task: a process that dies after a
+//! Delta commit and before the store's record leaves the step validated with its `txn` in the
+//! table, and the next publication of the step finds the `txn` and records the commit instead
+//! of making another (invariant 2).
+//!
+//! [`Lake::publish_many`]: tidegate_lake::Lake::publish_many
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use tidegate_core::retry::ErrorClass;
+use tidegate_core::state::StepEvent;
+use tidegate_lake::Publication;
+use tidegate_store::{ReleaseItem, ReleaseKind, ReleaseRecord, StepEventRecord, VersionRecord};
+use tokio::task::{JoinError, JoinHandle};
+
+use super::{Engine, Summary};
+use crate::view::View;
+use crate::{Error, Result};
+
+/// How long a publication whose commit met a retryable error (a conflicting writer) waits
+/// before handing its steps back, so the next attempt at them is not immediate.
+const RETRY_PAUSE: Duration = Duration::from_millis(50);
+
+/// The least time between two publications to one dataset.
+pub(super) const PACE: Duration = Duration::from_millis(50);
+
+/// When each dataset was last published to by this loop, to keep to [`PACE`].
+#[derive(Debug, Default)]
+pub(super) struct Pacer {
+    last: HashMap<String, Instant>,
+}
+
+impl Pacer {
+    /// When a step writing `outputs` may be published: `None` for now.
+    pub fn due(&self, outputs: &[String], now: Instant) -> Option<Instant> {
+        outputs.iter().filter_map(|d| self.last.get(d)).map(|t| *t + PACE).max().filter(|t| *t > now)
+    }
+
+    /// Notes a publication to `datasets` starting at `now`.
+    pub fn started<'a>(&mut self, datasets: impl IntoIterator<Item = &'a String>, now: Instant) {
+        for d in datasets {
+            self.last.insert(d.clone(), now);
+        }
+    }
+}
+
+/// The outcome of each release of a publication, in order.
+pub(super) type Outcomes = Vec<tidegate_lake::Result<Publication>>;
+
+/// Validated steps whose Delta commits are being made on their own task.
+#[derive(Debug)]
+pub(super) struct InPublication {
+    pending: Vec<Pending>,
+    commits: JoinHandle<Outcomes>,
+}
+
+impl InPublication {
+    /// Whether the commits are done (the outcome is then ready without waiting).
+    pub(super) fn is_done(&self) -> bool {
+        self.commits.is_finished()
+    }
+}
+
+/// Waits for the publication in progress, if any; never returns when there is none. Cancel safe:
+/// a `select!` that takes another branch leaves the publication running.
+pub(super) async fn finished(publishing: &mut Option<InPublication>) -> Result<Outcomes, JoinError> {
+    match publishing {
+        Some(p) => (&mut p.commits).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A validated step on its way to publication: what recording its release needs.
+#[derive(Debug)]
+struct Pending {
+    step_id: String,
+    epoch: u64,
+    release_id: String,
+    run_id: String,
+    partition: String,
+    version_ids: HashMap<String, String>,
+}
+
+/// A release whose Delta commit happened, waiting to be recorded in the store with its step.
+#[derive(Debug)]
+struct Recorded {
+    release: ReleaseRecord,
+    /// The steps it publishes, each with the lease epoch its publication is fenced by.
+    fence: Vec<(String, u64)>,
+}
+
+impl Engine {
+    /// Starts publishing `step_ids` (validated steps): their staged versions are read from the
+    /// store in one trip, and the Delta commits are made on their own task. `None` when none of
+    /// the steps is still in the view.
+    pub(super) async fn start_publication(&self, step_ids: &[String], view: &View) -> Result<Option<InPublication>> {
+        let ids = step_ids.to_vec();
+        let records: Vec<Vec<VersionRecord>> =
+            self.db(move |s| ids.iter().map(|id| s.versions(id)).collect::<tidegate_store::Result<Vec<_>>>()).await?;
+        let mut pending = Vec::with_capacity(step_ids.len());
+        let mut releases = Vec::with_capacity(step_ids.len());
+        for (step_id, records) in step_ids.iter().zip(records) {
+            if let Some((p, release)) = self.prepare_release(step_id, &records, view)? {
+                pending.push(p);
+                releases.push(release);
+            }
+        }
+        if pending.is_empty() {
+            return Ok(None);
+        }
+        let lake = self.lake.clone();
+        let commits = tokio::spawn(async move {
+            crate::failpoint::hit("after-stage");
+            let outcomes = lake.publish_many(&releases).await;
+            if outcomes.iter().any(Result::is_ok) {
+                crate::failpoint::hit("after-commit");
+            }
+            if outcomes.iter().any(|o| o.as_ref().is_err_and(tidegate_lake::Error::is_retryable)) {
+                tokio::time::sleep(RETRY_PAUSE).await;
+            }
+            outcomes
+        });
+        Ok(Some(InPublication { pending, commits }))
+    }
+
+    /// Settles a finished publication: records the releases whose commits happened (fenced, in
+    /// one transaction), marks steps superseded by a newer snapshot, fails steps whose commit
+    /// failed deterministically, and leaves steps that met a retryable error validated, so a later
+    /// publication takes them again.
+    pub(super) async fn finish_publication(
+        &self,
+        publication: InPublication,
+        outcomes: Result<Outcomes, JoinError>,
+        view: &mut View,
+        summary: &mut Summary,
+        correlation: &str,
+    ) -> Result<()> {
+        let outcomes = outcomes.map_err(|e| Error::Internal(format!("the publication task failed: {e}")))?;
+        let mut recorded: Vec<Recorded> = Vec::new();
+        let mut events: Vec<StepEventRecord> = Vec::new();
+        for (p, outcome) in publication.pending.into_iter().zip(outcomes) {
+            match outcome {
+                Ok(publication) => recorded.push(self.recorded(p, &publication)),
+                Err(tidegate_lake::Error::SupersededSnapshot { dataset, staged, published }) => {
+                    let reason = format!("the published snapshot of {dataset} ({published}) is newer than {staged}");
+                    events.push(StepEventRecord {
+                        step_id: p.step_id,
+                        event: StepEvent::Superseded { by: format!("{dataset}@{published}") },
+                        meta: self.meta(reason, correlation),
+                    });
+                }
+                // Left validated: the next publication takes it again.
+                Err(e) if e.is_retryable() => {}
+                Err(e) => events.push(StepEventRecord {
+                    step_id: p.step_id,
+                    event: StepEvent::AttemptFailed {
+                        epoch: p.epoch,
+                        class: ErrorClass::Deterministic,
+                        reason: format!("publication failed: {e}"),
+                        at: self.clock.now(),
+                        jitter: 0.0,
+                    },
+                    meta: self.meta("publication failed", correlation),
+                }),
+            }
+        }
+        self.commit(events, view, summary).await?;
+        self.record_releases(recorded, view, summary, correlation).await
+    }
+
+    /// The store's record of a step's release whose commits happened.
+    fn recorded(&self, p: Pending, publication: &Publication) -> Recorded {
+        let items = publication
+            .items
+            .iter()
+            .map(|i| ReleaseItem {
+                dataset: i.dataset.clone(),
+                partition: p.partition.clone(),
+                version_id: p.version_ids.get(&i.dataset).cloned(),
+                delta_version: i64::try_from(i.table_version).unwrap_or(i64::MAX),
+            })
+            .collect();
+        let release = ReleaseRecord {
+            id: p.release_id,
+            kind: ReleaseKind::Publish,
+            run_id: Some(p.run_id),
+            backfill_id: None,
+            restores_release_id: None,
+            created_by: self.opts.worker_id.clone(),
+            created_at: self.clock.now(),
+            items,
+        };
+        Recorded { release, fence: vec![(p.step_id, p.epoch)] }
+    }
+
+    /// Records published releases in one store transaction (the releases of a shared Delta
+    /// commit); if that fails, one by one, so the release at fault does not hold back the others
+    /// and its error is the one reported.
+    async fn record_releases(
+        &self,
+        recorded: Vec<Recorded>,
+        view: &mut View,
+        summary: &mut Summary,
+        correlation: &str,
+    ) -> Result<()> {
+        if recorded.is_empty() {
+            return Ok(());
+        }
+        let meta = self.meta("published", correlation);
+        let batch: Vec<(ReleaseRecord, Vec<(String, u64)>)> =
+            recorded.iter().map(|r| (r.release.clone(), r.fence.clone())).collect();
+        let together = {
+            let meta = meta.clone();
+            self.db(move |s| s.record_releases(&batch, &meta)).await
+        };
+        let outcomes = match together {
+            Ok(outcomes) => outcomes,
+            Err(_) if recorded.len() > 1 => {
+                let mut outcomes = Vec::with_capacity(recorded.len());
+                for r in &recorded {
+                    let (record, fence, meta) = (r.release.clone(), r.fence.clone(), meta.clone());
+                    outcomes.push(self.db(move |s| s.record_release(&record, &fence, &meta)).await?);
+                }
+                outcomes
+            }
+            Err(e) => return Err(e),
+        };
+        // `record_release` returns one outcome per fenced step, in order.
+        for (r, step_outcomes) in recorded.iter().zip(outcomes) {
+            for ((step_id, _), o) in r.fence.iter().zip(step_outcomes) {
+                self.absorb_outcome(step_id, o, view, summary);
+            }
+        }
+        Ok(())
+    }
+
+    /// The release that publishes a validated step's staged versions (its last attempt's), from
+    /// the step's version records.
+    fn prepare_release(
+        &self,
+        step_id: &str,
+        records: &[VersionRecord],
+        view: &View,
+    ) -> Result<Option<(Pending, tidegate_lake::Release)>> {
+        let Some(entry) = view.get(step_id) else { return Ok(None) };
+        let attempt = entry.record.state.attempt;
+        let task = &self.spec.tasks[&entry.record.task];
+        let mut items = Vec::new();
+        let mut version_ids = HashMap::new();
+        for dataset_name in &task.outputs {
+            let Some(rec) = records.iter().rev().find(|r| r.attempt == attempt && &r.dataset == dataset_name) else {
+                return Err(Error::Internal(format!(
+                    "step {step_id} is validated but has no staged version of {dataset_name}"
+                )));
+            };
+            let staged: tidegate_lake::StagedVersion = serde_json::from_value(rec.files.clone())
+                .map_err(|e| Error::Internal(format!("decoding staged version {}: {e}", rec.id)))?;
+            version_ids.insert(dataset_name.clone(), rec.id.clone());
+            items.push(tidegate_lake::ReleaseItem {
+                dataset: self.spec.datasets[dataset_name].clone(),
+                staged,
+                step_identity: step_id.to_owned(),
+            });
+        }
+        let release_id = format!("rel-{step_id}");
+        let release = tidegate_lake::Release {
+            release_id: release_id.clone(),
+            run_id: entry.record.run_id.clone(),
+            spec_hash: self.spec.hash.clone(),
+            items,
+        };
+        let pending = Pending {
+            step_id: step_id.to_owned(),
+            epoch: entry.record.state.epoch,
+            release_id,
+            run_id: entry.record.run_id.clone(),
+            partition: entry.record.partition.clone(),
+            version_ids,
+        };
+        Ok(Some((pending, release)))
+    }
+}
