@@ -641,6 +641,9 @@ async fn query_summary(schema: &SchemaRef, rows: Vec<RecordBatch>, checksum: Str
             select.push("CAST(NULL AS VARCHAR)".to_owned());
         }
     }
+    // Aliased: two columns without an order would otherwise both project `CAST(NULL AS ...)`,
+    // which the planner refuses as duplicate names.
+    let select: Vec<String> = select.iter().enumerate().map(|(i, e)| format!("{e} AS s{i}")).collect();
     let result = df::query(&ctx, &format!("SELECT {} FROM staged", select.join(", "))).await?;
     let n_rows = df::first_u64(&result, 0)?;
     let mut columns = Vec::with_capacity(schema.fields().len());
@@ -703,14 +706,30 @@ mod tests {
             Field::new("b", DataType::Binary, true),
         ]));
         let empty = vec![RecordBatch::new_empty(schema.clone())];
-        let fast = summarize(&schema, empty.clone()).await.unwrap();
-        let checksum = content_checksum(&schema, &empty).unwrap();
-        let queried = query_summary(&schema, empty, checksum.clone()).await.unwrap();
+        let fast = summarize(&schema, empty.clone()).await.expect("summarizing");
+        let checksum = content_checksum(&schema, &empty).expect("checksum");
+        let queried = query_summary(&schema, empty, checksum.clone()).await.expect("querying");
         assert_eq!(fast.n_rows, queried.n_rows);
         assert_eq!(fast.checksum, queried.checksum);
         assert_eq!(fast.columns, queried.columns);
+        // Rows with two binary columns (no order: no min or max) summarize too.
+        let two_binary: SchemaRef = Arc::new(Schema::new(vec![
+            Field::new("a", DataType::Binary, true),
+            Field::new("b", DataType::Binary, true),
+        ]));
+        let row = RecordBatch::try_new(
+            two_binary.clone(),
+            vec![
+                Arc::new(arrow::array::BinaryArray::from(vec![Some(&b"x"[..])])),
+                Arc::new(arrow::array::BinaryArray::from(vec![None::<&[u8]>])),
+            ],
+        )
+        .expect("a batch");
+        let summary = summarize(&two_binary, vec![row]).await.expect("summarizing binary columns");
+        assert_eq!(summary.n_rows, 1);
+        assert_eq!(summary.columns[1].null_count, 1);
         // No batch at all is the same empty version.
-        let none = summarize(&schema, Vec::new()).await.unwrap();
+        let none = summarize(&schema, Vec::new()).await.expect("summarizing");
         assert_eq!((none.n_rows, none.checksum, none.columns), (0, checksum, queried.columns));
     }
 }
