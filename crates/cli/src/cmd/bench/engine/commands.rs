@@ -378,7 +378,7 @@ pub fn b4(dir: &Path, n: usize, workers: usize, repeats: usize) -> Result<Outcom
     let _ = writeln!(o, "   {}", phase_sum.line());
     let _ = writeln!(
         o,
-        "   the loop publishing (one publication at a time: Delta commit + release record): {:.0}% of the wall time",
+        "   a publication in progress (one at a time, beside the loop: Delta commits + release records): {:.0}% of the wall time",
         publish_share * 100.0
     );
     let _ = writeln!(
