@@ -497,22 +497,10 @@ impl Engine {
             // The earliest moment a validated step held back by the pace may be published.
             let mut publish_at: Option<std::time::Instant> = None;
             if publishing.is_none() {
-                let clock = std::time::Instant::now();
-                let mut validated: Vec<String> = Vec::new();
-                let mut outputs: Vec<&String> = Vec::new();
-                for e in view.in_status(StepStatus::Validated).filter(|e| !e.record.state.needs_approval) {
-                    let task_outputs = self.spec.tasks.get(&e.record.task).map_or(&[][..], |t| &t.outputs[..]);
-                    match pacer.due(task_outputs, clock) {
-                        Some(at) => publish_at = Some(publish_at.map_or(at, |p| p.min(at))),
-                        None => {
-                            validated.push(e.record.id.clone());
-                            outputs.extend(task_outputs);
-                        }
-                    }
-                }
+                let (validated, held_until) = self.publishable(&view, &pacer);
+                publish_at = held_until;
                 if !validated.is_empty() {
-                    publishing = self.start_publication(&validated, &view).await?;
-                    pacer.started(outputs, clock);
+                    publishing = self.start_publication(&validated, &view, &mut pacer).await?;
                 }
             }
 

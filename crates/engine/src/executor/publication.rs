@@ -25,7 +25,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use tidegate_core::retry::ErrorClass;
-use tidegate_core::state::StepEvent;
+use tidegate_core::state::{StepEvent, StepStatus};
 use tidegate_lake::Publication;
 use tidegate_store::{ReleaseItem, ReleaseKind, ReleaseRecord, StepEventRecord, VersionRecord};
 use tokio::task::{JoinError, JoinHandle};
@@ -107,10 +107,34 @@ struct Recorded {
 }
 
 impl Engine {
+    /// The validated steps the pace lets publish now (a backfill's wait for `backfill publish`),
+    /// and the earliest moment one held back by the pace may go.
+    pub(super) fn publishable(&self, view: &View, pacer: &Pacer) -> (Vec<String>, Option<Instant>) {
+        let now = Instant::now();
+        let mut ready = Vec::new();
+        let mut held_until: Option<Instant> = None;
+        for e in view.in_status(StepStatus::Validated).filter(|e| !e.record.state.needs_approval) {
+            match pacer.due(self.outputs_of(&e.record.task), now) {
+                Some(at) => held_until = Some(held_until.map_or(at, |h| h.min(at))),
+                None => ready.push(e.record.id.clone()),
+            }
+        }
+        (ready, held_until)
+    }
+
+    fn outputs_of(&self, task: &str) -> &[String] {
+        self.spec.tasks.get(task).map_or(&[], |t| &t.outputs[..])
+    }
+
     /// Starts publishing `step_ids` (validated steps): their staged versions are read from the
-    /// store in one trip, and the Delta commits are made on their own task. `None` when none of
-    /// the steps is still in the view.
-    pub(super) async fn start_publication(&self, step_ids: &[String], view: &View) -> Result<Option<InPublication>> {
+    /// store in one trip, and the Delta commits are made on their own task; the pacer notes their
+    /// datasets. `None` when none of the steps is still in the view.
+    pub(super) async fn start_publication(
+        &self,
+        step_ids: &[String],
+        view: &View,
+        pacer: &mut Pacer,
+    ) -> Result<Option<InPublication>> {
         let ids = step_ids.to_vec();
         let records: Vec<Vec<VersionRecord>> =
             self.db(move |s| ids.iter().map(|id| s.versions(id)).collect::<tidegate_store::Result<Vec<_>>>()).await?;
@@ -124,6 +148,12 @@ impl Engine {
         }
         if pending.is_empty() {
             return Ok(None);
+        }
+        let now = Instant::now();
+        for step_id in step_ids {
+            if let Some(e) = view.get(step_id) {
+                pacer.started(self.outputs_of(&e.record.task), now);
+            }
         }
         let lake = self.lake.clone();
         let commits = tokio::spawn(async move {
