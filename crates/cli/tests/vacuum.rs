@@ -30,6 +30,14 @@ fn path_of(add: &Value) -> String {
     add["path"].as_str().expect("path").to_owned()
 }
 
+/// The vacuum entries of the journal, oldest first (`history` verifies the chain first).
+fn vacuum_entries(ws: &std::path::Path) -> Vec<Value> {
+    let (code, history) = json(ws, &["history", "--limit", "10000", "--json"]);
+    assert_eq!(code, 0, "{history}");
+    let happened = history["happened"].as_array().expect("happened").clone();
+    happened.into_iter().filter(|e| e["kind"].as_str().is_some_and(|k| k.starts_with("vacuum"))).collect()
+}
+
 #[test]
 fn vacuum_keeps_every_retained_release_restorable() {
     let dir = tempfile::tempdir().expect("tmp");
@@ -63,6 +71,7 @@ fn vacuum_keeps_every_retained_release_restorable() {
     assert_eq!(report["n_left_unpublished"], 2, "the waiting step's file and the junk are reconcile's: {dry}");
     assert_eq!(dry["n_bytes_deleted"], size_of_v1);
     assert!(nums.join(file_of(1)).exists(), "a dry run deletes nothing");
+    assert!(vacuum_entries(ws).is_empty(), "a dry run journals nothing");
 
     let (code, done) = json(ws, &["vacuum", "--retain-releases", "2", "--json"]);
     assert_eq!(code, 0, "{done}");
@@ -75,6 +84,14 @@ fn vacuum_keeps_every_retained_release_restorable() {
     assert!(nums.join("staging/dead-1/part-0.parquet").exists(), "unpublished files are left to reconcile");
     assert_eq!(std::fs::read_dir(nums.join("_delta_log")).expect("log").count(), log_before, "log untouched");
     assert_eq!(value_of_day1(ws), "v\n40\n");
+    // The journal says who deleted what, and what was kept.
+    let entries = vacuum_entries(ws);
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    assert_eq!(entries[0]["kind"], "vacuumed");
+    assert_eq!(entries[0]["payload"]["dataset"], "nums");
+    assert_eq!(entries[0]["payload"]["deleted"], j!([file_of(1)]));
+    assert_eq!(entries[0]["payload"]["kept_versions"], j!([2, 3, 4]));
+    assert_eq!(entries[0]["payload"]["n_bytes_deleted"], size_of_v1);
 
     // Undoing each retained release works: it restores the version before it.
     let release_3 = release_of(&nums, 3);

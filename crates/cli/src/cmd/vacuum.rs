@@ -9,15 +9,19 @@ use anyhow::{Context, Result, bail};
 use chrono::{DateTime, Duration, Utc};
 use serde::Serialize;
 use tidegate_lake::Vacuum;
-use tidegate_store::{ActiveStep, ReleaseRecord, Store};
+use tidegate_store::{ActiveStep, Decision, JournalMeta, ReleaseRecord, Store};
 
 use crate::cmd::data::{open_lake, runtime};
 use crate::cmd::rollback::live_staging_ids;
+use crate::cmd::submit::requester;
 use crate::output;
 use crate::workspace;
 
 /// Releases per dataset kept when neither --retain-releases nor --older-than is given.
 pub const DEFAULT_RETAIN_RELEASES: u32 = 10;
+
+/// The most deleted paths one journal entry lists; the count is always complete.
+pub const MAX_PATHS_JOURNALED: usize = 1_000;
 
 /// The most releases of one dataset read to decide what --older-than keeps.
 pub const MAX_RELEASES_SCANNED: u32 = 100_000;
@@ -30,8 +34,10 @@ pub const MAX_RELEASES_SCANNED: u32 = 100_000;
 /// unfinished steps pinned are always kept. Everything else
 /// that an earlier commit added and a later one removed is deleted. Staged files of steps that
 /// may still publish are never touched (reconcile owns abandoned ones), nor is `_delta_log`.
-/// Rolling back to a version whose files were vacuumed is refused with a clear error. Vacuum is
-/// not journaled; `--json` lists every deleted path.
+/// Rolling back to a version whose files were vacuumed is refused with a clear error. Each
+/// dataset's vacuum is journaled (`vacuumed`, or `vacuum_failed` with the error): who, the
+/// versions kept and the files deleted; a dry run journals nothing. `--json` lists every
+/// deleted path.
 #[derive(Debug, clap::Args)]
 #[command(
     after_help = "Examples:\n  tidegate vacuum --dry-run                        # what would go, nothing deleted\n  tidegate vacuum                                  # keep the 10 newest releases per dataset\n  tidegate vacuum daily_stats --retain-releases 3\n  tidegate vacuum --older-than 30d --json          # keep releases from the last 30 days"
@@ -88,11 +94,11 @@ pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
             let mut versions = kept_versions(store.as_ref(), name, keep)?;
             // Invariant 3: a retry reads exactly the versions its step pinned, so they stay whole.
             versions.extend(pinned_versions(&active, name));
-            let report = lake
-                .vacuum(name, &versions, &protected, args.dry_run)
-                .await
-                .with_context(|| format!("vacuuming {name}"))?;
-            reports.push(report);
+            let result = lake.vacuum(name, &versions, &protected, args.dry_run).await;
+            if !args.dry_run {
+                journal(store.as_ref(), name, &versions, &result)?;
+            }
+            reports.push(result.with_context(|| format!("vacuuming {name}"))?);
         }
         anyhow::Ok(reports)
     })?;
@@ -129,6 +135,45 @@ pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
         if args.dry_run { " (dry run: nothing was deleted)" } else { "" }
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// Journals one dataset's vacuum: what it kept and deleted, or why it failed (some files may
+/// have gone before the failure; `reconcile` reports any a kept version misses).
+fn journal(
+    store: &dyn Store,
+    dataset: &str,
+    asked_to_keep: &BTreeSet<u64>,
+    result: &Result<Vacuum, tidegate_lake::Error>,
+) -> Result<()> {
+    let (kind, reason, payload) = match result {
+        Ok(v) => (
+            "vacuumed",
+            format!("deleted {} file(s) no kept version of {dataset} references", v.deleted.len()),
+            serde_json::json!({
+                "dataset": dataset,
+                "current_version": v.current_version,
+                "kept_versions": v.kept_versions,
+                "n_files_deleted": v.deleted.len(),
+                "n_bytes_deleted": v.n_bytes_deleted,
+                "deleted": v.deleted.iter().take(MAX_PATHS_JOURNALED).collect::<Vec<_>>(),
+                "n_deleted_not_listed": v.deleted.len().saturating_sub(MAX_PATHS_JOURNALED),
+            }),
+        ),
+        Err(e) => (
+            "vacuum_failed",
+            format!("vacuum of {dataset} failed: {e}"),
+            serde_json::json!({ "dataset": dataset, "kept_versions": asked_to_keep }),
+        ),
+    };
+    let decision = Decision { kind: kind.to_owned(), run_id: None, task: None, partition: None, payload };
+    let meta = JournalMeta {
+        actor: requester(),
+        correlation_id: format!("vacuum-{}", Utc::now().timestamp_millis()),
+        reason,
+        at: Utc::now(),
+    };
+    store.record_decision(&decision, &meta).with_context(|| format!("journaling the vacuum of {dataset}"))?;
+    Ok(())
 }
 
 /// Which releases a vacuum keeps.
