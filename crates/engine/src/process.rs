@@ -64,10 +64,47 @@ pub enum Error {
     Log { path: PathBuf, source: std::io::Error },
 }
 
+/// The file to execute for `program`, found as `execvp` would find it in the child: `program`
+/// itself when it names a path (has a `/`), else the first executable regular file of that name
+/// in the child's `PATH` (`/bin:/usr/bin` when unset; an empty entry is the task's folder).
+/// `None` when there is none; the spawn then reports the program as not found.
+///
+/// Resolving here matters for speed, not meaning: the standard library starts a process with
+/// `posix_spawn` (a `vfork`, sharing memory until `exec`) only when it need not search a `PATH`
+/// of its own, and otherwise forks, which copies the page tables of this whole process (the lake's
+/// runtime and every thread). That copy was most of Tidegate's own CPU per task in W(200).
+fn resolve_program(program: &str, path_var: Option<&std::ffi::OsStr>, cwd: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt as _;
+    if program.contains('/') {
+        return Some(PathBuf::from(program));
+    }
+    if program.is_empty() {
+        return None;
+    }
+    let dirs = path_var.unwrap_or(std::ffi::OsStr::new("/bin:/usr/bin"));
+    std::env::split_paths(dirs).find_map(|dir| {
+        let dir = if dir.as_os_str().is_empty() { cwd.to_path_buf() } else { cwd.join(dir) };
+        let candidate = dir.join(program);
+        let meta = std::fs::metadata(&candidate).ok()?;
+        (meta.is_file() && meta.permissions().mode() & 0o111 != 0).then_some(candidate)
+    })
+}
+
 /// Runs the process to completion or timeout.
 pub async fn run(spec: &Spec) -> Result<Finished, Error> {
     let (program, args) = spec.argv.split_first().ok_or(Error::EmptyArgv)?;
-    let mut cmd = Command::new(program);
+    let child_path = spec
+        .env
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| std::ffi::OsString::from(v))
+        .or_else(|| std::env::var_os("PATH"));
+    let executable = resolve_program(program, child_path.as_deref(), &spec.cwd);
+    let mut cmd = Command::new(executable.as_deref().unwrap_or(Path::new(program)));
+    // argv[0] stays as written, as execvp would leave it.
+    #[cfg(unix)]
+    cmd.arg0(program);
     cmd.args(args)
         .current_dir(&spec.cwd)
         .env_clear()
@@ -207,4 +244,46 @@ pub fn redact_line(line: &str, secrets: &[String]) -> String {
 /// Reads a log file back (for `history` and error messages).
 pub fn read_log(path: &Path) -> std::io::Result<String> {
     std::fs::read_to_string(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt as _;
+    use std::path::Path;
+
+    use super::resolve_program;
+
+    fn file(path: &Path, mode: u32) {
+        std::fs::write(path, b"#!/bin/sh\n").expect("write");
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    }
+
+    #[test]
+    fn a_bare_name_is_found_as_execvp_would_find_it() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let (a, b, task) = (dir.path().join("a"), dir.path().join("b"), dir.path().join("task"));
+        for d in [&a, &b, &task] {
+            std::fs::create_dir(d).expect("mkdir");
+        }
+        file(&a.join("tool"), 0o644); // not executable: skipped
+        std::fs::create_dir(a.join("dir")).expect("mkdir"); // a folder: skipped
+        file(&b.join("tool"), 0o755);
+        file(&b.join("dir"), 0o755);
+        file(&task.join("local"), 0o755);
+        let path = std::env::join_paths([&a, &b]).expect("path");
+        assert_eq!(resolve_program("tool", Some(&path), &task), Some(b.join("tool")));
+        assert_eq!(resolve_program("dir", Some(&path), &task), Some(b.join("dir")));
+        assert_eq!(resolve_program("missing", Some(&path), &task), None);
+        assert_eq!(resolve_program("", Some(&path), &task), None);
+        // A name with a slash is a path, relative to the task's folder when relative.
+        assert_eq!(resolve_program("./local", Some(&path), &task), Some("./local".into()));
+        assert_eq!(resolve_program("/bin/sh", Some(&path), &task), Some("/bin/sh".into()));
+        // An empty PATH entry is the task's folder; a relative entry is relative to it.
+        let with_empty = std::ffi::OsString::from(format!("{}:", a.display()));
+        assert_eq!(resolve_program("local", Some(&with_empty), &task), Some(task.join("local")));
+        assert_eq!(
+            resolve_program("local", Some(std::ffi::OsStr::new(".")), &task),
+            Some(task.join(".").join("local"))
+        );
+    }
 }
