@@ -3,7 +3,7 @@
 //! resumes from the last checkpoint and carries the staged granules forward, so the published
 //! partition holds every granule exactly once.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
@@ -74,9 +74,14 @@ fn a_retried_task_resumes_from_its_last_checkpoint_and_publishes_every_granule_o
 
     // Attempt 2 was told where attempt 1 stopped.
     let attempts = dir.path().join(".tidegate/attempts");
-    let step = std::fs::read_dir(&attempts).expect("attempts").next().expect("one step").expect("entry").path();
-    assert_eq!(std::fs::read_to_string(step.join("1/seen_resume")).expect("attempt 1"), "none");
-    assert_eq!(std::fs::read_to_string(step.join("2/seen_resume")).expect("attempt 2"), "hour=2");
+    let mut tried: Vec<PathBuf> =
+        std::fs::read_dir(&attempts).expect("attempts").map(|e| e.expect("entry").path()).collect();
+    tried.sort();
+    let names: Vec<String> =
+        tried.iter().map(|p| p.file_name().expect("name").to_string_lossy().into_owned()).collect();
+    assert!(names.len() == 2 && names[0].ends_with(".attempt-1") && names[1].ends_with(".attempt-2"), "{names:?}");
+    assert_eq!(std::fs::read_to_string(tried[0].join("seen_resume")).expect("attempt 1"), "none");
+    assert_eq!(std::fs::read_to_string(tried[1].join("seen_resume")).expect("attempt 2"), "hour=2");
 
     // Every hour exactly once: granules 0-2 staged by attempt 1, 3-4 by attempt 2's checkpoints,
     // 5 by the final staging; the half-written hour 3 of attempt 1 is nowhere.
