@@ -16,7 +16,7 @@ import json, os, sys
 out = os.environ["TIDEGATE_OUTPUT_DIR"]
 attempt = int(os.environ["TIDEGATE_ATTEMPT"])
 resume = os.environ.get("TIDEGATE_RESUME_FROM")
-with open(os.path.join(os.environ["TIDEGATE_OUTPUT_DIR"], "..", "seen_resume"), "w") as f:
+with open(os.path.join(out, ".seen_resume"), "w") as f:  # a dot file is never staged
     f.write(resume or "none")
 start = int(resume.split("=")[1]) + 1 if resume else 0
 with open(os.environ["TIDEGATE_CHECKPOINT_FILE"], "a") as cp:
@@ -80,8 +80,8 @@ fn a_retried_task_resumes_from_its_last_checkpoint_and_publishes_every_granule_o
     let names: Vec<String> =
         tried.iter().map(|p| p.file_name().expect("name").to_string_lossy().into_owned()).collect();
     assert!(names.len() == 2 && names[0].ends_with(".attempt-1") && names[1].ends_with(".attempt-2"), "{names:?}");
-    assert_eq!(std::fs::read_to_string(tried[0].join("seen_resume")).expect("attempt 1"), "none");
-    assert_eq!(std::fs::read_to_string(tried[1].join("seen_resume")).expect("attempt 2"), "hour=2");
+    assert_eq!(std::fs::read_to_string(tried[0].join(".seen_resume")).expect("attempt 1"), "none");
+    assert_eq!(std::fs::read_to_string(tried[1].join(".seen_resume")).expect("attempt 2"), "hour=2");
 
     // Every hour exactly once: granules 0-2 staged by attempt 1, 3-4 by attempt 2's checkpoints,
     // 5 by the final staging; the half-written hour 3 of attempt 1 is nowhere.

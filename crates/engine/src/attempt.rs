@@ -25,10 +25,11 @@ pub struct Attempt {
     pub partition: Partition,
     /// The workspace folder: commands run here.
     pub workspace: PathBuf,
-    /// `.tidegate/attempts/<step>.attempt-<n>`: the output folder `out`, the logs and the
-    /// checkpoint file. One folder per attempt, not a folder per step holding one per attempt:
-    /// creating folders (ext4 allocates each inode by a scan) was a quarter of Tidegate's own CPU
-    /// per no-op task.
+    /// `.tidegate/attempts/<step>.attempt-<n>`: the attempt's output folder (one subfolder per
+    /// dataset when the task has several outputs). Its logs and checkpoint file are files in
+    /// `.tidegate/logs` named after it ([`Attempt::file`]). One new folder per attempt: creating
+    /// folders (ext4 allocates each inode by a scan) was a third of Tidegate's own CPU per no-op
+    /// task when an attempt made three.
     pub dir: PathBuf,
     pub lake_uri: String,
     pub heartbeat: Duration,
@@ -55,6 +56,15 @@ pub enum Report {
         reason: String,
         ended_at: DateTime<Utc>,
     },
+}
+
+impl Attempt {
+    /// `.tidegate/logs/<step>.attempt-<n>.<suffix>`: a file of this attempt's beside the others'
+    /// (`stdout.log`, `stderr.log`, `checkpoints.jsonl`).
+    pub fn file(&self, suffix: &str) -> PathBuf {
+        let name = self.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        self.workspace.join(".tidegate").join("logs").join(format!("{name}.{suffix}"))
+    }
 }
 
 impl Report {
@@ -146,7 +156,7 @@ fn lake_failure(doing: &str, e: &tidegate_lake::Error) -> Failure {
 
 /// The folder a command leaves `dataset`'s files in.
 pub(crate) fn output_dir(a: &Attempt, dataset: &str) -> PathBuf {
-    if a.outputs.len() == 1 { a.dir.join("out") } else { a.dir.join("out").join(dataset) }
+    if a.outputs.len() == 1 { a.dir.clone() } else { a.dir.join(dataset) }
 }
 
 async fn run_command(
@@ -156,11 +166,17 @@ async fn run_command(
     lake: &Lake,
     staging_id: &str,
 ) -> Result<Vec<StagedVersion>, Failure> {
-    let io =
-        |e: std::io::Error| (ErrorClass::Transient, format!("preparing the attempt folder {}: {e}", a.dir.display()));
-    for d in &a.outputs {
-        tokio::fs::create_dir_all(output_dir(a, &d.name)).await.map_err(io)?;
-    }
+    // The output folders, and the folder the task appends its checkpoints in (made once per
+    // workspace), in one hand-off to a blocking thread.
+    let mut folders: Vec<PathBuf> = a.outputs.iter().map(|d| output_dir(a, &d.name)).collect();
+    folders.extend(crate::checkpoint::checkpoint_file(a).parent().map(PathBuf::from));
+    let made = tokio::task::spawn_blocking(move || {
+        folders.iter().try_for_each(|f| std::fs::create_dir_all(f).map_err(|e| format!("{}: {e}", f.display())))
+    })
+    .await
+    .map_err(|e| e.to_string())
+    .and_then(|r| r);
+    made.map_err(|e| (ErrorClass::Transient, format!("preparing the attempt's folders: {e}")))?;
     let mut env = step_env(a);
     let mut redact = Vec::new();
     for name in &a.task.secrets {
@@ -174,7 +190,8 @@ async fn run_command(
         cwd: a.workspace.clone(),
         env,
         timeout: Duration::from_secs(u64::from(a.task.timeout_s)),
-        log_dir: a.dir.clone(),
+        stdout_log: a.file("stdout.log"),
+        stderr_log: a.file("stderr.log"),
         redact,
     };
     // The process runs on its own task so that staging a checkpointed granule never stalls the
@@ -290,7 +307,7 @@ pub fn step_env(a: &Attempt) -> Vec<(String, String)> {
         ("TIDEGATE_PARTITION".to_owned(), a.partition.key.clone()),
         ("TIDEGATE_ATTEMPT".to_owned(), a.lease.attempt.to_string()),
         ("TIDEGATE_IDEMPOTENCY_KEY".to_owned(), a.step.step_key.clone()),
-        ("TIDEGATE_OUTPUT_DIR".to_owned(), a.dir.join("out").display().to_string()),
+        ("TIDEGATE_OUTPUT_DIR".to_owned(), a.dir.display().to_string()),
         ("TIDEGATE_CHECKPOINT_FILE".to_owned(), crate::checkpoint::checkpoint_file(a).display().to_string()),
         ("TIDEGATE_LAKE".to_owned(), a.lake_uri.clone()),
     ];

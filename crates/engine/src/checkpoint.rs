@@ -276,7 +276,7 @@ impl<'a> Checkpoints<'a> {
 
 /// Where the task writes its checkpoint lines.
 pub(crate) fn checkpoint_file(a: &Attempt) -> PathBuf {
-    a.dir.join("checkpoints.jsonl")
+    a.file("checkpoints.jsonl")
 }
 
 /// The store's id of a staged version: `<staging id>:<dataset>`.
@@ -302,7 +302,7 @@ fn version_record(a: &Attempt, v: &StagedVersion) -> VersionRecord {
 
 /// The files a line names, resolved under the attempt's output folder: plain relative paths only.
 fn named_files(a: &Attempt, names: &[String]) -> Result<Vec<PathBuf>, String> {
-    let root = a.dir.join("out");
+    let root = a.dir.clone();
     let mut files = Vec::with_capacity(names.len());
     for name in names {
         let relative = Path::new(name);

@@ -27,8 +27,10 @@ pub struct Spec {
     /// Variables set for the task, in addition to [`INHERITED_ENV`].
     pub env: Vec<(String, String)>,
     pub timeout: Duration,
-    /// Where `stdout.log` and `stderr.log` go (created with the first line written to each).
-    pub log_dir: PathBuf,
+    /// Where stdout and stderr are captured; each file (and its folder) is created with the
+    /// first line written to it.
+    pub stdout_log: PathBuf,
+    pub stderr_log: PathBuf,
     /// Values to replace with `***` in the captured logs.
     pub redact: Vec<String>,
 }
@@ -123,8 +125,7 @@ pub async fn run(spec: &Spec) -> Result<Finished, Error> {
     let started = Instant::now();
     let mut child = cmd.spawn().map_err(|source| Error::Spawn { program: program.clone(), source })?;
     let pgid = child.id().and_then(|id| i32::try_from(id).ok()).map(Pid::from_raw);
-    let stdout_log = spec.log_dir.join("stdout.log");
-    let stderr_log = spec.log_dir.join("stderr.log");
+    let (stdout_log, stderr_log) = (spec.stdout_log.clone(), spec.stderr_log.clone());
     let out = tokio::spawn(capture(child.stdout.take(), stdout_log.clone(), spec.redact.clone(), false));
     let err = tokio::spawn(capture(child.stderr.take(), stderr_log.clone(), spec.redact.clone(), true));
 
@@ -144,7 +145,7 @@ pub async fn run(spec: &Spec) -> Result<Finished, Error> {
     };
     let join = |r: Result<Result<Vec<String>, Error>, tokio::task::JoinError>| match r {
         Ok(inner) => inner,
-        Err(e) => Err(Error::Log { path: spec.log_dir.clone(), source: std::io::Error::other(e.to_string()) }),
+        Err(e) => Err(Error::Log { path: spec.stdout_log.clone(), source: std::io::Error::other(e.to_string()) }),
     };
     join(out.await)?;
     let stderr_tail = join(err.await)?;

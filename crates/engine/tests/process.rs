@@ -11,7 +11,8 @@ fn spec(dir: &std::path::Path, argv: &[&str], timeout_ms: u64) -> Spec {
         cwd: dir.to_path_buf(),
         env: vec![("TIDEGATE_PARTITION".into(), "2024-01-05".into()), ("API_TOKEN".into(), "hunter22secret".into())],
         timeout: Duration::from_millis(timeout_ms),
-        log_dir: dir.join("logs"),
+        stdout_log: dir.join("logs").join("stdout.log"),
+        stderr_log: dir.join("logs").join("stderr.log"),
         redact: vec!["hunter22secret".into()],
     }
 }
