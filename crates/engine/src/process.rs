@@ -143,12 +143,12 @@ pub async fn run(spec: &Spec) -> Result<Finished, Error> {
         Ok(Err(_)) => Exit::Signal { signal: Signal::SIGKILL as i32 },
         Ok(Ok(status)) => exit_of(status),
     };
-    let join = |r: Result<Result<Vec<String>, Error>, tokio::task::JoinError>| match r {
+    let join = |r: Result<Result<Vec<String>, Error>, tokio::task::JoinError>, path: &Path| match r {
         Ok(inner) => inner,
-        Err(e) => Err(Error::Log { path: spec.stdout_log.clone(), source: std::io::Error::other(e.to_string()) }),
+        Err(e) => Err(Error::Log { path: path.to_owned(), source: std::io::Error::other(e.to_string()) }),
     };
-    join(out.await)?;
-    let stderr_tail = join(err.await)?;
+    join(out.await, &stdout_log)?;
+    let stderr_tail = join(err.await, &stderr_log)?;
     Ok(Finished { exit, elapsed: started.elapsed(), stdout_log, stderr_log, stderr_tail })
 }
 
