@@ -16,7 +16,7 @@ import json, os, sys
 out = os.environ["TIDEGATE_OUTPUT_DIR"]
 attempt = int(os.environ["TIDEGATE_ATTEMPT"])
 resume = os.environ.get("TIDEGATE_RESUME_FROM")
-with open(os.path.join(out, ".seen_resume"), "w") as f:  # a dot file is never staged
+with open(f"seen_resume_{attempt}", "w") as f:  # in the workspace: a staged attempt's folder is removed
     f.write(resume or "none")
 start = int(resume.split("=")[1]) + 1 if resume else 0
 with open(os.environ["TIDEGATE_CHECKPOINT_FILE"], "a") as cp:
@@ -74,14 +74,15 @@ fn a_retried_task_resumes_from_its_last_checkpoint_and_publishes_every_granule_o
 
     // Attempt 2 was told where attempt 1 stopped.
     let attempts = dir.path().join(".tidegate/attempts");
-    let mut tried: Vec<PathBuf> =
+    assert_eq!(std::fs::read_to_string(dir.path().join("seen_resume_1")).expect("attempt 1"), "none");
+    assert_eq!(std::fs::read_to_string(dir.path().join("seen_resume_2")).expect("attempt 2"), "hour=2");
+    // The failed attempt keeps its output folder (its half-written hour 3 included), for whoever
+    // investigates; the staged one's was removed, its rows being in the lake.
+    let kept: Vec<PathBuf> =
         std::fs::read_dir(&attempts).expect("attempts").map(|e| e.expect("entry").path()).collect();
-    tried.sort();
-    let names: Vec<String> =
-        tried.iter().map(|p| p.file_name().expect("name").to_string_lossy().into_owned()).collect();
-    assert!(names.len() == 2 && names[0].ends_with(".attempt-1") && names[1].ends_with(".attempt-2"), "{names:?}");
-    assert_eq!(std::fs::read_to_string(tried[0].join(".seen_resume")).expect("attempt 1"), "none");
-    assert_eq!(std::fs::read_to_string(tried[1].join(".seen_resume")).expect("attempt 2"), "hour=2");
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert!(kept[0].to_string_lossy().ends_with(".attempt-1"), "{kept:?}");
+    assert!(kept[0].join("h3.csv").exists());
 
     // Every hour exactly once: granules 0-2 staged by attempt 1, 3-4 by attempt 2's checkpoints,
     // 5 by the final staging; the half-written hour 3 of attempt 1 is nowhere.

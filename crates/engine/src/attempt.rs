@@ -230,18 +230,31 @@ async fn run_command(
     if let Some(failure) = checkpoints.failure() {
         return Err(failure);
     }
-    if let Some(versions) = checkpoints.finish(staging_id).await? {
-        return Ok(versions);
-    }
-    let mut versions = Vec::new();
-    for d in &a.outputs {
-        let staged = lake
-            .stage_files(d, staging_id, std::slice::from_ref(&a.partition), &output_dir(a, &d.name))
-            .await
-            .map_err(|e| lake_failure("staging", &e))?;
-        versions.push(staged);
-    }
+    let versions = match checkpoints.finish(staging_id).await? {
+        Some(versions) => versions,
+        None => {
+            let mut versions = Vec::new();
+            for d in &a.outputs {
+                let staged = lake
+                    .stage_files(d, staging_id, std::slice::from_ref(&a.partition), &output_dir(a, &d.name))
+                    .await
+                    .map_err(|e| lake_failure("staging", &e))?;
+                versions.push(staged);
+            }
+            versions
+        }
+    };
+    discard_output_folder(a).await;
     Ok(versions)
+}
+
+/// Removes a staged attempt's output folder: staging wrote the rows into the lake, so the task's
+/// own files are copies nobody reads again (a retry gets a new folder; logs live elsewhere).
+/// Failed attempts keep theirs, for whoever investigates. Best effort: a folder left behind
+/// costs disk, not correctness.
+async fn discard_output_folder(a: &Attempt) {
+    let dir = a.dir.clone();
+    let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(dir)).await;
 }
 
 async fn run_sql(
