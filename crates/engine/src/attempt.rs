@@ -62,9 +62,15 @@ impl Attempt {
     /// `.tidegate/logs/<step>.attempt-<n>.<suffix>`: a file of this attempt's beside the others'
     /// (`stdout.log`, `stderr.log`, `checkpoints.jsonl`).
     pub fn file(&self, suffix: &str) -> PathBuf {
-        let name = self.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let name = attempt_name(&self.step.id, self.lease.attempt);
         self.workspace.join(".tidegate").join("logs").join(format!("{name}.{suffix}"))
     }
+}
+
+/// `<step>.attempt-<n>`: what an attempt's output folder and its files in `.tidegate/logs` are
+/// named after.
+fn attempt_name(step_id: &str, attempt: u32) -> String {
+    format!("{step_id}.attempt-{attempt}")
 }
 
 impl Report {
@@ -362,7 +368,7 @@ pub fn prepare(
     let task = spec.tasks.get(&step.task)?.clone();
     let outputs = task.outputs.iter().filter_map(|o| spec.datasets.get(o).cloned()).collect();
     Some(Attempt {
-        dir: workspace.join(".tidegate").join("attempts").join(format!("{}.attempt-{}", step.id, lease.attempt)),
+        dir: workspace.join(".tidegate").join("attempts").join(attempt_name(&step.id, lease.attempt)),
         run_id: step.run_id.clone(),
         partition: Partition { key: step.partition.clone(), interval: step.interval },
         lease,
