@@ -57,6 +57,7 @@ fn reconcile_removes_abandoned_staging_and_reports_what_disagrees() {
     let abandoned = "staging/abandoned-1/part-00000.snappy.parquet";
     std::fs::create_dir_all(nums.join("staging/abandoned-1")).expect("mkdir");
     std::fs::write(nums.join(abandoned), b"not even parquet").expect("write abandoned file");
+    make_old(&nums.join(abandoned));
 
     // Someone deletes 2024-01-02 with another Delta writer: a version no release records.
     let day2 = add_of(&nums, "2024-01-02");
@@ -117,4 +118,78 @@ fn reconcile_removes_abandoned_staging_and_reports_what_disagrees() {
     assert!(text.contains(&unknown), "{text}");
     let missing = format!("missing file: nums/{day1_path} (needed by current version {foreign_version})");
     assert!(text.contains(&missing), "{text}");
+}
+
+const FAILING_SPEC: &str = r#"
+[project]
+name = "reconcile_attempts_test"
+
+[datasets.nums]
+partitioning = { grain = "day", start = "2024-01-01" }
+write = { mode = "replace" }
+
+[tasks.make]
+command = ["sh", "-c", """
+printf 'id,v\n1,10\n' > "$TIDEGATE_OUTPUT_DIR/n.csv"
+echo "made $TIDEGATE_PARTITION"
+if [ "$TIDEGATE_PARTITION" = 2024-01-02 ]; then echo 'bad input' >&2; exit 65; fi
+"""]
+outputs = ["nums"]
+"#;
+
+fn names_in(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|entries| entries.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+#[test]
+fn reconcile_removes_what_finished_attempts_left_in_the_workspace() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let ws = dir.path();
+    std::fs::write(ws.join("tidegate.toml"), FAILING_SPEC).expect("spec");
+    let out = tidegate(ws).args(["run", "make", "--from", "2024-01-01", "--to", "2024-01-02"]).output().expect("runs");
+    assert!(!out.status.success(), "2024-01-02 fails deterministically");
+    let (attempts, logs) = (ws.join(".tidegate/attempts"), ws.join(".tidegate/logs"));
+    // The staged attempt's folder went at once; the failed one's stays, with what it wrote.
+    let failed = names_in(&attempts);
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert!(attempts.join(&failed[0]).join("n.csv").exists());
+    let log_files = names_in(&logs);
+    assert!(log_files.iter().any(|f| f == &format!("{}.stderr.log", failed[0])), "{log_files:?}");
+
+    // An hour later: logs are kept for 30 days by default; the failed attempt's folder is not
+    // needed any more.
+    make_old(&attempts.join(&failed[0]));
+    for f in &log_files {
+        make_old(&logs.join(f));
+    }
+    let (code, report) = json(ws, &["reconcile", "--json"]);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(report["attempts"]["folders_removed"], j!(failed), "{report}");
+    assert_eq!(report["attempts"]["logs_removed"], j!([]), "{report}");
+    assert_eq!(report["attempts"]["n_logs_kept"], log_files.len(), "{report}");
+    assert!(names_in(&attempts).is_empty());
+    assert_eq!(names_in(&logs), log_files);
+
+    // A step still running keeps its files whatever --keep-logs says: the store lists it.
+    let before_second_run = names_in(&logs);
+    abort_at(ws, "after-stage", &["run", "make", "--partition", "2024-01-03"]);
+    let waiting: Vec<String> = names_in(&logs).into_iter().filter(|f| !before_second_run.contains(f)).collect();
+    assert!(!waiting.is_empty());
+    for f in &waiting {
+        make_old(&logs.join(f));
+    }
+    let (code, report) = json(ws, &["reconcile", "--keep-logs", "0s", "--json"]);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(report["attempts"]["logs_removed"], j!(log_files), "{report}");
+    assert_eq!(names_in(&logs), waiting, "the waiting step's logs stay");
+    let text = ok(ws, &["reconcile"]);
+    assert!(text.contains("Removed 0 output folder(s) and 0 log file(s) of finished attempts (0 B)"), "{text}");
+
+    let out = tidegate(ws).args(["reconcile", "--keep-logs", "forever"]).output().expect("runs");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("must be a number"), "bad durations are refused");
 }

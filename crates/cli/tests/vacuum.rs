@@ -1,7 +1,8 @@
 //! `tidegate vacuum`: after four releases of one partition, vacuum with `--retain-releases 2`
 //! deletes only the first release's file; rolling back to each retained release still works, a
 //! rollback that needs a vacuumed version is refused without committing, and the staged output of
-//! a step that is waiting to publish survives.
+//! a step that is waiting to publish survives. Vacuum and rollback hold the dataset's maintenance
+//! lock: one waits for the other, and gives up naming the holder.
 
 mod common;
 
@@ -58,6 +59,7 @@ fn vacuum_keeps_every_retained_release_restorable() {
     assert_eq!(waiting.len(), 1, "{waiting:?}");
     std::fs::create_dir_all(nums.join("staging/dead-1")).expect("mkdir");
     std::fs::write(nums.join("staging/dead-1/part-0.parquet"), b"junk").expect("write");
+    make_old(&nums.join("staging/dead-1/part-0.parquet"));
     let log_before = std::fs::read_dir(nums.join("_delta_log")).expect("log").count();
 
     // Retaining the two newest releases keeps versions 2, 3 (before each) and 4 (current).
@@ -84,14 +86,18 @@ fn vacuum_keeps_every_retained_release_restorable() {
     assert!(nums.join("staging/dead-1/part-0.parquet").exists(), "unpublished files are left to reconcile");
     assert_eq!(std::fs::read_dir(nums.join("_delta_log")).expect("log").count(), log_before, "log untouched");
     assert_eq!(value_of_day1(ws), "v\n40\n");
-    // The journal says who deleted what, and what was kept.
+    // The journal says what vacuum was about to delete before it deleted anything, then what it
+    // deleted and kept.
     let entries = vacuum_entries(ws);
-    assert_eq!(entries.len(), 1, "{entries:?}");
-    assert_eq!(entries[0]["kind"], "vacuumed");
-    assert_eq!(entries[0]["payload"]["dataset"], "nums");
-    assert_eq!(entries[0]["payload"]["deleted"], j!([file_of(1)]));
-    assert_eq!(entries[0]["payload"]["kept_versions"], j!([2, 3, 4]));
-    assert_eq!(entries[0]["payload"]["n_bytes_deleted"], size_of_v1);
+    let kinds: Vec<&str> = entries.iter().filter_map(|e| e["kind"].as_str()).collect();
+    assert_eq!(kinds, ["vacuum_started", "vacuumed"], "{entries:?}");
+    for entry in &entries {
+        assert_eq!(entry["payload"]["dataset"], "nums");
+        assert_eq!(entry["payload"]["deleted"], j!([file_of(1)]));
+        assert_eq!(entry["payload"]["kept_versions"], j!([2, 3, 4]));
+        assert_eq!(entry["payload"]["n_bytes_deleted"], size_of_v1);
+    }
+    assert_eq!(entries[0]["correlation_id"], entries[1]["correlation_id"], "{entries:?}");
 
     // Undoing each retained release works: it restores the version before it.
     let release_3 = release_of(&nums, 3);
@@ -144,4 +150,93 @@ fn vacuum_refuses_bad_arguments() {
     // Nothing published yet: nothing to do, and the summary says so.
     let text = ok(ws, &["vacuum", "--dry-run"]);
     assert!(text.contains("Total: would delete 0 file(s), 0 B (dry run: nothing was deleted)"), "{text}");
+}
+
+/// Puts a maintenance lock on `dataset` as another process would, expiring `expires_in_s` from now.
+fn hold_lock(ws: &std::path::Path, dataset: &str, owner: &str, purpose: &str, expires_in_s: i64) {
+    let db = rusqlite::Connection::open(ws.join(".tidegate/state.db")).expect("state db");
+    let at = |s: i64| {
+        (chrono::Utc::now() + chrono::Duration::seconds(s)).to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    };
+    db.execute(
+        "INSERT INTO dataset_locks (dataset, owner, purpose, acquired_at, expires_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+        [dataset, owner, purpose, &at(-5), &at(expires_in_s)],
+    )
+    .expect("lock");
+}
+
+fn locks_held(ws: &std::path::Path) -> i64 {
+    let db = rusqlite::Connection::open(ws.join(".tidegate/state.db")).expect("state db");
+    db.query_row("SELECT COUNT(*) FROM dataset_locks", [], |r| r.get(0)).expect("count")
+}
+
+#[test]
+fn rollback_and_vacuum_wait_for_the_dataset_lock_and_name_its_holder() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let ws = dir.path();
+    let nums = table(ws, "nums");
+    for v in ["10", "20"] {
+        std::fs::write(ws.join("tidegate.toml"), SPEC.replace("v = \"10\"", &format!("v = \"{v}\""))).expect("spec");
+        ok(ws, &["run", "make", "--partition", "2024-01-01", "--json"]);
+    }
+    assert_eq!(locks_held(ws), 0, "a run takes no maintenance lock");
+
+    // A vacuum in another process holds the lock: rollback and vacuum give up after --lock-wait,
+    // naming it, and change nothing.
+    hold_lock(ws, "nums", "ops (pid 4242)", "vacuum", 3_600);
+    for args in [&["rollback", "nums", "--lock-wait", "1"][..], &["vacuum", "--older-than", "0s", "--lock-wait", "1"]] {
+        let started = std::time::Instant::now();
+        let out = tidegate(ws).args(args).output().expect("runs");
+        assert!(!out.status.success(), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("nums: ops (pid 4242) holds its maintenance lock to vacuum")
+                && stderr.contains("--lock-wait"),
+            "{args:?}: {stderr}"
+        );
+        assert!(started.elapsed() >= std::time::Duration::from_secs(1), "it waited before giving up");
+    }
+    assert_eq!(latest_version(&nums), 2, "nothing committed");
+    assert_eq!(value_of_day1(ws), "v\n20\n");
+    assert!(adds(&nums, 1).iter().all(|a| nums.join(path_of(a)).exists()), "nothing vacuumed");
+
+    // The holder finishes while a rollback waits: the rollback goes ahead, then gives the lock up.
+    let db_path = ws.join(".tidegate/state.db");
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(1_500));
+        let db = rusqlite::Connection::open(db_path).expect("state db");
+        db.busy_timeout(std::time::Duration::from_secs(10)).expect("timeout");
+        db.execute("DELETE FROM dataset_locks", []).expect("unlock");
+    });
+    let out = tidegate(ws).args(["rollback", "nums", "--lock-wait", "30"]).output().expect("runs");
+    releaser.join().expect("releaser");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("Waiting up to 30s for vacuum to finish (nums is locked by ops (pid 4242))"), "{stderr}");
+    assert_eq!(value_of_day1(ws), "v\n10\n");
+    assert_eq!(locks_held(ws), 0, "released when done");
+
+    // A holder that died: its lock expired, and the next command takes it over (journaled).
+    hold_lock(ws, "nums", "ops (pid 4243)", "rollback", -1);
+    ok(ws, &["vacuum", "--older-than", "0s", "--lock-wait", "0"]);
+    assert_eq!(locks_held(ws), 0);
+    let (code, history) = json(ws, &["history", "--limit", "10000", "--json"]);
+    assert_eq!(code, 0, "{history}");
+    let locks: Vec<(String, Value)> = history["happened"]
+        .as_array()
+        .expect("happened")
+        .iter()
+        .filter(|e| e["kind"].as_str().is_some_and(|k| k.starts_with("dataset_")))
+        .map(|e| (e["kind"].as_str().unwrap_or_default().to_owned(), e["payload"]["previous_owner"].clone()))
+        .collect();
+    assert_eq!(
+        locks,
+        [
+            ("dataset_locked".to_owned(), Value::Null),
+            ("dataset_unlocked".to_owned(), Value::Null),
+            ("dataset_locked".to_owned(), j!("ops (pid 4243)")),
+            ("dataset_unlocked".to_owned(), Value::Null),
+        ],
+        "{history}"
+    );
 }

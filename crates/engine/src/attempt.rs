@@ -63,14 +63,24 @@ impl Attempt {
     /// (`stdout.log`, `stderr.log`, `checkpoints.jsonl`).
     pub fn file(&self, suffix: &str) -> PathBuf {
         let name = attempt_name(&self.step.id, self.lease.attempt);
-        self.workspace.join(".tidegate").join("logs").join(format!("{name}.{suffix}"))
+        logs_dir(&self.workspace).join(format!("{name}.{suffix}"))
     }
 }
 
 /// `<step>.attempt-<n>`: what an attempt's output folder and its files in `.tidegate/logs` are
 /// named after.
-fn attempt_name(step_id: &str, attempt: u32) -> String {
+pub fn attempt_name(step_id: &str, attempt: u32) -> String {
     format!("{step_id}.attempt-{attempt}")
+}
+
+/// `.tidegate/attempts`: the attempts' output folders.
+pub fn attempts_dir(workspace: &std::path::Path) -> PathBuf {
+    workspace.join(".tidegate").join("attempts")
+}
+
+/// `.tidegate/logs`: the attempts' logs and checkpoint files.
+pub fn logs_dir(workspace: &std::path::Path) -> PathBuf {
+    workspace.join(".tidegate").join("logs")
 }
 
 impl Report {
@@ -368,7 +378,7 @@ pub fn prepare(
     let task = spec.tasks.get(&step.task)?.clone();
     let outputs = task.outputs.iter().filter_map(|o| spec.datasets.get(o).cloned()).collect();
     Some(Attempt {
-        dir: workspace.join(".tidegate").join("attempts").join(attempt_name(&step.id, lease.attempt)),
+        dir: attempts_dir(workspace).join(attempt_name(&step.id, lease.attempt)),
         run_id: step.run_id.clone(),
         partition: Partition { key: step.partition.clone(), interval: step.interval },
         lease,

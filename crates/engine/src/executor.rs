@@ -792,8 +792,9 @@ impl Engine {
     }
 
     /// Settles the reports of finished attempts: frees their pool slots, records the staged
-    /// output of all of them in one store transaction (fenced per attempt), and queues the events
-    /// that follow (checks, retries, failures) for the tick's group commit.
+    /// output of all of them in one store transaction (fenced per attempt) together with the
+    /// check results that follow each, and queues the events of failed attempts (retries,
+    /// failures) for the tick's group commit.
     async fn absorb_reports(
         &self,
         reports: Vec<Report>,
@@ -803,8 +804,8 @@ impl Engine {
         correlation: &str,
         summary: &mut Summary,
     ) -> Result<()> {
-        // Each staged attempt's record, and the events that may follow only once it is stored.
-        let mut staged: Vec<(StagedRecord, Vec<StepEventRecord>)> = Vec::new();
+        // Each staged attempt's record, with the events that may follow only once it is stored.
+        let mut staged: Vec<StagedRecord> = Vec::new();
         for report in reports {
             let Some(entry) = view.get(report.step_id()) else { continue };
             // Backpressure protects a struggling dependency from load: only transient failures
@@ -822,7 +823,9 @@ impl Engine {
             match settlement.staged {
                 Some((step_id, epoch, versions)) => {
                     let meta = self.meta(format!("staged {} rows", settlement.n_rows), correlation);
-                    staged.push((StagedRecord { step_id, epoch, versions, meta }, settlement.events));
+                    // The validation events go in the same transaction, applied only if the
+                    // staging is accepted.
+                    staged.push(StagedRecord { step_id, epoch, versions, meta, then: settlement.events });
                 }
                 None => events.extend(settlement.events),
             }
@@ -830,30 +833,30 @@ impl Engine {
         if staged.is_empty() {
             return Ok(());
         }
-        let records: Vec<StagedRecord> = staged.iter().map(|(r, _)| r.clone()).collect();
+        let step_ids: Vec<String> = staged.iter().map(|r| r.step_id.clone()).collect();
+        let records = staged.clone();
         let outcomes = match self.db(move |s| s.record_staged_many(&records)).await {
             Ok(outcomes) => outcomes,
             // One item at fault fails the transaction: record them one by one, so the others
             // are kept and the error reported is that item's.
             Err(_) if staged.len() > 1 => {
                 let mut outcomes = Vec::with_capacity(staged.len());
-                for (r, _) in &staged {
-                    let r = r.clone();
-                    outcomes.push(self.db(move |s| s.record_staged(&r.step_id, r.epoch, &r.versions, &r.meta)).await?);
+                for record in staged {
+                    let one = self.db(move |s| s.record_staged_many(std::slice::from_ref(&record))).await?;
+                    outcomes.extend(one);
                 }
                 outcomes
             }
             Err(e) => return Err(e),
         };
-        for ((record, then), outcome) in staged.into_iter().zip(outcomes) {
-            if let Outcome::Rejected { .. } = outcome {
+        for (step_id, outcome) in step_ids.iter().zip(outcomes) {
+            let rejected = matches!(outcome, Outcome::Rejected { .. });
+            self.absorb_outcome(step_id, outcome, view, summary);
+            if rejected {
                 // Another attempt owns the step now (this one's lease expired): its output
                 // stays unpublished and reconciliation removes the files.
-                summary.rejected += 1;
-                self.refresh(&record.step_id, view).await?;
-                continue;
+                self.refresh(step_id, view).await?;
             }
-            events.extend(then);
         }
         Ok(())
     }

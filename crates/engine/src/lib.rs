@@ -10,6 +10,7 @@ pub mod attempt;
 pub mod checkpoint;
 pub mod executor;
 pub mod failpoint;
+pub mod leftovers;
 pub mod process;
 pub mod view;
 pub mod worker;

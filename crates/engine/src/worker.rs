@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use tidegate_core::clock::Clock;
 use tidegate_core::spec::Spec;
 use tidegate_lake::Lake;
-use tidegate_store::{JournalMeta, Lease, Outcome, Store};
+use tidegate_store::{JournalMeta, Lease, Outcome, StagedRecord, Store};
 use tokio::sync::mpsc;
 
 use crate::attempt::{self, Report};
@@ -170,13 +170,17 @@ impl Worker {
         let run_id = step.run_id.clone();
         let failed = matches!(report, Report::Failed { .. });
         let settlement = attempt::settle(report, lease.attempt, self.seed, &|reason| self.meta(reason, &run_id));
-        if let Some((step_id, epoch, records)) = settlement.staged {
+        if let Some((step_id, epoch, versions)) = settlement.staged {
             let meta = self.meta(format!("staged {} rows", settlement.n_rows), &run_id);
-            let outcome = self.db(move |s| s.record_staged(&step_id, epoch, &records, &meta)).await?;
-            if let Outcome::Rejected { .. } = outcome {
+            // The check results follow in the same transaction, applied only if it is accepted.
+            let record = StagedRecord { step_id, epoch, versions, meta, then: settlement.events };
+            let outcomes = self.db(move |s| s.record_staged_many(std::slice::from_ref(&record))).await?;
+            if outcomes.iter().any(|o| matches!(o, Outcome::Rejected { .. })) {
                 summary.rejected += 1;
-                return Ok(());
+            } else {
+                summary.staged += 1;
             }
+            return Ok(());
         }
         let events = settlement.events;
         let outcomes = self.db(move |s| s.commit(&events)).await?;

@@ -39,10 +39,13 @@ pub use publish::{
 };
 pub use query::InputTable;
 pub use read::{Commit, DIFF_SAMPLE_ROWS, Diff};
-pub use rollback::{Declared, Differences, MissingFile, MissingVersion, Reconciliation, UnknownVersion};
+pub use rollback::{
+    Declared, Differences, FILE_TIME_GRANULARITY, MissingFile, MissingVersion, OBJECT_STORE_CLOCK_SKEW, Reconciliation,
+    UnknownVersion,
+};
 pub use stage::{ColumnStats, MAX_INPUT_FILES, StagedFile, StagedVersion, schema_hash};
 pub use table::{Lake, PARTITION_COLUMN, STAGING_DIR};
-pub use vacuum::Vacuum;
+pub use vacuum::{Vacuum, VacuumPlan};
 
 /// Re-exported so callers build and read batches with the exact Arrow version the lake uses.
 pub use arrow;

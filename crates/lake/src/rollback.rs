@@ -7,6 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
+use chrono::{DateTime, Utc};
 use deltalake_core::kernel::{Action, Transaction};
 use deltalake_core::protocol::DeltaOperation;
 use futures::TryStreamExt as _;
@@ -29,7 +30,16 @@ pub struct Reconciliation {
     pub n_kept_referenced: usize,
     /// Staging files kept because their staging id is still known to the store.
     pub n_kept_known: usize,
+    /// Staging files kept because they were written after the store was read (an attempt that
+    /// started meanwhile); the next reconcile decides about them.
+    #[serde(default)]
+    pub n_kept_recent: usize,
 }
+
+/// How far an object store's clock may run behind this machine's, for [`Lake::reconcile`].
+pub const OBJECT_STORE_CLOCK_SKEW: chrono::Duration = chrono::Duration::minutes(5);
+/// How far a local file's modification time may lag the instant it was written.
+pub const FILE_TIME_GRANULARITY: chrono::Duration = chrono::Duration::milliseconds(50);
 
 /// What the store declares about the lake, for [`Lake::differences`].
 #[derive(Debug, Clone, Default)]
@@ -169,9 +179,16 @@ impl Lake {
 
     /// Deletes staged files, in every dataset, that no table version references and whose staging
     /// id is not in `known_staging_ids` (pass every id the store has not abandoned, including
-    /// attempts still running).
-    pub async fn reconcile(&self, known_staging_ids: &[String]) -> Result<Reconciliation> {
+    /// attempts still running), read from the store at `known_as_of`.
+    ///
+    /// A file written at or after `known_as_of` is kept whatever its id: an attempt claimed after
+    /// the store was read is missing from the list, and deleting its output would make its
+    /// publication commit files that are gone. On an object store, whose clock is not this
+    /// machine's, the cutoff is moved back by [`OBJECT_STORE_CLOCK_SKEW`]; on a folder, by
+    /// [`FILE_TIME_GRANULARITY`] (the kernel stamps files with a clock read once per tick).
+    pub async fn reconcile(&self, known_staging_ids: &[String], known_as_of: DateTime<Utc>) -> Result<Reconciliation> {
         let known: HashSet<&str> = known_staging_ids.iter().map(String::as_str).collect();
+        let cutoff = known_as_of - if self.root().is_some() { FILE_TIME_GRANULARITY } else { OBJECT_STORE_CLOCK_SKEW };
         let mut report = Reconciliation::default();
         for dataset in self.datasets().await? {
             let Some(table) = self.try_load(&dataset).await? else { continue };
@@ -185,6 +202,8 @@ impl Lake {
                     report.n_kept_referenced += 1;
                 } else if known.contains(staging_id) {
                     report.n_kept_known += 1;
+                } else if meta.last_modified >= cutoff {
+                    report.n_kept_recent += 1;
                 } else {
                     store.delete(&meta.location).await?;
                     report.deleted.push(format!("{dataset}/{path}"));

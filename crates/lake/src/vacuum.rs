@@ -38,11 +38,20 @@ pub struct Vacuum {
     pub dry_run: bool,
 }
 
+/// A vacuum decided and not yet carried out: what [`Lake::execute_vacuum`] will delete, made
+/// against one table version. The caller can journal it (the intent) before anything goes.
+#[derive(Debug, Clone)]
+pub struct VacuumPlan {
+    /// The report the deletion will produce (`dry_run` true until it is executed).
+    pub report: Vacuum,
+}
+
 impl Lake {
     /// Deletes the files of `dataset` that some commit once added and that neither the current
     /// version nor any of `keep_versions` references. Files staged under one of
     /// `protected_staging_ids` (attempts that may still publish) are never deleted. With
-    /// `dry_run`, returns the same report and deletes nothing.
+    /// `dry_run`, returns the same report and deletes nothing. [`Lake::plan_vacuum`] and
+    /// [`Lake::execute_vacuum`] are its two halves, for a caller that records the plan first.
     ///
     /// A kept version that can no longer be loaded is an error rather than a guess: vacuum cannot
     /// know which files it needs.
@@ -53,26 +62,31 @@ impl Lake {
         protected_staging_ids: &[String],
         dry_run: bool,
     ) -> Result<Vacuum> {
-        let protected: HashSet<&str> = protected_staging_ids.iter().map(String::as_str).collect();
         for _ in 0..MAX_COMMIT_ATTEMPTS {
-            let table = self.load(dataset).await?;
-            let current = loaded_version(&table)?;
-            let plan = self.plan_vacuum(dataset, &table, current, keep_versions, &protected).await?;
-            // A commit that landed while the plan was made may reference files the plan did not
-            // see as needed (a rollback re-adding old files): plan again against it.
-            if self.load(dataset).await?.version() != Some(current) {
-                continue;
+            let plan = self.plan_vacuum(dataset, keep_versions, protected_staging_ids).await?;
+            if dry_run {
+                return Ok(plan.report);
             }
-            if !dry_run {
-                let store = table.object_store();
-                for (path, _) in &plan.candidates {
-                    match store.delete(&object_store::path::Path::from(path.as_str())).await {
-                        Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-                        Err(e) => return Err(e.into()),
-                    }
-                }
+            if let Some(done) = self.execute_vacuum(plan).await? {
+                return Ok(done);
             }
-            return Ok(Vacuum {
+        }
+        Err(Error::Conflict { dataset: dataset.to_owned(), n_attempts: MAX_COMMIT_ATTEMPTS })
+    }
+
+    /// Decides what a vacuum of `dataset` deletes, against its current version; deletes nothing.
+    pub async fn plan_vacuum(
+        &self,
+        dataset: &str,
+        keep_versions: &BTreeSet<u64>,
+        protected_staging_ids: &[String],
+    ) -> Result<VacuumPlan> {
+        let protected: HashSet<&str> = protected_staging_ids.iter().map(String::as_str).collect();
+        let table = self.load(dataset).await?;
+        let current = loaded_version(&table)?;
+        let plan = self.files_to_delete(dataset, &table, current, keep_versions, &protected).await?;
+        Ok(VacuumPlan {
+            report: Vacuum {
                 dataset: dataset.to_owned(),
                 current_version: current,
                 kept_versions: plan.kept_versions,
@@ -80,13 +94,32 @@ impl Lake {
                 deleted: plan.candidates.into_iter().map(|(path, _)| path).collect(),
                 n_kept_referenced: plan.n_kept_referenced,
                 n_left_unpublished: plan.n_left_unpublished,
-                dry_run,
-            });
-        }
-        Err(Error::Conflict { dataset: dataset.to_owned(), n_attempts: MAX_COMMIT_ATTEMPTS })
+                dry_run: true,
+            },
+        })
     }
 
-    async fn plan_vacuum(
+    /// Deletes what `plan` lists, if the table is still at the version the plan was made
+    /// against; `None` (nothing deleted) when a commit landed since, which may reference files
+    /// the plan did not see as needed (a rollback re-adding old files): plan again.
+    pub async fn execute_vacuum(&self, plan: VacuumPlan) -> Result<Option<Vacuum>> {
+        let mut report = plan.report;
+        let table = self.load(&report.dataset).await?;
+        if table.version() != Some(report.current_version) {
+            return Ok(None);
+        }
+        let store = table.object_store();
+        for path in &report.deleted {
+            match store.delete(&object_store::path::Path::from(path.as_str())).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        report.dry_run = false;
+        Ok(Some(report))
+    }
+
+    async fn files_to_delete(
         &self,
         dataset: &str,
         table: &deltalake_core::DeltaTable,

@@ -11,6 +11,7 @@ mod backfill;
 mod codec;
 mod error;
 mod journal;
+mod locks;
 mod migrate;
 mod model;
 mod postgres;
@@ -121,8 +122,10 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     ) -> Result<Outcome>;
     /// Records the staged versions of many attempts, each as
     /// [`record_staged`](Store::record_staged) would, in one transaction (the reports a scheduler
-    /// absorbed in one tick). One outcome per item, in order; all or none are stored, so on an
-    /// error the caller can record them one by one to find the one at fault.
+    /// absorbed in one tick), and applies each item's `then` events after it if it was accepted.
+    /// One outcome per item, in order: the staging's if it was rejected or nothing followed it,
+    /// else that of the last event applied after it (the step's state now). All or none are
+    /// stored, so on an error the caller can record them one by one to find the one at fault.
     fn record_staged_many(&self, staged: &[StagedRecord]) -> Result<Vec<Outcome>>;
     /// The versions staged by a step's attempts, newest attempt last.
     fn versions(&self, step_id: &str) -> Result<Vec<VersionRecord>>;
@@ -189,6 +192,20 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn acquire_scheduler(&self, owner: &str, now: DateTime<Utc>, ttl_s: u32) -> Result<bool>;
     /// Gives the scheduler role up (clean shutdown).
     fn release_scheduler(&self, owner: &str) -> Result<()>;
+
+    /// Takes or renews `dataset`'s maintenance lock for `owner` until `now + ttl_s`, for
+    /// `purpose`; [`LockOutcome::HeldBy`] names another live holder. Taking it is journaled
+    /// (`dataset_locked`, naming an expired holder it replaced); a renewal is not.
+    fn lock_dataset(
+        &self,
+        dataset: &str,
+        owner: &str,
+        purpose: &str,
+        now: DateTime<Utc>,
+        ttl_s: u32,
+    ) -> Result<LockOutcome>;
+    /// Gives `dataset`'s lock up if `owner` holds it, journaled as `dataset_unlocked`.
+    fn unlock_dataset(&self, dataset: &str, owner: &str, now: DateTime<Utc>) -> Result<()>;
 
     // ----- Backfills. -----
 

@@ -22,6 +22,7 @@ const ENGINE_SUPPORT: &str = include_str!("../migrations/0003_engine_support.sql
 const BACKFILLS: &str = include_str!("../migrations/0004_backfills.sql");
 const WORKERS: &str = include_str!("../migrations/0005_workers_and_metrics.sql");
 const STEPS_BY_RUN_STATUS: &str = include_str!("../migrations/0006_steps_by_run_status.sql");
+const DATASET_LOCKS: &str = include_str!("../migrations/0007_dataset_locks.sql");
 
 /// Every migration, in order. Never edit one that has shipped: add the next number instead.
 const MIGRATIONS: &[Migration] = &[
@@ -36,6 +37,7 @@ const MIGRATIONS: &[Migration] = &[
     Migration { version: 4, name: "backfills", sqlite: BACKFILLS, postgres: BACKFILLS },
     Migration { version: 5, name: "workers_and_metrics", sqlite: WORKERS, postgres: WORKERS },
     Migration { version: 6, name: "steps_by_run_status", sqlite: STEPS_BY_RUN_STATUS, postgres: STEPS_BY_RUN_STATUS },
+    Migration { version: 7, name: "dataset_locks", sqlite: DATASET_LOCKS, postgres: DATASET_LOCKS },
 ];
 
 /// Applies the migrations the database has not seen; returns how many it applied.

@@ -164,6 +164,26 @@ pub struct WorkerRecord {
     pub expires_at: DateTime<Utc>,
 }
 
+/// A dataset's maintenance lock: who holds it, for what, and until when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DatasetLock {
+    pub dataset: String,
+    pub owner: String,
+    /// What the holder is doing (`vacuum`, `rollback`), for the message another process shows.
+    pub purpose: String,
+    pub acquired_at: DateTime<Utc>,
+    pub expires_at: DateTime<Utc>,
+}
+
+/// The answer to a request for a dataset's maintenance lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LockOutcome {
+    /// The caller holds the lock now (taken, or renewed if it already held it).
+    Acquired,
+    /// Another live holder has it.
+    HeldBy(DatasetLock),
+}
+
 /// A lease on a step's current attempt.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Lease {
@@ -250,6 +270,11 @@ pub struct StagedRecord {
     pub epoch: u64,
     pub versions: Vec<VersionRecord>,
     pub meta: JournalMeta,
+    /// Events of the same step to apply right after, in the same transaction, if the staging is
+    /// accepted (the attempt's check results: `ValidationStarted`, then `ChecksPassed` or
+    /// `ChecksFailed`); nothing of them is applied if it is rejected.
+    #[serde(default)]
+    pub then: Vec<StepEventRecord>,
 }
 
 /// A non-terminal step with what a scheduler needs to order it.

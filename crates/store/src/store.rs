@@ -11,6 +11,7 @@ use tidegate_core::state::{self, RunEvent, RunStatus, StepEvent, StepStatus, Ste
 use crate::backfill;
 use crate::codec::{fmt_ts, from_json, parse_opt_ts, parse_ts, to_i64, to_json, to_u32, to_u64};
 use crate::journal::{self, Appender, Draft};
+use crate::locks;
 use crate::migrate;
 use crate::postgres::Postgres;
 use crate::sql::{Driver, Row, Tx, Value};
@@ -18,9 +19,9 @@ use crate::sqlite::Sqlite;
 use crate::workers;
 use crate::{
     ActiveStep, AttemptRecord, Backend, BackfillRecord, BackfillStatus, ChainReport, CheckpointRecord, Claim,
-    ClaimRequest, Decision, Error, IN_FLIGHT_TIMEOUT_S, JournalEntry, JournalMeta, JournalQuery, Lease, NewStep,
-    Outcome, ReleaseItem, ReleaseKind, ReleaseRecord, Result, RunRecord, RunRequest, StagedRecord, StepEventRecord,
-    StepRecord, Store, Submission, VersionRecord, WorkerRecord,
+    ClaimRequest, Decision, Error, IN_FLIGHT_TIMEOUT_S, JournalEntry, JournalMeta, JournalQuery, Lease, LockOutcome,
+    NewStep, Outcome, ReleaseItem, ReleaseKind, ReleaseRecord, Result, RunRecord, RunRequest, StagedRecord,
+    StepEventRecord, StepRecord, Store, Submission, VersionRecord, WorkerRecord,
 };
 
 /// Store settings.
@@ -363,6 +364,43 @@ fn load_step(tx: &mut dyn Tx, step_id: &str) -> Result<Option<StepRecord>> {
         .transpose()
 }
 
+/// Writes a step's new state to its row.
+fn write_step(tx: &mut dyn Tx, step_id: &str, state: &state::Step, at: DateTime<Utc>) -> Result<()> {
+    tx.execute(
+        "UPDATE steps SET status = ?1, attempt = ?2, epoch = ?3, state_json = ?4, updated_at = ?5 WHERE id = ?6",
+        &[
+            state.status.as_str().into(),
+            Value::Int(state.attempt.into()),
+            Value::Int(to_i64("epoch", state.epoch)?),
+            to_json(state)?.into(),
+            fmt_ts(at).into(),
+            step_id.into(),
+        ],
+    )?;
+    Ok(())
+}
+
+/// Applies step events inside one transaction. The step the last event changed is held in
+/// memory, so consecutive events of one step (staged, validation started, checks passed) read and
+/// write its row once; each event still has its own journal entry. [`Applier::finish`] writes the
+/// held step and re-derives each affected run once.
+#[derive(Default)]
+struct Applier {
+    /// The step the last event touched, and whether its row is behind its state.
+    held: Option<(StepRecord, bool)>,
+    /// Each affected run and the metadata of the last event that touched it.
+    runs: BTreeMap<String, JournalMeta>,
+}
+
+impl Applier {
+    fn flush(tx: &mut dyn Tx, held: Option<(StepRecord, bool)>) -> Result<()> {
+        match held {
+            Some((step, true)) => write_step(tx, &step.id, &step.state, step.updated_at),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// `now + ttl_s`, rounded down to what the database stores, so that the lease a caller holds
 /// equals the one `expired_leases` returns.
 fn expiry(now: DateTime<Utc>, ttl_s: u32) -> Result<(String, DateTime<Utc>)> {
@@ -437,6 +475,20 @@ impl<D: Driver> SqlStore<D> {
         now: DateTime<Utc>,
         detail: Option<(&str, &serde_json::Value)>,
     ) -> Result<Outcome> {
+        Self::transition(tx, journal, step, rec, now, detail, true)
+    }
+
+    /// [`Self::apply_event`], writing the step's new state to its row only if `write`: a caller
+    /// applying several events to one step in a row writes it once, after the last.
+    fn transition(
+        tx: &mut dyn Tx,
+        journal: &mut Appender,
+        step: &StepRecord,
+        rec: &StepEventRecord,
+        now: DateTime<Utc>,
+        detail: Option<(&str, &serde_json::Value)>,
+        write: bool,
+    ) -> Result<Outcome> {
         let from = step.state.status;
         let payload = match detail {
             None => to_json(&rec.event)?,
@@ -466,17 +518,9 @@ impl<D: Driver> SqlStore<D> {
         };
         match state::apply(&step.state, &rec.event) {
             Ok((next, actions)) => {
-                tx.execute(
-                    "UPDATE steps SET status = ?1, attempt = ?2, epoch = ?3, state_json = ?4, updated_at = ?5 WHERE id = ?6",
-                    &[
-                        next.status.as_str().into(),
-                        Value::Int(next.attempt.into()),
-                        Value::Int(to_i64("epoch", next.epoch)?),
-                        to_json(&next)?.into(),
-                        fmt_ts(rec.meta.at).into(),
-                        step.id.as_str().into(),
-                    ],
-                )?;
+                if write {
+                    write_step(tx, &step.id, &next, rec.meta.at)?;
+                }
                 Self::record_attempt(tx, step, &next, rec, now)?;
                 let seq = journal.append(tx, draft(rec.event.kind(), Some(next.status.as_str()), &rec.meta.reason))?;
                 Ok(Outcome::Applied { seq, step: next, actions })
@@ -489,6 +533,44 @@ impl<D: Driver> SqlStore<D> {
         }
     }
 
+    /// Applies one event with `applier`, which holds the step the last event changed.
+    fn apply_held(
+        tx: &mut dyn Tx,
+        journal: &mut Appender,
+        applier: &mut Applier,
+        rec: &StepEventRecord,
+        detail: Option<(&str, &serde_json::Value)>,
+    ) -> Result<Outcome> {
+        let (mut step, mut dirty) = match applier.held.take() {
+            Some(held) if held.0.id == rec.step_id => held,
+            other => {
+                Applier::flush(tx, other)?;
+                let step = load_step(tx, &rec.step_id)?
+                    .ok_or_else(|| Error::NotFound { what: "step", id: rec.step_id.clone() })?;
+                (step, false)
+            }
+        };
+        let outcome = Self::transition(tx, journal, &step, rec, rec.meta.at, detail, false)?;
+        if let Outcome::Applied { step: next, .. } = &outcome {
+            step.state = next.clone();
+            step.updated_at = rec.meta.at;
+            dirty = true;
+            applier.runs.insert(step.run_id.clone(), rec.meta.clone());
+        }
+        applier.held = Some((step, dirty));
+        Ok(outcome)
+    }
+
+    /// Writes the step `applier` holds, then re-derives each affected run once: a group commit of
+    /// a thousand events of one run re-derives its status once.
+    fn finish_applying(tx: &mut dyn Tx, journal: &mut Appender, mut applier: Applier) -> Result<()> {
+        Applier::flush(tx, applier.held.take())?;
+        for (run_id, meta) in &applier.runs {
+            Self::rederive_run(tx, journal, run_id, meta)?;
+        }
+        Ok(())
+    }
+
     /// Applies `events` in order (each with [`Self::apply_event`] to its step's stored state), then
     /// re-derives each affected run once: the whole of a group commit, inside the caller's
     /// transaction. An unknown step is [`Error::NotFound`], which rolls the transaction back.
@@ -498,23 +580,10 @@ impl<D: Driver> SqlStore<D> {
         events: &[StepEventRecord],
         detail: Option<(&str, &serde_json::Value)>,
     ) -> Result<Vec<Outcome>> {
-        let mut outcomes = Vec::with_capacity(events.len());
-        // Each affected run and the metadata of the last event that touched it.
-        let mut runs: BTreeMap<String, &JournalMeta> = BTreeMap::new();
-        for rec in events {
-            let step = load_step(tx, &rec.step_id)?
-                .ok_or_else(|| Error::NotFound { what: "step", id: rec.step_id.clone() })?;
-            let outcome = Self::apply_event(tx, journal, &step, rec, rec.meta.at, detail)?;
-            if matches!(outcome, Outcome::Applied { .. }) {
-                runs.insert(step.run_id, &rec.meta);
-            }
-            outcomes.push(outcome);
-        }
-        // Once per run, not per event: a group commit of a thousand events of one run
-        // re-derives its status once.
-        for (run_id, meta) in runs {
-            Self::rederive_run(tx, journal, &run_id, meta)?;
-        }
+        let mut applier = Applier::default();
+        let outcomes =
+            events.iter().map(|rec| Self::apply_held(tx, journal, &mut applier, rec, detail)).collect::<Result<_>>()?;
+        Self::finish_applying(tx, journal, applier)?;
         Ok(outcomes)
     }
 
@@ -841,13 +910,19 @@ impl<D: Driver> SqlStore<D> {
 impl<D: Driver> SqlStore<D> {
     /// Applies `Staged { epoch }` to a step and stores its versions, inside `tx`: the body of
     /// [`Store::record_staged`] and of each item of [`Store::record_staged_many`].
+    /// Records one attempt's staged versions and, if the store accepts them, applies `then` to
+    /// the step (the validation events that follow), inside the caller's transaction; the runs
+    /// to re-derive are left in `applier`.
+    #[allow(clippy::too_many_arguments)]
     fn stage_in(
         tx: &mut dyn Tx,
         journal: &mut Appender,
+        applier: &mut Applier,
         step_id: &str,
         epoch: u64,
         versions: &[VersionRecord],
         meta: &JournalMeta,
+        then: &[StepEventRecord],
     ) -> Result<Outcome> {
         if let Some(v) = versions.iter().find(|v| v.step_id != step_id) {
             return Err(Error::InvalidRequest(format!("version {:?} belongs to step {}", v.id, v.step_id)));
@@ -869,13 +944,21 @@ impl<D: Driver> SqlStore<D> {
             event: StepEvent::Staged { epoch, version: versions.first().map_or("none", |v| v.id.as_str()).to_owned() },
             meta: meta.clone(),
         };
-        let outcome = Self::apply_events(tx, journal, std::slice::from_ref(&rec), Some(("versions", &summary)))?
-            .pop()
-            .ok_or_else(|| Error::Corrupt("one event applied gave no outcome".into()))?;
+        let outcome = Self::apply_held(tx, journal, applier, &rec, Some(("versions", &summary)))?;
         // Fenced or illegal: the rejection is journaled and nothing is stored.
         let Outcome::Applied { step, .. } = &outcome else { return Ok(outcome) };
         insert_attempt_versions(tx, versions, epoch, step.attempt)?;
-        Ok(outcome)
+        let mut last = outcome;
+        for event in then {
+            if event.step_id != step_id {
+                return Err(Error::InvalidRequest(format!(
+                    "an event to apply after staging step {step_id} is for step {}",
+                    event.step_id
+                )));
+            }
+            last = Self::apply_held(tx, journal, applier, event, None)?;
+        }
+        Ok(last)
     }
 }
 
@@ -1253,7 +1336,12 @@ impl<D: Driver> Store for SqlStore<D> {
     ) -> Result<Outcome> {
         let what = format!("recording {} staged versions of step {step_id} at epoch {epoch}", versions.len());
         self.driver
-            .write(|tx| Self::stage_in(tx, &mut Appender::default(), step_id, epoch, versions, meta))
+            .write(|tx| {
+                let (mut journal, mut applier) = (Appender::default(), Applier::default());
+                let outcome = Self::stage_in(tx, &mut journal, &mut applier, step_id, epoch, versions, meta, &[])?;
+                Self::finish_applying(tx, &mut journal, applier)?;
+                Ok(outcome)
+            })
             .map_err(|e| e.context(&what))
     }
 
@@ -1261,18 +1349,31 @@ impl<D: Driver> Store for SqlStore<D> {
         let what = format!("recording the staged versions of {} attempts", staged.len());
         self.driver
             .write(|tx| {
-                let mut journal = Appender::default();
-                staged
+                let (mut journal, mut applier) = (Appender::default(), Applier::default());
+                let outcomes = staged
                     .iter()
                     .map(|s| {
-                        Self::stage_in(tx, &mut journal, &s.step_id, s.epoch, &s.versions, &s.meta).map_err(|e| {
+                        Self::stage_in(
+                            tx,
+                            &mut journal,
+                            &mut applier,
+                            &s.step_id,
+                            s.epoch,
+                            &s.versions,
+                            &s.meta,
+                            &s.then,
+                        )
+                        .map_err(|e| {
                             e.context(&format!(
                                 "recording the staged versions of step {} at epoch {}",
                                 s.step_id, s.epoch
                             ))
                         })
                     })
-                    .collect()
+                    .collect::<Result<Vec<_>>>()?;
+                // Once per run for the whole batch, not once per attempt.
+                Self::finish_applying(tx, &mut journal, applier)?;
+                Ok(outcomes)
             })
             .map_err(|e| e.context(&what))
     }
@@ -1615,6 +1716,25 @@ impl<D: Driver> Store for SqlStore<D> {
                 Ok(())
             })
             .map_err(|e| e.context(&format!("releasing the scheduler role of {owner}")))
+    }
+
+    fn lock_dataset(
+        &self,
+        dataset: &str,
+        owner: &str,
+        purpose: &str,
+        now: DateTime<Utc>,
+        ttl_s: u32,
+    ) -> Result<LockOutcome> {
+        self.driver
+            .write(|tx| locks::lock(tx, dataset, owner, purpose, now, ttl_s))
+            .map_err(|e| e.context(&format!("locking {dataset} for {owner}")))
+    }
+
+    fn unlock_dataset(&self, dataset: &str, owner: &str, now: DateTime<Utc>) -> Result<()> {
+        self.driver
+            .write(|tx| locks::unlock(tx, dataset, owner, now))
+            .map_err(|e| e.context(&format!("unlocking {dataset} for {owner}")))
     }
 
     fn create_backfill(&self, record: &BackfillRecord, meta: &JournalMeta) -> Result<()> {

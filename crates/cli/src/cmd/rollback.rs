@@ -1,17 +1,23 @@
 //! `tidegate rollback` and `tidegate reconcile`: undo a publication in a new commit, and clean up
 //! what crashed attempts left behind while reporting where the store and the lake disagree.
 
+use std::collections::HashSet;
 use std::path::Path;
 use std::process::ExitCode;
+use std::time::SystemTime;
 
 use anyhow::{Context, Result, bail};
 use chrono::Utc;
 use serde::Serialize;
-use tidegate_lake::{Declared, Differences, Reconciliation, StagedVersion};
+use tidegate_engine::attempt::attempt_name;
+use tidegate_engine::leftovers::{self, Swept};
+use tidegate_lake::{Declared, Differences, FILE_TIME_GRANULARITY, Reconciliation, StagedVersion};
 use tidegate_store::{ActiveStep, JournalMeta, ReleaseItem, ReleaseKind, ReleaseRecord, Store};
 
 use crate::cmd::data::{open_lake, runtime};
+use crate::cmd::lock::{DatasetLockGuard, LockWait};
 use crate::cmd::submit::requester;
+use crate::cmd::vacuum::parse_duration;
 use crate::output;
 use crate::workspace;
 
@@ -40,6 +46,8 @@ pub struct RollbackArgs {
     pub reason: String,
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub lock: LockWait,
 }
 
 #[derive(Serialize)]
@@ -59,6 +67,9 @@ pub fn rollback(ws: Option<&Path>, args: RollbackArgs) -> Result<ExitCode> {
     let release_id = format!("rollback-{}", uuid::Uuid::now_v7());
     let (target, new_version) = runtime()?.block_on(async {
         let lake = open_lake(&ws).await?;
+        // Held until the commit: vacuum must not delete the files this rollback adds back
+        // between its check that they exist and the commit.
+        let _lock = DatasetLockGuard::acquire(&store, &args.dataset, "rollback", args.lock.duration()).await?;
         let current = lake
             .table_version(&args.dataset)
             .await?
@@ -133,12 +144,21 @@ pub fn rollback(ws: Option<&Path>, args: RollbackArgs) -> Result<ExitCode> {
 /// it), releases whose table version is gone, and files that the current table versions or the
 /// staged versions of unfinished steps need and that are missing. Exits with status 2 when there
 /// are differences.
+///
+/// Also sweeps the workspace: the output folders failed attempts left in `.tidegate/attempts`
+/// once the attempt is no longer running, and the logs of finished attempts older than
+/// --keep-logs. Files written after reconcile read the store are kept (an attempt may have
+/// started meanwhile).
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Examples:\n  tidegate reconcile\n  tidegate reconcile --json")]
+#[command(after_help = "Examples:\n  tidegate reconcile\n  tidegate reconcile --keep-logs 7d --json")]
 pub struct ReconcileArgs {
     /// Print what was deleted and every difference as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Keep the logs of finished attempts this long (`36h`, `30d`, `0s` for none); output folders
+    /// that failed attempts left are removed once the attempt is not running.
+    #[arg(long, value_name = "DURATION", default_value = "30d", value_parser = parse_duration)]
+    pub keep_logs: chrono::Duration,
 }
 
 /// The most releases read to learn which table versions the store knows.
@@ -150,6 +170,8 @@ struct Reconciled {
     cleaned: Reconciliation,
     #[serde(flatten)]
     differences: Differences,
+    /// What finished attempts left in the workspace, removed.
+    attempts: Swept,
 }
 
 /// Staging ids of attempts that may still publish: the current attempt of every step that is
@@ -196,15 +218,25 @@ fn declared(store: &dyn Store, active: &[ActiveStep]) -> Result<Declared> {
 pub fn reconcile(ws: Option<&Path>, args: ReconcileArgs) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
     let store = ws.open_store()?;
+    // Taken before the store is read: files written after it may belong to an attempt the
+    // read did not see, and are kept.
+    let known_as_of = Utc::now();
     let active = store.active_steps()?;
     let live = live_staging_ids(store.as_ref(), &active)?;
     let declared = declared(store.as_ref(), &active)?;
     let report = runtime()?.block_on(async {
         let lake = open_lake(&ws).await?;
-        let cleaned = lake.reconcile(&live).await?;
+        let cleaned = lake.reconcile(&live, known_as_of).await?;
         let differences = lake.differences(&declared).await?;
-        anyhow::Ok(Reconciled { cleaned, differences })
+        anyhow::Ok((cleaned, differences))
     })?;
+    let (cleaned, differences) = report;
+    let live: HashSet<String> = active.iter().map(|a| attempt_name(&a.step.id, a.step.state.attempt)).collect();
+    let folders_before = SystemTime::from(known_as_of - FILE_TIME_GRANULARITY);
+    let logs_before = folders_before.min(SystemTime::from(Utc::now() - args.keep_logs));
+    let attempts = leftovers::sweep(&ws.root, &live, folders_before, logs_before)
+        .with_context(|| format!("removing what finished attempts left in {}", ws.root.join(".tidegate").display()))?;
+    let report = Reconciled { cleaned, differences, attempts };
     let code = if report.differences.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(2) };
     if args.json {
         output::json(&report)?;
@@ -212,14 +244,26 @@ pub fn reconcile(ws: Option<&Path>, args: ReconcileArgs) -> Result<ExitCode> {
     }
     let cleaned = &report.cleaned;
     println!(
-        "Deleted {} abandoned staging file(s); kept {} referenced by table versions and {} owned by unfinished attempts",
+        "Deleted {} abandoned staging file(s); kept {} referenced by table versions, {} owned by unfinished attempts \
+         and {} written since reconcile started",
         cleaned.deleted.len(),
         cleaned.n_kept_referenced,
-        cleaned.n_kept_known
+        cleaned.n_kept_known,
+        cleaned.n_kept_recent
     );
     for path in &cleaned.deleted {
         println!("  deleted {path}");
     }
+    let swept = &report.attempts;
+    println!(
+        "Removed {} output folder(s) and {} log file(s) of finished attempts ({}); kept {} of running attempts and {} \
+         log file(s) newer than --keep-logs",
+        swept.folders_removed.len(),
+        swept.logs_removed.len(),
+        output::human_bytes(swept.n_bytes_removed),
+        swept.n_kept_live,
+        swept.n_logs_kept
+    );
     let d = &report.differences;
     if d.is_empty() {
         println!("The store and the lake agree");

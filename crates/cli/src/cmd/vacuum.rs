@@ -8,10 +8,11 @@ use std::process::ExitCode;
 use anyhow::{Context, Result, bail};
 use chrono::{DateTime, Duration, Utc};
 use serde::Serialize;
-use tidegate_lake::Vacuum;
+use tidegate_lake::{Lake, Vacuum};
 use tidegate_store::{ActiveStep, Decision, JournalMeta, ReleaseRecord, Store};
 
 use crate::cmd::data::{open_lake, runtime};
+use crate::cmd::lock::{DatasetLockGuard, LockWait};
 use crate::cmd::rollback::live_staging_ids;
 use crate::cmd::submit::requester;
 use crate::output;
@@ -35,9 +36,11 @@ pub const MAX_RELEASES_SCANNED: u32 = 100_000;
 /// that an earlier commit added and a later one removed is deleted. Staged files of steps that
 /// may still publish are never touched (reconcile owns abandoned ones), nor is `_delta_log`.
 /// Rolling back to a version whose files were vacuumed is refused with a clear error. Each
-/// dataset's vacuum is journaled (`vacuumed`, or `vacuum_failed` with the error): who, the
-/// versions kept and the files deleted; a dry run journals nothing. `--json` lists every
-/// deleted path.
+/// dataset is vacuumed under its maintenance lock, so a rollback waits for it (and it for a
+/// rollback). Each dataset's vacuum is journaled before anything is deleted (`vacuum_started`,
+/// with the files it is about to delete) and after (`vacuumed`, or `vacuum_failed` with the
+/// error): who, the versions kept and the files deleted; a dry run journals nothing and takes no
+/// lock. `--json` lists every deleted path.
 #[derive(Debug, clap::Args)]
 #[command(
     after_help = "Examples:\n  tidegate vacuum --dry-run                        # what would go, nothing deleted\n  tidegate vacuum                                  # keep the 10 newest releases per dataset\n  tidegate vacuum daily_stats --retain-releases 3\n  tidegate vacuum --older-than 30d --json          # keep releases from the last 30 days"
@@ -58,6 +61,8 @@ pub struct Args {
     /// Print the report, with every deleted path, as JSON.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub lock: LockWait,
 }
 
 #[derive(Serialize)]
@@ -94,11 +99,17 @@ pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
             let mut versions = kept_versions(store.as_ref(), name, keep)?;
             // Invariant 3: a retry reads exactly the versions its step pinned, so they stay whole.
             versions.extend(pinned_versions(&active, name));
-            let result = lake.vacuum(name, &versions, &protected, args.dry_run).await;
-            if !args.dry_run {
-                journal(store.as_ref(), name, &versions, &result)?;
-            }
-            reports.push(result.with_context(|| format!("vacuuming {name}"))?);
+            let report = if args.dry_run {
+                lake.vacuum(name, &versions, &protected, true).await?
+            } else {
+                let lock = DatasetLockGuard::acquire(&store, name, "vacuum", args.lock.duration()).await?;
+                let result = vacuum_journaled(&lake, store.as_ref(), name, &versions, &protected, &lock).await;
+                if let Err(e) = &result {
+                    journal_failure(store.as_ref(), name, &versions, e)?;
+                }
+                result?
+            };
+            reports.push(report);
         }
         anyhow::Ok(reports)
     })?;
@@ -137,41 +148,82 @@ pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Journals one dataset's vacuum: what it kept and deleted, or why it failed (some files may
-/// have gone before the failure; `reconcile` reports any a kept version misses).
-fn journal(
+/// Vacuums one dataset under its lock, journaling the intent (`vacuum_started`, with the files it
+/// is about to delete) before deleting anything and the outcome (`vacuumed`) after, so a vacuum
+/// that dies part-way leaves an entry saying what it meant to delete.
+async fn vacuum_journaled(
+    lake: &Lake,
     store: &dyn Store,
     dataset: &str,
-    asked_to_keep: &BTreeSet<u64>,
-    result: &Result<Vacuum, tidegate_lake::Error>,
+    versions: &BTreeSet<u64>,
+    protected: &[String],
+    lock: &DatasetLockGuard,
+) -> Result<Vacuum> {
+    let correlation_id = format!("vacuum-{}", uuid::Uuid::now_v7());
+    for attempt in 1..=tidegate_lake::MAX_COMMIT_ATTEMPTS {
+        let plan =
+            lake.plan_vacuum(dataset, versions, protected).await.with_context(|| format!("vacuuming {dataset}"))?;
+        lock.ensure_held()?;
+        let planned = &plan.report;
+        let reason = format!(
+            "deleting {} file(s) no kept version of {dataset} references (plan {attempt}, against version {})",
+            planned.deleted.len(),
+            planned.current_version
+        );
+        // Nothing to delete needs no intent; the outcome below still records that vacuum ran.
+        if !planned.deleted.is_empty() {
+            let mut payload = summary(planned);
+            payload["attempt"] = attempt.into();
+            journal(store, "vacuum_started", dataset, &correlation_id, reason, payload)?;
+        }
+        let Some(done) = lake.execute_vacuum(plan).await.with_context(|| format!("vacuuming {dataset}"))? else {
+            // A commit landed after the plan was made: plan again against it.
+            continue;
+        };
+        let reason = format!("deleted {} file(s) no kept version of {dataset} references", done.deleted.len());
+        let mut payload = summary(&done);
+        payload["attempt"] = attempt.into();
+        journal(store, "vacuumed", dataset, &correlation_id, reason, payload)?;
+        return Ok(done);
+    }
+    bail!(
+        "vacuuming {dataset}: the table changed under every one of {} plans; try again when publications pause",
+        tidegate_lake::MAX_COMMIT_ATTEMPTS
+    )
+}
+
+/// What the journal keeps of a vacuum report: everything but the path list past
+/// [`MAX_PATHS_JOURNALED`] (the counts stay complete).
+fn summary(v: &Vacuum) -> serde_json::Value {
+    serde_json::json!({
+        "current_version": v.current_version,
+        "kept_versions": v.kept_versions,
+        "n_files_deleted": v.deleted.len(),
+        "n_bytes_deleted": v.n_bytes_deleted,
+        "deleted": v.deleted.iter().take(MAX_PATHS_JOURNALED).collect::<Vec<_>>(),
+        "n_deleted_not_listed": v.deleted.len().saturating_sub(MAX_PATHS_JOURNALED),
+    })
+}
+
+/// Journals why one dataset's vacuum failed (files may have gone before the failure; `reconcile`
+/// reports any that a kept version misses).
+fn journal_failure(store: &dyn Store, dataset: &str, asked_to_keep: &BTreeSet<u64>, e: &anyhow::Error) -> Result<()> {
+    let payload = serde_json::json!({ "kept_versions": asked_to_keep });
+    let correlation_id = format!("vacuum-{}", uuid::Uuid::now_v7());
+    journal(store, "vacuum_failed", dataset, &correlation_id, format!("vacuum of {dataset} failed: {e:#}"), payload)
+}
+
+fn journal(
+    store: &dyn Store,
+    kind: &str,
+    dataset: &str,
+    correlation_id: &str,
+    reason: String,
+    mut payload: serde_json::Value,
 ) -> Result<()> {
-    let (kind, reason, payload) = match result {
-        Ok(v) => (
-            "vacuumed",
-            format!("deleted {} file(s) no kept version of {dataset} references", v.deleted.len()),
-            serde_json::json!({
-                "dataset": dataset,
-                "current_version": v.current_version,
-                "kept_versions": v.kept_versions,
-                "n_files_deleted": v.deleted.len(),
-                "n_bytes_deleted": v.n_bytes_deleted,
-                "deleted": v.deleted.iter().take(MAX_PATHS_JOURNALED).collect::<Vec<_>>(),
-                "n_deleted_not_listed": v.deleted.len().saturating_sub(MAX_PATHS_JOURNALED),
-            }),
-        ),
-        Err(e) => (
-            "vacuum_failed",
-            format!("vacuum of {dataset} failed: {e}"),
-            serde_json::json!({ "dataset": dataset, "kept_versions": asked_to_keep }),
-        ),
-    };
+    payload["dataset"] = serde_json::json!(dataset);
     let decision = Decision { kind: kind.to_owned(), run_id: None, task: None, partition: None, payload };
-    let meta = JournalMeta {
-        actor: requester(),
-        correlation_id: format!("vacuum-{}", Utc::now().timestamp_millis()),
-        reason,
-        at: Utc::now(),
-    };
+    let meta = JournalMeta { actor: requester(), correlation_id: correlation_id.to_owned(), reason, at: Utc::now() };
     store.record_decision(&decision, &meta).with_context(|| format!("journaling the vacuum of {dataset}"))?;
     Ok(())
 }
@@ -220,7 +272,7 @@ fn pinned_versions<'a>(active: &'a [ActiveStep], dataset: &'a str) -> impl Itera
 }
 
 /// Parses `90m`, `36h`, `30d`, `2w` (and `45s`) into a duration.
-fn parse_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
     let (digits, unit) = text.split_at(split);
     let n: i64 = digits.parse().map_err(|_| format!("{text:?} must be a number followed by s, m, h, d or w"))?;

@@ -144,10 +144,23 @@ async fn reconcile_deletes_only_unreferenced_files_of_unknown_attempts() {
     let dead =
         lake.stage_batches(&ds, "dead", &[part("p")], vec![rows(&[(4, None, None)], None)]).await.expect("stage");
 
-    let report = lake.reconcile(&["live".to_owned()]).await.expect("reconcile");
+    // An attempt claimed after reconcile read the store stages while it runs: its id is not in
+    // the list, and its files must survive all the same.
+    let known_as_of = chrono::Utc::now() + chrono::Duration::milliseconds(100);
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let late =
+        lake.stage_batches(&ds, "late", &[part("p")], vec![rows(&[(5, None, None)], None)]).await.expect("stage");
+
+    let report = lake.reconcile(&["live".to_owned()], known_as_of).await.expect("reconcile");
     assert_eq!(report.deleted, vec![format!("rec/{}", dead.files[0].path)]);
     assert_eq!(report.n_kept_known, live.files.len());
     assert_eq!(report.n_kept_referenced, 2);
+    assert_eq!(report.n_kept_recent, late.files.len(), "written after the store was read: kept");
+    assert!(lake.root().expect("a folder lake").join("rec").join(&late.files[0].path).exists());
+    // The next reconcile, reading the store a second later, decides about it.
+    let next_read = chrono::Utc::now() + chrono::Duration::seconds(1);
+    let report = lake.reconcile(&["live".to_owned()], next_read).await.expect("reconcile");
+    assert_eq!(report.deleted, vec![format!("rec/{}", late.files[0].path)]);
     assert!(lake.root().expect("a folder lake").join("rec").join(&live.files[0].path).exists());
     assert!(!lake.root().expect("a folder lake").join("rec").join(&dead.files[0].path).exists());
     // Rolling back to the first version still works: its file was kept.

@@ -10,8 +10,8 @@ use tidegate_core::retry::ErrorClass;
 use tidegate_core::state::{Action, RunStatus, StepEvent, StepStatus};
 use tidegate_store::{
     Approval, BackfillRecord, BackfillStatus, CheckpointRecord, Claim, Error, IN_FLIGHT_TIMEOUT_S, JournalEntry,
-    JournalQuery, Lease, Outcome, Priority, ReleaseKind, ReleaseRecord, RunRecord, RunRequest, SqlStore, StagedRecord,
-    StepRecord, Store, Throttle,
+    JournalQuery, Lease, LockOutcome, Outcome, Priority, ReleaseKind, ReleaseRecord, RunRecord, RunRequest, SqlStore,
+    StagedRecord, StepEventRecord, StepRecord, Store, Throttle,
 };
 use tidegate_testkit::fixed_instant;
 use tidegate_testkit::store::{
@@ -68,12 +68,14 @@ macro_rules! all_backend_tests {
             record_staged_with_a_stale_epoch_stores_nothing,
             record_staged_stores_versions_and_journals_them,
             record_staged_many_fences_each_attempt_and_is_all_or_nothing,
+            record_staged_many_applies_the_events_that_follow_only_if_staging_is_accepted,
             record_release_publishes_steps_and_rejects_a_stale_epoch,
             releases_read_back_newest_first_with_their_items,
             releases_recorded_together_are_all_or_nothing,
             published_step_keys_finds_exactly_the_published_keys,
             checkpoint_is_refused_until_its_version_is_staged,
             scheduler_role_is_held_by_one_owner_until_it_expires,
+            a_dataset_lock_is_held_by_one_owner_per_dataset_until_it_expires,
             workers_register_renew_expire_and_see_their_leases,
             overlapping_backfill_is_refused_naming_the_first,
             backfill_changes_are_compare_and_set_and_journaled,
@@ -1273,6 +1275,53 @@ pub fn scheduler_role_is_held_by_one_owner_until_it_expires(t: &StoreUnderTest) 
     assert_chain_intact(store);
 }
 
+pub fn a_dataset_lock_is_held_by_one_owner_per_dataset_until_it_expires(t: &StoreUnderTest) {
+    let store = &*t.store;
+    let lock = |dataset: &str, owner: &str, purpose: &str, at_s: i64| {
+        store.lock_dataset(dataset, owner, purpose, t0() + secs(at_s), 30).expect("locking")
+    };
+    assert_eq!(lock("events", "vacuum-1", "vacuum", 0), LockOutcome::Acquired, "a free lock is taken");
+    assert_eq!(lock("stats", "rollback-1", "rollback", 1), LockOutcome::Acquired, "each dataset has its own lock");
+    let LockOutcome::HeldBy(holder) = lock("events", "rollback-2", "rollback", 10) else {
+        panic!("a live holder keeps the lock")
+    };
+    assert_eq!(
+        (holder.owner.as_str(), holder.purpose.as_str(), holder.acquired_at, holder.expires_at),
+        ("vacuum-1", "vacuum", t0(), t0() + secs(30)),
+        "the refusal names who holds the lock, for what and until when"
+    );
+    assert_eq!(lock("events", "vacuum-1", "vacuum", 20), LockOutcome::Acquired, "the holder renews, until 50");
+    assert!(matches!(lock("events", "rollback-2", "rollback", 50), LockOutcome::HeldBy(_)), "valid until its expiry");
+    assert_eq!(lock("events", "rollback-2", "rollback", 51), LockOutcome::Acquired, "an expired lock is taken over");
+    assert!(matches!(lock("events", "vacuum-1", "vacuum", 52), LockOutcome::HeldBy(_)), "the old holder lost it");
+
+    store.unlock_dataset("events", "vacuum-1", t0() + secs(53)).expect("unlocking a lock one does not hold");
+    assert!(matches!(lock("events", "vacuum-1", "vacuum", 53), LockOutcome::HeldBy(_)), "a non-holder frees nothing");
+    store.unlock_dataset("events", "rollback-2", t0() + secs(54)).expect("unlocking");
+    assert_eq!(lock("events", "vacuum-1", "vacuum", 54), LockOutcome::Acquired, "an unlocked dataset is free");
+
+    let events: Vec<(String, String, serde_json::Value, serde_json::Value)> = all_entries(store)
+        .into_iter()
+        .map(|e| (e.kind, e.actor, e.payload["dataset"].clone(), e.payload["previous_owner"].clone()))
+        .collect();
+    let null = serde_json::Value::Null;
+    let entry = |kind: &str, actor: &str, dataset: &str, previous: &serde_json::Value| {
+        (kind.to_owned(), actor.to_owned(), serde_json::json!(dataset), previous.clone())
+    };
+    assert_eq!(
+        events,
+        vec![
+            entry("dataset_locked", "vacuum-1", "events", &null),
+            entry("dataset_locked", "rollback-1", "stats", &null),
+            entry("dataset_locked", "rollback-2", "events", &serde_json::json!("vacuum-1")),
+            entry("dataset_unlocked", "rollback-2", "events", &null),
+            entry("dataset_locked", "vacuum-1", "events", &null),
+        ],
+        "taking and giving up a lock are journaled, renewals and refusals are not"
+    );
+    assert_chain_intact(store);
+}
+
 fn backfill_record(id: &str, footprint: &[(&str, &[&str])]) -> BackfillRecord {
     BackfillRecord {
         id: id.to_owned(),
@@ -1403,6 +1452,7 @@ pub fn record_staged_many_fences_each_attempt_and_is_all_or_nothing(t: &StoreUnd
         epoch: lease.epoch,
         versions: vec![version_record(version, ids[i], lease.attempt, "features", at)],
         meta: meta(at),
+        then: Vec::new(),
     };
 
     // One item naming the wrong attempt fails the batch, and nothing of it is stored.
@@ -1424,6 +1474,66 @@ pub fn record_staged_many_fences_each_attempt_and_is_all_or_nothing(t: &StoreUnd
     assert_eq!(store.versions(ids[0]).expect("versions")[0].id, "v0");
     assert_eq!(store.versions(ids[2]).expect("versions"), vec![], "a fenced attempt stores no version");
     assert_eq!(t.raw_count("SELECT count(*) FROM versions"), 2);
+    assert_chain_intact(store);
+}
+
+pub fn record_staged_many_applies_the_events_that_follow_only_if_staging_is_accepted(t: &StoreUnderTest) {
+    let store = &*t.store;
+    let (run, steps) = create_ready(store, 2);
+    let ids: Vec<&String> = steps.iter().map(|s| &s.id).collect();
+    let live = claim(store, ids[0], "w1", t0(), 30);
+    let zombie = claim(store, ids[1], "w1", t0(), 30);
+    expire_and_retry(store, &zombie, t0() + secs(31));
+    claim(store, ids[1], "w2", t0() + secs(40), 30);
+    let at = t0() + secs(41);
+    let item = |i: usize, lease: &Lease| {
+        let checks =
+            [StepEvent::ValidationStarted { epoch: lease.epoch }, StepEvent::ChecksPassed { epoch: lease.epoch }];
+        StagedRecord {
+            step_id: ids[i].clone(),
+            epoch: lease.epoch,
+            versions: vec![version_record(&format!("v{i}"), ids[i], lease.attempt, "features", at)],
+            meta: meta(at),
+            then: checks
+                .into_iter()
+                .map(|event| StepEventRecord { step_id: ids[i].clone(), event, meta: meta(at) })
+                .collect(),
+        }
+    };
+    let before = all_entries(store).len();
+    let outcomes = store.record_staged_many(&[item(0, &live), item(1, &zombie)]).expect("recording");
+    let Outcome::Applied { step, .. } = &outcomes[0] else { panic!("accepted: {:?}", outcomes[0]) };
+    assert_eq!(step.status, StepStatus::Validated, "the outcome is the step's state after the last event");
+    assert!(matches!(outcomes[1], Outcome::Rejected { .. }), "{:?}", outcomes[1]);
+    assert_eq!(status(store, ids[0]), StepStatus::Validated, "written once, after all three events");
+    assert_eq!(status(store, ids[1]), StepStatus::Running, "a fenced attempt's checks are not applied");
+    let entries: Vec<(String, Option<String>)> = all_entries(store)
+        .into_iter()
+        .skip(before)
+        .map(|e| (e.kind, e.step_id.map(|id| if &id == ids[0] { "live" } else { "zombie" }.to_owned())))
+        .collect();
+    let live_entry = |kind: &str| (kind.to_owned(), Some("live".to_owned()));
+    assert_eq!(
+        entries,
+        vec![
+            live_entry("staged"),
+            live_entry("validation_started"),
+            live_entry("checks_passed"),
+            ("rejected".to_owned(), Some("zombie".to_owned())),
+        ],
+        "each event keeps its own journal entry; the run stays running (a step is still active)"
+    );
+    assert_eq!(store.run(&run.id).expect("run").expect("exists").status, RunStatus::Running);
+
+    // An event for another step is refused, and nothing of the batch is stored.
+    let (_, others) = create_ready(store, 1);
+    let lease = claim(store, &others[0].id, "w1", at, 30);
+    let mut stray = item(0, &lease);
+    stray.step_id.clone_from(&others[0].id);
+    stray.versions = vec![version_record("v-stray", &others[0].id, lease.attempt, "features", at)];
+    let err = store.record_staged_many(&[stray]).expect_err("an event for another step");
+    assert!(err.to_string().contains("is for step"), "{err}");
+    assert_eq!(status(store, &others[0].id), StepStatus::Running);
     assert_chain_intact(store);
 }
 

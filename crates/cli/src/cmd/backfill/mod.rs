@@ -127,5 +127,10 @@ pub(crate) fn publish_args(id: &str) -> release::PublishArgs {
 }
 
 pub(crate) fn rollback_args(id: &str) -> release::RollbackArgs {
-    release::RollbackArgs { id: id.to_owned(), reason: "demo: undoing the backfill".to_owned(), json: false }
+    release::RollbackArgs {
+        id: id.to_owned(),
+        reason: "demo: undoing the backfill".to_owned(),
+        json: false,
+        lock: crate::cmd::lock::LockWait { lock_wait: crate::cmd::lock::DEFAULT_LOCK_WAIT_S },
+    }
 }

@@ -23,6 +23,7 @@ use tidegate_store::{BackfillRecord, BackfillStatus, ReleaseItem, ReleaseKind, R
 use super::review::{publishable, review, staged_versions};
 use super::{FrozenSpec, ensure_spec_unchanged, load, meta, short};
 use crate::cmd::data::{open_lake, runtime};
+use crate::cmd::lock::{DatasetLockGuard, LockWait};
 use crate::cmd::submit::requester;
 use crate::output;
 use crate::workspace::{self, Workspace};
@@ -48,6 +49,8 @@ pub struct RollbackArgs {
     pub reason: String,
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub lock: LockWait,
 }
 
 #[derive(Serialize)]
@@ -326,7 +329,17 @@ pub fn rollback(ws: Option<&Path>, args: RollbackArgs) -> Result<ExitCode> {
                 Some(DatasetKind::Managed { write: WriteMode::Snapshot })
             );
             let scope = (!snapshot).then_some(partitions.as_slice());
-            match lake.rollback(name, *version, scope, &release_id).await {
+            // Vacuum must not delete the files this adds back between its check and its commit.
+            let lock = match DatasetLockGuard::acquire(&store, name, "rollback", args.lock.duration()).await {
+                Ok(lock) => lock,
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            };
+            let rolled_back = lake.rollback(name, *version, scope, &release_id).await;
+            drop(lock);
+            match rolled_back {
                 Ok(new_version) => restored.push((name.clone(), *version, new_version, partitions.clone())),
                 Err(e) => {
                     result = Err(anyhow::Error::from(e).context(format!("restoring {name} to version {version}")));

@@ -252,7 +252,8 @@ fn store_loop(store: &dyn Store, run_ids: &[String]) -> Result<f64> {
             .collect();
         let leases = store.claim_steps(&requests, Utc::now(), 30)?;
         let leases: Vec<_> = leases.into_iter().flatten().collect();
-        // The engine records the staged output of the reports it absorbs in one tick together.
+        // The engine records the staged output of the reports it absorbs in one tick together,
+        // each with its validation events.
         let staged: Vec<StagedRecord> = leases
             .iter()
             .map(|lease| StagedRecord {
@@ -260,21 +261,16 @@ fn store_loop(store: &dyn Store, run_ids: &[String]) -> Result<f64> {
                 epoch: lease.epoch,
                 versions: vec![version_record(by_id[lease.step_id.as_str()], lease.attempt, "out")],
                 meta: meta("staged 0 rows"),
+                then: [
+                    StepEvent::ValidationStarted { epoch: lease.epoch },
+                    StepEvent::ChecksPassed { epoch: lease.epoch },
+                ]
+                .into_iter()
+                .map(|event| StepEventRecord { step_id: lease.step_id.clone(), event, meta: meta("checks") })
+                .collect(),
             })
             .collect();
         store.record_staged_many(&staged)?;
-        let mut events = Vec::with_capacity(2 * chunk.len());
-        for lease in leases {
-            let step = by_id[lease.step_id.as_str()];
-            for event in
-                [StepEvent::ValidationStarted { epoch: lease.epoch }, StepEvent::ChecksPassed { epoch: lease.epoch }]
-            {
-                events.push(StepEventRecord { step_id: step.id.clone(), event, meta: meta("checks") });
-            }
-        }
-        for batch in events.chunks(MAX_EVENTS_PER_COMMIT) {
-            store.commit(batch)?;
-        }
     }
     Ok(started.elapsed().as_secs_f64())
 }

@@ -1,0 +1,140 @@
+//! A dataset's maintenance lock, held by a command for the length of its work: `vacuum` while it
+//! decides what to delete and deletes it, `rollback` and `backfill rollback` while they check the
+//! files they add back and commit. The store keeps the lock as a lease; this guard renews it in
+//! the background and gives it up when dropped, so an early return or an error releases it too.
+//! A process killed while holding it holds it until the lease expires ([`LOCK_TTL_S`]).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use chrono::Utc;
+use tidegate_store::{DatasetLock, LockOutcome, Store};
+
+use crate::cmd::submit::requester;
+
+/// How long a lock outlives its holder's last renewal.
+pub const LOCK_TTL_S: u32 = 60;
+/// How often the holder renews it.
+const RENEW_EVERY: Duration = Duration::from_secs(10);
+/// How often a waiting command asks again.
+const POLL_EVERY: Duration = Duration::from_millis(200);
+/// How long a command waits for a busy dataset unless told otherwise.
+pub const DEFAULT_LOCK_WAIT_S: u64 = 60;
+
+/// Holds `dataset`'s maintenance lock until dropped.
+pub struct DatasetLockGuard {
+    store: Arc<dyn Store>,
+    dataset: String,
+    owner: String,
+    /// Set by the renewer when the store says another process took the lock (this one went
+    /// unrenewed past its TTL, say a stopped process): the work must not go on.
+    lost: Arc<AtomicBool>,
+    renewer: tokio::task::JoinHandle<()>,
+}
+
+impl DatasetLockGuard {
+    /// Takes `dataset`'s lock to do `purpose`, waiting up to `wait` for another holder to finish;
+    /// the error names the holder, what it is doing and when its lock expires.
+    pub async fn acquire(store: &Arc<dyn Store>, dataset: &str, purpose: &str, wait: Duration) -> Result<Self> {
+        let owner = format!("{} (pid {})", requester(), std::process::id());
+        let give_up = Instant::now() + wait;
+        let mut told = false;
+        loop {
+            let outcome = store
+                .lock_dataset(dataset, &owner, purpose, Utc::now(), LOCK_TTL_S)
+                .with_context(|| format!("taking the maintenance lock on {dataset}"))?;
+            match outcome {
+                LockOutcome::Acquired => break,
+                LockOutcome::HeldBy(holder) if Instant::now() >= give_up => bail!(busy(&holder, purpose, wait)),
+                LockOutcome::HeldBy(holder) => {
+                    if !told {
+                        eprintln!(
+                            "Waiting up to {}s for {} to finish ({dataset} is locked by {})",
+                            wait.as_secs(),
+                            holder.purpose,
+                            holder.owner
+                        );
+                        told = true;
+                    }
+                }
+            }
+            tokio::time::sleep(POLL_EVERY).await;
+        }
+        let lost = Arc::new(AtomicBool::new(false));
+        let renewer =
+            tokio::spawn(renew(store.clone(), dataset.to_owned(), owner.clone(), purpose.to_owned(), lost.clone()));
+        Ok(Self { store: store.clone(), dataset: dataset.to_owned(), owner, lost, renewer })
+    }
+
+    /// An error if the lock was lost since it was taken: call before each irreversible step.
+    pub fn ensure_held(&self) -> Result<()> {
+        if self.lost.load(Ordering::SeqCst) {
+            bail!(
+                "lost the lock on {} (this process went unrenewed for more than {LOCK_TTL_S}s and another took it); \
+                 stopped before changing anything more: run the command again",
+                self.dataset
+            );
+        }
+        Ok(())
+    }
+}
+
+impl Drop for DatasetLockGuard {
+    fn drop(&mut self) {
+        self.renewer.abort();
+        if let Err(e) = self.store.unlock_dataset(&self.dataset, &self.owner, Utc::now()) {
+            eprintln!(
+                "warning: could not release the lock on {} ({e:#}); it expires within {LOCK_TTL_S}s",
+                self.dataset
+            );
+        }
+    }
+}
+
+async fn renew(store: Arc<dyn Store>, dataset: String, owner: String, purpose: String, lost: Arc<AtomicBool>) {
+    loop {
+        tokio::time::sleep(RENEW_EVERY).await;
+        let (s, d, o, p) = (store.clone(), dataset.clone(), owner.clone(), purpose.clone());
+        let renewed = tokio::task::spawn_blocking(move || s.lock_dataset(&d, &o, &p, Utc::now(), LOCK_TTL_S)).await;
+        match renewed {
+            Ok(Ok(LockOutcome::Acquired)) => {}
+            Ok(Ok(LockOutcome::HeldBy(_))) => {
+                lost.store(true, Ordering::SeqCst);
+                return;
+            }
+            // The store could not be reached: the lock holds until its TTL; try again.
+            Ok(Err(_)) | Err(_) => {}
+        }
+    }
+}
+
+fn busy(holder: &DatasetLock, purpose: &str, waited: Duration) -> String {
+    format!(
+        "cannot {purpose} {}: {} holds its maintenance lock to {} (since {}), still after waiting {}s. It is \
+         released when that finishes, or at {} if its holder died; run the command again then (or pass a longer \
+         --lock-wait)",
+        holder.dataset,
+        holder.owner,
+        holder.purpose,
+        holder.acquired_at.format("%Y-%m-%d %H:%M:%S UTC"),
+        waited.as_secs(),
+        holder.expires_at.format("%Y-%m-%d %H:%M:%S UTC"),
+    )
+}
+
+/// `--lock-wait` for commands that take a dataset's lock.
+#[derive(Debug, Clone, Copy, clap::Args)]
+pub struct LockWait {
+    /// Seconds to wait for another command holding a dataset's maintenance lock (a vacuum, a
+    /// rollback) before giving up.
+    #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_LOCK_WAIT_S)]
+    pub lock_wait: u64,
+}
+
+impl LockWait {
+    pub fn duration(self) -> Duration {
+        Duration::from_secs(self.lock_wait)
+    }
+}
