@@ -961,17 +961,8 @@ impl Engine {
             .zip(&leases)
             .filter_map(|((id, _, _), l)| l.as_ref().map(|l| (id.clone(), l.worker == self.opts.worker_id)))
             .collect();
-        let mut records: HashMap<String, (StepRecord, Option<CheckpointRecord>)> = self
-            .db(move |s| {
-                let mut out = HashMap::with_capacity(claimed.len());
-                for (id, local) in claimed {
-                    let Some(step) = s.step(&id)? else { continue };
-                    let resume_from = if local { s.last_checkpoint(&id)? } else { None };
-                    out.insert(id, (step, resume_from));
-                }
-                Ok(out)
-            })
-            .await?;
+        let mut records: HashMap<String, (StepRecord, Option<CheckpointRecord>)> =
+            self.db(move |s| s.claimed_steps(&claimed)).await?;
         let mut attempts = Vec::new();
         for ((step_id, pool_name, class), lease) in picked.into_iter().zip(leases) {
             let Some(lease) = lease else {

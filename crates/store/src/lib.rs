@@ -168,6 +168,13 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     ) -> Result<Outcome>;
     /// The newest checkpoint of a step, for a retried attempt to resume from.
     fn last_checkpoint(&self, step_id: &str) -> Result<Option<CheckpointRecord>>;
+    /// Just-claimed steps as stored now and, for each flagged `true` (to run in this process),
+    /// its newest checkpoint: what a scheduler needs to start them, in one read instead of two
+    /// per step. A step that no longer exists is left out.
+    fn claimed_steps(
+        &self,
+        claimed: &[(String, bool)],
+    ) -> Result<std::collections::HashMap<String, (StepRecord, Option<CheckpointRecord>)>>;
     /// Every checkpoint of a step, one per granule, oldest first: the staged parts a retried
     /// attempt carries forward.
     fn checkpoints(&self, step_id: &str) -> Result<Vec<CheckpointRecord>>;

@@ -1,7 +1,7 @@
 //! The store logic, written once over the [`Driver`] abstraction: runs, steps, attempts, leases,
 //! idempotency records and the journal. Each public method is one transaction.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::Path;
 
 use chrono::{DateTime, Duration, Utc};
@@ -364,6 +364,20 @@ fn load_step(tx: &mut dyn Tx, step_id: &str) -> Result<Option<StepRecord>> {
         .transpose()
 }
 
+/// The newest checkpoint of a step.
+fn load_last_checkpoint(tx: &mut dyn Tx, step_id: &str) -> Result<Option<CheckpointRecord>> {
+    tx.query(
+        &format!(
+            "SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE step_id = ?1 \
+             ORDER BY created_at DESC, granule DESC LIMIT 1"
+        ),
+        &[step_id.into()],
+    )?
+    .first()
+    .map(checkpoint_from_row)
+    .transpose()
+}
+
 /// Writes a step's new state to its row.
 fn write_step(tx: &mut dyn Tx, step_id: &str, state: &state::Step, at: DateTime<Utc>) -> Result<()> {
     tx.execute(
@@ -462,25 +476,13 @@ fn load_key(tx: &mut dyn Tx, key: &str) -> Result<Option<KeyRecord>> {
 }
 
 impl<D: Driver> SqlStore<D> {
-    /// Applies one event to `step` (already loaded in this transaction): writes the new state,
-    /// the attempt and lease bookkeeping, and the journal entry, or journals the rejection.
-    /// `now` is when an attempt that this event starts began.
+    /// Applies one event to `step` (already loaded in this transaction): the new state (written
+    /// to the step's row only if `write`: a caller applying several events to one step in a row
+    /// writes it once, after the last), the attempt and lease bookkeeping, and the journal entry,
+    /// or journals the rejection. `now` is when an attempt that this event starts began.
     /// `detail`, when given, is one more field of the journal payload beside the event's own (for
     /// example the versions a `staged` event recorded).
     fn apply_event(
-        tx: &mut dyn Tx,
-        journal: &mut Appender,
-        step: &StepRecord,
-        rec: &StepEventRecord,
-        now: DateTime<Utc>,
-        detail: Option<(&str, &serde_json::Value)>,
-    ) -> Result<Outcome> {
-        Self::transition(tx, journal, step, rec, now, detail, true)
-    }
-
-    /// [`Self::apply_event`], writing the step's new state to its row only if `write`: a caller
-    /// applying several events to one step in a row writes it once, after the last.
-    fn transition(
         tx: &mut dyn Tx,
         journal: &mut Appender,
         step: &StepRecord,
@@ -550,7 +552,7 @@ impl<D: Driver> SqlStore<D> {
                 (step, false)
             }
         };
-        let outcome = Self::transition(tx, journal, &step, rec, rec.meta.at, detail, false)?;
+        let outcome = Self::apply_event(tx, journal, &step, rec, rec.meta.at, detail, false)?;
         if let Outcome::Applied { step: next, .. } = &outcome {
             step.state = next.clone();
             step.updated_at = rec.meta.at;
@@ -613,7 +615,7 @@ impl<D: Driver> SqlStore<D> {
                 event: StepEvent::Claimed { epoch, worker: claim.worker.clone() },
                 meta: claim.meta.clone(),
             };
-            let next = match Self::apply_event(tx, journal, &step, &rec, now, None)? {
+            let next = match Self::apply_event(tx, journal, &step, &rec, now, None, true)? {
                 Outcome::Applied { step, .. } => step,
                 Outcome::Rejected { reason, .. } => {
                     return Err(Error::Corrupt(format!("a ready step refused a claim at epoch {epoch}: {reason}")));
@@ -1559,19 +1561,25 @@ impl<D: Driver> Store for SqlStore<D> {
 
     fn last_checkpoint(&self, step_id: &str) -> Result<Option<CheckpointRecord>> {
         self.driver
-            .read(|tx| {
-                tx.query(
-                    &format!(
-                        "SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE step_id = ?1 \
-                         ORDER BY created_at DESC, granule DESC LIMIT 1"
-                    ),
-                    &[step_id.into()],
-                )?
-                .first()
-                .map(checkpoint_from_row)
-                .transpose()
-            })
+            .read(|tx| load_last_checkpoint(tx, step_id))
             .map_err(|e| e.context(&format!("reading the last checkpoint of step {step_id}")))
+    }
+
+    fn claimed_steps(
+        &self,
+        claimed: &[(String, bool)],
+    ) -> Result<HashMap<String, (StepRecord, Option<CheckpointRecord>)>> {
+        self.driver
+            .read(|tx| {
+                let mut out = HashMap::with_capacity(claimed.len());
+                for (id, local) in claimed {
+                    let Some(step) = load_step(tx, id)? else { continue };
+                    let resume_from = if *local { load_last_checkpoint(tx, id)? } else { None };
+                    out.insert(id.clone(), (step, resume_from));
+                }
+                Ok(out)
+            })
+            .map_err(|e| e.context(&format!("reading {} claimed steps", claimed.len())))
     }
 
     fn checkpoints(&self, step_id: &str) -> Result<Vec<CheckpointRecord>> {
