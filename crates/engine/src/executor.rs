@@ -833,29 +833,31 @@ impl Engine {
         if staged.is_empty() {
             return Ok(());
         }
-        let step_ids: Vec<String> = staged.iter().map(|r| r.step_id.clone()).collect();
-        let records = staged.clone();
-        let outcomes = match self.db(move |s| s.record_staged_many(&records)).await {
+        // The records go to the blocking thread and come back, rather than being copied every
+        // tick for the rare fallback below.
+        let (recorded, staged) = self.db(move |s| Ok((s.record_staged_many(&staged), staged))).await?;
+        let outcomes = match recorded {
             Ok(outcomes) => outcomes,
             // One item at fault fails the transaction: record them one by one, so the others
             // are kept and the error reported is that item's.
             Err(_) if staged.len() > 1 => {
                 let mut outcomes = Vec::with_capacity(staged.len());
-                for record in staged {
+                for record in &staged {
+                    let record = record.clone();
                     let one = self.db(move |s| s.record_staged_many(std::slice::from_ref(&record))).await?;
                     outcomes.extend(one);
                 }
                 outcomes
             }
-            Err(e) => return Err(e),
+            Err(e) => return Err(Error::Store(e)),
         };
-        for (step_id, outcome) in step_ids.iter().zip(outcomes) {
+        for (record, outcome) in staged.iter().zip(outcomes) {
             let rejected = matches!(outcome, Outcome::Rejected { .. });
-            self.absorb_outcome(step_id, outcome, view, summary);
+            self.absorb_outcome(&record.step_id, outcome, view, summary);
             if rejected {
                 // Another attempt owns the step now (this one's lease expired): its output
                 // stays unpublished and reconciliation removes the files.
-                self.refresh(step_id, view).await?;
+                self.refresh(&record.step_id, view).await?;
             }
         }
         Ok(())

@@ -46,19 +46,23 @@ pub fn sweep(
         if attempt_of(&name) != Some(name.as_str()) {
             continue;
         }
-        let modified = entry.metadata()?.modified()?;
-        if live.contains(&name) || modified >= folders_before {
+        // An entry can vanish under the sweep (a staged attempt removes its own folder): gone
+        // is what the sweep wanted, so it is skipped, not an error.
+        let Some(meta) = gone_is_none(entry.metadata())? else { continue };
+        if live.contains(&name) || meta.modified()? >= folders_before {
             swept.n_kept_live += 1;
             continue;
         }
-        swept.n_bytes_removed += size_of_folder(&entry.path())?;
-        std::fs::remove_dir_all(entry.path())?;
-        swept.folders_removed.push(name);
+        let Some(size) = gone_is_none(size_of_folder(&entry.path()))? else { continue };
+        if gone_is_none(std::fs::remove_dir_all(entry.path()))?.is_some() {
+            swept.n_bytes_removed += size;
+            swept.folders_removed.push(name);
+        }
     }
     for entry in entries(&logs_dir(workspace))? {
         let name = entry.file_name().to_string_lossy().into_owned();
         let Some(attempt) = attempt_of(&name) else { continue };
-        let meta = entry.metadata()?;
+        let Some(meta) = gone_is_none(entry.metadata())? else { continue };
         if !meta.is_file() {
             continue;
         }
@@ -67,9 +71,8 @@ pub fn sweep(
             swept.n_kept_live += 1;
         } else if modified >= logs_before {
             swept.n_logs_kept += 1;
-        } else {
+        } else if gone_is_none(std::fs::remove_file(entry.path()))?.is_some() {
             swept.n_bytes_removed += meta.len();
-            std::fs::remove_file(entry.path())?;
             swept.logs_removed.push(name);
         }
     }
@@ -78,13 +81,18 @@ pub fn sweep(
     Ok(swept)
 }
 
-/// The entries of `dir`; none if it does not exist (no attempt ran here yet).
-fn entries(dir: &Path) -> io::Result<Vec<std::fs::DirEntry>> {
-    match std::fs::read_dir(dir) {
-        Ok(read) => read.collect(),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
+/// `None` for a file or folder that no longer exists, the value otherwise.
+fn gone_is_none<T>(result: io::Result<T>) -> io::Result<Option<T>> {
+    match result {
+        Ok(value) => Ok(Some(value)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e),
     }
+}
+
+/// The entries of `dir`; none if it does not exist (no attempt ran here yet).
+fn entries(dir: &Path) -> io::Result<Vec<std::fs::DirEntry>> {
+    Ok(gone_is_none(std::fs::read_dir(dir))?.map(Iterator::collect::<io::Result<_>>).transpose()?.unwrap_or_default())
 }
 
 /// The attempt name a workspace entry belongs to: `<step>.attempt-<n>` itself (an output folder)
@@ -156,6 +164,9 @@ mod tests {
         let swept = sweep(ws, &live, later, later).expect("sweep");
         assert_eq!(swept.logs_removed, ["done.attempt-1.stderr.log"]);
         assert!(logs.join("live.attempt-2.stdout.log").exists() && logs.join("README").exists());
+
+        // Something that vanishes between the listing and its removal is simply gone.
+        assert_eq!(gone_is_none(std::fs::metadata(ws.join("nowhere"))).expect("not an error").map(|_| ()), None);
 
         // Files written after the store was read may belong to an attempt it did not list.
         std::fs::create_dir_all(attempts.join("new.attempt-1")).expect("mkdir");

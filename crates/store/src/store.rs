@@ -396,8 +396,8 @@ fn write_step(tx: &mut dyn Tx, step_id: &str, state: &state::Step, at: DateTime<
 
 /// Applies step events inside one transaction. The step the last event changed is held in
 /// memory, so consecutive events of one step (staged, validation started, checks passed) read and
-/// write its row once; each event still has its own journal entry. [`Applier::finish`] writes the
-/// held step and re-derives each affected run once.
+/// write its row once; each event still has its own journal entry. `SqlStore::finish_applying`
+/// writes the held step and re-derives each affected run once.
 #[derive(Default)]
 struct Applier {
     /// The step the last event touched, and whether its row is behind its state.
@@ -910,24 +910,26 @@ impl<D: Driver> SqlStore<D> {
 /// Checks that step names are unique and that every upstream name is a step of the same run;
 /// the run is refused otherwise, as the caller's mistake.
 impl<D: Driver> SqlStore<D> {
-    /// Applies `Staged { epoch }` to a step and stores its versions, inside `tx`: the body of
+    /// Applies `Staged { epoch }` to a step and stores its versions, then, if the store accepted
+    /// them, applies `then` to the step (the validation events that follow), inside the caller's
+    /// transaction; the runs to re-derive are left in `applier`. The body of
     /// [`Store::record_staged`] and of each item of [`Store::record_staged_many`].
-    /// Records one attempt's staged versions and, if the store accepts them, applies `then` to
-    /// the step (the validation events that follow), inside the caller's transaction; the runs
-    /// to re-derive are left in `applier`.
-    #[allow(clippy::too_many_arguments)]
     fn stage_in(
         tx: &mut dyn Tx,
         journal: &mut Appender,
         applier: &mut Applier,
-        step_id: &str,
-        epoch: u64,
-        versions: &[VersionRecord],
-        meta: &JournalMeta,
-        then: &[StepEventRecord],
+        staged: &StagedRecord,
     ) -> Result<Outcome> {
+        let StagedRecord { step_id, epoch, versions, meta, then } = staged;
+        let (step_id, epoch) = (step_id.as_str(), *epoch);
         if let Some(v) = versions.iter().find(|v| v.step_id != step_id) {
             return Err(Error::InvalidRequest(format!("version {:?} belongs to step {}", v.id, v.step_id)));
+        }
+        if let Some(e) = then.iter().find(|e| e.step_id != step_id) {
+            return Err(Error::InvalidRequest(format!(
+                "an event to apply after staging step {step_id} is for step {}",
+                e.step_id
+            )));
         }
         let summary: serde_json::Value = versions
             .iter()
@@ -952,12 +954,6 @@ impl<D: Driver> SqlStore<D> {
         insert_attempt_versions(tx, versions, epoch, step.attempt)?;
         let mut last = outcome;
         for event in then {
-            if event.step_id != step_id {
-                return Err(Error::InvalidRequest(format!(
-                    "an event to apply after staging step {step_id} is for step {}",
-                    event.step_id
-                )));
-            }
             last = Self::apply_held(tx, journal, applier, event, None)?;
         }
         Ok(last)
@@ -1337,10 +1333,17 @@ impl<D: Driver> Store for SqlStore<D> {
         meta: &JournalMeta,
     ) -> Result<Outcome> {
         let what = format!("recording {} staged versions of step {step_id} at epoch {epoch}", versions.len());
+        let staged = StagedRecord {
+            step_id: step_id.to_owned(),
+            epoch,
+            versions: versions.to_vec(),
+            meta: meta.clone(),
+            then: Vec::new(),
+        };
         self.driver
             .write(|tx| {
                 let (mut journal, mut applier) = (Appender::default(), Applier::default());
-                let outcome = Self::stage_in(tx, &mut journal, &mut applier, step_id, epoch, versions, meta, &[])?;
+                let outcome = Self::stage_in(tx, &mut journal, &mut applier, &staged)?;
                 Self::finish_applying(tx, &mut journal, applier)?;
                 Ok(outcome)
             })
@@ -1355,17 +1358,7 @@ impl<D: Driver> Store for SqlStore<D> {
                 let outcomes = staged
                     .iter()
                     .map(|s| {
-                        Self::stage_in(
-                            tx,
-                            &mut journal,
-                            &mut applier,
-                            &s.step_id,
-                            s.epoch,
-                            &s.versions,
-                            &s.meta,
-                            &s.then,
-                        )
-                        .map_err(|e| {
+                        Self::stage_in(tx, &mut journal, &mut applier, s).map_err(|e| {
                             e.context(&format!(
                                 "recording the staged versions of step {} at epoch {}",
                                 s.step_id, s.epoch

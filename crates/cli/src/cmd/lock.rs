@@ -38,7 +38,10 @@ impl DatasetLockGuard {
     /// Takes `dataset`'s lock to do `purpose`, waiting up to `wait` for another holder to finish;
     /// the error names the holder, what it is doing and when its lock expires.
     pub async fn acquire(store: &Arc<dyn Store>, dataset: &str, purpose: &str, wait: Duration) -> Result<Self> {
-        let owner = format!("{} (pid {})", requester(), std::process::id());
+        // Unique across hosts sharing a store: the same user and pid on two machines must not be
+        // taken for one holder renewing its lock. (A v7 UUID ends in random bits.)
+        let nonce = uuid::Uuid::now_v7().simple().to_string();
+        let owner = format!("{} (pid {}, {})", requester(), std::process::id(), &nonce[nonce.len() - 8..]);
         let give_up = Instant::now() + wait;
         let mut told = false;
         loop {

@@ -224,13 +224,12 @@ pub fn reconcile(ws: Option<&Path>, args: ReconcileArgs) -> Result<ExitCode> {
     let active = store.active_steps()?;
     let live = live_staging_ids(store.as_ref(), &active)?;
     let declared = declared(store.as_ref(), &active)?;
-    let report = runtime()?.block_on(async {
+    let (cleaned, differences) = runtime()?.block_on(async {
         let lake = open_lake(&ws).await?;
         let cleaned = lake.reconcile(&live, known_as_of).await?;
         let differences = lake.differences(&declared).await?;
         anyhow::Ok((cleaned, differences))
     })?;
-    let (cleaned, differences) = report;
     let live: HashSet<String> = active.iter().map(|a| attempt_name(&a.step.id, a.step.state.attempt)).collect();
     let folders_before = SystemTime::from(known_as_of - FILE_TIME_GRANULARITY);
     let logs_before = folders_before.min(SystemTime::from(Utc::now() - args.keep_logs));

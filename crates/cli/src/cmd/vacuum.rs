@@ -103,9 +103,16 @@ pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
                 lake.vacuum(name, &versions, &protected, true).await?
             } else {
                 let lock = DatasetLockGuard::acquire(&store, name, "vacuum", args.lock.duration()).await?;
-                let result = vacuum_journaled(&lake, store.as_ref(), name, &versions, &protected, &lock).await;
+                // One correlation id joins the intent, the outcome and a failure.
+                let journal = VacuumJournal {
+                    store: store.as_ref(),
+                    dataset: name,
+                    correlation_id: format!("vacuum-{}", uuid::Uuid::now_v7()),
+                };
+                let result = vacuum_journaled(&lake, &journal, &versions, &protected, &lock).await;
                 if let Err(e) = &result {
-                    journal_failure(store.as_ref(), name, &versions, e)?;
+                    let payload = serde_json::json!({ "kept_versions": versions });
+                    journal.write("vacuum_failed", format!("vacuum of {name} failed: {e:#}"), payload)?;
                 }
                 result?
             };
@@ -153,37 +160,32 @@ pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
 /// that dies part-way leaves an entry saying what it meant to delete.
 async fn vacuum_journaled(
     lake: &Lake,
-    store: &dyn Store,
-    dataset: &str,
+    journal: &VacuumJournal<'_>,
     versions: &BTreeSet<u64>,
     protected: &[String],
     lock: &DatasetLockGuard,
 ) -> Result<Vacuum> {
-    let correlation_id = format!("vacuum-{}", uuid::Uuid::now_v7());
+    let dataset = journal.dataset;
     for attempt in 1..=tidegate_lake::MAX_COMMIT_ATTEMPTS {
         let plan =
             lake.plan_vacuum(dataset, versions, protected).await.with_context(|| format!("vacuuming {dataset}"))?;
         lock.ensure_held()?;
         let planned = &plan.report;
-        let reason = format!(
-            "deleting {} file(s) no kept version of {dataset} references (plan {attempt}, against version {})",
-            planned.deleted.len(),
-            planned.current_version
-        );
         // Nothing to delete needs no intent; the outcome below still records that vacuum ran.
         if !planned.deleted.is_empty() {
-            let mut payload = summary(planned);
-            payload["attempt"] = attempt.into();
-            journal(store, "vacuum_started", dataset, &correlation_id, reason, payload)?;
+            let reason = format!(
+                "deleting {} file(s) no kept version of {dataset} references (plan {attempt}, against version {})",
+                planned.deleted.len(),
+                planned.current_version
+            );
+            journal.write("vacuum_started", reason, summary(planned, attempt))?;
         }
         let Some(done) = lake.execute_vacuum(plan).await.with_context(|| format!("vacuuming {dataset}"))? else {
             // A commit landed after the plan was made: plan again against it.
             continue;
         };
         let reason = format!("deleted {} file(s) no kept version of {dataset} references", done.deleted.len());
-        let mut payload = summary(&done);
-        payload["attempt"] = attempt.into();
-        journal(store, "vacuumed", dataset, &correlation_id, reason, payload)?;
+        journal.write("vacuumed", reason, summary(&done, attempt))?;
         return Ok(done);
     }
     bail!(
@@ -192,10 +194,11 @@ async fn vacuum_journaled(
     )
 }
 
-/// What the journal keeps of a vacuum report: everything but the path list past
-/// [`MAX_PATHS_JOURNALED`] (the counts stay complete).
-fn summary(v: &Vacuum) -> serde_json::Value {
+/// What the journal keeps of a vacuum report (from plan `attempt`): everything but the path list
+/// past [`MAX_PATHS_JOURNALED`] (the counts stay complete).
+fn summary(v: &Vacuum, attempt: u32) -> serde_json::Value {
     serde_json::json!({
+        "attempt": attempt,
         "current_version": v.current_version,
         "kept_versions": v.kept_versions,
         "n_files_deleted": v.deleted.len(),
@@ -205,27 +208,23 @@ fn summary(v: &Vacuum) -> serde_json::Value {
     })
 }
 
-/// Journals why one dataset's vacuum failed (files may have gone before the failure; `reconcile`
-/// reports any that a kept version misses).
-fn journal_failure(store: &dyn Store, dataset: &str, asked_to_keep: &BTreeSet<u64>, e: &anyhow::Error) -> Result<()> {
-    let payload = serde_json::json!({ "kept_versions": asked_to_keep });
-    let correlation_id = format!("vacuum-{}", uuid::Uuid::now_v7());
-    journal(store, "vacuum_failed", dataset, &correlation_id, format!("vacuum of {dataset} failed: {e:#}"), payload)
+/// Where one dataset's vacuum writes its journal entries, all under one correlation id.
+struct VacuumJournal<'a> {
+    store: &'a dyn Store,
+    dataset: &'a str,
+    correlation_id: String,
 }
 
-fn journal(
-    store: &dyn Store,
-    kind: &str,
-    dataset: &str,
-    correlation_id: &str,
-    reason: String,
-    mut payload: serde_json::Value,
-) -> Result<()> {
-    payload["dataset"] = serde_json::json!(dataset);
-    let decision = Decision { kind: kind.to_owned(), run_id: None, task: None, partition: None, payload };
-    let meta = JournalMeta { actor: requester(), correlation_id: correlation_id.to_owned(), reason, at: Utc::now() };
-    store.record_decision(&decision, &meta).with_context(|| format!("journaling the vacuum of {dataset}"))?;
-    Ok(())
+impl VacuumJournal<'_> {
+    fn write(&self, kind: &str, reason: String, mut payload: serde_json::Value) -> Result<()> {
+        let dataset = self.dataset;
+        payload["dataset"] = serde_json::json!(dataset);
+        let decision = Decision { kind: kind.to_owned(), run_id: None, task: None, partition: None, payload };
+        let meta =
+            JournalMeta { actor: requester(), correlation_id: self.correlation_id.clone(), reason, at: Utc::now() };
+        self.store.record_decision(&decision, &meta).with_context(|| format!("journaling the vacuum of {dataset}"))?;
+        Ok(())
+    }
 }
 
 /// Which releases a vacuum keeps.
