@@ -3,14 +3,13 @@
 //! `<table>/staging/<staging_id>/`, with no commit, so no Delta reader can see it. The returned
 //! [`StagedVersion`] is what the engine stores and later hands to checks and publication.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::io::{BufReader, Seek as _};
 use std::path::Path as FsPath;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray as _, RecordBatch, StringArray, new_null_array};
-use arrow::compute::kernels::cmp::eq;
-use arrow::compute::{CastOptions, cast_with_options, filter_record_batch};
+use arrow::array::{Array, ArrayRef, AsArray as _, RecordBatch, StringArray, UInt32Array, new_null_array};
+use arrow::compute::{CastOptions, cast_with_options, take_record_batch};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::row::{RowConverter, SortField};
 use deltalake_core::DeltaTable;
@@ -270,36 +269,27 @@ impl Lake {
             .map_err(|e| Error::internal(format!("staging URL for {prefix}: {e}")))?;
         // The local object store refuses a root that does not exist yet.
         self.ensure_folder(dataset, Some(prefix)).await?;
+        let parts: Vec<(String, Vec<RecordBatch>)> = keys
+            .iter()
+            .cloned()
+            .zip(split_by_partition(rows, schema, keys)?)
+            .filter(|(_, batches)| !batches.is_empty())
+            .collect();
+        // Parquet encoding is the bulk of a large write (a merge rewrites whole partitions): the
+        // partitions are shared out between writers on the runtime's threads, in key order, each
+        // writer taking at least WRITER_MIN_ROWS rows so small outputs keep to one writer.
+        let n_rows: usize = rows.iter().map(RecordBatch::num_rows).sum();
+        let parallelism = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+        let n_writers = parallelism.min(parts.len()).min(n_rows / WRITER_MIN_ROWS).max(1);
         let files_schema = file_schema(schema);
-        let mut writer = RecordBatchWriter::try_new(url.as_str(), files_schema.clone(), None, None)?;
+        let mut writers = Vec::with_capacity(n_writers);
+        for group in share_out(parts, n_writers) {
+            let (url, schema, prefix) = (url.clone(), files_schema.clone(), prefix.to_owned());
+            writers.push(tokio::spawn(write_partitions(url, schema, prefix, group)));
+        }
         let mut files = Vec::new();
-        for key in keys {
-            let mut n_rows = 0u64;
-            for batch in rows {
-                let part = rows_of_partition(batch, key)?;
-                if part.num_rows() == 0 {
-                    continue;
-                }
-                n_rows += part.num_rows() as u64;
-                let without = part.project(&file_columns(schema))?;
-                writer.write(without).await?;
-            }
-            if n_rows == 0 {
-                continue;
-            }
-            let adds = writer.flush().await?;
-            let single = adds.len() == 1;
-            for add in adds {
-                let file_rows = if single { n_rows } else { stats_rows(add.stats.as_deref())? };
-                files.push(StagedFile {
-                    path: format!("{prefix}/{}", add.path.trim_start_matches('/')),
-                    partition: key.clone(),
-                    size_bytes: add.size,
-                    n_rows: file_rows,
-                    modification_time_ms: add.modification_time,
-                    delta_stats: add.stats,
-                });
-            }
+        for writer in writers {
+            files.extend(writer.await.map_err(|e| Error::internal(format!("a Parquet writer stopped: {e}")))??);
         }
         Ok(files)
     }
@@ -378,13 +368,109 @@ fn check_partitions(dataset: &Dataset, partitions: &[Partition]) -> Result<()> {
 }
 
 /// The rows of `batch` whose partition column equals `key`.
-fn rows_of_partition(batch: &RecordBatch, key: &str) -> Result<RecordBatch> {
-    let column = batch
-        .column_by_name(PARTITION_COLUMN)
-        .ok_or_else(|| Error::internal("conformed rows lack the partition column"))?;
-    let wanted = StringArray::new_scalar(key);
-    let mask = eq(column, &wanted)?;
-    Ok(filter_record_batch(batch, &mask)?)
+/// Rows per Parquet writer below which a write is not shared out between threads.
+const WRITER_MIN_ROWS: usize = 250_000;
+
+/// Writes each partition's rows (without the partition column) as Parquet files under
+/// `<url>` with one writer, flushing after each partition so every file holds one partition.
+async fn write_partitions(
+    url: Url,
+    files_schema: SchemaRef,
+    prefix: String,
+    parts: Vec<(String, Vec<RecordBatch>)>,
+) -> Result<Vec<StagedFile>> {
+    let mut writer = RecordBatchWriter::try_new(url.as_str(), files_schema, None, None)?;
+    let mut files = Vec::new();
+    for (key, batches) in parts {
+        let n_rows: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
+        for batch in batches {
+            writer.write(batch).await?;
+        }
+        let adds = writer.flush().await?;
+        let single = adds.len() == 1;
+        for add in adds {
+            let file_rows = if single { n_rows } else { stats_rows(add.stats.as_deref())? };
+            files.push(StagedFile {
+                path: format!("{prefix}/{}", add.path.trim_start_matches('/')),
+                partition: key.clone(),
+                size_bytes: add.size,
+                n_rows: file_rows,
+                modification_time_ms: add.modification_time,
+                delta_stats: add.stats,
+            });
+        }
+    }
+    Ok(files)
+}
+
+/// `parts` cut into at most `n` runs of consecutive partitions with about the same number of
+/// rows each, in order.
+fn share_out(parts: Vec<(String, Vec<RecordBatch>)>, n: usize) -> Vec<Vec<(String, Vec<RecordBatch>)>> {
+    let total: usize = parts.iter().flat_map(|(_, b)| b).map(RecordBatch::num_rows).sum();
+    let per_group = total.div_ceil(n.max(1)).max(1);
+    let mut groups: Vec<Vec<(String, Vec<RecordBatch>)>> = Vec::with_capacity(n);
+    let mut current = Vec::new();
+    let mut in_current = 0;
+    for part in parts {
+        let rows: usize = part.1.iter().map(RecordBatch::num_rows).sum();
+        if in_current > 0 && in_current + rows > per_group && groups.len() + 1 < n {
+            groups.push(std::mem::take(&mut current));
+            in_current = 0;
+        }
+        in_current += rows;
+        current.push(part);
+    }
+    if !current.is_empty() {
+        groups.push(current);
+    }
+    groups
+}
+
+/// Splits conformed rows by their partition column, in one pass: for each of `keys`, its rows'
+/// batches without the partition column. A row of a partition not in `keys` is a bug of the
+/// caller (staging fills and validates the column; merge scans only those partitions).
+fn split_by_partition(rows: &[RecordBatch], schema: &SchemaRef, keys: &[String]) -> Result<Vec<Vec<RecordBatch>>> {
+    let position: HashMap<&str, usize> = keys.iter().enumerate().map(|(i, k)| (k.as_str(), i)).collect();
+    let columns = file_columns(schema);
+    let mut out: Vec<Vec<RecordBatch>> = vec![Vec::new(); keys.len()];
+    for batch in rows {
+        if batch.num_rows() == 0 {
+            continue;
+        }
+        let values = batch
+            .column_by_name(PARTITION_COLUMN)
+            .and_then(|c| c.as_string_opt::<i32>())
+            .ok_or_else(|| Error::internal("conformed rows lack a string partition column"))?;
+        let mut which: Vec<usize> = Vec::with_capacity(batch.num_rows());
+        let mut last: Option<(&str, usize)> = None;
+        for value in values {
+            let value = value.ok_or_else(|| Error::internal("a conformed row has no partition"))?;
+            let i = match last {
+                Some((v, i)) if v == value => i,
+                _ => {
+                    let i = *position.get(value).ok_or_else(|| {
+                        Error::internal(format!("a row of partition {value} is not among the partitions written"))
+                    })?;
+                    last = Some((value, i));
+                    i
+                }
+            };
+            which.push(i);
+        }
+        let projected = batch.project(&columns)?;
+        if which.iter().all(|&i| i == which[0]) {
+            out[which[0]].push(projected);
+            continue;
+        }
+        let mut indices: Vec<Vec<u32>> = vec![Vec::new(); keys.len()];
+        for (row, &i) in which.iter().enumerate() {
+            indices[i].push(u32::try_from(row).map_err(|_| Error::internal("a batch of over 4 billion rows"))?);
+        }
+        for (i, idx) in indices.into_iter().enumerate().filter(|(_, idx)| !idx.is_empty()) {
+            out[i].push(take_record_batch(&projected, &UInt32Array::from(idx))?);
+        }
+    }
+    Ok(out)
 }
 
 /// Indices of every column except the partition column.
@@ -697,6 +783,53 @@ pub fn schema_hash(schema: &SchemaRef) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn rows(schema: &SchemaRef, values: &[(i64, &str)]) -> RecordBatch {
+        let ids: Vec<i64> = values.iter().map(|(i, _)| *i).collect();
+        let keys: Vec<&str> = values.iter().map(|(_, k)| *k).collect();
+        RecordBatch::try_new(
+            schema.clone(),
+            vec![Arc::new(arrow::array::Int64Array::from(ids)), Arc::new(StringArray::from(keys))],
+        )
+        .expect("a batch")
+    }
+
+    fn ids(batches: &[RecordBatch]) -> Vec<i64> {
+        batches
+            .iter()
+            .flat_map(|b| b.column(0).as_primitive::<arrow::datatypes::Int64Type>().values().to_vec())
+            .collect()
+    }
+
+    #[test]
+    fn rows_are_split_by_partition_in_one_pass_keeping_their_order() {
+        let schema: SchemaRef = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new(PARTITION_COLUMN, DataType::Utf8, false),
+        ]));
+        let keys = vec!["a".to_owned(), "b".to_owned(), "c".to_owned()];
+        let batches = vec![
+            rows(&schema, &[(1, "b"), (2, "a"), (3, "b"), (4, "b")]),
+            rows(&schema, &[(5, "a"), (6, "a")]),
+            RecordBatch::new_empty(schema.clone()),
+        ];
+        let split = split_by_partition(&batches, &schema, &keys).expect("splitting");
+        assert_eq!(split.iter().map(|b| ids(b)).collect::<Vec<_>>(), vec![vec![2, 5, 6], vec![1, 3, 4], vec![]]);
+        // The partition column stays out of the files.
+        assert!(split.iter().flatten().all(|b| b.num_columns() == 1));
+        // A row of a partition that is not being written is refused, not dropped.
+        let stray = vec![rows(&schema, &[(7, "a"), (8, "z")])];
+        assert!(split_by_partition(&stray, &schema, &keys).is_err());
+
+        // Shared out between writers: consecutive partitions, about even in rows, in key order.
+        let parts: Vec<(String, Vec<RecordBatch>)> =
+            ["a", "b", "c", "d"].iter().map(|k| (k.to_string(), vec![rows(&schema, &[(1, k), (2, k)])])).collect();
+        let groups = share_out(parts.clone(), 2);
+        let names: Vec<Vec<&str>> = groups.iter().map(|g| g.iter().map(|(k, _)| k.as_str()).collect()).collect();
+        assert_eq!(names, vec![vec!["a", "b"], vec!["c", "d"]]);
+        assert_eq!(share_out(parts.clone(), 1).len(), 1);
+        assert_eq!(share_out(parts, 8).len(), 4);
+    }
 
     #[tokio::test]
     async fn an_empty_output_is_summarized_as_the_query_would() {

@@ -237,3 +237,59 @@ async fn rollback_of_some_partitions_leaves_the_others() {
     assert_eq!(diff.added[0]["id"], 20);
     assert_eq!(diff.removed[0]["id"], 2);
 }
+
+/// A merge large enough to be written by several Parquet writers at once: each partition's rows
+/// still land in that partition's own file, and the result is the merge's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_merge_written_by_several_writers_keeps_each_row_in_its_partition() {
+    use tidegate_lake::arrow::array::{AsArray as _, Float64Array, Int64Array};
+    use tidegate_lake::arrow::datatypes::{Float64Type, Int64Type};
+    let (_dir, lake) = lake().await;
+    let ds = merge_dataset();
+    let keys = ["p0", "p1", "p2", "p3"];
+    let partitions: Vec<_> = keys.iter().map(|k| part(k)).collect();
+    let n: i64 = 600_000;
+    let ids: Vec<i64> = (0..n).collect();
+    let key_of = |id: i64| keys[usize::try_from(id % 4).expect("a small index")];
+    let rows_for = |ids: &[i64], seq: i64, balance: f64, deleted: &dyn Fn(i64) -> bool| {
+        let parts: Vec<&str> = ids.iter().map(|&i| key_of(i)).collect();
+        let deleted: Vec<bool> = ids.iter().map(|&i| deleted(i)).collect();
+        batch(vec![
+            ("id", ints(ids)),
+            ("seq", ints(&vec![seq; ids.len()])),
+            ("balance", floats(&vec![balance; ids.len()])),
+            ("deleted", bools(&deleted)),
+            ("tg_partition", strs(&parts)),
+        ])
+    };
+    put(&lake, &ds, &partitions, rows_for(&ids, 1, 1.0, &|_| false), "base").await;
+    // Every 10th id changes; every 100th of those is a tombstone; 1,000 new ids arrive.
+    let mut changed: Vec<i64> = (0..n).step_by(10).collect();
+    changed.extend(n..n + 1_000);
+    put(&lake, &ds, &partitions, rows_for(&changed, 2, 2.0, &|i| i % 1_000 == 0), "merge").await;
+
+    let batches = lake.read("accounts", None, None).await.expect("read");
+    let (mut count, mut updated, mut deleted_seen) = (0i64, 0i64, 0i64);
+    for b in &batches {
+        let id: &Int64Array = b.column_by_name("id").expect("id").as_primitive::<Int64Type>();
+        let balance: &Float64Array = b.column_by_name("balance").expect("balance").as_primitive::<Float64Type>();
+        let partition = b.column_by_name("tg_partition").expect("partition");
+        let partition =
+            tidegate_lake::arrow::compute::cast(partition, &tidegate_lake::arrow::datatypes::DataType::Utf8)
+                .expect("partition as text");
+        let partition = partition.as_string::<i32>();
+        for row in 0..b.num_rows() {
+            let i = id.value(row);
+            assert_eq!(partition.value(row), key_of(i), "id {i} published in the wrong partition");
+            count += 1;
+            let expect = if i % 10 == 0 || i >= n { 2.0 } else { 1.0 };
+            assert!((balance.value(row) - expect).abs() < f64::EPSILON, "id {i} has balance {}", balance.value(row));
+            updated += i64::from(expect > 1.5);
+            deleted_seen += i64::from(i % 1_000 == 0);
+        }
+    }
+    let tombstones = (0..n + 1_000).filter(|i| i % 1_000 == 0).count() as i64;
+    assert_eq!(deleted_seen, 0, "tombstoned ids are gone");
+    assert_eq!(count, n + 1_000 - tombstones);
+    assert_eq!(updated, (n / 10) + 1_000 - tombstones);
+}
