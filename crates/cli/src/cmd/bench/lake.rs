@@ -618,6 +618,9 @@ def quote(path):
 part = "'b' || CAST(id % {} AS VARCHAR)".format(cfg["buckets"])
 cols = "id, seq, value, name, deleted"
 con = duckdb.connect()
+# Its progress bar writes to stdout once a query runs for two seconds (a busy machine); the
+# result below must be the only thing there.
+con.execute("SET enable_progress_bar = false")
 out = {"version": duckdb.__version__, "threads": str(con.execute("SELECT current_setting('threads')").fetchone()[0]),
        "merge_s": [], "copy_s": [], "diff_s": []}
 con.execute("CREATE TABLE s AS SELECT {}, {} AS tg_partition FROM read_parquet({})".format(cols, part, files(cfg["changes"])))
@@ -684,7 +687,11 @@ fn duckdb_baseline(dir: &Path, sizes: Sizes, merge: &MergeOutcome) -> Result<Bas
         let tail: Vec<&str> = tail.into_iter().rev().collect();
         bail!("the DuckDB baseline failed ({}):\n{}", output.status, tail.join("\n"));
     }
-    let result: Value = serde_json::from_slice(&output.stdout).context("reading the DuckDB baseline's output")?;
+    // The result is the script's last line; anything DuckDB itself printed before it is not.
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let last = stdout.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or_default();
+    let result: Value = serde_json::from_str(last)
+        .with_context(|| format!("reading the DuckDB baseline's output, whose last line is {last:?}"))?;
     if let Some(why) = result.get("skipped").and_then(Value::as_str) {
         return Ok(Baseline::Skipped(why.to_owned()));
     }
