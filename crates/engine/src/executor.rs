@@ -370,6 +370,7 @@ impl Engine {
         let mut last_scheduler_renewal = self.clock.now();
         let mut gates: HashMap<String, BackfillGate> = HashMap::new();
         let mut last_refresh: Option<std::time::Instant> = None;
+        let mut last_lease_check: Option<std::time::Instant> = None;
         let mut workers: Vec<WorkerRecord> = Vec::new();
         // Attempts in flight elsewhere: leased to worker processes, or left by an earlier
         // scheduler (they hold pool slots until they report or their lease expires).
@@ -452,8 +453,16 @@ impl Engine {
                     meta: self.meta(reason, &correlation),
                 });
             }
-            // 4. Leases that expired (a worker died or stopped heartbeating).
-            for lease in self.db(move |s| s.expired_leases(now)).await? {
+            // 4. Leases that expired (a worker died or stopped heartbeating), looked for once per
+            //    REFRESH_EVERY: a lease lives for seconds, and a read of the store on every turn
+            //    of the loop delayed each freed slot's next claim.
+            let expired = if last_lease_check.is_none_or(|t| t.elapsed() >= REFRESH_EVERY) {
+                last_lease_check = Some(std::time::Instant::now());
+                self.db(move |s| s.expired_leases(now)).await?
+            } else {
+                Vec::new()
+            };
+            for lease in expired {
                 events.push(StepEventRecord {
                     step_id: lease.step_id.clone(),
                     event: StepEvent::LeaseExpired { epoch: lease.epoch, at: now, jitter: jitter.next_unit() },
@@ -955,16 +964,23 @@ impl Engine {
             })
             .collect();
         let ttl = self.spec.project.lease_ttl_s;
-        let leases = self.db(move |s| s.claim_steps(&requests, now, ttl)).await?;
-        // The claimed steps as stored now, and for local attempts the checkpoint to resume from,
-        // read in one trip to the store.
-        let claimed: Vec<(String, bool)> = picked
-            .iter()
-            .zip(&leases)
-            .filter_map(|((id, _, _), l)| l.as_ref().map(|l| (id.clone(), l.worker == self.opts.worker_id)))
-            .collect();
-        let mut records: HashMap<String, (StepRecord, Option<CheckpointRecord>)> =
-            self.db(move |s| s.claimed_steps(&claimed)).await?;
+        // The claims, then the claimed steps as stored now and, for local attempts, the
+        // checkpoint to resume from: one trip to the store's thread, since a pool slot stays
+        // empty until its next attempt starts.
+        let ids: Vec<String> = picked.iter().map(|(id, _, _)| id.clone()).collect();
+        let local = self.opts.worker_id.clone();
+        let (leases, mut records) = self
+            .db(move |s| {
+                let leases = s.claim_steps(&requests, now, ttl)?;
+                let claimed: Vec<(String, bool)> = ids
+                    .into_iter()
+                    .zip(&leases)
+                    .filter_map(|(id, l)| l.as_ref().map(|l| (id, l.worker == local)))
+                    .collect();
+                let records: HashMap<String, (StepRecord, Option<CheckpointRecord>)> = s.claimed_steps(&claimed)?;
+                Ok((leases, records))
+            })
+            .await?;
         let mut attempts = Vec::new();
         for ((step_id, pool_name, class), lease) in picked.into_iter().zip(leases) {
             let Some(lease) = lease else {
