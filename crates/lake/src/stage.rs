@@ -288,8 +288,17 @@ impl Lake {
             writers.push(tokio::spawn(write_partitions(url, schema, prefix, group)));
         }
         let mut files = Vec::new();
-        for writer in writers {
-            files.extend(writer.await.map_err(|e| Error::internal(format!("a Parquet writer stopped: {e}")))??);
+        let mut writers = writers.into_iter();
+        while let Some(writer) = writers.next() {
+            let written = writer.await.map_err(|e| Error::internal(format!("a Parquet writer stopped: {e}")));
+            match written.and_then(|w| w) {
+                Ok(written) => files.extend(written),
+                Err(e) => {
+                    // The rest would only leave more files for reconciliation to remove.
+                    writers.for_each(|w| w.abort());
+                    return Err(e);
+                }
+            }
         }
         Ok(files)
     }
@@ -367,7 +376,6 @@ fn check_partitions(dataset: &Dataset, partitions: &[Partition]) -> Result<()> {
     Ok(())
 }
 
-/// The rows of `batch` whose partition column equals `key`.
 /// Rows per Parquet writer below which a write is not shared out between threads.
 const WRITER_MIN_ROWS: usize = 250_000;
 
