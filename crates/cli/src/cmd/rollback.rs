@@ -164,14 +164,15 @@ pub struct ReconcileArgs {
 /// The most releases read to learn which table versions the store knows.
 pub const MAX_RELEASES_RECONCILED: u32 = 1_000_000;
 
-#[derive(Serialize)]
-struct Reconciled {
+/// What one reconciliation removed and found.
+#[derive(Debug, Serialize)]
+pub struct Reconciled {
     #[serde(flatten)]
-    cleaned: Reconciliation,
+    pub cleaned: Reconciliation,
     #[serde(flatten)]
-    differences: Differences,
+    pub differences: Differences,
     /// What finished attempts left in the workspace, removed.
-    attempts: Swept,
+    pub attempts: Swept,
 }
 
 /// Staging ids of attempts that may still publish: the current attempt of every step that is
@@ -215,7 +216,9 @@ fn declared(store: &dyn Store, active: &[ActiveStep]) -> Result<Declared> {
     Ok(declared)
 }
 
-pub fn reconcile(ws: Option<&Path>, args: ReconcileArgs) -> Result<ExitCode> {
+/// Removes abandoned staging files and what finished attempts left in the workspace (logs older
+/// than `keep_logs`), and compares what the store declares with what the tables hold.
+pub fn reconciled(ws: Option<&Path>, keep_logs: chrono::Duration) -> Result<Reconciled> {
     let ws = workspace::load(ws)?;
     let store = ws.open_store()?;
     // Taken before the store is read: files written after it may belong to an attempt the
@@ -232,10 +235,14 @@ pub fn reconcile(ws: Option<&Path>, args: ReconcileArgs) -> Result<ExitCode> {
     })?;
     let live: HashSet<String> = active.iter().map(|a| attempt_name(&a.step.id, a.step.state.attempt)).collect();
     let folders_before = SystemTime::from(known_as_of - FILE_TIME_GRANULARITY);
-    let logs_before = folders_before.min(SystemTime::from(Utc::now() - args.keep_logs));
+    let logs_before = folders_before.min(SystemTime::from(Utc::now() - keep_logs));
     let attempts = leftovers::sweep(&ws.root, &live, folders_before, logs_before)
         .with_context(|| format!("removing what finished attempts left in {}", ws.root.join(".tidegate").display()))?;
-    let report = Reconciled { cleaned, differences, attempts };
+    Ok(Reconciled { cleaned, differences, attempts })
+}
+
+pub fn reconcile(ws: Option<&Path>, args: ReconcileArgs) -> Result<ExitCode> {
+    let report = reconciled(ws, args.keep_logs)?;
     let code = if report.differences.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(2) };
     if args.json {
         output::json(&report)?;

@@ -18,6 +18,7 @@ use tidegate_store::{BackfillStatus, JournalQuery, Store};
 use crate::cmd::backfill::{self, Command as Backfill};
 use crate::cmd::data::{self, open_lake, runtime};
 use crate::cmd::plan::TargetArgs;
+use crate::cmd::rollback;
 use crate::cmd::submit::act_as;
 use crate::cmd::{run, tick};
 use crate::workspace;
@@ -177,6 +178,33 @@ pub fn run(args: Args) -> Result<ExitCode> {
     say("The consumer's query after the rollback (identical to chapter 5):");
     data::sql(ws, data::SqlArgs { query: consumer.to_owned(), format: data::Format { json: false, csv: false } })?;
     act_as(None);
+
+    chapter(12, "Reconcile: nothing left behind");
+    say("tidegate reconcile");
+    let reconciled = rollback::reconciled(ws, Duration::days(30))?;
+    say(&format!(
+        "  removed {} staged file(s) that no table version references (failed and superseded attempts'); kept {} \
+         that table versions use",
+        reconciled.cleaned.deleted.len(),
+        reconciled.cleaned.n_kept_referenced
+    ));
+    say(&format!(
+        "  removed {} output folder(s) of finished attempts; kept {} log file(s) (30 days)",
+        reconciled.attempts.folders_removed.len(),
+        reconciled.attempts.n_logs_kept
+    ));
+    let d = &reconciled.differences;
+    if !d.is_empty() {
+        bail!(
+            "reconcile found the store and the lake apart ({} unknown version(s), {} missing version(s), {} missing \
+             file(s)); `tidegate -C {} reconcile` lists them",
+            d.unknown_versions.len(),
+            d.missing_versions.len(),
+            d.missing_files.len(),
+            dir.display()
+        );
+    }
+    say("  the store and the lake agree: every table version is a release the store recorded");
 
     summary(&dir, started)
 }
@@ -393,7 +421,7 @@ fn summary(dir: &Path, started: Instant) -> Result<ExitCode> {
     }
     let n = |k: &str| kinds.get(k).copied().unwrap_or(0);
     let chain = store.verify_journal()?;
-    chapter(12, "What the journal says");
+    chapter(13, "What the journal says");
     say("What was intended:");
     say(&format!("  {} runs requested; {} steps planned", n("run_created"), n("step_planned")));
     for b in store.backfills(10)? {
