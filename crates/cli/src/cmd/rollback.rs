@@ -233,10 +233,11 @@ pub fn reconciled(ws: Option<&Path>, keep_logs: chrono::Duration) -> Result<Reco
         let differences = lake.differences(&declared).await?;
         anyhow::Ok((cleaned, differences))
     })?;
-    let live: HashSet<String> = active.iter().map(|a| attempt_name(&a.step.id, a.step.state.attempt)).collect();
+    // The workspace folders of the same unfinished attempts (named by step and attempt number).
+    let running: HashSet<String> = active.iter().map(|a| attempt_name(&a.step.id, a.step.state.attempt)).collect();
     let folders_before = SystemTime::from(known_as_of - FILE_TIME_GRANULARITY);
     let logs_before = folders_before.min(SystemTime::from(Utc::now() - keep_logs));
-    let attempts = leftovers::sweep(&ws.root, &live, folders_before, logs_before)
+    let attempts = leftovers::sweep(&ws.root, &running, folders_before, logs_before)
         .with_context(|| format!("removing what finished attempts left in {}", ws.root.join(".tidegate").display()))?;
     Ok(Reconciled { cleaned, differences, attempts })
 }
