@@ -314,25 +314,27 @@ impl View {
     }
 
     /// Drops runs whose steps are all terminal, to keep the view small in a long-lived server.
+    /// Called every refresh: the look for an unfinished step borrows the run ids and stops as
+    /// soon as every run has one, so a busy view costs a short scan, not a copy of every id.
     pub fn forget_finished_runs(&mut self) {
-        let mut open_runs = HashSet::new();
+        let mut open: HashSet<&str> = HashSet::new();
         for e in self.steps.values() {
-            if !e.status().is_terminal() {
-                open_runs.insert(e.record.run_id.clone());
+            if !e.status().is_terminal() && open.insert(e.record.run_id.as_str()) && open.len() == self.runs.len() {
+                return;
             }
         }
-        let finished: Vec<String> = self
-            .steps
-            .values()
-            .filter(|e| !open_runs.contains(&e.record.run_id))
-            .map(|e| e.record.id.clone())
-            .collect();
-        for id in finished {
+        let finished: HashSet<String> = self.runs.iter().filter(|r| !open.contains(r.as_str())).cloned().collect();
+        if finished.is_empty() {
+            return;
+        }
+        let gone: Vec<String> =
+            self.steps.values().filter(|e| finished.contains(&e.record.run_id)).map(|e| e.record.id.clone()).collect();
+        for id in gone {
             if let Some(e) = self.steps.remove(&id) {
                 self.queues.remove(&e);
             }
         }
-        self.runs.retain(|r| open_runs.contains(r));
+        self.runs.retain(|r| !finished.contains(r));
         let backfills: BTreeSet<String> = self.steps.values().filter_map(|e| e.backfill_id.clone()).collect();
         self.backfills = backfills;
     }
