@@ -18,8 +18,8 @@ use tidegate_core::spec::Spec;
 use tidegate_core::state::{RunStatus, StepEvent, StepStatus};
 use tidegate_lake::Lake;
 use tidegate_store::{
-    BackfillStatus, CheckpointRecord, ClaimRequest, JournalMeta, Outcome, Priority, StagedRecord, StepEventRecord,
-    StepRecord, Store, WorkerRecord,
+    BackfillStatus, ClaimRequest, Claimed, JournalMeta, Outcome, Priority, StagedRecord, StepEventRecord, Store,
+    WorkerRecord,
 };
 use tokio::sync::mpsc;
 
@@ -964,26 +964,14 @@ impl Engine {
             })
             .collect();
         let ttl = self.spec.project.lease_ttl_s;
-        // The claims, then the claimed steps as stored now and, for local attempts, the
-        // checkpoint to resume from: one trip to the store's thread, since a pool slot stays
-        // empty until its next attempt starts.
-        let ids: Vec<String> = picked.iter().map(|(id, _, _)| id.clone()).collect();
+        // The claims, with the claimed steps as the claims left them and, for local attempts,
+        // the checkpoint to resume from: one transaction, since a pool slot stays empty until
+        // its next attempt starts.
         let local = self.opts.worker_id.clone();
-        let (leases, mut records) = self
-            .db(move |s| {
-                let leases = s.claim_steps(&requests, now, ttl)?;
-                let claimed: Vec<(String, bool)> = ids
-                    .into_iter()
-                    .zip(&leases)
-                    .filter_map(|(id, l)| l.as_ref().map(|l| (id, l.worker == local)))
-                    .collect();
-                let records: HashMap<String, (StepRecord, Option<CheckpointRecord>)> = s.claimed_steps(&claimed)?;
-                Ok((leases, records))
-            })
-            .await?;
+        let claimed = self.db(move |s| s.claim_steps_to_start(&requests, &local, now, ttl)).await?;
         let mut attempts = Vec::new();
-        for ((step_id, pool_name, class), lease) in picked.into_iter().zip(leases) {
-            let Some(lease) = lease else {
+        for ((step_id, pool_name, class), claim) in picked.into_iter().zip(claimed) {
+            let Some(Claimed { lease, step, resume_from }) = claim else {
                 if let Some(p) = pools.get_mut(&pool_name) {
                     p.running[class] = p.running[class].saturating_sub(1);
                 }
@@ -994,8 +982,6 @@ impl Engine {
             {
                 p.budget.on_first_attempt();
             }
-            let (step, resume_from) =
-                records.remove(&step_id).ok_or_else(|| Error::Internal(format!("claimed step {step_id} vanished")))?;
             view.update(&step_id, step.state.clone());
             if lease.worker != self.opts.worker_id {
                 let r = Remote { worker: lease.worker.clone(), pool: pool_name, class, epoch: lease.epoch };

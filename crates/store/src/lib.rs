@@ -106,6 +106,17 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Claims many ready steps in one transaction (group commit for claims); one result per
     /// request, in order, `None` where the step was no longer ready.
     fn claim_steps(&self, claims: &[ClaimRequest], now: DateTime<Utc>, ttl_s: u32) -> Result<Vec<Option<Lease>>>;
+    /// Claims like [`Store::claim_steps`] and returns, for each claim that took, the step as the
+    /// claim left it and, for claims by `local` (the scheduler's own process, which starts those
+    /// attempts itself), the newest checkpoint to resume from: everything a scheduler needs to
+    /// start its attempts, in the claim's own transaction.
+    fn claim_steps_to_start(
+        &self,
+        claims: &[ClaimRequest],
+        local: &str,
+        now: DateTime<Utc>,
+        ttl_s: u32,
+    ) -> Result<Vec<Option<Claimed>>>;
 
     /// Every step that is not terminal, in runs that are not terminal, with its run's priority:
     /// what a scheduler must (re)load after a restart. Ordered by run creation, then step order.
@@ -168,13 +179,6 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     ) -> Result<Outcome>;
     /// The newest checkpoint of a step, for a retried attempt to resume from.
     fn last_checkpoint(&self, step_id: &str) -> Result<Option<CheckpointRecord>>;
-    /// Just-claimed steps as stored now and, for each flagged `true` (to run in this process),
-    /// its newest checkpoint: what a scheduler needs to start them, in one read instead of two
-    /// per step. A step that no longer exists is left out.
-    fn claimed_steps(
-        &self,
-        claimed: &[(String, bool)],
-    ) -> Result<std::collections::HashMap<String, (StepRecord, Option<CheckpointRecord>)>>;
     /// Every checkpoint of a step, one per granule, oldest first: the staged parts a retried
     /// attempt carries forward.
     fn checkpoints(&self, step_id: &str) -> Result<Vec<CheckpointRecord>>;

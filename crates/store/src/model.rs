@@ -263,6 +263,18 @@ pub struct ClaimRequest {
     pub meta: JournalMeta,
 }
 
+/// A claim that took: what a scheduler needs to start the attempt
+/// (see [`crate::Store::claim_steps_to_start`]).
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    pub lease: Lease,
+    /// The step as the claim left it.
+    pub step: StepRecord,
+    /// The step's newest checkpoint, to resume from; looked up only for claims by the
+    /// scheduler's own process (the one that starts the attempt), `None` for the others.
+    pub resume_from: Option<CheckpointRecord>,
+}
+
 /// One attempt's staged output to record, fenced by its epoch (see [`crate::Store::record_staged_many`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StagedRecord {

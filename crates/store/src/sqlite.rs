@@ -21,6 +21,14 @@ const POOL_IDLE_MAX: usize = 8;
 /// Prepared statements cached per connection (the store uses a few dozen distinct statements).
 const STATEMENT_CACHE_MAX: usize = 64;
 
+/// Page cache per connection, in KiB. SQLite's default (2 MiB) holds a small part of a busy
+/// store's indexes, so every transaction read pages back through the kernel.
+const CACHE_KIB: u32 = 32 * 1024;
+/// WAL pages after which a commit copies the WAL back into the database (SQLite's default is
+/// 1,000). Hot pages (index roots, the journal's last leaf) are rewritten by most transactions;
+/// a longer interval copies each of them back once per interval instead of once per 4 MiB.
+const WAL_AUTOCHECKPOINT_PAGES: u32 = 10_000;
+
 /// A SQLite database file and a small pool of connections to it.
 #[derive(Debug)]
 pub struct Sqlite {
@@ -61,6 +69,10 @@ impl Sqlite {
             )));
         }
         conn.execute_batch("PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;").map_err(map_err)?;
+        conn.execute_batch(&format!(
+            "PRAGMA cache_size=-{CACHE_KIB}; PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT_PAGES};"
+        ))
+        .map_err(map_err)?;
         // The query planner's stability guarantee: a statement keeps the plan it was prepared
         // with whatever values are bound to it. Without it SQLite re-prepares (parses and plans
         // again) some cached statements on every new binding, for example a step's versions or

@@ -1,7 +1,7 @@
 //! The store logic, written once over the [`Driver`] abstraction: runs, steps, attempts, leases,
 //! idempotency records and the journal. Each public method is one transaction.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::Path;
 
 use chrono::{DateTime, Duration, Utc};
@@ -19,9 +19,9 @@ use crate::sqlite::Sqlite;
 use crate::workers;
 use crate::{
     ActiveStep, AttemptRecord, Backend, BackfillRecord, BackfillStatus, ChainReport, CheckpointRecord, Claim,
-    ClaimRequest, Decision, Error, IN_FLIGHT_TIMEOUT_S, JournalEntry, JournalMeta, JournalQuery, Lease, LockOutcome,
-    NewStep, Outcome, ReleaseItem, ReleaseKind, ReleaseRecord, Result, RunRecord, RunRequest, StagedRecord,
-    StepEventRecord, StepRecord, Store, Submission, VersionRecord, WorkerRecord,
+    ClaimRequest, Claimed, Decision, Error, IN_FLIGHT_TIMEOUT_S, JournalEntry, JournalMeta, JournalQuery, Lease,
+    LockOutcome, NewStep, Outcome, ReleaseItem, ReleaseKind, ReleaseRecord, Result, RunRecord, RunRequest,
+    StagedRecord, StepEventRecord, StepRecord, Store, Submission, VersionRecord, WorkerRecord,
 };
 
 /// Store settings.
@@ -591,14 +591,15 @@ impl<D: Driver> SqlStore<D> {
 
     /// Claims each requested step that is ready (epoch + 1, `Claimed` applied, attempt and lease
     /// recorded, journaled), then re-derives each affected run once; `None` for a step that is not
-    /// ready. Shared by `claim_step` and `claim_steps`, inside the caller's transaction.
+    /// ready, else its lease and the step as the claim left it. Shared by the claim methods,
+    /// inside the caller's transaction.
     fn claim_batch(
         tx: &mut dyn Tx,
         journal: &mut Appender,
         claims: &[ClaimRequest],
         now: DateTime<Utc>,
         ttl_s: u32,
-    ) -> Result<Vec<Option<Lease>>> {
+    ) -> Result<Vec<Option<(Lease, StepRecord)>>> {
         let (expires_text, expires_at) = expiry(now, ttl_s)?;
         let mut leases = Vec::with_capacity(claims.len());
         let mut runs: BTreeMap<String, &JournalMeta> = BTreeMap::new();
@@ -637,14 +638,15 @@ impl<D: Driver> SqlStore<D> {
                     expires_text.as_str().into(),
                 ],
             )?;
-            runs.insert(step.run_id, &claim.meta);
-            leases.push(Some(Lease {
+            let lease = Lease {
                 step_id: claim.step_id.clone(),
                 attempt: next.attempt,
                 epoch,
                 worker: claim.worker.clone(),
                 expires_at,
-            }));
+            };
+            runs.insert(step.run_id.clone(), &claim.meta);
+            leases.push(Some((lease, StepRecord { state: next, updated_at: claim.meta.at, ..step })));
         }
         for (run_id, meta) in runs {
             Self::rederive_run(tx, journal, &run_id, meta)?;
@@ -1201,9 +1203,9 @@ impl<D: Driver> Store for SqlStore<D> {
         let claim = ClaimRequest { step_id: step_id.to_owned(), worker: worker.to_owned(), meta: meta.clone() };
         self.driver
             .write(|tx| {
-                let mut leases =
+                let mut claimed =
                     Self::claim_batch(tx, &mut Appender::default(), std::slice::from_ref(&claim), now, ttl_s)?;
-                Ok(leases.pop().flatten())
+                Ok(claimed.pop().flatten().map(|(lease, _)| lease))
             })
             .map_err(|e| e.context(&format!("claiming step {step_id}")))
     }
@@ -1287,8 +1289,37 @@ impl<D: Driver> Store for SqlStore<D> {
             return Ok(Vec::new());
         }
         self.driver
-            .write(|tx| Self::claim_batch(tx, &mut Appender::default(), claims, now, ttl_s))
+            .write(|tx| {
+                let claimed = Self::claim_batch(tx, &mut Appender::default(), claims, now, ttl_s)?;
+                Ok(claimed.into_iter().map(|c| c.map(|(lease, _)| lease)).collect())
+            })
             .map_err(|e| e.context(&format!("claiming {} steps", claims.len())))
+    }
+
+    fn claim_steps_to_start(
+        &self,
+        claims: &[ClaimRequest],
+        local: &str,
+        now: DateTime<Utc>,
+        ttl_s: u32,
+    ) -> Result<Vec<Option<Claimed>>> {
+        if claims.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.driver
+            .write(|tx| {
+                let claimed = Self::claim_batch(tx, &mut Appender::default(), claims, now, ttl_s)?;
+                claimed
+                    .into_iter()
+                    .map(|c| {
+                        let Some((lease, step)) = c else { return Ok(None) };
+                        let resume_from =
+                            if lease.worker == local { load_last_checkpoint(tx, &step.id)? } else { None };
+                        Ok(Some(Claimed { lease, step, resume_from }))
+                    })
+                    .collect()
+            })
+            .map_err(|e| e.context(&format!("claiming {} steps to start", claims.len())))
     }
 
     fn active_steps(&self) -> Result<Vec<ActiveStep>> {
@@ -1556,23 +1587,6 @@ impl<D: Driver> Store for SqlStore<D> {
         self.driver
             .read(|tx| load_last_checkpoint(tx, step_id))
             .map_err(|e| e.context(&format!("reading the last checkpoint of step {step_id}")))
-    }
-
-    fn claimed_steps(
-        &self,
-        claimed: &[(String, bool)],
-    ) -> Result<HashMap<String, (StepRecord, Option<CheckpointRecord>)>> {
-        self.driver
-            .read(|tx| {
-                let mut out = HashMap::with_capacity(claimed.len());
-                for (id, local) in claimed {
-                    let Some(step) = load_step(tx, id)? else { continue };
-                    let resume_from = if *local { load_last_checkpoint(tx, id)? } else { None };
-                    out.insert(id.clone(), (step, resume_from));
-                }
-                Ok(out)
-            })
-            .map_err(|e| e.context(&format!("reading {} claimed steps", claimed.len())))
     }
 
     fn checkpoints(&self, step_id: &str) -> Result<Vec<CheckpointRecord>> {

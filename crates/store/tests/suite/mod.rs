@@ -64,6 +64,7 @@ macro_rules! all_backend_tests {
             commit_to_an_unknown_step_is_not_found,
             claim_steps_claims_100_steps_in_one_batch,
             claim_of_a_step_that_is_not_ready_returns_none,
+            claims_to_start_return_the_claimed_steps_and_the_local_ones_checkpoints,
             active_steps_excludes_terminal_steps_and_finished_runs,
             record_staged_with_a_stale_epoch_stores_nothing,
             record_staged_stores_versions_and_journals_them,
@@ -792,6 +793,47 @@ pub fn claim_of_a_step_that_is_not_ready_returns_none(t: &StoreUnderTest) {
         .claim_steps(&[claim_request(&steps[1].id, "w2", t0()), claim_request("no-such-step", "w2", t0())], t0(), 30)
         .expect_err("an unknown step is refused");
     assert!(matches!(&err, Error::NotFound { what: "step", id } if id == "no-such-step"), "{err}");
+    assert_chain_intact(store);
+}
+
+pub fn claims_to_start_return_the_claimed_steps_and_the_local_ones_checkpoints(t: &StoreUnderTest) {
+    let store = &*t.store;
+    let (_, steps) = create_ready(store, 3);
+    // Steps 0 and 1 each stage a granule and checkpoint it, then lose their lease and are due
+    // for a retry; step 2 is ready for its first attempt.
+    let mut checkpoints = Vec::new();
+    for (i, step) in steps[..2].iter().enumerate() {
+        let lease = claim(store, &step.id, "w1", t0(), 30);
+        let at = t0() + secs(1);
+        let version = version_record(&format!("v{i}"), &step.id, 1, "features", at);
+        let cp = checkpoint_record(&step.id, "batch-0", &format!("v{i}"), at);
+        assert!(is_applied(&store.record_checkpoint(lease.epoch, &[version], &cp, &meta(at)).expect("checkpointing")));
+        expire_and_retry(store, &lease, t0() + secs(31));
+        checkpoints.push(cp);
+    }
+    let at = t0() + secs(120);
+    let requests = [
+        claim_request(&steps[0].id, "local", at),
+        claim_request(&steps[1].id, "w2", at),
+        claim_request(&steps[2].id, "local", at),
+    ];
+    let claimed = store.claim_steps_to_start(&requests, "local", at, 30).expect("claiming to start");
+    assert_eq!(claimed.len(), 3);
+    for (c, step) in claimed.iter().zip(&steps) {
+        let c = c.as_ref().expect("every step was ready");
+        let stored = store.step(&step.id).expect("reading").expect("exists");
+        assert_eq!(c.step.state, stored.state, "the step as the claim left it is the step as stored");
+        assert_eq!((c.step.state.status, c.step.state.epoch), (StepStatus::Running, c.lease.epoch));
+        assert_eq!(c.lease.attempt, c.step.state.attempt);
+    }
+    let resume: Vec<Option<&CheckpointRecord>> = claimed.iter().flatten().map(|c| c.resume_from.as_ref()).collect();
+    assert_eq!(resume, [Some(&checkpoints[0]), None, None], "only a local claim reads its checkpoint");
+    let attempts: Vec<(u32, &str)> =
+        claimed.iter().flatten().map(|c| (c.lease.attempt, c.lease.worker.as_str())).collect();
+    assert_eq!(attempts, [(2, "local"), (2, "w2"), (1, "local")]);
+    let again = store.claim_steps_to_start(&requests, "local", at + secs(1), 30).expect("claiming again");
+    assert!(again.iter().all(Option::is_none), "running steps are not claimed twice");
+    assert!(store.claim_steps_to_start(&[], "local", at, 30).expect("claiming nothing").is_empty());
     assert_chain_intact(store);
 }
 
