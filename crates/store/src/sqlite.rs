@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::time::Duration;
 
 use rusqlite::config::DbConfig;
@@ -24,16 +25,28 @@ const STATEMENT_CACHE_MAX: usize = 64;
 /// Page cache per connection, in KiB. SQLite's default (2 MiB) holds a small part of a busy
 /// store's indexes, so every transaction read pages back through the kernel.
 const CACHE_KIB: u32 = 32 * 1024;
-/// WAL pages after which a commit copies the WAL back into the database (SQLite's default is
-/// 1,000). Hot pages (index roots, the journal's last leaf) are rewritten by most transactions;
-/// a longer interval copies each of them back once per interval instead of once per 4 MiB.
-const WAL_AUTOCHECKPOINT_PAGES: u32 = 10_000;
+/// WAL pages after which a commit asks the checkpointer thread to copy the WAL back into the
+/// database (SQLite checkpoints in the committing thread after 1,000 by default).
+const CHECKPOINT_AFTER_PAGES: i32 = 2_000;
+/// WAL pages after which a commit checkpoints itself, as SQLite would: the backstop for a
+/// checkpointer that cannot keep up.
+const CHECKPOINT_INLINE_AFTER_PAGES: i32 = 40_000;
 
-/// A SQLite database file and a small pool of connections to it.
+/// A SQLite database file, a small pool of connections to it, and a thread that checkpoints its
+/// WAL (copies committed pages back into the database file) off the writers' path.
+///
+/// SQLite's default checkpoints in whichever connection's commit crosses the threshold, so one
+/// transaction in every few hundred paid for copying thousands of pages: 15% of the scheduler's
+/// store thread in B1. A passive checkpoint on another thread never blocks a writer or a reader,
+/// and each commit past [`CHECKPOINT_AFTER_PAGES`] nudges it; past
+/// [`CHECKPOINT_INLINE_AFTER_PAGES`] a commit checkpoints itself, so the WAL stays bounded even
+/// if the checkpointer falls behind.
 #[derive(Debug)]
 pub struct Sqlite {
     path: PathBuf,
     idle: Mutex<Vec<Connection>>,
+    /// Nudges the checkpointer; dropping it stops the thread.
+    checkpoints: SyncSender<()>,
 }
 
 impl Sqlite {
@@ -43,10 +56,16 @@ impl Sqlite {
             std::fs::create_dir_all(parent)
                 .map_err(|e| Error::Unavailable(format!("creating the state folder {}: {e}", parent.display())))?;
         }
-        let driver = Self { path: path.to_owned(), idle: Mutex::new(Vec::new()) };
+        let (checkpoints, nudges) = sync_channel(1);
+        let driver = Self { path: path.to_owned(), idle: Mutex::new(Vec::new()), checkpoints };
         // Open one connection now so that a bad path fails at open time, not at first use.
         let conn = driver.connect()?;
         driver.give_back(conn);
+        let checkpointer = open_connection(path)?;
+        std::thread::Builder::new()
+            .name("tidegate-sqlite-checkpoint".to_owned())
+            .spawn(move || checkpoint_when_nudged(&checkpointer, &nudges))
+            .map_err(|e| Error::Unavailable(format!("starting the store's checkpoint thread: {e}")))?;
         Ok(driver)
     }
 
@@ -56,30 +75,19 @@ impl Sqlite {
     }
 
     fn connect(&self) -> Result<Connection> {
-        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let conn = Connection::open_with_flags(&self.path, flags)
-            .map_err(|e| map_err(e).context(&format!("opening {}", self.path.display())))?;
-        // The busy timeout goes first: switching to WAL takes a lock another process may hold.
-        conn.busy_timeout(BUSY_TIMEOUT).map_err(map_err)?;
-        let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0)).map_err(map_err)?;
-        if !mode.eq_ignore_ascii_case("wal") {
-            return Err(Error::Database(format!(
-                "{} could not be switched to WAL mode (it is in {mode} mode)",
-                self.path.display()
-            )));
-        }
-        conn.execute_batch("PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;").map_err(map_err)?;
-        conn.execute_batch(&format!(
-            "PRAGMA cache_size=-{CACHE_KIB}; PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT_PAGES};"
-        ))
+        let mut conn = open_connection(&self.path)?;
+        let nudge = self.checkpoints.clone();
+        conn.wal_hook(Some(move |wal: &mut rusqlite::hooks::Wal, pages: std::ffi::c_int| {
+            if pages >= CHECKPOINT_INLINE_AFTER_PAGES {
+                // A busy checkpoint is no error: the checkpointer is at it, or another process.
+                let _ = wal.checkpoint(); // passive, as SQLite's own
+            } else if pages >= CHECKPOINT_AFTER_PAGES {
+                // Full means a nudge is already waiting; gone means the store is closing.
+                let _ = nudge.try_send(());
+            }
+            Ok(())
+        }))
         .map_err(map_err)?;
-        // The query planner's stability guarantee: a statement keeps the plan it was prepared
-        // with whatever values are bound to it. Without it SQLite re-prepares (parses and plans
-        // again) some cached statements on every new binding, for example a step's versions or
-        // its last checkpoint (`WHERE step_id = ?1 ORDER BY ...`): that was a tenth of the
-        // scheduler's store time in B1.
-        conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true).map_err(map_err)?;
-        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_MAX);
         Ok(conn)
     }
 
@@ -127,6 +135,42 @@ impl Driver for Sqlite {
 
 /// A connection, inside a transaction or not (`rusqlite::Transaction` derefs to it).
 struct SqliteTx<'a>(&'a Connection);
+
+/// A connection to `path` set up as every store connection is (see the module's documentation).
+fn open_connection(path: &Path) -> Result<Connection> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags)
+        .map_err(|e| map_err(e).context(&format!("opening {}", path.display())))?;
+    // The busy timeout goes first: switching to WAL takes a lock another process may hold.
+    conn.busy_timeout(BUSY_TIMEOUT).map_err(map_err)?;
+    let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0)).map_err(map_err)?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(Error::Database(format!(
+            "{} could not be switched to WAL mode (it is in {mode} mode)",
+            path.display()
+        )));
+    }
+    conn.execute_batch(&format!("PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON; PRAGMA cache_size=-{CACHE_KIB};"))
+        .map_err(map_err)?;
+    // The query planner's stability guarantee: a statement keeps the plan it was prepared
+    // with whatever values are bound to it. Without it SQLite re-prepares (parses and plans
+    // again) some cached statements on every new binding, for example a step's versions or
+    // its last checkpoint (`WHERE step_id = ?1 ORDER BY ...`): that was a tenth of the
+    // scheduler's store time in B1.
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true).map_err(map_err)?;
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_MAX);
+    Ok(conn)
+}
+
+/// The checkpointer thread: a passive checkpoint per nudge, until the store is dropped.
+fn checkpoint_when_nudged(conn: &Connection, nudges: &Receiver<()>) {
+    while nudges.recv().is_ok() {
+        // Passive: copies what no reader still needs and never waits for anyone. A failure
+        // (another process checkpointing, a full disk) is left to the next nudge; the writers'
+        // own backstop bounds the WAL meanwhile.
+        let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+    }
+}
 
 /// A parameter bound by reference: text is handed to SQLite without a copy of its own.
 struct Bind<'a>(&'a Value);

@@ -702,11 +702,13 @@ impl<D: Driver> SqlStore<D> {
         Ok(())
     }
 
-    /// Re-derives a run's status from its steps with `apply_run`; journals a change.
-    /// Inserts one release with its items, journals it, and applies `Published` to its steps.
+    /// Inserts one release with its items, journals it, and applies `Published` to its steps with
+    /// `applier`; the caller finishes applying (writes the last step, re-derives each run once,
+    /// however many releases the transaction records).
     fn insert_release(
         tx: &mut dyn Tx,
         journal: &mut Appender,
+        applier: &mut Applier,
         release: &ReleaseRecord,
         steps: &[(String, u64)],
         meta: &JournalMeta,
@@ -770,9 +772,10 @@ impl<D: Driver> SqlStore<D> {
             ReleaseKind::Rollback => "release_restored",
         };
         journal.append(tx, Draft { run_id: release.run_id.as_deref(), ..Draft::new(meta, kind, to_json(release)?) })?;
-        Self::apply_events(tx, journal, &events, None)
+        events.iter().map(|rec| Self::apply_held(tx, journal, applier, rec, None)).collect()
     }
 
+    /// Re-derives a run's status from its steps with `apply_run`; journals a change.
     fn rederive_run(tx: &mut dyn Tx, journal: &mut Appender, run_id: &str, meta: &JournalMeta) -> Result<()> {
         let rows = tx.query("SELECT status FROM runs WHERE id = ?1", &[run_id.into()])?;
         let row =
@@ -1430,8 +1433,10 @@ impl<D: Driver> Store for SqlStore<D> {
         check_release_items(release).map_err(|e| e.context(&what))?;
         self.driver
             .write(|tx| {
-                let mut journal = Appender::default();
-                Self::insert_release(tx, &mut journal, release, steps, meta)
+                let (mut journal, mut applier) = (Appender::default(), Applier::default());
+                let outcomes = Self::insert_release(tx, &mut journal, &mut applier, release, steps, meta)?;
+                Self::finish_applying(tx, &mut journal, applier)?;
+                Ok(outcomes)
             })
             .map_err(|e| e.context(&what))
     }
@@ -1447,14 +1452,17 @@ impl<D: Driver> Store for SqlStore<D> {
         }
         self.driver
             .write(|tx| {
-                let mut journal = Appender::default();
-                releases
+                let (mut journal, mut applier) = (Appender::default(), Applier::default());
+                let outcomes = releases
                     .iter()
                     .map(|(release, steps)| {
-                        Self::insert_release(tx, &mut journal, release, steps, meta)
+                        Self::insert_release(tx, &mut journal, &mut applier, release, steps, meta)
                             .map_err(|e| e.context(&format!("recording release {}", release.id)))
                     })
-                    .collect()
+                    .collect::<Result<Vec<_>>>()?;
+                // Each run once for the whole batch, not once per release.
+                Self::finish_applying(tx, &mut journal, applier)?;
+                Ok(outcomes)
             })
             .map_err(|e| e.context(&what))
     }
