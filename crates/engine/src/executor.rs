@@ -860,9 +860,12 @@ impl Engine {
             }
             Err(e) => return Err(Error::Store(e)),
         };
-        for (record, outcome) in staged.iter().zip(outcomes) {
+        for (record, outcome) in staged.into_iter().zip(outcomes) {
             let rejected = matches!(outcome, Outcome::Rejected { .. });
             self.absorb_outcome(&record.step_id, outcome, view, summary);
+            if !rejected {
+                view.note_staged(&record.step_id, record.versions);
+            }
             if rejected {
                 // Another attempt owns the step now (this one's lease expired): its output
                 // stays unpublished and reconciliation removes the files.

@@ -6,7 +6,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use tidegate_core::state::{Step, StepStatus};
-use tidegate_store::{Priority, Result, StepRecord, Store};
+use tidegate_store::{Priority, Result, StepRecord, Store, VersionRecord};
 
 /// One step as the scheduler sees it.
 #[derive(Debug, Clone)]
@@ -106,6 +106,10 @@ pub struct View {
     runs: HashSet<String>,
     /// The backfills whose runs the view holds.
     backfills: BTreeSet<String>,
+    /// The versions each step's last attempt staged, as this scheduler recorded them, kept until
+    /// the step is published or moves on: publication takes them from here instead of reading
+    /// them back from the store (steps staged before a restart are read back).
+    staged: HashMap<String, Vec<VersionRecord>>,
 }
 
 impl View {
@@ -178,6 +182,9 @@ impl View {
     /// approval), its downstream steps need a look.
     pub fn update(&mut self, step_id: &str, state: Step) {
         let Some(entry) = self.steps.get_mut(step_id) else { return };
+        if !publishes_staged(state.status) {
+            self.staged.remove(step_id);
+        }
         let settled = |s: StepStatus| s.is_terminal() || s == StepStatus::AwaitingApproval;
         let settled_now = !settled(entry.record.state.status) && settled(state.status);
         let moved = entry.record.state.status != state.status;
@@ -191,6 +198,19 @@ impl View {
         if settled_now {
             self.dirty.extend(entry.downstream_ids.iter().cloned());
         }
+    }
+
+    /// Notes the versions a step's attempt staged, as recorded in the store, if the step is on
+    /// its way to publishing them (a step whose checks failed is not).
+    pub fn note_staged(&mut self, step_id: &str, versions: Vec<VersionRecord>) {
+        if self.steps.get(step_id).is_some_and(|e| publishes_staged(e.status())) {
+            self.staged.insert(step_id.to_owned(), versions);
+        }
+    }
+
+    /// The versions noted for a staged step, if this scheduler recorded them.
+    pub fn staged(&self, step_id: &str) -> Option<&[VersionRecord]> {
+        self.staged.get(step_id).map(Vec::as_slice)
     }
 
     /// Decisions for pending steps whose upstream changed: met, or failed because of which upstream.
@@ -333,11 +353,17 @@ impl View {
             if let Some(e) = self.steps.remove(&id) {
                 self.queues.remove(&e);
             }
+            self.staged.remove(&id);
         }
         self.runs.retain(|r| !finished.contains(r));
         let backfills: BTreeSet<String> = self.steps.values().filter_map(|e| e.backfill_id.clone()).collect();
         self.backfills = backfills;
     }
+}
+
+/// Whether a step in `status` will publish what its last attempt staged.
+fn publishes_staged(status: StepStatus) -> bool {
+    matches!(status, StepStatus::Staged | StepStatus::Validating | StepStatus::Validated | StepStatus::AwaitingApproval)
 }
 
 #[cfg(test)]
@@ -469,5 +495,43 @@ mod tests {
         assert_eq!(v.tally(), HashMap::new());
         assert_eq!(v.backfill_ids().count(), 0);
         assert!(v.take_ready("p", Priority::Backfill, 10, |_| true).is_empty());
+    }
+
+    fn version(step_id: &str) -> VersionRecord {
+        VersionRecord {
+            id: format!("{step_id}-1:out"),
+            step_id: step_id.to_owned(),
+            attempt: 1,
+            dataset: "out".to_owned(),
+            partition: "2024-01-01".to_owned(),
+            files: serde_json::json!({}),
+            n_rows: 0,
+            schema_hash: String::new(),
+            checksum: String::new(),
+            stats: serde_json::json!([]),
+            created_at: chrono::DateTime::UNIX_EPOCH,
+        }
+    }
+
+    #[test]
+    fn staged_versions_are_kept_only_while_the_step_is_on_its_way_to_publishing_them() {
+        let mut v = view();
+        // A step whose checks failed, or one not in the view, keeps nothing.
+        v.update("l1", with_status(StepStatus::Failed));
+        v.note_staged("l1", vec![version("l1")]);
+        v.note_staged("nowhere", vec![version("nowhere")]);
+        assert!(v.staged("l1").is_none() && v.staged("nowhere").is_none());
+        // Validated: kept through approval, dropped once published.
+        v.update("l2", with_status(StepStatus::Validated));
+        v.note_staged("l2", vec![version("l2")]);
+        v.update("l2", with_status(StepStatus::AwaitingApproval));
+        assert_eq!(v.staged("l2").map(|s| s[0].id.as_str()), Some("l2-1:out"));
+        v.update("l2", with_status(StepStatus::Published));
+        assert!(v.staged("l2").is_none());
+        // A retry's new attempt will stage versions of its own.
+        v.update("b1", with_status(StepStatus::Validated));
+        v.note_staged("b1", vec![version("b1")]);
+        v.update("b1", with_status(StepStatus::RetryWait));
+        assert!(v.staged("b1").is_none());
     }
 }

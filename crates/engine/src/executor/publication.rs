@@ -135,12 +135,21 @@ impl Engine {
         view: &View,
         pacer: &mut Pacer,
     ) -> Result<Option<InPublication>> {
-        let ids = step_ids.to_vec();
-        let records: Vec<Vec<VersionRecord>> =
-            self.db(move |s| ids.iter().map(|id| s.versions(id)).collect::<tidegate_store::Result<Vec<_>>>()).await?;
+        // The versions this loop recorded when the steps staged; steps staged before a restart
+        // (or by another scheduler) have theirs read back, in one trip.
+        let unknown: Vec<String> = step_ids.iter().filter(|id| view.staged(id).is_none()).cloned().collect();
+        let mut read: HashMap<String, Vec<VersionRecord>> = if unknown.is_empty() {
+            HashMap::new()
+        } else {
+            self.db(move |s| unknown.into_iter().map(|id| s.versions(&id).map(|v| (id, v))).collect()).await?
+        };
         let mut pending = Vec::with_capacity(step_ids.len());
         let mut releases = Vec::with_capacity(step_ids.len());
-        for (step_id, records) in step_ids.iter().zip(records) {
+        for step_id in step_ids {
+            let records = match view.staged(step_id) {
+                Some(noted) => noted.to_vec(),
+                None => read.remove(step_id).unwrap_or_default(),
+            };
             if let Some((p, release)) = self.prepare_release(step_id, &records, view)? {
                 pending.push(p);
                 releases.push(release);
