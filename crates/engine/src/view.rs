@@ -353,7 +353,6 @@ impl View {
             if let Some(e) = self.steps.remove(&id) {
                 self.queues.remove(&e);
             }
-            self.staged.remove(&id);
         }
         self.runs.retain(|r| !finished.contains(r));
         let backfills: BTreeSet<String> = self.steps.values().filter_map(|e| e.backfill_id.clone()).collect();
