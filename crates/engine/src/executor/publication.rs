@@ -8,11 +8,15 @@
 //! share a commit (a group commit). When the commits are done, the loop records the releases in
 //! the store, fenced by each step's lease epoch, in one transaction.
 //!
-//! A dataset gets at most one publication per [`PACE`]: steps validated within that time of the
-//! last one wait and share the next commit. Without it a busy table took a commit per step or
-//! two (a commit is quick next to the steps arriving), and every commit costs its readers a log
-//! update and, every few commits, a Delta checkpoint rewriting the table's whole state. A chain
-//! of steps writing different datasets never waits.
+//! While steps are waiting for a slot, a dataset gets at most one publication per [`PACE`]:
+//! steps validated within that time of the last one wait and share the next commit. Without it a
+//! busy table took a commit per step or two (a commit is quick next to the steps arriving), and
+//! every commit costs its readers a log update and, every few commits, a Delta checkpoint
+//! rewriting the table's whole state. A chain of steps writing different datasets never waits.
+//! The pace is work-conserving: when no step is waiting for a slot, holding a commit back gains
+//! nothing (no more steps can arrive to share it than are already running) and delays the
+//! downstream steps the commit makes ready, so it is published at once. That is the tail of
+//! every run, and the whole of a short chained one.
 //!
 //! Crash safety is unchanged by running the commit on its own task: a process that dies after a
 //! Delta commit and before the store's record leaves the step validated with its `txn` in the
@@ -48,8 +52,12 @@ pub(super) struct Pacer {
 }
 
 impl Pacer {
-    /// When a step writing `outputs` may be published: `None` for now.
-    pub fn due(&self, outputs: &[String], now: Instant) -> Option<Instant> {
+    /// When a step writing `outputs` may be published: `None` for now. `waiting` is whether any
+    /// step is waiting for a slot; when none is, the pace holds nothing back.
+    pub fn due(&self, outputs: &[String], now: Instant, waiting: bool) -> Option<Instant> {
+        if !waiting {
+            return None;
+        }
         outputs.iter().filter_map(|d| self.last.get(d)).map(|t| *t + PACE).max().filter(|t| *t > now)
     }
 
@@ -111,10 +119,11 @@ impl Engine {
     /// and the earliest moment one held back by the pace may go.
     pub(super) fn publishable(&self, view: &View, pacer: &Pacer) -> (Vec<String>, Option<Instant>) {
         let now = Instant::now();
+        let waiting = view.count(StepStatus::Ready) > 0;
         let mut ready = Vec::new();
         let mut held_until: Option<Instant> = None;
         for e in view.in_status(StepStatus::Validated).filter(|e| !e.record.state.needs_approval) {
-            match pacer.due(self.outputs_of(&e.record.task), now) {
+            match pacer.due(self.outputs_of(&e.record.task), now, waiting) {
                 Some(at) => held_until = Some(held_until.map_or(at, |h| h.min(at))),
                 None => ready.push(e.record.id.clone()),
             }
@@ -334,5 +343,31 @@ impl Engine {
             version_ids,
         };
         Ok(Some((pending, release)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(ds: &[&str]) -> Vec<String> {
+        ds.iter().map(|d| (*d).to_owned()).collect()
+    }
+
+    #[test]
+    fn the_pace_holds_a_dataset_back_only_while_steps_wait_for_a_slot() {
+        let t0 = Instant::now();
+        let mut pacer = Pacer::default();
+        let (a, b) = (names(&["a"]), names(&["b"]));
+        assert_eq!(pacer.due(&a, t0, true), None, "a dataset never published goes at once");
+        pacer.started(&a, t0);
+        let soon = t0 + PACE / 2;
+        assert_eq!(pacer.due(&a, soon, true), Some(t0 + PACE), "busy slots: the next commit waits out the pace");
+        assert_eq!(pacer.due(&a, soon, false), None, "idle slots: waiting gains nothing");
+        assert_eq!(pacer.due(&b, soon, true), None, "another dataset is not held back");
+        assert_eq!(pacer.due(&a, t0 + PACE, true), None, "the pace has elapsed");
+        let both = names(&["a", "b"]);
+        pacer.started(&b, soon);
+        assert_eq!(pacer.due(&both, soon, true), Some(soon + PACE), "a step writing both waits for the later");
     }
 }
