@@ -11,7 +11,10 @@ use clap::{Parser, Subcommand};
 
 /// mimalloc instead of the C library's allocator: the scheduler allocates and frees small
 /// records on several threads at once (the loop, the store's thread, the attempts), and glibc's
-/// malloc spent a quarter of the loop's CPU consolidating and unlinking free chunks in B1.
+/// malloc spent a quarter of the loop's CPU consolidating and unlinking free chunks in B1. It is
+/// built with `no_thp` (Cargo.toml): otherwise it asks for transparent huge pages on its arenas,
+/// and every thread's first allocations fault in and zero whole 2 MiB pages, which was 59% of a
+/// short `tidegate run`'s CPU (W(30)) and tripled its resident memory.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
