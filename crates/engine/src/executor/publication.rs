@@ -119,6 +119,8 @@ impl Engine {
     /// and the earliest moment one held back by the pace may go.
     pub(super) fn publishable(&self, view: &View, pacer: &Pacer) -> (Vec<String>, Option<Instant>) {
         let now = Instant::now();
+        // Ready steps held back by a paused backfill or a rate limit count as waiting too: the
+        // pace then keeps to its old rule, which delays a commit by at most `PACE`.
         let waiting = view.count(StepStatus::Ready) > 0;
         let mut ready = Vec::new();
         let mut held_until: Option<Instant> = None;
