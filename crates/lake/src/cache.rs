@@ -14,6 +14,11 @@
 //! another, makes it conflict, reload and check again. Anything the cache cannot read with
 //! certainty (a multi-part or missing checkpoint, a missing commit, a retention rule on
 //! transactions) leaves the map unknown, and lookups fall back to delta-rs' own log replay.
+//!
+//! A table deleted and created again at the same location (by hand, or by a test) is not the
+//! table the cache holds, even where its versions look the same. The cache notes the identity of
+//! the commit file at its version (the store's entity tag, else its time and size) and checks it
+//! before trusting the cached state; a different or missing file makes it load the table afresh.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -32,25 +37,37 @@ pub(crate) struct Cached {
     pub table: DeltaTable,
     /// Application id to its latest `txn` version at `table`'s version; `None` when unknown.
     pub txns: Option<Arc<HashMap<String, i64>>>,
+    /// The identity of the log's commit file at `table`'s version ([`commit_tag`]); `None`
+    /// until it is first looked at.
+    pub tag: Option<String>,
 }
 
 impl Cached {
-    /// This table brought up to date: after one existence check when nothing was committed
+    /// This table brought up to date: after two existence checks when nothing was committed
     /// since (delta-rs would list the log to find out), else from the newer commits only, with
     /// the `txn` map advanced from them. `None` when the log cannot be followed (the table was
     /// replaced under us): the caller loads it afresh.
     pub async fn caught_up(mut self) -> Result<Option<Cached>> {
         let before = self.table.version();
-        if let Some(v) = before
-            && !commit_exists(&self.table, v + 1).await?
-        {
-            return Ok(Some(self));
+        if let Some(v) = before {
+            match commit_tag(&self.table, v).await? {
+                Some(tag) if self.tag.as_ref().is_none_or(|seen| *seen == tag) => self.tag = Some(tag),
+                // Not the commit the cached state was read from: the table was replaced.
+                _ => return Ok(None),
+            }
+            if !commit_exists(&self.table, v + 1).await? {
+                return Ok(Some(self));
+            }
         }
         if self.table.update_incremental(None).await.is_err() || self.table.version() < before {
             return Ok(None);
         }
         let after = self.table.version();
         if after != before {
+            self.tag = match after {
+                Some(v) => commit_tag(&self.table, v).await?,
+                None => None,
+            };
             self.txns = match (self.txns.take(), before, after) {
                 (Some(txns), Some(from), Some(to)) => {
                     let mut txns = Arc::unwrap_or_clone(txns);
@@ -62,6 +79,20 @@ impl Cached {
             };
         }
         Ok(Some(self))
+    }
+}
+
+/// The identity of the log's commit file for `version`: the store's entity tag (for a local
+/// folder, from the file's inode, time and size), else its time and size; `None` when there is
+/// no such commit.
+pub(crate) async fn commit_tag(table: &DeltaTable, version: u64) -> Result<Option<String>> {
+    match table.object_store().head(&Path::from(format!("_delta_log/{version:020}.json"))).await {
+        Ok(meta) => Ok(Some(match meta.e_tag {
+            Some(tag) => tag,
+            None => format!("{}-{}", meta.last_modified.timestamp_nanos_opt().unwrap_or_default(), meta.size),
+        })),
+        Err(object_store::Error::NotFound { .. }) => Ok(None),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -96,14 +127,20 @@ impl TableCache {
     }
 
     /// Keeps the table as a commit of this handle left it, `before` plus the commit: the `txn` map
-    /// of `before`'s version (if known) plus the commit's own transactions.
-    pub fn after_commit(&self, dataset: &str, before: &DeltaTable, after: DeltaTable, txns: &[(String, i64)]) {
+    /// of `before`'s version (if known) plus the commit's own transactions, and the identity of
+    /// the commit file just written.
+    pub async fn after_commit(&self, dataset: &str, before: &DeltaTable, after: DeltaTable, txns: &[(String, i64)]) {
         let map = self.txns_at(dataset, before.version()).map(|known| {
             let mut map = Arc::unwrap_or_clone(known);
             map.extend(txns.iter().cloned());
             Arc::new(map)
         });
-        self.put(dataset, Cached { table: after, txns: map });
+        // Unknown (looked at by the next catch-up) if the store cannot say now.
+        let tag = match after.version() {
+            Some(v) => commit_tag(&after, v).await.ok().flatten(),
+            None => None,
+        };
+        self.put(dataset, Cached { table: after, txns: map, tag });
     }
 
     pub fn forget(&self, dataset: &str) {
@@ -258,7 +295,7 @@ mod tests {
         let mut advanced = read_txns(&early).await.expect("a map at version 0");
         // A third way: the map a handle keeps by adding its own commits' transactions.
         let cache = TableCache::default();
-        cache.put("t", Cached { table: table.clone(), txns: Some(Arc::new(advanced.clone())) });
+        cache.put("t", Cached { table: table.clone(), txns: Some(Arc::new(advanced.clone())), tag: None });
         let mut table = table;
         let ids: Vec<String> = (0..22).map(|i| format!("app-{}", if i % 7 == 3 { 3 } else { i })).collect();
         for (i, id) in ids.iter().enumerate() {
@@ -269,7 +306,7 @@ mod tests {
                 .await
                 .expect("commit")
                 .expect("no conflict");
-            cache.after_commit("t", &table, after.clone(), &[pair]);
+            cache.after_commit("t", &table, after.clone(), &[pair]).await;
             table = after;
             assert_eq!(table.version(), Some(u64::try_from(i).expect("small") + 1));
         }

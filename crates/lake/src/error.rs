@@ -52,6 +52,14 @@ pub enum Error {
     #[error("dataset {dataset:?}: staged file {path} is missing; stage the step again")]
     MissingStagedFile { dataset: String, path: String },
 
+    /// A staged version whose schema is not the table's at publication: the table was
+    /// recreated with other columns after the step staged.
+    #[error(
+        "dataset {dataset:?}: staged version {staging_id} was written for another schema than the table now \
+         has (was the table recreated?); run the step again to stage it for the current schema"
+    )]
+    StagedForOtherSchema { dataset: String, staging_id: String },
+
     /// A rollback target whose files vacuum has deleted (no kept release needed them).
     #[error(
         "dataset {dataset:?}: version {version} references {path}, which vacuum removed; roll back to a \

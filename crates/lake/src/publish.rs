@@ -19,8 +19,8 @@ use tidegate_core::spec::model::{Dataset, WriteMode};
 
 use crate::error::{Error, Result};
 use crate::modes;
-use crate::stage::StagedVersion;
-use crate::table::{Lake, PARTITION_COLUMN};
+use crate::stage::{StagedVersion, schema_hash};
+use crate::table::{Lake, PARTITION_COLUMN, table_schema};
 
 /// How many times a commit is re-planned against a newer table before giving up with a
 /// retryable [`Error::Conflict`].
@@ -198,6 +198,7 @@ impl Lake {
         for _ in 0..MAX_COMMIT_ATTEMPTS {
             let table = self.load(name).await?;
             let version = loaded_version(&table)?;
+            let table_hash = schema_hash(&table_schema(&table)?);
             let mut outcomes: Vec<Option<Result<PublishedItem>>> = Vec::with_capacity(wave.len());
             let mut planned: Vec<(usize, modes::Plan)> = Vec::new();
             for (i, (_, item)) in wave.iter().enumerate() {
@@ -219,6 +220,13 @@ impl Lake {
                         n_files_added: 0,
                         n_files_removed: 0,
                         n_rows_added: 0,
+                    })));
+                    continue;
+                }
+                if item.staged.schema_hash != table_hash {
+                    outcomes.push(Some(Err(Error::StagedForOtherSchema {
+                        dataset: name.clone(),
+                        staging_id: item.staged.staging_id.clone(),
                     })));
                     continue;
                 }
@@ -257,7 +265,7 @@ impl Lake {
             match commit(&table, actions, txns, metadata, operation).await? {
                 Some(after) => {
                     let committed = loaded_version(&after)?;
-                    self.cache.after_commit(name, &table, after, &new_txns);
+                    self.cache.after_commit(name, &table, after, &new_txns).await;
                     for (i, plan) in planned {
                         outcomes[i] = Some(Ok(PublishedItem {
                             dataset: name.clone(),

@@ -175,7 +175,11 @@ impl Lake {
         match DeltaTableBuilder::from_url(self.table_url(dataset)?)?.load().await {
             Ok(table) => {
                 let txns = crate::cache::read_txns(&table).await.map(Arc::new);
-                self.cache.put(dataset, Cached { table: table.clone(), txns });
+                let tag = match table.version() {
+                    Some(v) => crate::cache::commit_tag(&table, v).await?,
+                    None => None,
+                };
+                self.cache.put(dataset, Cached { table: table.clone(), txns, tag });
                 Ok(Some(table))
             }
             // The log folder exists but holds no commit yet: a creation is under way or crashed.
@@ -220,7 +224,17 @@ impl Lake {
     /// Loads the dataset's table, creating it if needed. The schema is the declared `columns`
     /// plus [`PARTITION_COLUMN`]; with no declared columns it is `first_data` (the first staged
     /// rows), normalised to types Delta can store.
+    ///
+    /// Staging needs the table's schema, not its latest version: a table this handle has loaded
+    /// before is used as it was, without looking for newer commits (on a busy table that was a
+    /// log update per staging). Publication checks each staged version's schema hash against the
+    /// version it commits on, so a table recreated with another schema in between is refused
+    /// there ([`Error::StagedForOtherSchema`]).
     pub(crate) async fn ensure_table(&self, dataset: &Dataset, first_data: Option<&SchemaRef>) -> Result<DeltaTable> {
+        if let Some(cached) = self.cache.get(&dataset.name) {
+            check_declared_matches_table(dataset, &table_schema(&cached.table)?)?;
+            return Ok(cached.table);
+        }
         if let Some(table) = self.try_load(&dataset.name).await? {
             check_declared_matches_table(dataset, &table_schema(&table)?)?;
             return Ok(table);

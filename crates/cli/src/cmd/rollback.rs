@@ -157,9 +157,12 @@ pub struct ReconcileArgs {
     pub json: bool,
     /// Keep the logs of finished attempts this long (`36h`, `30d`, `0s` for none); output folders
     /// that failed attempts left are removed once the attempt is not running.
-    #[arg(long, value_name = "DURATION", default_value = "30d", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = DEFAULT_KEEP_LOGS, value_parser = parse_duration)]
     pub keep_logs: chrono::Duration,
 }
+
+/// How long `reconcile` keeps finished attempts' logs unless told otherwise.
+pub const DEFAULT_KEEP_LOGS: &str = "30d";
 
 /// The most releases read to learn which table versions the store knows.
 pub const MAX_RELEASES_RECONCILED: u32 = 1_000_000;

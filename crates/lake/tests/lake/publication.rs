@@ -351,3 +351,36 @@ async fn handles_with_cached_tables_never_publish_a_step_twice() {
         assert_eq!(commits, 1, "step-race-{i} is in exactly one commit");
     }
 }
+
+/// A table deleted and created again with other columns after a step staged for the old one
+/// (with as many versions, so the version numbers alone cannot tell): the handle that staged
+/// notices the new table, refuses the publication by name, and leaves the new table as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_staged_for_a_replaced_table_is_not_published_into_it() {
+    let (dir, a) = lake().await;
+    let root = dir.path().join("lake");
+    let ds = dataset("events", WriteMode::Replace, basic_columns());
+    put(&a, &ds, &[part("p-seed")], rows(&[(0, None, None)], None), "seed").await;
+    let staged =
+        a.stage_batches(&ds, "late", &[part("p1")], vec![rows(&[(1, Some(1), Some("x"))], None)]).await.expect("stage");
+
+    // The staged files stay where they are; only the table's log goes.
+    std::fs::remove_dir_all(root.join("events").join("_delta_log")).expect("delete the table's log");
+    let b = Lake::open(root.to_str().expect("utf-8")).await.expect("second handle");
+    let other = dataset("events", WriteMode::Replace, vec![col("id", "int64", false), col("note", "string", true)]);
+    let seed = batch(vec![("id", ints(&[7])), ("note", strs(&["new table"])), ("tg_partition", strs(&["p-seed"]))]);
+    put(&b, &other, &[part("p-seed")], seed, "seed-b").await;
+    let version = b.table_version("events").await.expect("version");
+    assert_eq!(version, Some(1), "the new table is at the version `a` last saw of the old one");
+    let before = read_all(&b, "events").await;
+
+    let err =
+        a.publish(&release("r-late", &ds, staged, "step-late")).await.expect_err("a publication into the new table");
+    assert!(
+        matches!(&err, Error::StagedForOtherSchema { dataset, staging_id } if dataset == "events" && staging_id == "late"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("run the step again"), "{err}");
+    assert_eq!(b.table_version("events").await.expect("version"), version, "nothing was committed");
+    assert_eq!(read_all(&b, "events").await, before);
+}

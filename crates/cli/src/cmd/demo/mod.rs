@@ -181,7 +181,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
 
     chapter(12, "Reconcile: nothing left behind");
     say("tidegate reconcile");
-    let reconciled = rollback::reconciled(ws, Duration::days(30))?;
+    let keep_logs = crate::cmd::vacuum::parse_duration(rollback::DEFAULT_KEEP_LOGS).map_err(anyhow::Error::msg)?;
+    let reconciled = rollback::reconciled(ws, keep_logs)?;
     say(&format!(
         "  removed {} staged file(s) that no table version references (failed and superseded attempts'); kept {} \
          that table versions use",
