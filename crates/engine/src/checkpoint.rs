@@ -220,6 +220,11 @@ impl<'a> Checkpoints<'a> {
     /// output is staged as a whole, as for any task.
     pub(crate) async fn finish(&mut self, staging_id: &str) -> Result<Option<Vec<StagedVersion>>, Failure> {
         let a = self.attempt;
+        // The claim found no checkpoint of the step and this attempt read no line: there is
+        // none (an older attempt's would be fenced), so the store need not be asked.
+        if a.resume_from.is_none() && self.n_lines == 0 {
+            return Ok(None);
+        }
         let (store, sid) = (self.store.clone(), a.step.id.clone());
         let (checkpoints, records) = tokio::task::spawn_blocking(move || {
             Ok::<_, tidegate_store::Error>((store.checkpoints(&sid)?, store.versions(&sid)?))

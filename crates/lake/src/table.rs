@@ -198,6 +198,13 @@ impl Lake {
         Ok(table.snapshot()?.transaction_version(table.log_store().as_ref(), app_id).await?)
     }
 
+    /// The version of the table this handle last loaded or committed, as it was, without
+    /// looking for newer commits: for what needs the table's schema and location, not its
+    /// latest state. `None` when this handle has not loaded it.
+    pub(crate) fn loaded(&self, dataset: &str) -> Option<DeltaTable> {
+        self.cache.get(dataset).map(|cached| cached.table)
+    }
+
     /// Loads the latest version of a table that must exist.
     pub(crate) async fn load(&self, dataset: &str) -> Result<DeltaTable> {
         self.try_load(dataset).await?.ok_or_else(|| Error::UnknownDataset { dataset: dataset.to_owned() })
@@ -231,9 +238,9 @@ impl Lake {
     /// version it commits on, so a table recreated with another schema in between is refused
     /// there ([`Error::StagedForOtherSchema`]).
     pub(crate) async fn ensure_table(&self, dataset: &Dataset, first_data: Option<&SchemaRef>) -> Result<DeltaTable> {
-        if let Some(cached) = self.cache.get(&dataset.name) {
-            check_declared_matches_table(dataset, &table_schema(&cached.table)?)?;
-            return Ok(cached.table);
+        if let Some(table) = self.loaded(&dataset.name) {
+            check_declared_matches_table(dataset, &table_schema(&table)?)?;
+            return Ok(table);
         }
         if let Some(table) = self.try_load(&dataset.name).await? {
             check_declared_matches_table(dataset, &table_schema(&table)?)?;
