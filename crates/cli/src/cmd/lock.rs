@@ -45,8 +45,8 @@ impl DatasetLockGuard {
         let give_up = Instant::now() + wait;
         let mut told = false;
         loop {
-            let outcome = store
-                .lock_dataset(dataset, &owner, purpose, Utc::now(), LOCK_TTL_S)
+            let outcome = try_lock(store, dataset, &owner, purpose)
+                .await
                 .with_context(|| format!("taking the maintenance lock on {dataset}"))?;
             match outcome {
                 LockOutcome::Acquired => break,
@@ -85,6 +85,8 @@ impl DatasetLockGuard {
 }
 
 impl Drop for DatasetLockGuard {
+    /// Releases the lock with one store call on the dropping thread: `drop` cannot wait for a
+    /// blocking task, and the guard is dropped once, when its command's work is done.
     fn drop(&mut self) {
         self.renewer.abort();
         if let Err(e) = self.store.unlock_dataset(&self.dataset, &self.owner, Utc::now()) {
@@ -99,18 +101,23 @@ impl Drop for DatasetLockGuard {
 async fn renew(store: Arc<dyn Store>, dataset: String, owner: String, purpose: String, lost: Arc<AtomicBool>) {
     loop {
         tokio::time::sleep(RENEW_EVERY).await;
-        let (s, d, o, p) = (store.clone(), dataset.clone(), owner.clone(), purpose.clone());
-        let renewed = tokio::task::spawn_blocking(move || s.lock_dataset(&d, &o, &p, Utc::now(), LOCK_TTL_S)).await;
-        match renewed {
-            Ok(Ok(LockOutcome::Acquired)) => {}
-            Ok(Ok(LockOutcome::HeldBy(_))) => {
+        match try_lock(&store, &dataset, &owner, &purpose).await {
+            Ok(LockOutcome::Acquired) => {}
+            Ok(LockOutcome::HeldBy(_)) => {
                 lost.store(true, Ordering::SeqCst);
                 return;
             }
             // The store could not be reached: the lock holds until its TTL; try again.
-            Ok(Err(_)) | Err(_) => {}
+            Err(_) => {}
         }
     }
+}
+
+/// Takes or renews the lock, on a blocking thread (a PostgreSQL store may take a network round
+/// trip, which must not hold up the runtime's other tasks, the renewer among them).
+async fn try_lock(store: &Arc<dyn Store>, dataset: &str, owner: &str, purpose: &str) -> Result<LockOutcome> {
+    let (s, d, o, p) = (store.clone(), dataset.to_owned(), owner.to_owned(), purpose.to_owned());
+    Ok(tokio::task::spawn_blocking(move || s.lock_dataset(&d, &o, &p, Utc::now(), LOCK_TTL_S)).await??)
 }
 
 fn busy(holder: &DatasetLock, purpose: &str, waited: Duration) -> String {
