@@ -50,7 +50,7 @@ impl Cached {
     pub async fn caught_up(mut self) -> Result<Option<Cached>> {
         let before = self.table.version();
         if let Some(v) = before {
-            match commit_tag(&self.table, v).await? {
+            match commit_tag(&self.table).await? {
                 Some(tag) if self.tag.as_ref().is_none_or(|seen| *seen == tag) => self.tag = Some(tag),
                 // Not the commit the cached state was read from: the table was replaced.
                 _ => return Ok(None),
@@ -64,10 +64,7 @@ impl Cached {
         }
         let after = self.table.version();
         if after != before {
-            self.tag = match after {
-                Some(v) => commit_tag(&self.table, v).await?,
-                None => None,
-            };
+            self.tag = commit_tag(&self.table).await?;
             self.txns = match (self.txns.take(), before, after) {
                 (Some(txns), Some(from), Some(to)) => {
                     let mut txns = Arc::unwrap_or_clone(txns);
@@ -82,10 +79,11 @@ impl Cached {
     }
 }
 
-/// The identity of the log's commit file for `version`: the store's entity tag (for a local
-/// folder, from the file's inode, time and size), else its time and size; `None` when there is
-/// no such commit.
-pub(crate) async fn commit_tag(table: &DeltaTable, version: u64) -> Result<Option<String>> {
+/// The identity of the log's commit file at `table`'s version: the store's entity tag (for a
+/// local folder, from the file's inode, time and size), else its time and size; `None` when the
+/// table has no version or the log no such commit.
+pub(crate) async fn commit_tag(table: &DeltaTable) -> Result<Option<String>> {
+    let Some(version) = table.version() else { return Ok(None) };
     match table.object_store().head(&Path::from(format!("_delta_log/{version:020}.json"))).await {
         Ok(meta) => Ok(Some(match meta.e_tag {
             Some(tag) => tag,
@@ -136,10 +134,7 @@ impl TableCache {
             Arc::new(map)
         });
         // Unknown (looked at by the next catch-up) if the store cannot say now.
-        let tag = match after.version() {
-            Some(v) => commit_tag(&after, v).await.ok().flatten(),
-            None => None,
-        };
+        let tag = commit_tag(&after).await.ok().flatten();
         self.put(dataset, Cached { table: after, txns: map, tag });
     }
 

@@ -175,10 +175,7 @@ impl Lake {
         match DeltaTableBuilder::from_url(self.table_url(dataset)?)?.load().await {
             Ok(table) => {
                 let txns = crate::cache::read_txns(&table).await.map(Arc::new);
-                let tag = match table.version() {
-                    Some(v) => crate::cache::commit_tag(&table, v).await?,
-                    None => None,
-                };
+                let tag = crate::cache::commit_tag(&table).await?;
                 self.cache.put(dataset, Cached { table: table.clone(), txns, tag });
                 Ok(Some(table))
             }
@@ -238,11 +235,11 @@ impl Lake {
     /// version it commits on, so a table recreated with another schema in between is refused
     /// there ([`Error::StagedForOtherSchema`]).
     pub(crate) async fn ensure_table(&self, dataset: &Dataset, first_data: Option<&SchemaRef>) -> Result<DeltaTable> {
-        if let Some(table) = self.loaded(&dataset.name) {
-            check_declared_matches_table(dataset, &table_schema(&table)?)?;
-            return Ok(table);
-        }
-        if let Some(table) = self.try_load(&dataset.name).await? {
+        let known = match self.loaded(&dataset.name) {
+            Some(table) => Some(table),
+            None => self.try_load(&dataset.name).await?,
+        };
+        if let Some(table) = known {
             check_declared_matches_table(dataset, &table_schema(&table)?)?;
             return Ok(table);
         }
