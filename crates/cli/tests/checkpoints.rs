@@ -32,6 +32,22 @@ with open(os.environ["TIDEGATE_CHECKPOINT_FILE"], "a") as cp:
             cp.flush()
 "#;
 
+/// Attempt 1 writes and checkpoints hour 0, then dies (exit 75); attempt 2 resumes, writes hour
+/// 1 and exits without a checkpoint line of its own.
+const RESUMED_WITHOUT_LINES: &str = r#"
+import json, os, sys
+out = os.environ["TIDEGATE_OUTPUT_DIR"]
+if os.environ.get("TIDEGATE_RESUME_FROM"):
+    with open(os.path.join(out, "h1.csv"), "w") as f:
+        f.write("hour,value\n1,10\n")
+    sys.exit(0)
+with open(os.path.join(out, "h0.csv"), "w") as f:
+    f.write("hour,value\n0,0\n")
+with open(os.environ["TIDEGATE_CHECKPOINT_FILE"], "a") as cp:
+    cp.write(json.dumps({"granule": "hour-0", "position": "hour=0", "files": ["h0.csv"]}) + "\n")
+sys.exit(75)
+"#;
+
 fn spec(script: &Path) -> String {
     format!(
         r#"
@@ -130,4 +146,28 @@ fn a_malformed_checkpoint_line_fails_the_attempt_deterministically_with_its_line
         reason.contains("checkpoint file") && reason.contains("line 1") && reason.contains("missing field"),
         "{reason}"
     );
+}
+
+/// An attempt that writes no checkpoint line still carries forward the granules an earlier
+/// attempt checkpointed: the published partition holds both hours.
+#[test]
+fn a_resumed_attempt_without_checkpoint_lines_still_publishes_the_earlier_granules() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let script = dir.path().join("task.py");
+    std::fs::write(&script, RESUMED_WITHOUT_LINES).expect("script");
+    std::fs::write(dir.path().join("tidegate.toml"), spec(&script)).expect("spec");
+
+    let (code, report) = tidegate(dir.path(), &["run", "load", "--partition", "2024-01-01", "--json"]);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(report["summary"]["published"], 1, "{report}");
+    assert_eq!(report["summary"]["retried"], 1, "{report}");
+    let (code, rows) = tidegate(dir.path(), &["sql", "SELECT hour, value FROM hourly ORDER BY hour", "--json"]);
+    assert_eq!(code, 0, "{rows}");
+    let got: Vec<(i64, i64)> = rows
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|r| (r["hour"].as_i64().expect("hour"), r["value"].as_i64().expect("value")))
+        .collect();
+    assert_eq!(got, [(0, 0), (1, 10)]);
 }

@@ -92,6 +92,24 @@ async fn aggregate_tolerance_against_the_published_version() {
     assert!(!bad.passed && bad.detail.contains("50.00%"), "{bad:?}");
 }
 
+/// The tolerance compares with what is published now, also when another handle published it
+/// after this one last loaded the table (the other checks use the table as this handle has it).
+#[tokio::test]
+async fn aggregate_tolerance_compares_with_what_another_handle_published() {
+    let (dir, a) = lake().await;
+    let ds = ds_with(CheckRule::AggregateTolerance {
+        column: "value".to_owned(),
+        aggregate: Aggregate::Sum,
+        tolerance_pct: 10.0,
+    });
+    put(&a, &ds, &[part("p")], rows(&[(1, Some(100), None)], None), "base").await;
+    let b = Lake::open(dir.path().join("lake").to_str().expect("utf-8")).await.expect("second handle");
+    put(&b, &ds, &[part("p")], rows(&[(1, Some(200), None)], None), "newer").await;
+    // 205 is within 10% of the 200 published now, and 105% above the 100 `a` last saw.
+    let result = check(&a, &ds, &part("p"), rows(&[(1, Some(205), None)], None), "the_check").await;
+    assert!(result.passed, "compared with a stale version: {result:?}");
+}
+
 #[tokio::test]
 async fn freshness_against_the_partition_end() {
     let (_dir, lake) = lake().await;
