@@ -76,6 +76,17 @@ fn tidegate(dir: &Path, args: &[&str]) -> (i32, Value) {
     (out.status.code().unwrap_or(-1), json)
 }
 
+/// The published `(hour, value)` rows, in hour order.
+fn published_hours(dir: &Path) -> Vec<(i64, i64)> {
+    let (code, rows) = tidegate(dir, &["sql", "SELECT hour, value FROM hourly ORDER BY hour", "--json"]);
+    assert_eq!(code, 0, "{rows}");
+    rows.as_array()
+        .expect("rows")
+        .iter()
+        .map(|r| (r["hour"].as_i64().expect("hour"), r["value"].as_i64().expect("value")))
+        .collect()
+}
+
 #[test]
 fn a_retried_task_resumes_from_its_last_checkpoint_and_publishes_every_granule_once() {
     let dir = tempfile::tempdir().expect("tmp");
@@ -102,14 +113,7 @@ fn a_retried_task_resumes_from_its_last_checkpoint_and_publishes_every_granule_o
 
     // Every hour exactly once: granules 0-2 staged by attempt 1, 3-4 by attempt 2's checkpoints,
     // 5 by the final staging; the half-written hour 3 of attempt 1 is nowhere.
-    let (code, rows) = tidegate(dir.path(), &["sql", "SELECT hour, value FROM hourly ORDER BY hour", "--json"]);
-    assert_eq!(code, 0, "{rows}");
-    let got: Vec<(i64, i64)> = rows
-        .as_array()
-        .expect("rows")
-        .iter()
-        .map(|r| (r["hour"].as_i64().expect("hour"), r["value"].as_i64().expect("value")))
-        .collect();
+    let got = published_hours(dir.path());
     assert_eq!(got, (0..6).map(|h| (h, h * 10)).collect::<Vec<_>>());
 
     // The journal holds one `checkpointed` entry per granule, each before its attempt ended, and
@@ -161,13 +165,6 @@ fn a_resumed_attempt_without_checkpoint_lines_still_publishes_the_earlier_granul
     assert_eq!(code, 0, "{report}");
     assert_eq!(report["summary"]["published"], 1, "{report}");
     assert_eq!(report["summary"]["retried"], 1, "{report}");
-    let (code, rows) = tidegate(dir.path(), &["sql", "SELECT hour, value FROM hourly ORDER BY hour", "--json"]);
-    assert_eq!(code, 0, "{rows}");
-    let got: Vec<(i64, i64)> = rows
-        .as_array()
-        .expect("rows")
-        .iter()
-        .map(|r| (r["hour"].as_i64().expect("hour"), r["value"].as_i64().expect("value")))
-        .collect();
+    let got = published_hours(dir.path());
     assert_eq!(got, [(0, 0), (1, 10)]);
 }
