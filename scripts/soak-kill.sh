@@ -6,5 +6,5 @@ cd "$(dirname "$0")/.."
 rounds="${1:-20}"
 for i in $(seq 1 "$rounds"); do
   echo "== round $i of $rounds"
-  cargo test --quiet -p tidegate --test crash
+  cargo test --quiet --workspace --test crash
 done

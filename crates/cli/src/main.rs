@@ -1,5 +1,6 @@
 //! The `tidegate` command: the only crate that prints for humans.
 
+mod actor;
 mod cmd;
 mod output;
 mod workspace;
@@ -8,6 +9,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use tidegate_core::actor::Role;
 
 /// mimalloc instead of the C library's allocator: the scheduler allocates and frees small
 /// records on several threads at once (the loop, the store's thread, the attempts), and glibc's
@@ -56,6 +58,8 @@ enum Command {
     Tick(cmd::tick::Args),
     Serve(cmd::serve::Args),
     Worker(cmd::worker::Args),
+    #[command(subcommand)]
+    Token(cmd::token::Command),
     Demo(cmd::demo::Args),
     /// The demo workspace's click feed (a command task; not for direct use).
     #[command(hide = true)]
@@ -66,8 +70,17 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    quiet_on_closed_pipe();
     let cli = Cli::parse();
     let ws = cli.workspace.as_deref();
+    if let Some((role, what)) = required_role(&cli.command) {
+        let established =
+            actor::establish(|| workspace::load(ws)?.open_store()).and_then(|()| actor::require(role, what));
+        if let Err(e) = established {
+            eprintln!("error: {e:#}");
+            return ExitCode::from(1);
+        }
+    }
     let result = match cli.command {
         Command::Init(args) => cmd::init::run(args),
         Command::Validate(args) => cmd::validate::run(ws, args),
@@ -85,17 +98,70 @@ fn main() -> ExitCode {
         Command::Tick(args) => cmd::tick::run(ws, args),
         Command::Serve(args) => cmd::serve::run(ws, args),
         Command::Worker(args) => cmd::worker::run(ws, args),
+        Command::Token(command) => cmd::token::run(ws, command),
         Command::Demo(args) => cmd::demo::run(args),
         Command::DemoFeed(args) => cmd::demo::feed::run(args),
         Command::Bench(command) => cmd::bench::run(command),
     };
     match result {
         Ok(code) => code,
+        Err(e) if is_closed_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::from(1)
         }
     }
+}
+
+/// The role a command needs and what it does, in words; `None` for commands that act on no
+/// workspace's store (init, validate, plan, the demo).
+fn required_role(command: &Command) -> Option<(Role, &'static str)> {
+    use cmd::backfill::Command as B;
+    Some(match command {
+        Command::Init(_) | Command::Validate(_) | Command::Plan(_) | Command::Demo(_) | Command::DemoFeed(_) => {
+            return None;
+        }
+        Command::Bench(_) => return None,
+        Command::Read(_) | Command::Sql(_) | Command::Status(_) | Command::History(_) => (Role::Viewer, "read"),
+        Command::Backfill(B::Status(_) | B::List(_)) => (Role::Viewer, "read backfills"),
+        Command::Backfill(B::Approve(_)) => (Role::Approver, "approve a backfill"),
+        Command::Backfill(_) => (Role::Operator, "change a backfill"),
+        Command::Token(_) => (Role::Admin, "manage tokens"),
+        Command::Submit(_) | Command::Run(_) | Command::Tick(_) | Command::Serve(_) | Command::Worker(_) => {
+            (Role::Operator, "run work")
+        }
+        Command::Rollback(_) | Command::Reconcile(_) | Command::Vacuum(_) => {
+            (Role::Operator, "change published tables")
+        }
+    })
+}
+
+/// A reader that stops reading (`tidegate history | head -1`) is not an error: the command ends
+/// quietly, as `cat` does. Rust ignores SIGPIPE, so a write to the closed pipe fails instead of
+/// killing the process; `println!` turns that failure into a panic, which this hook ends with a
+/// clean exit wherever in any command it happens. (Restoring SIGPIPE's default would need
+/// `unsafe`, which the workspace forbids.) Every other panic keeps the default report.
+fn quiet_on_closed_pipe() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
+            std::process::exit(0);
+        }
+        default(info);
+    }));
+}
+
+/// Whether an error comes from writing to a pipe whose reader has gone.
+fn is_closed_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        cause.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 #[cfg(test)]

@@ -69,10 +69,13 @@ impl Workspace {
         resolve(&self.root, &self.spec.project.lake_url)
     }
 
-    /// Opens the workspace's store, creating and migrating it on first use.
+    /// Opens the workspace's store, creating and migrating it on first use. A store with an
+    /// empty journal beside tables that vouch for one is refused (see `cmd::anchor`).
     pub fn open_store(&self) -> Result<Arc<dyn Store>> {
         let url = self.state_url();
-        tidegate_store::open(&url).with_context(|| format!("opening the state store {}", redact(&url)))
+        let store = tidegate_store::open(&url).with_context(|| format!("opening the state store {}", redact(&url)))?;
+        crate::cmd::anchor::refuse_lost_store(self, store.as_ref())?;
+        Ok(store)
     }
 }
 

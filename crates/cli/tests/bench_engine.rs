@@ -10,7 +10,7 @@ fn bench(args: &[&str]) -> Value {
     let out = Command::new(env!("CARGO_BIN_EXE_tidegate"))
         .args(["bench", "engine", "--json", "--repeats", "1"])
         .args(args)
-        .env("TIDEGATE_USER", "tester")
+        .env_remove("TIDEGATE_TOKEN")
         .output()
         .expect("the tidegate binary runs");
     assert!(out.status.success(), "bench engine failed:\n{}", String::from_utf8_lossy(&out.stderr));

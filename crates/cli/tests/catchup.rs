@@ -30,7 +30,7 @@ fn tidegate(dir: &Path, args: &[&str]) -> Value {
     let out = Command::new(env!("CARGO_BIN_EXE_tidegate"))
         .args(args)
         .current_dir(dir)
-        .env("TIDEGATE_USER", "ops")
+        .env_remove("TIDEGATE_TOKEN")
         .output()
         .expect("runs");
     assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));

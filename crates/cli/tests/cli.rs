@@ -46,7 +46,7 @@ fn tidegate(dir: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tidegate"))
         .args(args)
         .current_dir(dir)
-        .env("TIDEGATE_USER", "tester")
+        .env_remove("TIDEGATE_TOKEN")
         .output()
         .expect("the tidegate binary runs")
 }
@@ -96,7 +96,7 @@ fn init_refuses_to_overwrite_a_workspace() {
     let ws = Ws::init();
     let out = ws.run(&["init", "."]);
     assert!(!out.status.success());
-    assert!(stderr(&out).contains("already exists; pass --force"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("tidegate.toml, tasks/clean_events.py already exist"), "{}", stderr(&out));
 }
 
 #[test]

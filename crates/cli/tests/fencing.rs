@@ -26,7 +26,7 @@ timeout_s = 60
 
 fn tidegate(dir: &Path) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tidegate"));
-    cmd.current_dir(dir).env("TIDEGATE_USER", "fencing-test");
+    cmd.current_dir(dir).env_remove("TIDEGATE_TOKEN");
     cmd
 }
 

@@ -38,7 +38,7 @@ fn serve_runs_what_is_due_and_sigterm_lets_the_attempt_in_flight_finish() {
     let serve = Command::new(env!("CARGO_BIN_EXE_tidegate"))
         .args(["serve", "--tick-every-s", "1"])
         .current_dir(dir.path())
-        .env("TIDEGATE_USER", "ops")
+        .env_remove("TIDEGATE_TOKEN")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()

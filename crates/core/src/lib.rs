@@ -4,6 +4,7 @@
 //! Architecture invariant: this crate performs no IO. It never reads a file, opens a socket or
 //! asks the operating system for the time; callers pass text, instants and random samples in.
 
+pub mod actor;
 pub mod clock;
 pub mod idempotency;
 pub mod partition;

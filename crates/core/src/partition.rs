@@ -306,10 +306,14 @@ impl TimeAxis {
         Err(Error::BadBound { value: value.to_owned() })
     }
 
-    /// Every partition from the one containing `from` to the one containing `to`, both included,
-    /// clamped to the axis start.
+    /// Every partition from the one containing `from` to the one containing `to`, both included.
+    /// A range starting before the axis is refused, not clipped: the user asked for partitions
+    /// that cannot exist, and silently planning fewer hides the mistake.
     pub fn range_inclusive(&self, from: DateTime<Utc>, to: DateTime<Utc>) -> Result<Vec<Partition>, Error> {
-        let (from, to) = (self.floor(from).max(self.first), self.floor(to));
+        let (from, to) = (self.floor(from), self.floor(to));
+        if from < self.first {
+            return Err(Error::BeforeStart { key: self.key(from), first: self.key(self.first) });
+        }
         if from > to {
             return Err(Error::EmptyRange { from: self.key(from), to: self.key(to) });
         }

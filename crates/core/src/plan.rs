@@ -48,8 +48,10 @@ pub enum Error {
     UnknownTarget { target: String, file: String, suggestion: Option<String> },
     #[error("dataset {dataset:?} is external: nothing in this workspace produces it, so it cannot be planned")]
     ExternalTarget { dataset: String },
-    #[error("{what}: {source}")]
-    Partition { what: String, source: partition::Error },
+    /// The cause is part of the message and deliberately not a `source`: a chain printer would
+    /// say it twice ("--from X is after --to Y: --from X is after --to Y").
+    #[error("{what}: {cause}")]
+    Partition { what: String, cause: partition::Error },
     #[error("task {task:?} has static partitions; select them with --partition KEY (or --all), not --from/--to")]
     RangeOnStatic { task: String },
     #[error("the plan would hold more than {limit} steps; narrow the partition range")]
@@ -190,7 +192,7 @@ pub fn resolve_target<'s>(spec: &'s Spec, target: &str) -> Result<&'s Task, Erro
 /// The partitions of `task` that `selection` names.
 pub fn select_partitions(spec: &Spec, task: &Task, selection: &Selection) -> Result<Vec<Partition>, Error> {
     let ds = task_dataset(spec, task);
-    let err = |what: String| move |source| Error::Partition { what, source };
+    let err = |what: String| move |cause| Error::Partition { what, cause };
     match (&ds.partitioning, axis_of(ds)) {
         (_, Some(axis)) => match selection {
             Selection::Range { from, to } => {
@@ -204,7 +206,7 @@ pub fn select_partitions(spec: &Spec, task: &Task, selection: &Selection) -> Res
                 .collect(),
             Selection::AllStatic => Err(Error::Partition {
                 what: format!("task {}", task.name),
-                source: partition::Error::BadBound { value: "--all applies to static partitions only".to_owned() },
+                cause: partition::Error::BadBound { value: "--all applies to static partitions only".to_owned() },
             }),
         },
         (Partitioning::Static { keys }, None) => match selection {
@@ -218,7 +220,7 @@ pub fn select_partitions(spec: &Spec, task: &Task, selection: &Selection) -> Res
                     } else {
                         Err(Error::Partition {
                             what: format!("--partition {k}"),
-                            source: partition::Error::UnknownStaticKey { key: k.clone(), known: keys.join(", ") },
+                            cause: partition::Error::UnknownStaticKey { key: k.clone(), known: keys.join(", ") },
                         })
                     }
                 })
@@ -265,39 +267,65 @@ pub fn input_partitions(
 }
 
 /// Plans `request`: the target's selected partitions, plus upstream and downstream closures.
+///
+/// The closures go one way each: the upstream closure of the target's partitions (what they
+/// need rebuilt), then the downstream closure of everything that rebuilds (what reads it). A
+/// downstream step's other inputs are read as published, so its own upstream is not planned:
+/// following both ways from every step would walk a window mapping forward without end (each
+/// 7-day window reads six more days, whose windows read six more...).
 pub fn plan(request: &Request<'_>) -> Result<Plan, Error> {
     let spec = request.spec;
     let target = resolve_target(spec, request.target)?;
-    let mut wanted: BTreeMap<String, BTreeMap<String, Partition>> = BTreeMap::new();
-    let mut queue: VecDeque<(String, Partition)> = VecDeque::new();
-    for p in select_partitions(spec, target, &request.selection)? {
-        queue.push_back((target.name.clone(), p));
-    }
     let edges = Edges::of(spec);
-    let mut n_steps = 0usize;
+    let mut closure = Closure::default();
+    let mut queue: VecDeque<(String, Partition)> =
+        select_partitions(spec, target, &request.selection)?.into_iter().map(|p| (target.name.clone(), p)).collect();
+    let mut rebuilt = Vec::new();
     while let Some((task_name, p)) = queue.pop_front() {
-        let entry = wanted.entry(task_name.clone()).or_default();
-        if entry.contains_key(&p.key) {
+        if !closure.insert(&task_name, &p)? {
             continue;
-        }
-        entry.insert(p.key.clone(), p.clone());
-        n_steps += 1;
-        if n_steps > MAX_STEPS_PER_PLAN {
-            return Err(Error::TooLarge { limit: MAX_STEPS_PER_PLAN });
         }
         let task = &spec.tasks[&task_name];
         if request.include_upstream {
-            for (up_task, q) in upstream_needs(spec, &edges, task, &p) {
-                queue.push_back((up_task, q));
-            }
+            queue.extend(upstream_needs(spec, &edges, task, &p));
         }
-        if request.include_downstream {
-            for (down_task, q) in downstream_needs(spec, &edges, task, &p) {
-                queue.push_back((down_task, q));
+        rebuilt.push((task_name, p));
+    }
+    if request.include_downstream {
+        let mut queue: VecDeque<(String, Partition)> = VecDeque::new();
+        for (task_name, p) in &rebuilt {
+            queue.extend(downstream_needs(spec, &edges, &spec.tasks[task_name], p));
+        }
+        while let Some((task_name, p)) = queue.pop_front() {
+            if closure.insert(&task_name, &p)? {
+                queue.extend(downstream_needs(spec, &edges, &spec.tasks[&task_name], &p));
             }
         }
     }
-    Ok(assemble(spec, &edges, target, &wanted))
+    Ok(assemble(spec, &edges, target, &closure.wanted))
+}
+
+/// The (task, partition) pairs a plan has gathered, bounded by [`MAX_STEPS_PER_PLAN`].
+#[derive(Default)]
+struct Closure {
+    wanted: BTreeMap<String, BTreeMap<String, Partition>>,
+    n_steps: usize,
+}
+
+impl Closure {
+    /// Adds a pair; false if it was there already.
+    fn insert(&mut self, task: &str, p: &Partition) -> Result<bool, Error> {
+        let entry = self.wanted.entry(task.to_owned()).or_default();
+        if entry.contains_key(&p.key) {
+            return Ok(false);
+        }
+        entry.insert(p.key.clone(), p.clone());
+        self.n_steps += 1;
+        if self.n_steps > MAX_STEPS_PER_PLAN {
+            return Err(Error::TooLarge { limit: MAX_STEPS_PER_PLAN });
+        }
+        Ok(true)
+    }
 }
 
 /// (task, partition) pairs upstream of one step: the producers of the partitions it reads.

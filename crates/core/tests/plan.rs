@@ -138,6 +138,17 @@ fn downstream_closure_follows_windows_and_coarser_grains() {
     );
 }
 
+/// With both closures, a downstream step's other inputs are read as published, not planned:
+/// following both ways from every step walked the window forward to the end of time.
+#[test]
+fn downstream_steps_do_not_pull_in_their_own_upstream() {
+    let plan = render("sessions", range("2024-01-03", "2024-01-03"), true, true);
+    let lines: Vec<&str> = plan.lines().collect();
+    assert_eq!(lines.iter().filter(|l| l.starts_with("0 ingest@2024-01-03T")).count(), 24, "{plan}");
+    assert_eq!(lines.len(), 24 + 1 + 2 + 1, "the day's hours, its session, two windows, the week:\n{plan}");
+    assert!(lines.iter().any(|l| l.contains("featurize@2024-01-04 <- sessionize@2024-01-03")), "{plan}");
+}
+
 #[test]
 fn static_partitions_are_selected_by_key_or_all() {
     assert_eq!(render("countries", Selection::AllStatic, true, false), "0 load_countries@eu\n0 load_countries@us");

@@ -12,6 +12,7 @@
 //! writes to `_delta_log`, and every staged path is non-hidden so vacuum and reconciliation can
 //! clean it.
 
+mod anchor;
 mod cache;
 mod checks;
 mod compare;
@@ -28,6 +29,7 @@ mod stage;
 mod table;
 mod vacuum;
 
+pub use anchor::{ANCHOR_SEARCH_COMMITS, Anchor, AnchoredVersion, JOURNAL_HASH_KEY, JOURNAL_SEQ_KEY};
 pub use checks::{CheckResult, SCHEMA_CONTRACT};
 pub use compare::{
     ColumnDelta, CompareSpec, Comparison, ComparisonTotals, MAX_SLICE_VALUES, NULL_SLICE_VALUE, PartitionComparison,

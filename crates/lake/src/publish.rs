@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tidegate_core::spec::model::{Dataset, WriteMode};
 
+use crate::anchor::Anchor;
 use crate::error::{Error, Result};
 use crate::modes;
 use crate::stage::{StagedVersion, schema_hash};
@@ -40,6 +41,8 @@ pub struct Release {
     pub run_id: String,
     pub spec_hash: String,
     pub items: Vec<ReleaseItem>,
+    /// The journal's head as of just before publication, carried by every commit it makes.
+    pub anchor: Option<Anchor>,
 }
 
 /// One dataset's part of a release.
@@ -159,13 +162,14 @@ impl Lake {
         let mut not_restored = Vec::new();
         for item in done.iter().rev().filter(|p| !p.already_published) {
             let Some(previous) = item.previous_version else { continue };
-            let metadata = vec![
+            let mut metadata = vec![
                 ("tidegate.operation".to_owned(), Value::from("restore")),
                 ("tidegate.release_id".to_owned(), Value::from(release.release_id.clone())),
                 ("tidegate.run_id".to_owned(), Value::from(release.run_id.clone())),
                 ("tidegate.step".to_owned(), Value::from(item.step_identity.clone())),
                 ("tidegate.reason".to_owned(), Value::from(format!("{failed_dataset} failed"))),
             ];
+            metadata.extend(release.anchor.iter().flat_map(Anchor::metadata));
             let txn = Transaction::new(app_id(&item.step_identity), TXN_UNDONE);
             match self.restore_to(&item.dataset, previous, None, metadata, Some(txn)).await {
                 Ok(version) => restored.push((item.dataset.clone(), version)),
@@ -300,14 +304,19 @@ fn publish_metadata(members: &[(&Release, &ReleaseItem)]) -> Vec<(String, Value)
         }
     };
     let suffix = if members.len() == 1 { "" } else { "s" };
-    vec![
+    let mut metadata = vec![
         ("tidegate.operation".to_owned(), Value::from("publish")),
         (format!("tidegate.release_id{suffix}"), list(&|(r, _)| r.release_id.clone())),
         (format!("tidegate.run_id{suffix}"), list(&|(r, _)| r.run_id.clone())),
         (format!("tidegate.step{suffix}"), list(&|(_, i)| i.step_identity.clone())),
         (format!("tidegate.spec_hash{suffix}"), list(&|(r, _)| r.spec_hash.clone())),
         (format!("tidegate.staging_id{suffix}"), list(&|(_, i)| i.staged.staging_id.clone())),
-    ]
+    ];
+    // The newest head any member read: the journal had at least that entry when this commit landed.
+    if let Some(anchor) = members.iter().filter_map(|(r, _)| r.anchor.as_ref()).max() {
+        metadata.extend(anchor.metadata());
+    }
+    metadata
 }
 
 /// The application transaction id of a step.

@@ -10,7 +10,7 @@ use tidegate_core::partition::Interval;
 
 use crate::codec::{fmt_ts, from_json, parse_opt_ts, parse_ts, to_u64};
 use crate::sql::{Row, Tx, Value};
-use crate::{ChainBreak, ChainReport, Error, JournalEntry, JournalMeta, JournalQuery, Result};
+use crate::{ChainBreak, ChainReport, Error, JournalEntry, JournalHead, JournalMeta, JournalQuery, Result};
 
 /// The previous hash of the first entry.
 pub(crate) const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
@@ -94,6 +94,16 @@ impl Stored {
         }
         c.str("reason", &self.reason).str("payload", &self.payload);
         c.finish()
+    }
+
+    /// Whether every field parses as [`Self::into_entry`] needs, without consuming the entry.
+    fn readable(&self) -> Result<()> {
+        let what = format!("journal entry {}", self.seq);
+        parse_ts(&self.at)?;
+        parse_opt_ts(self.interval_start.clone())?;
+        parse_opt_ts(self.interval_end.clone())?;
+        from_json::<serde_json::Value>(&format!("the payload of {what}"), &self.payload)?;
+        Ok(())
     }
 
     fn into_entry(self) -> Result<JournalEntry> {
@@ -268,6 +278,48 @@ pub(crate) fn query(tx: &mut dyn Tx, query: &JournalQuery) -> Result<Vec<Journal
     tx.query(&sql, &params)?.iter().map(|row| Stored::from_row(row)?.into_entry()).collect()
 }
 
+/// The newest entry's sequence number and hash. A row whose sequence number is not a number (an
+/// edited SQLite file: such text sorts after every number) is skipped here and reported by
+/// [`verify`], so that the commands that report tampering can still open the store.
+pub(crate) fn head(tx: &mut dyn Tx) -> Result<Option<JournalHead>> {
+    for limit in [1, VERIFY_PAGE_ROWS] {
+        let rows = tx.query("SELECT seq, hash FROM journal ORDER BY seq DESC LIMIT ?1", &[Value::Int(limit)])?;
+        for row in &rows {
+            if let Ok(seq) = row.int(0) {
+                return Ok(Some(JournalHead { seq: to_u64("journal seq", seq)?, hash: row.text(1)? }));
+            }
+        }
+        if i64::try_from(rows.len()).unwrap_or(i64::MAX) < limit {
+            break;
+        }
+    }
+    Ok(None)
+}
+
+/// Whether the journal records release `release_id` (its `release_published` or
+/// `release_restored` entry), looked up through the run it belongs to when known.
+pub(crate) fn records_release(tx: &mut dyn Tx, release_id: &str, run_id: Option<&str>) -> Result<bool> {
+    let kinds = "kind IN ('release_published', 'release_restored')";
+    let rows = match run_id {
+        Some(run) => tx.query(&format!("SELECT payload FROM journal WHERE run_id = ?1 AND {kinds}"), &[run.into()])?,
+        None => tx.query(&format!("SELECT payload FROM journal WHERE {kinds}"), &[])?,
+    };
+    for row in &rows {
+        let payload: serde_json::Value = serde_json::from_str(&row.text(0)?).unwrap_or_default();
+        if payload.get("id").and_then(serde_json::Value::as_str) == Some(release_id) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// The stored hash of entry `seq`.
+pub(crate) fn hash_at(tx: &mut dyn Tx, seq: u64) -> Result<Option<String>> {
+    let seq = i64::try_from(seq).unwrap_or(i64::MAX);
+    let rows = tx.query("SELECT hash FROM journal WHERE seq = ?1", &[Value::Int(seq)])?;
+    rows.first().map(|row| row.text(0)).transpose()
+}
+
 /// Walks the whole chain in order and reports the first entry where it breaks.
 pub(crate) fn verify(tx: &mut dyn Tx) -> Result<ChainReport> {
     let mut n_entries = 0u64;
@@ -282,7 +334,21 @@ pub(crate) fn verify(tx: &mut dyn Tx) -> Result<ChainReport> {
             break;
         }
         for row in &rows {
-            let entry = Stored::from_row(row)?;
+            let entry = match Stored::from_row(row) {
+                Ok(entry) => entry,
+                // A row whose columns do not even read back (a sequence number that is not a
+                // number) sorts after every number, so it ends the walk.
+                Err(e) => {
+                    let seq = prev.0 + 1;
+                    let problem = format!(
+                        "entry {seq} (or another after entry {}) cannot be read ({e}); Tidegate never writes such a \
+                         row, so it was altered",
+                        prev.0
+                    );
+                    break_at.get_or_insert(ChainBreak { seq: u64::try_from(seq).unwrap_or(0), problem });
+                    return Ok(ChainReport { n_entries: n_entries + 1, break_at });
+                }
+            };
             n_entries += 1;
             if break_at.is_none() {
                 break_at = check(&prev, &entry);
@@ -322,6 +388,14 @@ fn check(prev: &(i64, String), entry: &Stored) -> Option<ChainBreak> {
         return at(
             entry.seq,
             format!("entry {} was altered after it was written: its contents no longer match its hash", entry.seq),
+        );
+    }
+    // The hash matches, yet the entry does not parse: someone recomputed the chain over an entry
+    // Tidegate could never have written.
+    if let Err(e) = entry.readable() {
+        return at(
+            entry.seq,
+            format!("entry {} cannot be read ({e}), though its hash matches: it was forged", entry.seq),
         );
     }
     None

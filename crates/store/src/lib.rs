@@ -18,6 +18,7 @@ mod postgres;
 mod sql;
 mod sqlite;
 mod store;
+mod tokens;
 mod workers;
 
 pub use error::{Error, Result};
@@ -97,6 +98,14 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn record_decision(&self, decision: &Decision, meta: &JournalMeta) -> Result<u64>;
     /// Recomputes the hash chain and reports the first entry where it breaks.
     fn verify_journal(&self) -> Result<ChainReport>;
+    /// The newest journal entry's sequence number and hash (`None` for an empty journal): what
+    /// every Delta commit Tidegate makes carries, so the lake can vouch for the journal.
+    fn journal_head(&self) -> Result<Option<JournalHead>>;
+    /// The hash of entry `seq`, if the journal has that entry.
+    fn journal_hash_at(&self, seq: u64) -> Result<Option<String>>;
+    /// Whether the journal holds the entry that recorded release `release_id` (of `run_id`, when
+    /// the release belongs to a run): what a table's newest commit is checked against.
+    fn journal_records_release(&self, release_id: &str, run_id: Option<&str>) -> Result<bool>;
 
     /// Deletes idempotency records that expired before `now`; returns how many.
     fn purge_idempotency_keys(&self, now: DateTime<Utc>) -> Result<u64>;
@@ -217,6 +226,19 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     ) -> Result<LockOutcome>;
     /// Gives `dataset`'s lock up if `owner` holds it, journaled as `dataset_unlocked`.
     fn unlock_dataset(&self, dataset: &str, owner: &str, now: DateTime<Utc>) -> Result<()>;
+
+    // ----- Identities. -----
+
+    /// Records a minted token (its hash, never the token), journaled as `token_created`.
+    /// [`Error::InvalidRequest`] when another identity's name reads the same as this one's
+    /// (`Bob` beside `bob`, or a look-alike letter): one person, one name.
+    fn create_token(&self, token: &NewToken, meta: &JournalMeta) -> Result<TokenRecord>;
+    /// The token whose hash is `token_hash`, revoked or expired ones included.
+    fn token_by_hash(&self, token_hash: &str) -> Result<Option<TokenRecord>>;
+    /// Every token, oldest first.
+    fn tokens(&self) -> Result<Vec<TokenRecord>>;
+    /// Revokes a token, journaled as `token_revoked`; revoking one twice changes nothing more.
+    fn revoke_token(&self, id: &str, meta: &JournalMeta) -> Result<TokenRecord>;
 
     // ----- Backfills. -----
 

@@ -23,6 +23,7 @@ const BACKFILLS: &str = include_str!("../migrations/0004_backfills.sql");
 const WORKERS: &str = include_str!("../migrations/0005_workers_and_metrics.sql");
 const STEPS_BY_RUN_STATUS: &str = include_str!("../migrations/0006_steps_by_run_status.sql");
 const DATASET_LOCKS: &str = include_str!("../migrations/0007_dataset_locks.sql");
+const TOKENS: &str = include_str!("../migrations/0008_tokens.sql");
 
 /// Every migration, in order. Never edit one that has shipped: add the next number instead.
 const MIGRATIONS: &[Migration] = &[
@@ -38,6 +39,7 @@ const MIGRATIONS: &[Migration] = &[
     Migration { version: 5, name: "workers_and_metrics", sqlite: WORKERS, postgres: WORKERS },
     Migration { version: 6, name: "steps_by_run_status", sqlite: STEPS_BY_RUN_STATUS, postgres: STEPS_BY_RUN_STATUS },
     Migration { version: 7, name: "dataset_locks", sqlite: DATASET_LOCKS, postgres: DATASET_LOCKS },
+    Migration { version: 8, name: "tokens", sqlite: TOKENS, postgres: TOKENS },
 ];
 
 /// Applies the migrations the database has not seen; returns how many it applied.

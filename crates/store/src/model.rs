@@ -42,6 +42,11 @@ pub struct RunRequest {
     pub target: String,
     /// The partitions asked for, as given (keys or `from..to`).
     pub partitions: Vec<String>,
+    /// How the partitions expand into steps: the flags that widen or narrow a plan (`upstream`,
+    /// `only`, either with `+downstream`). Part of the identity: the same key with another scope
+    /// would run other steps.
+    #[serde(default)]
+    pub scope: String,
     pub trigger: Trigger,
     pub priority: Priority,
     pub requester: String,
@@ -450,6 +455,9 @@ impl std::fmt::Display for BackfillStatus {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Approval {
     pub by: String,
+    /// How the approver's identity was established (`bo (token tk-..., approver)`).
+    #[serde(default)]
+    pub authenticated_as: String,
     pub at: DateTime<Utc>,
     pub spec_hash: String,
     pub comparison_hash: String,
@@ -487,4 +495,50 @@ pub struct Throttle {
     pub max_active: u32,
     /// At most this many attempt starts per second.
     pub rate_per_s: Option<f64>,
+}
+
+/// A token to record: its hash (never the token), the identity and role it carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewToken {
+    /// `tk-` and a UUID: how messages, the journal and `revoke` name the token.
+    pub id: String,
+    pub name: String,
+    pub role: tidegate_core::actor::Role,
+    pub token_hash: String,
+    /// Who minted it (the actor's description).
+    pub created_by: String,
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+/// A minted token as the store keeps it, without its hash.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenRecord {
+    pub id: String,
+    pub name: String,
+    pub role: tidegate_core::actor::Role,
+    pub created_by: String,
+    pub created_at: DateTime<Utc>,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
+impl TokenRecord {
+    /// Why the token cannot be used at `now`, if it cannot.
+    pub fn unusable(&self, now: DateTime<Utc>) -> Option<String> {
+        if let Some(at) = self.revoked_at {
+            return Some(format!("token {} of {} was revoked at {at}", self.id, self.name));
+        }
+        match self.expires_at {
+            Some(at) if at <= now => Some(format!("token {} of {} expired at {at}", self.id, self.name)),
+            _ => None,
+        }
+    }
+}
+
+/// The newest journal entry: its sequence number and hash. Every Delta commit Tidegate makes
+/// carries the head as of just before the commit (`tidegate.journal_seq`, `tidegate.journal_hash`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JournalHead {
+    pub seq: u64,
+    pub hash: String,
 }

@@ -143,7 +143,7 @@ fn open_connection(path: &Path) -> Result<Connection> {
         .map_err(|e| map_err(e).context(&format!("opening {}", path.display())))?;
     // The busy timeout goes first: switching to WAL takes a lock another process may hold.
     conn.busy_timeout(BUSY_TIMEOUT).map_err(map_err)?;
-    let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0)).map_err(map_err)?;
+    let mode = journal_mode_wal(&conn)?;
     if !mode.eq_ignore_ascii_case("wal") {
         return Err(Error::Database(format!(
             "{} could not be switched to WAL mode (it is in {mode} mode)",
@@ -160,6 +160,32 @@ fn open_connection(path: &Path) -> Result<Connection> {
     conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true).map_err(map_err)?;
     conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_MAX);
     Ok(conn)
+}
+
+/// Switches the connection to WAL and returns the journal mode it is in. On a new database the
+/// switch takes an exclusive lock, and SQLite answers a connection that already holds a shared
+/// one with SQLITE_BUSY at once, without calling the busy handler (waiting could deadlock): two
+/// commands creating one store together failed with "database is locked". Retried here until
+/// the busy timeout, the time any other lock would have been waited for.
+fn journal_mode_wal(conn: &Connection) -> Result<String> {
+    // A database already in WAL mode (every one but a new one) needs no switch, and asking for it
+    // anyway contends with a writer for nothing (the checkpointer's connection opens mid-write).
+    let mode: String = conn.query_row("PRAGMA journal_mode", [], |r| r.get(0)).map_err(map_err)?;
+    if mode.eq_ignore_ascii_case("wal") {
+        return Ok(mode);
+    }
+    let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
+    loop {
+        match conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get::<_, String>(0)) {
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if matches!(e.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            other => return other.map_err(map_err),
+        }
+    }
 }
 
 /// The checkpointer thread: a passive checkpoint per nudge, until the store is dropped. Its

@@ -16,12 +16,13 @@ use crate::migrate;
 use crate::postgres::Postgres;
 use crate::sql::{Driver, Row, Tx, Value};
 use crate::sqlite::Sqlite;
+use crate::tokens;
 use crate::workers;
 use crate::{
     ActiveStep, AttemptRecord, Backend, BackfillRecord, BackfillStatus, ChainReport, CheckpointRecord, Claim,
-    ClaimRequest, Claimed, Decision, Error, IN_FLIGHT_TIMEOUT_S, JournalEntry, JournalMeta, JournalQuery, Lease,
-    LockOutcome, NewStep, Outcome, ReleaseItem, ReleaseKind, ReleaseRecord, Result, RunRecord, RunRequest,
-    StagedRecord, StepEventRecord, StepRecord, Store, Submission, VersionRecord, WorkerRecord,
+    ClaimRequest, Claimed, Decision, Error, IN_FLIGHT_TIMEOUT_S, JournalEntry, JournalHead, JournalMeta, JournalQuery,
+    Lease, LockOutcome, NewStep, NewToken, Outcome, ReleaseItem, ReleaseKind, ReleaseRecord, Result, RunRecord,
+    RunRequest, StagedRecord, StepEventRecord, StepRecord, Store, Submission, TokenRecord, VersionRecord, WorkerRecord,
 };
 
 /// Store settings.
@@ -655,7 +656,8 @@ impl<D: Driver> SqlStore<D> {
     }
 
     /// Keeps `attempts` and `leases` in step with an applied event: a claim starts an attempt; an
-    /// event that ends the attempt records its outcome and drops its lease.
+    /// event that ends the attempt records its outcome and drops its lease; an event that takes
+    /// the step out of the statuses that hold a lease drops the lease.
     fn record_attempt(
         tx: &mut dyn Tx,
         step: &StepRecord,
@@ -683,6 +685,13 @@ impl<D: Driver> SqlStore<D> {
             StepEvent::LeaseExpired { .. } => ("lease_expired", next.last_failure.as_ref().map(|f| f.reason.clone())),
             StepEvent::Published { .. } => ("succeeded", None),
             StepEvent::Cancelled { reason } => ("cancelled", Some(reason.clone())),
+            // The attempt goes on (a validated step is yet to be published, an approved one too),
+            // but its execution is over: a lease left behind would expire and be reported as an
+            // illegal `lease_expired` on every pass while the step waits for its approval.
+            _ if step.state.status.holds_lease() && !next.status.holds_lease() => {
+                tx.execute("DELETE FROM leases WHERE step_id = ?1", &[step.id.as_str().into()])?;
+                return Ok(());
+            }
             _ => return Ok(()),
         };
         let (outcome, reason) = ended;
@@ -1277,6 +1286,20 @@ impl<D: Driver> Store for SqlStore<D> {
             .map_err(|e| e.context(&format!("journaling decision {}", decision.kind)))
     }
 
+    fn journal_head(&self) -> Result<Option<JournalHead>> {
+        self.driver.read(journal::head).map_err(|e| e.context("reading the journal's head"))
+    }
+
+    fn journal_records_release(&self, release_id: &str, run_id: Option<&str>) -> Result<bool> {
+        self.driver
+            .read(|tx| journal::records_release(tx, release_id, run_id))
+            .map_err(|e| e.context(&format!("looking for release {release_id} in the journal")))
+    }
+
+    fn journal_hash_at(&self, seq: u64) -> Result<Option<String>> {
+        self.driver.read(|tx| journal::hash_at(tx, seq)).map_err(|e| e.context(&format!("reading journal entry {seq}")))
+    }
+
     fn verify_journal(&self) -> Result<ChainReport> {
         self.driver.read(journal::verify).map_err(|e| e.context("verifying the journal"))
     }
@@ -1758,6 +1781,24 @@ impl<D: Driver> Store for SqlStore<D> {
         self.driver
             .write(|tx| locks::unlock(tx, dataset, owner, now))
             .map_err(|e| e.context(&format!("unlocking {dataset} for {owner}")))
+    }
+
+    fn create_token(&self, token: &NewToken, meta: &JournalMeta) -> Result<TokenRecord> {
+        self.driver
+            .write(|tx| tokens::create(tx, token, meta))
+            .map_err(|e| e.context(&format!("creating a token for {:?}", token.name)))
+    }
+
+    fn token_by_hash(&self, token_hash: &str) -> Result<Option<TokenRecord>> {
+        self.driver.read(|tx| tokens::by_hash(tx, token_hash)).map_err(|e| e.context("looking a token up"))
+    }
+
+    fn tokens(&self) -> Result<Vec<TokenRecord>> {
+        self.driver.read(tokens::list).map_err(|e| e.context("listing tokens"))
+    }
+
+    fn revoke_token(&self, id: &str, meta: &JournalMeta) -> Result<TokenRecord> {
+        self.driver.write(|tx| tokens::revoke(tx, id, meta)).map_err(|e| e.context(&format!("revoking token {id}")))
     }
 
     fn create_backfill(&self, record: &BackfillRecord, meta: &JournalMeta) -> Result<()> {

@@ -23,6 +23,7 @@ pub fn run_request(target: &str) -> RunRequest {
     RunRequest {
         target: target.to_owned(),
         partitions: vec!["2024-01-01".to_owned()],
+        scope: "upstream".to_owned(),
         trigger: Trigger::Manual,
         priority: Priority::Live,
         requester: "alice".to_owned(),

@@ -8,14 +8,19 @@ use anyhow::{Result, bail};
 use serde::Serialize;
 use tidegate_store::{ChainReport, JournalEntry, JournalQuery, Store};
 
+use crate::cmd::anchor::{Mismatch, mismatches};
+use crate::cmd::data::{open_lake, runtime};
 use crate::output;
 use crate::workspace::{self, Workspace};
 
 /// Explain a run, a step or a dataset partition from the journal, after verifying its hash chain.
 ///
 /// SUBJECT is a run id, a step id, a step name (task@partition) or DATASET:PARTITION. Without a
-/// subject, the most recent entries are shown. The chain is always verified first; if a row was
-/// edited or deleted, the command says where and exits with status 2.
+/// subject, the most recent entries are shown. The chain is always verified first, and checked
+/// against the lake: every Delta commit Tidegate makes carries the journal's head, so a journal
+/// truncated, rolled back or rewritten before the newest commit is found. If a row was edited,
+/// deleted or cannot be read, or the lake contradicts the journal, the command says where and
+/// exits with status 2.
 #[derive(Debug, clap::Args)]
 #[command(
     after_help = "Examples:\n  tidegate history\n  tidegate history 0193a5c2-...            # a run\n  tidegate history daily_stats:2024-01-03  # a dataset partition\n  tidegate history clean_events@2024-01-03 --json"
@@ -34,6 +39,8 @@ pub struct Args {
 #[derive(Serialize)]
 struct History<'a> {
     chain: &'a ChainReport,
+    /// Tables whose commits vouch for journal entries the store does not hold as they were.
+    anchors: &'a [Mismatch],
     subject: Option<&'a str>,
     intended: Vec<&'a JournalEntry>,
     happened: Vec<&'a JournalEntry>,
@@ -49,30 +56,61 @@ pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
     let store = ws.open_store()?;
     let chain = store.verify_journal()?;
+    let anchors = runtime()?.block_on(async {
+        let lake = open_lake(&ws).await?;
+        mismatches(&ws, store.as_ref(), &lake).await
+    });
+    let anchors = match anchors {
+        Ok(anchors) => anchors,
+        // A journal broken badly enough may not even read back its head: the break is the finding.
+        Err(e) if chain.break_at.is_some() => {
+            if !args.json {
+                eprintln!("The journal could not be checked against the lake: {e:#}");
+            }
+            Vec::new()
+        }
+        Err(e) => return Err(e),
+    };
     let query = match &args.subject {
         None => JournalQuery { limit: Some(args.limit), ..JournalQuery::default() },
         Some(subject) => resolve(&ws, store.as_ref(), subject, args.limit)?,
     };
-    let mut entries = store.journal(&query)?;
-    if args.subject.is_none() && entries.len() == args.limit as usize {
-        // Without a subject, show the newest entries rather than the oldest.
-        let last = chain.n_entries.saturating_sub(u64::from(args.limit));
-        entries = store.journal(&JournalQuery { after_seq: Some(last), ..query })?;
-    }
+    let entries = match entries(store.as_ref(), query, args.subject.is_none(), args.limit, &chain) {
+        Ok(entries) => entries,
+        // A tampered journal may hold rows that do not read back; the break is the finding, and
+        // it is reported as tampering (exit 2) with the entry named, not as an internal error.
+        Err(e) if chain.break_at.is_some() => {
+            if !args.json {
+                eprintln!("The journal's entries cannot be listed: {e:#}");
+            }
+            Vec::new()
+        }
+        Err(e) => return Err(e),
+    };
     let kind_in = |set: &[&str], e: &JournalEntry| set.contains(&e.kind.as_str());
     let history = History {
         chain: &chain,
+        anchors: &anchors,
         subject: args.subject.as_deref(),
         intended: entries.iter().filter(|e| kind_in(INTENDED, e)).collect(),
         happened: entries.iter().filter(|e| !kind_in(INTENDED, e) && !kind_in(VISIBLE, e)).collect(),
         visible: entries.iter().filter(|e| kind_in(VISIBLE, e)).collect(),
     };
-    let code = if chain.break_at.is_some() { ExitCode::from(2) } else { ExitCode::SUCCESS };
+    let tampered = chain.break_at.is_some() || !anchors.is_empty();
+    let code = if tampered { ExitCode::from(2) } else { ExitCode::SUCCESS };
     if args.json {
         output::json(&history)?;
         return Ok(code);
     }
+    for m in &anchors {
+        eprintln!("Journal does not match the lake: {}", m.problem);
+    }
     match &chain.break_at {
+        None if !anchors.is_empty() => eprintln!(
+            "The hash chain of the {} entries is intact, but the lake's commits contradict it: restore the state store \
+             from a backup or investigate who replaced it.",
+            chain.n_entries
+        ),
         None => println!("Journal: {} entries, hash chain verified intact.", chain.n_entries),
         Some(b) => {
             eprintln!("Journal hash chain BROKEN at entry {}: {}", b.seq, b.problem);
@@ -96,6 +134,22 @@ pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
         }
     }
     Ok(code)
+}
+
+/// The entries `query` selects; without a subject, the newest `limit` rather than the oldest.
+fn entries(
+    store: &dyn Store,
+    query: JournalQuery,
+    newest: bool,
+    limit: u32,
+    chain: &ChainReport,
+) -> Result<Vec<JournalEntry>> {
+    let entries = store.journal(&query)?;
+    if newest && entries.len() == limit as usize {
+        let last = chain.n_entries.saturating_sub(u64::from(limit));
+        return Ok(store.journal(&JournalQuery { after_seq: Some(last), ..query })?);
+    }
+    Ok(entries)
 }
 
 fn line(e: &JournalEntry) -> String {

@@ -10,36 +10,43 @@ use crate::workspace::SPEC_FILE;
 /// Create a workspace with a commented example pipeline.
 ///
 /// Writes tidegate.toml (every setting explained), the example task's script under tasks/, and a
-/// .gitignore for the local state. Refuses to overwrite an existing tidegate.toml.
+/// .gitignore for the local state. Never overwrites a file: if tidegate.toml or the task script
+/// exists, nothing is written and the command names them; an existing .gitignore is kept as it is.
 #[derive(Debug, clap::Args)]
-#[command(
-    after_help = "Examples:\n  tidegate init my-pipeline\n  tidegate init .            # in the current folder\n  tidegate init demo --force  # overwrite an existing tidegate.toml"
-)]
+#[command(after_help = "Examples:\n  tidegate init my-pipeline\n  tidegate init .            # in the current folder")]
 pub struct Args {
     /// Folder to create the workspace in (created if missing).
     #[arg(default_value = ".")]
     dir: PathBuf,
-    /// Overwrite an existing tidegate.toml and example files.
-    #[arg(long)]
+    /// Refused: init never overwrites a file. Move or delete the files it names instead.
+    #[arg(long, hide = true)]
     force: bool,
 }
 
 /// The example's final task, suggested as the first thing to plan.
 pub const EXAMPLE_TARGET: &str = "daily_stats";
 
-/// The files an example workspace holds, relative to its root.
+/// The files an example workspace needs, relative to its root.
 pub const FILES: &[(&str, &str)] = &[
     (SPEC_FILE, tidegate_core::spec::EXAMPLE),
     ("tasks/clean_events.py", include_str!("../../assets/clean_events.py")),
-    (".gitignore", "# Local state and tables written by tidegate.\n.tidegate/\n"),
 ];
 
+/// A convenience the example offers but does not need: kept as it is when the folder has one.
+const GITIGNORE: (&str, &str) = (".gitignore", "# Local state and tables written by tidegate.\n.tidegate/\n");
+
 pub fn run(args: Args) -> Result<ExitCode> {
-    write_example(&args.dir, args.force)?;
+    let written = write_example(&args.dir, args.force)?;
     let shown = args.dir.display();
     println!("Created a Tidegate workspace in {shown}");
-    for (path, _) in FILES {
+    for path in &written {
         println!("  {path}");
+    }
+    if !written.contains(&GITIGNORE.0) {
+        println!(
+            "  ({} exists and was left as it is; add `.tidegate/` to it to keep local state out of git)",
+            GITIGNORE.0
+        );
     }
     println!();
     println!("Next:");
@@ -54,20 +61,43 @@ pub fn run(args: Args) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Writes the example workspace into `dir`.
-pub fn write_example(dir: &Path, force: bool) -> Result<()> {
-    let spec_path = dir.join(SPEC_FILE);
-    if spec_path.exists() && !force {
-        bail!("{} already exists; pass --force to overwrite it", spec_path.display());
+/// Writes the example workspace into `dir`; returns the files written. Writes nothing when any
+/// file the example needs exists (named in the error), and never replaces a file: each is created
+/// exclusively, so a file appearing meanwhile is an error too, not overwritten.
+pub fn write_example(dir: &Path, force: bool) -> Result<Vec<&'static str>> {
+    let existing: Vec<String> = FILES
+        .iter()
+        .filter(|(rel, _)| dir.join(rel).symlink_metadata().is_ok())
+        .map(|(rel, _)| rel.to_string())
+        .collect();
+    if !existing.is_empty() {
+        let forced = if force { " (--force does not overwrite: init never replaces a file)" } else { "" };
+        bail!(
+            "{} already exist{} in {}; nothing was written{forced}. Move them away, or init another folder",
+            existing.join(", "),
+            if existing.len() == 1 { "s" } else { "" },
+            dir.display()
+        );
     }
-    for (rel, content) in FILES {
+    let mut written = Vec::new();
+    for (rel, content) in FILES.iter().chain([&GITIGNORE]) {
         let path = dir.join(rel);
+        if *rel == GITIGNORE.0 && path.symlink_metadata().is_ok() {
+            continue;
+        }
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
         }
-        std::fs::write(&path, content).with_context(|| format!("writing {}", path.display()))?;
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .with_context(|| format!("creating {} (init never overwrites a file)", path.display()))?;
+        std::io::Write::write_all(&mut file, content.as_bytes())
+            .with_context(|| format!("writing {}", path.display()))?;
+        written.push(*rel);
     }
-    Ok(())
+    Ok(written)
 }
 
 #[cfg(test)]

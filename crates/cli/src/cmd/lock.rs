@@ -12,8 +12,6 @@ use anyhow::{Context, Result, bail};
 use chrono::Utc;
 use tidegate_store::{DatasetLock, LockOutcome, Store};
 
-use crate::cmd::submit::requester;
-
 /// How long a lock outlives its holder's last renewal.
 pub const LOCK_TTL_S: u32 = 60;
 /// How often the holder renews it.
@@ -41,7 +39,7 @@ impl DatasetLockGuard {
         // Unique across hosts sharing a store: the same user and pid on two machines must not be
         // taken for one holder renewing its lock. (A v7 UUID ends in random bits.)
         let nonce = uuid::Uuid::now_v7().simple().to_string();
-        let owner = format!("{} (pid {}, {})", requester(), std::process::id(), &nonce[nonce.len() - 8..]);
+        let owner = format!("{} (pid {}, {})", crate::actor::name(), std::process::id(), &nonce[nonce.len() - 8..]);
         let give_up = Instant::now() + wait;
         let mut told = false;
         loop {

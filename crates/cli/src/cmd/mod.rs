@@ -1,5 +1,6 @@
 //! One module per subcommand: its clap arguments and its `run`.
 
+pub mod anchor;
 pub mod backfill;
 pub mod bench;
 pub mod data;
@@ -14,6 +15,16 @@ pub mod serve;
 pub mod status;
 pub mod submit;
 pub mod tick;
+pub mod token;
 pub mod vacuum;
 pub mod validate;
 pub mod worker;
+
+/// Parses a `--reason`: the journal keeps it as the why of a decision, so it must say something.
+pub fn reason(text: &str) -> Result<String, String> {
+    let trimmed = text.trim();
+    if trimmed.is_empty() {
+        return Err("a reason must say why, in words; it is recorded in the journal".to_owned());
+    }
+    Ok(trimmed.to_owned())
+}

@@ -67,6 +67,12 @@ impl TargetArgs {
         }
     }
 
+    /// The flags that widen or narrow the plan, as recorded in a run's request.
+    pub fn scope(&self) -> String {
+        let base = if self.only { "only" } else { "upstream" };
+        if self.downstream { format!("{base}+downstream") } else { base.to_owned() }
+    }
+
     /// The planner request these flags describe.
     pub fn request<'s>(&'s self, spec: &'s tidegate_core::spec::Spec) -> Result<plan::Request<'s>> {
         Ok(plan::Request {

@@ -16,7 +16,6 @@ use tidegate_store::{ActiveStep, JournalMeta, ReleaseItem, ReleaseKind, ReleaseR
 
 use crate::cmd::data::{open_lake, runtime};
 use crate::cmd::lock::{DatasetLockGuard, LockWait};
-use crate::cmd::submit::requester;
 use crate::cmd::vacuum::parse_duration;
 use crate::output;
 use crate::workspace;
@@ -42,7 +41,7 @@ pub struct RollbackArgs {
     #[arg(long, short = 'p')]
     pub partition: Vec<String>,
     /// Why (recorded in the journal).
-    #[arg(long, default_value = "manual rollback")]
+    #[arg(long, default_value = "manual rollback", value_parser = crate::cmd::reason)]
     pub reason: String,
     #[arg(long)]
     pub json: bool,
@@ -104,7 +103,7 @@ pub fn rollback(ws: Option<&Path>, args: RollbackArgs) -> Result<ExitCode> {
         run_id: None,
         backfill_id: None,
         restores_release_id: args.to_release.clone(),
-        created_by: requester(),
+        created_by: crate::actor::name(),
         created_at: Utc::now(),
         items: partitions
             .iter()
@@ -117,7 +116,7 @@ pub fn rollback(ws: Option<&Path>, args: RollbackArgs) -> Result<ExitCode> {
             .collect(),
     };
     let meta = JournalMeta {
-        actor: requester(),
+        actor: crate::actor::name(),
         correlation_id: release_id.clone(),
         reason: format!("{} (restored table version {target})", args.reason),
         at: Utc::now(),

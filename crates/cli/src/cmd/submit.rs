@@ -65,9 +65,10 @@ pub fn submit(
     let request = RunRequest {
         target: target.target.clone(),
         partitions: describe(target),
+        scope: target.scope(),
         trigger,
         priority,
-        requester: requester(),
+        requester: crate::actor::name(),
         spec_hash: ws.spec.hash.clone(),
         params: BTreeMap::new(),
         backfill_id: None,
@@ -107,27 +108,6 @@ fn describe(args: &TargetArgs) -> Vec<String> {
         _ if args.all => vec!["all".to_owned()],
         _ => args.partition.clone(),
     }
-}
-
-/// Who the demo is acting as: it plays two people (a requester and a reviewer) in one process.
-static ACTING_AS: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
-
-/// Makes [`requester`] return `name` in this process (`None` restores the default).
-pub fn act_as(name: Option<&str>) {
-    if let Ok(mut who) = ACTING_AS.lock() {
-        *who = name.map(str::to_owned);
-    }
-}
-
-/// Who is asking: `TIDEGATE_USER`, else the login name.
-pub fn requester() -> String {
-    if let Some(name) = ACTING_AS.lock().ok().and_then(|w| w.clone()) {
-        return name;
-    }
-    ["TIDEGATE_USER", "USER", "USERNAME"]
-        .iter()
-        .find_map(|v| std::env::var(v).ok().filter(|s| !s.is_empty()))
-        .unwrap_or_else(|| "unknown".to_owned())
 }
 
 /// Code versions per task: the command or SQL text plus the declared files' contents.

@@ -18,7 +18,7 @@ use tidegate_store::{Decision, JournalMeta, Priority, RunRequest, Store, Trigger
 
 use crate::cmd::data::{open_lake, runtime};
 use crate::cmd::run::execute;
-use crate::cmd::submit::{self, requester};
+use crate::cmd::submit;
 use crate::output;
 use crate::workspace::{self, Workspace};
 
@@ -205,7 +205,7 @@ pub fn start_due(ws: &Workspace, store: &dyn Store, decisions: &[TaskDecision], 
             payload: serde_json::json!({ "by_run": s.by_run, "tick": now }),
         };
         let meta = JournalMeta {
-            actor: requester(),
+            actor: crate::actor::name(),
             correlation_id: format!("tick-{}", now.timestamp()),
             reason: format!(
                 "{}@{} is already covered by unfinished run {}; not run again",
@@ -252,6 +252,7 @@ fn submit_due(
     let request = RunRequest {
         target: wanted.keys().cloned().collect::<Vec<_>>().join(","),
         partitions,
+        scope: "upstream".to_owned(),
         trigger,
         priority,
         requester: "scheduler".to_owned(),
@@ -262,7 +263,7 @@ fn submit_due(
         idempotency_key: Some(format!("tick:{}:{}", format!("{trigger:?}").to_lowercase(), now.to_rfc3339())),
     };
     let meta = JournalMeta {
-        actor: requester(),
+        actor: crate::actor::name(),
         correlation_id: format!("tick-{}", now.timestamp()),
         reason: format!("{} tick at {now}", format!("{trigger:?}").to_lowercase()),
         at: Utc::now(),

@@ -14,7 +14,6 @@ use tidegate_store::{ActiveStep, Decision, JournalMeta, ReleaseRecord, Store};
 use crate::cmd::data::{open_lake, runtime};
 use crate::cmd::lock::{DatasetLockGuard, LockWait};
 use crate::cmd::rollback::live_staging_ids;
-use crate::cmd::submit::requester;
 use crate::output;
 use crate::workspace;
 
@@ -220,8 +219,12 @@ impl VacuumJournal<'_> {
         let dataset = self.dataset;
         payload["dataset"] = serde_json::json!(dataset);
         let decision = Decision { kind: kind.to_owned(), run_id: None, task: None, partition: None, payload };
-        let meta =
-            JournalMeta { actor: requester(), correlation_id: self.correlation_id.clone(), reason, at: Utc::now() };
+        let meta = JournalMeta {
+            actor: crate::actor::name(),
+            correlation_id: self.correlation_id.clone(),
+            reason,
+            at: Utc::now(),
+        };
         self.store.record_decision(&decision, &meta).with_context(|| format!("journaling the vacuum of {dataset}"))?;
         Ok(())
     }

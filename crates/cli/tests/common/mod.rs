@@ -33,7 +33,7 @@ outputs = ["summary"]
 /// A command running the built `tidegate` in `dir`.
 pub fn tidegate(dir: &Path) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tidegate"));
-    cmd.current_dir(dir).env("TIDEGATE_USER", "cli-test").env_remove("TIDEGATE_FAILPOINT");
+    cmd.current_dir(dir).env_remove("TIDEGATE_TOKEN").env_remove("TIDEGATE_USER").env_remove("TIDEGATE_FAILPOINT");
     cmd
 }
 

@@ -154,6 +154,11 @@ impl Engine {
         } else {
             self.db(move |s| unknown.into_iter().map(|id| s.versions(&id).map(|v| (id, v))).collect()).await?
         };
+        // The journal's head, carried by the commits: the lake then vouches for every entry up to it.
+        let anchor = self
+            .db(|s| s.journal_head())
+            .await?
+            .map(|h| tidegate_lake::Anchor { journal_seq: h.seq, journal_hash: h.hash });
         let mut pending = Vec::with_capacity(step_ids.len());
         let mut releases = Vec::with_capacity(step_ids.len());
         for step_id in step_ids {
@@ -161,7 +166,7 @@ impl Engine {
                 Some(noted) => noted.to_vec(),
                 None => read.remove(step_id).unwrap_or_default(),
             };
-            if let Some((p, release)) = self.prepare_release(step_id, &records, view)? {
+            if let Some((p, release)) = self.prepare_release(step_id, &records, view, &anchor)? {
                 pending.push(p);
                 releases.push(release);
             }
@@ -308,6 +313,7 @@ impl Engine {
         step_id: &str,
         records: &[VersionRecord],
         view: &View,
+        anchor: &Option<tidegate_lake::Anchor>,
     ) -> Result<Option<(Pending, tidegate_lake::Release)>> {
         let Some(entry) = view.get(step_id) else { return Ok(None) };
         let attempt = entry.record.state.attempt;
@@ -335,6 +341,7 @@ impl Engine {
             run_id: entry.record.run_id.clone(),
             spec_hash: self.spec.hash.clone(),
             items,
+            anchor: anchor.clone(),
         };
         let pending = Pending {
             step_id: step_id.to_owned(),

@@ -204,6 +204,7 @@ async fn a_release_failing_on_its_second_dataset_restores_the_first() {
             ReleaseItem { dataset: first.clone(), staged: staged_first, step_identity: "s-first".to_owned() },
             ReleaseItem { dataset: second.clone(), staged: staged_second, step_identity: "s-second".to_owned() },
         ],
+        anchor: None,
     };
     let err = lake.publish(&release).await.expect_err("second dataset must fail");
     match &err {

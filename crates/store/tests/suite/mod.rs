@@ -10,8 +10,8 @@ use tidegate_core::retry::ErrorClass;
 use tidegate_core::state::{Action, RunStatus, StepEvent, StepStatus};
 use tidegate_store::{
     Approval, BackfillRecord, BackfillStatus, CheckpointRecord, Claim, Error, IN_FLIGHT_TIMEOUT_S, JournalEntry,
-    JournalQuery, Lease, LockOutcome, Outcome, Priority, ReleaseKind, ReleaseRecord, RunRecord, RunRequest, SqlStore,
-    StagedRecord, StepEventRecord, StepRecord, Store, Throttle,
+    JournalQuery, Lease, LockOutcome, NewToken, Outcome, Priority, ReleaseKind, ReleaseRecord, RunRecord, RunRequest,
+    SqlStore, StagedRecord, StepEventRecord, StepRecord, Store, Throttle,
 };
 use tidegate_testkit::fixed_instant;
 use tidegate_testkit::store::{
@@ -81,6 +81,8 @@ macro_rules! all_backend_tests {
             overlapping_backfill_is_refused_naming_the_first,
             backfill_changes_are_compare_and_set_and_journaled,
             a_run_stays_running_while_any_step_is_active_and_then_takes_its_outcome,
+            a_token_is_found_by_its_hash_one_person_has_one_name_and_revocation_is_journaled,
+            a_step_awaiting_approval_holds_no_lease,
         );
     };
 }
@@ -1432,6 +1434,7 @@ pub fn backfill_changes_are_compare_and_set_and_journaled(t: &StoreUnderTest) {
         b.status = BackfillStatus::Approved;
         b.approval = Some(Approval {
             by: "bo".to_owned(),
+            authenticated_as: "bo (token tk-1, approver)".to_owned(),
             at: t0(),
             spec_hash: b.spec_hash.clone(),
             comparison_hash: "cmp".to_owned(),
@@ -1625,4 +1628,66 @@ pub fn a_run_stays_running_while_any_step_is_active_and_then_takes_its_outcome(t
         ]
     );
     assert_chain_intact(store);
+}
+
+pub fn a_token_is_found_by_its_hash_one_person_has_one_name_and_revocation_is_journaled(t: &StoreUnderTest) {
+    use tidegate_core::actor::{Role, token_hash};
+    let s = t.store.as_ref();
+    let new = |id: &str, name: &str, secret: &str| NewToken {
+        id: id.to_owned(),
+        name: name.to_owned(),
+        role: Role::Approver,
+        token_hash: token_hash(secret),
+        created_by: "root (OS account, uid 0)".to_owned(),
+        expires_at: Some(t0() + secs(3_600)),
+    };
+    let bob = s.create_token(&new("tk-1", "bob", "secret-1"), &meta(t0())).expect("minting bob's token");
+    assert_eq!((bob.name.as_str(), bob.role), ("bob", Role::Approver));
+    // A second token for the same person is fine; another spelling of the name is not.
+    s.create_token(&new("tk-2", "bob", "secret-2"), &meta(t0())).expect("a second token for bob");
+    for lookalike in ["Bob", "b\u{043E}b", "ＢＯＢ"] {
+        let err = s.create_token(&new("tk-3", lookalike, "secret-3"), &meta(t0())).expect_err("a look-alike of bob");
+        assert!(matches!(err, Error::InvalidRequest(_)), "{err}");
+        assert!(err.to_string().contains("\"bob\""), "names the existing identity: {err}");
+    }
+    let found = s.token_by_hash(&token_hash("secret-2")).expect("lookup").expect("found");
+    assert_eq!(found.id, "tk-2");
+    assert!(s.token_by_hash(&token_hash("not a token")).expect("lookup").is_none());
+    assert!(found.unusable(t0()).is_none());
+    assert!(found.unusable(t0() + secs(3_600)).is_some(), "expired at its expiry");
+    let revoked = s.revoke_token("tk-2", &meta(t0() + secs(5))).expect("revoking");
+    assert!(revoked.unusable(t0() + secs(6)).expect("unusable").contains("revoked"));
+    assert_eq!(s.tokens().expect("listing").len(), 2);
+    let kinds: Vec<String> =
+        s.journal(&JournalQuery::default()).expect("journal").into_iter().map(|e| e.kind).collect();
+    assert_eq!(kinds, ["token_created", "token_created", "token_revoked"]);
+    let payloads = s.journal(&JournalQuery::default()).expect("journal");
+    assert!(
+        payloads.iter().all(|e| !e.payload.to_string().contains(&token_hash("secret-1"))),
+        "no hash in the journal"
+    );
+}
+
+/// A step that stopped at `awaiting_approval` has finished executing: it holds no lease, so
+/// no lease of it expires and no `lease_expired` is journaled (as a rejection) while it waits.
+pub fn a_step_awaiting_approval_holds_no_lease(t: &StoreUnderTest) {
+    let s = t.store.as_ref();
+    let mut request = run_request("features");
+    request.priority = Priority::Backfill;
+    let mut steps = new_steps(1);
+    steps[0].state.needs_approval = true;
+    let run = s.create_run(&request, &steps, &meta(t0())).expect("creating a run");
+    let step = s.steps(&run.id).expect("steps").remove(0);
+    s.commit(&[event(&step.id, StepEvent::DepsMet { inputs: vec![] }, t0())]).expect("deps met");
+    let lease = s.claim_step(&step.id, "w1", t0(), 30, &meta(t0())).expect("claim").expect("claimed");
+    let version = version_record("v-1", &step.id, lease.attempt, "features", t0());
+    let outcome = s.record_staged(&step.id, lease.epoch, &[version], &meta(t0())).expect("staged");
+    assert!(matches!(outcome, Outcome::Applied { .. }), "{outcome:?}");
+    s.commit(&[
+        event(&step.id, StepEvent::ValidationStarted { epoch: lease.epoch }, t0()),
+        event(&step.id, StepEvent::ChecksPassed { epoch: lease.epoch }, t0()),
+    ])
+    .expect("checks");
+    assert_eq!(s.step(&step.id).expect("step").expect("exists").state.status, StepStatus::AwaitingApproval);
+    assert!(s.expired_leases(t0() + secs(3_600)).expect("leases").is_empty(), "no lease outlives the attempt's work");
 }

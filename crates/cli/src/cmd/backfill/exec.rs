@@ -39,7 +39,7 @@ pub struct StartArgs {
 pub struct IdArgs {
     pub id: String,
     /// Why (recorded in the journal).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::cmd::reason)]
     pub reason: Option<String>,
     #[arg(long)]
     pub json: bool,
@@ -140,6 +140,7 @@ fn ensure_run(store: &dyn Store, record: &BackfillRecord, spec: &FrozenSpec) -> 
     let request = RunRequest {
         target: spec.target.clone(),
         partitions: vec![format!("{}..{}", spec.from, spec.to)],
+        scope: if spec.include_downstream { "only+downstream" } else { "only" }.to_owned(),
         trigger: Trigger::Backfill,
         priority: Priority::Backfill,
         requester: spec.requester.clone(),

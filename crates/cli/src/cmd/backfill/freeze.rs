@@ -16,7 +16,7 @@ use tidegate_store::{BackfillRecord, BackfillStatus, JournalQuery, NewStep, Stor
 use super::{meta, short};
 use crate::cmd::data::{open_lake, runtime};
 use crate::cmd::plan::TargetArgs;
-use crate::cmd::submit::{self, requester};
+use crate::cmd::submit;
 use crate::output;
 use crate::workspace::{self, Workspace};
 
@@ -54,7 +54,7 @@ pub struct PlanArgs {
     #[arg(long, value_enum)]
     pub reprocess: Reprocess,
     /// The intended change, in words (recorded in the frozen spec and the journal).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::cmd::reason)]
     pub reason: String,
     /// At most this many of the backfill's steps run at once.
     #[arg(long, default_value_t = 2, value_name = "K")]
@@ -236,7 +236,7 @@ fn freeze(ws: &Workspace, store: &dyn Store, args: &PlanArgs) -> Result<FrozenSp
             to: args.to.clone(),
             reprocess: args.reprocess,
             reason: args.reason.clone(),
-            requester: requester(),
+            requester: crate::actor::name(),
             include_downstream: args.include_downstream,
             throttle,
             flag_change_pct: args.flag_change_pct,

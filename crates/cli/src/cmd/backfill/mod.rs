@@ -16,7 +16,6 @@ use anyhow::{Context, Result, bail};
 use chrono::Utc;
 use tidegate_store::{BackfillRecord, JournalMeta, Store};
 
-use crate::cmd::submit::requester;
 use crate::workspace::Workspace;
 
 pub use freeze::FrozenSpec;
@@ -27,7 +26,7 @@ pub use freeze::FrozenSpec;
 /// its requester (unless the workspace allows self-approval) and published as one release.
 #[derive(Debug, clap::Subcommand)]
 #[command(
-    after_help = "A backfill's life:\n  tidegate backfill plan daily_stats --from 2024-01-01 --to 2024-01-31 --reprocess all --reason \"fix the dedup\"\n  tidegate backfill start bf-1a2b3c4d\n  tidegate backfill compare bf-1a2b3c4d --html report.html\n  TIDEGATE_USER=reviewer tidegate backfill approve bf-1a2b3c4d --as reviewer\n  tidegate backfill publish bf-1a2b3c4d\n  tidegate backfill rollback bf-1a2b3c4d"
+    after_help = "A backfill's life:\n  tidegate backfill plan daily_stats --from 2024-01-01 --to 2024-01-31 --reprocess all --reason \"fix the dedup\"\n  tidegate backfill start bf-1a2b3c4d\n  tidegate backfill compare bf-1a2b3c4d --html report.html\n  TIDEGATE_TOKEN=tgt_... tidegate backfill approve bf-1a2b3c4d   # as the reviewer, with their token\n  tidegate backfill publish bf-1a2b3c4d\n  tidegate backfill rollback bf-1a2b3c4d"
 )]
 pub enum Command {
     Plan(freeze::PlanArgs),
@@ -86,7 +85,12 @@ pub(crate) fn ensure_spec_unchanged(ws: &Workspace, record: &BackfillRecord, spe
 }
 
 pub(crate) fn meta(reason: impl Into<String>, correlation_id: &str) -> JournalMeta {
-    JournalMeta { actor: requester(), correlation_id: correlation_id.to_owned(), reason: reason.into(), at: Utc::now() }
+    JournalMeta {
+        actor: crate::actor::name(),
+        correlation_id: correlation_id.to_owned(),
+        reason: reason.into(),
+        at: Utc::now(),
+    }
 }
 
 pub(crate) fn short(hash: &str) -> &str {
@@ -118,8 +122,8 @@ pub(crate) fn compare_args(id: &str, html: Option<std::path::PathBuf>) -> review
     review::CompareArgs { id: id.to_owned(), html, json: false }
 }
 
-pub(crate) fn approve_args(id: &str, approver: &str) -> review::ApproveArgs {
-    review::ApproveArgs { id: id.to_owned(), approver: approver.to_owned(), json: false }
+pub(crate) fn approve_args(id: &str) -> review::ApproveArgs {
+    review::ApproveArgs { id: id.to_owned(), approver: None, json: false }
 }
 
 pub(crate) fn publish_args(id: &str) -> release::PublishArgs {

@@ -24,7 +24,6 @@ use super::review::{publishable, review, staged_versions};
 use super::{FrozenSpec, ensure_spec_unchanged, load, meta, short};
 use crate::cmd::data::{open_lake, runtime};
 use crate::cmd::lock::{DatasetLockGuard, LockWait};
-use crate::cmd::submit::requester;
 use crate::output;
 use crate::workspace::{self, Workspace};
 
@@ -45,7 +44,7 @@ pub struct PublishArgs {
 pub struct RollbackArgs {
     pub id: String,
     /// Why (recorded in the journal).
-    #[arg(long, default_value = "backfill rolled back by operator")]
+    #[arg(long, default_value = "backfill rolled back by operator", value_parser = crate::cmd::reason)]
     pub reason: String,
     #[arg(long)]
     pub json: bool,
@@ -156,7 +155,7 @@ async fn publish_release(
     release_id: &str,
 ) -> Result<Publication> {
     let run_id = record.run_id.clone().context("an approved backfill has a run")?;
-    let approver = record.approval.as_ref().map_or_else(requester, |a| a.by.clone());
+    let approver = record.approval.as_ref().map_or_else(crate::actor::name, |a| a.by.clone());
     // Approved steps become validated: ready for this release, and only this one (the scheduler
     // never publishes a backfill's steps one by one).
     let approvals: Vec<StepEventRecord> = store
@@ -194,6 +193,7 @@ async fn publish_release(
         run_id: run_id.clone(),
         spec_hash: record.spec_hash.clone(),
         items,
+        anchor: crate::cmd::anchor::head(store)?,
     };
     let publication = lake.publish(&release).await?;
 
@@ -368,7 +368,7 @@ pub fn rollback(ws: Option<&Path>, args: RollbackArgs) -> Result<ExitCode> {
             run_id: record.run_id.clone(),
             backfill_id: Some(record.id.clone()),
             restores_release_id: Some(published_id),
-            created_by: requester(),
+            created_by: crate::actor::name(),
             created_at: Utc::now(),
             items,
         };

@@ -41,17 +41,22 @@ pub struct CompareArgs {
     pub json: bool,
 }
 
-/// Approve a compared backfill, binding NAME to its spec hash and comparison hash.
+/// Approve a compared backfill, binding you to its spec hash and comparison hash.
 ///
-/// The requester cannot approve their own backfill unless `allow_self_approval = true` in
-/// [project]. A comparison that changed since it was recorded (new staged output, or new
-/// published data underneath) must be compared and reviewed again.
+/// You are who runs the command: your OS account, or the person whose token is in
+/// TIDEGATE_TOKEN (`tidegate token create` mints one). The requester cannot approve their own
+/// backfill, under any spelling of their name, unless `allow_self_approval = true` in [project].
+/// A comparison that changed since it was recorded (new staged output, or new published data
+/// underneath) must be compared and reviewed again.
 #[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Examples:\n  TIDEGATE_TOKEN=tgt_... tidegate backfill approve bf-1a2b3c4d   # as the token's holder\n  tidegate backfill approve bf-1a2b3c4d                          # as your OS account"
+)]
 pub struct ApproveArgs {
     pub id: String,
-    /// Who approves (recorded in the journal and bound to the hashes).
-    #[arg(long = "as", value_name = "NAME")]
-    pub approver: String,
+    /// Refused: an approver is established, not named. Run the command as the approver.
+    #[arg(long = "as", value_name = "NAME", hide = true)]
+    pub approver: Option<String>,
     #[arg(long)]
     pub json: bool,
 }
@@ -211,7 +216,7 @@ pub fn compare(ws: Option<&Path>, args: CompareArgs) -> Result<ExitCode> {
             println!("The comparison changed since it was approved: the approval no longer holds.");
         }
         println!(
-            "Approve (as someone other than {}): tidegate backfill approve {} --as NAME",
+            "Approve (someone other than {}, as themselves): tidegate backfill approve {}",
             record.requester, record.id
         );
     }
@@ -280,16 +285,28 @@ pub fn approve(ws: Option<&Path>, args: ApproveArgs) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
     let store = ws.open_store()?;
     let (record, spec) = load(store.as_ref(), &args.id)?;
-    let approver = args.approver.trim().to_owned();
-    if approver.is_empty() {
-        bail!("--as needs the approver's name");
-    }
-    if approver == record.requester && !ws.spec.project.allow_self_approval {
+    if let Some(name) = &args.approver {
         bail!(
-            "{approver} requested backfill {} and cannot also approve it; ask someone else to run \
-             `tidegate backfill approve {} --as THEIR_NAME` (or set allow_self_approval = true in [project] of {})",
+            "--as {name:?} is refused: an approver is established, not named. The approver runs \
+             `tidegate backfill approve {}` as themselves (their OS account, or their token in {})",
             record.id,
+            crate::actor::TOKEN_VAR
+        );
+    }
+    let actor = crate::actor::current();
+    let approver = actor.name.clone();
+    if actor.is(&record.requester) && !ws.spec.project.allow_self_approval {
+        bail!(
+            "{} requested backfill {} and cannot also approve it{}; another person approves it as \
+             themselves (their OS account, or a token an admin minted for them with `tidegate token create`), \
+             or set allow_self_approval = true in [project] of {}",
+            record.requester,
             record.id,
+            if actor.name == record.requester {
+                String::new()
+            } else {
+                format!(" (as {}, the same name)", actor.describe())
+            },
             ws.spec.file
         );
     }
@@ -314,6 +331,7 @@ pub fn approve(ws: Option<&Path>, args: ApproveArgs) -> Result<ExitCode> {
     }
     let approval = Approval {
         by: approver.clone(),
+        authenticated_as: actor.describe(),
         at: Utc::now(),
         spec_hash: record.spec_hash.clone(),
         comparison_hash: recorded,
@@ -327,7 +345,7 @@ pub fn approve(ws: Option<&Path>, args: ApproveArgs) -> Result<ExitCode> {
             b.status = BackfillStatus::Approved;
             b.approval = Some(a.clone());
         },
-        &meta(format!("approved by {approver}"), &record.id),
+        &meta(format!("approved by {}", actor.describe()), &record.id),
     )?;
     if args.json {
         output::json(&updated)?;

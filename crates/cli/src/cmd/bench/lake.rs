@@ -246,6 +246,7 @@ fn release(name: &str, dataset: &Dataset, staged: StagedVersion) -> Release {
         run_id: format!("run-{name}"),
         spec_hash: "bench".to_owned(),
         items: vec![ReleaseItem { dataset: dataset.clone(), staged, step_identity: format!("bench:{name}") }],
+        anchor: None,
     }
 }
 

@@ -19,13 +19,12 @@ use crate::cmd::backfill::{self, Command as Backfill};
 use crate::cmd::data::{self, open_lake, runtime};
 use crate::cmd::plan::TargetArgs;
 use crate::cmd::rollback;
-use crate::cmd::submit::act_as;
 use crate::cmd::{run, tick};
 use crate::workspace;
 
 /// Marks a folder as a demo workspace, so a second run may start it over without asking.
 const MARKER: &str = ".tidegate-demo";
-const REQUESTER: &str = "ana";
+/// The second person of the story: the backfill's reviewer.
 const REVIEWER: &str = "bo";
 const FIRST_DAY: (i32, u32, u32) = (2024, 1, 1);
 /// The day whose first feed delivery times out (transient, retried).
@@ -89,8 +88,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
     say("Pipeline: clicks (append, de-duplicated by event_id) -> sessions (merge by session_id)");
     say("          -> user_features (replace per day) -> training_snapshot (snapshot per week)");
 
-    // The demo plays two people: ana owns the pipeline and requests the backfill, bo reviews it.
-    act_as(Some(REQUESTER));
+    // The demo plays two people: you (the OS account running it) own the pipeline and request
+    // the backfill; bo reviews it with a token, established as a second person would be.
+    let you = crate::actor::current();
     chapter(1, "A month of history, with two failures");
     say(&format!(
         "Day {} times out on its first delivery (exit 75: transient, retried after backoff).\nDay {} carries an unknown event type: the blocking accepted_values check fails, so nothing\nof that day is published and it is not retried.",
@@ -142,7 +142,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
         2,
     );
     say(&format!(
-        "{REQUESTER}: tidegate backfill plan user_features --from {} --to {} --reprocess all --include-downstream --max-active-runs 2 --reason \"...\"",
+        "{}: tidegate backfill plan user_features --from {} --to {} --reprocess all --include-downstream --max-active-runs 2 --reason \"...\"",
+        you.name,
         day(1),
         day(last)
     ));
@@ -159,14 +160,23 @@ pub fn run(args: Args) -> Result<ExitCode> {
     backfill::run(ws, Backfill::Compare(backfill::compare_args(&id, Some(report.clone()))))?;
 
     chapter(9, "Approval by a second person");
-    say(&format!("{REQUESTER} tries to approve her own backfill:"));
-    match backfill::run(ws, Backfill::Approve(backfill::approve_args(&id, REQUESTER))) {
+    say(&format!(
+        "{} (you: identities are established by the OS account running tidegate, never typed) tries to approve:",
+        you.name
+    ));
+    match backfill::run(ws, Backfill::Approve(backfill::approve_args(&id))) {
         Ok(_) => bail!("self-approval was accepted; the demo expected it to be refused"),
         Err(e) => say(&format!("refused: {e}")),
     }
-    act_as(Some(REVIEWER));
-    say(&format!("{REVIEWER} reviews the report and approves:"));
-    backfill::run(ws, Backfill::Approve(backfill::approve_args(&id, REVIEWER)))?;
+    say(&format!(
+        "A second person approves as themselves. One account plays both people here, so you, the workspace's\n\
+         admin, mint {REVIEWER} a token as a team's admin hands one to a colleague (the journal records who minted it):\n\
+         tidegate token create --name {REVIEWER} --role approver"
+    ));
+    let reviewer = mint_reviewer(&dir)?;
+    crate::actor::act_as(reviewer);
+    say(&format!("{REVIEWER} (TIDEGATE_TOKEN=tgt_...) reviews the report and approves:"));
+    backfill::run(ws, Backfill::Approve(backfill::approve_args(&id)))?;
 
     chapter(10, "Publish: one atomic commit per dataset");
     backfill::run(ws, Backfill::Publish(backfill::publish_args(&id)))?;
@@ -177,7 +187,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     backfill::run(ws, Backfill::Rollback(backfill::rollback_args(&id)))?;
     say("The consumer's query after the rollback (identical to chapter 5):");
     data::sql(ws, data::SqlArgs { query: consumer.to_owned(), format: data::Format { json: false, csv: false } })?;
-    act_as(None);
+    crate::actor::act_as(you);
 
     chapter(12, "Reconcile: nothing left behind");
     say("tidegate reconcile");
@@ -482,4 +492,13 @@ fn invocation() -> String {
     }
     let cwd = std::env::current_dir().unwrap_or_default();
     exe.strip_prefix(&cwd).map_or_else(|_| exe.display().to_string(), |p| p.display().to_string())
+}
+
+/// Mints the reviewer's token in the demo workspace and authenticates with it, as the reviewer's
+/// own `tidegate` would with the token in `TIDEGATE_TOKEN`.
+fn mint_reviewer(dir: &Path) -> Result<tidegate_core::actor::Actor> {
+    let ws = crate::workspace::load(Some(dir))?;
+    let store = ws.open_store()?;
+    let (token, _) = crate::cmd::token::mint(store.as_ref(), REVIEWER, tidegate_core::actor::Role::Approver, 1)?;
+    crate::actor::authenticate(store.as_ref(), &token)
 }

@@ -141,6 +141,7 @@ pub fn release(id: &str, dataset: &Dataset, staged: StagedVersion, step: &str) -
         run_id: format!("run-{id}"),
         spec_hash: "spec-hash".to_owned(),
         items: vec![ReleaseItem { dataset: dataset.clone(), staged, step_identity: step.to_owned() }],
+        anchor: None,
     }
 }
 

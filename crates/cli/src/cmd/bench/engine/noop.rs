@@ -123,6 +123,7 @@ fn prepare(dir: &Path, sizes: Sizes) -> Result<(Workspace, Arc<dyn Store>, Vec<S
         let request = RunRequest {
             target: "noop".to_owned(),
             partitions: vec![format!("{}..{}", hour(start), hour(end - 1))],
+            scope: "only".to_owned(),
             trigger: Trigger::Manual,
             priority: Priority::Live,
             requester: ACTOR.to_owned(),

@@ -1,0 +1,152 @@
+//! The journal checked against the lake. Every commit Tidegate makes carries the journal's head
+//! (`tidegate_lake::Anchor`); a journal that lacks an entry a table vouches for was truncated or
+//! rolled back, and one that holds another entry in its place was rewritten. An empty store
+//! beside tables that vouch for a journal is a lost store, not a new workspace.
+//!
+//! What this cannot see: entries appended after the newest commit of every table (nothing has
+//! vouched for them yet), and a store and lake replaced together.
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+use tidegate_lake::{Anchor, AnchoredVersion, Lake};
+use tidegate_store::Store;
+
+use crate::workspace::Workspace;
+
+/// A table version that vouches for a journal entry the store does not hold as it was.
+#[derive(Debug, Clone, Serialize)]
+pub struct Mismatch {
+    pub dataset: String,
+    pub version: u64,
+    pub journal_seq: u64,
+    pub problem: String,
+}
+
+/// The journal's head, as the next commit should carry it.
+pub fn head(store: &dyn Store) -> Result<Option<Anchor>> {
+    Ok(store
+        .journal_head()
+        .context("reading the journal's head for the commit")?
+        .map(|h| Anchor { journal_seq: h.seq, journal_hash: h.hash }))
+}
+
+/// The newest anchors of the workspace's own datasets (another workspace's tables in a shared
+/// lake vouch for another journal).
+pub async fn declared_anchors(ws: &Workspace, lake: &Lake) -> Result<Vec<AnchoredVersion>> {
+    let mut out = Vec::new();
+    for name in ws.spec.datasets.keys() {
+        if let Some(anchored) = lake.newest_anchor(name).await.with_context(|| format!("reading {name}'s log"))? {
+            out.push(anchored);
+        }
+    }
+    Ok(out)
+}
+
+/// Every declared table whose newest anchor the store's journal contradicts.
+pub async fn mismatches(ws: &Workspace, store: &dyn Store, lake: &Lake) -> Result<Vec<Mismatch>> {
+    let head = store.journal_head()?;
+    let anchored = declared_anchors(ws, lake).await?;
+    let mut out = Vec::new();
+    for a in anchored.iter().cloned() {
+        let seq = a.anchor.journal_seq;
+        let problem = match store.journal_hash_at(seq)? {
+            Some(hash) if hash == a.anchor.journal_hash => continue,
+            Some(_) => format!(
+                "journal entry {seq} is not the entry {} version {} vouches for: the journal was rewritten from \
+                 entry {seq} or before",
+                a.dataset, a.version
+            ),
+            None => match &head {
+                Some(h) if h.seq < seq => format!(
+                    "the journal ends at entry {}, but {} version {} was committed when it held entry {seq}: entries \
+                     after {} were removed (the journal was truncated or rolled back)",
+                    h.seq, a.dataset, a.version, h.seq
+                ),
+                Some(_) => {
+                    format!("journal entry {seq}, which {} version {} vouches for, is missing", a.dataset, a.version)
+                }
+                None => format!(
+                    "the journal is empty, but {} version {} was committed when it held entry {seq}",
+                    a.dataset, a.version
+                ),
+            },
+        };
+        out.push(Mismatch { dataset: a.dataset, version: a.version, journal_seq: seq, problem });
+    }
+    out.extend(unrecorded(store, &anchored)?);
+    Ok(out)
+}
+
+/// The newest publications the journal does not record. A commit carries the head as of just
+/// before it, so the entries that journal the publication itself come after every anchor; this
+/// checks them from the other side: the release the table's newest commit names must be in the
+/// journal. (A process killed between the commit and its record leaves the same trace until the
+/// run is run again; the message says so.)
+fn unrecorded(store: &dyn Store, anchored: &[AnchoredVersion]) -> Result<Vec<Mismatch>> {
+    let mut out = Vec::new();
+    for a in anchored.iter().filter(|a| a.operation.as_deref() == Some("publish")) {
+        for (release_id, run_id) in &a.releases {
+            if store.journal_records_release(release_id, run_id.as_deref())? {
+                continue;
+            }
+            let recorded = store.release(release_id)?.is_some();
+            let problem = if recorded {
+                format!(
+                    "the store records release {release_id} ({} version {}) but the journal has no entry for it: \
+                     journal entries were removed",
+                    a.dataset, a.version
+                )
+            } else {
+                format!(
+                    "{} version {} published release {release_id}, which neither the journal nor the store records: \
+                     the journal's last entries were removed, or the publishing process died before recording it \
+                     (run the run again: the replay guard records it without publishing twice)",
+                    a.dataset, a.version
+                )
+            };
+            out.push(Mismatch {
+                dataset: a.dataset.clone(),
+                version: a.version,
+                journal_seq: a.anchor.journal_seq,
+                problem,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Refuses a store whose journal is empty while the workspace's tables vouch for a journal:
+/// carrying on would write a second history beside releases the first one explained.
+pub fn refuse_lost_store(ws: &Workspace, store: &dyn Store) -> Result<()> {
+    if store.journal_head()?.is_some() {
+        return Ok(());
+    }
+    // On a thread of its own: the caller may already be inside an async runtime.
+    let found = std::thread::scope(|scope| {
+        scope
+            .spawn(|| -> Result<Vec<AnchoredVersion>> {
+                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+                rt.block_on(async {
+                    let lake = crate::cmd::data::open_lake(ws).await?;
+                    declared_anchors(ws, &lake).await
+                })
+            })
+            .join()
+            .map_err(|_| {
+                anyhow::anyhow!("checking the lake for earlier releases failed; this is a bug, please report it")
+            })?
+    })?;
+    if let Some(a) = found.first() {
+        anyhow::bail!(
+            "the state store {} holds no journal, but the lake holds Tidegate releases ({} version {} was committed \
+             when the journal held {} entries): the store was lost, emptied or replaced. Restore it from a backup, or \
+             point `state` in {} at the store these tables belong to; nothing was changed",
+            crate::workspace::redact(&ws.state_url()),
+            a.dataset,
+            a.version,
+            a.anchor.journal_seq,
+            ws.spec.file
+        );
+    }
+    Ok(())
+}

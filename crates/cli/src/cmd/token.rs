@@ -1,0 +1,187 @@
+//! `tidegate token`: identities for people. An admin (locally, the OS account that owns the
+//! workspace) mints a token for a named person with a role and hands it over; the holder presents
+//! it in `TIDEGATE_TOKEN` and acts as that person. The store keeps only the token's hash.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::{Result, bail};
+use chrono::{Duration, Utc};
+use serde::Serialize;
+use tidegate_core::actor::{self, Role, token_hash};
+use tidegate_store::{JournalMeta, NewToken, Store, TokenRecord};
+
+use crate::actor::{TOKEN_VAR, current};
+use crate::output;
+use crate::workspace;
+
+/// The longest a token may be valid for.
+pub const EXPIRY_DAYS_MAX: u32 = 3_650;
+
+/// Mint, list and revoke the tokens that establish people's identities.
+///
+/// A token is shown once, when it is minted; the store keeps its hash. Its holder presents it in
+/// TIDEGATE_TOKEN (or a file named by TIDEGATE_TOKEN_FILE) and acts as its name with its role:
+/// viewer (reads), operator (runs, plans, publishes), approver (also approves backfills), admin
+/// (also mints and revokes tokens). Without a token a command acts as the OS account running it,
+/// which is the local workspace's admin.
+#[derive(Debug, clap::Subcommand)]
+#[command(
+    after_help = "Examples:\n  tidegate token create --name bo --role approver --expires-in-days 30\n  TIDEGATE_TOKEN=tgt_... tidegate backfill approve bf-1a2b3c4d\n  tidegate token list\n  tidegate token revoke tk-0193..."
+)]
+pub enum Command {
+    Create(CreateArgs),
+    List(ListArgs),
+    Revoke(RevokeArgs),
+}
+
+/// Mint a token for a person; it is printed once and cannot be shown again.
+#[derive(Debug, clap::Args)]
+pub struct CreateArgs {
+    /// The person's name, as it will appear in the journal.
+    #[arg(long)]
+    pub name: String,
+    /// viewer, operator, approver or admin.
+    #[arg(long, value_parser = parse_role)]
+    pub role: Role,
+    /// Days until the token stops working (at most 3650).
+    #[arg(long, default_value_t = 90, value_name = "DAYS")]
+    pub expires_in_days: u32,
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Every token with its identity, role and state (never the token itself).
+#[derive(Debug, clap::Args)]
+pub struct ListArgs {
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Stop a token from working.
+#[derive(Debug, clap::Args)]
+pub struct RevokeArgs {
+    /// The token's id (`tk-...`, see `tidegate token list`).
+    pub id: String,
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_role(text: &str) -> Result<Role, String> {
+    Role::parse(text)
+        .ok_or_else(|| format!("unknown role {text:?}: the roles are viewer, operator, approver and admin"))
+}
+
+#[derive(Serialize)]
+struct Minted<'a> {
+    token: &'a str,
+    #[serde(flatten)]
+    record: &'a TokenRecord,
+}
+
+pub fn run(ws: Option<&Path>, command: Command) -> Result<ExitCode> {
+    let ws = workspace::load(ws)?;
+    let store = ws.open_store()?;
+    let meta = |reason: String| JournalMeta {
+        actor: current().name,
+        correlation_id: uuid::Uuid::now_v7().to_string(),
+        reason,
+        at: Utc::now(),
+    };
+    match command {
+        Command::Create(args) => {
+            let (token, record) = mint(store.as_ref(), &args.name, args.role, args.expires_in_days)?;
+            let name = &record.name;
+            if args.json {
+                output::json(&Minted { token: &token, record: &record })?;
+            } else {
+                println!(
+                    "Token {} for {} ({}), valid until {}:",
+                    record.id,
+                    record.name,
+                    record.role,
+                    fmt_expiry(&record)
+                );
+                println!();
+                println!("  {token}");
+                println!();
+                println!("It is shown only now. Hand it to {name}, who acts as {name} with {TOKEN_VAR}={token}");
+            }
+        }
+        Command::List(args) => {
+            let tokens = store.tokens()?;
+            if args.json {
+                output::json(&tokens)?;
+            } else if tokens.is_empty() {
+                println!("No tokens; mint one with `tidegate token create --name NAME --role ROLE`.");
+            } else {
+                let now = Utc::now();
+                let rows: Vec<Vec<String>> = tokens
+                    .iter()
+                    .map(|t| {
+                        let state = t.unusable(now).map_or_else(
+                            || "active".to_owned(),
+                            |_| {
+                                if t.revoked_at.is_some() { "revoked".to_owned() } else { "expired".to_owned() }
+                            },
+                        );
+                        vec![
+                            t.id.clone(),
+                            t.name.clone(),
+                            t.role.to_string(),
+                            state,
+                            fmt_expiry(t),
+                            t.created_by.clone(),
+                        ]
+                    })
+                    .collect();
+                print!("{}", output::table(&["id", "name", "role", "state", "expires", "minted by"], &rows));
+            }
+        }
+        Command::Revoke(args) => {
+            let record = store.revoke_token(&args.id, &meta(format!("token {} revoked", args.id)))?;
+            if args.json {
+                output::json(&record)?;
+            } else {
+                println!("Token {} of {} is revoked.", record.id, record.name);
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Mints a token for `name` with `role`, recorded as minted by the current actor; returns the
+/// token (shown once) and its record.
+pub fn mint(store: &dyn Store, name: &str, role: Role, expires_in_days: u32) -> Result<(String, TokenRecord)> {
+    let name = actor::validate_name(name).map_err(|e| anyhow::anyhow!("--name: {e}"))?;
+    if expires_in_days == 0 || expires_in_days > EXPIRY_DAYS_MAX {
+        bail!("--expires-in-days {expires_in_days}: must be 1 to {EXPIRY_DAYS_MAX}");
+    }
+    let token = mint_secret();
+    let minter = current();
+    let new = NewToken {
+        id: format!("tk-{}", uuid::Uuid::now_v7().simple()),
+        name: name.clone(),
+        role,
+        token_hash: token_hash(&token),
+        created_by: minter.describe(),
+        expires_at: Some(Utc::now() + Duration::days(expires_in_days.into())),
+    };
+    let meta = JournalMeta {
+        actor: minter.name,
+        correlation_id: new.id.clone(),
+        reason: format!("token minted for {name} ({role})"),
+        at: Utc::now(),
+    };
+    Ok((token, store.create_token(&new, &meta)?))
+}
+
+fn fmt_expiry(t: &TokenRecord) -> String {
+    t.expires_at.map_or_else(|| "never".to_owned(), |at| at.format("%Y-%m-%d %H:%M UTC").to_string())
+}
+
+/// A new token: 244 random bits from the operating system (two version-4 UUIDs), with a prefix
+/// that makes a leaked token easy to recognise in a log or a repository.
+fn mint_secret() -> String {
+    format!("tgt_{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple())
+}

@@ -1,0 +1,115 @@
+//! Tamper evidence that sees tampering: every Delta commit carries the journal's head, so a
+//! journal truncated, rewritten with a recomputed chain, or lost with its store is caught by
+//! comparing with the lake.
+
+use std::path::Path;
+use std::process::Output;
+
+use crate::common::{EXTRACT_SUMMARIZE, ok, tidegate};
+
+fn run(dir: &Path, args: &[&str]) -> Output {
+    tidegate(dir).args(args).output().expect("tidegate runs")
+}
+
+fn text(out: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+/// A workspace with three published days.
+fn published() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(dir.path().join("tidegate.toml"), format!("[project]\nname = \"anchors\"\n{EXTRACT_SUMMARIZE}"))
+        .expect("spec");
+    ok(dir.path(), &["run", "summarize", "--from", "2024-01-01", "--to", "2024-01-03"]);
+    assert_eq!(run(dir.path(), &["history"]).status.code(), Some(0), "an untouched journal verifies");
+    dir
+}
+
+fn db(ws: &Path) -> rusqlite::Connection {
+    let db = rusqlite::Connection::open(ws.join(".tidegate/state.db")).expect("open store");
+    db.execute_batch("DROP TRIGGER journal_no_update; DROP TRIGGER journal_no_delete;").expect("drop triggers");
+    db
+}
+
+fn n_entries(db: &rusqlite::Connection) -> i64 {
+    db.query_row("SELECT MAX(seq) FROM journal", [], |r| r.get(0)).expect("count")
+}
+
+#[test]
+fn a_journal_missing_its_last_entries_is_caught_by_the_lake() {
+    let dir = published();
+    let ws = dir.path();
+    {
+        let db = db(ws);
+        // The newest publications and everything after them: the chain that remains is intact.
+        let last_published: i64 = db
+            .query_row("SELECT MAX(seq) FROM journal WHERE kind = 'published'", [], |r| r.get(0))
+            .expect("a publication");
+        let n = n_entries(&db);
+        db.execute("DELETE FROM journal WHERE seq >= ?1", [last_published - 3]).expect("truncate");
+        assert!(n_entries(&db) < n);
+    }
+    let out = run(ws, &["history"]);
+    assert_eq!(out.status.code(), Some(2), "a truncated journal passed: {}", text(&out));
+    assert!(text(&out).contains("were removed"), "{}", text(&out));
+    let json = run(ws, &["history", "--json"]);
+    assert_eq!(json.status.code(), Some(2));
+    let report: serde_json::Value = serde_json::from_slice(&json.stdout).expect("JSON");
+    assert!(!report["anchors"].as_array().expect("anchors").is_empty(), "{report}");
+}
+
+#[test]
+fn a_rewritten_journal_with_a_recomputed_chain_is_caught_by_the_lake() {
+    let dir = published();
+    let ws = dir.path();
+    let cut = {
+        let db = db(ws);
+        let cut = n_entries(&db) / 2;
+        db.execute("DELETE FROM journal WHERE seq > ?1", [cut]).expect("cut");
+        cut
+    };
+    // The forger appends new entries through the store itself: the chain is recomputed and
+    // verifies, and the journal is as long as before.
+    let store = tidegate_store::open(&ws.join(".tidegate/state.db").display().to_string()).expect("store");
+    let head = store.journal_head().expect("head").expect("entries");
+    assert_eq!(head.seq, u64::try_from(cut).expect("positive"));
+    for i in 0..200 {
+        let meta = tidegate_store::JournalMeta {
+            actor: "forger".into(),
+            correlation_id: "forged".into(),
+            reason: format!("nothing happened {i}"),
+            at: chrono::Utc::now(),
+        };
+        let decision = tidegate_store::Decision {
+            kind: "note".into(),
+            run_id: None,
+            task: None,
+            partition: None,
+            payload: serde_json::json!({}),
+        };
+        store.record_decision(&decision, &meta).expect("append");
+    }
+    assert!(store.verify_journal().expect("verify").break_at.is_none(), "the forged chain verifies on its own");
+    let out = run(ws, &["history"]);
+    assert_eq!(out.status.code(), Some(2), "a rewritten journal passed: {}", text(&out));
+    assert!(text(&out).contains("rewritten"), "{}", text(&out));
+}
+
+#[test]
+fn an_emptied_store_beside_a_lake_of_releases_is_refused_not_recreated() {
+    let dir = published();
+    let ws = dir.path();
+    let db = ws.join(".tidegate/state.db");
+    for suffix in ["-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+    }
+    std::fs::write(&db, b"").expect("truncate the store");
+    let log_before = std::fs::read_dir(ws.join(".tidegate/lake/summary/_delta_log")).expect("log").count();
+    for args in [&["status"][..], &["history"][..], &["run", "summarize", "--partition", "2024-01-04"][..]] {
+        let out = run(ws, args);
+        assert!(!out.status.success(), "{args:?} ran on an emptied store: {}", text(&out));
+        assert!(text(&out).contains("holds no journal"), "{args:?}: {}", text(&out));
+    }
+    let log_after = std::fs::read_dir(ws.join(".tidegate/lake/summary/_delta_log")).expect("log").count();
+    assert_eq!(log_before, log_after, "nothing was published beside the emptied store");
+}

@@ -1,0 +1,6 @@
+//! Tests of the promise under attack (issue 19): each guards a way it was once broken.
+mod commands;
+#[path = "../common/mod.rs"]
+mod common;
+mod identity;
+mod journal;

@@ -1,0 +1,107 @@
+//! The journal's anchor in the lake. Every commit Tidegate makes carries the head of the store's
+//! journal as of just before the commit (`tidegate.journal_seq`, `tidegate.journal_hash`), so the
+//! lake, which lives apart from the store, can vouch for the journal: a journal that no longer
+//! holds an anchored entry, or holds another one in its place, was truncated, rolled back or
+//! forged. The lake knows nothing of the store; it writes and reads the two values.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::Result;
+use crate::table::Lake;
+
+/// The commit metadata key of the anchored entry's sequence number.
+pub const JOURNAL_SEQ_KEY: &str = "tidegate.journal_seq";
+/// The commit metadata key of the anchored entry's hash.
+pub const JOURNAL_HASH_KEY: &str = "tidegate.journal_hash";
+/// How many of a table's newest commits are searched for an anchor: a commit another tool made
+/// carries none, and a table whose last hundred commits are all foreign is not vouching.
+pub const ANCHOR_SEARCH_COMMITS: usize = 100;
+
+/// A journal entry a commit vouches for.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Anchor {
+    pub journal_seq: u64,
+    pub journal_hash: String,
+}
+
+impl Anchor {
+    /// The commit metadata that carries this anchor.
+    pub(crate) fn metadata(&self) -> [(String, Value); 2] {
+        [
+            (JOURNAL_SEQ_KEY.to_owned(), Value::from(self.journal_seq)),
+            (JOURNAL_HASH_KEY.to_owned(), Value::from(self.journal_hash.clone())),
+        ]
+    }
+
+    /// The anchor a commit's metadata carries, if any.
+    fn from_metadata(info: &std::collections::HashMap<String, Value>) -> Option<Anchor> {
+        let seq = info.get(JOURNAL_SEQ_KEY)?.as_u64()?;
+        let hash = info.get(JOURNAL_HASH_KEY)?.as_str()?;
+        Some(Anchor { journal_seq: seq, journal_hash: hash.to_owned() })
+    }
+}
+
+/// The newest anchor a dataset's table carries, with the table version that carries it and
+/// what that commit says it is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AnchoredVersion {
+    pub dataset: String,
+    pub version: u64,
+    pub anchor: Anchor,
+    /// `publish`, `restore` (a failed release undone), `rollback`...
+    pub operation: Option<String>,
+    /// The releases the commit made visible, with the run of each (`None` for a release of no
+    /// run, such as a rollback); a shared commit names several.
+    pub releases: Vec<(String, Option<String>)>,
+}
+
+/// The releases a commit's metadata names: `tidegate.release_id` and `tidegate.run_id` for one,
+/// the plural keys (lists in step order) for a shared commit.
+fn releases_of(info: &std::collections::HashMap<String, Value>) -> Vec<(String, Option<String>)> {
+    let texts = |key: &str| -> Vec<Option<String>> {
+        match info.get(key) {
+            Some(Value::String(s)) => vec![Some(s.clone())],
+            Some(Value::Array(items)) => items.iter().map(|v| v.as_str().map(str::to_owned)).collect(),
+            _ => Vec::new(),
+        }
+    };
+    let (ids, runs) = match texts("tidegate.release_id") {
+        ids if !ids.is_empty() => (ids, texts("tidegate.run_id")),
+        _ => (texts("tidegate.release_ids"), texts("tidegate.run_ids")),
+    };
+    ids.into_iter()
+        .enumerate()
+        .filter_map(|(i, id)| Some((id?, runs.get(i).cloned().flatten().filter(|r| !r.is_empty()))))
+        .collect()
+}
+
+impl Lake {
+    /// The newest anchor among the table's last [`ANCHOR_SEARCH_COMMITS`] commits, if any.
+    pub async fn newest_anchor(&self, dataset: &str) -> Result<Option<AnchoredVersion>> {
+        let Some(table) = self.try_load(dataset).await? else { return Ok(None) };
+        let latest = table.version().unwrap_or_default();
+        let infos: Vec<_> = futures::TryStreamExt::try_collect(table.history(Some(ANCHOR_SEARCH_COMMITS))).await?;
+        // Newest first and contiguous, so the index counts back from the latest version.
+        Ok(infos.iter().enumerate().find_map(|(idx, info)| {
+            Anchor::from_metadata(&info.info).map(|anchor| AnchoredVersion {
+                dataset: dataset.to_owned(),
+                version: latest.saturating_sub(idx as u64),
+                anchor,
+                operation: info.info.get("tidegate.operation").and_then(Value::as_str).map(str::to_owned),
+                releases: releases_of(&info.info),
+            })
+        }))
+    }
+
+    /// The newest anchor of every table in the lake that carries one, by dataset name.
+    pub async fn anchors(&self) -> Result<Vec<AnchoredVersion>> {
+        let mut out = Vec::new();
+        for name in self.datasets().await? {
+            if let Some(anchored) = self.newest_anchor(&name).await? {
+                out.push(anchored);
+            }
+        }
+        Ok(out)
+    }
+}
