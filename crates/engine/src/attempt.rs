@@ -73,6 +73,32 @@ pub fn attempt_name(step_id: &str, attempt: u32) -> String {
     format!("{step_id}.attempt-{attempt}")
 }
 
+/// `<step>-<n>`: the staging id an attempt stages its output under (`staging/<id>/` in each
+/// output's table). A checkpointing task's granules are staged under `<step>-<n>-g<k>` and what
+/// follows its last checkpoint under `<step>-<n>-rest` (`checkpoint.rs`).
+pub fn staging_id(step_id: &str, attempt: u32) -> String {
+    format!("{step_id}-{attempt}")
+}
+
+/// The step id and attempt number a staging id names, if it has one of the forms staging uses
+/// ([`staging_id`], and its granule and `-rest` forms); `None` for any other name.
+pub fn staging_attempt(staging_id: &str) -> Option<(&str, u32)> {
+    let base = staging_id.strip_suffix("-rest").unwrap_or(staging_id);
+    let base = match base.rsplit_once("-g") {
+        Some((head, granule)) if is_number(granule) => head,
+        _ => base,
+    };
+    let (step_id, attempt) = base.rsplit_once('-')?;
+    if step_id.is_empty() || !is_number(attempt) {
+        return None;
+    }
+    Some((step_id, attempt.parse().ok()?))
+}
+
+fn is_number(text: &str) -> bool {
+    !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit())
+}
+
 /// `.tidegate/attempts`: the attempts' output folders.
 pub fn attempts_dir(workspace: &std::path::Path) -> PathBuf {
     workspace.join(".tidegate").join("attempts")
@@ -152,7 +178,7 @@ async fn execute(
     store: &Arc<dyn Store>,
     lake: &Lake,
 ) -> Result<(Vec<StagedVersion>, Vec<CheckResult>), Failure> {
-    let staging_id = format!("{}-{}", a.step.id, a.lease.attempt);
+    let staging_id = staging_id(&a.step.id, a.lease.attempt);
     let versions = match &a.task.run {
         TaskRun::Command { argv, .. } => run_command(a, argv, store, lake, &staging_id).await?,
         TaskRun::Sql { query } => run_sql(a, query, store, lake, &staging_id).await?,

@@ -16,8 +16,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::publish::{MAX_COMMIT_ATTEMPTS, loaded_version};
-use crate::rollback::referenced_paths;
-use crate::table::{Lake, STAGING_DIR, active_files};
+use crate::rollback::{referenced_paths, staging_id_of};
+use crate::table::{Lake, active_files};
 
 /// What [`Lake::vacuum`] removed (or, on a dry run, would remove) from one dataset.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -127,6 +127,8 @@ impl Lake {
         keep_versions: &BTreeSet<u64>,
         protected: &HashSet<&str>,
     ) -> Result<Plan> {
+        // First, so that an unreadable commit stops the vacuum before any version is trusted.
+        let ever_added = referenced_paths(dataset, table).await?;
         let mut kept_versions: BTreeSet<u64> = keep_versions.iter().copied().filter(|v| *v < current).collect();
         kept_versions.insert(current);
         let mut needed: HashSet<String> = HashSet::new();
@@ -134,7 +136,6 @@ impl Lake {
             let at = if *version == current { table.clone() } else { self.load_at(dataset, Some(*version)).await? };
             needed.extend(active_files(&at, None).await?.into_iter().map(|a| a.path));
         }
-        let ever_added = referenced_paths(table).await?;
         let store = table.object_store();
         let listed: Vec<_> = store.list(None).try_collect().await?;
         let mut plan = Plan { kept_versions: kept_versions.into_iter().collect(), ..Plan::default() };
@@ -165,10 +166,4 @@ struct Plan {
     candidates: Vec<(String, u64)>,
     n_kept_referenced: usize,
     n_left_unpublished: usize,
-}
-
-/// The staging id of a path under `staging/<id>/`, if it is one.
-fn staging_id_of(path: &str) -> Option<&str> {
-    let mut segments = path.split('/');
-    (segments.next() == Some(STAGING_DIR)).then(|| segments.next()).flatten()
 }

@@ -100,23 +100,35 @@ fn tables_left_alone(report: &Value) -> Vec<String> {
     names
 }
 
+/// Runs `tidegate ARGS` in `dir` as `user` and returns its stdout, failing the test if it fails.
+fn ok_as(dir: &Path, user: &str, args: &[&str]) -> String {
+    let out = tidegate(dir).env("TIDEGATE_USER", user).args(args).output().expect("runs");
+    assert!(out.status.success(), "tidegate {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
 #[test]
 fn reconcile_leaves_another_workspaces_tables_and_staged_files_alone() {
     let s = shared_lake();
     ok(&s.ours, &["run", "make", "--partition", "2024-01-01", "--json"]);
     let nums = s.lake.join("nums");
     let ours_published = staged_files(&nums);
-    // The other workspace publishes its own table, then stages a day of it and a day of `nums`
-    // and dies before committing: both wait for its rerun.
+    // The other workspace publishes its own table, then stages a backfill of it that waits for
+    // approval, and stages a day of `nums` and dies before committing it.
     ok(&s.theirs, &["run", "fill", "--partition", "2024-01-01", "--json"]);
-    abort_at(&s.theirs, "after-stage", &["run", "fill", "--partition", "2024-01-02", "--idempotency-key", "t2"]);
+    let backfill = ["backfill", "plan", "fill", "--from", "2024-01-01", "--to", "2024-01-02", "--reprocess", "all"];
+    let (code, planned) = json(&s.theirs, &[&backfill[..], &["--reason", "refill", "--json"]].concat());
+    assert_eq!(code, 0, "{planned}");
+    let id = planned["id"].as_str().expect("a backfill id").to_owned();
+    let (code, started) = json(&s.theirs, &["backfill", "start", &id, "--json"]);
+    assert_eq!((code, &started["status"]), (0, &j!("staged")), "{started}");
     abort_at(&s.theirs, "after-stage", &["run", "make", "--partition", "2024-01-09", "--idempotency-key", "n9"]);
     let their_table = s.lake.join("their_table");
     let theirs_in_nums: Vec<String> =
         staged_files(&nums).into_iter().filter(|f| !ours_published.contains(f)).map(|f| format!("nums/{f}")).collect();
     assert_eq!(theirs_in_nums.len(), 1, "{theirs_in_nums:?}");
     let their_files = staged_files(&their_table);
-    assert_eq!(their_files.len(), 2, "one published, one waiting: {their_files:?}");
+    assert_eq!(their_files.len(), 3, "one published, two awaiting approval: {their_files:?}");
     age_staging(&nums);
     age_staging(&their_table);
 
@@ -133,14 +145,16 @@ fn reconcile_leaves_another_workspaces_tables_and_staged_files_alone() {
     assert!(text.contains("left alone: table their_table"), "{text}");
 
     // The other workspace finishes its work: nothing it staged was lost.
-    let (code, done) =
-        json(&s.theirs, &["run", "fill", "--partition", "2024-01-02", "--idempotency-key", "t2", "--json"]);
-    assert_eq!((code, &done["status"]), (0, &j!("succeeded")), "{done}");
+    ok_as(&s.theirs, "cli-test", &["backfill", "compare", &id, "--json"]);
+    ok_as(&s.theirs, "bo", &["backfill", "approve", &id, "--as", "bo"]);
+    ok_as(&s.theirs, "cli-test", &["backfill", "publish", &id]);
     let (code, done) =
         json(&s.theirs, &["run", "make", "--partition", "2024-01-09", "--idempotency-key", "n9", "--json"]);
     assert_eq!((code, &done["status"]), (0, &j!("succeeded")), "{done}");
     let rows = ok(&s.theirs, &["sql", "SELECT tg_partition, COUNT(*) AS n FROM nums GROUP BY 1 ORDER BY 1", "--csv"]);
     assert_eq!(rows, "tg_partition,n\n2024-01-01,2\n2024-01-09,2\n");
+    let filled = ok(&s.theirs, &["sql", "SELECT tg_partition FROM their_table ORDER BY 1", "--csv"]);
+    assert_eq!(filled, "tg_partition\n2024-01-01\n2024-01-02\n");
 }
 
 #[test]
@@ -264,6 +278,17 @@ fn destructive_commands_refuse_a_table_whose_latest_commit_is_empty() {
         assert!(nums.join(&files[0]).exists(), "{args:?} deleted the only data file of version {latest}");
     }
     assert_eq!(latest_version(&nums), latest, "nothing was committed");
+
+    // The commit cannot be recovered and is moved out of the log, as the error suggests: the table
+    // ends at the version before it, the store reports the version it lacks, and the file the
+    // lost commit added (a finished attempt's, now unreferenced) is reported, not deleted.
+    std::fs::rename(nums.join(&commit_file), s.lake.join("lost.json")).expect("move the commit out");
+    let (code, report) = json(&s.ours, &["reconcile", "--json"]);
+    assert_eq!(code, 2, "{report}");
+    assert_eq!(report["missing_versions"], j!([{"dataset": "nums", "version": latest}]), "{report}");
+    assert_eq!(report["deleted"], j!([]), "{report}");
+    assert_eq!(not_owned(&report), [format!("nums/{}", files[0])], "{report}");
+    assert!(nums.join(&files[0]).exists());
 }
 
 const CHECKED: &str = r#"
