@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use chrono::{DateTime, Utc};
 use deltalake_core::kernel::{Action, Transaction};
 use deltalake_core::protocol::DeltaOperation;
+use deltalake_core::{DeltaTable, DeltaTableBuilder};
 use futures::TryStreamExt as _;
 use object_store::ObjectStoreExt as _;
 use object_store::path::Path;
@@ -174,7 +175,7 @@ impl Lake {
     ) -> Result<u64> {
         // A version whose commit cannot be read may hide files and actions the restore would
         // have to undo: refuse rather than build a commit on a guess.
-        referenced_paths(dataset, &self.load(dataset).await?).await?;
+        self.check_commits(dataset).await?;
         let metadata = vec![
             ("tidegate.operation".to_owned(), Value::from("rollback")),
             ("tidegate.release_id".to_owned(), Value::from(release_id)),
@@ -280,8 +281,7 @@ impl Lake {
             abandoned: Vec::new(),
         };
         for dataset in &scope.datasets {
-            let Some(table) = self.try_load(dataset).await? else { continue };
-            let referenced = referenced_paths(dataset, &table).await?;
+            let Some((table, referenced)) = self.load_referenced(dataset).await? else { continue };
             let listing = table.object_store().list(Some(&Path::from(STAGING_DIR)));
             let staged: Vec<_> = listing.try_collect().await.map_err(Error::from)?;
             for meta in staged {
@@ -331,8 +331,9 @@ impl Lake {
     /// publication may have landed since they were listed), checked against the log as it is
     /// now. Returns the paths deleted.
     async fn delete_unreferenced(&self, dataset: &str, paths: &[String]) -> Result<Vec<String>> {
-        let table = self.load(dataset).await?;
-        let referenced = referenced_paths(dataset, &table).await?;
+        let Some((table, referenced)) = self.load_referenced(dataset).await? else {
+            return Err(Error::UnknownDataset { dataset: dataset.to_owned() });
+        };
         let store = table.object_store();
         let mut deleted = Vec::with_capacity(paths.len());
         for path in paths.iter().filter(|p| !referenced.contains(*p)) {
@@ -520,37 +521,54 @@ impl Lake {
     }
 }
 
-/// Every file path any retained table version adds: the active files (which covers commits folded
-/// into a checkpoint) plus every `add` in the JSON commits. An empty commit, or one with a line
-/// that is not JSON, is an error ([`Error::UnreadableCommit`]): what it adds would look
-/// unreferenced, and a caller deciding what to delete or restore from it would decide wrongly.
-pub(crate) async fn referenced_paths(dataset: &str, table: &deltalake_core::DeltaTable) -> Result<BTreeSet<String>> {
-    let mut paths: BTreeSet<String> = active_files(table, None).await?.into_iter().map(|a| a.path).collect();
-    let store = table.object_store();
-    let entries: Vec<_> = store.list(Some(&Path::from("_delta_log"))).try_collect().await?;
-    for meta in entries {
-        if !meta.location.as_ref().ends_with(".json") {
-            continue;
-        }
-        let unreadable = |problem: String| Error::UnreadableCommit {
-            dataset: dataset.to_owned(),
-            file: format!("{}{}", table.table_url(), meta.location),
-            problem,
-        };
-        let bytes = store.get(&meta.location).await?.bytes().await?;
-        let mut lines = bytes.split(|b| *b == b'\n').filter(|l| !l.iter().all(u8::is_ascii_whitespace)).peekable();
-        if lines.peek().is_none() {
-            return Err(unreadable(format!("empty ({} bytes, no action)", bytes.len())));
-        }
-        for (line_idx, line) in lines.enumerate() {
-            let action: Value = serde_json::from_slice(line)
-                .map_err(|e| unreadable(format!("not valid JSON at line {}: {e}", line_idx + 1)))?;
-            if let Some(path) = action.pointer("/add/path").and_then(Value::as_str) {
-                paths.insert(path.to_owned());
+impl Lake {
+    /// Reads every JSON commit of `dataset`'s log and fails if one is empty or holds a line that
+    /// is not JSON ([`Error::UnreadableCommit`], naming the file). Vacuum, reconcile and rollback
+    /// call it before they decide anything: what such a commit adds would look unreferenced, and
+    /// delta-rs either skips an empty commit or fails on a broken one with an error that names
+    /// neither the file nor what to do.
+    pub async fn check_commits(&self, dataset: &str) -> Result<()> {
+        self.commit_adds(dataset).await.map(drop)
+    }
+
+    /// The latest version of `dataset`'s table (`None` if it has none) and every file path a
+    /// retained version adds: the active files (which covers commits folded into a checkpoint)
+    /// plus every `add` in the JSON commits, read strictly first ([`Lake::check_commits`]).
+    pub(crate) async fn load_referenced(&self, dataset: &str) -> Result<Option<(DeltaTable, BTreeSet<String>)>> {
+        let mut referenced = self.commit_adds(dataset).await?;
+        let Some(table) = self.try_load(dataset).await? else { return Ok(None) };
+        referenced.extend(active_files(&table, None).await?.into_iter().map(|a| a.path));
+        Ok(Some((table, referenced)))
+    }
+
+    /// Every `add` path in `dataset`'s JSON commits, read without delta-rs (which may refuse or
+    /// misread the log); an empty or unparsable commit is an error.
+    async fn commit_adds(&self, dataset: &str) -> Result<BTreeSet<String>> {
+        let url = self.table_url(dataset)?;
+        let store = DeltaTableBuilder::from_url(url.clone())?.build()?.object_store();
+        let entries: Vec<_> = store.list(Some(&Path::from("_delta_log"))).try_collect().await?;
+        let mut paths = BTreeSet::new();
+        for meta in entries.into_iter().filter(|m| m.location.as_ref().ends_with(".json")) {
+            let unreadable = |problem: String| Error::UnreadableCommit {
+                dataset: dataset.to_owned(),
+                file: format!("{url}{}", meta.location),
+                problem,
+            };
+            let bytes = store.get(&meta.location).await?.bytes().await?;
+            let mut lines = bytes.split(|b| *b == b'\n').filter(|l| !l.iter().all(u8::is_ascii_whitespace)).peekable();
+            if lines.peek().is_none() {
+                return Err(unreadable(format!("empty ({} bytes, no action)", bytes.len())));
+            }
+            for (line_idx, line) in lines.enumerate() {
+                let action: Value = serde_json::from_slice(line)
+                    .map_err(|e| unreadable(format!("not valid JSON at line {}: {e}", line_idx + 1)))?;
+                if let Some(path) = action.pointer("/add/path").and_then(Value::as_str) {
+                    paths.insert(path.to_owned());
+                }
             }
         }
+        Ok(paths)
     }
-    Ok(paths)
 }
 
 /// The release ids a commit's metadata names: `tidegate.release_id` for a commit of one release,

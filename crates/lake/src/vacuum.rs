@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::publish::{MAX_COMMIT_ATTEMPTS, loaded_version};
-use crate::rollback::{referenced_paths, staging_id_of};
+use crate::rollback::staging_id_of;
 use crate::table::{Lake, active_files};
 
 /// What [`Lake::vacuum`] removed (or, on a dry run, would remove) from one dataset.
@@ -82,9 +82,12 @@ impl Lake {
         protected_staging_ids: &[String],
     ) -> Result<VacuumPlan> {
         let protected: HashSet<&str> = protected_staging_ids.iter().map(String::as_str).collect();
-        let table = self.load(dataset).await?;
+        // Read strictly before delta-rs loads it: an unreadable commit stops the vacuum first.
+        let Some((table, ever_added)) = self.load_referenced(dataset).await? else {
+            return Err(Error::UnknownDataset { dataset: dataset.to_owned() });
+        };
         let current = loaded_version(&table)?;
-        let plan = self.files_to_delete(dataset, &table, current, keep_versions, &protected).await?;
+        let plan = self.files_to_delete(dataset, &table, current, keep_versions, &protected, &ever_added).await?;
         Ok(VacuumPlan {
             report: Vacuum {
                 dataset: dataset.to_owned(),
@@ -126,9 +129,8 @@ impl Lake {
         current: u64,
         keep_versions: &BTreeSet<u64>,
         protected: &HashSet<&str>,
+        ever_added: &BTreeSet<String>,
     ) -> Result<Plan> {
-        // First, so that an unreadable commit stops the vacuum before any version is trusted.
-        let ever_added = referenced_paths(dataset, table).await?;
         let mut kept_versions: BTreeSet<u64> = keep_versions.iter().copied().filter(|v| *v < current).collect();
         kept_versions.insert(current);
         let mut needed: HashSet<String> = HashSet::new();

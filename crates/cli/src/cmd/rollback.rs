@@ -76,6 +76,8 @@ pub fn rollback(ws: Option<&Path>, args: RollbackArgs) -> Result<ExitCode> {
         // Held until the commit: vacuum must not delete the files this rollback adds back
         // between its check that they exist and the commit.
         let _lock = DatasetLockGuard::acquire(&store, &args.dataset, "rollback", args.lock.duration()).await?;
+        // Before anything loads the table: a broken commit is named, not misread.
+        lake.check_commits(&args.dataset).await?;
         let current = lake
             .table_version(&args.dataset)
             .await?
@@ -282,6 +284,10 @@ pub fn reconciled(ws: Option<&Path>, keep_logs: chrono::Duration) -> Result<Reco
     let declared = declared(store.as_ref(), &active, &datasets)?;
     let (cleaned, differences) = runtime()?.block_on(async {
         let lake = open_lake(&ws).await?;
+        // Before anything loads a table: a broken commit is named, not misread.
+        for dataset in datasets.iter().chain(declared.release_versions.keys()) {
+            lake.check_commits(dataset).await?;
+        }
         let differences = lake.differences(&declared).await?;
         let held = differences.missing_versions.iter().map(|m| m.dataset.clone()).collect();
         let scope = Scope { datasets, known_as_of, held };

@@ -247,8 +247,11 @@ fn reconcile_leaves_user_files_in_a_staging_folder_alone_until_named() {
     assert_eq!(ok(&s.ours, &["sql", "SELECT COUNT(*) AS n FROM nums", "--csv"]), "n\n2\n");
 }
 
-#[test]
-fn destructive_commands_refuse_a_table_whose_latest_commit_is_empty() {
+/// Publishes two days in a fresh workspace of a shared lake, then damages the newest commit with
+/// `damage`: reconcile, vacuum and rollback must all refuse, naming the table, the commit file and
+/// `problem`, and delete nothing. Returns the workspace, the table, the newest version, the commit
+/// file and the data files that version added.
+fn refused_after(damage: fn(&[u8]) -> Vec<u8>, problem: &str) -> (Shared, PathBuf, u64, String, Vec<String>) {
     let s = shared_lake();
     ok(&s.ours, &["run", "make", "--partition", "2024-01-01", "--json"]);
     ok(&s.ours, &["run", "make", "--partition", "2024-01-02", "--json"]);
@@ -256,9 +259,9 @@ fn destructive_commands_refuse_a_table_whose_latest_commit_is_empty() {
     let latest = latest_version(&nums);
     let files: Vec<String> = adds(&nums, latest).iter().map(|a| a["path"].as_str().expect("path").to_owned()).collect();
     assert_eq!(files.len(), 1, "{files:?}");
-    // A disk that filled up, a copy that was cut short: the newest commit is empty.
     let commit_file = format!("_delta_log/{latest:020}.json");
-    std::fs::write(nums.join(&commit_file), b"").expect("truncate");
+    let bytes = std::fs::read(nums.join(&commit_file)).expect("read commit");
+    std::fs::write(nums.join(&commit_file), damage(&bytes)).expect("damage");
     age_staging(&nums);
 
     let refusals = [
@@ -271,12 +274,17 @@ fn destructive_commands_refuse_a_table_whose_latest_commit_is_empty() {
         let out = tidegate(&s.ours).args(args).output().expect("runs");
         assert_eq!(out.status.code(), Some(1), "{args:?} must fail: {}", String::from_utf8_lossy(&out.stdout));
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            stderr.contains("\"nums\"") && stderr.contains(&commit_file) && stderr.contains("empty"),
-            "{args:?}: {stderr}"
-        );
+        let named = stderr.contains("\"nums\"") && stderr.contains(&commit_file) && stderr.contains(problem);
+        assert!(named && stderr.contains("restore the file from a backup"), "{args:?}: {stderr}");
         assert!(nums.join(&files[0]).exists(), "{args:?} deleted the only data file of version {latest}");
     }
+    (s, nums, latest, commit_file, files)
+}
+
+#[test]
+fn destructive_commands_refuse_a_table_whose_latest_commit_is_empty() {
+    // A disk that filled up, a copy that was cut short: the newest commit is empty.
+    let (s, nums, latest, commit_file, files) = refused_after(|_| Vec::new(), "is empty");
     assert_eq!(latest_version(&nums), latest, "nothing was committed");
 
     // The commit cannot be recovered and is moved out of the log, as the error suggests: the table
@@ -289,6 +297,13 @@ fn destructive_commands_refuse_a_table_whose_latest_commit_is_empty() {
     assert_eq!(report["deleted"], j!([]), "{report}");
     assert_eq!(not_owned(&report), [format!("nums/{}", files[0])], "{report}");
     assert!(nums.join(&files[0]).exists());
+}
+
+#[test]
+fn destructive_commands_refuse_a_commit_cut_mid_line() {
+    let cut = |bytes: &[u8]| bytes[..bytes.len() - 20].to_vec();
+    let (_s, nums, latest, _, _) = refused_after(cut, "not valid JSON at line");
+    assert_eq!(latest_version(&nums), latest, "nothing was committed");
 }
 
 const CHECKED: &str = r#"
