@@ -81,7 +81,8 @@ pub fn staging_id(step_id: &str, attempt: u32) -> String {
 }
 
 /// The step id and attempt number a staging id names, if it has one of the forms staging uses
-/// ([`staging_id`], and its granule and `-rest` forms); `None` for any other name.
+/// ([`staging_id`] of a step id the store minted, and its granule and `-rest` forms); `None` for
+/// any other name.
 pub fn staging_attempt(staging_id: &str) -> Option<(&str, u32)> {
     let base = staging_id.strip_suffix("-rest").unwrap_or(staging_id);
     let base = match base.rsplit_once("-g") {
@@ -89,7 +90,7 @@ pub fn staging_attempt(staging_id: &str) -> Option<(&str, u32)> {
         _ => base,
     };
     let (step_id, attempt) = base.rsplit_once('-')?;
-    if step_id.is_empty() || !is_number(attempt) {
+    if !is_uuid(step_id) || !is_number(attempt) {
         return None;
     }
     Some((step_id, attempt.parse().ok()?))
@@ -97,6 +98,13 @@ pub fn staging_attempt(staging_id: &str) -> Option<(&str, u32)> {
 
 fn is_number(text: &str) -> bool {
     !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// Whether `text` is shaped as the store's step ids are (a hyphenated UUID, as the store mints).
+fn is_uuid(text: &str) -> bool {
+    let hyphens = [8, 13, 18, 23];
+    text.len() == 36
+        && text.bytes().enumerate().all(|(i, b)| if hyphens.contains(&i) { b == b'-' } else { b.is_ascii_hexdigit() })
 }
 
 /// `.tidegate/attempts`: the attempts' output folders.
@@ -497,6 +505,26 @@ pub fn settle(
                 ],
                 n_rows: versions.iter().map(|v| v.n_rows).sum(),
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{staging_attempt, staging_id};
+
+    #[test]
+    fn staging_ids_name_their_step_and_attempt_and_nothing_else_does() {
+        let step = "01a23150-d164-714a-a99c-7a9cf10f166b";
+        let id = staging_id(step, 3);
+        assert_eq!(staging_attempt(&id), Some((step, 3)));
+        assert_eq!(staging_attempt(&format!("{id}-g12")), Some((step, 3)), "a checkpoint granule");
+        assert_eq!(staging_attempt(&format!("{id}-rest")), Some((step, 3)), "what followed the last checkpoint");
+        let short = "01a23150-d164-714a-a99c-7a9cf10f166-1";
+        for other in
+            ["abandoned-1", "batch-7", "notes", "-1", "dead-1-g", short, &format!("{id}-other"), &format!("{id}-g")]
+        {
+            assert_eq!(staging_attempt(other), None, "{other}");
         }
     }
 }
