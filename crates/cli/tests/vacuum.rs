@@ -115,10 +115,15 @@ fn vacuum_keeps_every_retained_release_restorable() {
     assert_eq!(latest_version(&nums), before, "a refused rollback commits nothing");
     assert_eq!(value_of_day1(ws), "v\n20\n");
 
-    // The store and the lake agree after all this; reconcile removes the junk, not the waiting step.
+    // The store and the lake agree after all this; reconcile reports the junk (no attempt of this
+    // store wrote it) and deletes it once named, and the waiting step's file stays.
     let (code, reconciled) = json(ws, &["reconcile", "--json"]);
     assert_eq!(code, 0, "{reconciled}");
-    assert_eq!(reconciled["deleted"], j!(["nums/staging/dead-1/part-0.parquet"]));
+    assert_eq!(reconciled["deleted"], j!([]));
+    assert_eq!(reconciled["not_owned"][0]["path"], "staging/dead-1/part-0.parquet", "{reconciled}");
+    let (code, deleted) = json(ws, &["reconcile", "--delete", "nums/staging/dead-1/part-0.parquet", "--json"]);
+    assert_eq!(code, 0, "{deleted}");
+    assert_eq!(deleted["deleted"], j!(["nums/staging/dead-1/part-0.parquet"]));
     assert!(nums.join(&waiting[0]).exists());
 
     // --older-than 0s keeps no release: only the current version's file stays.

@@ -73,6 +73,40 @@ pub fn attempt_name(step_id: &str, attempt: u32) -> String {
     format!("{step_id}.attempt-{attempt}")
 }
 
+/// `<step>-<n>`: the staging id an attempt stages its output under (`staging/<id>/` in each
+/// output's table). A checkpointing task's granules are staged under `<step>-<n>-g<k>` and what
+/// follows its last checkpoint under `<step>-<n>-rest` (`checkpoint.rs`).
+pub fn staging_id(step_id: &str, attempt: u32) -> String {
+    format!("{step_id}-{attempt}")
+}
+
+/// The step id and attempt number a staging id names, if it has one of the forms staging uses
+/// ([`staging_id`] of a step id the store minted, and its granule and `-rest` forms); `None` for
+/// any other name.
+pub fn staging_attempt(staging_id: &str) -> Option<(&str, u32)> {
+    let base = staging_id.strip_suffix("-rest").unwrap_or(staging_id);
+    let base = match base.rsplit_once("-g") {
+        Some((head, granule)) if is_number(granule) => head,
+        _ => base,
+    };
+    let (step_id, attempt) = base.rsplit_once('-')?;
+    if !is_uuid(step_id) || !is_number(attempt) {
+        return None;
+    }
+    Some((step_id, attempt.parse().ok()?))
+}
+
+fn is_number(text: &str) -> bool {
+    !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// Whether `text` is shaped as the store's step ids are (a hyphenated UUID, as the store mints).
+fn is_uuid(text: &str) -> bool {
+    let hyphens = [8, 13, 18, 23];
+    text.len() == 36
+        && text.bytes().enumerate().all(|(i, b)| if hyphens.contains(&i) { b == b'-' } else { b.is_ascii_hexdigit() })
+}
+
 /// `.tidegate/attempts`: the attempts' output folders.
 pub fn attempts_dir(workspace: &std::path::Path) -> PathBuf {
     workspace.join(".tidegate").join("attempts")
@@ -152,7 +186,7 @@ async fn execute(
     store: &Arc<dyn Store>,
     lake: &Lake,
 ) -> Result<(Vec<StagedVersion>, Vec<CheckResult>), Failure> {
-    let staging_id = format!("{}-{}", a.step.id, a.lease.attempt);
+    let staging_id = staging_id(&a.step.id, a.lease.attempt);
     let versions = match &a.task.run {
         TaskRun::Command { argv, .. } => run_command(a, argv, store, lake, &staging_id).await?,
         TaskRun::Sql { query } => run_sql(a, query, store, lake, &staging_id).await?,
@@ -471,6 +505,26 @@ pub fn settle(
                 ],
                 n_rows: versions.iter().map(|v| v.n_rows).sum(),
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{staging_attempt, staging_id};
+
+    #[test]
+    fn staging_ids_name_their_step_and_attempt_and_nothing_else_does() {
+        let step = "01a23150-d164-714a-a99c-7a9cf10f166b";
+        let id = staging_id(step, 3);
+        assert_eq!(staging_attempt(&id), Some((step, 3)));
+        assert_eq!(staging_attempt(&format!("{id}-g12")), Some((step, 3)), "a checkpoint granule");
+        assert_eq!(staging_attempt(&format!("{id}-rest")), Some((step, 3)), "what followed the last checkpoint");
+        let short = "01a23150-d164-714a-a99c-7a9cf10f166-1";
+        for other in
+            ["abandoned-1", "batch-7", "notes", "-1", "dead-1-g", short, &format!("{id}-other"), &format!("{id}-g")]
+        {
+            assert_eq!(staging_attempt(other), None, "{other}");
         }
     }
 }

@@ -67,6 +67,25 @@ pub enum Error {
     )]
     VacuumedVersion { dataset: String, version: u64, path: String },
 
+    /// A commit in a table's log that is empty or not JSON (a full disk, a copy cut short, an
+    /// editor): what it adds or removes is unknown, so nothing that deletes or restores may
+    /// decide from the log.
+    #[error(
+        "dataset {dataset:?}: commit file {file} is {problem}; vacuum, reconcile and rollback refuse to touch \
+         this table until it is repaired: restore the file from a backup (or, if it is the newest commit and \
+         cannot be recovered, move it out of _delta_log so the table ends at the version before it, then run \
+         `tidegate reconcile` to see what the store expects)"
+    )]
+    UnreadableCommit { dataset: String, file: String, problem: String },
+
+    /// `reconcile --delete` named a file that reconcile does not report as not provably Tidegate's.
+    #[error(
+        "{file} is not a file reconcile reports as not provably Tidegate's (a commit, a file a table version \
+         references, a file of an attempt that may still publish, or a path that does not exist); nothing was \
+         deleted. Run `tidegate reconcile` and name files exactly as it prints them"
+    )]
+    NotReported { file: String },
+
     /// A snapshot older than the one published would move readers backwards in time.
     #[error(
         "dataset {dataset:?}: the snapshot of {staged} is older than the published snapshot of {published}; not publishing it"

@@ -42,8 +42,8 @@ pub use publish::{
 pub use query::InputTable;
 pub use read::{Commit, DIFF_SAMPLE_ROWS, Diff};
 pub use rollback::{
-    Declared, Differences, FILE_TIME_GRANULARITY, MissingFile, MissingVersion, OBJECT_STORE_CLOCK_SKEW, Reconciliation,
-    UnknownVersion,
+    Declared, Deletion, Differences, FILE_TIME_GRANULARITY, LeftAlone, MissingFile, MissingVersion, NotOwned,
+    OBJECT_STORE_CLOCK_SKEW, Owner, Reconciliation, Scope, UnknownVersion,
 };
 pub use stage::{ColumnStats, MAX_INPUT_FILES, StagedFile, StagedVersion, schema_hash};
 pub use table::{Lake, PARTITION_COLUMN, STAGING_DIR};

@@ -1,15 +1,17 @@
 //! Rollback and reconciliation. A rollback is a new commit that makes the active file set (of the
-//! whole table or some partitions) exactly what it was at an earlier version; the old files still
-//! exist because nothing here deletes a file any version references (vacuum may, for versions no
-//! retained release needs; restoring such a version is refused). Reconciliation deletes staged
-//! files that no version references and no live attempt owns, and compares what the store
-//! declares with what the lake holds.
+//! whole table or some partitions) exactly what it was at an earlier version, and for a whole
+//! table its schema and table metadata too; the old files still exist because nothing here
+//! deletes a file any version references (vacuum may, for versions no retained release needs;
+//! restoring such a version is refused). Reconciliation deletes the staged files of finished
+//! attempts that no version references, reports every other file it cannot prove is Tidegate's,
+//! and compares what the store declares with what the lake holds.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use deltalake_core::kernel::{Action, Transaction};
 use deltalake_core::protocol::DeltaOperation;
+use deltalake_core::{DeltaTable, DeltaTableBuilder};
 use futures::TryStreamExt as _;
 use object_store::ObjectStoreExt as _;
 use object_store::path::Path;
@@ -28,12 +30,73 @@ pub struct Reconciliation {
     pub deleted: Vec<String>,
     /// Staging files kept because a table version references them.
     pub n_kept_referenced: usize,
-    /// Staging files kept because their staging id is still known to the store.
+    /// Staging files kept because an attempt that may still publish owns them.
     pub n_kept_known: usize,
     /// Staging files kept because they were written after the store was read (an attempt that
     /// started meanwhile); the next reconcile decides about them.
     #[serde(default)]
     pub n_kept_recent: usize,
+    /// Files under `staging/` that no version references and that Tidegate cannot prove are its
+    /// own: kept, for a person to decide about (`tidegate reconcile --delete`).
+    #[serde(default)]
+    pub not_owned: Vec<NotOwned>,
+    /// Folders in the lake of datasets the workspace does not write: never looked into.
+    #[serde(default)]
+    pub tables_left_alone: Vec<LeftAlone>,
+}
+
+/// A file under a table's `staging/` folder that reconcile keeps because it cannot prove it is
+/// Tidegate's own.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NotOwned {
+    pub dataset: String,
+    /// Relative to the table root.
+    pub path: String,
+    /// Why it is not provably Tidegate's.
+    pub why: String,
+}
+
+/// A folder in the lake that reconcile left alone: a dataset the workspace does not write.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeftAlone {
+    pub dataset: String,
+    /// Whether it holds a Delta table (another workspace's or another tool's).
+    pub is_delta_table: bool,
+}
+
+/// Who owns a staging folder (`staging/<staging id>/`), as the caller's store knows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Owner {
+    /// An attempt that may still publish: its files are kept.
+    Live,
+    /// A finished attempt this store recorded: the files it wrote that no version references
+    /// are abandoned.
+    Finished,
+    /// Not an attempt this store recorded (another workspace's, another tool's, a person's):
+    /// never deleted, only reported.
+    Unknown,
+}
+
+/// What [`Lake::reconcile`] may delete.
+#[derive(Debug, Clone, Copy)]
+pub enum Deletion<'a> {
+    /// The abandoned files of finished attempts (the usual cleanup).
+    Abandoned,
+    /// Exactly these files (`<dataset>/<path>`), each of which must be one reconcile reports as
+    /// not provably Tidegate's; nothing else.
+    Named(&'a [String]),
+}
+
+/// Where [`Lake::reconcile`] looks and what it may assume.
+#[derive(Debug, Clone)]
+pub struct Scope {
+    /// The datasets the workspace writes: only their tables' `staging/` folders are cleaned.
+    pub datasets: BTreeSet<String>,
+    /// When the caller read its store: files written since are kept whoever owns them.
+    pub known_as_of: DateTime<Utc>,
+    /// Datasets whose tables lack versions the store recorded: a lost commit makes the files it
+    /// added look abandoned, so nothing in them is deleted (their files are reported instead).
+    pub held: BTreeSet<String>,
 }
 
 /// How far an object store's clock may run behind this machine's, for [`Lake::reconcile`].
@@ -44,6 +107,8 @@ pub const FILE_TIME_GRANULARITY: chrono::Duration = chrono::Duration::millisecon
 /// What the store declares about the lake, for [`Lake::differences`].
 #[derive(Debug, Clone, Default)]
 pub struct Declared {
+    /// The datasets the workspace writes; with those the store recorded, the tables compared.
+    pub datasets: BTreeSet<String>,
     /// Per dataset, every table version the store's releases recorded.
     pub release_versions: BTreeMap<String, BTreeSet<u64>>,
     /// Staged versions of steps that may still publish: their files must exist.
@@ -108,6 +173,9 @@ impl Lake {
         partitions: Option<&[String]>,
         release_id: &str,
     ) -> Result<u64> {
+        // A version whose commit cannot be read may hide files and actions the restore would
+        // have to undo: refuse rather than build a commit on a guess.
+        self.check_commits(dataset).await?;
         let metadata = vec![
             ("tidegate.operation".to_owned(), Value::from("rollback")),
             ("tidegate.release_id".to_owned(), Value::from(release_id)),
@@ -127,7 +195,10 @@ impl Lake {
     }
 
     /// The commit behind rollback and restore: remove what is active now and not at
-    /// `to_version`, add back what was active then and is not now.
+    /// `to_version`, add back what was active then and is not now. A whole-table restore also
+    /// brings back that version's schema and table metadata (properties, description), so readers
+    /// see the table as it was; a restore of some partitions keeps the current ones, which the
+    /// other partitions' files were written for. The protocol is never lowered.
     pub(crate) async fn restore_to(
         &self,
         dataset: &str,
@@ -167,6 +238,10 @@ impl Lake {
             actions.extend(
                 wanted.iter().filter(|a| !current_paths.contains(a.path.as_str())).map(|a| Action::Add(a.clone())),
             );
+            let then = target.snapshot()?.metadata();
+            if partitions.is_none() && then != table.snapshot()?.metadata() {
+                actions.push(Action::Metadata(then.clone()));
+            }
             let operation = DeltaOperation::Restore { version: Some(to_version), datetime: None };
             if let Some(after) =
                 commit(&table, actions, txn.clone().into_iter().collect(), metadata.clone(), operation).await?
@@ -177,53 +252,214 @@ impl Lake {
         Err(Error::Conflict { dataset: dataset.to_owned(), n_attempts: MAX_COMMIT_ATTEMPTS })
     }
 
-    /// Deletes staged files, in every dataset, that no table version references and whose staging
-    /// id is not in `known_staging_ids` (pass every id the store has not abandoned, including
-    /// attempts still running), read from the store at `known_as_of`.
+    /// Deletes the staged files of finished attempts that no table version references, in the
+    /// tables of `scope.datasets` only, and reports every other unreferenced file under their
+    /// `staging/` folders and every other folder in the lake. `owner_of` says who owns a staging
+    /// id (called once per id found); only a file of an [`Owner::Finished`] attempt, named as
+    /// Tidegate's writer names files, is deleted. With [`Deletion::Named`], exactly the named
+    /// files are deleted instead, each of which must be reported as not owned.
     ///
-    /// A file written at or after `known_as_of` is kept whatever its id: an attempt claimed after
-    /// the store was read is missing from the list, and deleting its output would make its
+    /// A file written at or after `scope.known_as_of` is kept whatever its id: an attempt claimed
+    /// after the store was read may not be known, and deleting its output would make its
     /// publication commit files that are gone. On an object store, whose clock is not this
     /// machine's, the cutoff is moved back by [`OBJECT_STORE_CLOCK_SKEW`]; on a folder, by
     /// [`FILE_TIME_GRANULARITY`] (the kernel stamps files with a clock read once per tick).
-    pub async fn reconcile(&self, known_staging_ids: &[String], known_as_of: DateTime<Utc>) -> Result<Reconciliation> {
-        let known: HashSet<&str> = known_staging_ids.iter().map(String::as_str).collect();
-        let cutoff = known_as_of - if self.root().is_some() { FILE_TIME_GRANULARITY } else { OBJECT_STORE_CLOCK_SKEW };
-        let mut report = Reconciliation::default();
-        for dataset in self.datasets().await? {
-            let Some(table) = self.try_load(&dataset).await? else { continue };
-            let store = table.object_store();
-            let referenced = referenced_paths(&table).await?;
-            let staged: Vec<_> = store.list(Some(&Path::from(STAGING_DIR))).try_collect().await?;
+    ///
+    /// An empty or unreadable commit in a table's log is an error before anything is deleted
+    /// ([`Error::UnreadableCommit`]): the files it adds would look unreferenced.
+    pub async fn reconcile<E: From<Error>>(
+        &self,
+        scope: &Scope,
+        mut owner_of: impl FnMut(&str) -> Result<Owner, E>,
+        deletion: Deletion<'_>,
+    ) -> Result<Reconciliation, E> {
+        let skew = if self.root().is_some() { FILE_TIME_GRANULARITY } else { OBJECT_STORE_CLOCK_SKEW };
+        let mut survey = Survey {
+            cutoff: scope.known_as_of - skew,
+            report: Reconciliation { tables_left_alone: self.left_alone(&scope.datasets).await?, ..Default::default() },
+            owners: HashMap::new(),
+            abandoned: Vec::new(),
+        };
+        for dataset in &scope.datasets {
+            let Some((table, referenced)) = self.load_referenced(dataset).await? else { continue };
+            let listing = table.object_store().list(Some(&Path::from(STAGING_DIR)));
+            let staged: Vec<_> = listing.try_collect().await.map_err(Error::from)?;
             for meta in staged {
                 let path = meta.location.to_string();
-                let staging_id = path.split('/').nth(1).unwrap_or_default();
                 if referenced.contains(&path) {
-                    report.n_kept_referenced += 1;
-                } else if known.contains(staging_id) {
-                    report.n_kept_known += 1;
-                } else if meta.last_modified >= cutoff {
-                    report.n_kept_recent += 1;
+                    survey.report.n_kept_referenced += 1;
                 } else {
-                    store.delete(&meta.location).await?;
-                    report.deleted.push(format!("{dataset}/{path}"));
+                    let held = scope.held.contains(dataset);
+                    survey.file(dataset, path, meta.last_modified, held, &mut owner_of)?;
                 }
             }
         }
+        let Survey { mut report, abandoned, .. } = survey;
+        let to_delete = match deletion {
+            Deletion::Abandoned => abandoned,
+            Deletion::Named(files) => named_files(files, &report.not_owned)?,
+        };
+        let mut by_dataset: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (dataset, path) in to_delete {
+            by_dataset.entry(dataset).or_default().push(path);
+        }
+        for (dataset, paths) in by_dataset {
+            let deleted = self.delete_unreferenced(&dataset, &paths).await?;
+            report.deleted.extend(deleted.into_iter().map(|path| format!("{dataset}/{path}")));
+        }
         report.deleted.sort();
+        report.not_owned.sort_by(|a, b| (&a.dataset, &a.path).cmp(&(&b.dataset, &b.path)));
         Ok(report)
+    }
+
+    /// The folders in the lake that are not datasets the workspace writes, sorted.
+    async fn left_alone(&self, datasets: &BTreeSet<String>) -> Result<Vec<LeftAlone>> {
+        let mut left = Vec::new();
+        for name in self.child_names().await? {
+            if name.starts_with(['.', '_']) || datasets.contains(&name) {
+                continue;
+            }
+            let is_delta_table =
+                crate::table::check_segment("dataset", &name).is_ok() && self.table_exists(&name).await?;
+            left.push(LeftAlone { dataset: name, is_delta_table });
+        }
+        left.sort_by(|a, b| a.dataset.cmp(&b.dataset));
+        Ok(left)
+    }
+
+    /// Deletes files under a table's `staging/` folder, except any a commit now references (a
+    /// publication may have landed since they were listed), checked against the log as it is
+    /// now. Returns the paths deleted.
+    async fn delete_unreferenced(&self, dataset: &str, paths: &[String]) -> Result<Vec<String>> {
+        let Some((table, referenced)) = self.load_referenced(dataset).await? else {
+            return Err(Error::UnknownDataset { dataset: dataset.to_owned() });
+        };
+        let store = table.object_store();
+        let mut deleted = Vec::with_capacity(paths.len());
+        for path in paths.iter().filter(|p| !referenced.contains(*p)) {
+            let hidden = path.split('/').any(|segment| segment.starts_with(['_', '.']));
+            if hidden || path.split('/').next() != Some(STAGING_DIR) {
+                return Err(Error::internal(format!(
+                    "reconcile was about to delete {dataset}/{path}, outside staging"
+                )));
+            }
+            match store.delete(&Path::from(path.as_str())).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => deleted.push(path.clone()),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(deleted)
     }
 }
 
+/// One reconciliation's findings as the staged files are listed.
+struct Survey {
+    /// Files modified at or after this are kept whoever owns them.
+    cutoff: DateTime<Utc>,
+    report: Reconciliation,
+    /// The owner of each staging id seen, asked once.
+    owners: HashMap<String, Owner>,
+    /// `(dataset, path)` of the abandoned files of finished attempts.
+    abandoned: Vec<(String, String)>,
+}
+
+impl Survey {
+    /// Sorts one unreferenced file under a table's `staging/` folder.
+    fn file<E>(
+        &mut self,
+        dataset: &str,
+        path: String,
+        modified: DateTime<Utc>,
+        held: bool,
+        owner_of: &mut impl FnMut(&str) -> Result<Owner, E>,
+    ) -> Result<(), E> {
+        let id = staging_id_of(&path);
+        let owner = match id {
+            None => Owner::Unknown,
+            Some(id) => match self.owners.get(id) {
+                Some(owner) => *owner,
+                None => *self.owners.entry(id.to_owned()).or_insert(owner_of(id)?),
+            },
+        };
+        let why = match owner {
+            Owner::Live => {
+                self.report.n_kept_known += 1;
+                return Ok(());
+            }
+            _ if modified >= self.cutoff => {
+                self.report.n_kept_recent += 1;
+                return Ok(());
+            }
+            Owner::Finished if held => {
+                "of a finished attempt, but the table lacks versions the store recorded (a lost commit may have \
+                 added it); resolve the missing versions first"
+                    .to_owned()
+            }
+            Owner::Finished if written_by_tidegate(&path) => {
+                self.abandoned.push((dataset.to_owned(), path));
+                return Ok(());
+            }
+            Owner::Finished => {
+                "in the staging folder of a finished attempt, but not a file Tidegate writes (part-*.parquet)"
+                    .to_owned()
+            }
+            Owner::Unknown => match id {
+                Some(id) => format!("staging id {id} is not an attempt this workspace's store recorded"),
+                None => "not inside an attempt's staging folder".to_owned(),
+            },
+        };
+        self.report.not_owned.push(NotOwned { dataset: dataset.to_owned(), path, why });
+        Ok(())
+    }
+}
+
+/// The staging id of a path under `staging/<id>/...` (a file directly in `staging/` has none).
+pub(crate) fn staging_id_of(path: &str) -> Option<&str> {
+    let mut segments = path.split('/');
+    if segments.next() != Some(STAGING_DIR) {
+        return None;
+    }
+    let id = segments.next()?;
+    segments.next().is_some().then_some(id)
+}
+
+/// Whether `path` is named as staging names the files it writes: `staging/<id>/part-*.parquet`,
+/// or `staging/<id>/publish-<uuid>/part-*.parquet` for what a publication computed.
+fn written_by_tidegate(path: &str) -> bool {
+    let segments: Vec<&str> = path.split('/').collect();
+    let name_ok = |name: &str| name.starts_with("part-") && name.ends_with(".parquet");
+    match segments.as_slice() {
+        [_, _, name] => name_ok(name),
+        [_, _, folder, name] => folder.starts_with("publish-") && name_ok(name),
+        _ => false,
+    }
+}
+
+/// The `(dataset, path)` of each of `files` (`<dataset>/<path>`), each of which must be in
+/// `reported`; otherwise nothing may be deleted.
+fn named_files(files: &[String], reported: &[NotOwned]) -> Result<Vec<(String, String)>> {
+    let mut named = Vec::with_capacity(files.len());
+    for file in files {
+        let found = reported.iter().find(|r| file.split_once('/') == Some((r.dataset.as_str(), r.path.as_str())));
+        let Some(found) = found else { return Err(Error::NotReported { file: file.clone() }) };
+        named.push((found.dataset.clone(), found.path.clone()));
+    }
+    named.sort();
+    named.dedup();
+    Ok(named)
+}
+
 impl Lake {
-    /// Compares what the store declares with what the lake holds: table versions no release
-    /// records (Tidegate's own compensating `restore` commits and table creation excepted),
+    /// Compares what the store declares with what the lake holds, for the datasets it declares
+    /// or recorded releases of: table versions no release records (Tidegate's own compensating `restore` commits and table creation excepted),
     /// releases whose version the table lacks, and missing files of the current versions and of
     /// the staged versions that may still publish. Older versions are not checked: vacuum removes
     /// their files on purpose.
     pub async fn differences(&self, declared: &Declared) -> Result<Differences> {
         let mut report = Differences::default();
-        let mut datasets: BTreeSet<String> = self.datasets().await?.into_iter().collect();
+        // The tables the workspace writes and those the store recorded; another workspace's or
+        // another tool's tables in a shared lake are not this store's to compare.
+        let mut datasets: BTreeSet<String> = declared.datasets.clone();
         datasets.extend(declared.release_versions.keys().cloned());
         datasets.extend(declared.staged.iter().map(|s| s.dataset.clone()));
         let no_versions = BTreeSet::new();
@@ -285,26 +521,54 @@ impl Lake {
     }
 }
 
-/// Every file path any retained table version adds: the active files (which covers commits folded
-/// into a checkpoint) plus every `add` in the JSON commits.
-pub(crate) async fn referenced_paths(table: &deltalake_core::DeltaTable) -> Result<BTreeSet<String>> {
-    let mut paths: BTreeSet<String> = active_files(table, None).await?.into_iter().map(|a| a.path).collect();
-    let store = table.object_store();
-    let entries: Vec<_> = store.list(Some(&Path::from("_delta_log"))).try_collect().await?;
-    for meta in entries {
-        if !meta.location.as_ref().ends_with(".json") {
-            continue;
-        }
-        let bytes = store.get(&meta.location).await?.bytes().await?;
-        for line in bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-            let action: Value = serde_json::from_slice(line)
-                .map_err(|e| Error::internal(format!("unreadable Delta log entry {}: {e}", meta.location)))?;
-            if let Some(path) = action.pointer("/add/path").and_then(Value::as_str) {
-                paths.insert(path.to_owned());
+impl Lake {
+    /// Reads every JSON commit of `dataset`'s log and fails if one is empty or holds a line that
+    /// is not JSON ([`Error::UnreadableCommit`], naming the file). Vacuum, reconcile and rollback
+    /// call it before they decide anything: what such a commit adds would look unreferenced, and
+    /// delta-rs either skips an empty commit or fails on a broken one with an error that names
+    /// neither the file nor what to do.
+    pub async fn check_commits(&self, dataset: &str) -> Result<()> {
+        self.commit_adds(dataset).await.map(drop)
+    }
+
+    /// The latest version of `dataset`'s table (`None` if it has none) and every file path a
+    /// retained version adds: the active files (which covers commits folded into a checkpoint)
+    /// plus every `add` in the JSON commits, read strictly first ([`Lake::check_commits`]).
+    pub(crate) async fn load_referenced(&self, dataset: &str) -> Result<Option<(DeltaTable, BTreeSet<String>)>> {
+        let mut referenced = self.commit_adds(dataset).await?;
+        let Some(table) = self.try_load(dataset).await? else { return Ok(None) };
+        referenced.extend(active_files(&table, None).await?.into_iter().map(|a| a.path));
+        Ok(Some((table, referenced)))
+    }
+
+    /// Every `add` path in `dataset`'s JSON commits, read without delta-rs (which may refuse or
+    /// misread the log); an empty or unparsable commit is an error.
+    async fn commit_adds(&self, dataset: &str) -> Result<BTreeSet<String>> {
+        let url = self.table_url(dataset)?;
+        let store = DeltaTableBuilder::from_url(url.clone())?.build()?.object_store();
+        let entries: Vec<_> = store.list(Some(&Path::from("_delta_log"))).try_collect().await?;
+        let mut paths = BTreeSet::new();
+        for meta in entries.into_iter().filter(|m| m.location.as_ref().ends_with(".json")) {
+            let unreadable = |problem: String| Error::UnreadableCommit {
+                dataset: dataset.to_owned(),
+                file: format!("{url}{}", meta.location),
+                problem,
+            };
+            let bytes = store.get(&meta.location).await?.bytes().await?;
+            let mut lines = bytes.split(|b| *b == b'\n').filter(|l| !l.iter().all(u8::is_ascii_whitespace)).peekable();
+            if lines.peek().is_none() {
+                return Err(unreadable(format!("empty ({} bytes, no action)", bytes.len())));
+            }
+            for (line_idx, line) in lines.enumerate() {
+                let action: Value = serde_json::from_slice(line)
+                    .map_err(|e| unreadable(format!("not valid JSON at line {}: {e}", line_idx + 1)))?;
+                if let Some(path) = action.pointer("/add/path").and_then(Value::as_str) {
+                    paths.insert(path.to_owned());
+                }
             }
         }
+        Ok(paths)
     }
-    Ok(paths)
 }
 
 /// The release ids a commit's metadata names: `tidegate.release_id` for a commit of one release,

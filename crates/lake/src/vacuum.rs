@@ -16,8 +16,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::publish::{MAX_COMMIT_ATTEMPTS, loaded_version};
-use crate::rollback::referenced_paths;
-use crate::table::{Lake, STAGING_DIR, active_files};
+use crate::rollback::staging_id_of;
+use crate::table::{Lake, active_files};
 
 /// What [`Lake::vacuum`] removed (or, on a dry run, would remove) from one dataset.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -82,9 +82,12 @@ impl Lake {
         protected_staging_ids: &[String],
     ) -> Result<VacuumPlan> {
         let protected: HashSet<&str> = protected_staging_ids.iter().map(String::as_str).collect();
-        let table = self.load(dataset).await?;
+        // Read strictly before delta-rs loads it: an unreadable commit stops the vacuum first.
+        let Some((table, ever_added)) = self.load_referenced(dataset).await? else {
+            return Err(Error::UnknownDataset { dataset: dataset.to_owned() });
+        };
         let current = loaded_version(&table)?;
-        let plan = self.files_to_delete(dataset, &table, current, keep_versions, &protected).await?;
+        let plan = self.files_to_delete(dataset, &table, current, keep_versions, &protected, &ever_added).await?;
         Ok(VacuumPlan {
             report: Vacuum {
                 dataset: dataset.to_owned(),
@@ -126,6 +129,7 @@ impl Lake {
         current: u64,
         keep_versions: &BTreeSet<u64>,
         protected: &HashSet<&str>,
+        ever_added: &BTreeSet<String>,
     ) -> Result<Plan> {
         let mut kept_versions: BTreeSet<u64> = keep_versions.iter().copied().filter(|v| *v < current).collect();
         kept_versions.insert(current);
@@ -134,7 +138,6 @@ impl Lake {
             let at = if *version == current { table.clone() } else { self.load_at(dataset, Some(*version)).await? };
             needed.extend(active_files(&at, None).await?.into_iter().map(|a| a.path));
         }
-        let ever_added = referenced_paths(table).await?;
         let store = table.object_store();
         let listed: Vec<_> = store.list(None).try_collect().await?;
         let mut plan = Plan { kept_versions: kept_versions.into_iter().collect(), ..Plan::default() };
@@ -165,10 +168,4 @@ struct Plan {
     candidates: Vec<(String, u64)>,
     n_kept_referenced: usize,
     n_left_unpublished: usize,
-}
-
-/// The staging id of a path under `staging/<id>/`, if it is one.
-fn staging_id_of(path: &str) -> Option<&str> {
-    let mut segments = path.split('/');
-    (segments.next() == Some(STAGING_DIR)).then(|| segments.next()).flatten()
 }

@@ -1,7 +1,7 @@
 //! `tidegate rollback` and `tidegate reconcile`: undo a publication in a new commit, and clean up
 //! what crashed attempts left behind while reporting where the store and the lake disagree.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::SystemTime;
@@ -9,10 +9,13 @@ use std::time::SystemTime;
 use anyhow::{Context, Result, bail};
 use chrono::Utc;
 use serde::Serialize;
-use tidegate_engine::attempt::attempt_name;
+use tidegate_core::spec::model::DatasetKind;
+use tidegate_engine::attempt::{attempt_name, staging_attempt, staging_id};
 use tidegate_engine::leftovers::{self, Swept};
-use tidegate_lake::{Declared, Differences, FILE_TIME_GRANULARITY, Reconciliation, StagedVersion};
-use tidegate_store::{ActiveStep, JournalMeta, ReleaseItem, ReleaseKind, ReleaseRecord, Store};
+use tidegate_lake::{
+    Declared, Deletion, Differences, FILE_TIME_GRANULARITY, Owner, Reconciliation, Scope, StagedVersion,
+};
+use tidegate_store::{ActiveStep, Decision, JournalMeta, ReleaseItem, ReleaseKind, ReleaseRecord, Store};
 
 use crate::cmd::data::{open_lake, runtime};
 use crate::cmd::lock::{DatasetLockGuard, LockWait};
@@ -22,9 +25,12 @@ use crate::workspace;
 
 /// Restore a dataset's previous files in a new, journaled commit.
 ///
-/// Without --to-release or --to-version, the latest release of the dataset is undone. With
-/// --partition, only those partitions are restored. Nothing is deleted: the undone version stays
-/// in the table's history and can itself be restored.
+/// Without --to-release or --to-version, the latest release of the dataset is undone. The whole
+/// table is restored as readers saw it: the files, the schema and the table metadata
+/// (properties, description) of that version. With --partition, only those partitions' files are
+/// restored, and the current schema stays (the other partitions' files were written for it).
+/// Nothing is deleted: the undone version stays in the table's history and can itself be
+/// restored. A table whose log holds an empty or unreadable commit is refused.
 #[derive(Debug, clap::Args)]
 #[command(
     after_help = "Examples:\n  tidegate rollback daily_stats                       # undo the latest release\n  tidegate rollback daily_stats --to-version 3\n  tidegate rollback events --to-release rel-0193... --partition 2024-01-03"
@@ -69,6 +75,8 @@ pub fn rollback(ws: Option<&Path>, args: RollbackArgs) -> Result<ExitCode> {
         // Held until the commit: vacuum must not delete the files this rollback adds back
         // between its check that they exist and the commit.
         let _lock = DatasetLockGuard::acquire(&store, &args.dataset, "rollback", args.lock.duration()).await?;
+        // Before anything loads the table: a broken commit is named, not misread.
+        lake.check_commits(&args.dataset).await?;
         let current = lake
             .table_version(&args.dataset)
             .await?
@@ -136,20 +144,32 @@ pub fn rollback(ws: Option<&Path>, args: RollbackArgs) -> Result<ExitCode> {
 
 /// Remove abandoned staged files, then compare what the store declares with what the lake holds.
 ///
-/// A staged file is abandoned when no table version references it and no unfinished attempt owns
-/// it (a crashed or fenced attempt, a cancelled backfill). Reported, never changed: table versions
-/// no release in the store records (a commit made outside Tidegate, or a publication whose
-/// release was never recorded because the process died in between; rerunning the run records
-/// it), releases whose table version is gone, and files that the current table versions or the
-/// staged versions of unfinished steps need and that are missing. Exits with status 2 when there
-/// are differences.
+/// Reconcile deletes only what it can prove is Tidegate's own and abandoned: a file it staged
+/// (`staging/<step>-<attempt>/part-*.parquet`) for an attempt that this workspace's store
+/// recorded and that has finished (crashed, fenced, failed, superseded, cancelled), that no table
+/// version references, in the table of a dataset this workspace writes. Everything else is left
+/// alone and reported: files under `staging/` it cannot prove are its own (another workspace's
+/// staged output in a shared lake, another tool's or a person's files) and the folders of
+/// datasets this workspace does not write. `--delete DATASET/PATH` deletes exactly the reported
+/// files it names, and never a commit or a file a table version references. A table whose log
+/// holds an empty or unreadable commit stops reconcile (and vacuum and rollback) before anything
+/// is deleted, naming the file.
+///
+/// Reported, never changed: table versions no release in the store records (a commit made
+/// outside Tidegate, or a publication whose release was never recorded because the process died
+/// in between; rerunning the run records it), releases whose table version is gone, and files
+/// that the current table versions or the staged versions of unfinished steps need and that are
+/// missing. Exits with status 2 when there are such differences (files and tables left alone do
+/// not count: a shared lake holds them normally).
 ///
 /// Also sweeps the workspace: the output folders failed attempts left in `.tidegate/attempts`
 /// once the attempt is no longer running, and the logs of finished attempts older than
 /// --keep-logs. Files written after reconcile read the store are kept (an attempt may have
 /// started meanwhile).
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Examples:\n  tidegate reconcile\n  tidegate reconcile --keep-logs 7d --json")]
+#[command(
+    after_help = "Examples:\n  tidegate reconcile\n  tidegate reconcile --keep-logs 7d --json\n  tidegate reconcile --delete nums/staging/notes/todo.csv"
+)]
 pub struct ReconcileArgs {
     /// Print what was deleted and every difference as JSON.
     #[arg(long)]
@@ -158,6 +178,12 @@ pub struct ReconcileArgs {
     /// that failed attempts left are removed once the attempt is not running.
     #[arg(long, value_name = "DURATION", default_value = DEFAULT_KEEP_LOGS, value_parser = parse_duration)]
     pub keep_logs: chrono::Duration,
+    /// Delete this file that reconcile reports as not provably Tidegate's, written as reconcile
+    /// prints it (repeatable); nothing else is deleted or swept. A file it does not report (a
+    /// commit, a file a table version references, a live attempt's) is refused, and then
+    /// nothing is deleted. The deletion is journaled.
+    #[arg(long, value_name = "DATASET/PATH")]
+    pub delete: Vec<String>,
 }
 
 /// How long `reconcile` keeps finished attempts' logs unless told otherwise.
@@ -183,7 +209,7 @@ pub struct Reconciled {
 pub(crate) fn live_staging_ids(store: &dyn Store, active: &[ActiveStep]) -> Result<Vec<String>> {
     let mut live: Vec<String> = Vec::new();
     for a in active {
-        live.push(format!("{}-{}", a.step.id, a.step.state.attempt));
+        live.push(staging_id(&a.step.id, a.step.state.attempt));
         for version in store.versions(&a.step.id)? {
             let paths = version.files.get("files").and_then(|f| f.as_array()).into_iter().flatten();
             for path in paths.filter_map(|f| f.get("path").and_then(|p| p.as_str())) {
@@ -200,8 +226,8 @@ pub(crate) fn live_staging_ids(store: &dyn Store, active: &[ActiveStep]) -> Resu
 
 /// What the store declares: the table versions of its releases and the staged versions of steps
 /// that may still publish.
-fn declared(store: &dyn Store, active: &[ActiveStep]) -> Result<Declared> {
-    let mut declared = Declared::default();
+fn declared(store: &dyn Store, active: &[ActiveStep], written: &BTreeSet<String>) -> Result<Declared> {
+    let mut declared = Declared { datasets: written.clone(), ..Declared::default() };
     for release in store.releases(None, MAX_RELEASES_RECONCILED)? {
         for item in release.items {
             let version = u64::try_from(item.delta_version).context("a release records a negative table version")?;
@@ -218,6 +244,31 @@ fn declared(store: &dyn Store, active: &[ActiveStep]) -> Result<Declared> {
     Ok(declared)
 }
 
+/// The datasets whose tables the workspace writes (not `[external]` ones).
+fn written_datasets(ws: &workspace::Workspace) -> BTreeSet<String> {
+    let managed = ws.spec.datasets.values().filter(|d| matches!(d.kind, DatasetKind::Managed { .. }));
+    managed.map(|d| d.name.clone()).collect()
+}
+
+/// Who owns a staging id, as this workspace's store knows it: an attempt that may still publish
+/// (in `live`, or the current attempt of an unfinished step, claimed after `live` was read), a
+/// finished attempt the store recorded, or nobody it knows. Step ids are minted by the store
+/// (UUIDs), so another workspace's staging ids are never this store's.
+fn owner_of(store: &dyn Store, live: &HashSet<String>, id: &str) -> Result<Owner> {
+    if live.contains(id) {
+        return Ok(Owner::Live);
+    }
+    let Some((step_id, attempt)) = staging_attempt(id) else { return Ok(Owner::Unknown) };
+    let Some(step) = store.step(step_id)? else { return Ok(Owner::Unknown) };
+    if !store.attempts(step_id)?.iter().any(|a| a.attempt == attempt) {
+        return Ok(Owner::Unknown);
+    }
+    if !step.status().is_terminal() && attempt == step.state.attempt {
+        return Ok(Owner::Live);
+    }
+    Ok(Owner::Finished)
+}
+
 /// Removes abandoned staging files and what finished attempts left in the workspace (logs older
 /// than `keep_logs`), and compares what the store declares with what the tables hold.
 pub fn reconciled(ws: Option<&Path>, keep_logs: chrono::Duration) -> Result<Reconciled> {
@@ -227,12 +278,20 @@ pub fn reconciled(ws: Option<&Path>, keep_logs: chrono::Duration) -> Result<Reco
     // read did not see, and are kept.
     let known_as_of = Utc::now();
     let active = store.active_steps()?;
-    let live = live_staging_ids(store.as_ref(), &active)?;
-    let declared = declared(store.as_ref(), &active)?;
+    let live: HashSet<String> = live_staging_ids(store.as_ref(), &active)?.into_iter().collect();
+    let datasets = written_datasets(&ws);
+    let declared = declared(store.as_ref(), &active, &datasets)?;
     let (cleaned, differences) = runtime()?.block_on(async {
         let lake = open_lake(&ws).await?;
-        let cleaned = lake.reconcile(&live, known_as_of).await?;
+        // Before anything loads a table: a broken commit is named, not misread.
+        for dataset in datasets.iter().chain(declared.release_versions.keys()) {
+            lake.check_commits(dataset).await?;
+        }
         let differences = lake.differences(&declared).await?;
+        let held = differences.missing_versions.iter().map(|m| m.dataset.clone()).collect();
+        let scope = Scope { datasets, known_as_of, held };
+        let owner = |id: &str| owner_of(store.as_ref(), &live, id);
+        let cleaned = lake.reconcile(&scope, owner, Deletion::Abandoned).await?;
         anyhow::Ok((cleaned, differences))
     })?;
     // The workspace folders of the same unfinished attempts (named by step and attempt number).
@@ -244,25 +303,54 @@ pub fn reconciled(ws: Option<&Path>, keep_logs: chrono::Duration) -> Result<Reco
     Ok(Reconciled { cleaned, differences, attempts })
 }
 
+/// Deletes exactly `files` (`DATASET/PATH`), each of which reconcile must report as not provably
+/// Tidegate's, and journals who deleted them.
+pub fn delete_reported(ws: Option<&Path>, files: &[String]) -> Result<Reconciliation> {
+    let ws = workspace::load(ws)?;
+    let store = ws.open_store()?;
+    let known_as_of = Utc::now();
+    let live: HashSet<String> = live_staging_ids(store.as_ref(), &store.active_steps()?)?.into_iter().collect();
+    let scope = Scope { datasets: written_datasets(&ws), known_as_of, held: BTreeSet::new() };
+    let report = runtime()?.block_on(async {
+        let owner = |id: &str| owner_of(store.as_ref(), &live, id);
+        open_lake(&ws).await?.reconcile(&scope, owner, Deletion::Named(files)).await
+    })?;
+    let decision = Decision {
+        kind: "reported_files_deleted".to_owned(),
+        run_id: None,
+        task: None,
+        partition: None,
+        payload: serde_json::json!({ "deleted": report.deleted }),
+    };
+    let meta = JournalMeta {
+        actor: requester(),
+        correlation_id: format!("reconcile-{}", uuid::Uuid::now_v7()),
+        reason: "tidegate reconcile --delete".to_owned(),
+        at: Utc::now(),
+    };
+    store.record_decision(&decision, &meta).context("journaling the deleted files")?;
+    Ok(report)
+}
+
 pub fn reconcile(ws: Option<&Path>, args: ReconcileArgs) -> Result<ExitCode> {
+    if !args.delete.is_empty() {
+        let report = delete_reported(ws, &args.delete)?;
+        if args.json {
+            output::json(&report)?;
+        } else {
+            for path in &report.deleted {
+                println!("Deleted {path}");
+            }
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let report = reconciled(ws, args.keep_logs)?;
     let code = if report.differences.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(2) };
     if args.json {
         output::json(&report)?;
         return Ok(code);
     }
-    let cleaned = &report.cleaned;
-    println!(
-        "Deleted {} abandoned staging file(s); kept {} referenced by table versions, {} owned by unfinished attempts \
-         and {} written since reconcile started",
-        cleaned.deleted.len(),
-        cleaned.n_kept_referenced,
-        cleaned.n_kept_known,
-        cleaned.n_kept_recent
-    );
-    for path in &cleaned.deleted {
-        println!("  deleted {path}");
-    }
+    print_cleaned(&report.cleaned);
     let swept = &report.attempts;
     println!(
         "Removed {} output folder(s) and {} log file(s) of finished attempts ({}); kept {} of running attempts and {} \
@@ -306,4 +394,32 @@ pub fn reconcile(ws: Option<&Path>, args: ReconcileArgs) -> Result<ExitCode> {
         println!("  missing file: {}/{} (needed by {})", f.dataset, f.path, f.needed_by);
     }
     Ok(code)
+}
+
+/// The human report of what reconcile deleted, kept and left alone in the lake.
+fn print_cleaned(cleaned: &Reconciliation) {
+    println!(
+        "Deleted {} abandoned staging file(s); kept {} referenced by table versions, {} owned by unfinished attempts \
+         and {} written since reconcile started",
+        cleaned.deleted.len(),
+        cleaned.n_kept_referenced,
+        cleaned.n_kept_known,
+        cleaned.n_kept_recent
+    );
+    for path in &cleaned.deleted {
+        println!("  deleted {path}");
+    }
+    for file in &cleaned.not_owned {
+        println!("  kept, not provably Tidegate's: {}/{} ({})", file.dataset, file.path, file.why);
+    }
+    if let Some(first) = cleaned.not_owned.first() {
+        println!(
+            "  (if one of these is not needed, delete it with `tidegate reconcile --delete {}/{}`)",
+            first.dataset, first.path
+        );
+    }
+    for folder in &cleaned.tables_left_alone {
+        let what = if folder.is_delta_table { "table" } else { "folder" };
+        println!("  left alone: {what} {} (not a dataset this workspace writes)", folder.dataset);
+    }
 }

@@ -92,6 +92,8 @@ pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
         let lake = open_lake(&ws).await?;
         let mut reports = Vec::new();
         for name in &names {
+            // Before anything loads the table: a broken commit is named, not misread.
+            lake.check_commits(name).await?;
             if lake.table_version(name).await?.is_none() {
                 continue;
             }

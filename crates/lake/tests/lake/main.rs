@@ -8,6 +8,7 @@ mod compare;
 mod interop;
 mod modes;
 mod publication;
+mod rollback;
 mod s3;
 mod staging;
 mod vacuum;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crate::common::*;
 use tidegate_core::spec::model::WriteMode;
-use tidegate_lake::{Error, FileLocation};
+use tidegate_lake::{Deletion, Error, FileLocation, Owner, Scope};
 
 fn write_parquet(path: &std::path::Path, batch: &tidegate_lake::arrow::array::RecordBatch) {
     let file = std::fs::File::create(path).expect("create parquet");
@@ -132,39 +132,75 @@ async fn equal_contents_have_equal_checksums_whatever_the_row_order() {
     assert_eq!(a.schema_hash, c.schema_hash);
 }
 
+/// Who owns the staging ids of [`reconcile_deletes_only_unreferenced_files_of_finished_attempts`],
+/// as a store would say.
+fn owner(id: &str) -> Result<Owner, Error> {
+    Ok(match id {
+        "live" => Owner::Live,
+        "dead" | "late" | "elsewhere" => Owner::Finished,
+        _ => Owner::Unknown,
+    })
+}
+
 #[tokio::test]
-async fn reconcile_deletes_only_unreferenced_files_of_unknown_attempts() {
+async fn reconcile_deletes_only_unreferenced_files_of_finished_attempts() {
     let (_dir, lake) = lake().await;
     let ds = dataset("rec", WriteMode::Replace, basic_columns());
     put(&lake, &ds, &[part("p")], rows(&[(1, None, None)], None), "published").await;
     // Replaced later: still referenced by version 1, so rollback can use it.
     put(&lake, &ds, &[part("p")], rows(&[(2, None, None)], None), "published-2").await;
-    let live =
-        lake.stage_batches(&ds, "live", &[part("p")], vec![rows(&[(3, None, None)], None)]).await.expect("stage");
-    let dead =
-        lake.stage_batches(&ds, "dead", &[part("p")], vec![rows(&[(4, None, None)], None)]).await.expect("stage");
+    let stage = |id: &'static str, n: i64| {
+        let (lake, ds) = (lake.clone(), ds.clone());
+        async move { lake.stage_batches(&ds, id, &[part("p")], vec![rows(&[(n, None, None)], None)]).await }
+    };
+    let live = stage("live", 3).await.expect("stage");
+    let dead = stage("dead", 4).await.expect("stage");
+    let foreign = stage("foreign", 6).await.expect("stage");
+    // A table the workspace does not write, with a finished attempt's file in it all the same.
+    let other = dataset("other", WriteMode::Replace, basic_columns());
+    let elsewhere = lake
+        .stage_batches(&other, "elsewhere", &[part("p")], vec![rows(&[(7, None, None)], None)])
+        .await
+        .expect("stage");
 
-    // An attempt claimed after reconcile read the store stages while it runs: its id is not in
-    // the list, and its files must survive all the same.
+    // An attempt claimed after reconcile read the store stages while it runs: it may be unknown,
+    // and its files must survive all the same.
     let known_as_of = chrono::Utc::now() + chrono::Duration::milliseconds(100);
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    let late =
-        lake.stage_batches(&ds, "late", &[part("p")], vec![rows(&[(5, None, None)], None)]).await.expect("stage");
+    let late = stage("late", 5).await.expect("stage");
 
-    let report = lake.reconcile(&["live".to_owned()], known_as_of).await.expect("reconcile");
+    let scope = Scope { datasets: ["rec".to_owned()].into(), known_as_of, held: Default::default() };
+    let report = lake.reconcile(&scope, owner, Deletion::Abandoned).await.expect("reconcile");
     assert_eq!(report.deleted, vec![format!("rec/{}", dead.files[0].path)]);
     assert_eq!(report.n_kept_known, live.files.len());
     assert_eq!(report.n_kept_referenced, 2);
     assert_eq!(report.n_kept_recent, late.files.len(), "written after the store was read: kept");
-    assert!(lake.root().expect("a folder lake").join("rec").join(&late.files[0].path).exists());
+    let not_owned: Vec<&str> = report.not_owned.iter().map(|f| f.path.as_str()).collect();
+    assert_eq!(not_owned, [foreign.files[0].path.as_str()], "another store's attempt: reported");
+    let left: Vec<&str> = report.tables_left_alone.iter().map(|t| t.dataset.as_str()).collect();
+    assert_eq!(left, ["other"]);
+    let root = lake.root().expect("a folder lake");
+    assert!(root.join("rec").join(&late.files[0].path).exists());
+    assert!(root.join("rec").join(&foreign.files[0].path).exists());
+    assert!(root.join("other").join(&elsewhere.files[0].path).exists());
     // The next reconcile, reading the store a second later, decides about it.
-    let next_read = chrono::Utc::now() + chrono::Duration::seconds(1);
-    let report = lake.reconcile(&["live".to_owned()], next_read).await.expect("reconcile");
+    let scope = Scope { known_as_of: chrono::Utc::now() + chrono::Duration::seconds(1), ..scope };
+    let report = lake.reconcile(&scope, owner, Deletion::Abandoned).await.expect("reconcile");
     assert_eq!(report.deleted, vec![format!("rec/{}", late.files[0].path)]);
-    assert!(lake.root().expect("a folder lake").join("rec").join(&live.files[0].path).exists());
-    assert!(!lake.root().expect("a folder lake").join("rec").join(&dead.files[0].path).exists());
-    // Rolling back to the first version still works: its file was kept.
-    lake.rollback("rec", 1, None, "rb").await.expect("rollback");
+    assert!(root.join("rec").join(&live.files[0].path).exists());
+    assert!(!root.join("rec").join(&dead.files[0].path).exists());
+    // Named, the reported file goes; a file the report does not list cannot be named.
+    let published = lake.rollback("rec", 1, None, "rb").await.expect("rollback");
+    assert!(published > 2);
+    let named = [format!("rec/{}", foreign.files[0].path)];
+    let report = lake.reconcile(&scope, owner, Deletion::Named(&named)).await.expect("delete named");
+    assert_eq!(report.deleted, named);
+    assert!(!root.join("rec").join(&foreign.files[0].path).exists());
+    let kept = [format!("rec/{}", live.files[0].path)];
+    let err = lake.reconcile(&scope, owner, Deletion::Named(&kept)).await.expect_err("not reported");
+    assert!(matches!(err, Error::NotReported { .. }), "{err}");
+    assert!(root.join("rec").join(&live.files[0].path).exists());
+    // Rolling back to the first version worked: its file was kept.
     assert_eq!(read_all(&lake, "rec").await, vec!["id=1|value=null|name=null|tg_partition=p"]);
 }
 
