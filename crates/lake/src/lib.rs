@@ -12,11 +12,13 @@
 //! writes to `_delta_log`, and every staged path is non-hidden so vacuum and reconciliation can
 //! clean it.
 
+mod approved;
 mod cache;
 mod checks;
 mod compare;
 mod df;
 mod error;
+pub mod failpoint;
 mod local;
 mod modes;
 mod publish;
