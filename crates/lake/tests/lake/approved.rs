@@ -113,3 +113,53 @@ async fn a_refused_resume_restores_the_dataset_an_earlier_attempt_committed() {
     assert_eq!(read_all(&lake, "first").await, before_first, "the crashed attempt's commit was undone");
     assert_eq!(read_all(&lake, "second").await, live_second, "the live rows stay");
 }
+
+/// The restore of a refused release never replaces newer data: a live commit to the partition the
+/// crashed attempt had published leaves that dataset as the live run made it, reported as not
+/// restored.
+#[tokio::test]
+async fn a_refusal_does_not_restore_a_dataset_over_a_newer_live_commit() {
+    let (dir, lake) = lake().await;
+    let first = dataset("first", WriteMode::Replace, basic_columns());
+    let second = dataset("second", WriteMode::Replace, basic_columns());
+    let with = |v: i64| rows(&[(1, Some(v), Some("x"))], Some(&["a"]));
+    put(&lake, &first, &[part("a")], with(10), "live-first").await;
+    put(&lake, &second, &[part("a")], with(10), "live-second").await;
+    let approved = BTreeMap::from([
+        ("first".to_owned(), lake.table_version("first").await.expect("version")),
+        ("second".to_owned(), lake.table_version("second").await.expect("version")),
+    ]);
+    let item = |ds: &tidegate_core::spec::Dataset, staged| tidegate_lake::ReleaseItem {
+        dataset: ds.clone(),
+        staged,
+        step_identity: format!("backfill:bf-3:{}", ds.name),
+    };
+    let staged_first = lake.stage_batches(&first, "stg-bf3-first", &[part("a")], vec![with(20)]).await.expect("stage");
+    let staged_second =
+        lake.stage_batches(&second, "stg-bf3-second", &[part("a")], vec![with(20)]).await.expect("stage");
+    let backfill = tidegate_lake::Release {
+        release_id: "rel-bf-3".to_owned(),
+        run_id: "run-bf-3".to_owned(),
+        spec_hash: "spec-hash".to_owned(),
+        items: vec![item(&first, staged_first), item(&second, staged_second)],
+    };
+    let mut crashed = backfill.clone();
+    crashed.items.truncate(1);
+    lake.publish_approved(&crashed, &approved).await.expect("the first dataset commits");
+    // Live runs publish both datasets' partition after the crash.
+    let live = Lake::open(dir.path().join("lake").to_str().expect("utf-8")).await.expect("second handle");
+    put(&live, &first, &[part("a")], with(30), "live-first-2").await;
+    put(&live, &second, &[part("a")], with(30), "live-second-2").await;
+    let live_first = read_all(&live, "first").await;
+
+    let err = lake.publish_approved(&backfill, &approved).await.expect_err("second dataset moved");
+    match &err {
+        Error::ReleaseFailed { restored, not_restored, .. } => {
+            assert!(restored.is_empty(), "{restored:?}");
+            assert_eq!(not_restored, &["first"]);
+        }
+        other => panic!("expected a failed release, got {other:?}"),
+    }
+    assert!(err.to_string().contains("NOT restored"), "{err}");
+    assert_eq!(read_all(&lake, "first").await, live_first, "the live rows of first stay");
+}

@@ -71,17 +71,7 @@ impl Review {
         let json = serde_json::to_vec(&self.datasets).unwrap_or_default();
         Canonical::new("tidegate.backfill.comparison").str("spec", &self.spec_hash).field("json", &json).finish()
     }
-}
 
-/// The comparison the backfill's approval was given for: the one recorded with the hash it binds
-/// (`compare` withdraws an approval whose comparison it replaces).
-pub(crate) fn approved_review(record: &BackfillRecord) -> Result<Review> {
-    let value =
-        record.comparison.clone().with_context(|| format!("backfill {} has no recorded comparison", record.id))?;
-    serde_json::from_value(value).with_context(|| format!("decoding the recorded comparison of backfill {}", record.id))
-}
-
-impl Review {
     /// The table version each dataset was compared against (`None`: it had no table).
     pub fn published_versions(&self) -> BTreeMap<String, Option<u64>> {
         self.datasets.iter().map(|c| (c.dataset.clone(), c.published_version)).collect()
@@ -109,8 +99,10 @@ impl Review {
                 .filter(|p| then.is_none_or(|t| !t.partitions.contains(p)))
                 .map(|p| p.partition.as_str())
                 .collect();
+            let moved = then.is_none_or(|t| t.published_version != now.published_version);
             let what = match changed.as_slice() {
-                [] => "no partition of the backfill changed, but the table moved".to_owned(),
+                [] if moved => "no partition of the backfill changed, but the table moved".to_owned(),
+                [] => "its comparison changed".to_owned(),
                 [one] => format!("partition {one} changed"),
                 many => format!("partitions {} changed", many.join(", ")),
             };
@@ -124,6 +116,14 @@ impl Review {
         }
         parts.join("; ")
     }
+}
+
+/// The comparison the backfill's approval was given for: the one recorded with the hash it binds
+/// (`compare` withdraws an approval whose comparison it replaces).
+pub(crate) fn approved_review(record: &BackfillRecord) -> Result<Review> {
+    let value =
+        record.comparison.clone().with_context(|| format!("backfill {} has no recorded comparison", record.id))?;
+    serde_json::from_value(value).with_context(|| format!("decoding the recorded comparison of backfill {}", record.id))
 }
 
 /// Computes the comparison of a staged backfill with what is published now.
