@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+mod common;
+
 const SPEC: &str = r#"
 [project]
 name = "backfill_test"
@@ -59,28 +61,9 @@ fn tidegate(dir: &Path, user: &str) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tidegate"));
     cmd.current_dir(dir).env_remove("TIDEGATE_TOKEN");
     if user != REQUESTER {
-        cmd.env("TIDEGATE_TOKEN", token_of(dir, user));
+        cmd.env("TIDEGATE_TOKEN", common::token_of(dir, user));
     }
     cmd
-}
-
-/// `user`'s approver token for the workspace in `dir`, minted on first use.
-fn token_of(dir: &Path, user: &str) -> String {
-    let kept = dir.join(format!(".tidegate/test-token-{user}"));
-    if let Ok(token) = std::fs::read_to_string(&kept) {
-        return token;
-    }
-    let out = Command::new(env!("CARGO_BIN_EXE_tidegate"))
-        .current_dir(dir)
-        .env_remove("TIDEGATE_TOKEN")
-        .args(["token", "create", "--name", user, "--role", "approver", "--json"])
-        .output()
-        .expect("tidegate runs");
-    assert!(out.status.success(), "minting {user}'s token: {}", String::from_utf8_lossy(&out.stderr));
-    let minted: Value = serde_json::from_slice(&out.stdout).expect("token JSON");
-    let token = minted["token"].as_str().expect("token").to_owned();
-    std::fs::write(&kept, &token).expect("keep the token");
-    token
 }
 
 fn run(dir: &Path, user: &str, args: &[&str]) -> Output {

@@ -92,6 +92,24 @@ pub enum Error {
     )]
     SupersededSnapshot { dataset: String, staged: String, published: String },
 
+    /// A reviewed release (a backfill) whose dataset changed under it after its comparison was
+    /// approved: publishing it would replace data nobody reviewed it against.
+    #[error(
+        "dataset {dataset:?}: {} changed after the comparison was approved against {} (found version \
+         {found_version}); nothing more was published. Compare again and have the new comparison approved",
+        describe_partitions(partitions),
+        approved_version.map_or_else(|| "no table".to_owned(), |v| format!("table version {v}"))
+    )]
+    MovedSinceApproval { dataset: String, partitions: Vec<String>, approved_version: Option<u64>, found_version: u64 },
+
+    /// A restore that would replace data committed after the version it undoes.
+    #[error(
+        "dataset {dataset:?}: {} changed after version {version} (found version {found_version}); not \
+         restored over the newer data",
+        describe_partitions(partitions)
+    )]
+    ChangedSinceCommit { dataset: String, partitions: Vec<String>, version: u64, found_version: u64 },
+
     /// A query given by the user (custom check, `sql`) failed to plan or run.
     #[error("query failed: {detail}")]
     Query { detail: String },
@@ -106,7 +124,11 @@ pub enum Error {
     Storage { detail: String },
 
     /// A release failed part-way; the datasets it had already committed were restored.
-    #[error("release {release_id}: publishing {dataset:?} failed: {source}; restored: {}", describe_restored(restored))]
+    #[error(
+        "release {release_id}: publishing {dataset:?} failed: {source}; restored: {}{}",
+        describe_restored(restored),
+        describe_not_restored(not_restored)
+    )]
     ReleaseFailed {
         release_id: String,
         dataset: String,
@@ -143,6 +165,20 @@ impl std::fmt::Display for FileLocation {
             FileLocation::Table => f.write_str("existing table: "),
         }
     }
+}
+
+fn describe_partitions(partitions: &[String]) -> String {
+    match partitions {
+        [one] => format!("partition {one}"),
+        many => format!("partitions {}", many.join(", ")),
+    }
+}
+
+fn describe_not_restored(not_restored: &[String]) -> String {
+    if not_restored.is_empty() {
+        return String::new();
+    }
+    format!("; NOT restored (they still show this release): {}", not_restored.join(", "))
 }
 
 fn describe_restored(restored: &[(String, u64)]) -> String {

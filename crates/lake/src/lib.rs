@@ -13,11 +13,13 @@
 //! clean it.
 
 mod anchor;
+mod approved;
 mod cache;
 mod checks;
 mod compare;
 mod df;
 mod error;
+pub mod failpoint;
 mod local;
 mod modes;
 mod publish;

@@ -2,7 +2,7 @@
 //! step identity and commit metadata naming the run, step, spec hash and release. A replay is
 //! detected from the `txn` before anything is written (delta-rs does not enforce it), conflicts
 //! are retried against a freshly loaded table, and a release that fails part-way restores the
-//! datasets it had already committed.
+//! datasets it had already committed (their partitions, unless a newer commit touched them).
 
 use deltalake_core::DeltaTable;
 use deltalake_core::DeltaTableError;
@@ -18,6 +18,7 @@ use serde_json::Value;
 use tidegate_core::spec::model::{Dataset, WriteMode};
 
 use crate::anchor::Anchor;
+use crate::approved::ApprovedAt;
 use crate::error::{Error, Result};
 use crate::modes;
 use crate::stage::{StagedVersion, schema_hash};
@@ -81,12 +82,26 @@ impl Lake {
     /// Publishes a release: one commit per item, in the given order. If an item fails after
     /// earlier ones were committed, those are restored (in reverse order) and the error says so.
     pub async fn publish(&self, release: &Release) -> Result<Publication> {
+        self.publish_checked(release, None).await
+    }
+
+    /// [`Lake::publish`], each item's commit checked against the version its release was
+    /// approved at when `approved` (one per item) is given (see [`Lake::publish_approved`]).
+    pub(crate) async fn publish_checked(
+        &self,
+        release: &Release,
+        approved: Option<&[ApprovedAt]>,
+    ) -> Result<Publication> {
+        // A reviewed release also undoes the commits an earlier, crashed attempt made (replays
+        // here): none of its datasets may stay published when a later one is refused.
+        let undo_replays = approved.is_some();
         let mut done: Vec<PublishedItem> = Vec::with_capacity(release.items.len());
-        for item in &release.items {
-            match self.publish_item(release, item).await {
+        for (idx, item) in release.items.iter().enumerate() {
+            let at = approved.and_then(|a| a.get(idx).copied());
+            match self.publish_item(release, item, at).await {
                 Ok(published) => done.push(published),
-                Err(e) if done.iter().all(|p| p.already_published) => return Err(e),
-                Err(e) => return Err(self.undo(release, &done, &item.dataset.name, e).await),
+                Err(e) if done.iter().all(|p| p.already_published && !undo_replays) => return Err(e),
+                Err(e) => return Err(self.undo(release, &done, &item.dataset.name, e, undo_replays).await),
             }
         }
         Ok(Publication { release_id: release.release_id.clone(), items: done })
@@ -132,7 +147,7 @@ impl Lake {
         for (_, members, _) in waves {
             let wave: Vec<(&Release, &ReleaseItem)> =
                 members.iter().map(|&i| (&releases[i], &releases[i].items[0])).collect();
-            match self.publish_wave(&wave).await {
+            match self.publish_wave(&wave, None).await {
                 Ok(outcomes) => {
                     for (&i, outcome) in members.iter().zip(outcomes) {
                         results[i] =
@@ -156,12 +171,30 @@ impl Lake {
             .collect()
     }
 
-    /// Restores every dataset this call committed, newest first, and wraps the failure.
-    async fn undo(&self, release: &Release, done: &[PublishedItem], failed_dataset: &str, source: Error) -> Error {
+    /// Restores every dataset this call committed (and, with `replays`, those an earlier attempt
+    /// of the release committed), newest first, and wraps the failure. Only the item's
+    /// partitions are restored (a snapshot's whole table), and only if no commit since the
+    /// release's touched them: newer data is never replaced by older, the dataset is reported
+    /// as not restored instead.
+    async fn undo(
+        &self,
+        release: &Release,
+        done: &[PublishedItem],
+        failed_dataset: &str,
+        source: Error,
+        replays: bool,
+    ) -> Error {
         let mut restored = Vec::new();
         let mut not_restored = Vec::new();
-        for item in done.iter().rev().filter(|p| !p.already_published) {
-            let Some(previous) = item.previous_version else { continue };
+        for item in done.iter().rev().filter(|p| replays || !p.already_published) {
+            // A commit lands at exactly the version after the one it was built on.
+            let Some(previous) = item.previous_version.or_else(|| item.table_version.checked_sub(1)) else { continue };
+            let scope = release
+                .items
+                .iter()
+                .find(|i| i.dataset.name == item.dataset && i.step_identity == item.step_identity)
+                .filter(|i| !matches!(modes::write_mode(&i.dataset), Ok(WriteMode::Snapshot) | Err(_)))
+                .map(|i| i.staged.partition_keys());
             let mut metadata = vec![
                 ("tidegate.operation".to_owned(), Value::from("restore")),
                 ("tidegate.release_id".to_owned(), Value::from(release.release_id.clone())),
@@ -171,7 +204,8 @@ impl Lake {
             ];
             metadata.extend(release.anchor.iter().flat_map(Anchor::metadata));
             let txn = Transaction::new(app_id(&item.step_identity), TXN_UNDONE);
-            match self.restore_to(&item.dataset, previous, None, metadata, Some(txn)).await {
+            let guard = Some(item.table_version);
+            match self.restore_to(&item.dataset, previous, scope.as_deref(), metadata, Some(txn), guard).await {
                 Ok(version) => restored.push((item.dataset.clone(), version)),
                 Err(_) => not_restored.push(item.dataset.clone()),
             }
@@ -186,8 +220,13 @@ impl Lake {
     }
 
     /// Publishes one item: replay check, plan, commit; re-planned on a conflict.
-    async fn publish_item(&self, release: &Release, item: &ReleaseItem) -> Result<PublishedItem> {
-        let mut outcomes = self.publish_wave(&[(release, item)]).await?;
+    async fn publish_item(
+        &self,
+        release: &Release,
+        item: &ReleaseItem,
+        approved: Option<ApprovedAt>,
+    ) -> Result<PublishedItem> {
+        let mut outcomes = self.publish_wave(&[(release, item)], approved).await?;
         outcomes.pop().unwrap_or_else(|| Err(Error::internal("a one-item publication reported nothing")))
     }
 
@@ -196,7 +235,13 @@ impl Lake {
     /// step; everything is re-planned on a conflict. An item that fails to plan (a missing staged
     /// file, a superseded snapshot, a tie) is left out with its error; the others still commit.
     /// The outer error is for the commit as a whole (conflicts exhausted, the table unreadable).
-    async fn publish_wave(&self, wave: &[(&Release, &ReleaseItem)]) -> Result<Vec<Result<PublishedItem>>> {
+    /// With `approved` (a wave of one reviewed item), the item is refused if its partitions moved
+    /// since that version; the check is of the loaded version, the one the commit is built on.
+    async fn publish_wave(
+        &self,
+        wave: &[(&Release, &ReleaseItem)],
+        approved: Option<ApprovedAt>,
+    ) -> Result<Vec<Result<PublishedItem>>> {
         let Some((_, first)) = wave.first() else { return Ok(Vec::new()) };
         let name = &first.dataset.name;
         for _ in 0..MAX_COMMIT_ATTEMPTS {
@@ -225,6 +270,12 @@ impl Lake {
                         n_files_removed: 0,
                         n_rows_added: 0,
                     })));
+                    continue;
+                }
+                if let Some(at) = approved
+                    && let Err(e) = self.ensure_unmoved(&table, item, at).await
+                {
+                    outcomes.push(Some(Err(e)));
                     continue;
                 }
                 if item.staged.schema_hash != table_hash {
@@ -266,6 +317,9 @@ impl Lake {
             };
             let written: Vec<String> = planned.iter().flat_map(|(_, p)| p.written.iter().cloned()).collect();
             let actions = planned.iter_mut().flat_map(|(_, p)| std::mem::take(&mut p.actions)).collect();
+            if approved.is_some() {
+                crate::failpoint::pause("before-backfill-commit").await;
+            }
             match commit(&table, actions, txns, metadata, operation).await? {
                 Some(after) => {
                     let committed = loaded_version(&after)?;

@@ -9,6 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
+use deltalake_core::DeltaTable;
 use deltalake_core::kernel::{Action, Transaction};
 use deltalake_core::protocol::DeltaOperation;
 use deltalake_core::{DeltaTable, DeltaTableBuilder};
@@ -181,7 +182,7 @@ impl Lake {
             ("tidegate.release_id".to_owned(), Value::from(release_id)),
             ("tidegate.rollback_to_version".to_owned(), Value::from(to_version)),
         ];
-        self.restore_to(dataset, to_version, partitions, metadata, None).await
+        self.restore_to(dataset, to_version, partitions, metadata, None, None).await
     }
 
     /// Restores the whole table to `version` (the failure path of a release). Returns the new
@@ -191,7 +192,7 @@ impl Lake {
             ("tidegate.operation".to_owned(), Value::from("restore")),
             ("tidegate.rollback_to_version".to_owned(), Value::from(version)),
         ];
-        self.restore_to(dataset, version, None, metadata, None).await
+        self.restore_to(dataset, version, None, metadata, None, None).await
     }
 
     /// The commit behind rollback and restore: remove what is active now and not at
@@ -199,6 +200,9 @@ impl Lake {
     /// brings back that version's schema and table metadata (properties, description), so readers
     /// see the table as it was; a restore of some partitions keeps the current ones, which the
     /// other partitions' files were written for. The protocol is never lowered.
+    /// With `unmoved_since`, refused
+    /// ([`Error::ChangedSinceCommit`]) if a commit after that version touched what it would
+    /// restore, checked on the version the restore is built on.
     pub(crate) async fn restore_to(
         &self,
         dataset: &str,
@@ -206,12 +210,16 @@ impl Lake {
         partitions: Option<&[String]>,
         metadata: Vec<(String, Value)>,
         txn: Option<Transaction>,
+        unmoved_since: Option<u64>,
     ) -> Result<u64> {
         let target = self.load_at(dataset, Some(to_version)).await?;
         let wanted = active_files(&target, partitions).await?;
         let wanted_paths: HashSet<&str> = wanted.iter().map(|a| a.path.as_str()).collect();
         for _ in 0..MAX_COMMIT_ATTEMPTS {
             let table = self.load(dataset).await?;
+            if let Some(since) = unmoved_since {
+                ensure_unchanged_since(dataset, &table, since, partitions).await?;
+            }
             let current = active_files(&table, partitions).await?;
             let current_paths: HashSet<&str> = current.iter().map(|a| a.path.as_str()).collect();
             // Files vacuum removed cannot come back: refuse rather than commit a version whose
@@ -447,6 +455,29 @@ fn named_files(files: &[String], reported: &[NotOwned]) -> Result<Vec<(String, S
     named.sort();
     named.dedup();
     Ok(named)
+}
+
+/// Refuses if a commit after `since` up to the loaded version added or removed files of
+/// `partitions` (of any partition when `None`).
+async fn ensure_unchanged_since(
+    dataset: &str,
+    table: &DeltaTable,
+    since: u64,
+    partitions: Option<&[String]>,
+) -> Result<()> {
+    let found = crate::publish::loaded_version(table)?;
+    let scope: BTreeSet<String> = partitions.unwrap_or_default().iter().cloned().collect();
+    let moved =
+        crate::approved::moved_partitions(dataset, table, Some(since), found, &scope, partitions.is_none()).await?;
+    if moved.is_empty() {
+        return Ok(());
+    }
+    Err(Error::ChangedSinceCommit {
+        dataset: dataset.to_owned(),
+        partitions: moved.into_iter().collect(),
+        version: since,
+        found_version: found,
+    })
 }
 
 impl Lake {

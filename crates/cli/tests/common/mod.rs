@@ -144,3 +144,22 @@ pub fn make_old(path: &Path) {
     let file = std::fs::File::open(path).expect("open to age");
     file.set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(3_600)).expect("set mtime");
 }
+
+/// `user`'s approver token for the workspace in `dir`, minted on first use.
+pub fn token_of(dir: &Path, user: &str) -> String {
+    let kept = dir.join(format!(".tidegate/test-token-{user}"));
+    if let Ok(token) = std::fs::read_to_string(&kept) {
+        return token;
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_tidegate"))
+        .current_dir(dir)
+        .env_remove("TIDEGATE_TOKEN")
+        .args(["token", "create", "--name", user, "--role", "approver", "--json"])
+        .output()
+        .expect("tidegate runs");
+    assert!(out.status.success(), "minting {user}'s token: {}", String::from_utf8_lossy(&out.stderr));
+    let minted: Value = serde_json::from_slice(&out.stdout).expect("token JSON");
+    let token = minted["token"].as_str().expect("token").to_owned();
+    std::fs::write(&kept, &token).expect("keep the token");
+    token
+}

@@ -3,6 +3,7 @@
 
 mod common;
 
+mod approved;
 mod checks;
 mod compare;
 mod interop;

@@ -20,7 +20,7 @@ use tidegate_engine::executor::acquire_scheduler_role;
 use tidegate_lake::{Lake, Publication, StagedVersion};
 use tidegate_store::{BackfillRecord, BackfillStatus, ReleaseItem, ReleaseKind, ReleaseRecord, StepEventRecord, Store};
 
-use super::review::{publishable, review, staged_versions};
+use super::review::{approved_review, publishable, review, staged_versions};
 use super::{FrozenSpec, ensure_spec_unchanged, load, meta, short};
 use crate::cmd::data::{open_lake, runtime};
 use crate::cmd::lock::{DatasetLockGuard, LockWait};
@@ -30,8 +30,10 @@ use crate::workspace::{self, Workspace};
 /// Publish an approved backfill: one atomic commit per dataset, upstream first.
 ///
 /// Refused unless the approval still matches the backfill's spec hash and a freshly computed
-/// comparison. Consumers are told through the journal and an OpenLineage event appended to
-/// .tidegate/openlineage.jsonl.
+/// comparison; and each dataset's commit is refused if, meanwhile, a live run changed one of its
+/// partitions after the table version the approved comparison read (the refusal names them, and
+/// the approval is withdrawn). Consumers are told through the journal and an OpenLineage event
+/// appended to .tidegate/openlineage.jsonl.
 #[derive(Debug, clap::Args)]
 pub struct PublishArgs {
     pub id: String,
@@ -92,19 +94,15 @@ pub fn publish(ws: Option<&Path>, args: PublishArgs) -> Result<ExitCode> {
             // First attempt: the approval must still describe what would be published.
             let current = review(&ws, store.as_ref(), &lake, &record, &spec).await?;
             if current.hash() != approval.comparison_hash {
-                store.update_backfill(
-                    &record.id,
-                    &[BackfillStatus::Approved],
-                    "backfill_approval_invalidated",
-                    &|b: &mut BackfillRecord| {
-                        b.status = BackfillStatus::Staged;
-                        b.approval = None;
-                    },
-                    &meta("the comparison changed after approval", &record.id),
+                let changes = current.describe_changes_since(&approved_review(&record)?);
+                withdraw_approval(
+                    store.as_ref(),
+                    &record,
+                    &format!("the comparison changed after approval: {changes}"),
                 )?;
                 bail!(
-                    "the data changed since backfill {} was approved (its comparison no longer matches {}); the \
-                     approval was withdrawn. Run `tidegate backfill compare {}` and have it approved again",
+                    "the data changed since backfill {} was approved (its comparison no longer matches {}): {changes}; \
+                     the approval was withdrawn. Run `tidegate backfill compare {}` and have it approved again",
                     record.id,
                     short(&approval.comparison_hash),
                     record.id
@@ -122,7 +120,7 @@ pub fn publish(ws: Option<&Path>, args: PublishArgs) -> Result<ExitCode> {
         acquire_scheduler_role(&store, &owner, &SystemClock, ws.spec.project.lease_ttl_s).await?;
         let result = publish_release(&ws, store.as_ref(), &lake, &record, &spec, &release_id).await;
         let _ = store.release_scheduler(&owner);
-        result
+        result.map_err(|e| refused(store.as_ref(), &record, e))
     })?;
     store.update_backfill(
         &record.id,
@@ -156,20 +154,6 @@ async fn publish_release(
 ) -> Result<Publication> {
     let run_id = record.run_id.clone().context("an approved backfill has a run")?;
     let approver = record.approval.as_ref().map_or_else(crate::actor::name, |a| a.by.clone());
-    // Approved steps become validated: ready for this release, and only this one (the scheduler
-    // never publishes a backfill's steps one by one).
-    let approvals: Vec<StepEventRecord> = store
-        .steps(&run_id)?
-        .into_iter()
-        .filter(|s| s.status() == StepStatus::AwaitingApproval)
-        .map(|s| StepEventRecord {
-            step_id: s.id,
-            event: StepEvent::Approved { by: approver.clone() },
-            meta: meta(format!("backfill {} approved by {approver}", record.id), &record.id),
-        })
-        .collect();
-    store.commit(&approvals)?;
-
     let staged = staged_versions(store, record)?;
     let mut items = Vec::new();
     let mut version_ids: BTreeMap<(String, String), String> = BTreeMap::new();
@@ -195,7 +179,24 @@ async fn publish_release(
         items,
         anchor: crate::cmd::anchor::head(store)?,
     };
-    let publication = lake.publish(&release).await?;
+    // Each dataset commits only if nothing touched its partitions since the version the approved
+    // comparison read, checked on the version the commit is built on (`Lake::publish_approved`).
+    let publication = lake.publish_approved(&release, &approved_review(record)?.published_versions()).await?;
+
+    // Approved steps become validated: published by this release, and only this one (the
+    // scheduler never publishes a backfill's steps one by one). After the commits, so that a
+    // refused publication leaves them awaiting a new approval.
+    let approvals: Vec<StepEventRecord> = store
+        .steps(&run_id)?
+        .into_iter()
+        .filter(|s| s.status() == StepStatus::AwaitingApproval)
+        .map(|s| StepEventRecord {
+            step_id: s.id,
+            event: StepEvent::Approved { by: approver.clone() },
+            meta: meta(format!("backfill {} approved by {approver}", record.id), &record.id),
+        })
+        .collect();
+    store.commit(&approvals)?;
 
     if store.release(release_id)?.is_none() {
         let mut release_items = Vec::new();
@@ -228,6 +229,55 @@ async fn publish_release(
         store.record_release(&rr, &steps, &meta(format!("backfill {} published", record.id), &record.id))?;
     }
     Ok(publication)
+}
+
+/// Sends an approved backfill back to staged, without its approval or its release (journaled with
+/// `reason`): a new comparison must be approved before it publishes.
+fn withdraw_approval(store: &dyn Store, record: &BackfillRecord, reason: &str) -> Result<()> {
+    store.update_backfill(
+        &record.id,
+        &[BackfillStatus::Approved],
+        "backfill_approval_invalidated",
+        &|b: &mut BackfillRecord| {
+            b.status = BackfillStatus::Staged;
+            b.approval = None;
+            b.release_id = None;
+        },
+        &meta(reason, &record.id),
+    )?;
+    Ok(())
+}
+
+/// A publication the lake refused because a dataset moved after approval withdraws the approval
+/// (journaled, naming the dataset, partitions and versions) once nothing of the release is left
+/// visible; any other error, or a refusal whose undo failed part-way, is returned as it is.
+fn refused(store: &dyn Store, record: &BackfillRecord, e: anyhow::Error) -> anyhow::Error {
+    use tidegate_lake::Error as LakeError;
+    let nothing_left = match e.downcast_ref::<LakeError>() {
+        Some(LakeError::MovedSinceApproval { .. }) => true,
+        Some(LakeError::ReleaseFailed { source, not_restored, .. })
+            if matches!(**source, LakeError::MovedSinceApproval { .. }) =>
+        {
+            not_restored.is_empty()
+        }
+        _ => return e,
+    };
+    if !nothing_left {
+        return e.context(format!(
+            "backfill {} stays approved: a dataset of it moved, and one it had already committed could not be \
+             restored (named after NOT restored); `tidegate reconcile` shows the tables",
+            record.id
+        ));
+    }
+    if let Err(store_error) = withdraw_approval(store, record, &format!("publication refused: {e}")) {
+        return store_error.context(format!("withdrawing the approval after: {e}"));
+    }
+    anyhow::anyhow!(
+        "backfill {} was not published, the data changed under it since approval: {e}; the approval was \
+         withdrawn. Run `tidegate backfill compare {}` and have it approved again",
+        record.id,
+        record.id
+    )
 }
 
 /// One staged version per dataset: the union of the steps' partitions and files.

@@ -1,6 +1,7 @@
 //! `backfill compare` and `backfill approve`: what publishing would change, partition by
 //! partition, and an approval bound to exactly the spec and comparison the approver saw.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -75,6 +76,59 @@ impl Review {
         let json = serde_json::to_vec(&self.datasets).unwrap_or_default();
         Canonical::new("tidegate.backfill.comparison").str("spec", &self.spec_hash).field("json", &json).finish()
     }
+
+    /// The table version each dataset was compared against (`None`: it had no table).
+    pub fn published_versions(&self) -> BTreeMap<String, Option<u64>> {
+        self.datasets.iter().map(|c| (c.dataset.clone(), c.published_version)).collect()
+    }
+
+    /// What differs from `approved`, dataset by dataset: the partitions whose comparison changed
+    /// and the table versions compared against, e.g. `raw: partition 2024-01-01 changed (approved
+    /// against table version 3, found version 4)`.
+    pub fn describe_changes_since(&self, approved: &Review) -> String {
+        // The approved comparison went through the store as JSON text; so does this one, so that
+        // equal numbers compare equal whatever the text rounding did to them.
+        let this: Review = serde_json::to_string(self)
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_else(|| self.clone());
+        let mut parts = Vec::new();
+        for now in &this.datasets {
+            let then = approved.datasets.iter().find(|c| c.dataset == now.dataset);
+            if then == Some(now) {
+                continue;
+            }
+            let changed: Vec<&str> = now
+                .partitions
+                .iter()
+                .filter(|p| then.is_none_or(|t| !t.partitions.contains(p)))
+                .map(|p| p.partition.as_str())
+                .collect();
+            let moved = then.is_none_or(|t| t.published_version != now.published_version);
+            let what = match changed.as_slice() {
+                [] if moved => "no partition of the backfill changed, but the table moved".to_owned(),
+                [] => "its comparison changed".to_owned(),
+                [one] => format!("partition {one} changed"),
+                many => format!("partitions {} changed", many.join(", ")),
+            };
+            let version = |v: Option<u64>| v.map_or_else(|| "no table".to_owned(), |v| format!("table version {v}"));
+            parts.push(format!(
+                "{}: {what} (approved against {}, found {})",
+                now.dataset,
+                version(then.and_then(|t| t.published_version)),
+                version(now.published_version)
+            ));
+        }
+        parts.join("; ")
+    }
+}
+
+/// The comparison the backfill's approval was given for: the one recorded with the hash it binds
+/// (`compare` withdraws an approval whose comparison it replaces).
+pub(crate) fn approved_review(record: &BackfillRecord) -> Result<Review> {
+    let value =
+        record.comparison.clone().with_context(|| format!("backfill {} has no recorded comparison", record.id))?;
+    serde_json::from_value(value).with_context(|| format!("decoding the recorded comparison of backfill {}", record.id))
 }
 
 /// Computes the comparison of a staged backfill with what is published now.

@@ -1,0 +1,261 @@
+//! Issue 19, item 2: `backfill publish` racing a live `run` of the same partitions. An approved
+//! backfill must never publish over data that a live run published after the approval, whether
+//! the live commit lands before `publish` starts or while it is between its check and its commit.
+//! The race is made deterministic with the `pause:before-backfill-commit` failpoint: `publish`
+//! waits there, with its dataset already verified, until the test has made the live commit.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::common::{commits_per_app_id, latest_version, table};
+
+/// `extract` writes two rows per day whose `v` is whatever the file `LEVEL` holds when it runs,
+/// so the backfill's rows (level 20) and a later live run's (level 30) are told apart without
+/// touching `tidegate.toml` (which would block the backfill). The scheduler lease is short, so a
+/// live run takes the role over from a paused `publish` within seconds.
+const SPEC: &str = r#"
+[project]
+name = "race_test"
+lease_ttl_s = 2
+heartbeat_s = 1
+
+[datasets.raw]
+partitioning = { grain = "day", start = "2024-01-01" }
+write = { mode = "replace" }
+columns = [{ name = "id", type = "int64", nullable = false }, { name = "day", type = "string" }, { name = "v", type = "int64" }]
+
+[datasets.summary]
+partitioning = { grain = "day", start = "2024-01-01" }
+write = { mode = "replace" }
+
+[tasks.extract]
+command = ["sh", "-c", "v=$(cat 'LEVEL'); printf 'id,day,v\n1,%s,%s\n2,%s,%s\n' \"$TIDEGATE_PARTITION\" \"$v\" \"$TIDEGATE_PARTITION\" \"$v\" > \"$TIDEGATE_OUTPUT_DIR/raw.csv\""]
+outputs = ["raw"]
+timeout_s = 60
+
+[tasks.summarize]
+sql = "SELECT day, SUM(v) AS total FROM raw GROUP BY day"
+inputs = ["raw"]
+outputs = ["summary"]
+timeout_s = 60
+"#;
+
+/// The failpoint `publish` pauses at: its dataset verified, its Delta commit about to be made.
+const PAUSE: &str = "before-backfill-commit";
+
+/// The longest the test waits for a paused `publish` to reach its failpoint.
+const PAUSE_WAIT: Duration = Duration::from_secs(120);
+
+/// `tidegate` run by `user`: the reviewer `bo` with a token minted for him, everyone else as the
+/// OS account running the tests.
+fn tidegate(dir: &Path, user: &str) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tidegate"));
+    cmd.current_dir(dir).env_remove("TIDEGATE_TOKEN").env_remove("TIDEGATE_FAILPOINT");
+    if user == "bo" {
+        cmd.env("TIDEGATE_TOKEN", crate::common::token_of(dir, "bo"));
+    }
+    cmd
+}
+
+fn ok(dir: &Path, user: &str, args: &[&str]) -> String {
+    let out = tidegate(dir, user).args(args).output().expect("the tidegate binary runs");
+    assert!(
+        out.status.success(),
+        "tidegate {args:?} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+fn json(dir: &Path, user: &str, args: &[&str]) -> Value {
+    let text = ok(dir, user, args);
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{args:?} printed no JSON ({e}): {text}"))
+}
+
+fn set_level(dir: &Path, level: u32) {
+    std::fs::write(dir.join("level"), level.to_string()).expect("level file");
+}
+
+/// (day, v) of every row readers see in `raw`.
+fn read_raw(dir: &Path) -> Vec<(String, i64)> {
+    let rows = json(dir, "reader", &["sql", "SELECT tg_partition, v FROM raw ORDER BY tg_partition, id", "--json"]);
+    rows.as_array()
+        .expect("rows")
+        .iter()
+        .map(|r| (r["tg_partition"].as_str().expect("partition").to_owned(), r["v"].as_i64().expect("v")))
+        .collect()
+}
+
+fn read_summary(dir: &Path) -> Value {
+    json(dir, "reader", &["sql", "SELECT tg_partition, total FROM summary ORDER BY tg_partition", "--json"])
+}
+
+fn rows(days: &[(&str, i64)]) -> Vec<(String, i64)> {
+    days.iter().flat_map(|(d, v)| [((*d).to_owned(), *v), ((*d).to_owned(), *v)]).collect()
+}
+
+/// A workspace whose two days were published at level 10, and a backfill of `target` over both
+/// days staged at level 20, compared, and approved by someone other than its requester. Returns
+/// the backfill's id.
+fn approved_backfill(dir: &Path, target: &str, downstream: bool) -> String {
+    let spec = SPEC.replace("LEVEL", &dir.join("level").display().to_string());
+    std::fs::write(dir.join("tidegate.toml"), spec).expect("spec");
+    set_level(dir, 10);
+    ok(dir, "ana", &["run", "summarize", "--from", "2024-01-01", "--to", "2024-01-02", "--json"]);
+    set_level(dir, 20);
+    let mut plan = vec!["backfill", "plan", target, "--from", "2024-01-01", "--to", "2024-01-02"];
+    plan.extend(["--reprocess", "all", "--reason", "the feed was re-delivered", "--json"]);
+    if downstream {
+        plan.push("--include-downstream");
+    }
+    let id = json(dir, "ana", &plan)["id"].as_str().expect("a backfill id").to_owned();
+    ok(dir, "ana", &["backfill", "start", &id]);
+    ok(dir, "ana", &["backfill", "compare", &id]);
+    ok(dir, "bo", &["backfill", "approve", &id]);
+    id
+}
+
+/// A live run of `task` for 2024-01-01 only, at level 30; returns the run's JSON report.
+fn live_run(dir: &Path, task: &str) -> Value {
+    set_level(dir, 30);
+    let live = json(dir, "carl", &["run", task, "--partition", "2024-01-01", "--only", "--json"]);
+    assert_eq!(live["status"], "succeeded", "{live}");
+    live
+}
+
+/// Starts `backfill publish ID` armed to pause at `point` (e.g. `before-backfill-commit@2`),
+/// and returns once it is paused there.
+fn publish_paused(dir: &Path, id: &str, point: &str) -> Child {
+    let mut child = tidegate(dir, "ana")
+        .env("TIDEGATE_FAILPOINT", format!("pause:{point}"))
+        .env("TIDEGATE_FAILPOINT_DIR", dir)
+        .args(["backfill", "publish", id])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn publish");
+    let paused = dir.join(format!("{PAUSE}.paused"));
+    let give_up = Instant::now() + PAUSE_WAIT;
+    while !paused.exists() {
+        if let Some(status) = child.try_wait().expect("publish is ours to wait for") {
+            let out = child.wait_with_output().expect("output");
+            panic!("publish ended ({status}) before its commit:\n{}", String::from_utf8_lossy(&out.stderr));
+        }
+        assert!(Instant::now() < give_up, "publish never reached {point}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
+fn resume(dir: &Path, child: Child) -> Output {
+    std::fs::write(dir.join(format!("{PAUSE}.resume")), "").expect("resume file");
+    child.wait_with_output().expect("publish finishes")
+}
+
+/// The journal's reasons for `kind`, oldest first.
+fn journal_reasons(dir: &Path, kind: &str) -> Vec<String> {
+    let db = rusqlite::Connection::open(dir.join(".tidegate/state.db")).expect("state db");
+    let mut stmt = db.prepare("SELECT reason FROM journal WHERE kind = ?1 ORDER BY seq").expect("query");
+    stmt.query_map([kind], |r| r.get(0)).expect("rows").collect::<Result<_, _>>().expect("reasons")
+}
+
+/// What a refusal must say: the dataset, the partition and both table versions.
+fn assert_names_the_move(message: &str, dataset: &str, approved: u64, found: u64) {
+    for needle in [dataset.to_owned(), "2024-01-01".to_owned(), format!("version {approved}"), found.to_string()] {
+        assert!(message.contains(&needle), "the refusal should name {needle:?}:\n{message}");
+    }
+    assert!(!message.contains("2024-01-02"), "only the partition that moved is named:\n{message}");
+}
+
+fn assert_approval_withdrawn(dir: &Path, id: &str, dataset: &str) {
+    let status = json(dir, "ana", &["backfill", "status", id, "--json"]);
+    assert_eq!(status["status"], "staged", "the approval was withdrawn: {status}");
+    assert!(status["approval"].is_null(), "{status}");
+    let reasons = journal_reasons(dir, "backfill_approval_invalidated");
+    assert!(
+        reasons.iter().any(|r| r.contains(dataset) && r.contains("2024-01-01")),
+        "the journal says which partition moved: {reasons:?}"
+    );
+}
+
+fn raw_table(dir: &Path) -> PathBuf {
+    table(dir, "raw")
+}
+
+#[test]
+fn a_live_run_published_after_approval_makes_backfill_publish_refuse_naming_the_partition() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let ws = dir.path();
+    let id = approved_backfill(ws, "extract", false);
+    let approved = latest_version(&raw_table(ws));
+    live_run(ws, "extract");
+    let found = latest_version(&raw_table(ws));
+    assert_eq!(read_raw(ws), rows(&[("2024-01-01", 30), ("2024-01-02", 10)]));
+
+    let out = tidegate(ws, "ana").args(["backfill", "publish", &id]).output().expect("runs");
+    let message = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a stale approval must not publish:\n{message}");
+    assert_names_the_move(&message, "raw", approved, found);
+    assert_approval_withdrawn(ws, &id, "raw");
+    assert_eq!(read_raw(ws), rows(&[("2024-01-01", 30), ("2024-01-02", 10)]), "the live rows stay");
+    assert_eq!(latest_version(&raw_table(ws)), found, "nothing was committed");
+}
+
+#[test]
+fn a_live_run_committing_while_backfill_publish_is_at_its_commit_is_not_overwritten() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let ws = dir.path();
+    let id = approved_backfill(ws, "extract", false);
+    let approved = latest_version(&raw_table(ws));
+
+    // `publish` has checked the approval and verified raw; it is about to commit. A live run
+    // takes the scheduler role over (the paused process does not renew it) and publishes
+    // 2024-01-01 first.
+    let publish = publish_paused(ws, &id, PAUSE);
+    live_run(ws, "extract");
+    let found = latest_version(&raw_table(ws));
+    assert_eq!(found, approved + 1, "the live run committed while publish was paused");
+    let out = resume(ws, publish);
+    let message = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the backfill must not publish over the live commit:\n{message}");
+    assert_names_the_move(&message, "raw", approved, found);
+
+    assert_eq!(read_raw(ws), rows(&[("2024-01-01", 30), ("2024-01-02", 10)]), "readers see the live rows");
+    let raw = raw_table(ws);
+    assert_eq!(latest_version(&raw), found, "no commit after the live one");
+    let app_id = format!("tidegate:backfill:{id}:raw");
+    assert_eq!(commits_per_app_id(&raw).get(&app_id), None, "no commit carries the backfill");
+    assert_approval_withdrawn(ws, &id, "raw");
+}
+
+#[test]
+fn a_multi_dataset_backfill_refused_after_its_first_commit_restores_it_and_publishes_nothing_more() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let ws = dir.path();
+    let raw_before = rows(&[("2024-01-01", 10), ("2024-01-02", 10)]);
+    let id = approved_backfill(ws, "extract", true);
+    assert_eq!(read_raw(ws), raw_before);
+    let summary_table = table(ws, "summary");
+    let approved = latest_version(&summary_table);
+
+    // raw is committed; summary, the second dataset, is verified and about to commit when a
+    // live run publishes summary's 2024-01-01.
+    let publish = publish_paused(ws, &id, &format!("{PAUSE}@2"));
+    live_run(ws, "summarize");
+    let found = latest_version(&summary_table);
+    let live_summary = read_summary(ws);
+    let out = resume(ws, publish);
+    let message = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the backfill must not publish over the live commit:\n{message}");
+    assert_names_the_move(&message, "summary", approved, found);
+    assert!(message.contains("restored"), "it says raw's commit was undone:\n{message}");
+
+    assert_eq!(read_summary(ws), live_summary, "readers see the live summary");
+    assert_eq!(latest_version(&summary_table), found, "nothing was committed to summary after the live run");
+    assert_eq!(read_raw(ws), raw_before, "raw's commit of the backfill was undone");
+    assert_approval_withdrawn(ws, &id, "summary");
+}
