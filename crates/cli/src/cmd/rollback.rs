@@ -323,7 +323,7 @@ pub fn delete_reported(ws: Option<&Path>, files: &[String]) -> Result<Reconcilia
         payload: serde_json::json!({ "deleted": report.deleted }),
     };
     let meta = JournalMeta {
-        actor: requester(),
+        actor: crate::actor::name(),
         correlation_id: format!("reconcile-{}", uuid::Uuid::now_v7()),
         reason: "tidegate reconcile --delete".to_owned(),
         at: Utc::now(),
