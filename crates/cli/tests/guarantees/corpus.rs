@@ -123,6 +123,7 @@ const CLI_EXAMPLE: &[CliCase] = &[
     ("plan daily_stats --from 2024-01-01 --to 2024-01-02 --partition 2024-01-01", 2, &["--from", "--partition"]),
     ("read daily_stats --version 1 --release r", 2, &["--version", "--release"]),
     ("read daily_stats --json --csv", 2, &["--json", "--csv"]),
+    ("sql query --json --csv", 2, &["--json", "--csv"]),
     ("rollback daily_stats --to-version 0 --to-release r", 2, &["--to-version", "--to-release"]),
     ("vacuum --retain-releases 2 --older-than 7d", 2, &["--retain-releases", "--older-than"]),
     // Bad partitions and ranges: the flag and the value.
@@ -465,6 +466,22 @@ fn malformed_task_outputs_fail_their_step_once_and_publish_nothing() {
     assert_all_clear("task-output", OUTPUTS.len(), &failures);
 }
 
+/// Not a bad input (documented in docs/command-tasks.md): a task with nothing to publish for a
+/// partition leaves no file, and the partition is published empty, replacing what it held.
+#[test]
+fn a_task_that_leaves_no_file_publishes_an_empty_partition() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    write_spec(dir.path(), OUTPUTS_SPEC);
+    std::fs::write(dir.path().join("case.sh"), "printf 'id\\n1\\n' > \"$OUT/out.csv\"\n").expect("write case.sh");
+    setup(dir.path(), &["run", "produce", "--partition", "2024-01-01"]);
+    let before = latest_version(&table(dir.path(), "rows"));
+    std::fs::write(dir.path().join("case.sh"), ": nothing to write\n").expect("write case.sh");
+    setup(dir.path(), &["run", "produce", "--partition", "2024-01-01"]);
+    assert_eq!(latest_version(&table(dir.path(), "rows")), before + 1, "one commit");
+    let out = run(dir.path(), &["read", "rows", "--partition", "2024-01-01", "--json"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "[]", "{}", printed(&out));
+}
+
 // ---- 3. SQL -----------------------------------------------------------------------------------
 
 /// `tidegate sql` queries over the published `raw` (id int64, day string) and `summary`, and what
@@ -565,6 +582,8 @@ const SQL_CHECKS: &[(&str, &[&str])] = &[
     ("SELECT * FROM staged WHERE CAST(day AS INT) > 0", &["x"]),
     ("SELECT day FROM staged HAVING COUNT(*) > 1", &["day"]),
     ("SELECT * FROM staged WHERE", &["custom", "found: EOF"]),
+    ("SELECT * FROM raw WHERE id < 0", &["custom", "'datafusion.public.raw' not found"]),
+    ("SELECT * FROM staged WHERE nosuchfn(id)", &["custom", "nosuchfn"]),
 ];
 
 #[test]
