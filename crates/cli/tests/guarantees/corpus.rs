@@ -249,8 +249,16 @@ const BROKEN_SPEC_FILES: &[(&[u8], &[&str])] = &[
     (b"\0\0\0", &["tidegate.toml:1:1", "invalid TOML"]),
 ];
 
-/// Answers to `tidegate validate` in workspaces whose spec file is broken, or not a file.
-fn broken_spec_files() -> Vec<(String, Output, &'static [&'static str])> {
+/// `tidegate status` in a workspace whose `[project]` names a store or lake that cannot be used:
+/// the line, and what to name.
+const BAD_PLACES: &[(&str, &[&str])] = &[
+    ("state = \"mysql://x/y\"", &["mysql://x/y", "unknown scheme"]),
+    ("state = \"postgres://postgres@127.0.0.1:1/test\"", &["127.0.0.1:1", "unreachable"]),
+    ("lake = \"ftp://example/lake\"", &["ftp://example/lake", "unknown scheme"]),
+];
+
+/// Answers in workspaces whose spec file is broken or not a file, or names unusable places.
+fn broken_workspaces() -> Vec<(String, Output, &'static [&'static str])> {
     let mut answers = Vec::new();
     for (bytes, says) in BROKEN_SPEC_FILES {
         let dir = tempfile::tempdir().expect("temp dir");
@@ -260,6 +268,11 @@ fn broken_spec_files() -> Vec<(String, Output, &'static [&'static str])> {
             run(dir.path(), &["validate"]),
             *says,
         ));
+    }
+    for (line, says) in BAD_PLACES {
+        let dir = tempfile::tempdir().expect("temp dir");
+        write_spec(dir.path(), &format!("[project]\nname = \"places\"\n{line}\n{EXTRACT_SUMMARIZE}"));
+        answers.push((format!("status with {line}"), run(dir.path(), &["status"]), *says));
     }
     let dir = tempfile::tempdir().expect("temp dir");
     std::fs::create_dir(dir.path().join("tidegate.toml")).expect("a folder named tidegate.toml");
@@ -302,7 +315,7 @@ fn bad_command_lines_are_answered_clearly() {
             }
         }
     }
-    for (what, out, says) in broken_spec_files() {
+    for (what, out, says) in broken_workspaces() {
         n_cases += 1;
         println!("tidegate {what}");
         if let Some(why) = unclear(out.status.code(), &printed(&out), 1, says) {
