@@ -20,7 +20,7 @@ pub struct Workspace {
 /// Finds the workspace folder: `explicit` if given, else the nearest folder upward holding the spec.
 pub fn find_root(explicit: Option<&Path>) -> Result<PathBuf> {
     if let Some(dir) = explicit {
-        if !dir.join(SPEC_FILE).is_file() {
+        if !holds_spec(dir)? {
             bail!("{} has no {SPEC_FILE}; create one with `tidegate init {}`", dir.display(), dir.display());
         }
         // Absolute, because commands run with the workspace as their working folder and are
@@ -29,7 +29,7 @@ pub fn find_root(explicit: Option<&Path>) -> Result<PathBuf> {
     }
     let cwd = std::env::current_dir().context("reading the current folder")?;
     for dir in cwd.ancestors() {
-        if dir.join(SPEC_FILE).is_file() {
+        if holds_spec(dir)? {
             return Ok(dir.to_path_buf());
         }
     }
@@ -37,6 +37,19 @@ pub fn find_root(explicit: Option<&Path>) -> Result<PathBuf> {
         "no {SPEC_FILE} in {} or any parent folder; create a workspace with `tidegate init DIR` or pass -C DIR",
         cwd.display()
     )
+}
+
+/// Whether `dir` holds the spec file. An entry of that name that is not a file is an error rather
+/// than a miss: "no tidegate.toml" would send its user looking for a file that is right there.
+fn holds_spec(dir: &Path) -> Result<bool> {
+    let path = dir.join(SPEC_FILE);
+    if path.is_file() {
+        return Ok(true);
+    }
+    if path.symlink_metadata().is_ok() {
+        bail!("{} is not a file (a folder, or a link to nothing); the spec must be a TOML file", path.display());
+    }
+    Ok(false)
 }
 
 /// Reads and validates the spec, returning every diagnostic as one error.

@@ -48,12 +48,17 @@ pub enum Error {
     UnknownTarget { target: String, file: String, suggestion: Option<String> },
     #[error("dataset {dataset:?} is external: nothing in this workspace produces it, so it cannot be planned")]
     ExternalTarget { dataset: String },
-    /// The cause is part of the message and deliberately not a `source`: a chain printer would
-    /// say it twice ("--from X is after --to Y: --from X is after --to Y").
-    #[error("{what}: {cause}")]
-    Partition { what: String, cause: partition::Error },
+    /// `reason` is part of the message and deliberately not an error `source`: a printer of the
+    /// source chain (`{:#}`) would show it twice.
+    #[error("{what}: {reason}")]
+    Partition { what: String, reason: partition::Error },
     #[error("task {task:?} has static partitions; select them with --partition KEY (or --all), not --from/--to")]
     RangeOnStatic { task: String },
+    #[error(
+        "task {task:?} has {grain} partitions; --all selects static partitions only: select these with \
+         --from A --to B or --partition KEY"
+    )]
+    AllOnTime { task: String, grain: partition::Grain },
     #[error("the plan would hold more than {limit} steps; narrow the partition range")]
     TooLarge { limit: usize },
 }
@@ -192,7 +197,7 @@ pub fn resolve_target<'s>(spec: &'s Spec, target: &str) -> Result<&'s Task, Erro
 /// The partitions of `task` that `selection` names.
 pub fn select_partitions(spec: &Spec, task: &Task, selection: &Selection) -> Result<Vec<Partition>, Error> {
     let ds = task_dataset(spec, task);
-    let err = |what: String| move |cause| Error::Partition { what, cause };
+    let err = |what: String| move |reason| Error::Partition { what, reason };
     match (&ds.partitioning, axis_of(ds)) {
         (_, Some(axis)) => match selection {
             Selection::Range { from, to } => {
@@ -204,10 +209,7 @@ pub fn select_partitions(spec: &Spec, task: &Task, selection: &Selection) -> Res
                 .iter()
                 .map(|k| axis.parse_key(k).map(|t| axis.partition(t)).map_err(err(format!("--partition {k}"))))
                 .collect(),
-            Selection::AllStatic => Err(Error::Partition {
-                what: format!("task {}", task.name),
-                cause: partition::Error::BadBound { value: "--all applies to static partitions only".to_owned() },
-            }),
+            Selection::AllStatic => Err(Error::AllOnTime { task: task.name.clone(), grain: axis.grain }),
         },
         (Partitioning::Static { keys }, None) => match selection {
             Selection::Range { .. } => Err(Error::RangeOnStatic { task: task.name.clone() }),
@@ -220,7 +222,7 @@ pub fn select_partitions(spec: &Spec, task: &Task, selection: &Selection) -> Res
                     } else {
                         Err(Error::Partition {
                             what: format!("--partition {k}"),
-                            cause: partition::Error::UnknownStaticKey { key: k.clone(), known: keys.join(", ") },
+                            reason: partition::Error::UnknownStaticKey { key: k.clone(), known: keys.join(", ") },
                         })
                     }
                 })

@@ -175,6 +175,24 @@ fn static_partitions_are_selected_by_key_or_all() {
 }
 
 #[test]
+fn all_on_time_partitions_names_the_flag_and_how_to_select_instead() {
+    let spec = spec::parse("tidegate.toml", PIPELINE).expect("valid");
+    let err = plan::plan(&Request {
+        spec: &spec,
+        target: "features",
+        selection: Selection::AllStatic,
+        include_upstream: true,
+        include_downstream: false,
+    })
+    .expect_err("--all on a day grain");
+    assert_eq!(
+        err.to_string(),
+        "task \"featurize\" has day partitions; --all selects static partitions only: select these with \
+         --from A --to B or --partition KEY"
+    );
+}
+
+#[test]
 fn critical_path_and_parallel_levels() {
     let spec = spec::parse("tidegate.toml", PIPELINE).expect("valid");
     let p = plan::plan(&Request {

@@ -137,7 +137,7 @@ fn busy(holder: &DatasetLock, purpose: &str, waited: Duration) -> String {
 pub struct LockWait {
     /// Seconds to wait for another command holding a dataset's maintenance lock (a vacuum, a
     /// rollback) before giving up.
-    #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_LOCK_WAIT_S)]
+    #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_LOCK_WAIT_S, allow_negative_numbers = true)]
     pub lock_wait: u64,
 }
 

@@ -39,7 +39,7 @@ pub struct Args {
     pub idempotency_key: Option<String>,
     /// Attempts to run at once in this process (pools may allow fewer); registered `tidegate
     /// worker` processes add their slots.
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=4096))]
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=4096), allow_negative_numbers = true)]
     pub workers: u16,
     /// Print the summary as JSON (no progress output).
     #[arg(long)]

@@ -27,11 +27,11 @@ use crate::workspace;
 )]
 pub struct Args {
     /// Seconds between schedule evaluations.
-    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600), allow_negative_numbers = true)]
     pub tick_every_s: u64,
     /// Attempts this process runs itself at once (pools may allow fewer); 0 runs every attempt
     /// in `tidegate worker` processes.
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(0..=4096))]
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(0..=4096), allow_negative_numbers = true)]
     pub workers: u16,
 }
 

@@ -21,7 +21,7 @@ use crate::workspace::{self, Workspace};
 #[command(after_help = "Examples:\n  tidegate status\n  tidegate status --limit 50 --json")]
 pub struct Args {
     /// How many recent runs to show.
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 20, allow_negative_numbers = true)]
     limit: u32,
     /// Print the status as JSON.
     #[arg(long)]

@@ -42,8 +42,9 @@ pub struct Args {
     /// Decide and report, but submit nothing.
     #[arg(long)]
     pub dry_run: bool,
-    #[arg(long, default_value_t = 4)]
-    pub workers: usize,
+    /// Attempts to run at once in this process while running what is due (pools may allow fewer).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=4096), allow_negative_numbers = true)]
+    pub workers: u16,
     #[arg(long)]
     pub json: bool,
 }
@@ -106,7 +107,7 @@ pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
         }
     }
     if !runs.is_empty() {
-        execute(&ws, store.clone(), args.workers.max(1), !args.json, None)?;
+        execute(&ws, store.clone(), args.workers.into(), !args.json, None)?;
     }
     if args.json {
         output::json(&Tick { now, decisions, runs, superseded })?;

@@ -48,7 +48,13 @@ pub struct Args {
     /// Datasets to vacuum (default: every dataset in the spec that has a table).
     pub datasets: Vec<String>,
     /// Keep the N newest releases of each dataset (default 10).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "older_than")]
+    #[arg(
+        long,
+        value_name = "N",
+        value_parser = clap::value_parser!(u32).range(1..),
+        conflicts_with = "older_than",
+        allow_negative_numbers = true
+    )]
     pub retain_releases: Option<u32>,
     /// Keep every release made within this duration (`90m`, `36h`, `30d`, `2w`); older ones may
     /// no longer be rolled back to.

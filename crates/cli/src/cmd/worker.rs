@@ -27,7 +27,7 @@ use crate::{output, workspace};
 )]
 pub struct Args {
     /// Attempts this worker runs at once.
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1024), allow_negative_numbers = true)]
     pub slots: u32,
     /// The worker's name in leases and the journal (default: worker-<host>-<pid>).
     #[arg(long)]
