@@ -14,6 +14,9 @@ use crate::table::Lake;
 pub const JOURNAL_SEQ_KEY: &str = "tidegate.journal_seq";
 /// The commit metadata key of the anchored entry's hash.
 pub const JOURNAL_HASH_KEY: &str = "tidegate.journal_hash";
+/// The commit metadata key of the project whose journal is anchored: two workspaces may write
+/// one table of a shared lake, and each checks only its own anchors.
+pub const PROJECT_KEY: &str = "tidegate.project";
 /// How many of a table's newest commits are searched for an anchor: a commit another tool made
 /// carries none, and a table whose last hundred commits are all foreign is not vouching.
 pub const ANCHOR_SEARCH_COMMITS: usize = 100;
@@ -23,14 +26,17 @@ pub const ANCHOR_SEARCH_COMMITS: usize = 100;
 pub struct Anchor {
     pub journal_seq: u64,
     pub journal_hash: String,
+    /// The `[project] name` of the workspace whose journal this is.
+    pub project: String,
 }
 
 impl Anchor {
     /// The commit metadata that carries this anchor.
-    pub(crate) fn metadata(&self) -> [(String, Value); 2] {
+    pub(crate) fn metadata(&self) -> [(String, Value); 3] {
         [
             (JOURNAL_SEQ_KEY.to_owned(), Value::from(self.journal_seq)),
             (JOURNAL_HASH_KEY.to_owned(), Value::from(self.journal_hash.clone())),
+            (PROJECT_KEY.to_owned(), Value::from(self.project.clone())),
         ]
     }
 
@@ -38,7 +44,8 @@ impl Anchor {
     fn from_metadata(info: &std::collections::HashMap<String, Value>) -> Option<Anchor> {
         let seq = info.get(JOURNAL_SEQ_KEY)?.as_u64()?;
         let hash = info.get(JOURNAL_HASH_KEY)?.as_str()?;
-        Some(Anchor { journal_seq: seq, journal_hash: hash.to_owned() })
+        let project = info.get(PROJECT_KEY)?.as_str()?;
+        Some(Anchor { journal_seq: seq, journal_hash: hash.to_owned(), project: project.to_owned() })
     }
 }
 
@@ -77,14 +84,15 @@ fn releases_of(info: &std::collections::HashMap<String, Value>) -> Vec<(String, 
 }
 
 impl Lake {
-    /// The newest anchor among the table's last [`ANCHOR_SEARCH_COMMITS`] commits, if any.
-    pub async fn newest_anchor(&self, dataset: &str) -> Result<Option<AnchoredVersion>> {
+    /// The newest anchor of `project`'s journal among the table's last [`ANCHOR_SEARCH_COMMITS`]
+    /// commits, if any.
+    pub async fn newest_anchor(&self, dataset: &str, project: &str) -> Result<Option<AnchoredVersion>> {
         let Some(table) = self.try_load(dataset).await? else { return Ok(None) };
         let latest = table.version().unwrap_or_default();
         let infos: Vec<_> = futures::TryStreamExt::try_collect(table.history(Some(ANCHOR_SEARCH_COMMITS))).await?;
         // Newest first and contiguous, so the index counts back from the latest version.
         Ok(infos.iter().enumerate().find_map(|(idx, info)| {
-            Anchor::from_metadata(&info.info).map(|anchor| AnchoredVersion {
+            Anchor::from_metadata(&info.info).filter(|a| a.project == project).map(|anchor| AnchoredVersion {
                 dataset: dataset.to_owned(),
                 version: latest.saturating_sub(idx as u64),
                 anchor,
@@ -92,16 +100,5 @@ impl Lake {
                 releases: releases_of(&info.info),
             })
         }))
-    }
-
-    /// The newest anchor of every table in the lake that carries one, by dataset name.
-    pub async fn anchors(&self) -> Result<Vec<AnchoredVersion>> {
-        let mut out = Vec::new();
-        for name in self.datasets().await? {
-            if let Some(anchored) = self.newest_anchor(&name).await? {
-                out.push(anchored);
-            }
-        }
-        Ok(out)
     }
 }

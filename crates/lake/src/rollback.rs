@@ -10,9 +10,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use deltalake_core::DeltaTable;
+use deltalake_core::DeltaTableBuilder;
 use deltalake_core::kernel::{Action, Transaction};
 use deltalake_core::protocol::DeltaOperation;
-use deltalake_core::DeltaTableBuilder;
 use futures::TryStreamExt as _;
 use object_store::ObjectStoreExt as _;
 use object_store::path::Path;

@@ -23,19 +23,24 @@ pub struct Mismatch {
 }
 
 /// The journal's head, as the next commit should carry it.
-pub fn head(store: &dyn Store) -> Result<Option<Anchor>> {
-    Ok(store
-        .journal_head()
-        .context("reading the journal's head for the commit")?
-        .map(|h| Anchor { journal_seq: h.seq, journal_hash: h.hash }))
+pub fn head(ws: &Workspace, store: &dyn Store) -> Result<Option<Anchor>> {
+    Ok(store.journal_head().context("reading the journal's head for the commit")?.map(|h| Anchor {
+        journal_seq: h.seq,
+        journal_hash: h.hash,
+        project: ws.spec.project.name.clone(),
+    }))
 }
 
-/// The newest anchors of the workspace's own datasets (another workspace's tables in a shared
-/// lake vouch for another journal).
+/// The newest anchors of this project's journal in the workspace's own datasets (another
+/// workspace's tables in a shared lake, and its commits to a table both write, vouch for another
+/// journal).
 pub async fn declared_anchors(ws: &Workspace, lake: &Lake) -> Result<Vec<AnchoredVersion>> {
     let mut out = Vec::new();
+    let project = &ws.spec.project.name;
     for name in ws.spec.datasets.keys() {
-        if let Some(anchored) = lake.newest_anchor(name).await.with_context(|| format!("reading {name}'s log"))? {
+        if let Some(anchored) =
+            lake.newest_anchor(name, project).await.with_context(|| format!("reading {name}'s log"))?
+        {
             out.push(anchored);
         }
     }

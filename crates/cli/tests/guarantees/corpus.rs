@@ -215,7 +215,7 @@ const CLI_EXAMPLE: &[CliCase] = &[
     // The workspace folder.
     ("-C /nonexistent validate", 1, &["/nonexistent", "tidegate.toml"]),
     ("-C /proc status", 1, &["/proc", "tidegate.toml"]),
-    ("init .", 1, &["tidegate.toml", "already exists", "--force"]),
+    ("init .", 1, &["tidegate.toml", "already exist", "nothing was written"]),
     ("init /dev/null/ws", 1, &["/dev/null"]),
 ];
 

@@ -100,9 +100,10 @@ fn tables_left_alone(report: &Value) -> Vec<String> {
     names
 }
 
-/// Runs `tidegate ARGS` in `dir` as `user` and returns its stdout, failing the test if it fails.
+/// Runs `tidegate ARGS` in `dir` as `user` (the holder of a token minted for them) and returns its
+/// stdout, failing the test if it fails.
 fn ok_as(dir: &Path, user: &str, args: &[&str]) -> String {
-    let out = tidegate(dir).env("TIDEGATE_USER", user).args(args).output().expect("runs");
+    let out = tidegate(dir).env("TIDEGATE_TOKEN", token_of(dir, user)).args(args).output().expect("runs");
     assert!(out.status.success(), "tidegate {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8(out.stdout).expect("utf-8")
 }
@@ -145,9 +146,9 @@ fn reconcile_leaves_another_workspaces_tables_and_staged_files_alone() {
     assert!(text.contains("left alone: table their_table"), "{text}");
 
     // The other workspace finishes its work: nothing it staged was lost.
-    ok_as(&s.theirs, "cli-test", &["backfill", "compare", &id, "--json"]);
-    ok_as(&s.theirs, "bo", &["backfill", "approve", &id, "--as", "bo"]);
-    ok_as(&s.theirs, "cli-test", &["backfill", "publish", &id]);
+    ok(&s.theirs, &["backfill", "compare", &id, "--json"]);
+    ok_as(&s.theirs, "bo", &["backfill", "approve", &id]);
+    ok(&s.theirs, &["backfill", "publish", &id]);
     let (code, done) =
         json(&s.theirs, &["run", "make", "--partition", "2024-01-09", "--idempotency-key", "n9", "--json"]);
     assert_eq!((code, &done["status"]), (0, &j!("succeeded")), "{done}");

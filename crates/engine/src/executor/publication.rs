@@ -155,10 +155,12 @@ impl Engine {
             self.db(move |s| unknown.into_iter().map(|id| s.versions(&id).map(|v| (id, v))).collect()).await?
         };
         // The journal's head, carried by the commits: the lake then vouches for every entry up to it.
-        let anchor = self
-            .db(|s| s.journal_head())
-            .await?
-            .map(|h| tidegate_lake::Anchor { journal_seq: h.seq, journal_hash: h.hash });
+        let project = self.spec.project.name.clone();
+        let anchor = self.db(|s| s.journal_head()).await?.map(|h| tidegate_lake::Anchor {
+            journal_seq: h.seq,
+            journal_hash: h.hash,
+            project: project.clone(),
+        });
         let mut pending = Vec::with_capacity(step_ids.len());
         let mut releases = Vec::with_capacity(step_ids.len());
         for step_id in step_ids {

@@ -89,6 +89,7 @@ async fn a_refused_resume_restores_the_dataset_an_earlier_attempt_committed() {
         run_id: "run-bf-2".to_owned(),
         spec_hash: "spec-hash".to_owned(),
         items: vec![item(&first, staged_first), item(&second, staged_second)],
+        anchor: None,
     };
 
     // The crashed attempt got as far as the first dataset's commit.
@@ -142,6 +143,7 @@ async fn a_refusal_does_not_restore_a_dataset_over_a_newer_live_commit() {
         run_id: "run-bf-3".to_owned(),
         spec_hash: "spec-hash".to_owned(),
         items: vec![item(&first, staged_first), item(&second, staged_second)],
+        anchor: None,
     };
     let mut crashed = backfill.clone();
     crashed.items.truncate(1);

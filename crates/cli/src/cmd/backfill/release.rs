@@ -177,7 +177,7 @@ async fn publish_release(
         run_id: run_id.clone(),
         spec_hash: record.spec_hash.clone(),
         items,
-        anchor: crate::cmd::anchor::head(store)?,
+        anchor: crate::cmd::anchor::head(ws, store)?,
     };
     // Each dataset commits only if nothing touched its partitions since the version the approved
     // comparison read, checked on the version the commit is built on (`Lake::publish_approved`).
