@@ -1,4 +1,5 @@
-//! Real processes: exit codes, signals, timeouts that kill the whole group, redaction, no shell.
+//! Real processes: exit codes, signals, timeouts and cancellation that kill every descendant,
+//! redaction, no shell.
 
 use std::time::Duration;
 
@@ -83,4 +84,41 @@ async fn a_missing_program_is_a_clear_error() {
     let s = spec(dir.path(), &["definitely-not-a-program-xyz"], 10_000);
     let err = process::run(&s).await.expect_err("cannot start");
     assert!(err.to_string().contains("is it installed and on PATH?"), "{err}");
+}
+
+/// The processes whose command line holds `marker` (a number no other process uses).
+fn alive_with(marker: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
+        let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if text.contains(marker) {
+            found.push(format!("{}: {text}", entry.file_name().to_string_lossy()));
+        }
+    }
+    found
+}
+
+#[tokio::test]
+async fn a_cancelled_run_kills_children_that_left_the_process_group() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let script = "setsid sleep 90.4713 > /dev/null 2>&1 < /dev/null & echo started; sleep 30";
+    let s = spec(dir.path(), &["sh", "-c", script], 60_000);
+    let running = tokio::spawn(async move { process::run(&s).await });
+    let log = dir.path().join("logs").join("stdout.log");
+    while !std::fs::read_to_string(&log).is_ok_and(|t| t.contains("started")) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    running.abort();
+    let _ = running.await;
+    // SIGKILL is delivered asynchronously: allow the processes a moment to be gone.
+    let mut left = alive_with("90.4713");
+    for _ in 0..100 {
+        if left.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        left = alive_with("90.4713");
+    }
+    assert!(left.is_empty(), "processes outlived their cancelled attempt: {left:?}");
 }
