@@ -96,10 +96,10 @@ fn files_containing(root: &Path, needle: &str) -> Vec<String> {
             let path = entry.path();
             if path.is_dir() {
                 stack.push(path);
-            } else if let Ok(bytes) = std::fs::read(&path) {
-                if bytes.windows(needle.len()).any(|w| w == needle.as_bytes()) {
-                    out.push(path.display().to_string());
-                }
+            } else if let Ok(bytes) = std::fs::read(&path)
+                && bytes.windows(needle.len()).any(|w| w == needle.as_bytes())
+            {
+                out.push(path.display().to_string());
             }
         }
     }
