@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use tidegate_core::retry::Exit;
 use tidegate_engine::process::{self, Spec};
+use tidegate_engine::secrets::Secrets;
 
 fn spec(dir: &std::path::Path, argv: &[&str], timeout_ms: u64) -> Spec {
     Spec {
@@ -15,6 +16,7 @@ fn spec(dir: &std::path::Path, argv: &[&str], timeout_ms: u64) -> Spec {
         stdout_log: dir.join("logs").join("stdout.log"),
         stderr_log: dir.join("logs").join("stderr.log"),
         redact: vec!["hunter22secret".into()],
+        log_max_bytes: 10 * 1024 * 1024,
     }
 }
 
@@ -121,4 +123,64 @@ async fn a_cancelled_run_kills_children_that_left_the_process_group() {
         left = alive_with("90.4713");
     }
     assert!(left.is_empty(), "processes outlived their cancelled attempt: {left:?}");
+}
+
+#[tokio::test]
+async fn an_orphan_that_exits_on_its_own_is_reaped() {
+    // Orphans are reparented to this process (the subreaper): one that exits before its attempt
+    // ends must not stay a zombie. Its program has a name of its own to be found by.
+    let dir = tempfile::tempdir().expect("tmp");
+    let program = dir.path().join("orphan-4714");
+    std::os::unix::fs::symlink("/bin/sleep", &program).expect("symlink");
+    let script = format!("({} 0.2 &); sleep 1", program.display());
+    let done = process::run(&spec(dir.path(), &["sh", "-c", &script], 10_000)).await.expect("runs");
+    assert!(done.succeeded());
+    let me = std::process::id();
+    let mut zombies = Vec::new();
+    for thread in std::fs::read_dir(format!("/proc/{me}/task")).expect("threads").flatten() {
+        let children = std::fs::read_to_string(thread.path().join("children")).unwrap_or_default();
+        for pid in children.split_whitespace() {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            if stat.contains("(orphan-4714)") {
+                zombies.push(stat);
+            }
+        }
+    }
+    assert!(zombies.is_empty(), "orphans left as zombies: {zombies:?}");
+}
+
+#[test]
+fn every_occurrence_of_a_secret_is_hidden_and_overlaps_leave_nothing() {
+    let s = Secrets::new(&["abcd", "cdef", ""]);
+    assert_eq!(s.redact("x abcdef y abcd"), "x *** y ***");
+    assert_eq!(s.redact("nothing here"), "nothing here");
+    assert_eq!(Secrets::new(&[] as &[&str]).redact("abcd"), "abcd");
+}
+
+#[test]
+fn a_secret_across_a_cut_is_hidden_whole() {
+    let s = Secrets::new(&["hunter22secret"]);
+    assert_eq!(s.redact_cut(b"xxxhunter22secret and more", 5), b"xxx***");
+    assert_eq!(s.redact_cut(b"xxxxxhunter22secret", 5), b"xxxxx");
+    assert_eq!(s.redact_cut(b"hunter22secret xx hunter22secret", 20), b"*** xx ***");
+}
+
+#[test]
+fn each_line_of_a_secret_over_several_lines_is_hidden() {
+    let s = Secrets::new(&["-----BEGIN KEY-----\nMIIEvQIBADANBg\nab\n-----END KEY-----\n"]);
+    assert_eq!(s.redact("MIIEvQIBADANBg"), "***");
+    assert_eq!(s.redact("ab cd"), "ab cd", "a line too short to redact is left");
+}
+
+#[tokio::test]
+async fn a_log_over_its_cap_keeps_head_and_tail_around_a_marker() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut s = spec(dir.path(), &["sh", "-c", "echo FIRST; seq 1 200000; echo LAST"], 10_000);
+    s.log_max_bytes = 64 * 1024;
+    let done = process::run(&s).await.expect("runs");
+    let log = std::fs::read_to_string(&done.stdout_log).expect("log");
+    assert!(log.len() < 64 * 1024 + 200, "{} bytes", log.len());
+    assert!(log.starts_with("FIRST\n1\n2\n") && log.ends_with("199999\n200000\nLAST\n"));
+    let marker = log.lines().find(|l| l.starts_with("[tidegate: ")).expect("a marker");
+    assert!(marker.contains("bytes dropped here") && marker.contains("log_max_bytes = 65536"), "{marker}");
 }
