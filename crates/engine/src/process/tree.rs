@@ -73,13 +73,22 @@ fn own() -> std::sync::MutexGuard<'static, Option<HashSet<i32>>> {
     OWN.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// What [`kill_all`] did, for [`reap`].
+pub(super) struct Killed {
+    /// The pids killed besides the task's own process.
+    pids: Vec<i32>,
+    /// Whether this process had children other than the tasks' own processes (orphans, some
+    /// perhaps zombies to sweep).
+    strangers: bool,
+}
+
 /// Kills every process of the attempt marked `tree_id`: the tree under `main` (the task's own
 /// process, while it lives), the marked orphans with theirs, and the process group `group`.
-/// Returns the pids killed besides `main`, for [`reap`].
-pub(super) fn kill_all(main: Option<Pid>, group: Option<Pid>, tree_id: &str) -> Vec<i32> {
+pub(super) fn kill_all(main: Option<Pid>, group: Option<Pid>, tree_id: &str) -> Killed {
     let mut killed: HashSet<i32> = HashSet::new();
+    let mut strangers = false;
     for _ in 0..MAX_KILL_ROUNDS {
-        let found = survey(main, tree_id);
+        let found = survey(main, tree_id, &mut strangers);
         let new: Vec<i32> = found.into_iter().filter(|p| !killed.contains(p)).collect();
         if new.is_empty() {
             break;
@@ -96,12 +105,17 @@ pub(super) fn kill_all(main: Option<Pid>, group: Option<Pid>, tree_id: &str) -> 
     if let Some(main) = main {
         killed.remove(&main.as_raw());
     }
-    killed.into_iter().collect()
+    Killed { pids: killed.into_iter().collect(), strangers }
 }
 
 /// Waits for the killed processes to be gone, reaping those that became this process's
-/// zombies; then reaps every other orphaned zombie. At most [`REAP_WAIT`].
-pub(super) async fn reap(mut killed: Vec<i32>) {
+/// zombies; then reaps every other orphaned zombie. At most [`REAP_WAIT`]. Nothing to do (no
+/// read of `/proc`) when nothing was killed and this process had no orphans.
+pub(super) async fn reap(killed: Killed) {
+    let Killed { pids: mut killed, strangers } = killed;
+    if killed.is_empty() && !strangers {
+        return;
+    }
     let deadline = tokio::time::Instant::now() + REAP_WAIT;
     while !killed.is_empty() && tokio::time::Instant::now() < deadline {
         killed.retain(|pid| !reaped_or_gone(*pid));
@@ -129,7 +143,7 @@ fn reaped_or_gone(pid: i32) -> bool {
 
 /// Reaps the zombies among this process's orphans: children that are not a task's own process.
 /// An orphan that exited on its own left one; without this they would pile up in a `serve`.
-pub(super) fn sweep_zombies() {
+fn sweep_zombies() {
     let zombies: Vec<i32> =
         main_thread_children().into_iter().filter(|p| Stat::read(*p).is_some_and(|s| s.state == 'Z')).collect();
     if zombies.is_empty() {
@@ -143,8 +157,8 @@ pub(super) fn sweep_zombies() {
 }
 
 /// The live processes of the attempt: the tree under `main`, and each orphan carrying
-/// `tree_id` with its tree.
-fn survey(main: Option<Pid>, tree_id: &str) -> Vec<i32> {
+/// `tree_id` with its tree. Sets `strangers` when an orphan of any attempt was seen.
+fn survey(main: Option<Pid>, tree_id: &str, strangers: &mut bool) -> Vec<i32> {
     let mut found = Vec::new();
     if let Some(main) = main {
         descendants(main.as_raw(), &mut found);
@@ -154,6 +168,7 @@ fn survey(main: Option<Pid>, tree_id: &str) -> Vec<i32> {
         if own().as_ref().is_some_and(|s| s.contains(&pid)) {
             continue;
         }
+        *strangers = true;
         if environ_has(pid, needle.as_bytes()) {
             found.push(pid);
             descendants(pid, &mut found);
