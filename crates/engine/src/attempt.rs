@@ -14,6 +14,7 @@ use tidegate_lake::{CheckResult, Lake, StagedVersion};
 use tidegate_store::{CheckpointRecord, Lease, StepRecord, Store};
 
 use crate::process;
+use crate::secrets::Secrets;
 
 /// Everything an attempt needs, cloned out of the scheduler so the attempt runs on its own.
 #[derive(Debug, Clone)]
@@ -152,13 +153,39 @@ pub async fn run(attempt: Attempt, store: Arc<dyn Store>, lake: Arc<Lake>) -> Re
     let epoch = attempt.lease.epoch;
     let fail =
         |class, reason: String| Report::Failed { step_id: step_id.clone(), epoch, class, reason, ended_at: Utc::now() };
+    let secrets = match crate::secrets::from_env(&attempt.task) {
+        Ok(secrets) => secrets,
+        Err(reason) => return fail(ErrorClass::Deterministic, reason),
+    };
+    let redactor = Secrets::new(&secrets.iter().map(|(_, v)| v.as_str()).collect::<Vec<_>>());
     let heartbeat =
         tokio::spawn(heartbeat_loop(store.clone(), attempt.lease.clone(), attempt.heartbeat, attempt.lease_ttl_s));
-    let result = execute(&attempt, &store, &lake).await;
+    let result = execute(&attempt, &store, &lake, &secrets, &redactor).await;
     heartbeat.abort();
+    // What the attempt reports is journaled and stored: the task's data or output quoted in a
+    // failure or a check's detail must not carry its secrets there.
     match result {
-        Ok((versions, checks)) => Report::Staged { step_id, epoch, versions, checks, ended_at: Utc::now() },
-        Err((class, reason)) => fail(class, reason),
+        Ok((mut versions, mut checks)) => {
+            for check in &mut checks {
+                check.detail = redactor.redact(&check.detail);
+            }
+            versions.iter_mut().for_each(|v| redact_stats(v, &redactor));
+            Report::Staged { step_id, epoch, versions, checks, ended_at: Utc::now() }
+        }
+        Err((class, reason)) => fail(class, redactor.redact(&reason)),
+    }
+}
+
+/// Hides secrets in a staged version's column statistics (a column's smallest or largest value
+/// can be a secret the task wrote into its data), which are stored with the version.
+pub(crate) fn redact_stats(v: &mut StagedVersion, secrets: &Secrets) {
+    if secrets.is_empty() {
+        return;
+    }
+    for c in &mut v.columns {
+        for value in [&mut c.min, &mut c.max].into_iter().flatten() {
+            *value = secrets.redact(value);
+        }
     }
 }
 
@@ -181,14 +208,22 @@ use crate::checkpoint::{Checkpoints, Failure};
 /// How often a running command's checkpoint file is read.
 pub const CHECKPOINT_POLL: Duration = Duration::from_millis(200);
 
+/// A task's secrets as `(name, value)`, read when the attempt started.
+type SecretEnv = [(String, String)];
+
 async fn execute(
     a: &Attempt,
     store: &Arc<dyn Store>,
     lake: &Lake,
+    secrets: &SecretEnv,
+    redactor: &Secrets,
 ) -> Result<(Vec<StagedVersion>, Vec<CheckResult>), Failure> {
     let staging_id = staging_id(&a.step.id, a.lease.attempt);
     let versions = match &a.task.run {
-        TaskRun::Command { argv, .. } => run_command(a, argv, store, lake, &staging_id).await?,
+        TaskRun::Command { argv, .. } => {
+            let task = TaskProcess { argv, secrets, redactor };
+            run_command(a, &task, store, lake, &staging_id).await?
+        }
         TaskRun::Sql { query } => run_sql(a, query, store, lake, &staging_id).await?,
     };
     let mut checks = Vec::new();
@@ -209,9 +244,16 @@ pub(crate) fn output_dir(a: &Attempt, dataset: &str) -> PathBuf {
     if a.outputs.len() == 1 { a.dir.clone() } else { a.dir.join(dataset) }
 }
 
+/// What a command task's process is started with.
+struct TaskProcess<'a> {
+    argv: &'a [String],
+    secrets: &'a SecretEnv,
+    redactor: &'a Secrets,
+}
+
 async fn run_command(
     a: &Attempt,
-    argv: &[String],
+    task: &TaskProcess<'_>,
     store: &Arc<dyn Store>,
     lake: &Lake,
     staging_id: &str,
@@ -227,13 +269,8 @@ async fn run_command(
         .try_for_each(|f| std::fs::create_dir_all(f).map_err(|e| format!("{}: {e}", f.display())))
         .map_err(|e| (ErrorClass::Transient, format!("preparing the attempt's folders: {e}")))?;
     let mut env = step_env(a);
-    let mut redact = Vec::new();
-    for name in &a.task.secrets {
-        if let Ok(value) = std::env::var(name) {
-            redact.push(value.clone());
-            env.push((name.clone(), value));
-        }
-    }
+    env.extend(task.secrets.iter().cloned());
+    let argv = task.argv;
     let spec = process::Spec {
         argv: argv.to_vec(),
         cwd: a.workspace.clone(),
@@ -241,12 +278,13 @@ async fn run_command(
         timeout: Duration::from_secs(u64::from(a.task.timeout_s)),
         stdout_log: a.file("stdout.log"),
         stderr_log: a.file("stderr.log"),
-        redact,
+        redact: task.secrets.iter().map(|(_, v)| v.clone()).collect(),
+        log_max_bytes: a.task.log_max_bytes,
     };
     // The process runs on its own task so that staging a checkpointed granule never stalls the
     // reading of its output pipes or its timeout.
     let mut process = tokio::spawn(async move { process::run(&spec).await });
-    let mut checkpoints = Checkpoints::new(a, store.clone(), lake);
+    let mut checkpoints = Checkpoints::new(a, store.clone(), lake, task.redactor);
     let mut poll = tokio::time::interval(CHECKPOINT_POLL);
     let finished = loop {
         tokio::select! {

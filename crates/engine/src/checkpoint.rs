@@ -37,6 +37,7 @@ use tidegate_lake::{Lake, StagedVersion};
 use tidegate_store::{CheckpointRecord, JournalMeta, Outcome, Store, VersionRecord};
 
 use crate::attempt::{Attempt, output_dir};
+use crate::secrets::Secrets;
 
 /// Why an attempt failed, as its report gives it.
 pub(crate) type Failure = (ErrorClass, String);
@@ -70,10 +71,13 @@ pub(crate) struct Checkpoints<'a> {
     covered: HashMap<String, BTreeSet<PathBuf>>,
     /// The first failure; once set, nothing more is read and the attempt fails with it.
     failure: Option<Failure>,
+    /// The task's secrets, hidden from what is journaled (granules and positions are the task's
+    /// text) and from the stored parts' column statistics.
+    redactor: &'a Secrets,
 }
 
 impl<'a> Checkpoints<'a> {
-    pub(crate) fn new(attempt: &'a Attempt, store: Arc<dyn Store>, lake: &'a Lake) -> Self {
+    pub(crate) fn new(attempt: &'a Attempt, store: Arc<dyn Store>, lake: &'a Lake, redactor: &'a Secrets) -> Self {
         Self {
             attempt,
             store,
@@ -83,6 +87,7 @@ impl<'a> Checkpoints<'a> {
             n_lines: 0,
             covered: HashMap::new(),
             failure: None,
+            redactor,
         }
     }
 
@@ -164,11 +169,12 @@ impl<'a> Checkpoints<'a> {
         for dataset in &a.outputs {
             let dir = output_dir(a, &dataset.name);
             let files: Vec<PathBuf> = named.iter().filter(|f| f.parent() == Some(dir.as_path())).cloned().collect();
-            let part = self
+            let mut part = self
                 .lake
                 .stage_paths(dataset, &staging_id, std::slice::from_ref(&a.partition), &files)
                 .await
                 .map_err(|e| stage_failure(&e))?;
+            crate::attempt::redact_stats(&mut part, self.redactor);
             self.covered.entry(dataset.name.clone()).or_default().extend(files);
             versions.push(version_record(a, &part));
             parts.push(part);
@@ -196,7 +202,9 @@ impl<'a> Checkpoints<'a> {
         let meta = JournalMeta {
             actor: a.lease.worker.clone(),
             correlation_id: a.run_id.clone(),
-            reason: format!("granule {:?} staged ({n_rows} rows); resume from {:?}", line.granule, line.position),
+            reason: self
+                .redactor
+                .redact(&format!("granule {:?} staged ({n_rows} rows); resume from {:?}", line.granule, line.position)),
             at: checkpoint.created_at,
         };
         let (store, epoch) = (self.store.clone(), a.lease.epoch);

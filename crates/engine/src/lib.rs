@@ -12,6 +12,7 @@ pub mod executor;
 pub mod failpoint;
 pub mod leftovers;
 pub mod process;
+pub mod secrets;
 pub mod view;
 pub mod worker;
 

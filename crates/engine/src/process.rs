@@ -1,16 +1,22 @@
 //! Running a command task's process: argv without a shell, an explicit environment, stdout and
-//! stderr captured to files with secret values redacted, and a timeout that kills the whole
-//! process group.
+//! stderr captured to files with secret values redacted and within a size cap, and at its end
+//! (exit, timeout or cancellation) every process it started killed ([`tree`]).
+
+mod log;
+mod tree;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{Signal, killpg};
+use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use tidegate_core::retry::Exit;
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
 use tokio::process::Command;
+
+pub use self::log::MAX_LOG_TAIL_BYTES;
+pub use self::tree::TREE_VAR;
+use crate::secrets::Secrets;
 
 /// The longest log line kept whole; longer lines are cut so a runaway task cannot exhaust memory.
 pub const MAX_LOG_LINE_BYTES: usize = 64 * 1024;
@@ -31,8 +37,10 @@ pub struct Spec {
     /// first line written to it.
     pub stdout_log: PathBuf,
     pub stderr_log: PathBuf,
-    /// Values to replace with `***` in the captured logs.
+    /// Values to replace with `***` in the captured logs (every one that is not empty).
     pub redact: Vec<String>,
+    /// The cap on each log; beyond it the middle of the log is dropped, its head and tail kept.
+    pub log_max_bytes: u64,
 }
 
 /// How the process ended.
@@ -92,9 +100,59 @@ fn resolve_program(program: &str, path_var: Option<&std::ffi::OsStr>, cwd: &Path
     })
 }
 
-/// Runs the process to completion or timeout.
+/// Runs the process to completion or timeout, and then kills whatever it left running.
 pub async fn run(spec: &Spec) -> Result<Finished, Error> {
     let (program, args) = spec.argv.split_first().ok_or(Error::EmptyArgv)?;
+    // Before the first spawn: a process inherits whether an ancestor is a subreaper when forked.
+    tree::become_subreaper();
+    let tree_id = tree::new_tree_id();
+    let mut cmd = command(spec, program, args, &tree_id);
+    let started = Instant::now();
+    let mut child = tree::spawn_own(|| {
+        let child = cmd.spawn()?;
+        let pid = child.id();
+        Ok((child, pid))
+    })
+    .map_err(|source| Error::Spawn { program: program.clone(), source })?;
+    let main = child.id().and_then(|id| i32::try_from(id).ok()).map(Pid::from_raw);
+    // Until the end of this function, dropping it (a cancelled attempt) kills the tree.
+    let mut guard = Supervision { main, tree_id, killed: false };
+    let (stdout_log, stderr_log) = (spec.stdout_log.clone(), spec.stderr_log.clone());
+    let secrets = Secrets::new(&spec.redact);
+    let out =
+        tokio::spawn(log::capture(child.stdout.take(), stdout_log.clone(), secrets.clone(), spec.log_max_bytes, false));
+    let err = tokio::spawn(log::capture(child.stderr.take(), stderr_log.clone(), secrets, spec.log_max_bytes, true));
+
+    let status = tokio::time::timeout(spec.timeout, child.wait()).await;
+    // Whether the task finished or timed out, nothing it started may outlive it: a process left
+    // behind could write into the output folder after staging, and one holding the pipes open
+    // would keep the log readers from ever finishing.
+    let alive = if matches!(status, Ok(Ok(_))) { None } else { main };
+    let killed = tree::kill_all(alive, main, &guard.tree_id);
+    guard.killed = true;
+    let exit = match status {
+        Err(_elapsed) => {
+            let _ = child.wait().await;
+            Exit::TimedOut
+        }
+        Ok(Err(_)) => Exit::Signal { signal: Signal::SIGKILL as i32 },
+        Ok(Ok(status)) => exit_of(status),
+    };
+    // Reaped by tokio: its pid may be reused, so the guard forgets it.
+    tree::disown(guard.main.take());
+    tree::reap(killed).await;
+    let join = |r: Result<Result<Vec<String>, Error>, tokio::task::JoinError>, path: &Path| match r {
+        Ok(inner) => inner,
+        Err(e) => Err(Error::Log { path: path.to_owned(), source: std::io::Error::other(e.to_string()) }),
+    };
+    join(out.await, &stdout_log)?;
+    let stderr_tail = join(err.await, &stderr_log)?;
+    Ok(Finished { exit, elapsed: started.elapsed(), stdout_log, stderr_log, stderr_tail })
+}
+
+/// The command for `spec`: the program found on the task's `PATH`, its own process group, an
+/// environment of [`INHERITED_ENV`], the spec's variables and [`tree::TREE_VAR`].
+fn command(spec: &Spec, program: &str, args: &[String], tree_id: &str) -> Command {
     let child_path = spec
         .env
         .iter()
@@ -113,7 +171,7 @@ pub async fn run(spec: &Spec) -> Result<Finished, Error> {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        // Its own process group, so a timeout can kill everything the task started.
+        // Its own process group, so a signal can reach everything the task started at once.
         .process_group(0)
         .kill_on_drop(true);
     for name in INHERITED_ENV {
@@ -122,34 +180,27 @@ pub async fn run(spec: &Spec) -> Result<Finished, Error> {
         }
     }
     cmd.envs(spec.env.iter().map(|(k, v)| (k, v)));
-    let started = Instant::now();
-    let mut child = cmd.spawn().map_err(|source| Error::Spawn { program: program.clone(), source })?;
-    let pgid = child.id().and_then(|id| i32::try_from(id).ok()).map(Pid::from_raw);
-    let (stdout_log, stderr_log) = (spec.stdout_log.clone(), spec.stderr_log.clone());
-    let out = tokio::spawn(capture(child.stdout.take(), stdout_log.clone(), spec.redact.clone(), false));
-    let err = tokio::spawn(capture(child.stderr.take(), stderr_log.clone(), spec.redact.clone(), true));
+    cmd.env(tree::TREE_VAR, tree_id);
+    cmd
+}
 
-    let status = tokio::time::timeout(spec.timeout, child.wait()).await;
-    // Whether the task finished or timed out, nothing it started may outlive it: a grandchild
-    // holding the pipes open would also keep the log readers from ever finishing.
-    if let Some(pgid) = pgid {
-        let _ = killpg(pgid, Signal::SIGKILL);
-    }
-    let exit = match status {
-        Err(_elapsed) => {
-            let _ = child.wait().await;
-            Exit::TimedOut
+/// Kills the task's processes if [`run`] is dropped before it killed them (its attempt was
+/// cancelled). Killed processes left as zombies are reaped by the next attempt's sweep.
+struct Supervision {
+    /// The task's own process until tokio has reaped it.
+    main: Option<Pid>,
+    tree_id: String,
+    killed: bool,
+}
+
+impl Drop for Supervision {
+    fn drop(&mut self) {
+        if !self.killed {
+            tree::kill_all(self.main, self.main, &self.tree_id);
         }
-        Ok(Err(_)) => Exit::Signal { signal: Signal::SIGKILL as i32 },
-        Ok(Ok(status)) => exit_of(status),
-    };
-    let join = |r: Result<Result<Vec<String>, Error>, tokio::task::JoinError>, path: &Path| match r {
-        Ok(inner) => inner,
-        Err(e) => Err(Error::Log { path: path.to_owned(), source: std::io::Error::other(e.to_string()) }),
-    };
-    join(out.await, &stdout_log)?;
-    let stderr_tail = join(err.await, &stderr_log)?;
-    Ok(Finished { exit, elapsed: started.elapsed(), stdout_log, stderr_log, stderr_tail })
+        // tokio reaps a dropped child in the background (`kill_on_drop`).
+        tree::disown(self.main.take());
+    }
 }
 
 fn exit_of(status: std::process::ExitStatus) -> Exit {
@@ -159,87 +210,6 @@ fn exit_of(status: std::process::ExitStatus) -> Exit {
         (None, Some(signal)) => Exit::Signal { signal },
         (None, None) => Exit::Signal { signal: 0 },
     }
-}
-
-/// Copies a pipe to a log file line by line, redacting secrets; returns the last lines if asked.
-/// The file (and its folder) is created with the first line: a task that writes nothing leaves no
-/// log, and costs no file creation (two per attempt were a large share of a small step's cost).
-async fn capture<R: AsyncRead + Unpin>(
-    pipe: Option<R>,
-    path: PathBuf,
-    redact: Vec<String>,
-    keep_tail: bool,
-) -> Result<Vec<String>, Error> {
-    let log_err = |source| Error::Log { path: path.clone(), source };
-    let mut file: Option<tokio::fs::File> = None;
-    let mut tail = std::collections::VecDeque::new();
-    let Some(pipe) = pipe else { return Ok(Vec::new()) };
-    let mut reader = BufReader::new(pipe);
-    let mut buf = Vec::new();
-    loop {
-        buf.clear();
-        let n = read_line_capped(&mut reader, &mut buf).await.map_err(log_err)?;
-        if n == 0 {
-            break;
-        }
-        let line = redact_line(&String::from_utf8_lossy(&buf), &redact);
-        let out = match &mut file {
-            Some(f) => f,
-            None => {
-                if let Some(dir) = path.parent() {
-                    tokio::fs::create_dir_all(dir).await.map_err(log_err)?;
-                }
-                file.insert(tokio::fs::File::create(&path).await.map_err(log_err)?)
-            }
-        };
-        out.write_all(line.as_bytes()).await.map_err(log_err)?;
-        if keep_tail {
-            tail.push_back(line.trim_end().to_owned());
-            if tail.len() > MAX_TAIL_LINES {
-                tail.pop_front();
-            }
-        }
-    }
-    if let Some(f) = &mut file {
-        f.flush().await.map_err(log_err)?;
-    }
-    Ok(tail.into())
-}
-
-/// Reads one line, keeping at most [`MAX_LOG_LINE_BYTES`] of it.
-async fn read_line_capped<R: AsyncBufReadExt + Unpin>(reader: &mut R, out: &mut Vec<u8>) -> std::io::Result<usize> {
-    let mut total = 0;
-    loop {
-        let available = reader.fill_buf().await?;
-        if available.is_empty() {
-            return Ok(total);
-        }
-        let (chunk, done) = match available.iter().position(|b| *b == b'\n') {
-            Some(i) => (&available[..=i], true),
-            None => (available, false),
-        };
-        let room = MAX_LOG_LINE_BYTES.saturating_sub(out.len());
-        out.extend_from_slice(&chunk[..chunk.len().min(room)]);
-        let used = chunk.len();
-        reader.consume(used);
-        total += used;
-        if done {
-            if !out.ends_with(b"\n") {
-                out.push(b'\n');
-            }
-            return Ok(total);
-        }
-    }
-}
-
-/// Replaces every secret value in `line` with `***`. Values shorter than 4 characters are not
-/// redacted: they would mangle ordinary text and are too short to be secrets worth the name.
-pub fn redact_line(line: &str, secrets: &[String]) -> String {
-    let mut out = line.to_owned();
-    for s in secrets.iter().filter(|s| s.len() >= 4) {
-        out = out.replace(s.as_str(), "***");
-    }
-    out
 }
 
 /// Reads a log file back (for `history` and error messages).

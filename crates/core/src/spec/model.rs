@@ -48,7 +48,13 @@ pub struct Project {
     pub allow_self_approval: bool,
     /// `idempotency_ttl_h` (default 24): how long client idempotency keys are remembered.
     pub idempotency_ttl_h: u32,
+    /// `log_max_bytes` (default [`DEFAULT_LOG_MAX_BYTES`]): the cap on each log of an attempt,
+    /// for tasks that set none.
+    pub log_max_bytes: u64,
 }
+
+/// The cap on each of an attempt's logs when neither the task nor the project sets one: 10 MiB.
+pub const DEFAULT_LOG_MAX_BYTES: u64 = 10 * 1024 * 1024;
 
 /// `[pools.NAME]`: a shared resource that caps concurrency, start rate and retries.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -212,8 +218,12 @@ pub struct Task {
     pub timeout_s: u32,
     /// `pool` (default `"default"`).
     pub pool: String,
-    /// `secrets`: names of environment variables passed to the task and redacted from its logs.
+    /// `secrets`: names of environment variables passed to the task and redacted from its logs
+    /// and from what its attempts record.
     pub secrets: Vec<String>,
+    /// `log_max_bytes`: the cap on each of an attempt's logs (stdout, stderr), the project's
+    /// when the task sets none; beyond it the middle of the log is dropped.
+    pub log_max_bytes: u64,
     /// `params`: string parameters, part of the step's idempotency key.
     pub params: BTreeMap<String, String>,
 }

@@ -49,15 +49,21 @@ pub fn parse(file: &str, text: &str) -> Result<Spec, Diagnostics> {
     if ctx.has_errors() {
         return Err(Diagnostics(ctx.into_diagnostics()));
     }
+    let log_max_bytes = project.project.log_max_bytes;
     let spec = PartialSpec {
         file: file.to_owned(),
         hash: blake3::hash(text.as_bytes()).to_hex().to_string(),
         project: project.project,
         pools: pools.into_iter().map(|(name, pool)| pool.map(|p| (name, p))).collect::<Option<_>>(),
         datasets: datasets.into_iter().map(|(name, d)| d.finish().map(|d| (name, d))).collect::<Option<_>>(),
-        tasks: tasks.into_iter().map(|(name, t)| (name, t.task)).collect(),
+        tasks: tasks.into_iter().map(|(name, t)| (name, with_project_log_cap(t, log_max_bytes))).collect(),
     };
     spec.ok_or_else(|| Diagnostics(vec![internal_error(file)]))
+}
+
+/// A task's own log cap, or the project's when it sets none.
+fn with_project_log_cap(t: task::TaskDraft, project_cap: u64) -> crate::spec::Task {
+    crate::spec::Task { log_max_bytes: t.log_max_bytes.unwrap_or(project_cap), ..t.task }
 }
 
 /// The parts of a [`Spec`] that can only be missing after an error was reported.

@@ -18,8 +18,21 @@ const MAX_RETRY_BUDGET_BURST: u32 = 100_000;
 /// The slots of the `default` pool when the file does not declare it.
 const DEFAULT_POOL_SLOTS: u32 = 4;
 
-const PROJECT_KEYS: &[&str] =
-    &["name", "state", "lake", "lease_ttl_s", "heartbeat_s", "allow_self_approval", "idempotency_ttl_h"];
+/// The smallest log cap: one longest log line (64 KiB).
+pub(crate) const MIN_LOG_MAX_BYTES: u64 = 64 * 1024;
+/// The largest log cap: 1 TiB (memory holds at most 1 MiB of a log's tail whatever the cap).
+pub(crate) const MAX_LOG_MAX_BYTES: u64 = 1 << 40;
+
+const PROJECT_KEYS: &[&str] = &[
+    "name",
+    "state",
+    "lake",
+    "lease_ttl_s",
+    "heartbeat_s",
+    "allow_self_approval",
+    "idempotency_ttl_h",
+    "log_max_bytes",
+];
 const POOL_KEYS: &[&str] = &["slots", "rate_per_s", "retry_budget_ratio", "retry_budget_burst"];
 
 /// `[project]` with the timing settings kept apart: `None` means invalid (already reported), so
@@ -58,8 +71,16 @@ pub(crate) fn project(ctx: &mut Ctx<'_>, root: &Obj<'_, '_>) -> ProjectDraft {
         idempotency_ttl_h: obj
             .u32_or(ctx, "idempotency_ttl_h", defaults.idempotency_ttl_h, 1, MAX_IDEMPOTENCY_TTL_H)
             .unwrap_or(defaults.idempotency_ttl_h),
+        log_max_bytes: log_max_bytes(ctx, &obj).unwrap_or(defaults.log_max_bytes),
     };
     ProjectDraft { project, heartbeat_s }
+}
+
+/// `log_max_bytes` of the project or a task: `None` when absent or invalid (reported).
+pub(crate) fn log_max_bytes(ctx: &mut Ctx<'_>, obj: &Obj<'_, '_>) -> Option<u64> {
+    let min = i64::try_from(MIN_LOG_MAX_BYTES).unwrap_or(i64::MAX);
+    let max = i64::try_from(MAX_LOG_MAX_BYTES).unwrap_or(i64::MAX);
+    obj.get(ctx, "log_max_bytes").and_then(|f| f.int_in(ctx, min, max)).and_then(|n| u64::try_from(n).ok())
 }
 
 fn default_project() -> Project {
@@ -71,6 +92,7 @@ fn default_project() -> Project {
         heartbeat_s: 10,
         allow_self_approval: false,
         idempotency_ttl_h: 24,
+        log_max_bytes: crate::spec::DEFAULT_LOG_MAX_BYTES,
     }
 }
 

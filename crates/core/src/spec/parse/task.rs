@@ -24,6 +24,7 @@ const TASK_KEYS: &[&str] = &[
     "pool",
     "secrets",
     "params",
+    "log_max_bytes",
 ];
 const INPUT_KEYS: &[&str] = &["dataset", "mapping"];
 const CATCHUP_KEYS: &[&str] = &["enabled", "max_active_runs"];
@@ -53,6 +54,8 @@ pub(crate) struct TaskDraft {
     pub(crate) timeout_s: Option<u32>,
     /// `None` when the task uses the default pool.
     pub(crate) pool: Option<Text>,
+    /// `None` when the task sets no (valid) log cap: the project's applies.
+    pub(crate) log_max_bytes: Option<u64>,
 }
 
 pub(crate) fn tasks(ctx: &mut Ctx<'_>, root: &Obj<'_, '_>) -> BTreeMap<String, TaskDraft> {
@@ -88,6 +91,7 @@ fn task(ctx: &mut Ctx<'_>, obj: &Obj<'_, '_>, name: &str, loc: Loc) -> TaskDraft
     let pool = obj.get(ctx, "pool").and_then(|f| f.text(ctx));
     let secrets = secrets(ctx, obj);
     let params = params(ctx, obj);
+    let log_max_bytes = super::project::log_max_bytes(ctx, obj);
     let task = Task {
         name: name.to_owned(),
         loc,
@@ -102,8 +106,10 @@ fn task(ctx: &mut Ctx<'_>, obj: &Obj<'_, '_>, name: &str, loc: Loc) -> TaskDraft
         pool: pool.as_ref().map_or_else(|| DEFAULT_POOL.to_owned(), |p| p.value.clone()),
         secrets,
         params,
+        // The project's cap replaces the default once the project is known (`parse`).
+        log_max_bytes: log_max_bytes.unwrap_or(crate::spec::DEFAULT_LOG_MAX_BYTES),
     };
-    TaskDraft { task, path: obj.path.clone(), input_sites, outputs, outputs_ok, timeout_s, pool }
+    TaskDraft { task, path: obj.path.clone(), input_sites, outputs, outputs_ok, timeout_s, pool, log_max_bytes }
 }
 
 /// Exactly one of `command` and `sql`; `files` only with `command`.
@@ -347,7 +353,8 @@ fn codes(ctx: &mut Ctx<'_>, obj: &Obj<'_, '_>, key: &str) -> Option<Option<Vec<(
     codes.into_iter().collect::<Option<Vec<_>>>().map(Some)
 }
 
-/// `secrets`: environment variable names, passed to the task and redacted from its logs.
+/// `secrets`: environment variable names, passed to the task and redacted from its logs. Their
+/// values are read when an attempt starts (`engine::secrets`), not here.
 fn secrets(ctx: &mut Ctx<'_>, obj: &Obj<'_, '_>) -> Vec<String> {
     let Some(list) = obj.strings_or_empty(ctx, "secrets") else { return Vec::new() };
     for s in &list {
