@@ -8,6 +8,8 @@ mod compare;
 mod interop;
 mod modes;
 mod publication;
+mod readonly;
 mod s3;
 mod staging;
+mod unreadable;
 mod vacuum;

@@ -269,3 +269,43 @@ mod tests {
         assert_eq!(zone("europe/paris"), Err(Some("Europe/Paris".to_owned())));
     }
 }
+
+/// Why `sql` is not one read-only query, or `None` when it is: its first keyword (after comments
+/// and opening parentheses) must be SELECT, WITH or VALUES, and nothing but comments may follow a
+/// `;`. A lexical check that names the mistake at the setting; when the query runs, the lake
+/// refuses anything but reading again, by its plan.
+pub(crate) fn query_problem(sql: &str) -> Option<String> {
+    let chars: Vec<char> = sql.chars().collect();
+    let (mut i, mut first, mut ended) = (0, None::<String>, false);
+    while i < chars.len() {
+        let (c, next) = (chars[i], chars.get(i + 1).copied());
+        if c == '-' && next == Some('-') {
+            i = chars[i..].iter().position(|&c| c == '\n').map_or(chars.len(), |n| i + n);
+        } else if c == '/' && next == Some('*') {
+            i = chars[i + 2..].windows(2).position(|w| w == ['*', '/']).map_or(chars.len(), |n| i + 2 + n + 2);
+        } else if c.is_whitespace() || (c == '(' && first.is_none()) {
+            i += 1;
+        } else if ended {
+            return Some("holds more than one statement; write a single query".to_owned());
+        } else if c == ';' {
+            (ended, i) = (true, i + 1);
+        } else if matches!(c, '\'' | '"' | '`') {
+            // A quoted string or name, skipped whole so that a `;` inside it ends nothing.
+            i = chars[i + 1..].iter().position(|&q| q == c).map_or(chars.len(), |n| i + 1 + n + 1);
+            first.get_or_insert_with(String::new);
+        } else if first.is_none() {
+            let word: String = chars[i..].iter().take_while(|c| c.is_alphanumeric() || **c == '_').collect();
+            i += word.chars().count().max(1);
+            first = Some(word.to_uppercase());
+        } else {
+            i += 1;
+        }
+    }
+    match first.as_deref() {
+        Some("SELECT" | "WITH" | "VALUES") => None,
+        Some(word) if !word.is_empty() => Some(format!(
+            "{word} is not a query; Tidegate runs user SQL read-only, so it must start with SELECT, WITH or VALUES"
+        )),
+        _ => Some("is not a query; it must start with SELECT, WITH or VALUES".to_owned()),
+    }
+}
