@@ -17,7 +17,7 @@ use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::prelude::{SQLOptions, SessionConfig, SessionContext};
 use datafusion::sql::parser::Statement;
-use datafusion::sql::sqlparser::ast::Statement as AstStatement;
+use datafusion::sql::sqlparser::ast::{SetExpr, Statement as AstStatement};
 
 use crate::error::{Error, Result};
 
@@ -112,7 +112,9 @@ pub(crate) async fn user_query(session: &UserSession, sql: &str) -> Result<Vec<R
         read_only_statement(&statement)?;
         let plan = state.statement_to_plan(statement).await.map_err(|e| user_error(e, limits))?;
         let read_only = SQLOptions::new().with_allow_ddl(false).with_allow_dml(false).with_allow_statements(false);
-        read_only.verify_plan(&plan).map_err(|e| Error::ReadOnlyQuery { statement: e.message().into_owned() })?;
+        read_only
+            .verify_plan(&plan)
+            .map_err(|e| Error::ReadOnlyQuery { statement: format!("what its plan does ({})", e.message()) })?;
         let frame = session.ctx.execute_logical_plan(plan).await.map_err(|e| user_error(e, limits))?;
         frame.collect().await.map_err(|e| user_error(e, limits))
     };
@@ -131,6 +133,9 @@ fn read_only_statement(statement: &Statement) -> Result<()> {
     let refused = |kind: &str| Err(Error::ReadOnlyQuery { statement: kind.to_owned() });
     match statement {
         Statement::Statement(ast) => match ast.as_ref() {
+            AstStatement::Query(query) if matches!(query.body.as_ref(), SetExpr::Select(s) if s.into.is_some()) => {
+                refused("SELECT ... INTO")
+            }
             AstStatement::Query(_) | AstStatement::ExplainTable { .. } => Ok(()),
             AstStatement::Explain { statement, .. } => match statement.as_ref() {
                 AstStatement::Query(_) => Ok(()),

@@ -16,6 +16,8 @@ fn attacks(dir: &Path, table: &str) -> Vec<String> {
         format!("COPY (SELECT * FROM {table}) TO '{}'", dir.join("leak.csv").display()),
         format!("CREATE EXTERNAL TABLE secrets STORED AS CSV LOCATION '{}'", dir.join("secret.csv").display()),
         format!("CREATE TABLE copied AS SELECT * FROM {table}"),
+        format!("SELECT * INTO copied FROM {table}"),
+        format!("WITH t AS (SELECT * FROM {table}) SELECT * INTO copied FROM t"),
         format!("CREATE VIEW v AS SELECT * FROM {table}"),
         format!("DROP TABLE {table}"),
         format!("EXPLAIN ANALYZE INSERT INTO {table} SELECT * FROM {table}"),

@@ -271,12 +271,13 @@ mod tests {
 }
 
 /// Why `sql` is not one read-only query, or `None` when it is: its first keyword (after comments
-/// and opening parentheses) must be SELECT, WITH or VALUES, and nothing but comments may follow a
-/// `;`. A lexical check that names the mistake at the setting; when the query runs, the lake
-/// refuses anything but reading again, by its plan.
+/// and opening parentheses) must be SELECT, WITH or VALUES, it must not select INTO a table, and
+/// nothing but comments may follow a `;`. A lexical check that names the mistake at the setting;
+/// when the query runs, the lake refuses anything but reading again, by its plan.
 pub(crate) fn query_problem(sql: &str) -> Option<String> {
     let chars: Vec<char> = sql.chars().collect();
     let (mut i, mut first, mut ended) = (0, None::<String>, false);
+    let is_word = |c: &char| c.is_alphanumeric() || *c == '_';
     while i < chars.len() {
         let (c, next) = (chars[i], chars.get(i + 1).copied());
         if c == '-' && next == Some('-') {
@@ -290,14 +291,19 @@ pub(crate) fn query_problem(sql: &str) -> Option<String> {
         } else if c == ';' {
             (ended, i) = (true, i + 1);
         } else if matches!(c, '\'' | '"' | '`') {
-            // A quoted string or name, skipped whole so that a `;` inside it ends nothing.
+            // A quoted string or name, skipped whole so that a `;` or a keyword in it counts not.
             i = chars[i + 1..].iter().position(|&q| q == c).map_or(chars.len(), |n| i + 1 + n + 1);
             first.get_or_insert_with(String::new);
-        } else if first.is_none() {
-            let word: String = chars[i..].iter().take_while(|c| c.is_alphanumeric() || **c == '_').collect();
-            i += word.chars().count().max(1);
-            first = Some(word.to_uppercase());
+        } else if is_word(&c) {
+            let word: String = chars[i..].iter().take_while(|c| is_word(c)).collect();
+            i += word.chars().count();
+            if first.is_none() {
+                first = Some(word.to_uppercase());
+            } else if word.eq_ignore_ascii_case("into") {
+                return Some("SELECT ... INTO writes a table; select the rows without INTO".to_owned());
+            }
         } else {
+            first.get_or_insert_with(String::new);
             i += 1;
         }
     }
