@@ -63,11 +63,15 @@ impl Lake {
         }
         let schema = table_schema(&table)?;
         let rows = self.read_staged(&table, &dataset.name, &staged.files, &schema).await?;
+        // The built-in rules run Tidegate's own SQL in a session of their own; custom queries run
+        // in a user session, read-only and bounded, over the same rows.
         let ctx = df::session();
-        df::register_batches(&ctx, "staged", &schema, rows)?;
+        df::register_batches(&ctx, "staged", &schema, rows.clone())?;
+        let user = df::UserSession::new(self.limits)?;
+        df::register_batches(user.ctx(), "staged", &schema, rows)?;
         for check in &dataset.checks {
             let (passed, n_failing, detail) = match &check.rule {
-                CheckRule::Sql { query } => custom_sql(&ctx, query).await?,
+                CheckRule::Sql { query } => custom_sql(&user, query).await?,
                 rule => run_rule(&ctx, &table, staged, rule).await?,
             };
             results.push(result(check, passed, n_failing, detail));
@@ -301,10 +305,11 @@ async fn freshness(
     Ok((n == 0, n, detail))
 }
 
-/// A custom query returning failing rows; a query that does not run is a failing check whose
-/// detail says why, so a typo in the spec blocks publication instead of being ignored.
-async fn custom_sql(ctx: &datafusion::prelude::SessionContext, query: &str) -> Result<(bool, u64, String)> {
-    match df::user_query(ctx, query).await {
+/// A custom query returning failing rows; a query that does not run (a typo, a statement that is
+/// not read-only, one over a limit) is a failing check whose detail says why, so it blocks
+/// publication instead of being ignored.
+async fn custom_sql(session: &df::UserSession, query: &str) -> Result<(bool, u64, String)> {
+    match df::user_query(session, query).await {
         Ok(rows) => {
             let n = df::n_rows(&rows);
             if n == 0 {
@@ -315,6 +320,7 @@ async fn custom_sql(ctx: &datafusion::prelude::SessionContext, query: &str) -> R
             Ok((false, n, format!("{n} failing rows, e.g. {}", shown.join(", "))))
         }
         Err(Error::Query { detail }) => Ok((false, 0, format!("the query failed: {detail}"))),
+        Err(e @ (Error::ReadOnlyQuery { .. } | Error::QueryLimit { .. })) => Ok((false, 0, e.to_string())),
         Err(e) => Err(e),
     }
 }

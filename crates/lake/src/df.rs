@@ -1,7 +1,10 @@
 //! Small DataFusion and Arrow helpers shared by staging, the write modes, checks and reading:
-//! sessions, in-memory tables, SQL quoting, and casting results back to a table's schema.
+//! sessions, in-memory tables, SQL quoting, and casting results back to a table's schema. User
+//! SQL (`sql`, custom checks, SQL tasks) runs only through [`UserSession`] and [`user_query`]:
+//! read-only, bounded in memory and time.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use arrow::array::{Array, ArrayRef, RecordBatch, new_null_array};
 use arrow::compute::{CastOptions, cast_with_options};
@@ -9,12 +12,17 @@ use arrow::datatypes::SchemaRef;
 use arrow::util::display::{ArrayFormatter, FormatOptions};
 use datafusion::common::TableReference;
 use datafusion::datasource::MemTable;
-use datafusion::prelude::SessionContext;
+use datafusion::error::DataFusionError;
+use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::prelude::{SQLOptions, SessionConfig, SessionContext};
+use datafusion::sql::parser::Statement;
+use datafusion::sql::sqlparser::ast::{SetExpr, Statement as AstStatement};
 
 use crate::error::{Error, Result};
 
-/// A fresh DataFusion session. Each operation gets its own so registrations never leak between
-/// callers.
+/// A fresh DataFusion session for Tidegate's own queries (never for user SQL: see
+/// [`UserSession`]). Each operation gets its own so registrations never leak between callers.
 pub(crate) fn session() -> SessionContext {
     SessionContext::new()
 }
@@ -37,10 +45,130 @@ pub(crate) async fn query(ctx: &SessionContext, sql: &str) -> Result<Vec<RecordB
     frame.collect().await.map_err(|e| Error::internal(format!("running `{sql}`: {e}")))
 }
 
-/// Runs a query written by the user (custom checks, `Lake::sql`): failures are theirs to fix.
-pub(crate) async fn user_query(ctx: &SessionContext, sql: &str) -> Result<Vec<RecordBatch>> {
-    let frame = ctx.sql(sql).await.map_err(|e| Error::Query { detail: e.to_string() })?;
-    frame.collect().await.map_err(|e| Error::Query { detail: e.to_string() })
+/// The memory one user query may hold (`tidegate sql`, a custom SQL check, a SQL task), in MiB.
+/// User queries never spill to disk, so this bounds them.
+pub const USER_QUERY_MEMORY_LIMIT_MB: u64 = 1024;
+
+/// How long one user query may plan and run, in seconds.
+pub const USER_QUERY_TIME_LIMIT_S: u64 = 600;
+
+/// The table functions a user query may call: both compute rows, neither reads a file. Whatever
+/// else a future DataFusion registers by default (a file reader, say) is removed, not trusted.
+const USER_TABLE_FUNCTIONS: &[&str] = &["generate_series", "range"];
+
+/// The bounds of one user query; [`QueryLimits::default`] is what checks and SQL tasks get.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueryLimits {
+    pub memory_mb: u64,
+    pub time_s: u64,
+}
+
+impl Default for QueryLimits {
+    fn default() -> Self {
+        QueryLimits { memory_mb: USER_QUERY_MEMORY_LIMIT_MB, time_s: USER_QUERY_TIME_LIMIT_S }
+    }
+}
+
+/// A session for user SQL: a bounded memory pool, no spilling to disk, no URL tables, and only
+/// the table functions of [`USER_TABLE_FUNCTIONS`]. Tables are registered through [`Self::ctx`];
+/// queries run only through [`user_query`], which refuses anything but reading.
+pub(crate) struct UserSession {
+    ctx: SessionContext,
+    limits: QueryLimits,
+}
+
+impl UserSession {
+    pub(crate) fn new(limits: QueryLimits) -> Result<UserSession> {
+        let no_disk = DiskManagerBuilder::default().with_mode(DiskManagerMode::Disabled);
+        let memory_bytes = usize::try_from(limits.memory_mb.saturating_mul(1024 * 1024)).unwrap_or(usize::MAX);
+        let runtime = RuntimeEnvBuilder::new()
+            .with_memory_limit(memory_bytes, 1.0)
+            .with_disk_manager_builder(no_disk)
+            .build_arc()?;
+        let ctx = SessionContext::new_with_config_rt(SessionConfig::new(), runtime);
+        let registered: Vec<String> = ctx.state().table_functions().keys().cloned().collect();
+        for name in registered.iter().filter(|n| !USER_TABLE_FUNCTIONS.contains(&n.as_str())) {
+            ctx.deregister_udtf(name);
+        }
+        Ok(UserSession { ctx, limits })
+    }
+
+    /// The session, to register tables in (and to run Tidegate's own queries over them).
+    pub(crate) fn ctx(&self) -> &SessionContext {
+        &self.ctx
+    }
+}
+
+/// Runs a query written by the user: the one way user SQL runs. Only a query (SELECT, WITH,
+/// VALUES, set operations, EXPLAIN or DESCRIBE of one) is accepted, first by its statement and
+/// then by its plan (no DDL, DML, COPY or session statement anywhere in it), within the session's
+/// memory and time limits. Failures are the user's to fix.
+pub(crate) async fn user_query(session: &UserSession, sql: &str) -> Result<Vec<RecordBatch>> {
+    let limits = session.limits;
+    let run = async {
+        let state = session.ctx.state();
+        let dialect = state.config().options().sql_parser.dialect;
+        let statement = state.sql_to_statement(sql, &dialect).map_err(|e| user_error(e, limits))?;
+        read_only_statement(&statement)?;
+        let plan = state.statement_to_plan(statement).await.map_err(|e| user_error(e, limits))?;
+        let read_only = SQLOptions::new().with_allow_ddl(false).with_allow_dml(false).with_allow_statements(false);
+        read_only
+            .verify_plan(&plan)
+            .map_err(|e| Error::ReadOnlyQuery { statement: format!("what its plan does ({})", e.message()) })?;
+        let frame = session.ctx.execute_logical_plan(plan).await.map_err(|e| user_error(e, limits))?;
+        frame.collect().await.map_err(|e| user_error(e, limits))
+    };
+    match tokio::time::timeout(Duration::from_secs(limits.time_s), run).await {
+        Ok(result) => result,
+        Err(_) => Err(Error::QueryLimit {
+            limit: format!("time limit of {} s", limits.time_s),
+            flag: "--time-limit-s",
+            default: format!("{USER_QUERY_TIME_LIMIT_S} s"),
+        }),
+    }
+}
+
+/// Refuses a statement that is not a query, naming its kind.
+fn read_only_statement(statement: &Statement) -> Result<()> {
+    let refused = |kind: &str| Err(Error::ReadOnlyQuery { statement: kind.to_owned() });
+    match statement {
+        Statement::Statement(ast) => match ast.as_ref() {
+            AstStatement::Query(query) if matches!(query.body.as_ref(), SetExpr::Select(s) if s.into.is_some()) => {
+                refused("SELECT ... INTO")
+            }
+            AstStatement::Query(_) | AstStatement::ExplainTable { .. } => Ok(()),
+            AstStatement::Explain { statement, .. } => match statement.as_ref() {
+                AstStatement::Query(_) => Ok(()),
+                other => refused(&format!("EXPLAIN {}", statement_kind(other))),
+            },
+            other => refused(&statement_kind(other)),
+        },
+        Statement::Explain(explain) => read_only_statement(&explain.statement),
+        Statement::CreateExternalTable(_) => refused("CREATE EXTERNAL TABLE"),
+        Statement::CopyTo(_) => refused("COPY"),
+        Statement::Reset(_) => refused("RESET"),
+    }
+}
+
+/// The leading keywords of a statement (`INSERT INTO`, `DROP TABLE`), for messages.
+fn statement_kind(statement: &AstStatement) -> String {
+    let text = statement.to_string();
+    // sqlparser prints keywords in capitals and identifiers as written.
+    let is_keyword = |w: &&str| w.chars().all(|c| c.is_ascii_uppercase());
+    let words: Vec<&str> = text.split_whitespace().take_while(is_keyword).take(3).collect();
+    if words.is_empty() { "this statement".to_owned() } else { words.join(" ") }
+}
+
+/// A user query's failure: over the memory limit, or a mistake in the query.
+fn user_error(e: DataFusionError, limits: QueryLimits) -> Error {
+    if matches!(e.find_root(), DataFusionError::ResourcesExhausted(_)) {
+        return Error::QueryLimit {
+            limit: format!("memory limit of {} MiB", limits.memory_mb),
+            flag: "--memory-limit-mb",
+            default: format!("{USER_QUERY_MEMORY_LIMIT_MB} MiB"),
+        };
+    }
+    Error::Query { detail: e.to_string() }
 }
 
 /// A SQL identifier, always quoted so any column name works.

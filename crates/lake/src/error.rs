@@ -114,6 +114,28 @@ pub enum Error {
     #[error("query failed: {detail}")]
     Query { detail: String },
 
+    /// A user query that would write (a table, a file, the session) or read a file by path.
+    #[error(
+        "query refused: {statement} is not allowed; Tidegate runs user SQL read-only (SELECT, WITH ... SELECT, \
+         VALUES, EXPLAIN), and a task writes only through staging, which Tidegate does with the query's rows"
+    )]
+    ReadOnlyQuery { statement: String },
+
+    /// A user query that went over a limit Tidegate sets on every user query.
+    #[error(
+        "query stopped: it went over the {limit} of one query; make it read less (filter on tg_partition, \
+         select fewer columns, aggregate before joining), or raise the limit with `tidegate sql {flag}` \
+         (checks and SQL tasks run with the default, {default})"
+    )]
+    QueryLimit { limit: String, flag: &'static str, default: String },
+
+    /// A commit of a table's Delta log that cannot be read (damaged or written by another tool).
+    #[error(
+        "dataset {dataset:?}: the Delta log cannot be read at {file}: {detail}; the file was changed outside \
+         Tidegate: restore it from a backup or a copy of the table (nothing was written)"
+    )]
+    CorruptLog { dataset: String, file: String, detail: String },
+
     // ---- try again ----
     /// Other writers kept committing to the table while this commit was prepared.
     #[error("dataset {dataset:?}: commit conflict persisted after {n_attempts} attempts; retry later")]
@@ -210,7 +232,8 @@ impl From<deltalake_core::DeltaTableError> for Error {
         match e {
             D::ObjectStore { source } => source.into(),
             D::Io { source } => Error::Storage { detail: source.to_string() },
-            other => Error::Internal(format!("delta: {other}")),
+            // The first line only: the delta kernel appends a backtrace when one was captured.
+            other => Error::Internal(format!("delta: {}", other.to_string().lines().next().unwrap_or_default())),
         }
     }
 }

@@ -8,6 +8,10 @@
 //! serializable records ([`StagedVersion`], [`CheckResult`], [`Publication`]) that the engine
 //! persists and journals.
 //!
+//! Architecture invariant: user SQL (`sql`, custom checks, SQL tasks) runs only through
+//! `df::user_query` on a `df::UserSession`: read-only, with no file access, bounded in memory and
+//! time. `df::query` is for the SQL Tidegate writes itself.
+//!
 //! Architecture invariant: a file is visible to readers only through a Delta commit; staging never
 //! writes to `_delta_log`, and every staged path is non-hidden so vacuum and reconciliation can
 //! clean it.
@@ -37,6 +41,7 @@ pub use compare::{
     ColumnDelta, CompareSpec, Comparison, ComparisonTotals, MAX_SLICE_VALUES, NULL_SLICE_VALUE, PartitionComparison,
     PartitionSize, SliceDelta,
 };
+pub use df::{QueryLimits, USER_QUERY_MEMORY_LIMIT_MB, USER_QUERY_TIME_LIMIT_S};
 pub use error::{Error, FileLocation, Result};
 pub use publish::{
     APP_ID_PREFIX, MAX_COMMIT_ATTEMPTS, Publication, PublishedItem, Release, ReleaseItem, TXN_UNDONE, app_id,

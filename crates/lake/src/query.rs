@@ -33,14 +33,17 @@ impl Lake {
     /// Runs `query` with each input registered as a table holding exactly the pinned version's
     /// rows of the named partitions, with overlaid partitions read from their staged files,
     /// without the partition column (the output's partition is the step's own, not its inputs').
+    ///
+    /// The query only reads ([`Error::ReadOnlyQuery`] otherwise), within this handle's
+    /// [`crate::QueryLimits`]: the task's output is what Tidegate stages from its rows.
     pub async fn sql_over(&self, query: &str, inputs: &[InputTable]) -> Result<Vec<RecordBatch>> {
-        let ctx = df::session();
+        let session = df::UserSession::new(self.limits)?;
         for input in inputs {
             let (schema, batches) = self.input_rows(input).await?;
             let (schema, batches) = without_partition_column(&schema, batches)?;
-            df::register_batches(&ctx, &input.name, &schema, batches)?;
+            df::register_batches(session.ctx(), &input.name, &schema, batches)?;
         }
-        df::user_query(&ctx, query).await
+        df::user_query(&session, query).await
     }
 
     /// The rows of one input, partition column included: the pinned version's rows of the wanted

@@ -58,15 +58,17 @@ impl Lake {
         scan(&table, partitions, &schema).await
     }
 
-    /// Runs a query with every dataset registered as a table under its own name (latest version).
+    /// Runs a read-only query with every dataset registered as a table under its own name (latest
+    /// version), within this handle's [`crate::QueryLimits`]. A statement that would write or
+    /// read a file is refused ([`Error::ReadOnlyQuery`]).
     pub async fn sql(&self, query: &str) -> Result<Vec<RecordBatch>> {
-        let ctx = df::session();
+        let session = df::UserSession::new(self.limits)?;
         for name in self.datasets().await? {
             if let Some(table) = self.try_load(&name).await? {
-                register_table(&ctx, &name, &table).await?;
+                register_table(session.ctx(), &name, &table).await?;
             }
         }
-        df::user_query(&ctx, query).await
+        df::user_query(&session, query).await
     }
 
     /// The names of the datasets that have a table in the lake, sorted.

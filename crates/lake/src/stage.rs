@@ -128,8 +128,9 @@ impl Lake {
     }
 
     /// Stages the files a command left in `dir`: `*.parquet`, `*.csv` (with a header row) and
-    /// `*.jsonl`/`*.ndjson`/`*.json` (one object per line). Hidden files are ignored; any other
-    /// file is an error, so a misnamed output is not silently dropped.
+    /// `*.jsonl`/`*.ndjson`/`*.json` (one object per line). Hidden entries (`.` or `_`) are
+    /// ignored; any other file, and anything that is not a regular file (a symlink, a folder, a
+    /// FIFO), is an error naming it, so an output is never silently dropped.
     pub async fn stage_files(
         &self,
         dataset: &Dataset,
@@ -159,6 +160,8 @@ impl Lake {
         check_segment("staging id", staging_id)?;
         check_partitions(dataset, partitions)?;
         for file in files {
+            let meta = std::fs::symlink_metadata(file).map_err(|e| unreadable(&dataset.name, file, e))?;
+            check_regular(&dataset.name, file, meta.file_type())?;
             input_format(&dataset.name, file)?;
         }
         let first_schema = match files.first() {
@@ -598,7 +601,33 @@ fn input_format(dataset: &str, file: &FsPath) -> Result<InputFormat> {
     }
 }
 
-/// The non-hidden regular files of a command's output folder, sorted by name.
+/// Refuses an entry of an output folder that is not a regular file, saying what it is. Skipping
+/// it would publish the partition without its rows; a link may point anywhere, and a FIFO would
+/// block staging forever.
+fn check_regular(dataset: &str, path: &FsPath, file_type: std::fs::FileType) -> Result<()> {
+    use std::os::unix::fs::FileTypeExt as _;
+    if file_type.is_file() {
+        return Ok(());
+    }
+    let what = if file_type.is_symlink() {
+        "a symbolic link; Tidegate stages only regular files the task wrote itself: copy the data instead"
+    } else if file_type.is_dir() {
+        "a folder; Tidegate stages only the files directly in the output folder: move them up, or start \
+         the folder's name with '_' or '.' to keep it out of staging"
+    } else if file_type.is_fifo() {
+        "a named pipe (FIFO); write a regular file"
+    } else {
+        "neither a regular file nor a folder (a socket or a device); write a regular file"
+    };
+    Err(Error::UnreadableFile {
+        dataset: dataset.to_owned(),
+        file: path.display().to_string(),
+        detail: format!("it is {what}"),
+    })
+}
+
+/// The files of a command's output folder, sorted by name: every entry not hidden (`.` or `_`)
+/// must be a regular file Tidegate can stage.
 fn list_input_files(dataset: &str, dir: &FsPath) -> Result<Vec<std::path::PathBuf>> {
     let unreadable =
         |detail: String| Error::UnreadableFile { dataset: dataset.to_owned(), file: dir.display().to_string(), detail };
@@ -609,9 +638,9 @@ fn list_input_files(dataset: &str, dir: &FsPath) -> Result<Vec<std::path::PathBu
         if name.to_string_lossy().starts_with(['.', '_']) {
             continue;
         }
-        if entry.file_type().map_err(|e| unreadable(e.to_string()))?.is_file() {
-            files.push(entry.path());
-        }
+        let file_type = entry.file_type().map_err(|e| unreadable(e.to_string()))?;
+        check_regular(dataset, &entry.path(), file_type)?;
+        files.push(entry.path());
         if files.len() > MAX_INPUT_FILES {
             return Err(unreadable(format!("more than {MAX_INPUT_FILES} output files")));
         }

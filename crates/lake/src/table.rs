@@ -15,6 +15,7 @@ use tidegate_core::spec::model::Dataset;
 use url::Url;
 
 use crate::cache::{Cached, TableCache};
+use crate::df::QueryLimits;
 use crate::error::{Error, FileLocation, Result};
 
 /// The Delta partition column every dataset carries: the key of the partition a row belongs to.
@@ -35,6 +36,8 @@ pub struct Lake {
     root_url: Url,
     /// Tables loaded before, brought up to date incrementally (shared by clones of the handle).
     pub(crate) cache: Arc<TableCache>,
+    /// The bounds of every user query this handle runs (`sql`, custom checks, SQL tasks).
+    pub(crate) limits: QueryLimits,
 }
 
 /// Where the tables live.
@@ -62,7 +65,8 @@ impl Lake {
                     root_url.set_path(&format!("{}/", root_url.path()));
                 }
                 let (store, prefix) = crate::s3::open(&url).await?;
-                return Ok(Lake { root: Root::Objects { store, prefix }, root_url, cache: Arc::default() });
+                let root = Root::Objects { store, prefix };
+                return Ok(Lake { root, root_url, cache: Arc::default(), limits: QueryLimits::default() });
             }
             Ok(url) if url.scheme().len() > 1 => {
                 // A one-letter scheme is a Windows drive letter, not a URL.
@@ -86,7 +90,14 @@ impl Lake {
             url: location.to_owned(),
             reason: "cannot be expressed as a file URL".into(),
         })?;
-        Ok(Lake { root: Root::Folder(root), root_url, cache: Arc::default() })
+        Ok(Lake { root: Root::Folder(root), root_url, cache: Arc::default(), limits: QueryLimits::default() })
+    }
+
+    /// This handle with other bounds on the user queries it runs (`sql`, custom checks, SQL
+    /// tasks) than [`QueryLimits::default`].
+    pub fn with_query_limits(mut self, limits: QueryLimits) -> Lake {
+        self.limits = limits;
+        self
     }
 
     /// The folder the lake lives in; `None` for an object-store lake.
@@ -181,8 +192,52 @@ impl Lake {
             }
             // The log folder exists but holds no commit yet: a creation is under way or crashed.
             Err(DeltaTableError::NotATable(_)) => Ok(None),
-            Err(e) => Err(e.into()),
+            Err(e) => Err(self.load_error(dataset, e).await),
         }
+    }
+
+    /// A failure to load `dataset`'s table as its reader should see it: a commit of the log that
+    /// is not JSON lines is named with the table ([`Error::CorruptLog`]) instead of surfacing as
+    /// delta-rs' internal error.
+    async fn load_error(&self, dataset: &str, e: DeltaTableError) -> Error {
+        let converted = Error::from(e);
+        if !matches!(converted, Error::Internal(_)) {
+            return converted;
+        }
+        match self.damaged_commit(dataset).await {
+            Ok(Some((file, detail))) => Error::CorruptLog { dataset: dataset.to_owned(), file, detail },
+            Ok(None) | Err(_) => converted,
+        }
+    }
+
+    /// The newest commit of `dataset`'s log (among the last [`MAX_COMMITS_DIAGNOSED`]) with a
+    /// line that is not JSON: its location and what is wrong with it.
+    async fn damaged_commit(&self, dataset: &str) -> Result<Option<(String, String)>> {
+        use futures::TryStreamExt as _;
+        use object_store::ObjectStoreExt as _;
+        let url = self.table_url(dataset)?;
+        let store = DeltaTableBuilder::from_url(url.clone())?.build()?.object_store();
+        let listed: Vec<object_store::ObjectMeta> =
+            store.list(Some(&ObjectPath::from("_delta_log"))).try_collect().await?;
+        let mut commits: Vec<ObjectPath> = listed
+            .into_iter()
+            .map(|meta| meta.location)
+            .filter(|p| p.filename().and_then(|n| n.strip_suffix(".json")).is_some_and(|v| v.parse::<u64>().is_ok()))
+            .collect();
+        commits.sort_unstable_by(|a, b| b.cmp(a));
+        for path in commits.iter().take(MAX_COMMITS_DIAGNOSED) {
+            let bytes = store.get(path).await?.bytes().await?;
+            let lines = bytes.split(|b| *b == b'\n').enumerate().filter(|(_, l)| !l.trim_ascii().is_empty());
+            for (idx, line) in lines {
+                if let Err(e) = serde_json::from_slice::<serde_json::Value>(line) {
+                    let name = path.filename().unwrap_or_default();
+                    let at = url.join(&format!("_delta_log/{name}")).map_err(|err| Error::internal(err.to_string()))?;
+                    let shown = at.to_file_path().map_or_else(|()| at.to_string(), |p| p.display().to_string());
+                    return Ok(Some((shown, format!("line {} is not JSON ({e})", idx + 1))));
+                }
+            }
+        }
+        Ok(None)
     }
 
     /// The version the step's application transaction records in `table` (a version of
@@ -217,12 +272,13 @@ impl Lake {
         if version > latest {
             return Err(Error::UnknownVersion { dataset: dataset.to_owned(), version });
         }
-        DeltaTableBuilder::from_url(self.table_url(dataset)?)?.with_version(version).load().await.map_err(|e| match e {
-            DeltaTableError::InvalidVersion(_) | DeltaTableError::NotATable(_) => {
-                Error::UnknownVersion { dataset: dataset.to_owned(), version }
+        match DeltaTableBuilder::from_url(self.table_url(dataset)?)?.with_version(version).load().await {
+            Ok(table) => Ok(table),
+            Err(DeltaTableError::InvalidVersion(_) | DeltaTableError::NotATable(_)) => {
+                Err(Error::UnknownVersion { dataset: dataset.to_owned(), version })
             }
-            other => other.into(),
-        })
+            Err(other) => Err(self.load_error(dataset, other).await),
+        }
     }
 
     /// Loads the dataset's table, creating it if needed. The schema is the declared `columns`
@@ -291,6 +347,10 @@ impl Lake {
         }
     }
 }
+
+/// The most commits of a log read to find a damaged one after a table failed to load (the error
+/// path only; the newest are read first).
+const MAX_COMMITS_DIAGNOSED: usize = 1_000;
 
 /// Commits between Delta checkpoints of the tables Tidegate creates.
 pub const CHECKPOINT_INTERVAL: u32 = 10;

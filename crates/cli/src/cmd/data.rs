@@ -5,8 +5,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
-use tidegate_lake::Lake;
 use tidegate_lake::arrow::record_batch::RecordBatch;
+use tidegate_lake::{Lake, QueryLimits};
 
 use crate::workspace::{self, Workspace};
 
@@ -51,10 +51,29 @@ pub struct ReadArgs {
     after_help = "Examples:\n  tidegate sql \"SELECT event_type, COUNT(*) FROM events GROUP BY 1\"\n  tidegate sql \"SELECT * FROM daily_stats ORDER BY day\" --json"
 )]
 pub struct SqlArgs {
-    /// The query.
+    /// The query: read-only (SELECT, WITH ... SELECT, VALUES, EXPLAIN); statements that write
+    /// tables or files, or read files by path, are refused.
     pub query: String,
+    /// The most memory the query may hold, in MiB (it never spills to disk).
+    #[arg(long, default_value_t = tidegate_lake::USER_QUERY_MEMORY_LIMIT_MB, value_parser = clap::value_parser!(u64).range(1..))]
+    pub memory_limit_mb: u64,
+    /// The longest the query may run, in seconds.
+    #[arg(long, default_value_t = tidegate_lake::USER_QUERY_TIME_LIMIT_S, value_parser = clap::value_parser!(u64).range(1..))]
+    pub time_limit_s: u64,
     #[command(flatten)]
     pub format: Format,
+}
+
+impl SqlArgs {
+    /// `query` printed as a table, within the default limits.
+    pub fn table(query: &str) -> SqlArgs {
+        SqlArgs {
+            query: query.to_owned(),
+            memory_limit_mb: tidegate_lake::USER_QUERY_MEMORY_LIMIT_MB,
+            time_limit_s: tidegate_lake::USER_QUERY_TIME_LIMIT_S,
+            format: Format { json: false, csv: false },
+        }
+    }
 }
 
 pub fn runtime() -> Result<tokio::runtime::Runtime> {
@@ -69,7 +88,10 @@ pub async fn open_lake(ws: &Workspace) -> Result<Arc<Lake>> {
 pub fn read(ws: Option<&Path>, args: ReadArgs) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
     if !ws.spec.datasets.contains_key(&args.dataset) {
-        bail!("no dataset named {:?} in {}", args.dataset, ws.spec.file);
+        let names = ws.spec.datasets.keys().map(String::as_str);
+        let hint =
+            tidegate_core::spec::did_you_mean(&args.dataset, names).map(|h| format!(" ({h})")).unwrap_or_default();
+        bail!("no dataset named {:?} in {}{hint}", args.dataset, ws.spec.file);
     }
     let version = match &args.release {
         None => args.version,
@@ -95,9 +117,11 @@ pub fn read(ws: Option<&Path>, args: ReadArgs) -> Result<ExitCode> {
 
 pub fn sql(ws: Option<&Path>, args: SqlArgs) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
+    let limits = QueryLimits { memory_mb: args.memory_limit_mb, time_s: args.time_limit_s };
     let batches = runtime()?.block_on(async {
-        let lake = open_lake(&ws).await?;
-        anyhow::Ok(lake.sql(&args.query).await?)
+        let url = ws.lake_url();
+        let lake = Lake::open(&url).await.with_context(|| format!("opening the lake at {url}"))?;
+        anyhow::Ok(lake.with_query_limits(limits).sql(&args.query).await?)
     })?;
     print_batches(&batches, &args.format)?;
     Ok(ExitCode::SUCCESS)

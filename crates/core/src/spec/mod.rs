@@ -11,6 +11,12 @@ pub use example::EXAMPLE;
 pub use model::*;
 pub use parse::parse;
 
+/// `did you mean "x"?` when one of `known` is close enough to `word` to be a likely typo: the
+/// suggestion the spec parser makes, for other front ends naming things (`tidegate read`).
+pub fn did_you_mean<'a>(word: &str, known: impl IntoIterator<Item = &'a str>) -> Option<String> {
+    parse::did_you_mean(word, known)
+}
+
 /// One problem found in a spec, pointing at the setting that must change.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Diagnostic {

@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 
 use toml_span::{ErrorKind, Span};
 
+pub(super) use self::reader::did_you_mean;
 use self::reader::{Ctx, Obj, Path};
 use super::{Diagnostic, Diagnostics, Spec};
 

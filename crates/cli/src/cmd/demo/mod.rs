@@ -129,7 +129,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     chapter(5, "A consumer's view before the fix");
     let consumer = "SELECT ROUND(AVG(purchase_rate), 4) AS avg_purchase_rate, COUNT(*) AS user_days FROM user_features";
     say(&format!("tidegate sql \"{consumer}\""));
-    data::sql(ws, data::SqlArgs { query: consumer.to_owned(), format: data::Format { json: false, csv: false } })?;
+    data::sql(ws, data::SqlArgs::table(consumer))?;
 
     chapter(6, "A bug fix in the feature SQL becomes a governed backfill");
     say("purchase_rate divided clicks, not purchases, by events. Fixing tidegate.toml:");
@@ -153,7 +153,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     chapter(7, "Run it into staging, throttled below live work");
     backfill::run(ws, Backfill::Start(backfill::start_args(&id)))?;
     say("Published data is untouched while it waits for review:");
-    data::sql(ws, data::SqlArgs { query: consumer.to_owned(), format: data::Format { json: false, csv: false } })?;
+    data::sql(ws, data::SqlArgs::table(consumer))?;
 
     chapter(8, "Compare with what is published");
     let report = dir.join("backfill-report.html");
@@ -181,12 +181,12 @@ pub fn run(args: Args) -> Result<ExitCode> {
     chapter(10, "Publish: one atomic commit per dataset");
     backfill::run(ws, Backfill::Publish(backfill::publish_args(&id)))?;
     say("The consumer's query now:");
-    data::sql(ws, data::SqlArgs { query: consumer.to_owned(), format: data::Format { json: false, csv: false } })?;
+    data::sql(ws, data::SqlArgs::table(consumer))?;
 
     chapter(11, "Rollback restores exactly what was there");
     backfill::run(ws, Backfill::Rollback(backfill::rollback_args(&id)))?;
     say("The consumer's query after the rollback (identical to chapter 5):");
-    data::sql(ws, data::SqlArgs { query: consumer.to_owned(), format: data::Format { json: false, csv: false } })?;
+    data::sql(ws, data::SqlArgs::table(consumer))?;
     crate::actor::act_as(you);
 
     chapter(12, "Reconcile: nothing left behind");

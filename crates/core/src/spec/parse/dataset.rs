@@ -543,8 +543,9 @@ fn check_rule(ctx: &mut Ctx<'_>, obj: &Obj<'_, '_>, kind: &str, refs: &mut Vec<T
             Some(CheckRule::Freshness { column: column?, max_age_s: max_age_s? })
         }
         _ => {
-            let query =
-                obj.require(ctx, "query", "query = \"SELECT * FROM staged WHERE ...\"")?.non_empty_string(ctx)?;
+            let help =
+                "a check's query returns the failing rows, as in query = \"SELECT * FROM staged WHERE amount < 0\"";
+            let query = obj.require(ctx, "query", "query = \"SELECT * FROM staged WHERE ...\"")?.query(ctx, help)?;
             Some(CheckRule::Sql { query })
         }
     }

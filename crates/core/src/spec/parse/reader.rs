@@ -298,6 +298,17 @@ impl<'v, 'de> Field<'v, 'de> {
         Some(s.to_owned())
     }
 
+    /// A string holding one read-only query (see `values::query_problem`); `help` says what the
+    /// query is for.
+    pub(crate) fn query(&self, ctx: &mut Ctx<'_>, help: &str) -> Option<String> {
+        let sql = self.non_empty_string(ctx)?;
+        if let Some(reason) = super::values::query_problem(&sql) {
+            self.invalid(ctx, format!("\"{}\"", clip(&sql)), &reason, Some(help.to_owned()));
+            return None;
+        }
+        Some(sql)
+    }
+
     pub(crate) fn text(&self, ctx: &mut Ctx<'_>) -> Option<Text> {
         let value = self.non_empty_string(ctx)?;
         Some(Text { value, path: self.path.clone(), span: self.span() })

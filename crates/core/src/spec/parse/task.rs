@@ -142,7 +142,8 @@ fn run(ctx: &mut Ctx<'_>, obj: &Obj<'_, '_>, name: &str) -> TaskRun {
                 );
                 ctx.report(f.span(), &f.path, message, Some("remove files".to_owned()));
             }
-            let query = s.non_empty_string(ctx).unwrap_or_default();
+            let help = "Tidegate stages the rows the query returns, as in sql = \"SELECT ... FROM <input>\"";
+            let query = s.query(ctx, help).unwrap_or_default();
             return TaskRun::Sql { query };
         }
     }

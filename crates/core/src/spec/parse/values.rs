@@ -232,6 +232,53 @@ pub(crate) fn zone(s: &str) -> Result<Tz, Option<String>> {
     Err(closest(s, chrono_tz::TZ_VARIANTS.iter().map(|tz| tz.name())).map(str::to_owned))
 }
 
+/// Why `sql` is not one read-only query, or `None` when it is: its first keyword (after comments
+/// and opening parentheses) must be SELECT, WITH or VALUES, it must not select INTO a table, and
+/// nothing but comments may follow a `;`. A lexical check that names the mistake at the setting;
+/// when the query runs, the lake refuses anything but reading again, by its plan.
+pub(crate) fn query_problem(sql: &str) -> Option<String> {
+    let chars: Vec<char> = sql.chars().collect();
+    let (mut i, mut first, mut ended) = (0, None::<String>, false);
+    let is_word = |c: &char| c.is_alphanumeric() || *c == '_';
+    let is_query_keyword = |w: &str| matches!(w, "SELECT" | "WITH" | "VALUES");
+    while i < chars.len() {
+        let (c, next) = (chars[i], chars.get(i + 1).copied());
+        if c == '-' && next == Some('-') {
+            i = chars[i..].iter().position(|&c| c == '\n').map_or(chars.len(), |n| i + n);
+        } else if c == '/' && next == Some('*') {
+            i = chars[i + 2..].windows(2).position(|w| w == ['*', '/']).map_or(chars.len(), |n| i + 2 + n + 2);
+        } else if c.is_whitespace() || (c == '(' && first.is_none()) {
+            i += 1;
+        } else if ended {
+            return Some("holds more than one statement; write a single query".to_owned());
+        } else if c == ';' {
+            (ended, i) = (true, i + 1);
+        } else if matches!(c, '\'' | '"' | '`') {
+            // A quoted string or name, skipped whole so that a `;` or a keyword in it counts not.
+            i = chars[i + 1..].iter().position(|&q| q == c).map_or(chars.len(), |n| i + 1 + n + 1);
+            first.get_or_insert_with(String::new);
+        } else if is_word(&c) {
+            let word: String = chars[i..].iter().take_while(|c| is_word(c)).collect();
+            i += word.chars().count();
+            if first.is_none() {
+                first = Some(word.to_uppercase());
+            } else if word.eq_ignore_ascii_case("into") && first.as_deref().is_some_and(is_query_keyword) {
+                return Some("SELECT ... INTO writes a table; select the rows without INTO".to_owned());
+            }
+        } else {
+            first.get_or_insert_with(String::new);
+            i += 1;
+        }
+    }
+    match first.as_deref() {
+        Some(word) if is_query_keyword(word) => None,
+        Some(word) if !word.is_empty() => Some(format!(
+            "{word} is not a query; Tidegate runs user SQL read-only, so it must start with SELECT, WITH or VALUES"
+        )),
+        _ => Some("is not a query; it must start with SELECT, WITH or VALUES".to_owned()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -261,6 +308,29 @@ mod tests {
         assert_eq!(start.to_rfc3339(), "2023-12-31T23:00:00+00:00");
         assert!(aligned(start, Grain::Day, Some(paris)).is_ok());
         assert_eq!(aligned(start, Grain::Day, None), Err("2023-12-31".to_owned()));
+    }
+
+    #[test]
+    fn only_one_read_only_query_is_accepted() {
+        for ok in [
+            "select 1",
+            "  (WITH a AS (SELECT 1) SELECT * FROM a);  -- done",
+            "/* why */ VALUES (1)",
+            "SELECT 'a;b -- c', \"x;y\" FROM t WHERE s = 'it''s; into'",
+        ] {
+            assert_eq!(query_problem(ok), None, "{ok:?}");
+        }
+        for (bad, says) in [
+            ("INSERT INTO t SELECT 1", "INSERT is not a query"),
+            ("-- SELECT\nCOPY (SELECT 1) TO '/tmp/x'", "COPY is not a query"),
+            ("SELECT 1; DROP TABLE t", "more than one statement"),
+            ("SELECT * INTO t FROM s", "INTO"),
+            ("'SELECT'", "is not a query"),
+            ("", "is not a query"),
+        ] {
+            let problem = query_problem(bad).unwrap_or_default();
+            assert!(problem.contains(says), "{bad:?}: {problem:?}");
+        }
     }
 
     #[test]
