@@ -288,6 +288,11 @@ mod tests {
     /// The checkpointer keeps the WAL near its nudge threshold: without it (or without the
     /// nudges reaching it), nothing would checkpoint before the writers' backstop, and 30,000
     /// pages written in small transactions would leave a WAL of 30,000 pages.
+    /// A pause between bursts of writes, long enough for a checkpoint of a few thousand pages and
+    /// its fsync on a slow virtual disk: the checkpoint must finish before the next write begins
+    /// for that write to restart the WAL. (50 ms was enough on some days and never on others.)
+    const QUIET_MOMENT: Duration = Duration::from_millis(400);
+
     #[test]
     fn the_checkpointer_keeps_the_wal_short() {
         let dir = tempfile::tempdir().expect("temp dir");
@@ -305,7 +310,7 @@ mod tests {
             .expect("writing");
             if round % 20 == 19 {
                 // Quiet moments, as between a scheduler's ticks, let a checkpoint catch up.
-                std::thread::sleep(Duration::from_millis(50));
+                std::thread::sleep(QUIET_MOMENT);
             }
         }
         let wal = std::fs::metadata(dir.path().join("state.db-wal")).expect("the WAL exists").len();

@@ -1,7 +1,7 @@
 //! Tests of the promise under attack (issue 19): each guards a way it was once broken.
+mod commands;
 #[path = "../common/mod.rs"]
 mod common;
-mod commands;
 mod corpus;
 mod identity;
 mod journal;
