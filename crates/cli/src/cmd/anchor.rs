@@ -120,6 +120,22 @@ fn unrecorded(store: &dyn Store, anchored: &[AnchoredVersion]) -> Result<Vec<Mis
     Ok(out)
 }
 
+/// Stops a command that deletes files when the journal does not match the lake: what the store
+/// says is kept or abandoned cannot be trusted then.
+pub async fn refuse_unvouched(ws: &Workspace, store: &dyn Store, lake: &Lake, command: &str) -> Result<()> {
+    let found = mismatches(ws, store, lake).await?;
+    if found.is_empty() {
+        return Ok(());
+    }
+    let problems: Vec<&str> = found.iter().map(|m| m.problem.as_str()).collect();
+    anyhow::bail!(
+        "{command} deletes nothing while the journal does not match the lake: {}. `tidegate history` shows the \
+         journal; restore the state store from a backup, or run the unrecorded run again if a publication's process \
+         died before recording it",
+        problems.join("; ")
+    )
+}
+
 /// Refuses a store whose journal is empty while the workspace's tables vouch for a journal:
 /// carrying on would write a second history beside releases the first one explained.
 pub fn refuse_lost_store(ws: &Workspace, store: &dyn Store) -> Result<()> {

@@ -287,6 +287,8 @@ pub fn reconciled(ws: Option<&Path>, keep_logs: chrono::Duration) -> Result<Reco
         for dataset in datasets.iter().chain(declared.release_versions.keys()) {
             lake.check_commits(dataset).await?;
         }
+        // Ownership is proven from the store: a store the lake contradicts proves nothing.
+        crate::cmd::anchor::refuse_unvouched(&ws, store.as_ref(), &lake, "reconcile").await?;
         let differences = lake.differences(&declared).await?;
         let held = differences.missing_versions.iter().map(|m| m.dataset.clone()).collect();
         let scope = Scope { datasets, known_as_of, held };

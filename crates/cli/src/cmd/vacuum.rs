@@ -96,6 +96,15 @@ pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
     };
     let datasets = runtime()?.block_on(async {
         let lake = open_lake(&ws).await?;
+        // The versions to keep come from the store's releases: a store the lake contradicts (cut
+        // back, replaced) would have vacuum delete what kept releases need.
+        if !args.dry_run {
+            // Before anything loads a table: a broken commit is named, not misread.
+            for name in &names {
+                lake.check_commits(name).await?;
+            }
+            crate::cmd::anchor::refuse_unvouched(&ws, store.as_ref(), &lake, "vacuum").await?;
+        }
         let mut reports = Vec::new();
         for name in &names {
             // Before anything loads the table: a broken commit is named, not misread.

@@ -56,6 +56,22 @@ fn a_journal_missing_its_last_entries_is_caught_by_the_lake() {
     assert_eq!(json.status.code(), Some(2));
     let report: serde_json::Value = serde_json::from_slice(&json.stdout).expect("JSON");
     assert!(!report["anchors"].as_array().expect("anchors").is_empty(), "{report}");
+    // The commands that delete files on the store's word refuse, naming the mismatch.
+    let files_before = count_files(&ws.join(".tidegate/lake"));
+    for args in [&["reconcile"][..], &["vacuum", "--retain-releases", "1"][..]] {
+        let out = run(ws, args);
+        assert!(!out.status.success(), "{args:?} ran on a journal the lake contradicts: {}", text(&out));
+        assert!(text(&out).contains("deletes nothing while the journal does not match the lake"), "{}", text(&out));
+    }
+    assert_eq!(count_files(&ws.join(".tidegate/lake")), files_before, "nothing was deleted");
+}
+
+fn count_files(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .expect("folder")
+        .flatten()
+        .map(|e| if e.path().is_dir() { count_files(&e.path()) } else { 1 })
+        .sum()
 }
 
 #[test]
