@@ -60,33 +60,13 @@ pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
         let lake = open_lake(&ws).await?;
         mismatches(&ws, store.as_ref(), &lake).await
     });
-    let anchors = match anchors {
-        Ok(anchors) => anchors,
-        // A journal broken badly enough may not even read back its head: the break is the finding.
-        Err(e) if chain.break_at.is_some() => {
-            if !args.json {
-                eprintln!("The journal could not be checked against the lake: {e:#}");
-            }
-            Vec::new()
-        }
-        Err(e) => return Err(e),
-    };
+    let anchors = unless_broken(anchors, &chain, args.json, "The journal could not be checked against the lake")?;
     let query = match &args.subject {
         None => JournalQuery { limit: Some(args.limit), ..JournalQuery::default() },
         Some(subject) => resolve(&ws, store.as_ref(), subject, args.limit)?,
     };
-    let entries = match entries(store.as_ref(), query, args.subject.is_none(), args.limit, &chain) {
-        Ok(entries) => entries,
-        // A tampered journal may hold rows that do not read back; the break is the finding, and
-        // it is reported as tampering (exit 2) with the entry named, not as an internal error.
-        Err(e) if chain.break_at.is_some() => {
-            if !args.json {
-                eprintln!("The journal's entries cannot be listed: {e:#}");
-            }
-            Vec::new()
-        }
-        Err(e) => return Err(e),
-    };
+    let entries = entries(store.as_ref(), query, args.subject.is_none(), args.limit, &chain);
+    let entries = unless_broken(entries, &chain, args.json, "The journal's entries cannot be listed")?;
     let kind_in = |set: &[&str], e: &JournalEntry| set.contains(&e.kind.as_str());
     let history = History {
         chain: &chain,
@@ -134,6 +114,21 @@ pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
         }
     }
     Ok(code)
+}
+
+/// `result`, or nothing when the chain is broken: a journal broken badly enough may hold rows that
+/// do not read back, and the break is the finding, reported as tampering (exit 2) with the entry
+/// named, not as an internal error.
+fn unless_broken<T>(result: Result<Vec<T>>, chain: &ChainReport, quiet: bool, what: &str) -> Result<Vec<T>> {
+    match result {
+        Err(e) if chain.break_at.is_some() => {
+            if !quiet {
+                eprintln!("{what}: {e:#}");
+            }
+            Ok(Vec::new())
+        }
+        other => other,
+    }
 }
 
 /// The entries `query` selects; without a subject, the newest `limit` rather than the oldest.
