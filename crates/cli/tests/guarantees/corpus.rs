@@ -370,19 +370,25 @@ const OUTPUTS: &[OutputCase] = &[
     // CSV rows that do not fit the declared columns.
     ("printf 'id,name,amount\\n1,a,2.5\\n2,b\\n' > \"$OUT/out.csv\"", &["out.csv", "line 3"]),
     ("printf 'id,name\\n1,a,extra\\n' > \"$OUT/out.csv\"", &["out.csv", "line 2"]),
-    ("printf 'id,name\\nabc,a\\n' > \"$OUT/out.csv\"", &["out.csv", "\"id\"", "abc"]),
+    ("printf 'id,name\\nabc,a\\n' > \"$OUT/out.csv\"", &["out.csv", "line 2", "\"id\"", "abc"]),
     ("printf 'id,name\\n1.5,a\\n' > \"$OUT/out.csv\"", &["out.csv", "\"id\"", "1.5"]),
     ("printf 'id\\n99999999999999999999\\n' > \"$OUT/out.csv\"", &["out.csv", "\"id\"", "99999999999999999999"]),
     ("printf 'id,amount\\n1,lots\\n' > \"$OUT/out.csv\"", &["out.csv", "\"amount\"", "lots"]),
     ("printf 'id,day\\n1,2024-99-01\\n' > \"$OUT/out.csv\"", &["out.csv", "\"day\"", "2024-99-01"]),
-    ("printf 'id,ok\\n1,maybe\\n' > \"$OUT/out.csv\"", &["out.csv", "\"ok\"", "maybe"]),
+    ("printf 'id,ok\\n1,true\\n2,maybe\\n' > \"$OUT/out.csv\"", &["out.csv", "line 3", "\"ok\"", "maybe"]),
     ("printf 'id,name\\n,a\\n' > \"$OUT/out.csv\"", &["out.csv", "\"id\"", "null"]),
     ("printf 'name\\na\\n' > \"$OUT/out.csv\"", &["out.csv", "\"id\"", "missing"]),
     ("printf 'id,colour\\n1,red\\n' > \"$OUT/out.csv\"", &["out.csv", "\"colour\"", "not in the dataset schema"]),
     ("printf 'id;name\\n1;a\\n' > \"$OUT/out.csv\"", &["out.csv", "id;name"]),
+    ("printf 'id,id\\n1,2\\n' > \"$OUT/out.csv\"", &["out.csv", "\"id\"", "twice"]),
+    ("printf 'id,nope\\n' > \"$OUT/out.csv\"", &["out.csv", "\"nope\"", "not in the dataset schema"]),
+    ("printf 'id,name\\n1,\"unterminated\\n' > \"$OUT/out.csv\"", &["out.csv", "line 2", "quote"]),
+    // Documented in docs/command-tasks.md: a CSV file has at least its header row.
+    (": > \"$OUT/out.csv\"", &["out.csv", "empty", "header"]),
     // Bytes that are not text.
     ("printf 'id,name\\n1,\\377\\376\\n' > \"$OUT/out.csv\"", &["out.csv", "UTF-8"]),
     ("printf 'id\\n1\\0002\\n' > \"$OUT/out.csv\"", &["out.csv", "\"id\""]),
+    ("head -c 64 /dev/zero > \"$OUT/out.csv\"", &["out.csv", "not in the dataset schema"]),
     // JSON lines.
     ("printf '{\"id\": 1\\n' > \"$OUT/out.jsonl\"", &["out.jsonl"]),
     ("printf '{\"id\": \"abc\"}\\n' > \"$OUT/out.jsonl\"", &["out.jsonl", "\"id\"", "abc"]),
@@ -404,9 +410,12 @@ const OUTPUTS: &[OutputCase] = &[
     // Rows for another partition.
     (
         "printf 'id,tg_partition\\n1,2023-05-05\\n' > \"$OUT/out.csv\"",
-        &["tg_partition \"2023-05-05\"", "this step writes only"],
+        &["out.csv", "line 2", "tg_partition \"2023-05-05\"", "this step writes only"],
     ),
-    ("printf 'id,tg_partition\\n1,\\n' > \"$OUT/out.csv\"", &["tg_partition \"null\"", "this step writes only"]),
+    (
+        "printf 'id,tg_partition\\n1,\\n' > \"$OUT/out.csv\"",
+        &["out.csv", "tg_partition \"null\"", "this step writes only"],
+    ),
 ];
 
 /// The step's failure reasons (`attempt_failed` and `checks_failed` entries) for run `run_id`,
