@@ -239,6 +239,24 @@ fn lake_failure(doing: &str, e: &tidegate_lake::Error) -> Failure {
     (class, format!("{doing} output: {e}"))
 }
 
+/// Why a SQL task's query failed; a table it names that is a dataset in the lake, but not one of
+/// the task's inputs, is said to be so (a task reads only its inputs, at their pinned versions).
+async fn sql_task_failure(lake: &Lake, inputs: &[tidegate_lake::InputTable], e: &tidegate_lake::Error) -> Failure {
+    if let tidegate_lake::Error::UnknownTable { table, .. } = e
+        && !inputs.iter().any(|i| &i.name == table)
+        && matches!(lake.table_version(table).await, Ok(Some(_)))
+    {
+        let names: Vec<&str> = inputs.iter().map(|i| i.name.as_str()).collect();
+        let detail = format!(
+            "query failed: no table {table:?}: the dataset {table:?} is not one of the task's inputs ({}); \
+             add it to the task's `inputs` to read it",
+            names.join(", ")
+        );
+        return (ErrorClass::Deterministic, format!("running the query for output: {detail}"));
+    }
+    lake_failure("running the query for", e)
+}
+
 /// The folder a command leaves `dataset`'s files in.
 pub(crate) fn output_dir(a: &Attempt, dataset: &str) -> PathBuf {
     if a.outputs.len() == 1 { a.dir.clone() } else { a.dir.join(dataset) }
@@ -366,7 +384,10 @@ async fn run_sql(
             overlay: staged_overlay(store, &p.dataset, &p.staged_steps).await?,
         });
     }
-    let batches = lake.sql_over(query, &inputs).await.map_err(|e| lake_failure("running the query for", &e))?;
+    let batches = match lake.sql_over(query, &inputs).await {
+        Ok(batches) => batches,
+        Err(e) => return Err(sql_task_failure(lake, &inputs, &e).await),
+    };
     let dataset = a.outputs.first().ok_or((ErrorClass::Deterministic, "the task has no output".to_owned()))?;
     let staged = lake
         .stage_batches(dataset, staging_id, std::slice::from_ref(&a.partition), batches)

@@ -114,6 +114,10 @@ pub enum Error {
     #[error("query failed: {detail}")]
     Query { detail: String },
 
+    /// A user query names a table its session does not have (a typo, or a dataset it may not read).
+    #[error("query failed: no table {table:?} ({})", describe_tables(table, known))]
+    UnknownTable { table: String, known: Vec<String> },
+
     /// A user query that would write (a table, a file, the session) or read a file by path.
     #[error(
         "query refused: {statement} is not allowed; Tidegate runs user SQL read-only (SELECT, WITH ... SELECT, \
@@ -203,6 +207,17 @@ impl FileLocation {
             FileLocation::File(file) => FileLocation::Row { file: file.clone(), row: row as u64 },
             other => other.clone(),
         }
+    }
+}
+
+/// The nearest of the tables a query could read, or all of them.
+fn describe_tables(table: &str, known: &[String]) -> String {
+    if let Some(hint) = tidegate_core::spec::did_you_mean(table, known.iter().map(String::as_str)) {
+        return hint;
+    }
+    match known {
+        [] => "it can read no table".to_owned(),
+        _ => format!("it can read {}", known.join(", ")),
     }
 }
 
