@@ -431,14 +431,8 @@ fn failure_reasons(dir: &Path, run_id: &str) -> Vec<String> {
         .into_iter()
         .flatten()
         .filter(|e| e["kind"] == "attempt_failed" || e["kind"] == "checks_failed")
-        .map(|e| {
-            // A failed check's name and detail are in the event; the entry's reason counts them.
-            let (reason, detail) = (e["reason"].as_str().unwrap_or_default(), e["payload"]["reason"].as_str());
-            match detail {
-                Some(detail) if !reason.contains(detail) => format!("{reason}: {detail}"),
-                _ => reason.to_owned(),
-            }
-        })
+        // A failed check's reason names the failing checks and their details, as `history` shows.
+        .map(|e| e["reason"].as_str().unwrap_or_default().to_owned())
         .collect()
 }
 
@@ -664,4 +658,29 @@ fn expect_failed_sql(dir: &Path, target: &str, dataset: &str, says: &[&str]) -> 
         problems.push(format!("{dataset} moved from version {before}: something was published"));
     }
     (!problems.is_empty()).then(|| problems.join("; "))
+}
+
+/// A step stopped by a check: the journal's reason for it, as `tidegate history` shows it, names
+/// the blocking check that failed and why, not only how many failed.
+#[test]
+fn a_failed_check_is_named_in_the_journal_reason() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    write_spec(dir.path(), &sql_spec(&sql_check("SELECT * FROM staged WHERE id > 0")));
+    let out = run(dir.path(), &["run", "check_me", "--partition", "2024-01-01", "--only", "--json"]);
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    let run_id = report["run_id"].as_str().unwrap_or_default();
+    let history: Value =
+        serde_json::from_slice(&run(dir.path(), &["history", run_id, "--json"]).stdout).unwrap_or(Value::Null);
+    let reasons: Vec<&str> = history["happened"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["kind"] == "checks_failed")
+        .filter_map(|e| e["reason"].as_str())
+        .collect();
+    assert!(
+        matches!(reasons.as_slice(), [r] if r.contains("custom") && r.contains("1 failing rows")),
+        "one checks_failed entry naming the check and its detail, got {reasons:?} ({})",
+        printed(&out)
+    );
 }
