@@ -161,6 +161,9 @@ const CLI_EXAMPLE: &[CliCase] = &[
     ("rollback nosuch --to-version 0", 1, &["nosuch"]),
     ("vacuum nosuch", 1, &["nosuch"]),
     ("history nosuch:2024-01-01", 1, &["\"nosuch\""]),
+    ("history nosuch@2024-01-01", 1, &["no task named \"nosuch\""]),
+    ("history daily_stat@2024-01-01", 1, &["\"daily_stat\"", "did you mean \"daily_stats\""]),
+    ("history daily_stat:2024-01-01", 1, &["\"daily_stat\"", "did you mean \"daily_stats\""]),
     // Numbers that are not numbers, or out of their range.
     ("run daily_stats --partition 2024-01-01 --workers 0", 2, &["--workers", "'0'"]),
     ("run daily_stats --partition 2024-01-01 --workers many", 2, &["--workers", "'many'"]),
