@@ -93,6 +93,8 @@ pub fn read(ws: Option<&Path>, args: ReadArgs) -> Result<ExitCode> {
             tidegate_core::spec::did_you_mean(&args.dataset, names).map(|h| format!(" ({h})")).unwrap_or_default();
         bail!("no dataset named {:?} in {}{hint}", args.dataset, ws.spec.file);
     }
+    // A key the dataset's partitioning cannot have is a mistake, not a partition without rows.
+    tidegate_core::plan::partitions_of(&ws.spec.datasets[&args.dataset], &args.partition)?;
     let version = match &args.release {
         None => args.version,
         Some(r) => {

@@ -65,8 +65,13 @@ struct RolledBack {
 
 pub fn rollback(ws: Option<&Path>, args: RollbackArgs) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
-    if !ws.spec.datasets.contains_key(&args.dataset) {
+    let Some(dataset) = ws.spec.datasets.get(&args.dataset) else {
         bail!("no dataset named {:?} in {}", args.dataset, ws.spec.file);
+    };
+    // Before anything is read or committed: a key the partitioning cannot have would restore
+    // nothing and still record a release.
+    if let Err(e) = tidegate_core::plan::partitions_of(dataset, &args.partition) {
+        bail!("{e}; nothing was restored");
     }
     let store = ws.open_store()?;
     let release_id = format!("rollback-{}", uuid::Uuid::now_v7());
@@ -98,7 +103,10 @@ pub fn rollback(ws: Option<&Path>, args: RollbackArgs) -> Result<ExitCode> {
             }
         };
         if target >= current {
-            bail!("version {target} is not older than the current version {current}");
+            bail!(
+                "dataset {:?}: version {target} is not older than its current version {current}; nothing was restored",
+                args.dataset
+            );
         }
         let parts = (!args.partition.is_empty()).then_some(args.partition.as_slice());
         let new_version = lake.rollback(&args.dataset, target, parts, &release_id).await?;

@@ -217,7 +217,15 @@ const CLI_EXAMPLE: &[CliCase] = &[
     ("rollback daily_stats --to-release rel-nope", 1, &["rel-nope"]),
     // Versions that do not exist.
     ("read daily_stats --version 999", 1, &["\"daily_stats\"", "999"]),
-    ("rollback daily_stats --to-version 999", 1, &["version 999", "current version"]),
+    ("rollback daily_stats --to-version 999", 1, &["\"daily_stats\"", "version 999", "current version"]),
+    // Partitions that the dataset's partitioning cannot have: refused before anything is read or written.
+    ("read events --partition 2024-13-01", 1, &["--partition 2024-13-01", "YYYY-MM-DD"]),
+    ("read events --partition banana", 1, &["--partition banana"]),
+    (
+        "rollback events --partition banana --to-version 0",
+        1,
+        &["--partition banana", "YYYY-MM-DD", "nothing was restored"],
+    ),
     // The workspace folder.
     ("-C /nonexistent validate", 1, &["/nonexistent", "tidegate.toml"]),
     ("-C /proc status", 1, &["/proc", "tidegate.toml"]),
