@@ -189,6 +189,8 @@ pub fn pause(ws: Option<&Path>, args: IdArgs) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
     let store = ws.open_store()?;
     let reason = args.reason.unwrap_or_else(|| "paused by operator".to_owned());
+    // An unknown id is answered as every backfill command answers it, with where to find the known ones.
+    load(store.as_ref(), &args.id)?;
     let record = store.update_backfill(
         &args.id,
         &[BackfillStatus::Running, BackfillStatus::Planned],
@@ -209,6 +211,8 @@ pub fn cancel(ws: Option<&Path>, args: IdArgs) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
     let store = ws.open_store()?;
     let reason = args.reason.unwrap_or_else(|| "cancelled by operator".to_owned());
+    // An unknown id is answered as every backfill command answers it, with where to find the known ones.
+    load(store.as_ref(), &args.id)?;
     let record = store.update_backfill(
         &args.id,
         &[
