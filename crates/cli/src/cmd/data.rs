@@ -33,14 +33,14 @@ pub struct ReadArgs {
     #[arg(long, short = 'p')]
     pub partition: Vec<String>,
     /// A Delta table version (see `tidegate history DATASET:PARTITION` or the table's log).
-    #[arg(long, conflicts_with = "release")]
+    #[arg(long, conflicts_with = "release", value_parser = crate::cmd::table_version, allow_negative_numbers = true)]
     pub version: Option<u64>,
     /// The table version a release published.
     #[arg(long)]
     pub release: Option<String>,
     /// At most this many rows.
-    #[arg(long, default_value_t = 100)]
-    pub limit: usize,
+    #[arg(long, default_value_t = 100, allow_negative_numbers = true)]
+    pub limit: u32,
     #[command(flatten)]
     pub format: Format,
 }
@@ -113,7 +113,7 @@ pub fn read(ws: Option<&Path>, args: ReadArgs) -> Result<ExitCode> {
         let parts = (!args.partition.is_empty()).then_some(args.partition.as_slice());
         anyhow::Ok(lake.read(&args.dataset, parts, version).await?)
     })?;
-    print_batches(&limit(batches, args.limit), &args.format)?;
+    print_batches(&limit(batches, usize::try_from(args.limit).unwrap_or(usize::MAX)), &args.format)?;
     Ok(ExitCode::SUCCESS)
 }
 

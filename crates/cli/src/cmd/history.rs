@@ -29,7 +29,7 @@ pub struct Args {
     /// A run id, step id, task@partition, or DATASET:PARTITION.
     subject: Option<String>,
     /// At most this many entries.
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = 200, allow_negative_numbers = true)]
     limit: u32,
     /// Print the verification and entries as JSON.
     #[arg(long)]

@@ -41,7 +41,7 @@ pub struct RollbackArgs {
     #[arg(long, conflicts_with = "to_version")]
     pub to_release: Option<String>,
     /// Restore exactly this table version.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::cmd::table_version, allow_negative_numbers = true)]
     pub to_version: Option<u64>,
     /// Only these partitions (repeatable).
     #[arg(long, short = 'p')]
