@@ -29,7 +29,7 @@ pub struct Format {
 pub struct ReadArgs {
     /// The dataset to read.
     pub dataset: String,
-    /// Only these partitions (repeatable).
+    /// Only these partitions (repeatable); each key must fit the dataset's partitioning.
     #[arg(long, short = 'p')]
     pub partition: Vec<String>,
     /// A Delta table version (see `tidegate history DATASET:PARTITION` or the table's log).

@@ -43,7 +43,8 @@ pub struct RollbackArgs {
     /// Restore exactly this table version.
     #[arg(long, value_parser = crate::cmd::table_version, allow_negative_numbers = true)]
     pub to_version: Option<u64>,
-    /// Only these partitions (repeatable).
+    /// Only these partitions (repeatable); a key that does not fit the dataset's partitioning is
+    /// refused before anything is restored.
     #[arg(long, short = 'p')]
     pub partition: Vec<String>,
     /// Why (recorded in the journal).
