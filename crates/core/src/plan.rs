@@ -205,29 +205,42 @@ pub fn select_partitions(spec: &Spec, task: &Task, selection: &Selection) -> Res
                 let b = axis.parse_bound(to).map_err(err(format!("--to {to}")))?;
                 axis.range_inclusive(a, b).map_err(err(format!("range {from}..{to}")))
             }
-            Selection::Keys(keys) => keys
-                .iter()
-                .map(|k| axis.parse_key(k).map(|t| axis.partition(t)).map_err(err(format!("--partition {k}"))))
-                .collect(),
+            Selection::Keys(keys) => partitions_of(ds, keys),
             Selection::AllStatic => Err(Error::AllOnTime { task: task.name.clone(), grain: axis.grain }),
         },
         (Partitioning::Static { keys }, None) => match selection {
             Selection::Range { .. } => Err(Error::RangeOnStatic { task: task.name.clone() }),
             Selection::AllStatic => Ok(keys.iter().map(|k| Partition { key: k.clone(), interval: None }).collect()),
-            Selection::Keys(wanted) => wanted
-                .iter()
-                .map(|k| {
-                    if keys.contains(k) {
-                        Ok(Partition { key: k.clone(), interval: None })
-                    } else {
-                        Err(Error::Partition {
-                            what: format!("--partition {k}"),
-                            reason: partition::Error::UnknownStaticKey { key: k.clone(), known: keys.join(", ") },
-                        })
-                    }
-                })
-                .collect(),
+            Selection::Keys(wanted) => partitions_of(ds, wanted),
         },
+        (Partitioning::Time { .. }, None) => unreachable!("a time partitioning always has an axis"),
+    }
+}
+
+/// The partitions of `dataset` that `--partition` keys name (of `plan`, `read`, `rollback`): a
+/// key must parse on the dataset's time axis, or be one of its static keys.
+pub fn partitions_of(dataset: &Dataset, keys: &[String]) -> Result<Vec<Partition>, Error> {
+    let flag = |k: &str| format!("--partition {k}");
+    match (&dataset.partitioning, axis_of(dataset)) {
+        (_, Some(axis)) => keys
+            .iter()
+            .map(|k| {
+                axis.parse_key(k)
+                    .map(|t| axis.partition(t))
+                    .map_err(|reason| Error::Partition { what: flag(k), reason })
+            })
+            .collect(),
+        (Partitioning::Static { keys: known }, None) => keys
+            .iter()
+            .map(|k| {
+                if known.contains(k) {
+                    Ok(Partition { key: k.clone(), interval: None })
+                } else {
+                    let reason = partition::Error::UnknownStaticKey { key: k.clone(), known: known.join(", ") };
+                    Err(Error::Partition { what: flag(k), reason })
+                }
+            })
+            .collect(),
         (Partitioning::Time { .. }, None) => unreachable!("a time partitioning always has an axis"),
     }
 }

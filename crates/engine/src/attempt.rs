@@ -239,6 +239,55 @@ fn lake_failure(doing: &str, e: &tidegate_lake::Error) -> Failure {
     (class, format!("{doing} output: {e}"))
 }
 
+/// How many blocking checks failed in the journal's reason are named, with their details.
+const REASON_CHECKS: usize = 2;
+
+/// The most characters of one check's detail in the journal's reason.
+const REASON_DETAIL_CHARS: usize = 200;
+
+/// The journal's reason for a check verdict: how many checks ran and failed, and the first
+/// [`REASON_CHECKS`] blocking failures by name and (shortened) detail, so `tidegate history` says
+/// why a step was stopped. Details are already redacted of the task's secrets.
+fn checks_reason(checks: &[CheckResult]) -> String {
+    let blocking: Vec<_> = checks.iter().filter(|c| c.blocks()).collect();
+    let mut reason = format!("{} checks, {} blocking failures", checks.len(), blocking.len());
+    let named: Vec<String> =
+        blocking.iter().take(REASON_CHECKS).map(|c| format!("{} ({})", c.name, shorten(&c.detail))).collect();
+    if !named.is_empty() {
+        reason = format!("{reason}: {}", named.join("; "));
+    }
+    if blocking.len() > REASON_CHECKS {
+        reason = format!("{reason}; and {} more", blocking.len() - REASON_CHECKS);
+    }
+    reason
+}
+
+/// `text` cut to [`REASON_DETAIL_CHARS`] characters, marked when cut.
+fn shorten(text: &str) -> String {
+    match text.char_indices().nth(REASON_DETAIL_CHARS) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_owned(),
+    }
+}
+
+/// Why a SQL task's query failed; a table it names that is a dataset in the lake, but not one of
+/// the task's inputs, is said to be so (a task reads only its inputs, at their pinned versions).
+async fn sql_task_failure(lake: &Lake, inputs: &[tidegate_lake::InputTable], e: &tidegate_lake::Error) -> Failure {
+    if let tidegate_lake::Error::UnknownTable { table, .. } = e
+        && !inputs.iter().any(|i| &i.name == table)
+        && matches!(lake.table_version(table).await, Ok(Some(_)))
+    {
+        let names: Vec<&str> = inputs.iter().map(|i| i.name.as_str()).collect();
+        let detail = format!(
+            "query failed: no table {table:?}: the dataset {table:?} is not one of the task's inputs ({}); \
+             add it to the task's `inputs` to read it",
+            names.join(", ")
+        );
+        return (ErrorClass::Deterministic, format!("running the query for output: {detail}"));
+    }
+    lake_failure("running the query for", e)
+}
+
 /// The folder a command leaves `dataset`'s files in.
 pub(crate) fn output_dir(a: &Attempt, dataset: &str) -> PathBuf {
     if a.outputs.len() == 1 { a.dir.clone() } else { a.dir.join(dataset) }
@@ -366,7 +415,10 @@ async fn run_sql(
             overlay: staged_overlay(store, &p.dataset, &p.staged_steps).await?,
         });
     }
-    let batches = lake.sql_over(query, &inputs).await.map_err(|e| lake_failure("running the query for", &e))?;
+    let batches = match lake.sql_over(query, &inputs).await {
+        Ok(batches) => batches,
+        Err(e) => return Err(sql_task_failure(lake, &inputs, &e).await),
+    };
     let dataset = a.outputs.first().ok_or((ErrorClass::Deterministic, "the task has no output".to_owned()))?;
     let staged = lake
         .stage_batches(dataset, staging_id, std::slice::from_ref(&a.partition), batches)
@@ -530,7 +582,7 @@ pub fn settle(
             } else {
                 StepEvent::ChecksFailed { epoch, reason: format!("blocking checks failed: {}", failing.join("; ")) }
             };
-            let reason = format!("{} checks, {} blocking failures", checks.len(), failing.len());
+            let reason = checks_reason(&checks);
             Settlement {
                 staged: Some((step_id.clone(), epoch, records)),
                 events: vec![

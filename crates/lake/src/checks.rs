@@ -320,7 +320,9 @@ async fn custom_sql(session: &df::UserSession, query: &str) -> Result<(bool, u64
             Ok((false, n, format!("{n} failing rows, e.g. {}", shown.join(", "))))
         }
         Err(Error::Query { detail }) => Ok((false, 0, format!("the query failed: {detail}"))),
-        Err(e @ (Error::ReadOnlyQuery { .. } | Error::QueryLimit { .. })) => Ok((false, 0, e.to_string())),
+        Err(e @ (Error::ReadOnlyQuery { .. } | Error::QueryLimit { .. } | Error::UnknownTable { .. })) => {
+            Ok((false, 0, e.to_string()))
+        }
         Err(e) => Err(e),
     }
 }

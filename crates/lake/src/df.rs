@@ -18,6 +18,7 @@ use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::prelude::{SQLOptions, SessionConfig, SessionContext};
 use datafusion::sql::parser::Statement;
 use datafusion::sql::sqlparser::ast::{SetExpr, Statement as AstStatement};
+use datafusion::sql::sqlparser::parser::ParserError;
 
 use crate::error::{Error, Result};
 
@@ -93,6 +94,14 @@ impl UserSession {
         Ok(UserSession { ctx, limits })
     }
 
+    /// The tables registered in the session, sorted: what a query may name.
+    fn table_names(&self) -> Vec<String> {
+        let schema = self.ctx.catalog("datafusion").and_then(|c| c.schema("public"));
+        let mut names = schema.map(|s| s.table_names()).unwrap_or_default();
+        names.sort();
+        names
+    }
+
     /// The session, to register tables in (and to run Tidegate's own queries over them).
     pub(crate) fn ctx(&self) -> &SessionContext {
         &self.ctx
@@ -108,15 +117,15 @@ pub(crate) async fn user_query(session: &UserSession, sql: &str) -> Result<Vec<R
     let run = async {
         let state = session.ctx.state();
         let dialect = state.config().options().sql_parser.dialect;
-        let statement = state.sql_to_statement(sql, &dialect).map_err(|e| user_error(e, limits))?;
+        let statement = state.sql_to_statement(sql, &dialect).map_err(|e| user_error(e, session))?;
         read_only_statement(&statement)?;
-        let plan = state.statement_to_plan(statement).await.map_err(|e| user_error(e, limits))?;
+        let plan = state.statement_to_plan(statement).await.map_err(|e| user_error(e, session))?;
         let read_only = SQLOptions::new().with_allow_ddl(false).with_allow_dml(false).with_allow_statements(false);
         read_only
             .verify_plan(&plan)
             .map_err(|e| Error::ReadOnlyQuery { statement: format!("what its plan does ({})", e.message()) })?;
-        let frame = session.ctx.execute_logical_plan(plan).await.map_err(|e| user_error(e, limits))?;
-        frame.collect().await.map_err(|e| user_error(e, limits))
+        let frame = session.ctx.execute_logical_plan(plan).await.map_err(|e| user_error(e, session))?;
+        frame.collect().await.map_err(|e| user_error(e, session))
     };
     match tokio::time::timeout(Duration::from_secs(limits.time_s), run).await {
         Ok(result) => result,
@@ -159,8 +168,14 @@ fn statement_kind(statement: &AstStatement) -> String {
     if words.is_empty() { "this statement".to_owned() } else { words.join(" ") }
 }
 
-/// A user query's failure: over the memory limit, or a mistake in the query.
-fn user_error(e: DataFusionError, limits: QueryLimits) -> Error {
+/// A user query's failure: over the memory limit, or a mistake in the query, said plainly.
+fn user_error(e: DataFusionError, session: &UserSession) -> Error {
+    let limits = session.limits;
+    if let DataFusionError::Plan(message) = e.find_root()
+        && let Some(table) = unknown_table(message)
+    {
+        return Error::UnknownTable { table, known: session.table_names() };
+    }
     if matches!(e.find_root(), DataFusionError::ResourcesExhausted(_)) {
         return Error::QueryLimit {
             limit: format!("memory limit of {} MiB", limits.memory_mb),
@@ -168,7 +183,41 @@ fn user_error(e: DataFusionError, limits: QueryLimits) -> Error {
             default: format!("{USER_QUERY_MEMORY_LIMIT_MB} MiB"),
         };
     }
-    Error::Query { detail: e.to_string() }
+    if let DataFusionError::SQL(parser, _) = e.find_root()
+        && let ParserError::ParserError(message) | ParserError::TokenizerError(message) = parser.as_ref()
+    {
+        return Error::Query { detail: format!("syntax error: {message}") };
+    }
+    Error::Query { detail: without_bug_report(&e.to_string()) }
+}
+
+/// The table of DataFusion's "table 'datafusion.public.raww' not found", as the query named it.
+fn unknown_table(message: &str) -> Option<String> {
+    let full = message.strip_prefix("table '")?.strip_suffix("' not found")?;
+    let table = full.strip_prefix("datafusion.").unwrap_or(full);
+    Some(table.strip_prefix("public.").unwrap_or(table).to_owned())
+}
+
+/// DataFusion's bug-report request, which it appends to an "internal error".
+const DATAFUSION_BUG_REPORT: &str = "This issue was likely caused by a bug in DataFusion's code. Please help us to \
+                                     resolve this by filing a bug report in our issue tracker: \
+                                     https://github.com/apache/datafusion/issues";
+
+/// DataFusion reports some mistakes of a query (a function given the wrong types) as its own
+/// internal errors, asking for a bug report: the query is at fault, so what follows the request
+/// (or, when nothing does, the first line before it) is kept, without the request.
+fn without_bug_report(text: &str) -> String {
+    let Some((before, after)) = text.split_once(DATAFUSION_BUG_REPORT) else {
+        return text.to_owned();
+    };
+    let after = after.trim_start_matches(['.', ' ', '\n']).trim_end();
+    let kept = if after.is_empty() {
+        let first = before.lines().next().unwrap_or_default();
+        first.replace("Error during planning: ", "").replace("Internal error: ", "")
+    } else {
+        after.to_owned()
+    };
+    format!("the query cannot be planned as written: {kept}")
 }
 
 /// A SQL identifier, always quoted so any column name works.

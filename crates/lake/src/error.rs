@@ -38,8 +38,8 @@ pub enum Error {
     UnreadableFile { dataset: String, file: String, detail: String },
 
     /// A row names a partition the step was not asked to write.
-    #[error("dataset {dataset:?}: a row has tg_partition {value:?}, but this step writes only {expected}")]
-    PartitionMismatch { dataset: String, value: String, expected: String },
+    #[error("dataset {dataset:?}: {location}a row has tg_partition {value:?}, but this step writes only {expected}")]
+    PartitionMismatch { dataset: String, location: FileLocation, value: String, expected: String },
 
     /// A merge source holds several rows for one key and no ordering decides between them.
     #[error(
@@ -114,6 +114,10 @@ pub enum Error {
     #[error("query failed: {detail}")]
     Query { detail: String },
 
+    /// A user query names a table its session does not have (a typo, or a dataset it may not read).
+    #[error("query failed: no table {table:?} ({})", describe_tables(table, known))]
+    UnknownTable { table: String, known: Vec<String> },
+
     /// A user query that would write (a table, a file, the session) or read a file by path.
     #[error(
         "query refused: {statement} is not allowed; Tidegate runs user SQL read-only (SELECT, WITH ... SELECT, \
@@ -173,6 +177,11 @@ pub enum Error {
 pub enum FileLocation {
     /// A file a command left in its output folder.
     File(String),
+    /// A line of a CSV file a command left (1-based, the header being line 1).
+    Line { file: String, line: u64 },
+    /// A row of a file a command left: 1-based in the file once staging has placed it, 0-based in
+    /// the batch [`crate::stage`] was conforming until then.
+    Row { file: String, row: u64 },
     /// Record batches handed over by a SQL task.
     Batches,
     /// The declared columns against an existing table.
@@ -183,9 +192,32 @@ impl std::fmt::Display for FileLocation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             FileLocation::File(file) => write!(f, "file {file}: "),
+            FileLocation::Line { file, line } => write!(f, "file {file}, line {line}: "),
+            FileLocation::Row { file, row } => write!(f, "file {file}, row {row}: "),
             FileLocation::Batches => f.write_str("staged rows: "),
             FileLocation::Table => f.write_str("existing table: "),
         }
+    }
+}
+
+impl FileLocation {
+    /// The same place narrowed to row `row` (0-based) of the batch being read from a file.
+    pub(crate) fn at_row(&self, row: usize) -> FileLocation {
+        match self {
+            FileLocation::File(file) => FileLocation::Row { file: file.clone(), row: row as u64 },
+            other => other.clone(),
+        }
+    }
+}
+
+/// The nearest of the tables a query could read, or all of them.
+fn describe_tables(table: &str, known: &[String]) -> String {
+    if let Some(hint) = tidegate_core::spec::did_you_mean(table, known.iter().map(String::as_str)) {
+        return hint;
+    }
+    match known {
+        [] => "it can read no table".to_owned(),
+        _ => format!("it can read {}", known.join(", ")),
     }
 }
 

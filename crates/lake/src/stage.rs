@@ -174,8 +174,12 @@ impl Lake {
         let mut rows = Vec::new();
         for file in files {
             let location = FileLocation::File(file.display().to_string());
+            let mut offset = 0;
             for batch in read_input_file(&dataset.name, file)? {
-                rows.push(conform_batch(&dataset.name, &location, &schema, &keys, batch)?);
+                let n_rows = batch.num_rows() as u64;
+                let conformed = conform_batch(&dataset.name, &location, &schema, &keys, batch);
+                rows.push(conformed.map_err(|e| place_in_file(e, file, offset))?);
+                offset += n_rows;
             }
         }
         self.stage_rows(dataset, &table, staging_id, partitions, &schema, rows).await
@@ -508,12 +512,13 @@ pub(crate) fn conform_batch(
     keys: &[String],
     batch: RecordBatch,
 ) -> Result<RecordBatch> {
-    let mismatch = |column: &str, detail: String| Error::SchemaMismatch {
+    let mismatch_at = |at: Option<usize>, column: &str, detail: String| Error::SchemaMismatch {
         dataset: dataset.to_owned(),
-        location: location.clone(),
+        location: at.map_or_else(|| location.clone(), |row| location.at_row(row)),
         column: column.to_owned(),
         detail,
     };
+    let mismatch = |column: &str, detail: String| mismatch_at(None, column, detail);
     let input = batch.schema();
     if let Some(extra) = input.fields().iter().find(|f| schema.field_with_name(f.name()).is_err()) {
         let known: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
@@ -525,34 +530,50 @@ pub(crate) fn conform_batch(
     for field in schema.fields() {
         let name = field.name();
         if name == PARTITION_COLUMN {
-            columns.push(partition_column(dataset, keys, batch.column_by_name(name), n)?);
+            columns.push(partition_column(dataset, location, keys, batch.column_by_name(name), n)?);
             continue;
         }
         let column = match batch.column_by_name(name) {
             Some(c) if c.data_type() == field.data_type() => c.clone(),
             Some(c) => cast_with_options(c, field.data_type(), &options).map_err(|e| {
-                mismatch(name, format!("cannot convert {} to {}: {e}", c.data_type(), field.data_type()))
+                let detail = format!("cannot convert {} to {}: {e}", c.data_type(), field.data_type());
+                mismatch_at(first_uncastable(c, field.data_type()), name, detail)
             })?,
             None if field.is_nullable() => new_null_array(field.data_type(), n),
             None => return Err(mismatch(name, "missing, and the column is declared not null".into())),
         };
         if !field.is_nullable() && column.null_count() > 0 {
-            return Err(mismatch(name, format!("{} null values in a column declared not null", column.null_count())));
+            let first = (0..column.len()).find(|&i| column.is_null(i));
+            let detail = format!("{} null values in a column declared not null", column.null_count());
+            return Err(mismatch_at(first, name, detail));
         }
         columns.push(column);
     }
     Ok(RecordBatch::try_new(schema.clone(), columns)?)
 }
 
+/// The first row of `column` that cannot be converted to `to`: the row a conversion error names.
+fn first_uncastable(column: &ArrayRef, to: &DataType) -> Option<usize> {
+    let lenient = cast_with_options(column, to, &CastOptions::default()).ok()?;
+    (0..column.len()).find(|&i| column.is_valid(i) && lenient.is_null(i))
+}
+
 /// The partition column of a batch: filled with the step's only partition when absent, checked
 /// against the step's partitions when present.
-fn partition_column(dataset: &str, keys: &[String], given: Option<&ArrayRef>, n: usize) -> Result<ArrayRef> {
+fn partition_column(
+    dataset: &str,
+    location: &FileLocation,
+    keys: &[String],
+    given: Option<&ArrayRef>,
+    n: usize,
+) -> Result<ArrayRef> {
     let expected = || keys.join(", ");
     let Some(given) = given else {
         return match keys {
             [only] => Ok(Arc::new(StringArray::from(vec![only.as_str(); n]))),
             _ => Err(Error::PartitionMismatch {
                 dataset: dataset.to_owned(),
+                location: location.clone(),
                 value: "(none)".to_owned(),
                 expected: format!(
                     "{}; rows must carry a {PARTITION_COLUMN} column when a step stages several \
@@ -564,12 +585,13 @@ fn partition_column(dataset: &str, keys: &[String], given: Option<&ArrayRef>, n:
     };
     let strings = cast_with_options(given, &DataType::Utf8, &CastOptions::default())?;
     let allowed: BTreeSet<&str> = keys.iter().map(String::as_str).collect();
-    for value in strings.as_string::<i32>() {
+    for (row, value) in strings.as_string::<i32>().iter().enumerate() {
         match value {
             Some(v) if allowed.contains(v) => {}
             other => {
                 return Err(Error::PartitionMismatch {
                     dataset: dataset.to_owned(),
+                    location: location.at_row(row),
                     value: other.unwrap_or("null").to_owned(),
                     expected: expected(),
                 });
@@ -695,21 +717,7 @@ fn read_input_file(dataset: &str, file: &FsPath) -> Result<Vec<RecordBatch>> {
             .build()
             .map_err(|e| unreadable(dataset, file, e))?
             .collect(),
-        InputFormat::Csv => {
-            let mut handle = handle;
-            let format = arrow::csv::reader::Format::default().with_header(true);
-            let (header, _) = format.infer_schema(&mut handle, Some(0)).map_err(|e| unreadable(dataset, file, e))?;
-            handle.rewind()?;
-            // Read every column as text: the cast to the table type then reports the column.
-            let as_text: Vec<Field> =
-                header.fields().iter().map(|f| Field::new(f.name(), DataType::Utf8, true)).collect();
-            arrow::csv::ReaderBuilder::new(Arc::new(Schema::new(as_text)))
-                .with_header(true)
-                .with_batch_size(READ_BATCH_ROWS)
-                .build(handle)
-                .map_err(|e| unreadable(dataset, file, e))?
-                .collect()
-        }
+        InputFormat::Csv => return read_csv(dataset, file, handle),
         InputFormat::JsonLines => {
             let mut reader = BufReader::new(handle);
             let (inferred, _) = arrow::json::reader::infer_json_schema_from_seekable(&mut reader, None)
@@ -722,6 +730,139 @@ fn read_input_file(dataset: &str, file: &FsPath) -> Result<Vec<RecordBatch>> {
         }
     };
     batches.map_err(|e| unreadable(dataset, file, e))
+}
+
+/// Reads a CSV output with every column as text (the cast to the table type then reports the
+/// column), refusing what the CSV reader would pass over: an empty file (a CSV file has at least
+/// its header row), a column named twice, a quoted field that never closes. A header without rows
+/// is read as an empty batch of its columns, so the header is checked like any other.
+fn read_csv(dataset: &str, file: &FsPath, mut handle: std::fs::File) -> Result<Vec<RecordBatch>> {
+    if handle.metadata()?.len() == 0 {
+        return Err(unreadable(
+            dataset,
+            file,
+            "the file is empty: a CSV output has at least its header row (write the header alone for a \
+             partition with no rows)",
+        ));
+    }
+    let scan = scan_csv(BufReader::new(&handle), None).map_err(|e| unreadable(dataset, file, e))?;
+    if let Some(line) = scan.unterminated {
+        return Err(unreadable(
+            dataset,
+            file,
+            format!("line {line}: a quoted field opens there and its closing quote never comes"),
+        ));
+    }
+    handle.rewind()?;
+    let format = arrow::csv::reader::Format::default().with_header(true);
+    let (header, _) = format.infer_schema(&mut handle, Some(0)).map_err(|e| unreadable(dataset, file, e))?;
+    let mut seen = BTreeSet::new();
+    if let Some(twice) = header.fields().iter().find(|f| !seen.insert(f.name().as_str())) {
+        return Err(Error::SchemaMismatch {
+            dataset: dataset.to_owned(),
+            location: FileLocation::File(file.display().to_string()),
+            column: twice.name().clone(),
+            detail: "named twice in the header row".to_owned(),
+        });
+    }
+    handle.rewind()?;
+    let as_text: Vec<Field> = header.fields().iter().map(|f| Field::new(f.name(), DataType::Utf8, true)).collect();
+    let as_text = Arc::new(Schema::new(as_text));
+    let batches = arrow::csv::ReaderBuilder::new(as_text.clone())
+        .with_header(true)
+        .with_batch_size(READ_BATCH_ROWS)
+        .build(handle)
+        .map_err(|e| unreadable(dataset, file, e))?
+        .collect::<std::result::Result<Vec<RecordBatch>, _>>()
+        .map_err(|e| unreadable(dataset, file, e))?;
+    Ok(if batches.is_empty() { vec![RecordBatch::new_empty(as_text)] } else { batches })
+}
+
+/// What one pass over a CSV file's bytes finds, quoting as RFC 4180 (and the CSV reader) does.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct CsvScan {
+    /// The line (1-based) where the wanted record starts, the header being record 0.
+    record_line: Option<u64>,
+    /// The line where a quoted field that never closes opens.
+    unterminated: Option<u64>,
+}
+
+/// Scans CSV bytes for where record `wanted` starts (stopping there) and for an unclosed quote.
+fn scan_csv(mut reader: impl std::io::BufRead, wanted: Option<u64>) -> std::io::Result<CsvScan> {
+    let (mut line, mut records, mut opened) = (1_u64, 0_u64, 0_u64);
+    let (mut field_start, mut quoted, mut quote_seen) = (true, false, false);
+    if wanted == Some(0) {
+        return Ok(CsvScan { record_line: Some(1), unterminated: None });
+    }
+    loop {
+        let chunk = reader.fill_buf()?;
+        let n = chunk.len();
+        if n == 0 {
+            break;
+        }
+        for &b in chunk {
+            if quoted {
+                if quote_seen {
+                    // `""` is an escaped quote; a quote followed by anything else closed the field.
+                    quote_seen = false;
+                    if b == b'"' {
+                        continue;
+                    }
+                    quoted = false;
+                } else {
+                    quote_seen = b == b'"';
+                    line += u64::from(b == b'\n');
+                    continue;
+                }
+            }
+            match b {
+                b'"' if field_start => (quoted, opened, field_start) = (true, line, false),
+                b',' => field_start = true,
+                b'\n' => {
+                    (line, records, field_start) = (line + 1, records + 1, true);
+                    if wanted == Some(records) {
+                        return Ok(CsvScan { record_line: Some(line), unterminated: None });
+                    }
+                }
+                b'\r' => {}
+                _ => field_start = false,
+            }
+        }
+        reader.consume(n);
+    }
+    Ok(CsvScan { record_line: None, unterminated: (quoted && !quote_seen).then_some(opened) })
+}
+
+/// Places an error found at a row of one batch read from `file` (the batch starting at row
+/// `offset` of the file) in the file: at its line for a CSV file, at its row otherwise.
+fn place_in_file(e: Error, file: &FsPath, offset: u64) -> Error {
+    let place = |at: FileLocation| match at {
+        FileLocation::Row { file: name, row } => {
+            let row = offset + row;
+            let is_csv = matches!(input_format("", file), Ok(InputFormat::Csv));
+            let line = is_csv.then(|| csv_record_line(file, row + 1)).flatten();
+            match line {
+                Some(line) => FileLocation::Line { file: name, line },
+                None => FileLocation::Row { file: name, row: row + 1 },
+            }
+        }
+        other => other,
+    };
+    match e {
+        Error::SchemaMismatch { dataset, location, column, detail } => {
+            Error::SchemaMismatch { dataset, location: place(location), column, detail }
+        }
+        Error::PartitionMismatch { dataset, location, value, expected } => {
+            Error::PartitionMismatch { dataset, location: place(location), value, expected }
+        }
+        other => other,
+    }
+}
+
+/// The line where record `record` of a CSV file starts (the header is record 0), if it can be read.
+fn csv_record_line(file: &FsPath, record: u64) -> Option<u64> {
+    let handle = std::fs::File::open(file).ok()?;
+    scan_csv(BufReader::new(handle), Some(record)).ok()?.record_line
 }
 
 /// What a staged version records about its rows.
@@ -866,6 +1007,18 @@ mod tests {
         assert_eq!(names, vec![vec!["a", "b"], vec!["c", "d"]]);
         assert_eq!(share_out(parts.clone(), 1).len(), 1);
         assert_eq!(share_out(parts, 8).len(), 4);
+    }
+
+    #[test]
+    fn a_csv_scan_finds_record_lines_and_unclosed_quotes() {
+        let scan = |text: &str, wanted| scan_csv(text.as_bytes(), wanted).expect("scanning");
+        let text = "a,b\n1,\"two\nlines\"\n2,\"say \"\"hi\"\"\"\n3,x\"y\n";
+        assert_eq!(scan(text, Some(1)).record_line, Some(2));
+        assert_eq!(scan(text, Some(2)).record_line, Some(4));
+        assert_eq!(scan(text, Some(3)).record_line, Some(5));
+        assert_eq!(scan(text, None), CsvScan::default());
+        assert_eq!(scan("a,b\n1,\"open\n2,3\n", None).unterminated, Some(2));
+        assert_eq!(scan("a,b\n1,\"closed\"", None).unterminated, None);
     }
 
     #[tokio::test]

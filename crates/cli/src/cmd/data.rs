@@ -29,18 +29,18 @@ pub struct Format {
 pub struct ReadArgs {
     /// The dataset to read.
     pub dataset: String,
-    /// Only these partitions (repeatable).
+    /// Only these partitions (repeatable); each key must fit the dataset's partitioning.
     #[arg(long, short = 'p')]
     pub partition: Vec<String>,
     /// A Delta table version (see `tidegate history DATASET:PARTITION` or the table's log).
-    #[arg(long, conflicts_with = "release")]
+    #[arg(long, conflicts_with = "release", value_parser = crate::cmd::table_version, allow_negative_numbers = true)]
     pub version: Option<u64>,
     /// The table version a release published.
     #[arg(long)]
     pub release: Option<String>,
     /// At most this many rows.
-    #[arg(long, default_value_t = 100)]
-    pub limit: usize,
+    #[arg(long, default_value_t = 100, allow_negative_numbers = true)]
+    pub limit: u32,
     #[command(flatten)]
     pub format: Format,
 }
@@ -93,6 +93,8 @@ pub fn read(ws: Option<&Path>, args: ReadArgs) -> Result<ExitCode> {
             tidegate_core::spec::did_you_mean(&args.dataset, names).map(|h| format!(" ({h})")).unwrap_or_default();
         bail!("no dataset named {:?} in {}{hint}", args.dataset, ws.spec.file);
     }
+    // A key the dataset's partitioning cannot have is a mistake, not a partition without rows.
+    tidegate_core::plan::partitions_of(&ws.spec.datasets[&args.dataset], &args.partition)?;
     let version = match &args.release {
         None => args.version,
         Some(r) => {
@@ -111,7 +113,7 @@ pub fn read(ws: Option<&Path>, args: ReadArgs) -> Result<ExitCode> {
         let parts = (!args.partition.is_empty()).then_some(args.partition.as_slice());
         anyhow::Ok(lake.read(&args.dataset, parts, version).await?)
     })?;
-    print_batches(&limit(batches, args.limit), &args.format)?;
+    print_batches(&limit(batches, usize::try_from(args.limit).unwrap_or(usize::MAX)), &args.format)?;
     Ok(ExitCode::SUCCESS)
 }
 

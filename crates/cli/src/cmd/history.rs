@@ -29,7 +29,7 @@ pub struct Args {
     /// A run id, step id, task@partition, or DATASET:PARTITION.
     subject: Option<String>,
     /// At most this many entries.
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = 200, allow_negative_numbers = true)]
     limit: u32,
     /// Print the verification and entries as JSON.
     #[arg(long)]
@@ -164,12 +164,21 @@ fn line(e: &JournalEntry) -> String {
 /// Works out what the subject names.
 fn resolve(ws: &Workspace, store: &dyn Store, subject: &str, limit: u32) -> Result<JournalQuery> {
     let base = JournalQuery { limit: Some(limit), ..JournalQuery::default() };
+    let hint = |word: &str, known: Vec<&String>| {
+        tidegate_core::spec::did_you_mean(word, known.into_iter().map(String::as_str))
+            .map(|h| format!(" ({h})"))
+            .unwrap_or_default()
+    };
     if let Some((task, partition)) = subject.split_once('@') {
+        if !ws.spec.tasks.contains_key(task) {
+            bail!("no task named {task:?} in {}{}", ws.spec.file, hint(task, ws.spec.tasks.keys().collect()));
+        }
         return Ok(JournalQuery { task: Some(task.to_owned()), partition: Some(partition.to_owned()), ..base });
     }
     if let Some((dataset, partition)) = subject.split_once(':') {
         let Some(task) = tidegate_core::plan::producer(&ws.spec, dataset) else {
-            bail!("no task in {} writes a dataset named {dataset:?}", ws.spec.file);
+            let written = ws.spec.tasks.values().flat_map(|t| &t.outputs).collect();
+            bail!("no task in {} writes a dataset named {dataset:?}{}", ws.spec.file, hint(dataset, written));
         };
         return Ok(JournalQuery { task: Some(task.name.clone()), partition: Some(partition.to_owned()), ..base });
     }

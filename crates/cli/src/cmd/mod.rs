@@ -20,6 +20,14 @@ pub mod vacuum;
 pub mod validate;
 pub mod worker;
 
+/// Parses a table version flag (`--version`, `--to-version`): a Delta version is never negative.
+pub fn table_version(text: &str) -> Result<u64, String> {
+    match text.parse::<i64>().ok().and_then(|v| u64::try_from(v).ok()) {
+        Some(version) => Ok(version),
+        None => Err(format!("a table version is a whole number in 0..={}", i64::MAX)),
+    }
+}
+
 /// Parses a `--reason`: the journal keeps it as the why of a decision, so it must say something.
 pub fn reason(text: &str) -> Result<String, String> {
     let trimmed = text.trim();

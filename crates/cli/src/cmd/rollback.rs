@@ -41,9 +41,10 @@ pub struct RollbackArgs {
     #[arg(long, conflicts_with = "to_version")]
     pub to_release: Option<String>,
     /// Restore exactly this table version.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::cmd::table_version, allow_negative_numbers = true)]
     pub to_version: Option<u64>,
-    /// Only these partitions (repeatable).
+    /// Only these partitions (repeatable); a key that does not fit the dataset's partitioning is
+    /// refused before anything is restored.
     #[arg(long, short = 'p')]
     pub partition: Vec<String>,
     /// Why (recorded in the journal).
@@ -65,8 +66,13 @@ struct RolledBack {
 
 pub fn rollback(ws: Option<&Path>, args: RollbackArgs) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
-    if !ws.spec.datasets.contains_key(&args.dataset) {
+    let Some(dataset) = ws.spec.datasets.get(&args.dataset) else {
         bail!("no dataset named {:?} in {}", args.dataset, ws.spec.file);
+    };
+    // Before anything is read or committed: a key the partitioning cannot have would restore
+    // nothing and still record a release.
+    if let Err(e) = tidegate_core::plan::partitions_of(dataset, &args.partition) {
+        bail!("{e}; nothing was restored");
     }
     let store = ws.open_store()?;
     let release_id = format!("rollback-{}", uuid::Uuid::now_v7());
@@ -98,7 +104,10 @@ pub fn rollback(ws: Option<&Path>, args: RollbackArgs) -> Result<ExitCode> {
             }
         };
         if target >= current {
-            bail!("version {target} is not older than the current version {current}");
+            bail!(
+                "dataset {:?}: version {target} is not older than its current version {current}; nothing was restored",
+                args.dataset
+            );
         }
         let parts = (!args.partition.is_empty()).then_some(args.partition.as_slice());
         let new_version = lake.rollback(&args.dataset, target, parts, &release_id).await?;

@@ -59,8 +59,9 @@ async fn a_value_that_does_not_fit_names_the_file_and_the_column() {
     let ds = dataset("typed", WriteMode::Replace, basic_columns());
     let err = lake.stage_files(&ds, "s", &[part("p")], &out).await.expect_err("bad value");
     match &err {
-        Error::SchemaMismatch { location: FileLocation::File(file), column, .. } => {
+        Error::SchemaMismatch { location: FileLocation::Line { file, line }, column, .. } => {
             assert!(file.ends_with("bad.csv"), "{file}");
+            assert_eq!(*line, 3, "the line of the value that does not fit");
             assert_eq!(column, "value");
         }
         other => panic!("unexpected error: {other}"),

@@ -27,9 +27,9 @@ use crate::workspace;
 #[derive(Debug, clap::Args)]
 pub struct StartArgs {
     pub id: String,
-    /// Attempts this process runs at once (the backfill's own throttle still applies).
-    #[arg(long, default_value_t = 4)]
-    pub workers: usize,
+    /// Attempts this process runs at once, 1 to 4096 (the backfill's own throttle still applies).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=4096), allow_negative_numbers = true)]
+    pub workers: u16,
     #[arg(long)]
     pub json: bool,
 }
@@ -59,7 +59,7 @@ pub struct StatusArgs {
 /// The known backfills, newest first.
 #[derive(Debug, clap::Args)]
 pub struct ListArgs {
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 20, allow_negative_numbers = true)]
     pub limit: u32,
     #[arg(long)]
     pub json: bool,
@@ -120,7 +120,7 @@ pub fn start(ws: Option<&Path>, args: StartArgs, resume: bool) -> Result<ExitCod
             spec.throttle.max_active
         );
     }
-    execute(&ws, store.clone(), args.workers.max(1), !args.json, Some(&run_id))?;
+    execute(&ws, store.clone(), usize::from(args.workers), !args.json, Some(&run_id))?;
     let settled = settle(store.as_ref(), &record.id)?;
     let report = Report::of(store.as_ref(), &settled)?;
     if args.json {
@@ -189,6 +189,8 @@ pub fn pause(ws: Option<&Path>, args: IdArgs) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
     let store = ws.open_store()?;
     let reason = args.reason.unwrap_or_else(|| "paused by operator".to_owned());
+    // An unknown id is answered as every backfill command answers it, with where to find the known ones.
+    load(store.as_ref(), &args.id)?;
     let record = store.update_backfill(
         &args.id,
         &[BackfillStatus::Running, BackfillStatus::Planned],
@@ -209,6 +211,8 @@ pub fn cancel(ws: Option<&Path>, args: IdArgs) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
     let store = ws.open_store()?;
     let reason = args.reason.unwrap_or_else(|| "cancelled by operator".to_owned());
+    // An unknown id is answered as every backfill command answers it, with where to find the known ones.
+    load(store.as_ref(), &args.id)?;
     let record = store.update_backfill(
         &args.id,
         &[

@@ -57,10 +57,10 @@ pub struct PlanArgs {
     #[arg(long, value_parser = crate::cmd::reason)]
     pub reason: String,
     /// At most this many of the backfill's steps run at once.
-    #[arg(long, default_value_t = 2, value_name = "K")]
+    #[arg(long, default_value_t = 2, value_name = "K", allow_negative_numbers = true)]
     pub max_active_runs: u32,
-    /// At most this many step starts per second.
-    #[arg(long, value_name = "R")]
+    /// At most this many step starts per second (a positive number).
+    #[arg(long, value_name = "R", allow_negative_numbers = true)]
     pub rate: Option<f64>,
     /// Also rebuild every downstream partition that reads what this backfill rewrites.
     #[arg(long)]
