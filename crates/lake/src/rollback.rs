@@ -182,7 +182,9 @@ impl Lake {
             ("tidegate.release_id".to_owned(), Value::from(release_id)),
             ("tidegate.rollback_to_version".to_owned(), Value::from(to_version)),
         ];
-        self.restore_to(dataset, to_version, partitions, metadata, None, None).await
+        let restored = self.restore_to(dataset, to_version, partitions, metadata, None, None).await?;
+        crate::failpoint::hit("after-rollback-commit");
+        Ok(restored)
     }
 
     /// Restores the whole table to `version` (the failure path of a release). Returns the new
