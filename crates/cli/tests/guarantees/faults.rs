@@ -104,14 +104,15 @@ fn rows(dir: &Path, dataset: &str) -> String {
 /// The invariants a recovered workspace keeps, `case` naming it in failures: each step identity
 /// committed once and as many committed as `expected_commits` allows, the rows of
 /// `expected_rows`, no difference for reconcile, and a journal that verifies with one
-/// `published` entry per published step.
+/// `published` entry per published step. Returns how many step identities were committed and how
+/// many steps the journal says were published.
 fn assert_recovered(
     ws: &Path,
     case: &str,
     datasets: &[&str],
     expected_rows: &[String],
     expected_commits: RangeInclusive<usize>,
-) {
+) -> (usize, usize) {
     let mut n_commits = 0;
     for (dataset, expected) in datasets.iter().zip(expected_rows) {
         for (app, n) in commits_per_app_id(&table(ws, dataset)) {
@@ -128,6 +129,7 @@ fn assert_recovered(
     }
     let published = published_per_step(ws, case);
     assert!(published.values().all(|n| *n == 1), "{case}: published entries per step: {published:?}");
+    (n_commits, published.len())
 }
 
 /// Step id -> `published` journal entries, after asserting that the journal verifies.
@@ -169,7 +171,9 @@ fn crash_and_recover(mode: &str, write: &str, crashes: &[&str], expected: &(Stri
     // lease must expire) the second day's publishes first and the first day's older snapshot is
     // superseded, not published. Readers still see what a crash-free run gives.
     let fewest = if mode == "snapshot" { 1 } else { expected.1 };
-    assert_recovered(ws, &case, &["out"], std::slice::from_ref(&expected.0), fewest..=expected.1);
+    let (n_commits, n_published) =
+        assert_recovered(ws, &case, &["out"], std::slice::from_ref(&expected.0), fewest..=expected.1);
+    assert_eq!(n_published, n_commits, "{case}: every step committed is published in the journal");
 }
 
 /// Every case of one mode, in parallel threads (each in its own workspace).
@@ -312,9 +316,17 @@ const PUBLISH_CASES: &[&[&str]] = &[
 /// lock's lease expires (`LOCK_TTL_S`, a minute), so each crash costs the rerun that minute.
 const ROLLBACK_POINTS: &[&str] = &["after-rollback-commit@1", "after-rollback-commit@2"];
 
-/// The rows before the backfill (level 10) and after it (level 20), and how many step identities
-/// the commits carry: a crash-free workspace's, made once for the tests that need it.
-type Reference = (Vec<String>, Vec<String>, usize);
+/// What a crash-free backfill gives, made once for the tests that need it.
+struct Reference {
+    /// The rows of each dataset before the backfill (level 10).
+    old: Vec<String>,
+    /// The rows of each dataset after it (level 20).
+    new: Vec<String>,
+    /// The step identities the commits carry.
+    n_commits: usize,
+    /// The steps the journal says were published.
+    n_published: usize,
+}
 
 fn backfill_reference() -> &'static Reference {
     static REFERENCE: OnceLock<Reference> = OnceLock::new();
@@ -332,10 +344,11 @@ fn crash_free_backfill() -> Reference {
     let n: usize = BACKFILL_DATASETS.iter().map(|d| commits_per_app_id(&table(ws, d)).len()).sum();
     ok(ws, "ana", &["backfill", "rollback", &id]);
     assert_eq!(read_all(ws), old, "a crash-free rollback brings back the old rows");
-    (old, new, n)
+    Reference { old, new, n_commits: n, n_published: published_per_step(ws, "crash-free").len() }
 }
 
-fn publish_case(crashes: &[&str], old: &[String], new: &[String], n: usize) {
+fn publish_case(crashes: &[&str], reference: &Reference) {
+    let Reference { old, new, n_commits: n, n_published } = reference;
     let dir = tempfile::tempdir().expect("tmp");
     let ws = dir.path();
     let id = approved_backfill(ws);
@@ -345,13 +358,15 @@ fn publish_case(crashes: &[&str], old: &[String], new: &[String], n: usize) {
         assert_old_or_new(ws, &case, old, new);
     }
     ok(ws, "ana", &["backfill", "publish", &id]);
-    assert_recovered(ws, &case, BACKFILL_DATASETS, new, n..=n);
+    let recovered = assert_recovered(ws, &case, BACKFILL_DATASETS, new, *n..=*n);
+    assert_eq!(recovered.1, *n_published, "{case}: steps published");
     let status = backfill_status(ws, &id);
     assert_eq!(status["status"], "published", "{case}: {status}");
     assert_eq!(releases_of(ws, &id), ["publish"], "{case}: exactly one release");
 }
 
-fn rollback_case(point: &str, old: &[String], new: &[String], n: usize) {
+fn rollback_case(point: &str, reference: &Reference) {
+    let Reference { old, new, n_commits: n, n_published } = reference;
     let dir = tempfile::tempdir().expect("tmp");
     let ws = dir.path();
     let id = approved_backfill(ws);
@@ -360,7 +375,8 @@ fn rollback_case(point: &str, old: &[String], new: &[String], n: usize) {
     abort_at(ws, point, &["backfill", "rollback", &id]);
     assert_old_or_new(ws, &case, old, new);
     ok(ws, "ana", &["backfill", "rollback", &id]);
-    assert_recovered(ws, &case, BACKFILL_DATASETS, old, n..=n);
+    let recovered = assert_recovered(ws, &case, BACKFILL_DATASETS, old, *n..=*n);
+    assert_eq!(recovered.1, *n_published, "{case}: steps published");
     let status = backfill_status(ws, &id);
     assert_eq!(status["status"], "rolled_back", "{case}: {status}");
     assert_eq!(releases_of(ws, &id), ["publish", "rollback"], "{case}: exactly one rollback release");
@@ -368,20 +384,20 @@ fn rollback_case(point: &str, old: &[String], new: &[String], n: usize) {
 
 #[test]
 fn a_backfill_publish_recovers_from_a_crash_at_every_point_to_exactly_one_release() {
-    let (old, new, n) = backfill_reference();
+    let reference = backfill_reference();
     std::thread::scope(|s| {
         for crashes in PUBLISH_CASES {
-            s.spawn(move || publish_case(crashes, old, new, *n));
+            s.spawn(move || publish_case(crashes, reference));
         }
     });
 }
 
 #[test]
 fn a_backfill_rollback_recovers_from_a_crash_after_each_restore_commit() {
-    let (old, new, n) = backfill_reference();
+    let reference = backfill_reference();
     std::thread::scope(|s| {
         for point in ROLLBACK_POINTS {
-            s.spawn(move || rollback_case(point, old, new, *n));
+            s.spawn(move || rollback_case(point, reference));
         }
     });
 }
