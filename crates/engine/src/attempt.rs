@@ -226,11 +226,13 @@ async fn execute(
         }
         TaskRun::Sql { query } => run_sql(a, query, store, lake, &staging_id).await?,
     };
+    crate::failpoint::hit("after-stage-output");
     let mut checks = Vec::new();
     for (dataset, staged) in a.outputs.iter().zip(&versions) {
         let results = lake.check(dataset, staged).await.map_err(|e| lake_failure("checking", &e))?;
         checks.extend(results);
     }
+    crate::failpoint::hit("after-checks");
     Ok((versions, checks))
 }
 

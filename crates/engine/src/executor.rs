@@ -860,6 +860,7 @@ impl Engine {
             }
             Err(e) => return Err(Error::Store(e)),
         };
+        crate::failpoint::hit("after-record-staged");
         for (record, outcome) in staged.into_iter().zip(outcomes) {
             let rejected = matches!(outcome, Outcome::Rejected { .. });
             self.absorb_outcome(&record.step_id, outcome, view, summary);

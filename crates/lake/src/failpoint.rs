@@ -1,9 +1,8 @@
-//! A pause switch for tests: `TIDEGATE_FAILPOINT=pause:NAME` (or `pause:NAME@N`, the N-th time)
-//! makes the process wait at the point named NAME until the test lets it go, so that another
-//! process can act at exactly that moment. Always compiled in; inert unless the variable is set.
-//!
-//! The engine's `failpoint::hit` reads the same variable and aborts at its points; a `pause:`
-//! value never matches one of those.
+//! Crash and pause switches for tests. `TIDEGATE_FAILPOINT=NAME` (or `NAME@N`, the N-th time)
+//! makes the process abort at the point named NAME, as a power cut or kill -9 would stop it
+//! there; `TIDEGATE_FAILPOINT=pause:NAME` makes it wait there until the test lets it go, so that
+//! another process can act at exactly that moment. Always compiled in; inert unless the variable
+//! is set. The named crash points are listed in ARCHITECTURE.md (engine section).
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -21,6 +20,20 @@ pub const PAUSE_LIMIT: Duration = Duration::from_secs(300);
 
 /// How often a paused process looks for its release.
 const POLL: Duration = Duration::from_millis(20);
+
+/// Aborts the process if `TIDEGATE_FAILPOINT` names `name` and this is the chosen hit (the first
+/// unless `@N` says otherwise). A `pause:` value never matches: those points wait in [`pause`].
+pub fn hit(name: &str) {
+    static HITS: AtomicU32 = AtomicU32::new(0);
+    let Ok(armed) = std::env::var(FAILPOINT_ENV) else { return };
+    let (point, nth) = match armed.split_once('@') {
+        Some((point, n)) => (point, n.parse::<u32>().unwrap_or(1)),
+        None => (armed.as_str(), 1),
+    };
+    if point == name && HITS.fetch_add(1, Ordering::SeqCst) + 1 == nth {
+        std::process::abort();
+    }
+}
 
 /// Pauses if `TIDEGATE_FAILPOINT` is `pause:NAME` for this `name` and this is the chosen hit:
 /// writes `NAME.paused` into the failpoint folder, then waits until `NAME.resume` appears there

@@ -319,9 +319,13 @@ impl Lake {
             let actions = planned.iter_mut().flat_map(|(_, p)| std::mem::take(&mut p.actions)).collect();
             if approved.is_some() {
                 crate::failpoint::pause("before-backfill-commit").await;
+                crate::failpoint::hit("before-backfill-commit");
             }
             match commit(&table, actions, txns, metadata, operation).await? {
                 Some(after) => {
+                    if approved.is_some() {
+                        crate::failpoint::hit("after-backfill-commit");
+                    }
                     let committed = loaded_version(&after)?;
                     self.cache.after_commit(name, &table, after, &new_txns).await;
                     for (i, plan) in planned {

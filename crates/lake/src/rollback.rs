@@ -166,7 +166,11 @@ pub struct MissingFile {
 
 impl Lake {
     /// Makes the active files of `dataset` (only `partitions`, if given) exactly those of
-    /// `to_version`, in a new commit recording `release_id`. Returns the new table version.
+    /// `to_version`, in a new commit recording `release_id`. Returns the new table version. A
+    /// rollback commit recording `release_id` already in the table is not made again: its version
+    /// is returned. A rerun after a crash between the commit and the store's record of the
+    /// release then records that commit, instead of making a second one the store would never
+    /// know (reconcile would report it for ever).
     pub async fn rollback(
         &self,
         dataset: &str,
@@ -177,12 +181,26 @@ impl Lake {
         // A version whose commit cannot be read may hide files and actions the restore would
         // have to undo: refuse rather than build a commit on a guess.
         self.check_commits(dataset).await?;
+        if let Some(made) = self.rollback_commit_of(dataset, release_id).await? {
+            return Ok(made);
+        }
         let metadata = vec![
             ("tidegate.operation".to_owned(), Value::from("rollback")),
             ("tidegate.release_id".to_owned(), Value::from(release_id)),
             ("tidegate.rollback_to_version".to_owned(), Value::from(to_version)),
         ];
-        self.restore_to(dataset, to_version, partitions, metadata, None, None).await
+        let restored = self.restore_to(dataset, to_version, partitions, metadata, None, None).await?;
+        crate::failpoint::hit("after-rollback-commit");
+        Ok(restored)
+    }
+
+    /// The version of the rollback commit recording `release_id` in `dataset`'s history, if any.
+    async fn rollback_commit_of(&self, dataset: &str, release_id: &str) -> Result<Option<u64>> {
+        let is_it = |c: &crate::Commit| {
+            c.metadata.get("tidegate.operation").and_then(Value::as_str) == Some("rollback")
+                && c.metadata.get("tidegate.release_id").and_then(Value::as_str) == Some(release_id)
+        };
+        Ok(self.history(dataset).await?.into_iter().find(is_it).map(|c| c.version))
     }
 
     /// Restores the whole table to `version` (the failure path of a release). Returns the new

@@ -3,6 +3,7 @@ mod commands;
 #[path = "../common/mod.rs"]
 mod common;
 mod corpus;
+mod faults;
 mod identity;
 mod journal;
 mod process;

@@ -185,6 +185,7 @@ impl Engine {
         let lake = self.lake.clone();
         let commits = tokio::spawn(async move {
             crate::failpoint::hit("after-stage");
+            crate::failpoint::hit("before-commit");
             let outcomes = lake.publish_many(&releases).await;
             if outcomes.iter().any(Result::is_ok) {
                 crate::failpoint::hit("after-commit");
@@ -239,7 +240,12 @@ impl Engine {
             }
         }
         self.commit(events, view, summary).await?;
-        self.record_releases(recorded, view, summary, correlation).await
+        let any = !recorded.is_empty();
+        self.record_releases(recorded, view, summary, correlation).await?;
+        if any {
+            crate::failpoint::hit("after-record-release");
+        }
+        Ok(())
     }
 
     /// The store's record of a step's release whose commits happened.

@@ -182,6 +182,7 @@ async fn publish_release(
     // Each dataset commits only if nothing touched its partitions since the version the approved
     // comparison read, checked on the version the commit is built on (`Lake::publish_approved`).
     let publication = lake.publish_approved(&release, &approved_review(record)?.published_versions()).await?;
+    tidegate_lake::failpoint::hit("after-backfill-commits");
 
     // Approved steps become validated: published by this release, and only this one (the
     // scheduler never publishes a backfill's steps one by one). After the commits, so that a
@@ -228,6 +229,7 @@ async fn publish_release(
         };
         store.record_release(&rr, &steps, &meta(format!("backfill {} published", record.id), &record.id))?;
     }
+    tidegate_lake::failpoint::hit("after-backfill-record");
     Ok(publication)
 }
 
