@@ -20,6 +20,10 @@ pub struct Mismatch {
     pub version: u64,
     pub journal_seq: u64,
     pub problem: String,
+    /// True when neither the journal nor the store records the table's newest publication: the
+    /// journal was cut back, or the publishing process died between its commit and its record
+    /// (rerunning the run records it). Every other mismatch is certain tampering.
+    pub unrecorded: bool,
 }
 
 /// The journal's head, as the next commit should carry it.
@@ -76,7 +80,7 @@ pub async fn mismatches(ws: &Workspace, store: &dyn Store, lake: &Lake) -> Resul
                 ),
             },
         };
-        out.push(Mismatch { dataset: a.dataset, version: a.version, journal_seq: seq, problem });
+        out.push(Mismatch { dataset: a.dataset, version: a.version, journal_seq: seq, problem, unrecorded: false });
     }
     out.extend(unrecorded(store, &anchored)?);
     Ok(out)
@@ -114,16 +118,19 @@ fn unrecorded(store: &dyn Store, anchored: &[AnchoredVersion]) -> Result<Vec<Mis
                 version: a.version,
                 journal_seq: a.anchor.journal_seq,
                 problem,
+                unrecorded: !recorded,
             });
         }
     }
     Ok(out)
 }
 
-/// Stops a command that deletes files when the journal does not match the lake: what the store
-/// says is kept or abandoned cannot be trusted then.
+/// Stops a command that deletes files when the journal certainly does not match the lake: what
+/// the store says is kept or abandoned cannot be trusted then. A newest publication that neither
+/// the journal nor the store records is not enough: a process killed between its commit and its
+/// record leaves exactly that, and reconcile reports it (an unknown version) for a rerun to mend.
 pub async fn refuse_unvouched(ws: &Workspace, store: &dyn Store, lake: &Lake, command: &str) -> Result<()> {
-    let found = mismatches(ws, store, lake).await?;
+    let found: Vec<Mismatch> = mismatches(ws, store, lake).await?.into_iter().filter(|m| !m.unrecorded).collect();
     if found.is_empty() {
         return Ok(());
     }
