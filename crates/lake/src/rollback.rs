@@ -105,6 +105,20 @@ pub const OBJECT_STORE_CLOCK_SKEW: chrono::Duration = chrono::Duration::minutes(
 /// How far a local file's modification time may lag the instant it was written.
 pub const FILE_TIME_GRANULARITY: chrono::Duration = chrono::Duration::milliseconds(50);
 
+/// The commit metadata key listing the partitions a rollback was limited to.
+pub const ROLLBACK_PARTITIONS_KEY: &str = "tidegate.rollback_partitions";
+
+/// A rollback commit Tidegate made, as its metadata describes it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RollbackCommit {
+    pub version: u64,
+    pub release_id: String,
+    /// The table version it restored.
+    pub to_version: u64,
+    /// The partitions it was limited to; `None` for the whole table.
+    pub partitions: Option<Vec<String>>,
+}
+
 /// What the store declares about the lake, for [`Lake::differences`].
 #[derive(Debug, Clone, Default)]
 pub struct Declared {
@@ -177,6 +191,7 @@ impl Lake {
         to_version: u64,
         partitions: Option<&[String]>,
         release_id: &str,
+        anchor: Option<&crate::Anchor>,
     ) -> Result<u64> {
         // A version whose commit cannot be read may hide files and actions the restore would
         // have to undo: refuse rather than build a commit on a guess.
@@ -184,14 +199,41 @@ impl Lake {
         if let Some(made) = self.rollback_commit_of(dataset, release_id).await? {
             return Ok(made);
         }
-        let metadata = vec![
+        let mut metadata = vec![
             ("tidegate.operation".to_owned(), Value::from("rollback")),
             ("tidegate.release_id".to_owned(), Value::from(release_id)),
             ("tidegate.rollback_to_version".to_owned(), Value::from(to_version)),
         ];
+        if let Some(partitions) = partitions {
+            metadata.push((ROLLBACK_PARTITIONS_KEY.to_owned(), Value::from(partitions.to_vec())));
+        }
+        metadata.extend(anchor.into_iter().flat_map(crate::Anchor::metadata));
         let restored = self.restore_to(dataset, to_version, partitions, metadata, None, None).await?;
         crate::failpoint::hit("after-rollback-commit");
         Ok(restored)
+    }
+
+    /// The table's newest commit if it is a rollback Tidegate made: its version, release id, the
+    /// version it restored and the partitions it was limited to (`None`: the whole table). A
+    /// `tidegate rollback` killed between its commit and the store's record left such a commit;
+    /// the next one records it instead of rolling back again over it.
+    pub async fn newest_rollback(&self, dataset: &str) -> Result<Option<RollbackCommit>> {
+        let Some(newest) = self.history(dataset).await?.into_iter().next() else { return Ok(None) };
+        let meta = &newest.metadata;
+        if meta.get("tidegate.operation").and_then(Value::as_str) != Some("rollback") {
+            return Ok(None);
+        }
+        let (Some(release_id), Some(to_version)) = (
+            meta.get("tidegate.release_id").and_then(Value::as_str),
+            meta.get("tidegate.rollback_to_version").and_then(Value::as_u64),
+        ) else {
+            return Ok(None);
+        };
+        let partitions = meta
+            .get(ROLLBACK_PARTITIONS_KEY)
+            .and_then(Value::as_array)
+            .map(|keys| keys.iter().filter_map(Value::as_str).map(str::to_owned).collect::<Vec<_>>());
+        Ok(Some(RollbackCommit { version: newest.version, release_id: release_id.to_owned(), to_version, partitions }))
     }
 
     /// The version of the rollback commit recording `release_id` in `dataset`'s history, if any.

@@ -62,6 +62,8 @@ struct RolledBack {
     restored_version: u64,
     new_version: u64,
     release_id: String,
+    /// True when this run recorded a rollback a killed run had committed, and rolled back nothing.
+    adopted: bool,
 }
 
 pub fn rollback(ws: Option<&Path>, args: RollbackArgs) -> Result<ExitCode> {
@@ -75,7 +77,9 @@ pub fn rollback(ws: Option<&Path>, args: RollbackArgs) -> Result<ExitCode> {
         bail!("{e}; nothing was restored");
     }
     let store = ws.open_store()?;
-    let release_id = format!("rollback-{}", uuid::Uuid::now_v7());
+    let mut release_id = format!("rollback-{}", uuid::Uuid::now_v7());
+    let mut partitions = args.partition.clone();
+    let mut adopted = false;
     let (target, new_version) = runtime()?.block_on(async {
         let lake = open_lake(&ws).await?;
         // Held until the commit: vacuum must not delete the files this rollback adds back
@@ -83,6 +87,17 @@ pub fn rollback(ws: Option<&Path>, args: RollbackArgs) -> Result<ExitCode> {
         let _lock = DatasetLockGuard::acquire(&store, &args.dataset, "rollback", args.lock.duration()).await?;
         // Before anything loads the table: a broken commit is named, not misread.
         lake.check_commits(&args.dataset).await?;
+        // A rollback killed between its commit and its record: record that one first. Rolling
+        // back again over it would undo it (the default target is the version before the newest)
+        // and leave its commit unknown to the store for ever.
+        if let Some(made) = lake.newest_rollback(&args.dataset).await?
+            && store.release(&made.release_id)?.is_none()
+        {
+            release_id = made.release_id;
+            partitions = made.partitions.unwrap_or_default();
+            adopted = true;
+            return anyhow::Ok((made.to_version, made.version));
+        }
         let current = lake
             .table_version(&args.dataset)
             .await?
@@ -110,10 +125,13 @@ pub fn rollback(ws: Option<&Path>, args: RollbackArgs) -> Result<ExitCode> {
             );
         }
         let parts = (!args.partition.is_empty()).then_some(args.partition.as_slice());
-        let new_version = lake.rollback(&args.dataset, target, parts, &release_id).await?;
+        let anchor = crate::cmd::anchor::head(&ws, store.as_ref())?;
+        let new_version = lake.rollback(&args.dataset, target, parts, &release_id, anchor.as_ref()).await?;
         anyhow::Ok((target, new_version))
     })?;
-    let partitions = if args.partition.is_empty() { vec!["*".to_owned()] } else { args.partition.clone() };
+    if partitions.is_empty() {
+        partitions.push("*".to_owned());
+    }
     let record = ReleaseRecord {
         id: release_id.clone(),
         kind: ReleaseKind::Rollback,
@@ -132,16 +150,27 @@ pub fn rollback(ws: Option<&Path>, args: RollbackArgs) -> Result<ExitCode> {
             })
             .collect(),
     };
-    let meta = JournalMeta {
-        actor: crate::actor::name(),
-        correlation_id: release_id.clone(),
-        reason: format!("{} (restored table version {target})", args.reason),
-        at: Utc::now(),
+    let reason = if adopted {
+        format!(
+            "recorded the rollback to version {target} that a killed `tidegate rollback` committed as version \
+             {new_version}; this run ({}) rolled nothing back",
+            args.reason
+        )
+    } else {
+        format!("{} (restored table version {target})", args.reason)
     };
+    let meta = JournalMeta { actor: crate::actor::name(), correlation_id: release_id.clone(), reason, at: Utc::now() };
     store.record_release(&record, &[], &meta)?;
-    let out = RolledBack { dataset: args.dataset, restored_version: target, new_version, release_id };
+    let out = RolledBack { dataset: args.dataset, restored_version: target, new_version, release_id, adopted };
     if args.json {
         output::json(&out)?;
+    } else if adopted {
+        println!(
+            "Found a rollback of {} to its version {} that a killed process committed as version {} without \
+             recording it; recorded it (release {}). Nothing else was rolled back: run the command again to roll \
+             back further.",
+            out.dataset, target, new_version, out.release_id
+        );
     } else {
         println!(
             "Restored {} to its version {} as new version {} (release {})",

@@ -194,3 +194,32 @@ fn the_downstream_of_one_partition_is_the_partitions_that_read_it() {
     assert_eq!(windows.len(), 7, "the windows ending 2024-01-03..2024-01-09 read it: {names:?}");
     assert!(steps.len() < 20, "{} steps", steps.len());
 }
+
+#[test]
+fn a_rollback_rerun_after_a_crash_records_the_first_instead_of_undoing_it() {
+    use crate::common::{abort_at, latest_version, table};
+    let dir = example();
+    let ws = dir.path();
+    for day in ["2024-01-01", "2024-01-02"] {
+        ok(ws, &["run", "daily_stats", "--partition", day]);
+    }
+    let events = table(ws, "events");
+    let before = latest_version(&events);
+    let read = |ws: &Path| ok(ws, &["sql", "SELECT COUNT(*) AS n FROM events", "--json"]);
+    let published = read(ws);
+    // Killed between the restore commit and the store's record of it.
+    abort_at(ws, "after-rollback-commit", &["rollback", "events", "--reason", "bad delivery"]);
+    assert_eq!(latest_version(&events), before + 1, "the restore commit was made");
+    let rolled_back = read(ws);
+    assert_ne!(rolled_back, published, "the crashed rollback changed what readers see");
+    // The lock of the killed process expires; the rerun waits for it, then records the crashed
+    // rollback instead of rolling back over it (which would restore the bad version).
+    let out = run(ws, &["rollback", "events", "--reason", "bad delivery", "--lock-wait", "120", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(report["adopted"], true, "{report}");
+    assert_eq!(latest_version(&events), before + 1, "no second restore commit");
+    assert_eq!(read(ws), rolled_back, "readers still see the rolled-back data");
+    let (code, reconciled) = crate::common::json(ws, &["reconcile", "--json"]);
+    assert_eq!(code, 0, "the store records the crashed rollback's commit: {reconciled}");
+}

@@ -207,7 +207,7 @@ async fn rollback_of_each_mode_restores_identical_rows() {
         let before = read_all(&lake, &ds.name).await;
         put(&lake, &ds, &[part("p")], second, &format!("{}-2", ds.name)).await;
         assert_ne!(read_all(&lake, &ds.name).await, before, "{}: the second publish changes rows", ds.name);
-        let v3 = lake.rollback(&ds.name, v1, None, "rollback-release").await.expect("rollback");
+        let v3 = lake.rollback(&ds.name, v1, None, "rollback-release", None).await.expect("rollback");
         assert_eq!(v3, v1 + 2);
         assert_eq!(read_all(&lake, &ds.name).await, before, "{}: rollback restores the rows", ds.name);
         let history = lake.history(&ds.name).await.expect("history");

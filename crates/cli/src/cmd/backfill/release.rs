@@ -389,7 +389,14 @@ pub fn rollback(ws: Option<&Path>, args: RollbackArgs) -> Result<ExitCode> {
                     break;
                 }
             };
-            let rolled_back = lake.rollback(name, *version, scope, &release_id).await;
+            let anchor = match crate::cmd::anchor::head(&ws, store.as_ref()) {
+                Ok(anchor) => anchor,
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            };
+            let rolled_back = lake.rollback(name, *version, scope, &release_id, anchor.as_ref()).await;
             drop(lock);
             match rolled_back {
                 Ok(new_version) => restored.push((name.clone(), *version, new_version, partitions.clone())),
