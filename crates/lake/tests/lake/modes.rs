@@ -225,7 +225,7 @@ async fn rollback_of_some_partitions_leaves_the_others() {
             .await;
     put(&lake, &ds, &[part("a"), part("b")], rows(&[(10, None, None), (20, None, None)], Some(&["a", "b"])), "p2")
         .await;
-    lake.rollback("parts", v1, Some(&["a".to_owned()]), "rb").await.expect("rollback");
+    lake.rollback("parts", v1, Some(&["a".to_owned()]), "rb", None).await.expect("rollback");
     assert_eq!(
         read_all(&lake, "parts").await,
         vec!["id=1|value=null|name=null|tg_partition=a", "id=20|value=null|name=null|tg_partition=b"]

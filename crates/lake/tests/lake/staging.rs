@@ -191,7 +191,7 @@ async fn reconcile_deletes_only_unreferenced_files_of_finished_attempts() {
     assert!(root.join("rec").join(&live.files[0].path).exists());
     assert!(!root.join("rec").join(&dead.files[0].path).exists());
     // Named, the reported file goes; a file the report does not list cannot be named.
-    let published = lake.rollback("rec", 1, None, "rb").await.expect("rollback");
+    let published = lake.rollback("rec", 1, None, "rb", None).await.expect("rollback");
     assert!(published > 2);
     let named = [format!("rec/{}", foreign.files[0].path)];
     let report = lake.reconcile(&scope, owner, Deletion::Named(&named)).await.expect("delete named");
