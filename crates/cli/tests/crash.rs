@@ -1,6 +1,8 @@
 //! Invariant 11 (crash anywhere, resume) and invariant 2 (idempotent effects), tried the hard way:
 //! a real `tidegate run` is killed with SIGKILL at many different moments and run again, and then
-//! the Delta logs are read directly to prove every step was committed exactly once.
+//! the Delta logs are read directly to prove every step was committed exactly once. Meanwhile a
+//! reader no one here wrote (Python `deltalake`) reads both tables over and over: it must never see
+//! a partition half written, doubled or disagreeing with its summary (invariant 1: no partial reads).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -39,6 +41,56 @@ outputs = ["summary"]
 timeout_s = 60
 "#;
 
+/// Reads `raw` and `summary` at their latest versions until `stop` exists, then prints how many
+/// reads it made and every violation it saw: a partition of `raw` without exactly its two rows, a
+/// `summary` partition that is not one row counting two, or a read that failed.
+const READER: &str = r#"
+import json, os, sys, time
+from collections import Counter
+from deltalake import DeltaTable
+
+lake, stop = sys.argv[1], sys.argv[2]
+reads, violations = 0, []
+
+def table(name):
+    path = os.path.join(lake, name)
+    if not os.path.isdir(os.path.join(path, "_delta_log")):
+        return None
+    return DeltaTable(path).to_pyarrow_table()
+
+def check():
+    global reads
+    try:
+        raw, summary = table("raw"), table("summary")
+    except Exception as e:
+        # A table folder whose first commit is not written yet is not a table yet.
+        if "No snapshot or version 0 found" not in str(e):
+            violations.append("read failed: %r" % e)
+        return
+    if raw is not None:
+        reads += 1
+        for day, n in Counter(raw.column("tg_partition").to_pylist()).items():
+            if n != 2:
+                violations.append("raw %s: %d rows" % (day, n))
+    if summary is not None:
+        reads += 1
+        counts = Counter(summary.column("tg_partition").to_pylist())
+        for day, n in zip(summary.column("tg_partition").to_pylist(), summary.column("n").to_pylist()):
+            if counts[day] != 1 or n != 2:
+                violations.append("summary %s: %d rows, n = %s" % (day, counts[day], n))
+
+while not os.path.exists(stop) and len(violations) < 20:
+    check()
+    time.sleep(0.02)
+print(json.dumps({"reads": reads, "violations": violations}))
+sys.stdout.flush()
+os._exit(0)
+"#;
+
+fn python_has_deltalake() -> bool {
+    Command::new("python3").args(["-c", "import deltalake"]).output().is_ok_and(|o| o.status.success())
+}
+
 fn tidegate(dir: &Path) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tidegate"));
     cmd.current_dir(dir).env_remove("TIDEGATE_TOKEN");
@@ -68,6 +120,22 @@ fn commits_per_app_id(table: &Path) -> BTreeMap<String, usize> {
 fn killing_a_run_at_any_moment_and_rerunning_publishes_every_step_exactly_once() {
     let dir = tempfile::tempdir().expect("tmp");
     std::fs::write(dir.path().join("tidegate.toml"), SPEC).expect("write spec");
+    let lake = dir.path().join(".tidegate/lake");
+    let stop = dir.path().join("reader.stop");
+    let reader = if python_has_deltalake() {
+        std::fs::write(dir.path().join("reader.py"), READER).expect("write reader");
+        let reader = Command::new("python3")
+            .arg(dir.path().join("reader.py"))
+            .arg(&lake)
+            .arg(&stop)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start the Python reader");
+        Some(reader)
+    } else {
+        tidegate_testkit::service_missing("the concurrent reader of the kill test", "Python deltalake");
+        None
+    };
     for i in 0..ITERATIONS {
         let key = format!("crash-{i}");
         let day = format!("2024-01-{:02}", 1 + i % 28);
@@ -97,7 +165,6 @@ fn killing_a_run_at_any_moment_and_rerunning_publishes_every_step_exactly_once()
         i64::try_from(ITERATIONS * 2).expect("small"),
         "one run of two steps per iteration, never a second run"
     );
-    let lake = dir.path().join(".tidegate/lake");
     let mut app_ids = BTreeMap::new();
     for table in ["raw", "summary"] {
         for (app, n) in commits_per_app_id(&lake.join(table)) {
@@ -106,6 +173,15 @@ fn killing_a_run_at_any_moment_and_rerunning_publishes_every_step_exactly_once()
         }
     }
     assert_eq!(app_ids.len(), usize::try_from(n_steps).expect("small"), "one commit per published step");
+
+    if let Some(reader) = reader {
+        std::fs::write(&stop, "").expect("stop the reader");
+        let out = reader.wait_with_output().expect("the reader ends");
+        let report: Value = serde_json::from_slice(&out.stdout).expect("the reader's report is JSON");
+        assert_eq!(report["violations"], Value::Array(vec![]), "the reader saw partial or doubled partitions");
+        assert!(report["reads"].as_u64().is_some_and(|n| n > 0), "the reader read the tables: {report}");
+        println!("concurrent reader: {} reads, none partial", report["reads"]);
+    }
 
     let history = tidegate(dir.path()).args(["history", "--json", "--limit", "1"]).output().expect("history");
     assert!(history.status.success(), "the journal chain verifies: {}", String::from_utf8_lossy(&history.stderr));

@@ -9,3 +9,14 @@ use chrono::{DateTime, TimeZone, Utc};
 pub fn fixed_instant() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2024, 1, 1, 0, 0, 0).single().expect("2024-01-01T00:00:00Z is a valid instant")
 }
+
+/// What a test does when an outside service or tool it needs (a PostgreSQL server, an S3 server,
+/// Python `deltalake`) is missing: on a developer's machine it says so and the test returns; under
+/// CI (`CI` set, as `.ci/run` runs) it fails, because there a missing service is a broken CI, not
+/// a test to skip.
+pub fn service_missing(test: &str, need: &str) {
+    if std::env::var("CI").is_ok_and(|ci| !ci.is_empty() && ci != "false") {
+        panic!("{test} needs {need}; CI must provide it (.ci/run installs and starts what the tests need)");
+    }
+    println!("skipped {test}: it needs {need}");
+}

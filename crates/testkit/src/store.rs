@@ -231,7 +231,7 @@ impl PgSchema {
     /// `None`, after printing why, when `TIDEGATE_TEST_POSTGRES_URL` is not set.
     pub fn create() -> Option<Self> {
         let Some(base_url) = std::env::var(POSTGRES_URL_VAR).ok().filter(|url| !url.is_empty()) else {
-            println!("skipped: {POSTGRES_URL_VAR} not set");
+            crate::service_missing("this PostgreSQL test", &format!("{POSTGRES_URL_VAR} (a PostgreSQL server)"));
             return None;
         };
         let name = format!("tg_test_{}", uuid::Uuid::now_v7().simple());

@@ -40,7 +40,7 @@ fn python_has_deltalake() -> bool {
 #[tokio::test]
 async fn python_deltalake_reads_what_tidegate_published() {
     if !python_has_deltalake() {
-        println!("skipped: python deltalake not installed");
+        tidegate_testkit::service_missing("python_deltalake_reads_what_tidegate_published", "Python deltalake");
         return;
     }
     let (dir, lake) = lake().await;

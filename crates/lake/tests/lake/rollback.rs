@@ -71,7 +71,7 @@ async fn a_rollback_restores_the_schema_and_properties_of_its_version() {
     assert_eq!(read_all(&lake, "evolving").await, vec!["id=1|value=1|name=x|tg_partition=a"]);
 
     if !python_has_deltalake() {
-        println!("skipped the Python reader: deltalake not installed");
+        tidegate_testkit::service_missing("the Python reader of the rollback test", "Python deltalake");
         return;
     }
     let script = dir.path().join("describe_delta.py");

@@ -1,6 +1,6 @@
 //! `s3://` lakes. The round trip runs against a real S3-compatible server when
 //! `TIDEGATE_TEST_S3_URL` names a bucket on one (`.ci/run` starts moto's server and sets it, with
-//! the `AWS_*` variables the client reads); without it that test says it was skipped. The refusal
+//! the `AWS_*` variables the client reads); without it that test says it was skipped (fails under CI). The refusal
 //! of a store without conditional put is a unit test in `src/s3.rs`, against a small HTTP server
 //! that accepts every write, as a store ignoring `If-None-Match` would.
 
@@ -11,7 +11,7 @@ use tidegate_lake::Lake;
 /// A fresh prefix in the test bucket, or `None` (test skipped) when no server is configured.
 fn s3_prefix(test: &str) -> Option<String> {
     let Ok(base) = std::env::var("TIDEGATE_TEST_S3_URL") else {
-        eprintln!("skipped {test}: set TIDEGATE_TEST_S3_URL (and AWS_* for the client) to run it");
+        tidegate_testkit::service_missing(test, "TIDEGATE_TEST_S3_URL (and AWS_* for the client)");
         return None;
     };
     Some(format!("{}/{test}-{}", base.trim_end_matches('/'), uuid::Uuid::now_v7()))
