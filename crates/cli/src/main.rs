@@ -3,13 +3,13 @@
 mod actor;
 mod cmd;
 mod output;
-mod workspace;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use tidegate_core::actor::Role;
+use tidegate_app::workspace;
+use tidegate_core::actor::{Actor, Role};
 
 /// mimalloc instead of the C library's allocator: the scheduler allocates and frees small
 /// records on several threads at once (the loop, the store's thread, the attempts), and glibc's
@@ -73,32 +73,39 @@ fn main() -> ExitCode {
     quiet_on_closed_pipe();
     let cli = Cli::parse();
     let ws = cli.workspace.as_deref();
+    // Commands that act on a workspace's store act as an established actor, who must hold the
+    // command's role; the others (init, validate, plan, the demo) act as no one.
+    let mut actor = None;
     if let Some((role, what)) = required_role(&cli.command) {
-        let established =
-            actor::establish(|| workspace::load(ws)?.open_store()).and_then(|()| actor::require(role, what));
-        if let Err(e) = established {
-            eprintln!("error: {e:#}");
-            return ExitCode::from(1);
+        let established = actor::establish(|| workspace::load(ws)?.open_store())
+            .and_then(|a| tidegate_app::actor::require(&a, role, what).map(|()| a));
+        match established {
+            Ok(a) => actor = Some(a),
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                return ExitCode::from(1);
+            }
         }
     }
+    let actor = || -> &Actor { actor.as_ref().expect("every command with a role has an established actor") };
     let result = match cli.command {
         Command::Init(args) => cmd::init::run(args),
         Command::Validate(args) => cmd::validate::run(ws, args),
         Command::Plan(args) => cmd::plan::run(ws, args),
-        Command::Submit(args) => cmd::submit::run(ws, args),
-        Command::Run(args) => cmd::run::run(ws, args),
-        Command::Backfill(command) => cmd::backfill::run(ws, command),
+        Command::Submit(args) => cmd::submit::run(ws, actor(), args),
+        Command::Run(args) => cmd::run::run(ws, actor(), args),
+        Command::Backfill(command) => cmd::backfill::run(ws, actor(), command),
         Command::Read(args) => cmd::data::read(ws, args),
         Command::Sql(args) => cmd::data::sql(ws, args),
-        Command::Rollback(args) => cmd::rollback::rollback(ws, args),
-        Command::Reconcile(args) => cmd::rollback::reconcile(ws, args),
-        Command::Vacuum(args) => cmd::vacuum::run(ws, args),
+        Command::Rollback(args) => cmd::rollback::rollback(ws, actor(), args),
+        Command::Reconcile(args) => cmd::rollback::reconcile(ws, actor(), args),
+        Command::Vacuum(args) => cmd::vacuum::run(ws, actor(), args),
         Command::Status(args) => cmd::status::run(ws, args),
         Command::History(args) => cmd::history::run(ws, args),
-        Command::Tick(args) => cmd::tick::run(ws, args),
-        Command::Serve(args) => cmd::serve::run(ws, args),
+        Command::Tick(args) => cmd::tick::run(ws, actor(), args),
+        Command::Serve(args) => cmd::serve::run(ws, actor(), args),
         Command::Worker(args) => cmd::worker::run(ws, args),
-        Command::Token(command) => cmd::token::run(ws, command),
+        Command::Token(command) => cmd::token::run(ws, actor(), command),
         Command::Demo(args) => cmd::demo::run(args),
         Command::DemoFeed(args) => cmd::demo::feed::run(args),
         Command::Bench(command) => cmd::bench::run(command),

@@ -2,13 +2,12 @@
 
 use std::path::Path;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 use tidegate_lake::arrow::record_batch::RecordBatch;
 use tidegate_lake::{Lake, QueryLimits};
 
-use crate::workspace::{self, Workspace};
+use tidegate_app::workspace;
 
 /// How to print rows.
 #[derive(Debug, clap::Args)]
@@ -76,14 +75,7 @@ impl SqlArgs {
     }
 }
 
-pub fn runtime() -> Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")
-}
-
-pub async fn open_lake(ws: &Workspace) -> Result<Arc<Lake>> {
-    let url = ws.lake_url();
-    Ok(Arc::new(Lake::open(&url).await.with_context(|| format!("opening the lake at {url}"))?))
-}
+pub use tidegate_app::workspace::{open_lake, runtime};
 
 pub fn read(ws: Option<&Path>, args: ReadArgs) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;

@@ -8,10 +8,10 @@ use anyhow::{Result, bail};
 use serde::Serialize;
 use tidegate_store::{ChainReport, JournalEntry, JournalQuery, Store};
 
-use crate::cmd::anchor::{Mismatch, mismatches};
 use crate::cmd::data::{open_lake, runtime};
 use crate::output;
-use crate::workspace::{self, Workspace};
+use tidegate_app::anchor::{Mismatch, mismatches};
+use tidegate_app::workspace::{self, Workspace};
 
 /// Explain a run, a step or a dataset partition from the journal, after verifying its hash chain.
 ///

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 
-use crate::workspace::SPEC_FILE;
+use tidegate_app::workspace::SPEC_FILE;
 
 /// Create a workspace with a commented example pipeline.
 ///

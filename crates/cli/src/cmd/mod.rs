@@ -1,6 +1,5 @@
 //! One module per subcommand: its clap arguments and its `run`.
 
-pub mod anchor;
 pub mod backfill;
 pub mod bench;
 pub mod data;

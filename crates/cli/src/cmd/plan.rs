@@ -6,10 +6,11 @@ use std::process::ExitCode;
 
 use anyhow::{Result, bail};
 use serde::Serialize;
-use tidegate_core::plan::{self, Plan, Selection};
+use tidegate_app::target::{Partitions, Target};
+use tidegate_app::workspace;
+use tidegate_core::plan::Plan;
 
 use crate::output;
-use crate::workspace;
 
 /// Show the steps a target expands to over a partition range, and what each waits for.
 ///
@@ -57,31 +58,15 @@ pub struct TargetArgs {
 }
 
 impl TargetArgs {
-    /// The partition selection the flags describe.
-    pub fn selection(&self) -> Result<Selection> {
-        match (&self.from, &self.to, self.partition.is_empty(), self.all) {
-            (Some(from), Some(to), true, false) => Ok(Selection::Range { from: from.clone(), to: to.clone() }),
-            (None, None, false, false) => Ok(Selection::Keys(self.partition.clone())),
-            (None, None, true, true) => Ok(Selection::AllStatic),
+    /// The target the flags describe.
+    pub fn target(&self) -> Result<Target> {
+        let partitions = match (&self.from, &self.to, self.partition.is_empty(), self.all) {
+            (Some(from), Some(to), true, false) => Partitions::Range { from: from.clone(), to: to.clone() },
+            (None, None, false, false) => Partitions::Keys(self.partition.clone()),
+            (None, None, true, true) => Partitions::All,
             _ => bail!("say which partitions to plan: --from A --to B, --partition P (repeatable), or --all"),
-        }
-    }
-
-    /// The flags that widen or narrow the plan, as recorded in a run's request.
-    pub fn scope(&self) -> String {
-        let base = if self.only { "only" } else { "upstream" };
-        if self.downstream { format!("{base}+downstream") } else { base.to_owned() }
-    }
-
-    /// The planner request these flags describe.
-    pub fn request<'s>(&'s self, spec: &'s tidegate_core::spec::Spec) -> Result<plan::Request<'s>> {
-        Ok(plan::Request {
-            spec,
-            target: &self.target,
-            selection: self.selection()?,
-            include_upstream: !self.only,
-            include_downstream: self.downstream,
-        })
+        };
+        Ok(Target { target: self.target.clone(), partitions, only: self.only, downstream: self.downstream })
     }
 }
 
@@ -96,7 +81,7 @@ struct JsonPlan<'a> {
 
 pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
-    let plan = plan::plan(&args.target.request(&ws.spec)?)?;
+    let plan = args.target.target()?.plan(&ws.spec)?;
     match (args.json, args.graph.as_deref()) {
         (true, _) => output::json(&JsonPlan {
             plan: &plan,

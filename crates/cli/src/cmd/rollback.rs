@@ -1,27 +1,20 @@
 //! `tidegate rollback` and `tidegate reconcile`: undo a publication in a new commit, and clean up
-//! what crashed attempts left behind while reporting where the store and the lake disagree.
+//! what crashed attempts left behind while reporting where the store and the lake disagree (the
+//! operations are `tidegate_app::rollback` and `tidegate_app::reconcile`).
 
-use std::collections::{BTreeSet, HashSet};
 use std::path::Path;
 use std::process::ExitCode;
-use std::time::SystemTime;
 
-use anyhow::{Context, Result, bail};
-use chrono::Utc;
-use serde::Serialize;
-use tidegate_core::spec::model::DatasetKind;
-use tidegate_engine::attempt::{attempt_name, staging_attempt, staging_id};
-use tidegate_engine::leftovers::{self, Swept};
-use tidegate_lake::{
-    Declared, Deletion, Differences, FILE_TIME_GRANULARITY, Owner, Reconciliation, Scope, StagedVersion,
-};
-use tidegate_store::{ActiveStep, Decision, JournalMeta, ReleaseItem, ReleaseKind, ReleaseRecord, Store};
+use anyhow::Result;
+use tidegate_app::reconcile::{delete_reported, reconciled};
+use tidegate_app::rollback::RollbackRequest;
+use tidegate_app::workspace;
+use tidegate_core::actor::Actor;
+use tidegate_lake::Reconciliation;
 
-use crate::cmd::data::{open_lake, runtime};
-use crate::cmd::lock::{DatasetLockGuard, LockWait};
+use crate::cmd::lock::LockWait;
 use crate::cmd::vacuum::parse_duration;
 use crate::output;
-use crate::workspace;
 
 /// Restore a dataset's previous files in a new, journaled commit.
 ///
@@ -56,115 +49,22 @@ pub struct RollbackArgs {
     pub lock: LockWait,
 }
 
-#[derive(Serialize)]
-struct RolledBack {
-    dataset: String,
-    restored_version: u64,
-    new_version: u64,
-    release_id: String,
-    /// True when this run recorded a rollback a killed run had committed, and rolled back nothing.
-    adopted: bool,
-}
-
-pub fn rollback(ws: Option<&Path>, args: RollbackArgs) -> Result<ExitCode> {
+pub fn rollback(ws: Option<&Path>, actor: &Actor, args: RollbackArgs) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
-    let Some(dataset) = ws.spec.datasets.get(&args.dataset) else {
-        bail!("no dataset named {:?} in {}", args.dataset, ws.spec.file);
-    };
-    // Before anything is read or committed: a key the partitioning cannot have would restore
-    // nothing and still record a release.
-    if let Err(e) = tidegate_core::plan::partitions_of(dataset, &args.partition) {
-        bail!("{e}; nothing was restored");
-    }
     let store = ws.open_store()?;
-    let mut release_id = format!("rollback-{}", uuid::Uuid::now_v7());
-    let mut partitions = args.partition.clone();
-    let mut adopted = false;
-    let (target, new_version) = runtime()?.block_on(async {
-        let lake = open_lake(&ws).await?;
-        // Held until the commit: vacuum must not delete the files this rollback adds back
-        // between its check that they exist and the commit.
-        let _lock = DatasetLockGuard::acquire(&store, &args.dataset, "rollback", args.lock.duration()).await?;
-        // Before anything loads the table: a broken commit is named, not misread.
-        lake.check_commits(&args.dataset).await?;
-        // A rollback killed between its commit and its record: record that one first. Rolling
-        // back again over it would undo it (the default target is the version before the newest)
-        // and leave its commit unknown to the store for ever.
-        if let Some(made) = lake.newest_rollback(&args.dataset).await?
-            && store.release(&made.release_id)?.is_none()
-        {
-            release_id = made.release_id;
-            partitions = made.partitions.unwrap_or_default();
-            adopted = true;
-            return anyhow::Ok((made.to_version, made.version));
-        }
-        let current = lake
-            .table_version(&args.dataset)
-            .await?
-            .with_context(|| format!("{} has no published version", args.dataset))?;
-        let target = match (&args.to_release, args.to_version) {
-            (_, Some(v)) => v,
-            (Some(r), None) => {
-                let rel = store.release(r)?.with_context(|| format!("no release {r:?}"))?;
-                let item = rel
-                    .items
-                    .iter()
-                    .find(|i| i.dataset == args.dataset)
-                    .with_context(|| format!("release {r} did not publish {}", args.dataset))?;
-                u64::try_from(item.delta_version - 1)
-                    .context("the release created the table; there is nothing before it")?
-            }
-            (None, None) => {
-                current.checked_sub(1).context("the table has a single version; there is nothing to restore")?
-            }
-        };
-        if target >= current {
-            bail!(
-                "dataset {:?}: version {target} is not older than its current version {current}; nothing was restored",
-                args.dataset
-            );
-        }
-        let parts = (!args.partition.is_empty()).then_some(args.partition.as_slice());
-        let anchor = crate::cmd::anchor::head(&ws, store.as_ref())?;
-        let new_version = lake.rollback(&args.dataset, target, parts, &release_id, anchor.as_ref()).await?;
-        anyhow::Ok((target, new_version))
-    })?;
-    if partitions.is_empty() {
-        partitions.push("*".to_owned());
-    }
-    let record = ReleaseRecord {
-        id: release_id.clone(),
-        kind: ReleaseKind::Rollback,
-        run_id: None,
-        backfill_id: None,
-        restores_release_id: args.to_release.clone(),
-        created_by: crate::actor::name(),
-        created_at: Utc::now(),
-        items: partitions
-            .iter()
-            .map(|p| ReleaseItem {
-                dataset: args.dataset.clone(),
-                partition: p.clone(),
-                version_id: None,
-                delta_version: i64::try_from(new_version).unwrap_or(i64::MAX),
-            })
-            .collect(),
+    let request = RollbackRequest {
+        dataset: args.dataset,
+        to_release: args.to_release,
+        to_version: args.to_version,
+        partitions: args.partition,
+        reason: args.reason,
+        lock_wait: args.lock.duration(),
     };
-    let reason = if adopted {
-        format!(
-            "recorded the rollback to version {target} that a killed `tidegate rollback` committed as version \
-             {new_version}; this run ({}) rolled nothing back",
-            args.reason
-        )
-    } else {
-        format!("{} (restored table version {target})", args.reason)
-    };
-    let meta = JournalMeta { actor: crate::actor::name(), correlation_id: release_id.clone(), reason, at: Utc::now() };
-    store.record_release(&record, &[], &meta)?;
-    let out = RolledBack { dataset: args.dataset, restored_version: target, new_version, release_id, adopted };
+    let out = tidegate_app::rollback::rollback(&ws, &store, actor, &request)?;
+    let (target, new_version) = (out.restored_version, out.new_version);
     if args.json {
         output::json(&out)?;
-    } else if adopted {
+    } else if out.adopted {
         println!(
             "Found a rollback of {} to its version {} that a killed process committed as version {} without \
              recording it; recorded it (release {}). Nothing else was rolled back: run the command again to roll \
@@ -227,154 +127,11 @@ pub struct ReconcileArgs {
 /// How long `reconcile` keeps finished attempts' logs unless told otherwise.
 pub const DEFAULT_KEEP_LOGS: &str = "30d";
 
-/// The most releases read to learn which table versions the store knows.
-pub const MAX_RELEASES_RECONCILED: u32 = 1_000_000;
-
-/// What one reconciliation removed and found.
-#[derive(Debug, Serialize)]
-pub struct Reconciled {
-    #[serde(flatten)]
-    pub cleaned: Reconciliation,
-    #[serde(flatten)]
-    pub differences: Differences,
-    /// What finished attempts left in the workspace, removed.
-    pub attempts: Swept,
-}
-
-/// Staging ids of attempts that may still publish: the current attempt of every step that is
-/// not terminal, and every staging folder the versions of those steps use (a checkpointing task's
-/// granules are staged apart and carried from attempt to attempt).
-pub(crate) fn live_staging_ids(store: &dyn Store, active: &[ActiveStep]) -> Result<Vec<String>> {
-    let mut live: Vec<String> = Vec::new();
-    for a in active {
-        live.push(staging_id(&a.step.id, a.step.state.attempt));
-        for version in store.versions(&a.step.id)? {
-            let paths = version.files.get("files").and_then(|f| f.as_array()).into_iter().flatten();
-            for path in paths.filter_map(|f| f.get("path").and_then(|p| p.as_str())) {
-                if let Some(staging_id) = path.split('/').nth(1) {
-                    live.push(staging_id.to_owned());
-                }
-            }
-        }
-    }
-    live.sort();
-    live.dedup();
-    Ok(live)
-}
-
-/// What the store declares: the table versions of its releases and the staged versions of steps
-/// that may still publish.
-fn declared(store: &dyn Store, active: &[ActiveStep], written: &BTreeSet<String>) -> Result<Declared> {
-    let mut declared = Declared { datasets: written.clone(), ..Declared::default() };
-    for release in store.releases(None, MAX_RELEASES_RECONCILED)? {
-        for item in release.items {
-            let version = u64::try_from(item.delta_version).context("a release records a negative table version")?;
-            declared.release_versions.entry(item.dataset).or_default().insert(version);
-        }
-    }
-    for active in active {
-        for record in store.versions(&active.step.id)?.into_iter().filter(|v| v.attempt == active.step.state.attempt) {
-            let staged: StagedVersion = serde_json::from_value(record.files)
-                .with_context(|| format!("decoding the staged version {}", record.id))?;
-            declared.staged.push(staged);
-        }
-    }
-    Ok(declared)
-}
-
-/// The datasets whose tables the workspace writes (not `[external]` ones).
-fn written_datasets(ws: &workspace::Workspace) -> BTreeSet<String> {
-    let managed = ws.spec.datasets.values().filter(|d| matches!(d.kind, DatasetKind::Managed { .. }));
-    managed.map(|d| d.name.clone()).collect()
-}
-
-/// Who owns a staging id, as this workspace's store knows it: an attempt that may still publish
-/// (in `live`, or the current attempt of an unfinished step, claimed after `live` was read), a
-/// finished attempt the store recorded, or nobody it knows. Step ids are minted by the store
-/// (UUIDs), so another workspace's staging ids are never this store's.
-fn owner_of(store: &dyn Store, live: &HashSet<String>, id: &str) -> Result<Owner> {
-    if live.contains(id) {
-        return Ok(Owner::Live);
-    }
-    let Some((step_id, attempt)) = staging_attempt(id) else { return Ok(Owner::Unknown) };
-    let Some(step) = store.step(step_id)? else { return Ok(Owner::Unknown) };
-    if !store.attempts(step_id)?.iter().any(|a| a.attempt == attempt) {
-        return Ok(Owner::Unknown);
-    }
-    if !step.status().is_terminal() && attempt == step.state.attempt {
-        return Ok(Owner::Live);
-    }
-    Ok(Owner::Finished)
-}
-
-/// Removes abandoned staging files and what finished attempts left in the workspace (logs older
-/// than `keep_logs`), and compares what the store declares with what the tables hold.
-pub fn reconciled(ws: Option<&Path>, keep_logs: chrono::Duration) -> Result<Reconciled> {
+pub fn reconcile(ws: Option<&Path>, actor: &Actor, args: ReconcileArgs) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
     let store = ws.open_store()?;
-    // Taken before the store is read: files written after it may belong to an attempt the
-    // read did not see, and are kept.
-    let known_as_of = Utc::now();
-    let active = store.active_steps()?;
-    let live: HashSet<String> = live_staging_ids(store.as_ref(), &active)?.into_iter().collect();
-    let datasets = written_datasets(&ws);
-    let declared = declared(store.as_ref(), &active, &datasets)?;
-    let (cleaned, differences) = runtime()?.block_on(async {
-        let lake = open_lake(&ws).await?;
-        // Before anything loads a table: a broken commit is named, not misread.
-        for dataset in datasets.iter().chain(declared.release_versions.keys()) {
-            lake.check_commits(dataset).await?;
-        }
-        // Ownership is proven from the store: a store the lake contradicts proves nothing.
-        crate::cmd::anchor::refuse_unvouched(&ws, store.as_ref(), &lake, "reconcile").await?;
-        let differences = lake.differences(&declared).await?;
-        let held = differences.missing_versions.iter().map(|m| m.dataset.clone()).collect();
-        let scope = Scope { datasets, known_as_of, held };
-        let owner = |id: &str| owner_of(store.as_ref(), &live, id);
-        let cleaned = lake.reconcile(&scope, owner, Deletion::Abandoned).await?;
-        anyhow::Ok((cleaned, differences))
-    })?;
-    // The workspace folders of the same unfinished attempts (named by step and attempt number).
-    let running: HashSet<String> = active.iter().map(|a| attempt_name(&a.step.id, a.step.state.attempt)).collect();
-    let folders_before = SystemTime::from(known_as_of - FILE_TIME_GRANULARITY);
-    let logs_before = folders_before.min(SystemTime::from(Utc::now() - keep_logs));
-    let attempts = leftovers::sweep(&ws.root, &running, folders_before, logs_before)
-        .with_context(|| format!("removing what finished attempts left in {}", ws.root.join(".tidegate").display()))?;
-    Ok(Reconciled { cleaned, differences, attempts })
-}
-
-/// Deletes exactly `files` (`DATASET/PATH`), each of which reconcile must report as not provably
-/// Tidegate's, and journals who deleted them.
-pub fn delete_reported(ws: Option<&Path>, files: &[String]) -> Result<Reconciliation> {
-    let ws = workspace::load(ws)?;
-    let store = ws.open_store()?;
-    let known_as_of = Utc::now();
-    let live: HashSet<String> = live_staging_ids(store.as_ref(), &store.active_steps()?)?.into_iter().collect();
-    let scope = Scope { datasets: written_datasets(&ws), known_as_of, held: BTreeSet::new() };
-    let report = runtime()?.block_on(async {
-        let owner = |id: &str| owner_of(store.as_ref(), &live, id);
-        open_lake(&ws).await?.reconcile(&scope, owner, Deletion::Named(files)).await
-    })?;
-    let decision = Decision {
-        kind: "reported_files_deleted".to_owned(),
-        run_id: None,
-        task: None,
-        partition: None,
-        payload: serde_json::json!({ "deleted": report.deleted }),
-    };
-    let meta = JournalMeta {
-        actor: crate::actor::name(),
-        correlation_id: format!("reconcile-{}", uuid::Uuid::now_v7()),
-        reason: "tidegate reconcile --delete".to_owned(),
-        at: Utc::now(),
-    };
-    store.record_decision(&decision, &meta).context("journaling the deleted files")?;
-    Ok(report)
-}
-
-pub fn reconcile(ws: Option<&Path>, args: ReconcileArgs) -> Result<ExitCode> {
     if !args.delete.is_empty() {
-        let report = delete_reported(ws, &args.delete)?;
+        let report = delete_reported(&ws, store.as_ref(), actor, &args.delete)?;
         if args.json {
             output::json(&report)?;
         } else {
@@ -384,7 +141,7 @@ pub fn reconcile(ws: Option<&Path>, args: ReconcileArgs) -> Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let report = reconciled(ws, args.keep_logs)?;
+    let report = reconciled(&ws, store.as_ref(), args.keep_logs)?;
     let code = if report.differences.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(2) };
     if args.json {
         output::json(&report)?;

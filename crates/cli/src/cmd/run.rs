@@ -10,15 +10,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use serde::Serialize;
-use tidegate_core::clock::SystemClock;
-use tidegate_engine::{Engine, Options, Summary};
+use tidegate_app::submit::{SubmitRequest, submit};
+use tidegate_app::workspace::{self, Workspace};
+use tidegate_core::actor::Actor;
+use tidegate_engine::Summary;
 use tidegate_store::{Priority, Trigger};
 
-use crate::cmd::data::{open_lake, runtime};
 use crate::cmd::plan::TargetArgs;
-use crate::cmd::submit;
 use crate::output;
-use crate::workspace::{self, Workspace};
 
 /// Plan, run, check and publish a target's partitions in the foreground.
 ///
@@ -55,18 +54,17 @@ struct RunReport<'a> {
     elapsed_s: f64,
 }
 
-pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
+pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
     let store = ws.open_store()?;
-    let (run, created) = submit::submit(
-        &ws,
-        store.as_ref(),
-        &args.target,
-        args.idempotency_key.as_deref(),
-        Trigger::Manual,
-        Priority::Live,
-    )?;
-    let n_steps = store.steps(&run.id)?.len();
+    let request = SubmitRequest {
+        target: args.target.target()?,
+        idempotency_key: args.idempotency_key,
+        trigger: Trigger::Manual,
+        priority: Priority::Live,
+    };
+    let submitted = submit(&ws, store.as_ref(), actor, &request)?;
+    let (run, created, n_steps) = (submitted.run, submitted.created, submitted.n_steps);
     if !args.json {
         let verb = if created { "Created" } else { "Resuming" };
         eprintln!("{verb} run {} ({n_steps} steps)", run.id);
@@ -102,9 +100,8 @@ pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
     Ok(if summary.failed > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }
 
-/// Drains every unfinished run in the workspace's store with an in-process engine. With
-/// `follow`, waits for that run to settle, following it when another process holds the
-/// scheduler role instead of competing for it.
+/// Drains every unfinished run in the workspace's store (see `tidegate_app::run::execute`), with
+/// a progress line on stderr when `show_progress`.
 pub fn execute(
     ws: &Workspace,
     store: Arc<dyn tidegate_store::Store>,
@@ -112,39 +109,11 @@ pub fn execute(
     show_progress: bool,
     follow: Option<&str>,
 ) -> Result<Summary> {
-    runtime()?.block_on(async {
-        let lake = open_lake(ws).await?;
-        let mut engine = engine(ws, store, lake, workers);
-        if show_progress {
-            engine = engine.with_progress(progress_printer());
-        }
-        let summary = match follow {
-            Some(run_id) => engine.drain_until(run_id).await?,
-            None => engine.drain().await?,
-        };
-        if show_progress && std::io::stderr().is_terminal() {
-            eprintln!();
-        }
-        Ok(summary)
-    })
-}
-
-/// The in-process engine for a workspace, on the system clock.
-pub fn engine(
-    ws: &Workspace,
-    store: Arc<dyn tidegate_store::Store>,
-    lake: Arc<tidegate_lake::Lake>,
-    workers: usize,
-) -> Engine {
-    Engine::new(
-        store,
-        lake,
-        Arc::new(ws.spec.clone()),
-        ws.root.clone(),
-        ws.lake_url(),
-        Arc::new(SystemClock),
-        Options { max_parallel: workers, ..Options::default() },
-    )
+    let summary = tidegate_app::run::execute(ws, store, workers, show_progress.then(progress_printer), follow)?;
+    if show_progress && std::io::stderr().is_terminal() {
+        eprintln!();
+    }
+    Ok(summary)
 }
 
 /// A progress line: redrawn in place on a terminal, printed every few seconds otherwise.

@@ -11,10 +11,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use chrono::Utc;
+use tidegate_core::actor::Actor;
 
 use crate::cmd::data::{open_lake, runtime};
-use crate::cmd::{run, tick};
-use crate::workspace;
+use crate::cmd::tick;
+use tidegate_app::run;
+use tidegate_app::workspace;
 
 /// Run the schedules and execute runs until stopped (SIGTERM or Ctrl-C stop it cleanly).
 ///
@@ -35,7 +37,7 @@ pub struct Args {
     pub workers: u16,
 }
 
-pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
+pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
     let store = ws.open_store()?;
     let stop = Arc::new(AtomicBool::new(false));
@@ -61,7 +63,7 @@ pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
             let started = Instant::now();
             let now = Utc::now();
             let decisions = tick::decide(&ws.spec, &lake, now).await?;
-            let due = tick::start_due(&ws, store.as_ref(), &decisions, now)?;
+            let due = tick::start_due(&ws, store.as_ref(), actor, &decisions, now)?;
             for run_id in &due.runs {
                 eprintln!("tick {now}: started run {run_id}");
             }

@@ -14,7 +14,7 @@ use tidegate_store::RunRecord;
 use crate::cmd::data::{open_lake, runtime};
 use crate::cmd::tick;
 use crate::output;
-use crate::workspace::{self, Workspace};
+use tidegate_app::workspace::{self, Workspace};
 
 /// Show recent runs with their step counts by status.
 #[derive(Debug, clap::Args)]

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
+use tidegate_core::actor::Actor;
 use tidegate_core::partition::Partition;
 use tidegate_core::plan::{self, Plan, Request, Selection};
 use tidegate_core::schedule::catch_up;
@@ -18,9 +19,9 @@ use tidegate_store::{Decision, JournalMeta, Priority, RunRequest, Store, Trigger
 
 use crate::cmd::data::{open_lake, runtime};
 use crate::cmd::run::execute;
-use crate::cmd::submit;
 use crate::output;
-use crate::workspace::{self, Workspace};
+use tidegate_app::submit;
+use tidegate_app::workspace::{self, Workspace};
 
 /// How far back a tick looks for a task's newest published partition.
 const LOOKBACK: i32 = 400;
@@ -87,7 +88,7 @@ pub struct Started {
     pub superseded: Vec<Superseded>,
 }
 
-pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
+pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
     let now = match &args.now {
         Some(text) => parse_instant(text)?,
@@ -99,7 +100,7 @@ pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
     })?;
     let store = ws.open_store()?;
     let Started { runs, superseded } =
-        if args.dry_run { Started::default() } else { start_due(&ws, store.as_ref(), &decisions, now)? };
+        if args.dry_run { Started::default() } else { start_due(&ws, store.as_ref(), actor, &decisions, now)? };
     if !args.json {
         print_decisions(&decisions, now);
         for s in &superseded {
@@ -177,7 +178,13 @@ async fn decide_task(spec: &Spec, lake: &Lake, task: &Task, now: DateTime<Utc>) 
 /// (live priority), the older ones of tasks with catch-up on as a catch-up run. An interval that
 /// an unfinished run already covers (a wider manual run or a backfill submitted over the
 /// downtime) is not run again: it is journaled as superseded by that run.
-pub fn start_due(ws: &Workspace, store: &dyn Store, decisions: &[TaskDecision], now: DateTime<Utc>) -> Result<Started> {
+pub fn start_due(
+    ws: &Workspace,
+    store: &dyn Store,
+    actor: &Actor,
+    decisions: &[TaskDecision],
+    now: DateTime<Utc>,
+) -> Result<Started> {
     let mut covered: BTreeMap<(String, String), String> = BTreeMap::new();
     for a in store.active_steps()? {
         covered.entry((a.step.task.clone(), a.step.partition.clone())).or_insert(a.step.run_id.clone());
@@ -206,7 +213,7 @@ pub fn start_due(ws: &Workspace, store: &dyn Store, decisions: &[TaskDecision], 
             payload: serde_json::json!({ "by_run": s.by_run, "tick": now }),
         };
         let meta = JournalMeta {
-            actor: crate::actor::name(),
+            actor: actor.name.clone(),
             correlation_id: format!("tick-{}", now.timestamp()),
             reason: format!(
                 "{}@{} is already covered by unfinished run {}; not run again",
@@ -218,7 +225,7 @@ pub fn start_due(ws: &Workspace, store: &dyn Store, decisions: &[TaskDecision], 
     }
     let mut runs = Vec::new();
     for (trigger, priority) in [(Trigger::Schedule, Priority::Live), (Trigger::Catchup, Priority::Catchup)] {
-        runs.extend(submit_due(ws, store, &decisions, trigger, priority, now)?);
+        runs.extend(submit_due(ws, store, actor, &decisions, trigger, priority, now)?);
     }
     Ok(Started { runs, superseded })
 }
@@ -227,6 +234,7 @@ pub fn start_due(ws: &Workspace, store: &dyn Store, decisions: &[TaskDecision], 
 fn submit_due(
     ws: &Workspace,
     store: &dyn Store,
+    actor: &Actor,
     decisions: &[TaskDecision],
     trigger: Trigger,
     priority: Priority,
@@ -264,7 +272,7 @@ fn submit_due(
         idempotency_key: Some(format!("tick:{}:{}", format!("{trigger:?}").to_lowercase(), now.to_rfc3339())),
     };
     let meta = JournalMeta {
-        actor: crate::actor::name(),
+        actor: actor.name.clone(),
         correlation_id: format!("tick-{}", now.timestamp()),
         reason: format!("{} tick at {now}", format!("{trigger:?}").to_lowercase()),
         at: Utc::now(),

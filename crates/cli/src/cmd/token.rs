@@ -5,18 +5,16 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use anyhow::{Result, bail};
-use chrono::{Duration, Utc};
+use anyhow::Result;
+use chrono::Utc;
 use serde::Serialize;
-use tidegate_core::actor::{self, Role, token_hash};
-use tidegate_store::{JournalMeta, NewToken, Store, TokenRecord};
+use tidegate_app::token::mint;
+use tidegate_app::workspace;
+use tidegate_core::actor::{Actor, Role};
+use tidegate_store::{JournalMeta, TokenRecord};
 
-use crate::actor::{TOKEN_VAR, current};
+use crate::actor::TOKEN_VAR;
 use crate::output;
-use crate::workspace;
-
-/// The longest a token may be valid for.
-pub const EXPIRY_DAYS_MAX: u32 = 3_650;
 
 /// Mint, list and revoke the tokens that establish people's identities.
 ///
@@ -79,18 +77,18 @@ struct Minted<'a> {
     record: &'a TokenRecord,
 }
 
-pub fn run(ws: Option<&Path>, command: Command) -> Result<ExitCode> {
+pub fn run(ws: Option<&Path>, actor: &Actor, command: Command) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
     let store = ws.open_store()?;
     let meta = |reason: String| JournalMeta {
-        actor: current().name,
+        actor: actor.name.clone(),
         correlation_id: uuid::Uuid::now_v7().to_string(),
         reason,
         at: Utc::now(),
     };
     match command {
         Command::Create(args) => {
-            let (token, record) = mint(store.as_ref(), &args.name, args.role, args.expires_in_days)?;
+            let (token, record) = mint(store.as_ref(), actor, &args.name, args.role, args.expires_in_days)?;
             let name = &record.name;
             if args.json {
                 output::json(&Minted { token: &token, record: &record })?;
@@ -150,38 +148,6 @@ pub fn run(ws: Option<&Path>, command: Command) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Mints a token for `name` with `role`, recorded as minted by the current actor; returns the
-/// token (shown once) and its record.
-pub fn mint(store: &dyn Store, name: &str, role: Role, expires_in_days: u32) -> Result<(String, TokenRecord)> {
-    let name = actor::validate_name(name).map_err(|e| anyhow::anyhow!("--name: {e}"))?;
-    if expires_in_days == 0 || expires_in_days > EXPIRY_DAYS_MAX {
-        bail!("--expires-in-days {expires_in_days}: must be 1 to {EXPIRY_DAYS_MAX}");
-    }
-    let token = mint_secret();
-    let minter = current();
-    let new = NewToken {
-        id: format!("tk-{}", uuid::Uuid::now_v7().simple()),
-        name: name.clone(),
-        role,
-        token_hash: token_hash(&token),
-        created_by: minter.describe(),
-        expires_at: Some(Utc::now() + Duration::days(expires_in_days.into())),
-    };
-    let meta = JournalMeta {
-        actor: minter.name,
-        correlation_id: new.id.clone(),
-        reason: format!("token minted for {name} ({role})"),
-        at: Utc::now(),
-    };
-    Ok((token, store.create_token(&new, &meta)?))
-}
-
 fn fmt_expiry(t: &TokenRecord) -> String {
     t.expires_at.map_or_else(|| "never".to_owned(), |at| at.format("%Y-%m-%d %H:%M UTC").to_string())
-}
-
-/// A new token: 244 random bits from the operating system (two version-4 UUIDs), with a prefix
-/// that makes a leaked token easy to recognise in a log or a repository.
-fn mint_secret() -> String {
-    format!("tgt_{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple())
 }

@@ -8,14 +8,16 @@ use std::process::ExitCode;
 use anyhow::{Context, Result, bail};
 use chrono::{DateTime, Duration, Utc};
 use serde::Serialize;
+use tidegate_core::actor::Actor;
 use tidegate_lake::{Lake, Vacuum};
 use tidegate_store::{ActiveStep, Decision, JournalMeta, ReleaseRecord, Store};
 
 use crate::cmd::data::{open_lake, runtime};
-use crate::cmd::lock::{DatasetLockGuard, LockWait};
-use crate::cmd::rollback::live_staging_ids;
+use crate::cmd::lock::LockWait;
 use crate::output;
-use crate::workspace;
+use tidegate_app::lock::DatasetLockGuard;
+use tidegate_app::reconcile::live_staging_ids;
+use tidegate_app::workspace;
 
 /// Releases per dataset kept when neither --retain-releases nor --older-than is given.
 pub const DEFAULT_RETAIN_RELEASES: u32 = 10;
@@ -78,7 +80,7 @@ struct Report {
     datasets: Vec<Vacuum>,
 }
 
-pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
+pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
     for name in &args.datasets {
         if !ws.spec.datasets.contains_key(name) {
@@ -103,7 +105,7 @@ pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
             for name in &names {
                 lake.check_commits(name).await?;
             }
-            crate::cmd::anchor::refuse_unvouched(&ws, store.as_ref(), &lake, "vacuum").await?;
+            tidegate_app::anchor::refuse_unvouched(&ws, store.as_ref(), &lake, "vacuum").await?;
         }
         let mut reports = Vec::new();
         for name in &names {
@@ -118,10 +120,11 @@ pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
             let report = if args.dry_run {
                 lake.vacuum(name, &versions, &protected, true).await?
             } else {
-                let lock = DatasetLockGuard::acquire(&store, name, "vacuum", args.lock.duration()).await?;
+                let lock = DatasetLockGuard::acquire(&store, actor, name, "vacuum", args.lock.duration()).await?;
                 // One correlation id joins the intent, the outcome and a failure.
                 let journal = VacuumJournal {
                     store: store.as_ref(),
+                    actor,
                     dataset: name,
                     correlation_id: format!("vacuum-{}", uuid::Uuid::now_v7()),
                 };
@@ -227,6 +230,7 @@ fn summary(v: &Vacuum, attempt: u32) -> serde_json::Value {
 /// Where one dataset's vacuum writes its journal entries, all under one correlation id.
 struct VacuumJournal<'a> {
     store: &'a dyn Store,
+    actor: &'a Actor,
     dataset: &'a str,
     correlation_id: String,
 }
@@ -237,7 +241,7 @@ impl VacuumJournal<'_> {
         payload["dataset"] = serde_json::json!(dataset);
         let decision = Decision { kind: kind.to_owned(), run_id: None, task: None, partition: None, payload };
         let meta = JournalMeta {
-            actor: crate::actor::name(),
+            actor: self.actor.name.clone(),
             correlation_id: self.correlation_id.clone(),
             reason,
             at: Utc::now(),

@@ -8,7 +8,7 @@ use serde::Serialize;
 use tidegate_core::spec::{self, DatasetKind};
 
 use crate::output;
-use crate::workspace::{self, SPEC_FILE};
+use tidegate_app::workspace::{self, SPEC_FILE};
 
 /// Check tidegate.toml and report every problem, each with file:line:col and the setting.
 #[derive(Debug, clap::Args)]

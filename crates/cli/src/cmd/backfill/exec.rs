@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use chrono::Utc;
 use serde::Serialize;
+use tidegate_core::actor::Actor;
 use tidegate_core::state::{RunStatus, StepEvent, StepStatus};
 use tidegate_store::{
     BackfillRecord, BackfillStatus, JournalMeta, Priority, RunRequest, StepEventRecord, StepRecord, Store, Trigger,
@@ -18,7 +19,7 @@ use tidegate_store::{
 use super::{FrozenSpec, ensure_spec_unchanged, load, meta, short};
 use crate::cmd::run::execute;
 use crate::output;
-use crate::workspace;
+use tidegate_app::workspace;
 
 /// Run a planned backfill into staging (published data is untouched).
 ///
@@ -65,7 +66,7 @@ pub struct ListArgs {
     pub json: bool,
 }
 
-pub fn start(ws: Option<&Path>, args: StartArgs, resume: bool) -> Result<ExitCode> {
+pub fn start(ws: Option<&Path>, actor: &Actor, args: StartArgs, resume: bool) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
     let store = ws.open_store()?;
     let (record, spec) = load(store.as_ref(), &args.id)?;
@@ -110,7 +111,7 @@ pub fn start(ws: Option<&Path>, args: StartArgs, resume: bool) -> Result<ExitCod
             b.status = BackfillStatus::Running;
             b.run_id = Some(rid.clone());
         },
-        &meta(format!("{} by operator", verb.trim_start_matches("backfill_")), &record.id),
+        &meta(actor, format!("{} by operator", verb.trim_start_matches("backfill_")), &record.id),
     )?;
     if !args.json {
         eprintln!(
@@ -121,7 +122,7 @@ pub fn start(ws: Option<&Path>, args: StartArgs, resume: bool) -> Result<ExitCod
         );
     }
     execute(&ws, store.clone(), usize::from(args.workers), !args.json, Some(&run_id))?;
-    let settled = settle(store.as_ref(), &record.id)?;
+    let settled = settle(store.as_ref(), actor, &record.id)?;
     let report = Report::of(store.as_ref(), &settled)?;
     if args.json {
         output::json(&report)?;
@@ -159,7 +160,7 @@ fn ensure_run(store: &dyn Store, record: &BackfillRecord, spec: &FrozenSpec) -> 
 }
 
 /// Moves a running backfill to staged or failed once its run settled.
-fn settle(store: &dyn Store, id: &str) -> Result<BackfillRecord> {
+fn settle(store: &dyn Store, actor: &Actor, id: &str) -> Result<BackfillRecord> {
     let record = store.backfill(id)?.context("the backfill vanished")?;
     let Some(run_id) = &record.run_id else { return Ok(record) };
     let run = store.run(run_id)?.context("the backfill's run vanished")?;
@@ -181,11 +182,11 @@ fn settle(store: &dyn Store, id: &str) -> Result<BackfillRecord> {
         &[BackfillStatus::Running],
         kind,
         &move |b: &mut BackfillRecord| b.status = next,
-        &meta(reason, id),
+        &meta(actor, reason, id),
     )?)
 }
 
-pub fn pause(ws: Option<&Path>, args: IdArgs) -> Result<ExitCode> {
+pub fn pause(ws: Option<&Path>, actor: &Actor, args: IdArgs) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
     let store = ws.open_store()?;
     let reason = args.reason.unwrap_or_else(|| "paused by operator".to_owned());
@@ -196,7 +197,7 @@ pub fn pause(ws: Option<&Path>, args: IdArgs) -> Result<ExitCode> {
         &[BackfillStatus::Running, BackfillStatus::Planned],
         "backfill_paused",
         &|b: &mut BackfillRecord| b.status = BackfillStatus::Paused,
-        &meta(reason, &args.id),
+        &meta(actor, reason, &args.id),
     )?;
     if args.json {
         output::json(&record)?;
@@ -207,7 +208,7 @@ pub fn pause(ws: Option<&Path>, args: IdArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn cancel(ws: Option<&Path>, args: IdArgs) -> Result<ExitCode> {
+pub fn cancel(ws: Option<&Path>, actor: &Actor, args: IdArgs) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
     let store = ws.open_store()?;
     let reason = args.reason.unwrap_or_else(|| "cancelled by operator".to_owned());
@@ -224,7 +225,7 @@ pub fn cancel(ws: Option<&Path>, args: IdArgs) -> Result<ExitCode> {
         ],
         "backfill_cancelled",
         &|b: &mut BackfillRecord| b.status = BackfillStatus::Cancelled,
-        &meta(reason.clone(), &args.id),
+        &meta(actor, reason.clone(), &args.id),
     )?;
     let mut n_cancelled = 0;
     if let Some(run_id) = &record.run_id {
@@ -235,7 +236,7 @@ pub fn cancel(ws: Option<&Path>, args: IdArgs) -> Result<ExitCode> {
             .map(|s| StepEventRecord {
                 step_id: s.id,
                 event: StepEvent::Cancelled { reason: reason.clone() },
-                meta: meta(reason.clone(), &args.id),
+                meta: meta(actor, reason.clone(), &args.id),
             })
             .collect();
         n_cancelled = events.len();

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use anyhow::{Result, bail};
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
+use tidegate_core::actor::Actor;
 use tidegate_core::idempotency::Canonical;
 use tidegate_core::plan::{self, Plan};
 use tidegate_core::state::StepStatus;
@@ -15,10 +16,10 @@ use tidegate_store::{BackfillRecord, BackfillStatus, JournalQuery, NewStep, Stor
 
 use super::{meta, short};
 use crate::cmd::data::{open_lake, runtime};
-use crate::cmd::plan::TargetArgs;
-use crate::cmd::submit;
 use crate::output;
-use crate::workspace::{self, Workspace};
+use tidegate_app::submit;
+use tidegate_app::target::{Partitions, Target};
+use tidegate_app::workspace::{self, Workspace};
 
 /// Which partitions a backfill rebuilds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -140,7 +141,7 @@ struct Planned<'a> {
     spec: &'a FrozenSpec,
 }
 
-pub fn plan(ws: Option<&Path>, args: PlanArgs) -> Result<ExitCode> {
+pub fn plan(ws: Option<&Path>, actor: &Actor, args: PlanArgs) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
     if args.max_active_runs == 0 {
         bail!("--max-active-runs must be at least 1 (pause a backfill with `tidegate backfill pause` instead)");
@@ -151,7 +152,7 @@ pub fn plan(ws: Option<&Path>, args: PlanArgs) -> Result<ExitCode> {
         bail!("--rate must be a positive number of step starts per second, got {r}");
     }
     let store = ws.open_store()?;
-    let spec = freeze(&ws, store.as_ref(), &args)?;
+    let spec = freeze(&ws, store.as_ref(), actor, &args)?;
     let id = format!("bf-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
     let spec_hash = spec.hash();
     let footprint: BTreeMap<String, Vec<String>> =
@@ -175,7 +176,7 @@ pub fn plan(ws: Option<&Path>, args: PlanArgs) -> Result<ExitCode> {
         created_at: now,
         updated_at: now,
     };
-    store.create_backfill(&record, &meta(format!("backfill planned: {}", spec.reason), &id))?;
+    store.create_backfill(&record, &meta(actor, format!("backfill planned: {}", spec.reason), &id))?;
     if args.json {
         output::json(&Planned { id: &id, spec_hash: &spec_hash, spec: &spec })?;
     } else {
@@ -184,17 +185,14 @@ pub fn plan(ws: Option<&Path>, args: PlanArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn freeze(ws: &Workspace, store: &dyn Store, args: &PlanArgs) -> Result<FrozenSpec> {
-    let target = TargetArgs {
+fn freeze(ws: &Workspace, store: &dyn Store, actor: &Actor, args: &PlanArgs) -> Result<FrozenSpec> {
+    let target = Target {
         target: args.target.clone(),
-        from: Some(args.from.clone()),
-        to: Some(args.to.clone()),
-        partition: Vec::new(),
-        all: false,
+        partitions: Partitions::Range { from: args.from.clone(), to: args.to.clone() },
         only: true,
         downstream: args.include_downstream,
     };
-    let mut plan = plan::plan(&target.request(&ws.spec)?)?;
+    let mut plan = target.plan(&ws.spec)?;
     let target_task = plan::resolve_target(&ws.spec, &args.target)?.name.clone();
     let written: BTreeSet<String> =
         plan.steps.iter().flat_map(|s| ws.spec.tasks[&s.task].outputs.iter().cloned()).collect();
@@ -236,7 +234,7 @@ fn freeze(ws: &Workspace, store: &dyn Store, args: &PlanArgs) -> Result<FrozenSp
             to: args.to.clone(),
             reprocess: args.reprocess,
             reason: args.reason.clone(),
-            requester: crate::actor::name(),
+            requester: actor.name.clone(),
             include_downstream: args.include_downstream,
             throttle,
             flag_change_pct: args.flag_change_pct,

@@ -14,9 +14,10 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use chrono::Utc;
+use tidegate_core::actor::Actor;
 use tidegate_store::{BackfillRecord, JournalMeta, Store};
 
-use crate::workspace::Workspace;
+use tidegate_app::workspace::Workspace;
 
 pub use freeze::FrozenSpec;
 
@@ -42,19 +43,19 @@ pub enum Command {
     List(exec::ListArgs),
 }
 
-pub fn run(ws: Option<&Path>, command: Command) -> Result<ExitCode> {
+pub fn run(ws: Option<&Path>, actor: &Actor, command: Command) -> Result<ExitCode> {
     match command {
-        Command::Plan(args) => freeze::plan(ws, args),
-        Command::Start(args) => exec::start(ws, args, false),
-        Command::Resume(args) => exec::start(ws, args, true),
+        Command::Plan(args) => freeze::plan(ws, actor, args),
+        Command::Start(args) => exec::start(ws, actor, args, false),
+        Command::Resume(args) => exec::start(ws, actor, args, true),
         Command::Status(args) => exec::status(ws, args),
-        Command::Pause(args) => exec::pause(ws, args),
-        Command::Cancel(args) => exec::cancel(ws, args),
+        Command::Pause(args) => exec::pause(ws, actor, args),
+        Command::Cancel(args) => exec::cancel(ws, actor, args),
         Command::List(args) => exec::list(ws, args),
-        Command::Compare(args) => review::compare(ws, args),
-        Command::Approve(args) => review::approve(ws, args),
-        Command::Publish(args) => release::publish(ws, args),
-        Command::Rollback(args) => release::rollback(ws, args),
+        Command::Compare(args) => review::compare(ws, actor, args),
+        Command::Approve(args) => review::approve(ws, actor, args),
+        Command::Publish(args) => release::publish(ws, actor, args),
+        Command::Rollback(args) => release::rollback(ws, actor, args),
     }
 }
 
@@ -84,9 +85,9 @@ pub(crate) fn ensure_spec_unchanged(ws: &Workspace, record: &BackfillRecord, spe
     Ok(())
 }
 
-pub(crate) fn meta(reason: impl Into<String>, correlation_id: &str) -> JournalMeta {
+pub(crate) fn meta(actor: &Actor, reason: impl Into<String>, correlation_id: &str) -> JournalMeta {
     JournalMeta {
-        actor: crate::actor::name(),
+        actor: actor.name.clone(),
         correlation_id: correlation_id.to_owned(),
         reason: reason.into(),
         at: Utc::now(),
@@ -135,6 +136,6 @@ pub(crate) fn rollback_args(id: &str) -> release::RollbackArgs {
         id: id.to_owned(),
         reason: "demo: undoing the backfill".to_owned(),
         json: false,
-        lock: crate::cmd::lock::LockWait { lock_wait: crate::cmd::lock::DEFAULT_LOCK_WAIT_S },
+        lock: crate::cmd::lock::LockWait { lock_wait: tidegate_app::lock::DEFAULT_LOCK_WAIT_S },
     }
 }

@@ -13,6 +13,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result, bail};
 use chrono::Utc;
 use serde::Serialize;
+use tidegate_core::actor::Actor;
 use tidegate_core::clock::SystemClock;
 use tidegate_core::spec::model::{DatasetKind, WriteMode};
 use tidegate_core::state::{StepEvent, StepStatus};
@@ -23,9 +24,10 @@ use tidegate_store::{BackfillRecord, BackfillStatus, ReleaseItem, ReleaseKind, R
 use super::review::{approved_review, publishable, review, staged_versions};
 use super::{FrozenSpec, ensure_spec_unchanged, load, meta, short};
 use crate::cmd::data::{open_lake, runtime};
-use crate::cmd::lock::{DatasetLockGuard, LockWait};
+use crate::cmd::lock::LockWait;
 use crate::output;
-use crate::workspace::{self, Workspace};
+use tidegate_app::lock::DatasetLockGuard;
+use tidegate_app::workspace::{self, Workspace};
 
 /// Publish an approved backfill: one atomic commit per dataset, upstream first.
 ///
@@ -61,7 +63,7 @@ struct Published<'a> {
     publication: &'a Publication,
 }
 
-pub fn publish(ws: Option<&Path>, args: PublishArgs) -> Result<ExitCode> {
+pub fn publish(ws: Option<&Path>, actor: &Actor, args: PublishArgs) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
     let store = ws.open_store()?;
     let (record, spec) = load(store.as_ref(), &args.id)?;
@@ -96,6 +98,7 @@ pub fn publish(ws: Option<&Path>, args: PublishArgs) -> Result<ExitCode> {
             if current.hash() != approval.comparison_hash {
                 let changes = current.describe_changes_since(&approved_review(&record)?);
                 withdraw_approval(
+                    actor,
                     store.as_ref(),
                     &record,
                     &format!("the comparison changed after approval: {changes}"),
@@ -114,20 +117,20 @@ pub fn publish(ws: Option<&Path>, args: PublishArgs) -> Result<ExitCode> {
                 &[BackfillStatus::Approved],
                 "backfill_publishing",
                 &move |b: &mut BackfillRecord| b.release_id = Some(rid.clone()),
-                &meta(format!("publishing as release {release_id}"), &record.id),
+                &meta(actor, format!("publishing as release {release_id}"), &record.id),
             )?;
         }
         acquire_scheduler_role(&store, &owner, &SystemClock, ws.spec.project.lease_ttl_s).await?;
-        let result = publish_release(&ws, store.as_ref(), &lake, &record, &spec, &release_id).await;
+        let result = publish_release(&ws, store.as_ref(), actor, &lake, &record, &spec, &release_id).await;
         let _ = store.release_scheduler(&owner);
-        result.map_err(|e| refused(store.as_ref(), &record, e))
+        result.map_err(|e| refused(store.as_ref(), actor, &record, e))
     })?;
     store.update_backfill(
         &record.id,
         &[BackfillStatus::Approved],
         "backfill_published",
         &|b: &mut BackfillRecord| b.status = BackfillStatus::Published,
-        &meta(format!("published as release {release_id}, approved by {}", approval.by), &record.id),
+        &meta(actor, format!("published as release {release_id}, approved by {}", approval.by), &record.id),
     )?;
     let lineage = openlineage_event(&ws, &record, &spec, &publication)?;
     if args.json {
@@ -147,13 +150,14 @@ pub fn publish(ws: Option<&Path>, args: PublishArgs) -> Result<ExitCode> {
 async fn publish_release(
     ws: &Workspace,
     store: &dyn Store,
+    actor: &Actor,
     lake: &Lake,
     record: &BackfillRecord,
     spec: &FrozenSpec,
     release_id: &str,
 ) -> Result<Publication> {
     let run_id = record.run_id.clone().context("an approved backfill has a run")?;
-    let approver = record.approval.as_ref().map_or_else(crate::actor::name, |a| a.by.clone());
+    let approver = record.approval.as_ref().map_or_else(|| actor.name.clone(), |a| a.by.clone());
     let staged = staged_versions(store, record)?;
     let mut items = Vec::new();
     let mut version_ids: BTreeMap<(String, String), String> = BTreeMap::new();
@@ -177,7 +181,7 @@ async fn publish_release(
         run_id: run_id.clone(),
         spec_hash: record.spec_hash.clone(),
         items,
-        anchor: crate::cmd::anchor::head(ws, store)?,
+        anchor: tidegate_app::anchor::head(ws, store)?,
     };
     // Each dataset commits only if nothing touched its partitions since the version the approved
     // comparison read, checked on the version the commit is built on (`Lake::publish_approved`).
@@ -194,7 +198,7 @@ async fn publish_release(
         .map(|s| StepEventRecord {
             step_id: s.id,
             event: StepEvent::Approved { by: approver.clone() },
-            meta: meta(format!("backfill {} approved by {approver}", record.id), &record.id),
+            meta: meta(actor, format!("backfill {} approved by {approver}", record.id), &record.id),
         })
         .collect();
     store.commit(&approvals)?;
@@ -227,7 +231,7 @@ async fn publish_release(
             created_at: Utc::now(),
             items: release_items,
         };
-        store.record_release(&rr, &steps, &meta(format!("backfill {} published", record.id), &record.id))?;
+        store.record_release(&rr, &steps, &meta(actor, format!("backfill {} published", record.id), &record.id))?;
     }
     tidegate_lake::failpoint::hit("after-backfill-record");
     Ok(publication)
@@ -235,7 +239,7 @@ async fn publish_release(
 
 /// Sends an approved backfill back to staged, without its approval or its release (journaled with
 /// `reason`): a new comparison must be approved before it publishes.
-fn withdraw_approval(store: &dyn Store, record: &BackfillRecord, reason: &str) -> Result<()> {
+fn withdraw_approval(actor: &Actor, store: &dyn Store, record: &BackfillRecord, reason: &str) -> Result<()> {
     store.update_backfill(
         &record.id,
         &[BackfillStatus::Approved],
@@ -245,7 +249,7 @@ fn withdraw_approval(store: &dyn Store, record: &BackfillRecord, reason: &str) -
             b.approval = None;
             b.release_id = None;
         },
-        &meta(reason, &record.id),
+        &meta(actor, reason, &record.id),
     )?;
     Ok(())
 }
@@ -253,7 +257,7 @@ fn withdraw_approval(store: &dyn Store, record: &BackfillRecord, reason: &str) -
 /// A publication the lake refused because a dataset moved after approval withdraws the approval
 /// (journaled, naming the dataset, partitions and versions) once nothing of the release is left
 /// visible; any other error, or a refusal whose undo failed part-way, is returned as it is.
-fn refused(store: &dyn Store, record: &BackfillRecord, e: anyhow::Error) -> anyhow::Error {
+fn refused(store: &dyn Store, actor: &Actor, record: &BackfillRecord, e: anyhow::Error) -> anyhow::Error {
     use tidegate_lake::Error as LakeError;
     let nothing_left = match e.downcast_ref::<LakeError>() {
         Some(LakeError::MovedSinceApproval { .. }) => true,
@@ -271,7 +275,7 @@ fn refused(store: &dyn Store, record: &BackfillRecord, e: anyhow::Error) -> anyh
             record.id
         ));
     }
-    if let Err(store_error) = withdraw_approval(store, record, &format!("publication refused: {e}")) {
+    if let Err(store_error) = withdraw_approval(actor, store, record, &format!("publication refused: {e}")) {
         return store_error.context(format!("withdrawing the approval after: {e}"));
     }
     anyhow::anyhow!(
@@ -350,7 +354,7 @@ struct RolledBack {
     restored: Vec<(String, u64)>,
 }
 
-pub fn rollback(ws: Option<&Path>, args: RollbackArgs) -> Result<ExitCode> {
+pub fn rollback(ws: Option<&Path>, actor: &Actor, args: RollbackArgs) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
     let store = ws.open_store()?;
     let (record, spec) = load(store.as_ref(), &args.id)?;
@@ -382,14 +386,14 @@ pub fn rollback(ws: Option<&Path>, args: RollbackArgs) -> Result<ExitCode> {
             );
             let scope = (!snapshot).then_some(partitions.as_slice());
             // Vacuum must not delete the files this adds back between its check and its commit.
-            let lock = match DatasetLockGuard::acquire(&store, name, "rollback", args.lock.duration()).await {
+            let lock = match DatasetLockGuard::acquire(&store, actor, name, "rollback", args.lock.duration()).await {
                 Ok(lock) => lock,
                 Err(e) => {
                     result = Err(e);
                     break;
                 }
             };
-            let anchor = match crate::cmd::anchor::head(&ws, store.as_ref()) {
+            let anchor = match tidegate_app::anchor::head(&ws, store.as_ref()) {
                 Ok(anchor) => anchor,
                 Err(e) => {
                     result = Err(e);
@@ -427,11 +431,11 @@ pub fn rollback(ws: Option<&Path>, args: RollbackArgs) -> Result<ExitCode> {
             run_id: record.run_id.clone(),
             backfill_id: Some(record.id.clone()),
             restores_release_id: Some(published_id),
-            created_by: crate::actor::name(),
+            created_by: actor.name.clone(),
             created_at: Utc::now(),
             items,
         };
-        store.record_release(&rr, &[], &meta(args.reason.clone(), &record.id))?;
+        store.record_release(&rr, &[], &meta(actor, args.reason.clone(), &record.id))?;
     }
     let rid = release_id.clone();
     store.update_backfill(
@@ -442,7 +446,7 @@ pub fn rollback(ws: Option<&Path>, args: RollbackArgs) -> Result<ExitCode> {
             b.status = BackfillStatus::RolledBack;
             b.rollback_release_id = Some(rid.clone());
         },
-        &meta(args.reason.clone(), &record.id),
+        &meta(actor, args.reason.clone(), &record.id),
     )?;
     let out = RolledBack {
         backfill_id: record.id.clone(),

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result, bail};
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
+use tidegate_core::actor::Actor;
 use tidegate_core::idempotency::Canonical;
 use tidegate_core::spec::model::{CheckRule, DatasetKind, WriteMode};
 use tidegate_core::state::StepStatus;
@@ -17,7 +18,7 @@ use tidegate_store::{Approval, BackfillRecord, BackfillStatus, Store};
 use super::{FrozenSpec, ensure_spec_unchanged, html, load, meta, short};
 use crate::cmd::data::{open_lake, runtime};
 use crate::output;
-use crate::workspace::{self, Workspace};
+use tidegate_app::workspace::{self, Workspace};
 
 /// How many changed, added and removed rows a comparison shows per partition.
 const SAMPLE_ROWS: usize = 5;
@@ -208,7 +209,7 @@ pub(crate) fn staged_versions(store: &dyn Store, record: &BackfillRecord) -> Res
     Ok(out)
 }
 
-pub fn compare(ws: Option<&Path>, args: CompareArgs) -> Result<ExitCode> {
+pub fn compare(ws: Option<&Path>, actor: &Actor, args: CompareArgs) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
     let store = ws.open_store()?;
     let (record, spec) = load(store.as_ref(), &args.id)?;
@@ -246,7 +247,7 @@ pub fn compare(ws: Option<&Path>, args: CompareArgs) -> Result<ExitCode> {
             b.comparison = Some(value.clone());
             b.comparison_hash = Some(h.clone());
         },
-        &meta(if changed { "comparison recorded" } else { "comparison unchanged" }, &record.id),
+        &meta(actor, if changed { "comparison recorded" } else { "comparison unchanged" }, &record.id),
     )?;
     if let Some(path) = &args.html {
         std::fs::write(path, html::report(&record, &spec, &review, &hash))
@@ -335,7 +336,7 @@ fn print_review(review: &Review, hash: &str) {
     }
 }
 
-pub fn approve(ws: Option<&Path>, args: ApproveArgs) -> Result<ExitCode> {
+pub fn approve(ws: Option<&Path>, actor: &Actor, args: ApproveArgs) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
     let store = ws.open_store()?;
     let (record, spec) = load(store.as_ref(), &args.id)?;
@@ -347,7 +348,6 @@ pub fn approve(ws: Option<&Path>, args: ApproveArgs) -> Result<ExitCode> {
             crate::actor::TOKEN_VAR
         );
     }
-    let actor = crate::actor::current();
     let approver = actor.name.clone();
     if actor.is(&record.requester) && !ws.spec.project.allow_self_approval {
         bail!(
@@ -399,7 +399,7 @@ pub fn approve(ws: Option<&Path>, args: ApproveArgs) -> Result<ExitCode> {
             b.status = BackfillStatus::Approved;
             b.approval = Some(a.clone());
         },
-        &meta(format!("approved by {}", actor.describe()), &record.id),
+        &meta(actor, format!("approved by {}", actor.describe()), &record.id),
     )?;
     if args.json {
         output::json(&updated)?;

@@ -13,6 +13,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use chrono::{Duration, NaiveDate};
+use tidegate_core::actor::Actor;
 use tidegate_store::{BackfillStatus, JournalQuery, Store};
 
 use crate::cmd::backfill::{self, Command as Backfill};
@@ -20,7 +21,7 @@ use crate::cmd::data::{self, open_lake, runtime};
 use crate::cmd::plan::TargetArgs;
 use crate::cmd::rollback;
 use crate::cmd::{run, tick};
-use crate::workspace;
+use tidegate_app::workspace;
 
 /// Marks a folder as a demo workspace, so a second run may start it over without asking.
 const MARKER: &str = ".tidegate-demo";
@@ -90,28 +91,28 @@ pub fn run(args: Args) -> Result<ExitCode> {
 
     // The demo plays two people: you (the OS account running it) own the pipeline and request
     // the backfill; bo reviews it with a token, established as a second person would be.
-    let you = crate::actor::current();
+    let you = tidegate_app::actor::os_account();
     chapter(1, "A month of history, with two failures");
     say(&format!(
         "Day {} times out on its first delivery (exit 75: transient, retried after backoff).\nDay {} carries an unknown event type: the blocking accepted_values check fails, so nothing\nof that day is published and it is not retried.",
         day(OUTAGE_DAY),
         day(CORRUPT_DAY)
     ));
-    let _ = run_target(ws, "user_features", &day(1), &day(history_end), false)?;
+    let _ = run_target(ws, &you, "user_features", &day(1), &day(history_end), false)?;
     show_failures(&dir)?;
 
     chapter(2, "The vendor re-delivers the bad day; a replayed delivery adds nothing");
     std::fs::remove_file(feed::corrupt_marker(&dir, &day(CORRUPT_DAY))).ok();
-    let _ = run_target(ws, "user_features", &day(CORRUPT_DAY), &day(CORRUPT_DAY), false)?;
+    let _ = run_target(ws, &you, "user_features", &day(CORRUPT_DAY), &day(CORRUPT_DAY), false)?;
     let before = count(&dir, &format!("SELECT COUNT(*) AS n FROM clicks WHERE tg_partition = '{}'", day(3)))?;
     say(&format!("clicks for {} before the replay: {before} rows; delivering the same day again...", day(3)));
-    let _ = run_target(ws, "ingest_clicks", &day(3), &day(3), true)?;
+    let _ = run_target(ws, &you, "ingest_clicks", &day(3), &day(3), true)?;
     let after = count(&dir, &format!("SELECT COUNT(*) AS n FROM clicks WHERE tg_partition = '{}'", day(3)))?;
     say(&format!("...after: {after} rows. Append de-duplicates by event_id, so a replay is a no-op."));
 
     chapter(3, "Weekly training snapshots");
     let weeks_end = day(((history_end) / 7) * 7);
-    let _ = run_target(ws, "training_snapshot", &day(1), &weeks_end, true)?;
+    let _ = run_target(ws, &you, "training_snapshot", &day(1), &weeks_end, true)?;
     say("Each snapshot is a complete new version of the dataset; a trainer can pin one with `read --version`.");
 
     chapter(4, "The scheduler was down; catch-up is off by default");
@@ -121,10 +122,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
     ));
     tick::run(
         ws,
+        &you,
         tick::Args { now: Some(format!("{}T00:05:00Z", day(last + 1))), dry_run: false, workers: 4, json: false },
     )?;
     say("Filling the debt on purpose, when it suits us:");
-    let _ = run_target(ws, "user_features", &day(history_end + 1), &day(last - 1), false)?;
+    let _ = run_target(ws, &you, "user_features", &day(history_end + 1), &day(last - 1), false)?;
 
     chapter(5, "A consumer's view before the fix");
     let consumer = "SELECT ROUND(AVG(purchase_rate), 4) AS avg_purchase_rate, COUNT(*) AS user_days FROM user_features";
@@ -147,24 +149,24 @@ pub fn run(args: Args) -> Result<ExitCode> {
         day(1),
         day(last)
     ));
-    backfill::run(ws, Backfill::Plan(plan_args))?;
+    backfill::run(ws, &you, Backfill::Plan(plan_args))?;
     let id = latest_backfill(&dir)?;
 
     chapter(7, "Run it into staging, throttled below live work");
-    backfill::run(ws, Backfill::Start(backfill::start_args(&id)))?;
+    backfill::run(ws, &you, Backfill::Start(backfill::start_args(&id)))?;
     say("Published data is untouched while it waits for review:");
     data::sql(ws, data::SqlArgs::table(consumer))?;
 
     chapter(8, "Compare with what is published");
     let report = dir.join("backfill-report.html");
-    backfill::run(ws, Backfill::Compare(backfill::compare_args(&id, Some(report.clone()))))?;
+    backfill::run(ws, &you, Backfill::Compare(backfill::compare_args(&id, Some(report.clone()))))?;
 
     chapter(9, "Approval by a second person");
     say(&format!(
         "{} (you: identities are established by the OS account running tidegate, never typed) tries to approve:",
         you.name
     ));
-    match backfill::run(ws, Backfill::Approve(backfill::approve_args(&id))) {
+    match backfill::run(ws, &you, Backfill::Approve(backfill::approve_args(&id))) {
         Ok(_) => bail!("self-approval was accepted; the demo expected it to be refused"),
         Err(e) => say(&format!("refused: {e}")),
     }
@@ -174,25 +176,24 @@ pub fn run(args: Args) -> Result<ExitCode> {
          tidegate token create --name {REVIEWER} --role approver"
     ));
     let reviewer = mint_reviewer(&dir)?;
-    crate::actor::act_as(reviewer);
     say(&format!("{REVIEWER} (TIDEGATE_TOKEN=tgt_...) reviews the report and approves:"));
-    backfill::run(ws, Backfill::Approve(backfill::approve_args(&id)))?;
+    backfill::run(ws, &reviewer, Backfill::Approve(backfill::approve_args(&id)))?;
 
     chapter(10, "Publish: one atomic commit per dataset");
-    backfill::run(ws, Backfill::Publish(backfill::publish_args(&id)))?;
+    backfill::run(ws, &reviewer, Backfill::Publish(backfill::publish_args(&id)))?;
     say("The consumer's query now:");
     data::sql(ws, data::SqlArgs::table(consumer))?;
 
     chapter(11, "Rollback restores exactly what was there");
-    backfill::run(ws, Backfill::Rollback(backfill::rollback_args(&id)))?;
+    backfill::run(ws, &reviewer, Backfill::Rollback(backfill::rollback_args(&id)))?;
     say("The consumer's query after the rollback (identical to chapter 5):");
     data::sql(ws, data::SqlArgs::table(consumer))?;
-    crate::actor::act_as(you);
 
     chapter(12, "Reconcile: nothing left behind");
     say("tidegate reconcile");
     let keep_logs = crate::cmd::vacuum::parse_duration(rollback::DEFAULT_KEEP_LOGS).map_err(anyhow::Error::msg)?;
-    let reconciled = rollback::reconciled(ws, keep_logs)?;
+    let workspace = workspace::load(ws)?;
+    let reconciled = tidegate_app::reconcile::reconciled(&workspace, workspace.open_store()?.as_ref(), keep_logs)?;
     say(&format!(
         "  removed {} staged file(s) that no table version references (failed and superseded attempts'); kept {} \
          that table versions use",
@@ -359,10 +360,11 @@ schedule = "0 6 * * 1"
 }
 
 /// Runs a target over a day range quietly; returns whether everything published.
-fn run_target(ws: Option<&Path>, target: &str, from: &str, to: &str, only: bool) -> Result<bool> {
+fn run_target(ws: Option<&Path>, actor: &Actor, target: &str, from: &str, to: &str, only: bool) -> Result<bool> {
     say(&format!("tidegate run {target} --from {from} --to {to}{}", if only { " --only" } else { "" }));
     let code = run::run(
         ws,
+        actor,
         run::Args {
             target: TargetArgs {
                 target: target.to_owned(),
@@ -497,8 +499,14 @@ fn invocation() -> String {
 /// Mints the reviewer's token in the demo workspace and authenticates with it, as the reviewer's
 /// own `tidegate` would with the token in `TIDEGATE_TOKEN`.
 fn mint_reviewer(dir: &Path) -> Result<tidegate_core::actor::Actor> {
-    let ws = crate::workspace::load(Some(dir))?;
+    let ws = tidegate_app::workspace::load(Some(dir))?;
     let store = ws.open_store()?;
-    let (token, _) = crate::cmd::token::mint(store.as_ref(), REVIEWER, tidegate_core::actor::Role::Approver, 1)?;
-    crate::actor::authenticate(store.as_ref(), &token)
+    let (token, _) = tidegate_app::token::mint(
+        store.as_ref(),
+        &tidegate_app::actor::os_account(),
+        REVIEWER,
+        tidegate_core::actor::Role::Approver,
+        1,
+    )?;
+    crate::actor::authenticate_local(store.as_ref(), &token)
 }

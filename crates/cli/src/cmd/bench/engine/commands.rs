@@ -198,7 +198,7 @@ impl Phases {
 /// Reads a run's phases from the journal of the workspace's store. `chain` orders the steps by
 /// `deps_met` and charges each one's wait for its upstream's publication to `promote`.
 fn phases(ws: &Path, run_id: &str, chain: bool) -> Result<Phases> {
-    let ws = crate::workspace::load(Some(ws))?;
+    let ws = tidegate_app::workspace::load(Some(ws))?;
     let store = ws.open_store()?;
     let entries = store.journal(&JournalQuery { run_id: Some(run_id.to_owned()), ..JournalQuery::default() })?;
     let mut by_step: HashMap<&str, HashMap<&str, DateTime<Utc>>> = HashMap::new();

@@ -177,7 +177,7 @@ fn name(bench: Bench) -> &'static str {
 /// Writes `text` as the workspace's `tidegate.toml` in a new folder `dir`.
 fn workspace(dir: &Path, text: &str) -> Result<()> {
     std::fs::create_dir_all(dir)?;
-    std::fs::write(dir.join(crate::workspace::SPEC_FILE), text)?;
+    std::fs::write(dir.join(tidegate_app::workspace::SPEC_FILE), text)?;
     Ok(())
 }
 

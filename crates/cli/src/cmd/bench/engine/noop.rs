@@ -23,7 +23,6 @@ use std::time::Instant;
 use anyhow::{Context, Result, ensure};
 use chrono::{Duration, TimeZone as _, Utc};
 use serde_json::json;
-use tidegate_core::plan;
 use tidegate_core::state::{StepEvent, StepStatus};
 use tidegate_engine::attempt::{Attempt, Report, ReportFuture, Runner};
 use tidegate_engine::executor::{MAX_CLAIMS_PER_TICK, MAX_EVENTS_PER_COMMIT};
@@ -36,9 +35,9 @@ use tidegate_store::{
 use super::{Outcome as BenchOutcome, per_s, rate_json, spread, workspace};
 use crate::cmd::bench::{Samples, progress, ratio, round};
 use crate::cmd::data::{open_lake, runtime};
-use crate::cmd::plan::TargetArgs;
-use crate::cmd::{run, submit};
-use crate::workspace::{self as ws_mod, Workspace};
+use tidegate_app::target::{Partitions, Target};
+use tidegate_app::workspace::{self as ws_mod, Workspace};
+use tidegate_app::{run, submit};
 
 /// The aim, in steps per second.
 const AIM_STEPS_PER_S: f64 = 5_000.0;
@@ -108,16 +107,13 @@ fn prepare(dir: &Path, sizes: Sizes) -> Result<(Workspace, Arc<dyn Store>, Vec<S
     while start < sizes.n_steps {
         let end = (start + per_run).min(sizes.n_steps);
         let hour = |i: usize| (first + Duration::hours(i as i64)).to_rfc3339();
-        let target = TargetArgs {
+        let target = Target {
             target: "noop".to_owned(),
-            from: Some(hour(start)),
-            to: Some(hour(end - 1)),
-            partition: Vec::new(),
-            all: false,
+            partitions: Partitions::Range { from: hour(start), to: hour(end - 1) },
             only: true,
             downstream: false,
         };
-        let planned = plan::plan(&target.request(&ws.spec)?)?;
+        let planned = target.plan(&ws.spec)?;
         ensure!(planned.steps.len() == end - start, "planned {} steps, expected {}", planned.steps.len(), end - start);
         let steps = submit::new_steps(&ws, &planned, &BTreeMap::new(), true)?;
         let request = RunRequest {

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 use tidegate_core::spec::{self, Spec};
+use tidegate_lake::Lake;
 use tidegate_store::Store;
 
 /// The spec file's name inside a workspace.
@@ -87,9 +88,20 @@ impl Workspace {
     pub fn open_store(&self) -> Result<Arc<dyn Store>> {
         let url = self.state_url();
         let store = tidegate_store::open(&url).with_context(|| format!("opening the state store {}", redact(&url)))?;
-        crate::cmd::anchor::refuse_lost_store(self, store.as_ref())?;
+        crate::anchor::refuse_lost_store(self, store.as_ref())?;
         Ok(store)
     }
+}
+
+/// Opens the workspace's lake (a folder or an `s3://` prefix).
+pub async fn open_lake(ws: &Workspace) -> Result<Arc<Lake>> {
+    let url = ws.lake_url();
+    Ok(Arc::new(Lake::open(&url).await.with_context(|| format!("opening the lake at {url}"))?))
+}
+
+/// The async runtime an operation that reads or writes the lake runs on.
+pub fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")
 }
 
 fn resolve(root: &Path, url: &str) -> String {

@@ -155,7 +155,7 @@ pub fn refuse_lost_store(ws: &Workspace, store: &dyn Store) -> Result<()> {
             .spawn(|| -> Result<Vec<AnchoredVersion>> {
                 let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
                 rt.block_on(async {
-                    let lake = crate::cmd::data::open_lake(ws).await?;
+                    let lake = crate::workspace::open_lake(ws).await?;
                     declared_anchors(ws, &lake).await
                 })
             })

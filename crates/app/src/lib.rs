@@ -1,0 +1,16 @@
+//! Tidegate's application layer: every operation a user can ask for, whichever way they ask (the
+//! `tidegate` command today, the HTTP server next). An operation is a function of a workspace, a
+//! plain request and the [`Actor`](tidegate_core::actor::Actor) who asks, and returns a typed,
+//! serialisable result; it never parses flags, prints or reads a process global. Below it, the
+//! engine, the store and the lake do the work; above it, front ends render the results.
+
+pub mod actor;
+pub mod anchor;
+pub mod lock;
+pub mod reconcile;
+pub mod rollback;
+pub mod run;
+pub mod submit;
+pub mod target;
+pub mod token;
+pub mod workspace;

@@ -1,0 +1,149 @@
+//! A dataset's maintenance lock, held by a command for the length of its work: `vacuum` while it
+//! decides what to delete and deletes it, `rollback` and `backfill rollback` while they check the
+//! files they add back and commit. The store keeps the lock as a lease; this guard renews it in
+//! the background and gives it up when dropped, so an early return or an error releases it too.
+//! A process killed while holding it holds it until the lease expires ([`LOCK_TTL_S`]).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use chrono::Utc;
+use tidegate_core::actor::Actor;
+use tidegate_store::{DatasetLock, LockOutcome, Store};
+
+/// How long a lock outlives its holder's last renewal.
+pub const LOCK_TTL_S: u32 = 60;
+/// How often the holder renews it.
+const RENEW_EVERY: Duration = Duration::from_secs(10);
+/// How often a waiting command asks again.
+const POLL_EVERY: Duration = Duration::from_millis(200);
+/// How long a command waits for a busy dataset unless told otherwise.
+pub const DEFAULT_LOCK_WAIT_S: u64 = 60;
+
+/// Holds `dataset`'s maintenance lock until dropped.
+pub struct DatasetLockGuard {
+    store: Arc<dyn Store>,
+    dataset: String,
+    owner: String,
+    /// Set by the renewer when the store says another process took the lock (this one went
+    /// unrenewed past its TTL, say a stopped process): the work must not go on.
+    lost: Arc<AtomicBool>,
+    renewer: tokio::task::JoinHandle<()>,
+}
+
+impl std::fmt::Debug for DatasetLockGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DatasetLockGuard")
+            .field("dataset", &self.dataset)
+            .field("owner", &self.owner)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DatasetLockGuard {
+    /// Takes `dataset`'s lock to do `purpose`, waiting up to `wait` for another holder to finish;
+    /// the error names the holder, what it is doing and when its lock expires.
+    pub async fn acquire(
+        store: &Arc<dyn Store>,
+        actor: &Actor,
+        dataset: &str,
+        purpose: &str,
+        wait: Duration,
+    ) -> Result<Self> {
+        // Unique across hosts sharing a store: the same user and pid on two machines must not be
+        // taken for one holder renewing its lock. (A v7 UUID ends in random bits.)
+        let nonce = uuid::Uuid::now_v7().simple().to_string();
+        let owner = format!("{} (pid {}, {})", actor.name, std::process::id(), &nonce[nonce.len() - 8..]);
+        let give_up = Instant::now() + wait;
+        let mut told = false;
+        loop {
+            let outcome = try_lock(store, dataset, &owner, purpose)
+                .await
+                .with_context(|| format!("taking the maintenance lock on {dataset}"))?;
+            match outcome {
+                LockOutcome::Acquired => break,
+                LockOutcome::HeldBy(holder) if Instant::now() >= give_up => bail!(busy(&holder, purpose, wait)),
+                LockOutcome::HeldBy(holder) => {
+                    if !told {
+                        eprintln!(
+                            "Waiting up to {}s for {} to finish ({dataset} is locked by {})",
+                            wait.as_secs(),
+                            holder.purpose,
+                            holder.owner
+                        );
+                        told = true;
+                    }
+                }
+            }
+            tokio::time::sleep(POLL_EVERY).await;
+        }
+        let lost = Arc::new(AtomicBool::new(false));
+        let renewer =
+            tokio::spawn(renew(store.clone(), dataset.to_owned(), owner.clone(), purpose.to_owned(), lost.clone()));
+        Ok(Self { store: store.clone(), dataset: dataset.to_owned(), owner, lost, renewer })
+    }
+
+    /// An error if the lock was lost since it was taken: call before each irreversible step.
+    pub fn ensure_held(&self) -> Result<()> {
+        if self.lost.load(Ordering::SeqCst) {
+            bail!(
+                "lost the lock on {} (this process went unrenewed for more than {LOCK_TTL_S}s and another took it); \
+                 stopped before changing anything more: run the command again",
+                self.dataset
+            );
+        }
+        Ok(())
+    }
+}
+
+impl Drop for DatasetLockGuard {
+    /// Releases the lock with one store call on the dropping thread: `drop` cannot wait for a
+    /// blocking task, and the guard is dropped once, when its command's work is done.
+    fn drop(&mut self) {
+        self.renewer.abort();
+        if let Err(e) = self.store.unlock_dataset(&self.dataset, &self.owner, Utc::now()) {
+            eprintln!(
+                "warning: could not release the lock on {} ({e:#}); it expires within {LOCK_TTL_S}s",
+                self.dataset
+            );
+        }
+    }
+}
+
+async fn renew(store: Arc<dyn Store>, dataset: String, owner: String, purpose: String, lost: Arc<AtomicBool>) {
+    loop {
+        tokio::time::sleep(RENEW_EVERY).await;
+        match try_lock(&store, &dataset, &owner, &purpose).await {
+            Ok(LockOutcome::Acquired) => {}
+            Ok(LockOutcome::HeldBy(_)) => {
+                lost.store(true, Ordering::SeqCst);
+                return;
+            }
+            // The store could not be reached: the lock holds until its TTL; try again.
+            Err(_) => {}
+        }
+    }
+}
+
+/// Takes or renews the lock, on a blocking thread (a PostgreSQL store may take a network round
+/// trip, which must not hold up the runtime's other tasks, the renewer among them).
+async fn try_lock(store: &Arc<dyn Store>, dataset: &str, owner: &str, purpose: &str) -> Result<LockOutcome> {
+    let (s, d, o, p) = (store.clone(), dataset.to_owned(), owner.to_owned(), purpose.to_owned());
+    Ok(tokio::task::spawn_blocking(move || s.lock_dataset(&d, &o, &p, Utc::now(), LOCK_TTL_S)).await??)
+}
+
+fn busy(holder: &DatasetLock, purpose: &str, waited: Duration) -> String {
+    format!(
+        "cannot {purpose} {}: {} holds its maintenance lock to {} (since {}), still after waiting {}s. It is \
+         released when that finishes, or at {} if its holder died; run the command again then (or pass a longer \
+         --lock-wait)",
+        holder.dataset,
+        holder.owner,
+        holder.purpose,
+        holder.acquired_at.format("%Y-%m-%d %H:%M:%S UTC"),
+        waited.as_secs(),
+        holder.expires_at.format("%Y-%m-%d %H:%M:%S UTC"),
+    )
+}

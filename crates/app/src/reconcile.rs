@@ -1,0 +1,161 @@
+//! Reconciling the store with the lake: removing what Tidegate can prove is its own and abandoned
+//! (staged files of finished attempts, attempt folders and old logs), and reporting every other
+//! difference between what the store declares and what the tables hold.
+
+use std::collections::{BTreeSet, HashSet};
+use std::time::SystemTime;
+
+use anyhow::{Context, Result};
+use chrono::Utc;
+use serde::Serialize;
+use tidegate_core::actor::Actor;
+use tidegate_core::spec::model::DatasetKind;
+use tidegate_engine::attempt::{attempt_name, staging_attempt, staging_id};
+use tidegate_engine::leftovers::{self, Swept};
+use tidegate_lake::{
+    Declared, Deletion, Differences, FILE_TIME_GRANULARITY, Owner, Reconciliation, Scope, StagedVersion,
+};
+use tidegate_store::{ActiveStep, Decision, JournalMeta, Store};
+
+use crate::workspace::{Workspace, open_lake, runtime};
+
+/// The most releases read to learn which table versions the store knows.
+pub const MAX_RELEASES_RECONCILED: u32 = 1_000_000;
+
+/// What one reconciliation removed and found.
+#[derive(Debug, Serialize)]
+pub struct Reconciled {
+    #[serde(flatten)]
+    pub cleaned: Reconciliation,
+    #[serde(flatten)]
+    pub differences: Differences,
+    /// What finished attempts left in the workspace, removed.
+    pub attempts: Swept,
+}
+
+/// Staging ids of attempts that may still publish: the current attempt of every step that is
+/// not terminal, and every staging folder the versions of those steps use (a checkpointing task's
+/// granules are staged apart and carried from attempt to attempt).
+pub fn live_staging_ids(store: &dyn Store, active: &[ActiveStep]) -> Result<Vec<String>> {
+    let mut live: Vec<String> = Vec::new();
+    for a in active {
+        live.push(staging_id(&a.step.id, a.step.state.attempt));
+        for version in store.versions(&a.step.id)? {
+            let paths = version.files.get("files").and_then(|f| f.as_array()).into_iter().flatten();
+            for path in paths.filter_map(|f| f.get("path").and_then(|p| p.as_str())) {
+                if let Some(staging_id) = path.split('/').nth(1) {
+                    live.push(staging_id.to_owned());
+                }
+            }
+        }
+    }
+    live.sort();
+    live.dedup();
+    Ok(live)
+}
+
+/// What the store declares: the table versions of its releases and the staged versions of steps
+/// that may still publish.
+fn declared(store: &dyn Store, active: &[ActiveStep], written: &BTreeSet<String>) -> Result<Declared> {
+    let mut declared = Declared { datasets: written.clone(), ..Declared::default() };
+    for release in store.releases(None, MAX_RELEASES_RECONCILED)? {
+        for item in release.items {
+            let version = u64::try_from(item.delta_version).context("a release records a negative table version")?;
+            declared.release_versions.entry(item.dataset).or_default().insert(version);
+        }
+    }
+    for active in active {
+        for record in store.versions(&active.step.id)?.into_iter().filter(|v| v.attempt == active.step.state.attempt) {
+            let staged: StagedVersion = serde_json::from_value(record.files)
+                .with_context(|| format!("decoding the staged version {}", record.id))?;
+            declared.staged.push(staged);
+        }
+    }
+    Ok(declared)
+}
+
+/// The datasets whose tables the workspace writes (not `[external]` ones).
+fn written_datasets(ws: &Workspace) -> BTreeSet<String> {
+    let managed = ws.spec.datasets.values().filter(|d| matches!(d.kind, DatasetKind::Managed { .. }));
+    managed.map(|d| d.name.clone()).collect()
+}
+
+/// Who owns a staging id, as this workspace's store knows it: an attempt that may still publish
+/// (in `live`, or the current attempt of an unfinished step, claimed after `live` was read), a
+/// finished attempt the store recorded, or nobody it knows. Step ids are minted by the store
+/// (UUIDs), so another workspace's staging ids are never this store's.
+fn owner_of(store: &dyn Store, live: &HashSet<String>, id: &str) -> Result<Owner> {
+    if live.contains(id) {
+        return Ok(Owner::Live);
+    }
+    let Some((step_id, attempt)) = staging_attempt(id) else { return Ok(Owner::Unknown) };
+    let Some(step) = store.step(step_id)? else { return Ok(Owner::Unknown) };
+    if !store.attempts(step_id)?.iter().any(|a| a.attempt == attempt) {
+        return Ok(Owner::Unknown);
+    }
+    if !step.status().is_terminal() && attempt == step.state.attempt {
+        return Ok(Owner::Live);
+    }
+    Ok(Owner::Finished)
+}
+
+/// Removes abandoned staging files and what finished attempts left in the workspace (logs older
+/// than `keep_logs`), and compares what the store declares with what the tables hold.
+pub fn reconciled(ws: &Workspace, store: &dyn Store, keep_logs: chrono::Duration) -> Result<Reconciled> {
+    // Taken before the store is read: files written after it may belong to an attempt the
+    // read did not see, and are kept.
+    let known_as_of = Utc::now();
+    let active = store.active_steps()?;
+    let live: HashSet<String> = live_staging_ids(store, &active)?.into_iter().collect();
+    let datasets = written_datasets(ws);
+    let declared = declared(store, &active, &datasets)?;
+    let (cleaned, differences) = runtime()?.block_on(async {
+        let lake = open_lake(ws).await?;
+        // Before anything loads a table: a broken commit is named, not misread.
+        for dataset in datasets.iter().chain(declared.release_versions.keys()) {
+            lake.check_commits(dataset).await?;
+        }
+        // Ownership is proven from the store: a store the lake contradicts proves nothing.
+        crate::anchor::refuse_unvouched(ws, store, &lake, "reconcile").await?;
+        let differences = lake.differences(&declared).await?;
+        let held = differences.missing_versions.iter().map(|m| m.dataset.clone()).collect();
+        let scope = Scope { datasets, known_as_of, held };
+        let owner = |id: &str| owner_of(store, &live, id);
+        let cleaned = lake.reconcile(&scope, owner, Deletion::Abandoned).await?;
+        anyhow::Ok((cleaned, differences))
+    })?;
+    // The workspace folders of the same unfinished attempts (named by step and attempt number).
+    let running: HashSet<String> = active.iter().map(|a| attempt_name(&a.step.id, a.step.state.attempt)).collect();
+    let folders_before = SystemTime::from(known_as_of - FILE_TIME_GRANULARITY);
+    let logs_before = folders_before.min(SystemTime::from(Utc::now() - keep_logs));
+    let attempts = leftovers::sweep(&ws.root, &running, folders_before, logs_before)
+        .with_context(|| format!("removing what finished attempts left in {}", ws.root.join(".tidegate").display()))?;
+    Ok(Reconciled { cleaned, differences, attempts })
+}
+
+/// Deletes exactly `files` (`DATASET/PATH`), each of which reconcile must report as not provably
+/// Tidegate's, and journals who deleted them.
+pub fn delete_reported(ws: &Workspace, store: &dyn Store, actor: &Actor, files: &[String]) -> Result<Reconciliation> {
+    let known_as_of = Utc::now();
+    let live: HashSet<String> = live_staging_ids(store, &store.active_steps()?)?.into_iter().collect();
+    let scope = Scope { datasets: written_datasets(ws), known_as_of, held: BTreeSet::new() };
+    let report = runtime()?.block_on(async {
+        let owner = |id: &str| owner_of(store, &live, id);
+        open_lake(ws).await?.reconcile(&scope, owner, Deletion::Named(files)).await
+    })?;
+    let decision = Decision {
+        kind: "reported_files_deleted".to_owned(),
+        run_id: None,
+        task: None,
+        partition: None,
+        payload: serde_json::json!({ "deleted": report.deleted }),
+    };
+    let meta = JournalMeta {
+        actor: actor.name.clone(),
+        correlation_id: format!("reconcile-{}", uuid::Uuid::now_v7()),
+        reason: "tidegate reconcile --delete".to_owned(),
+        at: Utc::now(),
+    };
+    store.record_decision(&decision, &meta).context("journaling the deleted files")?;
+    Ok(report)
+}

@@ -1,0 +1,149 @@
+//! Rolling a dataset back: an earlier version's files (and, for the whole table, its schema and
+//! properties) restored in a new, journaled commit. Nothing is deleted.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use chrono::Utc;
+use serde::Serialize;
+use tidegate_core::actor::Actor;
+use tidegate_store::{JournalMeta, ReleaseItem, ReleaseKind, ReleaseRecord, Store};
+
+use crate::lock::DatasetLockGuard;
+use crate::workspace::{Workspace, open_lake, runtime};
+
+/// What to roll back.
+#[derive(Debug, Clone)]
+pub struct RollbackRequest {
+    /// The dataset.
+    pub dataset: String,
+    /// Undo this release: restore the table version that preceded it.
+    pub to_release: Option<String>,
+    /// Restore exactly this table version.
+    pub to_version: Option<u64>,
+    /// Only these partitions' files (empty: the whole table, schema and properties included).
+    pub partitions: Vec<String>,
+    /// Why, for the journal.
+    pub reason: String,
+    /// How long to wait for another holder of the dataset's maintenance lock.
+    pub lock_wait: Duration,
+}
+
+/// A rollback done.
+#[derive(Debug, Clone, Serialize)]
+pub struct RolledBack {
+    /// The dataset.
+    pub dataset: String,
+    /// The version whose files it restored.
+    pub restored_version: u64,
+    /// The new version that restores them.
+    pub new_version: u64,
+    /// The rollback's release.
+    pub release_id: String,
+    /// True when this call recorded a rollback a killed one had committed, and rolled back nothing.
+    pub adopted: bool,
+}
+
+/// Restores `request.dataset` to an earlier version in a new commit, under the dataset's
+/// maintenance lock, and records it as a release of kind rollback.
+pub fn rollback(
+    ws: &Workspace,
+    store: &Arc<dyn Store>,
+    actor: &Actor,
+    request: &RollbackRequest,
+) -> Result<RolledBack> {
+    let Some(dataset) = ws.spec.datasets.get(&request.dataset) else {
+        bail!("no dataset named {:?} in {}", request.dataset, ws.spec.file);
+    };
+    // Before anything is read or committed: a key the partitioning cannot have would restore
+    // nothing and still record a release.
+    if let Err(e) = tidegate_core::plan::partitions_of(dataset, &request.partitions) {
+        bail!("{e}; nothing was restored");
+    }
+    let mut release_id = format!("rollback-{}", uuid::Uuid::now_v7());
+    let mut partitions = request.partitions.clone();
+    let mut adopted = false;
+    let (target, new_version) = runtime()?.block_on(async {
+        let lake = open_lake(ws).await?;
+        // Held until the commit: vacuum must not delete the files this rollback adds back
+        // between its check that they exist and the commit.
+        let _lock = DatasetLockGuard::acquire(store, actor, &request.dataset, "rollback", request.lock_wait).await?;
+        // Before anything loads the table: a broken commit is named, not misread.
+        lake.check_commits(&request.dataset).await?;
+        // A rollback killed between its commit and its record: record that one first. Rolling
+        // back again over it would undo it (the default target is the version before the newest)
+        // and leave its commit unknown to the store for ever.
+        if let Some(made) = lake.newest_rollback(&request.dataset).await?
+            && store.release(&made.release_id)?.is_none()
+        {
+            release_id = made.release_id;
+            partitions = made.partitions.unwrap_or_default();
+            adopted = true;
+            return anyhow::Ok((made.to_version, made.version));
+        }
+        let current = lake
+            .table_version(&request.dataset)
+            .await?
+            .with_context(|| format!("{} has no published version", request.dataset))?;
+        let target = match (&request.to_release, request.to_version) {
+            (_, Some(v)) => v,
+            (Some(r), None) => {
+                let rel = store.release(r)?.with_context(|| format!("no release {r:?}"))?;
+                let item = rel
+                    .items
+                    .iter()
+                    .find(|i| i.dataset == request.dataset)
+                    .with_context(|| format!("release {r} did not publish {}", request.dataset))?;
+                u64::try_from(item.delta_version - 1)
+                    .context("the release created the table; there is nothing before it")?
+            }
+            (None, None) => {
+                current.checked_sub(1).context("the table has a single version; there is nothing to restore")?
+            }
+        };
+        if target >= current {
+            bail!(
+                "dataset {:?}: version {target} is not older than its current version {current}; nothing was restored",
+                request.dataset
+            );
+        }
+        let parts = (!request.partitions.is_empty()).then_some(request.partitions.as_slice());
+        let anchor = crate::anchor::head(ws, store.as_ref())?;
+        let new_version = lake.rollback(&request.dataset, target, parts, &release_id, anchor.as_ref()).await?;
+        anyhow::Ok((target, new_version))
+    })?;
+    if partitions.is_empty() {
+        partitions.push("*".to_owned());
+    }
+    let record = ReleaseRecord {
+        id: release_id.clone(),
+        kind: ReleaseKind::Rollback,
+        run_id: None,
+        backfill_id: None,
+        restores_release_id: request.to_release.clone(),
+        created_by: actor.name.clone(),
+        created_at: Utc::now(),
+        items: partitions
+            .iter()
+            .map(|p| ReleaseItem {
+                dataset: request.dataset.clone(),
+                partition: p.clone(),
+                version_id: None,
+                delta_version: i64::try_from(new_version).unwrap_or(i64::MAX),
+            })
+            .collect(),
+    };
+    let reason = if adopted {
+        format!(
+            "recorded the rollback to version {target} that a killed `tidegate rollback` committed as version \
+             {new_version}; this run ({}) rolled nothing back",
+            request.reason
+        )
+    } else {
+        format!("{} (restored table version {target})", request.reason)
+    };
+    let meta = JournalMeta { actor: actor.name.clone(), correlation_id: release_id.clone(), reason, at: Utc::now() };
+    store.record_release(&record, &[], &meta)?;
+    Ok(RolledBack { dataset: request.dataset.clone(), restored_version: target, new_version, release_id, adopted })
+}
