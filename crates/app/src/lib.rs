@@ -6,6 +6,7 @@
 
 pub mod actor;
 pub mod anchor;
+pub mod backfill;
 pub mod lock;
 pub mod reconcile;
 pub mod rollback;

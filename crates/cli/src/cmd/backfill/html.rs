@@ -5,8 +5,7 @@ use std::fmt::Write as _;
 
 use tidegate_store::BackfillRecord;
 
-use super::review::Review;
-use super::{FrozenSpec, short};
+use tidegate_app::backfill::{FrozenSpec, Review, short};
 
 fn esc(text: &str) -> String {
     let mut out = String::with_capacity(text.len());

@@ -4,22 +4,16 @@
 //! `publish` makes it visible as one release; `rollback` restores what was there before.
 
 mod exec;
-mod freeze;
 mod html;
+mod plan;
 mod release;
 mod review;
 
 use std::path::Path;
 use std::process::ExitCode;
 
-use anyhow::{Context, Result, bail};
-use chrono::Utc;
+use anyhow::Result;
 use tidegate_core::actor::Actor;
-use tidegate_store::{BackfillRecord, JournalMeta, Store};
-
-use tidegate_app::workspace::Workspace;
-
-pub use freeze::FrozenSpec;
 
 /// Governed backfills: plan, run into staging, compare, approve, publish, roll back.
 ///
@@ -30,7 +24,7 @@ pub use freeze::FrozenSpec;
     after_help = "A backfill's life:\n  tidegate backfill plan daily_stats --from 2024-01-01 --to 2024-01-31 --reprocess all --reason \"fix the dedup\"\n  tidegate backfill start bf-1a2b3c4d\n  tidegate backfill compare bf-1a2b3c4d --html report.html\n  TIDEGATE_TOKEN=tgt_... tidegate backfill approve bf-1a2b3c4d   # as the reviewer, with their token\n  tidegate backfill publish bf-1a2b3c4d\n  tidegate backfill rollback bf-1a2b3c4d"
 )]
 pub enum Command {
-    Plan(freeze::PlanArgs),
+    Plan(plan::PlanArgs),
     Start(exec::StartArgs),
     Status(exec::StatusArgs),
     Pause(exec::IdArgs),
@@ -45,7 +39,7 @@ pub enum Command {
 
 pub fn run(ws: Option<&Path>, actor: &Actor, command: Command) -> Result<ExitCode> {
     match command {
-        Command::Plan(args) => freeze::plan(ws, actor, args),
+        Command::Plan(args) => plan::plan(ws, actor, args),
         Command::Start(args) => exec::start(ws, actor, args, false),
         Command::Resume(args) => exec::start(ws, actor, args, true),
         Command::Status(args) => exec::status(ws, args),
@@ -59,53 +53,14 @@ pub fn run(ws: Option<&Path>, actor: &Actor, command: Command) -> Result<ExitCod
     }
 }
 
-/// A backfill and its frozen spec, or an error that says how to list the known ones.
-pub(crate) fn load(store: &dyn Store, id: &str) -> Result<(BackfillRecord, FrozenSpec)> {
-    let Some(record) = store.backfill(id)? else {
-        bail!("no backfill {id:?}; `tidegate backfill list` shows the known ones");
-    };
-    let spec: FrozenSpec = serde_json::from_value(record.spec.clone())
-        .with_context(|| format!("decoding the frozen spec of backfill {id}"))?;
-    Ok((record, spec))
-}
-
-/// Refuses to act when `tidegate.toml` changed since the backfill was planned: the frozen spec
-/// is what was reviewed, so running or publishing under another one would break the contract.
-pub(crate) fn ensure_spec_unchanged(ws: &Workspace, record: &BackfillRecord, spec: &FrozenSpec) -> Result<()> {
-    if ws.spec.hash != spec.workspace_spec_hash {
-        bail!(
-            "{} changed since backfill {} was planned (spec hash {} then, {} now); its frozen spec no longer \
-             describes this workspace. Restore the file, or cancel this backfill and plan a new one",
-            ws.spec.file,
-            record.id,
-            short(&spec.workspace_spec_hash),
-            short(&ws.spec.hash)
-        );
-    }
-    Ok(())
-}
-
-pub(crate) fn meta(actor: &Actor, reason: impl Into<String>, correlation_id: &str) -> JournalMeta {
-    JournalMeta {
-        actor: actor.name.clone(),
-        correlation_id: correlation_id.to_owned(),
-        reason: reason.into(),
-        at: Utc::now(),
-    }
-}
-
-pub(crate) fn short(hash: &str) -> &str {
-    hash.get(..12).unwrap_or(hash)
-}
-
 // Arguments for callers that drive backfills in-process (the demo).
 
-pub(crate) fn freeze_args(target: &str, from: &str, to: &str, reason: &str, max_active_runs: u32) -> freeze::PlanArgs {
-    freeze::PlanArgs {
+pub(crate) fn freeze_args(target: &str, from: &str, to: &str, reason: &str, max_active_runs: u32) -> plan::PlanArgs {
+    plan::PlanArgs {
         target: target.to_owned(),
         from: from.to_owned(),
         to: to.to_owned(),
-        reprocess: freeze::Reprocess::All,
+        reprocess: tidegate_app::backfill::Reprocess::All,
         reason: reason.to_owned(),
         max_active_runs,
         rate: None,

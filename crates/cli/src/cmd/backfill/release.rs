@@ -1,33 +1,16 @@
-//! `backfill publish` and `backfill rollback`: make an approved backfill visible as one release
-//! (one atomic commit per dataset, upstream first), and restore exactly what it replaced.
-//!
-//! Both are safe to run again after a crash: publication records its intent (the release id)
-//! before the first commit, each dataset's commit carries an application transaction that makes
-//! a replay commit nothing, and the store records the release once.
+//! `backfill publish` and `backfill rollback` (`tidegate_app::backfill::release`): make an
+//! approved backfill visible as one release, and restore exactly what it replaced.
 
-use std::collections::BTreeMap;
-use std::io::Write as _;
 use std::path::Path;
 use std::process::ExitCode;
 
-use anyhow::{Context, Result, bail};
-use chrono::Utc;
+use anyhow::Result;
 use serde::Serialize;
+use tidegate_app::workspace;
 use tidegate_core::actor::Actor;
-use tidegate_core::clock::SystemClock;
-use tidegate_core::spec::model::{DatasetKind, WriteMode};
-use tidegate_core::state::{StepEvent, StepStatus};
-use tidegate_engine::executor::acquire_scheduler_role;
-use tidegate_lake::{Lake, Publication, StagedVersion};
-use tidegate_store::{BackfillRecord, BackfillStatus, ReleaseItem, ReleaseKind, ReleaseRecord, StepEventRecord, Store};
 
-use super::review::{approved_review, publishable, review, staged_versions};
-use super::{FrozenSpec, ensure_spec_unchanged, load, meta, short};
-use crate::cmd::data::{open_lake, runtime};
 use crate::cmd::lock::LockWait;
 use crate::output;
-use tidegate_app::lock::DatasetLockGuard;
-use tidegate_app::workspace::{self, Workspace};
 
 /// Publish an approved backfill: one atomic commit per dataset, upstream first.
 ///
@@ -56,411 +39,51 @@ pub struct RollbackArgs {
     pub lock: LockWait,
 }
 
-#[derive(Serialize)]
-struct Published<'a> {
-    backfill_id: &'a str,
-    release_id: &'a str,
-    publication: &'a Publication,
-}
-
 pub fn publish(ws: Option<&Path>, actor: &Actor, args: PublishArgs) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
     let store = ws.open_store()?;
-    let (record, spec) = load(store.as_ref(), &args.id)?;
-    if record.status != BackfillStatus::Approved {
-        bail!(
-            "backfill {} is {}; only an approved backfill can be published{}",
-            record.id,
-            record.status,
-            if record.status == BackfillStatus::Staged { " (compare it, then have it approved)" } else { "" }
-        );
-    }
-    ensure_spec_unchanged(&ws, &record, &spec)?;
-    let Some(approval) = record.approval.clone() else {
-        bail!("backfill {} is marked approved but holds no approval; this is a bug, please report it", record.id);
-    };
-    if approval.spec_hash != record.spec_hash {
-        bail!(
-            "the approval of backfill {} was given for spec {}, not {}",
-            record.id,
-            short(&approval.spec_hash),
-            short(&record.spec_hash)
-        );
-    }
-    let release_id = format!("rel-{}", record.id);
-    let owner = format!("backfill-publish-{}", std::process::id());
-    let rt = runtime()?;
-    let publication = rt.block_on(async {
-        let lake = open_lake(&ws).await?;
-        if record.release_id.is_none() {
-            // First attempt: the approval must still describe what would be published.
-            let current = review(&ws, store.as_ref(), &lake, &record, &spec).await?;
-            if current.hash() != approval.comparison_hash {
-                let changes = current.describe_changes_since(&approved_review(&record)?);
-                withdraw_approval(
-                    actor,
-                    store.as_ref(),
-                    &record,
-                    &format!("the comparison changed after approval: {changes}"),
-                )?;
-                bail!(
-                    "the data changed since backfill {} was approved (its comparison no longer matches {}): {changes}; \
-                     the approval was withdrawn. Run `tidegate backfill compare {}` and have it approved again",
-                    record.id,
-                    short(&approval.comparison_hash),
-                    record.id
-                );
-            }
-            let rid = release_id.clone();
-            store.update_backfill(
-                &record.id,
-                &[BackfillStatus::Approved],
-                "backfill_publishing",
-                &move |b: &mut BackfillRecord| b.release_id = Some(rid.clone()),
-                &meta(actor, format!("publishing as release {release_id}"), &record.id),
-            )?;
-        }
-        acquire_scheduler_role(&store, &owner, &SystemClock, ws.spec.project.lease_ttl_s).await?;
-        let result = publish_release(&ws, store.as_ref(), actor, &lake, &record, &spec, &release_id).await;
-        let _ = store.release_scheduler(&owner);
-        result.map_err(|e| refused(store.as_ref(), actor, &record, e))
-    })?;
-    store.update_backfill(
-        &record.id,
-        &[BackfillStatus::Approved],
-        "backfill_published",
-        &|b: &mut BackfillRecord| b.status = BackfillStatus::Published,
-        &meta(actor, format!("published as release {release_id}, approved by {}", approval.by), &record.id),
-    )?;
-    let lineage = openlineage_event(&ws, &record, &spec, &publication)?;
+    let published = tidegate_app::backfill::publish(&ws, &store, actor, &args.id)?;
     if args.json {
-        output::json(&Published { backfill_id: &record.id, release_id: &release_id, publication: &publication })?;
+        output::json(&published)?;
     } else {
-        println!("Published backfill {} as release {release_id}:", record.id);
-        for item in &publication.items {
+        println!("Published backfill {} as release {}:", published.backfill_id, published.release_id);
+        for item in &published.publication.items {
             let note = if item.already_published { " (already committed before; nothing new)" } else { "" };
             println!("  {} -> table version {}{note}", item.dataset, item.table_version);
         }
-        println!("Consumers notified through the journal and {lineage}");
-        println!("Undo with: tidegate backfill rollback {}", record.id);
+        println!("Consumers notified through the journal and {}", published.lineage);
+        println!("Undo with: tidegate backfill rollback {}", published.backfill_id);
     }
     Ok(ExitCode::SUCCESS)
 }
 
-async fn publish_release(
-    ws: &Workspace,
-    store: &dyn Store,
-    actor: &Actor,
-    lake: &Lake,
-    record: &BackfillRecord,
-    spec: &FrozenSpec,
-    release_id: &str,
-) -> Result<Publication> {
-    let run_id = record.run_id.clone().context("an approved backfill has a run")?;
-    let approver = record.approval.as_ref().map_or_else(|| actor.name.clone(), |a| a.by.clone());
-    let staged = staged_versions(store, record)?;
-    let mut items = Vec::new();
-    let mut version_ids: BTreeMap<(String, String), String> = BTreeMap::new();
-    for name in &spec.datasets {
-        let versions: Vec<&StagedVersion> = staged.iter().filter(|(d, _)| d == name).map(|(_, v)| v).collect();
-        for v in &versions {
-            for p in &v.partitions {
-                version_ids.insert((name.clone(), p.key.clone()), format!("{}:{}", v.staging_id, name));
-            }
-        }
-        let dataset = ws.spec.datasets[name].clone();
-        let Some(merged) = merge(&publishable(&dataset, versions.into_iter())) else { continue };
-        items.push(tidegate_lake::ReleaseItem {
-            dataset,
-            staged: merged,
-            step_identity: format!("backfill:{}:{name}", record.id),
-        });
-    }
-    let release = tidegate_lake::Release {
-        release_id: release_id.to_owned(),
-        run_id: run_id.clone(),
-        spec_hash: record.spec_hash.clone(),
-        items,
-        anchor: tidegate_app::anchor::head(ws, store)?,
-    };
-    // Each dataset commits only if nothing touched its partitions since the version the approved
-    // comparison read, checked on the version the commit is built on (`Lake::publish_approved`).
-    let publication = lake.publish_approved(&release, &approved_review(record)?.published_versions()).await?;
-    tidegate_lake::failpoint::hit("after-backfill-commits");
-
-    // Approved steps become validated: published by this release, and only this one (the
-    // scheduler never publishes a backfill's steps one by one). After the commits, so that a
-    // refused publication leaves them awaiting a new approval.
-    let approvals: Vec<StepEventRecord> = store
-        .steps(&run_id)?
-        .into_iter()
-        .filter(|s| s.status() == StepStatus::AwaitingApproval)
-        .map(|s| StepEventRecord {
-            step_id: s.id,
-            event: StepEvent::Approved { by: approver.clone() },
-            meta: meta(actor, format!("backfill {} approved by {approver}", record.id), &record.id),
-        })
-        .collect();
-    store.commit(&approvals)?;
-
-    if store.release(release_id)?.is_none() {
-        let mut release_items = Vec::new();
-        for (item, published) in release.items.iter().zip(&publication.items) {
-            for p in &item.staged.partitions {
-                release_items.push(ReleaseItem {
-                    dataset: published.dataset.clone(),
-                    partition: p.key.clone(),
-                    version_id: version_ids.get(&(published.dataset.clone(), p.key.clone())).cloned(),
-                    delta_version: i64::try_from(published.table_version)?,
-                });
-            }
-        }
-        let steps: Vec<(String, u64)> = store
-            .steps(&run_id)?
-            .into_iter()
-            .filter(|s| s.status() == StepStatus::Validated)
-            .map(|s| (s.id, s.state.epoch))
-            .collect();
-        let rr = ReleaseRecord {
-            id: release_id.to_owned(),
-            kind: ReleaseKind::Publish,
-            run_id: Some(run_id),
-            backfill_id: Some(record.id.clone()),
-            restores_release_id: None,
-            created_by: approver,
-            created_at: Utc::now(),
-            items: release_items,
-        };
-        store.record_release(&rr, &steps, &meta(actor, format!("backfill {} published", record.id), &record.id))?;
-    }
-    tidegate_lake::failpoint::hit("after-backfill-record");
-    Ok(publication)
-}
-
-/// Sends an approved backfill back to staged, without its approval or its release (journaled with
-/// `reason`): a new comparison must be approved before it publishes.
-fn withdraw_approval(actor: &Actor, store: &dyn Store, record: &BackfillRecord, reason: &str) -> Result<()> {
-    store.update_backfill(
-        &record.id,
-        &[BackfillStatus::Approved],
-        "backfill_approval_invalidated",
-        &|b: &mut BackfillRecord| {
-            b.status = BackfillStatus::Staged;
-            b.approval = None;
-            b.release_id = None;
-        },
-        &meta(actor, reason, &record.id),
-    )?;
-    Ok(())
-}
-
-/// A publication the lake refused because a dataset moved after approval withdraws the approval
-/// (journaled, naming the dataset, partitions and versions) once nothing of the release is left
-/// visible; any other error, or a refusal whose undo failed part-way, is returned as it is.
-fn refused(store: &dyn Store, actor: &Actor, record: &BackfillRecord, e: anyhow::Error) -> anyhow::Error {
-    use tidegate_lake::Error as LakeError;
-    let nothing_left = match e.downcast_ref::<LakeError>() {
-        Some(LakeError::MovedSinceApproval { .. }) => true,
-        Some(LakeError::ReleaseFailed { source, not_restored, .. })
-            if matches!(**source, LakeError::MovedSinceApproval { .. }) =>
-        {
-            not_restored.is_empty()
-        }
-        _ => return e,
-    };
-    if !nothing_left {
-        return e.context(format!(
-            "backfill {} stays approved: a dataset of it moved, and one it had already committed could not be \
-             restored (named after NOT restored); `tidegate reconcile` shows the tables",
-            record.id
-        ));
-    }
-    if let Err(store_error) = withdraw_approval(actor, store, record, &format!("publication refused: {e}")) {
-        return store_error.context(format!("withdrawing the approval after: {e}"));
-    }
-    anyhow::anyhow!(
-        "backfill {} was not published, the data changed under it since approval: {e}; the approval was \
-         withdrawn. Run `tidegate backfill compare {}` and have it approved again",
-        record.id,
-        record.id
-    )
-}
-
-/// One staged version per dataset: the union of the steps' partitions and files.
-fn merge(versions: &[StagedVersion]) -> Option<StagedVersion> {
-    let mut iter = versions.iter();
-    let mut merged = iter.next()?.clone();
-    for v in iter {
-        merged.partitions.extend(v.partitions.iter().cloned());
-        merged.files.extend(v.files.iter().cloned());
-        merged.n_rows += v.n_rows;
-    }
-    merged.partitions.sort_by(|a, b| a.key.cmp(&b.key));
-    merged.partitions.dedup_by(|a, b| a.key == b.key);
-    Some(merged)
-}
-
-/// Appends an OpenLineage COMPLETE run event for the release; returns where it went.
-fn openlineage_event(
-    ws: &Workspace,
-    record: &BackfillRecord,
-    spec: &FrozenSpec,
-    publication: &Publication,
-) -> Result<String> {
-    let path = ws.root.join(".tidegate").join("openlineage.jsonl");
-    let outputs: Vec<serde_json::Value> = publication
-        .items
-        .iter()
-        .map(|i| {
-            serde_json::json!({
-                "namespace": format!("tidegate://{}", ws.spec.project.name),
-                "name": i.dataset,
-                "facets": { "version": { "datasetVersion": i.table_version.to_string() } },
-            })
-        })
-        .collect();
-    let event = serde_json::json!({
-        "eventType": "COMPLETE",
-        "eventTime": Utc::now().to_rfc3339(),
-        "producer": "https://github.com/tidegate/tidegate",
-        "schemaURL": "https://openlineage.io/spec/2-0-2/OpenLineage.json#/definitions/RunEvent",
-        "run": {
-            "runId": uuid::Uuid::now_v7().to_string(),
-            "facets": { "tidegate": {
-                "backfill_id": record.id,
-                "release_id": publication.release_id,
-                "spec_hash": record.spec_hash,
-                "reason": spec.reason,
-                "approved_by": record.approval.as_ref().map(|a| a.by.clone()),
-            } },
-        },
-        "job": { "namespace": format!("tidegate://{}", ws.spec.project.name), "name": format!("backfill.{}", spec.target) },
-        "inputs": [],
-        "outputs": outputs,
-    });
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
-        .with_context(|| format!("opening {}", path.display()))?;
-    writeln!(file, "{event}").with_context(|| format!("writing {}", path.display()))?;
-    Ok(path.strip_prefix(&ws.root).unwrap_or(&path).display().to_string())
-}
-
+/// What `backfill rollback --json` prints: each dataset with the version it was restored to.
 #[derive(Serialize)]
-struct RolledBack {
-    backfill_id: String,
-    release_id: String,
-    restored: Vec<(String, u64)>,
+struct RolledBackJson<'a> {
+    backfill_id: &'a str,
+    release_id: &'a str,
+    restored: Vec<(&'a str, u64)>,
 }
 
 pub fn rollback(ws: Option<&Path>, actor: &Actor, args: RollbackArgs) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
     let store = ws.open_store()?;
-    let (record, spec) = load(store.as_ref(), &args.id)?;
-    if record.status != BackfillStatus::Published {
-        bail!("backfill {} is {}; only a published backfill can be rolled back", record.id, record.status);
-    }
-    let published_id = record.release_id.clone().context("a published backfill has a release")?;
-    let published = store.release(&published_id)?.context("the backfill's release is not in the store")?;
-    let release_id = format!("rb-{}", record.id);
-    // The version each dataset had just before the backfill's commit.
-    let mut before: BTreeMap<String, (u64, Vec<String>)> = BTreeMap::new();
-    for item in &published.items {
-        let entry = before.entry(item.dataset.clone()).or_insert((u64::try_from(item.delta_version - 1)?, Vec::new()));
-        entry.1.push(item.partition.clone());
-    }
-    let owner = format!("backfill-rollback-{}", std::process::id());
-    let restored = runtime()?.block_on(async {
-        let lake = open_lake(&ws).await?;
-        acquire_scheduler_role(&store, &owner, &SystemClock, ws.spec.project.lease_ttl_s).await?;
-        let mut restored = Vec::new();
-        let mut result = Ok(());
-        for name in spec.datasets.iter().rev() {
-            let Some((version, partitions)) = before.get(name) else { continue };
-            // A snapshot's publication replaced the whole table, so its rollback restores the
-            // whole table; other modes touched only the backfill's partitions.
-            let snapshot = matches!(
-                ws.spec.datasets.get(name).map(|d| &d.kind),
-                Some(DatasetKind::Managed { write: WriteMode::Snapshot })
-            );
-            let scope = (!snapshot).then_some(partitions.as_slice());
-            // Vacuum must not delete the files this adds back between its check and its commit.
-            let lock = match DatasetLockGuard::acquire(&store, actor, name, "rollback", args.lock.duration()).await {
-                Ok(lock) => lock,
-                Err(e) => {
-                    result = Err(e);
-                    break;
-                }
-            };
-            let anchor = match tidegate_app::anchor::head(&ws, store.as_ref()) {
-                Ok(anchor) => anchor,
-                Err(e) => {
-                    result = Err(e);
-                    break;
-                }
-            };
-            let rolled_back = lake.rollback(name, *version, scope, &release_id, anchor.as_ref()).await;
-            drop(lock);
-            match rolled_back {
-                Ok(new_version) => restored.push((name.clone(), *version, new_version, partitions.clone())),
-                Err(e) => {
-                    result = Err(anyhow::Error::from(e).context(format!("restoring {name} to version {version}")));
-                    break;
-                }
-            }
-        }
-        let _ = store.release_scheduler(&owner);
-        result.map(|()| restored)
-    })?;
-    if store.release(&release_id)?.is_none() {
-        let items = restored
-            .iter()
-            .flat_map(|(d, _, new_version, partitions)| {
-                partitions.iter().map(move |p| ReleaseItem {
-                    dataset: d.clone(),
-                    partition: p.clone(),
-                    version_id: None,
-                    delta_version: i64::try_from(*new_version).unwrap_or(i64::MAX),
-                })
-            })
-            .collect();
-        let rr = ReleaseRecord {
-            id: release_id.clone(),
-            kind: ReleaseKind::Rollback,
-            run_id: record.run_id.clone(),
-            backfill_id: Some(record.id.clone()),
-            restores_release_id: Some(published_id),
-            created_by: actor.name.clone(),
-            created_at: Utc::now(),
-            items,
-        };
-        store.record_release(&rr, &[], &meta(actor, args.reason.clone(), &record.id))?;
-    }
-    let rid = release_id.clone();
-    store.update_backfill(
-        &record.id,
-        &[BackfillStatus::Published],
-        "backfill_rolled_back",
-        &move |b: &mut BackfillRecord| {
-            b.status = BackfillStatus::RolledBack;
-            b.rollback_release_id = Some(rid.clone());
-        },
-        &meta(actor, args.reason.clone(), &record.id),
-    )?;
-    let out = RolledBack {
-        backfill_id: record.id.clone(),
-        release_id: release_id.clone(),
-        restored: restored.iter().map(|(d, v, _, _)| (d.clone(), *v)).collect(),
-    };
+    let done = tidegate_app::backfill::rollback(&ws, &store, actor, &args.id, &args.reason, args.lock.duration())?;
     if args.json {
-        output::json(&out)?;
+        output::json(&RolledBackJson {
+            backfill_id: &done.backfill_id,
+            release_id: &done.release_id,
+            restored: done.restored.iter().map(|r| (r.dataset.as_str(), r.version)).collect(),
+        })?;
     } else {
-        println!("Rolled back backfill {} as release {release_id}:", record.id);
-        for (d, v, new_version, partitions) in &restored {
+        println!("Rolled back backfill {} as release {}:", done.backfill_id, done.release_id);
+        for r in &done.restored {
             println!(
-                "  {d}: {} partitions restored to their table version {v} files (new version {new_version})",
-                partitions.len()
+                "  {}: {} partitions restored to their table version {} files (new version {})",
+                r.dataset,
+                r.partitions.len(),
+                r.version,
+                r.new_version
             );
         }
     }

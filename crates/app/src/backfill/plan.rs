@@ -1,9 +1,7 @@
-//! `backfill plan`: freeze what a backfill will rebuild (steps, code versions, pinned inputs,
+//! Planning a backfill: freeze what it will rebuild (steps, code versions, pinned inputs,
 //! reason, requester, throttle) under one hash, and size its blast radius before anything runs.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
-use std::process::ExitCode;
 
 use anyhow::{Result, bail};
 use chrono::Utc;
@@ -14,15 +12,13 @@ use tidegate_core::plan::{self, Plan};
 use tidegate_core::state::StepStatus;
 use tidegate_store::{BackfillRecord, BackfillStatus, JournalQuery, NewStep, Store, Throttle};
 
-use super::{meta, short};
-use crate::cmd::data::{open_lake, runtime};
-use crate::output;
-use tidegate_app::submit;
-use tidegate_app::target::{Partitions, Target};
-use tidegate_app::workspace::{self, Workspace};
+use super::meta;
+use crate::submit;
+use crate::target::{Partitions, Target};
+use crate::workspace::{Workspace, open_lake, runtime};
 
 /// Which partitions a backfill rebuilds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Reprocess {
     /// Only partitions that were never published.
@@ -33,46 +29,45 @@ pub enum Reprocess {
     All,
 }
 
-/// Freeze a backfill and show its blast radius; nothing runs yet.
-///
-/// The frozen spec (steps, code versions, input versions pinned now, reason, requester,
-/// throttle) gets an id and a hash. Overlapping an unfinished backfill of the same datasets is
-/// refused with a conflict naming it.
-#[derive(Debug, clap::Args)]
-#[command(
-    after_help = "Examples:\n  tidegate backfill plan daily_stats --from 2024-01-01 --to 2024-01-31 --reprocess all --reason \"fix the dedup\"\n  tidegate backfill plan features --from 2024-01-01 --to 2024-01-07 --reprocess all --include-downstream --max-active-runs 2 --reason \"new feature SQL\" --json"
-)]
-pub struct PlanArgs {
+impl Reprocess {
+    /// Every value, as it is spelled on a command line or in a request.
+    pub const NAMES: [&str; 3] = ["missing", "failed", "all"];
+}
+
+impl std::str::FromStr for Reprocess {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "missing" => Ok(Self::Missing),
+            "failed" => Ok(Self::Failed),
+            "all" => Ok(Self::All),
+            other => Err(format!("reprocess {other:?}: one of {}", Self::NAMES.join(", "))),
+        }
+    }
+}
+
+/// What to freeze.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PlanRequest {
     /// A task, or a dataset written by a task.
     pub target: String,
     /// First partition (included).
-    #[arg(long)]
     pub from: String,
     /// Last partition (included).
-    #[arg(long)]
     pub to: String,
     /// Which of the selected partitions to rebuild.
-    #[arg(long, value_enum)]
     pub reprocess: Reprocess,
-    /// The intended change, in words (recorded in the frozen spec and the journal).
-    #[arg(long, value_parser = crate::cmd::reason)]
+    /// The intended change, in words.
     pub reason: String,
     /// At most this many of the backfill's steps run at once.
-    #[arg(long, default_value_t = 2, value_name = "K", allow_negative_numbers = true)]
     pub max_active_runs: u32,
-    /// At most this many step starts per second (a positive number).
-    #[arg(long, value_name = "R", allow_negative_numbers = true)]
+    /// At most this many step starts per second.
     pub rate: Option<f64>,
     /// Also rebuild every downstream partition that reads what this backfill rewrites.
-    #[arg(long)]
     pub include_downstream: bool,
-    /// Flag a partition in the comparison when more than this percent of its rows change, a
-    /// column's mean moves by more than this percent, or its null rate rises by more than this
-    /// many points.
-    #[arg(long, value_name = "PCT")]
+    /// The comparison's flagging threshold, in percent.
     pub flag_change_pct: Option<f64>,
-    #[arg(long)]
-    pub json: bool,
 }
 
 /// Everything a backfill will do, fixed when it is planned. Its hash is what an approval binds.
@@ -134,15 +129,21 @@ pub struct Impact {
     pub median_step_s: Option<f64>,
 }
 
-#[derive(Serialize)]
-struct Planned<'a> {
-    id: &'a str,
-    spec_hash: &'a str,
-    spec: &'a FrozenSpec,
+/// A backfill planned: its id, and the frozen spec with the hash an approval will bind.
+#[derive(Debug, Clone, Serialize)]
+pub struct Planned {
+    /// The backfill's id.
+    pub id: String,
+    /// The frozen spec's hash.
+    pub spec_hash: String,
+    /// The frozen spec.
+    pub spec: FrozenSpec,
 }
 
-pub fn plan(ws: Option<&Path>, actor: &Actor, args: PlanArgs) -> Result<ExitCode> {
-    let ws = workspace::load(ws)?;
+/// Freezes a backfill (steps, code versions, input versions pinned now, reason, requester,
+/// throttle) under one hash and sizes its blast radius; nothing runs. Overlapping an unfinished
+/// backfill of the same datasets is refused with a conflict naming it.
+pub fn plan(ws: &Workspace, store: &dyn Store, actor: &Actor, args: &PlanRequest) -> Result<Planned> {
     if args.max_active_runs == 0 {
         bail!("--max-active-runs must be at least 1 (pause a backfill with `tidegate backfill pause` instead)");
     }
@@ -151,8 +152,7 @@ pub fn plan(ws: Option<&Path>, actor: &Actor, args: PlanArgs) -> Result<ExitCode
     {
         bail!("--rate must be a positive number of step starts per second, got {r}");
     }
-    let store = ws.open_store()?;
-    let spec = freeze(&ws, store.as_ref(), actor, &args)?;
+    let spec = freeze(ws, store, actor, args)?;
     let id = format!("bf-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
     let spec_hash = spec.hash();
     let footprint: BTreeMap<String, Vec<String>> =
@@ -177,15 +177,10 @@ pub fn plan(ws: Option<&Path>, actor: &Actor, args: PlanArgs) -> Result<ExitCode
         updated_at: now,
     };
     store.create_backfill(&record, &meta(actor, format!("backfill planned: {}", spec.reason), &id))?;
-    if args.json {
-        output::json(&Planned { id: &id, spec_hash: &spec_hash, spec: &spec })?;
-    } else {
-        print_plan(&id, &spec_hash, &spec);
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(Planned { id, spec_hash, spec })
 }
 
-fn freeze(ws: &Workspace, store: &dyn Store, actor: &Actor, args: &PlanArgs) -> Result<FrozenSpec> {
+fn freeze(ws: &Workspace, store: &dyn Store, actor: &Actor, args: &PlanRequest) -> Result<FrozenSpec> {
     let target = Target {
         target: args.target.clone(),
         partitions: Partitions::Range { from: args.from.clone(), to: args.to.clone() },
@@ -426,48 +421,4 @@ fn median_duration_s(store: &dyn Store, task: &str) -> Result<Option<f64>> {
     }
     durations.sort_by(f64::total_cmp);
     Ok(Some(durations[durations.len() / 2]))
-}
-
-fn print_plan(id: &str, spec_hash: &str, spec: &FrozenSpec) {
-    let br = &spec.blast_radius;
-    println!("Planned backfill {id} (spec {}), requested by {}", short(spec_hash), spec.requester);
-    println!("  reason: {}", spec.reason);
-    println!(
-        "  {} steps, reprocess {:?}, at most {} at once{}",
-        br.n_steps,
-        spec.reprocess,
-        spec.throttle.max_active,
-        spec.throttle.rate_per_s.map(|r| format!(", {r} starts/s")).unwrap_or_default()
-    );
-    println!();
-    println!("Blast radius:");
-    let rows: Vec<Vec<String>> = br
-        .datasets
-        .iter()
-        .map(|d| {
-            vec![
-                d.dataset.clone(),
-                format!("{}{}", d.task, if d.downstream { " (downstream)" } else { "" }),
-                format!(
-                    "{} ({}..{})",
-                    d.partitions.len(),
-                    d.partitions.first().cloned().unwrap_or_default(),
-                    d.partitions.last().cloned().unwrap_or_default()
-                ),
-                d.current_rows.to_string(),
-                output::human_bytes(d.current_bytes),
-                if d.consumers.is_empty() { "-".to_owned() } else { d.consumers.join(", ") },
-            ]
-        })
-        .collect();
-    print!("{}", output::table(&["dataset", "task", "partitions", "rows now", "bytes now", "consumers"], &rows));
-    match (br.estimated_compute_s, br.estimated_wall_s) {
-        (Some(c), Some(w)) => {
-            println!("Estimated compute {c:.1} s (about {w:.1} s under the throttle), from step history")
-        }
-        _ => println!("Estimated compute: unknown (no step history for some task yet)"),
-    }
-    println!("Staging needs about {}", output::human_bytes(br.estimated_staging_bytes));
-    println!();
-    println!("Nothing runs until you start it:  tidegate backfill start {id}");
 }

@@ -1,0 +1,314 @@
+//! Running a frozen backfill into staging, throttled below live work, and watching or steering it
+//! (status, pause, resume, cancel). Starting again after a crash resumes the same run.
+
+use std::collections::BTreeMap;
+
+use anyhow::{Context, Result, bail};
+use chrono::Utc;
+use serde::Serialize;
+use tidegate_core::actor::Actor;
+use tidegate_core::state::{RunStatus, StepEvent, StepStatus};
+use tidegate_store::{
+    BackfillRecord, BackfillStatus, JournalMeta, Priority, RunRequest, StepEventRecord, StepRecord, Store, Trigger,
+};
+
+use super::{FrozenSpec, ensure_spec_unchanged, load, meta};
+use crate::workspace::Workspace;
+
+/// How a start found the backfill.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Begun {
+    /// It had already finished running: starting again changes nothing (a script retrying
+    /// `start` after a crash gets the outcome, not an error).
+    AlreadyRan {
+        /// Where it stands.
+        report: Box<Report>,
+    },
+    /// It is running as `run_id`: drain that run (`crate::run::execute`), then [`settle`].
+    Running {
+        /// The backfill.
+        id: String,
+        /// Its run.
+        run_id: String,
+        /// Its steps.
+        n_steps: usize,
+        /// Its throttle's limit on steps at once.
+        max_active: u32,
+    },
+}
+
+/// Starts (or, with `resume`, resumes) a planned backfill: creates its run on the first start
+/// (under an idempotency key derived from the backfill, so a start that crashed finds the same
+/// run) and marks it running. Its steps stop at staged, validated output.
+pub fn start(ws: &Workspace, store: &dyn Store, actor: &Actor, id: &str, resume: bool) -> Result<Begun> {
+    let (record, spec) = load(store, id)?;
+    ensure_spec_unchanged(ws, &record, &spec)?;
+    let expect: &[BackfillStatus] = if resume {
+        &[BackfillStatus::Paused, BackfillStatus::Running]
+    } else {
+        &[BackfillStatus::Planned, BackfillStatus::Running]
+    };
+    let already_ran = matches!(
+        record.status,
+        BackfillStatus::Staged | BackfillStatus::Approved | BackfillStatus::Published | BackfillStatus::RolledBack
+    );
+    if already_ran {
+        // Starting a backfill that already finished running is a no-op (a script retrying
+        // `start` after a crash gets the outcome, not an error).
+        return Ok(Begun::AlreadyRan { report: Box::new(Report::of(store, &record)?) });
+    }
+    if !expect.contains(&record.status) {
+        let hint = match record.status {
+            BackfillStatus::Paused => "; resume it with `tidegate backfill resume`",
+            BackfillStatus::Planned => "; start it with `tidegate backfill start`",
+            BackfillStatus::Staged => "; review it with `tidegate backfill compare`",
+            _ => "",
+        };
+        bail!("backfill {} is {}{hint}", record.id, record.status);
+    }
+    let run_id = ensure_run(store, &record, &spec)?;
+    let verb = if resume { "backfill_resumed" } else { "backfill_started" };
+    let rid = run_id.clone();
+    store.update_backfill(
+        &record.id,
+        expect,
+        verb,
+        &move |b: &mut BackfillRecord| {
+            b.status = BackfillStatus::Running;
+            b.run_id = Some(rid.clone());
+        },
+        &meta(actor, format!("{} by operator", verb.trim_start_matches("backfill_")), &record.id),
+    )?;
+    Ok(Begun::Running { id: record.id, run_id, n_steps: spec.steps.len(), max_active: spec.throttle.max_active })
+}
+
+/// The backfill's run, created on first start under an idempotency key derived from the backfill
+/// id, so that a start that crashed after creating it finds the same run.
+fn ensure_run(store: &dyn Store, record: &BackfillRecord, spec: &FrozenSpec) -> Result<String> {
+    if let Some(run_id) = &record.run_id {
+        return Ok(run_id.clone());
+    }
+    let request = RunRequest {
+        target: spec.target.clone(),
+        partitions: vec![format!("{}..{}", spec.from, spec.to)],
+        scope: if spec.include_downstream { "only+downstream" } else { "only" }.to_owned(),
+        trigger: Trigger::Backfill,
+        priority: Priority::Backfill,
+        requester: spec.requester.clone(),
+        spec_hash: spec.workspace_spec_hash.clone(),
+        params: BTreeMap::new(),
+        backfill_id: Some(record.id.clone()),
+        idempotency_key: Some(format!("backfill:{}", record.id)),
+    };
+    let meta = JournalMeta {
+        actor: spec.requester.clone(),
+        correlation_id: record.id.clone(),
+        reason: format!("backfill {}: {}", record.id, spec.reason),
+        at: Utc::now(),
+    };
+    Ok(store.submit_run(&request, &spec.steps, &meta)?.run.id)
+}
+
+/// Moves a running backfill to staged or failed once its run settled, and reports where it stands.
+pub fn settle(store: &dyn Store, actor: &Actor, id: &str) -> Result<Report> {
+    let record = settled(store, actor, id)?;
+    Report::of(store, &record)
+}
+
+fn settled(store: &dyn Store, actor: &Actor, id: &str) -> Result<BackfillRecord> {
+    let record = store.backfill(id)?.context("the backfill vanished")?;
+    let Some(run_id) = &record.run_id else { return Ok(record) };
+    let run = store.run(run_id)?.context("the backfill's run vanished")?;
+    let (next, kind, reason) = match run.status {
+        RunStatus::AwaitingApproval | RunStatus::Succeeded => {
+            (BackfillStatus::Staged, "backfill_staged", "every step is staged and validated".to_owned())
+        }
+        RunStatus::Failed => {
+            let failed = store.steps(run_id)?.into_iter().filter(|s| s.status() == StepStatus::Failed).count();
+            (BackfillStatus::Failed, "backfill_failed", format!("{failed} steps failed; nothing was published"))
+        }
+        _ => return Ok(record),
+    };
+    if record.status != BackfillStatus::Running {
+        return Ok(record);
+    }
+    Ok(store.update_backfill(
+        id,
+        &[BackfillStatus::Running],
+        kind,
+        &move |b: &mut BackfillRecord| b.status = next,
+        &meta(actor, reason, id),
+    )?)
+}
+
+/// Pauses a backfill: no new step of it starts; running attempts finish.
+pub fn pause(store: &dyn Store, actor: &Actor, id: &str, reason: Option<&str>) -> Result<BackfillRecord> {
+    let reason = reason.unwrap_or("paused by operator").to_owned();
+    // An unknown id is answered as every backfill command answers it, with where to find the known ones.
+    load(store, id)?;
+    Ok(store.update_backfill(
+        id,
+        &[BackfillStatus::Running, BackfillStatus::Planned],
+        "backfill_paused",
+        &|b: &mut BackfillRecord| b.status = BackfillStatus::Paused,
+        &meta(actor, reason, id),
+    )?)
+}
+
+/// A backfill cancelled, with how many of its unfinished steps were cancelled.
+#[derive(Debug, Clone, Serialize)]
+pub struct Cancelled {
+    /// The backfill as it now stands.
+    #[serde(flatten)]
+    pub record: BackfillRecord,
+    /// Its steps that had not finished.
+    pub n_steps_cancelled: usize,
+}
+
+/// Cancels a backfill and its unfinished steps. Nothing it staged is published.
+pub fn cancel(store: &dyn Store, actor: &Actor, id: &str, reason: Option<&str>) -> Result<Cancelled> {
+    let reason = reason.unwrap_or("cancelled by operator").to_owned();
+    // An unknown id is answered as every backfill command answers it, with where to find the known ones.
+    load(store, id)?;
+    let record = store.update_backfill(
+        id,
+        &[
+            BackfillStatus::Planned,
+            BackfillStatus::Running,
+            BackfillStatus::Paused,
+            BackfillStatus::Staged,
+            BackfillStatus::Approved,
+        ],
+        "backfill_cancelled",
+        &|b: &mut BackfillRecord| b.status = BackfillStatus::Cancelled,
+        &meta(actor, reason.clone(), id),
+    )?;
+    let mut n_cancelled = 0;
+    if let Some(run_id) = &record.run_id {
+        let events: Vec<StepEventRecord> = store
+            .steps(run_id)?
+            .into_iter()
+            .filter(|s| !s.status().is_terminal())
+            .map(|s| StepEventRecord {
+                step_id: s.id,
+                event: StepEvent::Cancelled { reason: reason.clone() },
+                meta: meta(actor, reason.clone(), id),
+            })
+            .collect();
+        n_cancelled = events.len();
+        store.commit(&events)?;
+    }
+    Ok(Cancelled { record, n_steps_cancelled: n_cancelled })
+}
+
+/// What `status` shows.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub id: String,
+    pub status: BackfillStatus,
+    pub reason: String,
+    pub requester: String,
+    pub spec_hash: String,
+    pub run_id: Option<String>,
+    pub n_steps: usize,
+    /// Steps per status.
+    pub steps: BTreeMap<String, usize>,
+    pub n_done: usize,
+    pub elapsed_s: Option<f64>,
+    pub steps_per_s: Option<f64>,
+    pub eta_s: Option<f64>,
+    pub failures: Vec<StepFailure>,
+    pub approval: Option<tidegate_store::Approval>,
+    pub release_id: Option<String>,
+    pub next: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct StepFailure {
+    pub step: String,
+    pub attempts: u32,
+    pub reason: String,
+}
+
+impl Report {
+    pub fn of(store: &dyn Store, record: &BackfillRecord) -> Result<Report> {
+        let spec: FrozenSpec = serde_json::from_value(record.spec.clone())?;
+        let steps: Vec<StepRecord> = match &record.run_id {
+            Some(run_id) => store.steps(run_id)?,
+            None => Vec::new(),
+        };
+        let mut tally: BTreeMap<String, usize> = BTreeMap::new();
+        for s in &steps {
+            *tally.entry(s.status().to_string()).or_default() += 1;
+        }
+        let done = |s: &StepRecord| s.status().is_terminal() || s.status() == StepStatus::AwaitingApproval;
+        let n_done = steps.iter().filter(|s| done(s)).count();
+        let started = match &record.run_id {
+            Some(run_id) => store.run(run_id)?.map(|r| r.created_at),
+            None => None,
+        };
+        let last = steps.iter().filter(|s| done(s)).map(|s| s.updated_at).max();
+        let still_moving = matches!(record.status, BackfillStatus::Running | BackfillStatus::Paused);
+        let elapsed_s = started.map(|t| {
+            let end = if still_moving { Utc::now() } else { last.unwrap_or(t) };
+            #[allow(clippy::cast_precision_loss)]
+            let s = (end - t).num_milliseconds().max(0) as f64 / 1000.0;
+            s
+        });
+        #[allow(clippy::cast_precision_loss)]
+        let steps_per_s = elapsed_s.filter(|e| *e > 0.0 && n_done > 0).map(|e| n_done as f64 / e);
+        #[allow(clippy::cast_precision_loss)]
+        let eta_s =
+            steps_per_s.filter(|_| still_moving).map(|r| (spec.steps.len() - n_done.min(spec.steps.len())) as f64 / r);
+        let failures = steps
+            .iter()
+            .filter(|s| matches!(s.status(), StepStatus::Failed | StepStatus::UpstreamFailed))
+            .map(|s| StepFailure {
+                step: s.name.clone(),
+                attempts: s.state.attempt,
+                reason: s.state.last_failure.as_ref().map_or_else(|| s.status().to_string(), |f| f.reason.clone()),
+            })
+            .collect();
+        let id = &record.id;
+        let next = match record.status {
+            BackfillStatus::Planned => format!("tidegate backfill start {id}"),
+            BackfillStatus::Running => format!("tidegate backfill status {id} --watch"),
+            BackfillStatus::Paused => format!("tidegate backfill resume {id}"),
+            BackfillStatus::Staged => format!("tidegate backfill compare {id}"),
+            BackfillStatus::Approved => format!("tidegate backfill publish {id}"),
+            BackfillStatus::Published => format!("tidegate backfill rollback {id}   (if it must be undone)"),
+            BackfillStatus::Failed => format!("tidegate history {}", record.run_id.clone().unwrap_or_default()),
+            BackfillStatus::RolledBack | BackfillStatus::Cancelled => "nothing".to_owned(),
+        };
+        Ok(Report {
+            id: record.id.clone(),
+            status: record.status,
+            reason: record.reason.clone(),
+            requester: record.requester.clone(),
+            spec_hash: record.spec_hash.clone(),
+            run_id: record.run_id.clone(),
+            n_steps: spec.steps.len(),
+            steps: tally,
+            n_done,
+            elapsed_s,
+            steps_per_s,
+            eta_s,
+            failures,
+            approval: record.approval.clone(),
+            release_id: record.release_id.clone(),
+            next,
+        })
+    }
+}
+
+/// Where a backfill stands.
+pub fn status(store: &dyn Store, id: &str) -> Result<Report> {
+    let (record, _) = load(store, id)?;
+    Report::of(store, &record)
+}
+
+/// The newest `limit` backfills.
+pub fn list(store: &dyn Store, limit: u32) -> Result<Vec<BackfillRecord>> {
+    Ok(store.backfills(limit)?)
+}

@@ -1,0 +1,293 @@
+//! Reviewing a backfill: what publishing would change, partition by partition, and an approval
+//! bound to exactly the spec and comparison the approver saw.
+
+use std::collections::BTreeMap;
+
+use anyhow::{Context, Result, bail};
+use chrono::Utc;
+use serde::{Deserialize, Serialize};
+use tidegate_core::actor::{Actor, Role};
+use tidegate_core::idempotency::Canonical;
+use tidegate_core::spec::model::{CheckRule, DatasetKind, WriteMode};
+use tidegate_core::state::StepStatus;
+use tidegate_lake::{CompareSpec, Comparison, Lake, StagedVersion};
+use tidegate_store::{Approval, BackfillRecord, BackfillStatus, Store};
+
+use super::{FrozenSpec, ensure_spec_unchanged, load, meta};
+use crate::workspace::{Workspace, open_lake, runtime};
+
+/// How many changed, added and removed rows a comparison shows per partition.
+const SAMPLE_ROWS: usize = 5;
+
+/// A backfill's comparison: one report per dataset, upstream first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Review {
+    pub backfill_id: String,
+    pub spec_hash: String,
+    pub datasets: Vec<Comparison>,
+}
+
+impl Review {
+    /// What an approval binds: the per-dataset reports (not when they were computed).
+    pub fn hash(&self) -> String {
+        let json = serde_json::to_vec(&self.datasets).unwrap_or_default();
+        Canonical::new("tidegate.backfill.comparison").str("spec", &self.spec_hash).field("json", &json).finish()
+    }
+
+    /// The table version each dataset was compared against (`None`: it had no table).
+    pub fn published_versions(&self) -> BTreeMap<String, Option<u64>> {
+        self.datasets.iter().map(|c| (c.dataset.clone(), c.published_version)).collect()
+    }
+
+    /// What differs from `approved`, dataset by dataset: the partitions whose comparison changed
+    /// and the table versions compared against, e.g. `raw: partition 2024-01-01 changed (approved
+    /// against table version 3, found version 4)`.
+    pub fn describe_changes_since(&self, approved: &Review) -> String {
+        // The approved comparison went through the store as JSON text; so does this one, so that
+        // equal numbers compare equal whatever the text rounding did to them.
+        let this: Review = serde_json::to_string(self)
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_else(|| self.clone());
+        let mut parts = Vec::new();
+        for now in &this.datasets {
+            let then = approved.datasets.iter().find(|c| c.dataset == now.dataset);
+            if then == Some(now) {
+                continue;
+            }
+            let changed: Vec<&str> = now
+                .partitions
+                .iter()
+                .filter(|p| then.is_none_or(|t| !t.partitions.contains(p)))
+                .map(|p| p.partition.as_str())
+                .collect();
+            let moved = then.is_none_or(|t| t.published_version != now.published_version);
+            let what = match changed.as_slice() {
+                [] if moved => "no partition of the backfill changed, but the table moved".to_owned(),
+                [] => "its comparison changed".to_owned(),
+                [one] => format!("partition {one} changed"),
+                many => format!("partitions {} changed", many.join(", ")),
+            };
+            let version = |v: Option<u64>| v.map_or_else(|| "no table".to_owned(), |v| format!("table version {v}"));
+            parts.push(format!(
+                "{}: {what} (approved against {}, found {})",
+                now.dataset,
+                version(then.and_then(|t| t.published_version)),
+                version(now.published_version)
+            ));
+        }
+        parts.join("; ")
+    }
+}
+
+/// The comparison the backfill's approval was given for: the one recorded with the hash it binds
+/// (`compare` withdraws an approval whose comparison it replaces).
+pub fn approved_review(record: &BackfillRecord) -> Result<Review> {
+    let value =
+        record.comparison.clone().with_context(|| format!("backfill {} has no recorded comparison", record.id))?;
+    serde_json::from_value(value).with_context(|| format!("decoding the recorded comparison of backfill {}", record.id))
+}
+
+/// Computes the comparison of a staged backfill with what is published now.
+pub async fn review(
+    ws: &Workspace,
+    store: &dyn Store,
+    lake: &Lake,
+    record: &BackfillRecord,
+    spec: &FrozenSpec,
+) -> Result<Review> {
+    let staged = staged_versions(store, record)?;
+    let mut datasets = Vec::new();
+    for name in &spec.datasets {
+        let dataset = &ws.spec.datasets[name];
+        let keys = compare_keys(dataset);
+        let versions = publishable(dataset, staged.iter().filter(|(d, _)| d == name).map(|(_, v)| v));
+        let published = lake.table_version(name).await?;
+        let cspec = CompareSpec {
+            dataset,
+            keys: &keys,
+            slice_columns: &dataset.slice_columns,
+            flag_change_pct: spec.flag_change_pct,
+            sample_rows: SAMPLE_ROWS,
+        };
+        datasets.push(lake.compare(&cspec, published, &versions).await?);
+    }
+    Ok(Review { backfill_id: record.id.clone(), spec_hash: record.spec_hash.clone(), datasets })
+}
+
+/// The staged versions of one dataset that publication would make visible: all of them, except
+/// for a snapshot dataset, whose newest version alone is the whole dataset.
+pub fn publishable<'a>(
+    dataset: &tidegate_core::spec::Dataset,
+    versions: impl Iterator<Item = &'a StagedVersion>,
+) -> Vec<StagedVersion> {
+    let versions: Vec<&StagedVersion> = versions.collect();
+    if matches!(dataset.kind, DatasetKind::Managed { write: WriteMode::Snapshot }) {
+        return versions.iter().max_by_key(|v| v.partition_keys()).map(|v| vec![(*v).clone()]).unwrap_or_default();
+    }
+    versions.into_iter().cloned().collect()
+}
+
+/// The keys rows are matched by: the merge keys, the append de-duplication key, or else the
+/// columns of the dataset's first `unique` check (a declared key); whole rows otherwise.
+fn compare_keys(dataset: &tidegate_core::spec::Dataset) -> Vec<String> {
+    match &dataset.kind {
+        DatasetKind::Managed { write: WriteMode::Merge { keys, .. } } => keys.clone(),
+        DatasetKind::Managed { write: WriteMode::Append { dedup_key } } => dedup_key.clone(),
+        _ => dataset
+            .checks
+            .iter()
+            .find_map(|c| match &c.rule {
+                CheckRule::Unique { columns } => Some(columns.clone()),
+                _ => None,
+            })
+            .unwrap_or_default(),
+    }
+}
+
+/// (dataset, staged version) for every step of the backfill's run that staged and validated its
+/// output, from the step's last attempt.
+pub fn staged_versions(store: &dyn Store, record: &BackfillRecord) -> Result<Vec<(String, StagedVersion)>> {
+    let Some(run_id) = &record.run_id else {
+        bail!("backfill {} has not run yet; start it with `tidegate backfill start {}`", record.id, record.id);
+    };
+    let mut out = Vec::new();
+    for step in store.steps(run_id)? {
+        if !matches!(step.status(), StepStatus::AwaitingApproval | StepStatus::Validated | StepStatus::Published) {
+            continue;
+        }
+        for v in store.versions(&step.id)?.into_iter().filter(|v| v.attempt == step.state.attempt) {
+            let staged: StagedVersion =
+                serde_json::from_value(v.files.clone()).with_context(|| format!("decoding staged version {}", v.id))?;
+            out.push((v.dataset.clone(), staged));
+        }
+    }
+    Ok(out)
+}
+
+/// A comparison recorded.
+#[derive(Debug, Clone, Serialize)]
+pub struct Compared {
+    /// What an approval binds.
+    pub comparison_hash: String,
+    /// The backfill's status after it (an approval of another comparison no longer holds).
+    pub status: BackfillStatus,
+    /// The comparison.
+    #[serde(flatten)]
+    pub review: Review,
+    /// True when the backfill was approved for another comparison and the approval was withdrawn.
+    #[serde(skip)]
+    pub approval_withdrawn: bool,
+    /// The backfill as it was before this comparison.
+    #[serde(skip)]
+    pub record: BackfillRecord,
+    /// Its frozen spec.
+    #[serde(skip)]
+    pub spec: FrozenSpec,
+}
+
+/// Compares a staged backfill with the published data, partition by partition, and records the
+/// comparison (its hash is what an approval binds; a new one withdraws an approval of another).
+pub fn compare(ws: &Workspace, store: &dyn Store, actor: &Actor, id: &str) -> Result<Compared> {
+    let (record, spec) = load(store, id)?;
+    if !matches!(record.status, BackfillStatus::Staged | BackfillStatus::Approved) {
+        bail!(
+            "backfill {} is {}; only a staged backfill can be compared{}",
+            record.id,
+            record.status,
+            if record.status == BackfillStatus::Running {
+                " (wait for `tidegate backfill status --watch`)"
+            } else {
+                ""
+            }
+        );
+    }
+    let review = runtime()?.block_on(async {
+        let lake = open_lake(ws).await?;
+        review(ws, store, &lake, &record, &spec).await
+    })?;
+    let hash = review.hash();
+    let value = serde_json::to_value(&review)?;
+    let changed = record.comparison_hash.as_deref() != Some(hash.as_str());
+    let h = hash.clone();
+    // A new comparison replaces the old one; if it differs from what was approved, the approval
+    // no longer holds and the backfill goes back to staged.
+    let updated = store.update_backfill(
+        &record.id,
+        &[BackfillStatus::Staged, BackfillStatus::Approved],
+        "backfill_compared",
+        &move |b: &mut BackfillRecord| {
+            if b.approval.as_ref().is_some_and(|a| a.comparison_hash != h) {
+                b.approval = None;
+                b.status = BackfillStatus::Staged;
+            }
+            b.comparison = Some(value.clone());
+            b.comparison_hash = Some(h.clone());
+        },
+        &meta(actor, if changed { "comparison recorded" } else { "comparison unchanged" }, &record.id),
+    )?;
+    let approval_withdrawn = record.approval.is_some() && updated.approval.is_none();
+    Ok(Compared { comparison_hash: hash, status: updated.status, review, approval_withdrawn, record, spec })
+}
+
+/// Approves a compared backfill as `actor`, binding the approval to its spec hash and a freshly
+/// recomputed comparison. The approver must hold the approver role and must not be the requester
+/// under any spelling of the name (unless the workspace allows self-approval).
+pub fn approve(ws: &Workspace, store: &dyn Store, actor: &Actor, id: &str) -> Result<BackfillRecord> {
+    crate::actor::require(actor, Role::Approver, "approve a backfill")?;
+    let (record, spec) = load(store, id)?;
+    let approver = actor.name.clone();
+    if actor.is(&record.requester) && !ws.spec.project.allow_self_approval {
+        bail!(
+            "{} requested backfill {} and cannot also approve it{}; another person approves it as \
+             themselves (their OS account, or a token an admin minted for them with `tidegate token create`), \
+             or set allow_self_approval = true in [project] of {}",
+            record.requester,
+            record.id,
+            if actor.name == record.requester {
+                String::new()
+            } else {
+                format!(" (as {}, the same name)", actor.describe())
+            },
+            ws.spec.file
+        );
+    }
+    if record.status != BackfillStatus::Staged {
+        bail!("backfill {} is {}; only a staged, compared backfill can be approved", record.id, record.status);
+    }
+    let Some(recorded) = record.comparison_hash.clone() else {
+        bail!("backfill {} has no comparison yet; review `tidegate backfill compare {}` first", record.id, record.id);
+    };
+    ensure_spec_unchanged(ws, &record, &spec)?;
+    let current = runtime()?.block_on(async {
+        let lake = open_lake(ws).await?;
+        review(ws, store, &lake, &record, &spec).await
+    })?;
+    if current.hash() != recorded {
+        bail!(
+            "the comparison of backfill {} changed since it was recorded (published data or staged output moved); \
+             run `tidegate backfill compare {}` again and review it before approving",
+            record.id,
+            record.id
+        );
+    }
+    let approval = Approval {
+        by: approver.clone(),
+        authenticated_as: actor.describe(),
+        at: Utc::now(),
+        spec_hash: record.spec_hash.clone(),
+        comparison_hash: recorded,
+    };
+    let a = approval.clone();
+    let updated = store.update_backfill(
+        &record.id,
+        &[BackfillStatus::Staged],
+        "backfill_approved",
+        &move |b: &mut BackfillRecord| {
+            b.status = BackfillStatus::Approved;
+            b.approval = Some(a.clone());
+        },
+        &meta(actor, format!("approved by {}", actor.describe()), &record.id),
+    )?;
+    Ok(updated)
+}

@@ -1,0 +1,138 @@
+//! `backfill plan`: freeze what a backfill will rebuild and show its blast radius
+//! (`tidegate_app::backfill::plan`).
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::builder::TypedValueParser as _;
+use tidegate_app::backfill::{FrozenSpec, PlanRequest, Reprocess, short};
+use tidegate_app::workspace;
+use tidegate_core::actor::Actor;
+
+use crate::output;
+
+/// Freeze a backfill and show its blast radius; nothing runs yet.
+///
+/// The frozen spec (steps, code versions, input versions pinned now, reason, requester,
+/// throttle) gets an id and a hash. Overlapping an unfinished backfill of the same datasets is
+/// refused with a conflict naming it.
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Examples:\n  tidegate backfill plan daily_stats --from 2024-01-01 --to 2024-01-31 --reprocess all --reason \"fix the dedup\"\n  tidegate backfill plan features --from 2024-01-01 --to 2024-01-07 --reprocess all --include-downstream --max-active-runs 2 --reason \"new feature SQL\" --json"
+)]
+pub struct PlanArgs {
+    /// A task, or a dataset written by a task.
+    pub target: String,
+    /// First partition (included).
+    #[arg(long)]
+    pub from: String,
+    /// Last partition (included).
+    #[arg(long)]
+    pub to: String,
+    /// Which of the selected partitions to rebuild.
+    #[arg(long, value_parser = reprocess_parser())]
+    pub reprocess: Reprocess,
+    /// The intended change, in words (recorded in the frozen spec and the journal).
+    #[arg(long, value_parser = crate::cmd::reason)]
+    pub reason: String,
+    /// At most this many of the backfill's steps run at once.
+    #[arg(long, default_value_t = 2, value_name = "K", allow_negative_numbers = true)]
+    pub max_active_runs: u32,
+    /// At most this many step starts per second (a positive number).
+    #[arg(long, value_name = "R", allow_negative_numbers = true)]
+    pub rate: Option<f64>,
+    /// Also rebuild every downstream partition that reads what this backfill rewrites.
+    #[arg(long)]
+    pub include_downstream: bool,
+    /// Flag a partition in the comparison when more than this percent of its rows change, a
+    /// column's mean moves by more than this percent, or its null rate rises by more than this
+    /// many points.
+    #[arg(long, value_name = "PCT")]
+    pub flag_change_pct: Option<f64>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `--reprocess`, with each value's meaning in `--help`.
+fn reprocess_parser() -> impl clap::builder::TypedValueParser<Value = Reprocess> {
+    use clap::builder::{PossibleValue, PossibleValuesParser};
+    PossibleValuesParser::new([
+        PossibleValue::new("missing").help("Only partitions that were never published"),
+        PossibleValue::new("failed").help("Only partitions whose latest step failed"),
+        PossibleValue::new("all").help("Every selected partition"),
+    ])
+    .try_map(|s| s.parse::<Reprocess>())
+}
+
+impl PlanArgs {
+    fn request(&self) -> PlanRequest {
+        PlanRequest {
+            target: self.target.clone(),
+            from: self.from.clone(),
+            to: self.to.clone(),
+            reprocess: self.reprocess,
+            reason: self.reason.clone(),
+            max_active_runs: self.max_active_runs,
+            rate: self.rate,
+            include_downstream: self.include_downstream,
+            flag_change_pct: self.flag_change_pct,
+        }
+    }
+}
+
+pub fn plan(ws: Option<&Path>, actor: &Actor, args: PlanArgs) -> Result<ExitCode> {
+    let ws = workspace::load(ws)?;
+    let store = ws.open_store()?;
+    let planned = tidegate_app::backfill::plan(&ws, store.as_ref(), actor, &args.request())?;
+    if args.json {
+        output::json(&planned)?;
+    } else {
+        print_plan(&planned.id, &planned.spec_hash, &planned.spec);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_plan(id: &str, spec_hash: &str, spec: &FrozenSpec) {
+    let br = &spec.blast_radius;
+    println!("Planned backfill {id} (spec {}), requested by {}", short(spec_hash), spec.requester);
+    println!("  reason: {}", spec.reason);
+    println!(
+        "  {} steps, reprocess {:?}, at most {} at once{}",
+        br.n_steps,
+        spec.reprocess,
+        spec.throttle.max_active,
+        spec.throttle.rate_per_s.map(|r| format!(", {r} starts/s")).unwrap_or_default()
+    );
+    println!();
+    println!("Blast radius:");
+    let rows: Vec<Vec<String>> = br
+        .datasets
+        .iter()
+        .map(|d| {
+            vec![
+                d.dataset.clone(),
+                format!("{}{}", d.task, if d.downstream { " (downstream)" } else { "" }),
+                format!(
+                    "{} ({}..{})",
+                    d.partitions.len(),
+                    d.partitions.first().cloned().unwrap_or_default(),
+                    d.partitions.last().cloned().unwrap_or_default()
+                ),
+                d.current_rows.to_string(),
+                output::human_bytes(d.current_bytes),
+                if d.consumers.is_empty() { "-".to_owned() } else { d.consumers.join(", ") },
+            ]
+        })
+        .collect();
+    print!("{}", output::table(&["dataset", "task", "partitions", "rows now", "bytes now", "consumers"], &rows));
+    match (br.estimated_compute_s, br.estimated_wall_s) {
+        (Some(c), Some(w)) => {
+            println!("Estimated compute {c:.1} s (about {w:.1} s under the throttle), from step history")
+        }
+        _ => println!("Estimated compute: unknown (no step history for some task yet)"),
+    }
+    println!("Staging needs about {}", output::human_bytes(br.estimated_staging_bytes));
+    println!();
+    println!("Nothing runs until you start it:  tidegate backfill start {id}");
+}
