@@ -56,21 +56,33 @@ struct RunReport<'a> {
 
 pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
-    let store = ws.open_store()?;
     let request = SubmitRequest {
         target: args.target.target()?,
         idempotency_key: args.idempotency_key,
         trigger: Trigger::Manual,
         priority: Priority::Live,
     };
-    let submitted = submit(&ws, store.as_ref(), actor, &request)?;
+    submit_and_run(&ws, actor, &request, args.workers.into(), args.json)
+}
+
+/// Submits a run and drains it in this process with `workers` slots, printing its outcome (as
+/// JSON with `json`); the exit status says whether any step failed.
+pub(crate) fn submit_and_run(
+    ws: &Workspace,
+    actor: &Actor,
+    request: &SubmitRequest,
+    workers: usize,
+    json: bool,
+) -> Result<ExitCode> {
+    let store = ws.open_store()?;
+    let submitted = submit(ws, store.as_ref(), actor, request)?;
     let (run, created, n_steps) = (submitted.run, submitted.created, submitted.n_steps);
-    if !args.json {
+    if !json {
         let verb = if created { "Created" } else { "Resuming" };
         eprintln!("{verb} run {} ({n_steps} steps)", run.id);
     }
     let started = Instant::now();
-    let summary = execute(&ws, store.clone(), args.workers.into(), !args.json, Some(&run.id))?;
+    let summary = execute(ws, store.clone(), workers, !json, Some(&run.id))?;
     let run = store.run(&run.id)?.context("the run vanished from the store")?;
     let report = RunReport {
         run_id: &run.id,
@@ -79,7 +91,7 @@ pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
         summary: &summary,
         elapsed_s: started.elapsed().as_secs_f64(),
     };
-    if args.json {
+    if json {
         output::json(&report)?;
     } else {
         println!(

@@ -14,7 +14,6 @@ use chrono::Utc;
 use tidegate_core::actor::Actor;
 
 use crate::cmd::data::{open_lake, runtime};
-use crate::cmd::tick;
 use tidegate_app::run;
 use tidegate_app::workspace;
 
@@ -62,8 +61,8 @@ pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
         while !stop.load(Ordering::SeqCst) {
             let started = Instant::now();
             let now = Utc::now();
-            let decisions = tick::decide(&ws.spec, &lake, now).await?;
-            let due = tick::start_due(&ws, store.as_ref(), actor, &decisions, now)?;
+            let decisions = tidegate_app::schedule::decide(&ws.spec, &lake, now).await?;
+            let due = tidegate_app::schedule::start_due(&ws, store.as_ref(), actor, &decisions, now)?;
             for run_id in &due.runs {
                 eprintln!("tick {now}: started run {run_id}");
             }

@@ -156,7 +156,7 @@ fn debt(ws: &Workspace, store: &dyn tidegate_store::Store, now: chrono::DateTime
     }
     let decisions = runtime()?.block_on(async {
         let lake = open_lake(ws).await?;
-        tick::decide(&ws.spec, &lake, now).await
+        tidegate_app::schedule::decide(&ws.spec, &lake, now).await
     })?;
     let freshness = decisions
         .iter()

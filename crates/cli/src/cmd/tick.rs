@@ -1,30 +1,17 @@
-//! `tidegate tick`: one pass of the scheduler. For every scheduled task, the intervals that ended
-//! since its dataset's newest published partition are due; catch-up (off by default) decides
-//! whether only the newest runs and the rest are left as debt, or all of them run, newest first.
+//! `tidegate tick`: one pass of the scheduler (`tidegate_app::schedule`).
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
+use tidegate_app::schedule::{Started, Superseded, TaskDecision, decide, start_due};
+use tidegate_app::workspace::{self, Workspace, open_lake, runtime};
 use tidegate_core::actor::Actor;
-use tidegate_core::partition::Partition;
-use tidegate_core::plan::{self, Plan, Request, Selection};
-use tidegate_core::schedule::catch_up;
-use tidegate_core::spec::{Spec, Task};
-use tidegate_lake::Lake;
-use tidegate_store::{Decision, JournalMeta, Priority, RunRequest, Store, Trigger};
 
-use crate::cmd::data::{open_lake, runtime};
 use crate::cmd::run::execute;
 use crate::output;
-use tidegate_app::submit;
-use tidegate_app::workspace::{self, Workspace};
-
-/// How far back a tick looks for a task's newest published partition.
-const LOOKBACK: i32 = 400;
 
 /// Run the schedules once: start what is due, and report what catch-up leaves as debt.
 ///
@@ -50,20 +37,6 @@ pub struct Args {
     pub json: bool,
 }
 
-/// One scheduled task's decision.
-#[derive(Debug, Clone, Serialize)]
-pub struct TaskDecision {
-    pub task: String,
-    pub catchup: bool,
-    /// The newest published partition of its dataset before the tick.
-    pub newest_published: Option<String>,
-    pub due: Vec<String>,
-    pub run: Vec<String>,
-    pub debt: Vec<String>,
-    /// Older missed intervals: unpublished, between published ones (debt left by earlier ticks).
-    pub gaps: Vec<String>,
-}
-
 #[derive(Debug, Serialize)]
 struct Tick {
     now: DateTime<Utc>,
@@ -72,45 +45,42 @@ struct Tick {
     superseded: Vec<Superseded>,
 }
 
-/// A due interval not run because an unfinished run of another trigger already covers it (a
-/// wider manual run or backfill over the downtime): journaled as `interval_superseded`.
-#[derive(Debug, Clone, Serialize)]
-pub struct Superseded {
-    pub task: String,
-    pub partition: String,
-    pub by_run: String,
-}
-
-/// What a tick started.
-#[derive(Debug, Default)]
-pub struct Started {
-    pub runs: Vec<String>,
-    pub superseded: Vec<Superseded>,
-}
-
 pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
     let now = match &args.now {
         Some(text) => parse_instant(text)?,
         None => Utc::now(),
     };
+    tick_at(&ws, actor, now, args.dry_run, args.workers.into(), args.json)
+}
+
+/// One scheduler pass at `now`: decides, starts what is due (unless `dry_run`) and drains it with
+/// `workers` slots, then prints the decisions (as JSON with `json`).
+pub(crate) fn tick_at(
+    ws: &Workspace,
+    actor: &Actor,
+    now: DateTime<Utc>,
+    dry_run: bool,
+    workers: usize,
+    json: bool,
+) -> Result<ExitCode> {
     let decisions = runtime()?.block_on(async {
-        let lake = open_lake(&ws).await?;
+        let lake = open_lake(ws).await?;
         decide(&ws.spec, &lake, now).await
     })?;
     let store = ws.open_store()?;
     let Started { runs, superseded } =
-        if args.dry_run { Started::default() } else { start_due(&ws, store.as_ref(), actor, &decisions, now)? };
-    if !args.json {
+        if dry_run { Started::default() } else { start_due(ws, store.as_ref(), actor, &decisions, now)? };
+    if !json {
         print_decisions(&decisions, now);
         for s in &superseded {
             println!("  {}@{}: superseded by run {}, which already covers it", s.task, s.partition, s.by_run);
         }
     }
     if !runs.is_empty() {
-        execute(&ws, store.clone(), args.workers.into(), !args.json, None)?;
+        execute(ws, store.clone(), workers, !json, None)?;
     }
-    if args.json {
+    if json {
         output::json(&Tick { now, decisions, runs, superseded })?;
     }
     Ok(ExitCode::SUCCESS)
@@ -123,188 +93,6 @@ pub fn parse_instant(text: &str) -> Result<DateTime<Utc>> {
     let day = chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d")
         .with_context(|| format!("--now {text:?} is neither an RFC 3339 instant nor a date"))?;
     Ok(day.and_hms_opt(0, 0, 0).unwrap_or_default().and_utc())
-}
-
-/// Decides every scheduled task's due intervals at `now`.
-pub async fn decide(spec: &Spec, lake: &Lake, now: DateTime<Utc>) -> Result<Vec<TaskDecision>> {
-    let mut out = Vec::new();
-    for task in spec.tasks.values().filter(|t| t.schedule.is_some()) {
-        let Some(decision) = decide_task(spec, lake, task, now).await? else { continue };
-        out.push(decision);
-    }
-    Ok(out)
-}
-
-async fn decide_task(spec: &Spec, lake: &Lake, task: &Task, now: DateTime<Utc>) -> Result<Option<TaskDecision>> {
-    let Some(dataset) = task.outputs.first() else { return Ok(None) };
-    let Some(axis) = plan::axis_of(&spec.datasets[dataset]) else { return Ok(None) };
-    // The newest interval that has ended by `now`.
-    let current = axis.floor(now);
-    if current <= axis.first {
-        return Ok(None);
-    }
-    let latest = axis.shift(current, -1);
-    let window_start = axis.shift(latest, -LOOKBACK).max(axis.first);
-    let candidates = axis.range_inclusive(window_start, latest)?;
-    let keys: Vec<String> = candidates.iter().map(|p| p.key.clone()).collect();
-    let sizes = lake.partition_sizes(dataset, &keys).await?;
-    let published: BTreeSet<&str> = sizes.iter().filter(|s| s.n_files > 0).map(|s| s.partition.as_str()).collect();
-    let newest = candidates.iter().rposition(|p| published.contains(p.key.as_str()));
-    let due: Vec<Partition> = match newest {
-        Some(i) => candidates[i + 1..].to_vec(),
-        // Never published: the schedule starts now, with the newest ended interval.
-        None => candidates.last().cloned().into_iter().collect(),
-    };
-    let oldest = candidates.iter().position(|p| published.contains(p.key.as_str()));
-    let gaps: Vec<String> = match (oldest, newest) {
-        (Some(a), Some(b)) => {
-            candidates[a..b].iter().filter(|p| !published.contains(p.key.as_str())).map(|p| p.key.clone()).collect()
-        }
-        _ => Vec::new(),
-    };
-    let decision = catch_up(&due, task.catchup);
-    Ok(Some(TaskDecision {
-        task: task.name.clone(),
-        catchup: task.catchup.enabled,
-        newest_published: newest.map(|i| candidates[i].key.clone()),
-        due: due.iter().map(|p| p.key.clone()).collect(),
-        run: decision.run.iter().map(|p| p.key.clone()).collect(),
-        debt: decision.debt.iter().map(|p| p.key.clone()).collect(),
-        gaps,
-    }))
-}
-
-/// Submits the runs the decisions start: the newest due interval of each task as a schedule run
-/// (live priority), the older ones of tasks with catch-up on as a catch-up run. An interval that
-/// an unfinished run already covers (a wider manual run or a backfill submitted over the
-/// downtime) is not run again: it is journaled as superseded by that run.
-pub fn start_due(
-    ws: &Workspace,
-    store: &dyn Store,
-    actor: &Actor,
-    decisions: &[TaskDecision],
-    now: DateTime<Utc>,
-) -> Result<Started> {
-    let mut covered: BTreeMap<(String, String), String> = BTreeMap::new();
-    for a in store.active_steps()? {
-        covered.entry((a.step.task.clone(), a.step.partition.clone())).or_insert(a.step.run_id.clone());
-    }
-    let mut superseded = Vec::new();
-    let decisions: Vec<TaskDecision> = decisions
-        .iter()
-        .map(|d| {
-            let mut d = d.clone();
-            d.run.retain(|p| match covered.get(&(d.task.clone(), p.clone())) {
-                Some(run) => {
-                    superseded.push(Superseded { task: d.task.clone(), partition: p.clone(), by_run: run.clone() });
-                    false
-                }
-                None => true,
-            });
-            d
-        })
-        .collect();
-    for s in &superseded {
-        let decision = Decision {
-            kind: "interval_superseded".to_owned(),
-            run_id: Some(s.by_run.clone()),
-            task: Some(s.task.clone()),
-            partition: Some(s.partition.clone()),
-            payload: serde_json::json!({ "by_run": s.by_run, "tick": now }),
-        };
-        let meta = JournalMeta {
-            actor: actor.name.clone(),
-            correlation_id: format!("tick-{}", now.timestamp()),
-            reason: format!(
-                "{}@{} is already covered by unfinished run {}; not run again",
-                s.task, s.partition, s.by_run
-            ),
-            at: Utc::now(),
-        };
-        store.record_decision(&decision, &meta)?;
-    }
-    let mut runs = Vec::new();
-    for (trigger, priority) in [(Trigger::Schedule, Priority::Live), (Trigger::Catchup, Priority::Catchup)] {
-        runs.extend(submit_due(ws, store, actor, &decisions, trigger, priority, now)?);
-    }
-    Ok(Started { runs, superseded })
-}
-
-/// Submits one run holding every (task, partition) the decisions start under `trigger`.
-fn submit_due(
-    ws: &Workspace,
-    store: &dyn Store,
-    actor: &Actor,
-    decisions: &[TaskDecision],
-    trigger: Trigger,
-    priority: Priority,
-    now: DateTime<Utc>,
-) -> Result<Option<String>> {
-    let wanted: BTreeMap<String, Vec<String>> = decisions
-        .iter()
-        .map(|d| {
-            let keys = match trigger {
-                Trigger::Schedule => d.run.first().cloned().into_iter().collect(),
-                _ => d.run.iter().skip(1).cloned().collect(),
-            };
-            (d.task.clone(), keys)
-        })
-        .filter(|(_, keys): &(String, Vec<String>)| !keys.is_empty())
-        .collect();
-    if wanted.is_empty() {
-        return Ok(None);
-    }
-    let plan = combined_plan(&ws.spec, &wanted)?;
-    let steps = submit::new_steps(ws, &plan, &BTreeMap::new(), false)?;
-    let partitions: Vec<String> =
-        wanted.iter().flat_map(|(t, keys)| keys.iter().map(move |k| format!("{t}@{k}"))).collect();
-    let request = RunRequest {
-        target: wanted.keys().cloned().collect::<Vec<_>>().join(","),
-        partitions,
-        scope: "upstream".to_owned(),
-        trigger,
-        priority,
-        requester: "scheduler".to_owned(),
-        spec_hash: ws.spec.hash.clone(),
-        params: BTreeMap::new(),
-        backfill_id: None,
-        // One tick per instant: ticking twice at the same `now` creates nothing new.
-        idempotency_key: Some(format!("tick:{}:{}", format!("{trigger:?}").to_lowercase(), now.to_rfc3339())),
-    };
-    let meta = JournalMeta {
-        actor: actor.name.clone(),
-        correlation_id: format!("tick-{}", now.timestamp()),
-        reason: format!("{} tick at {now}", format!("{trigger:?}").to_lowercase()),
-        at: Utc::now(),
-    };
-    Ok(Some(store.submit_run(&request, &steps, &meta)?.run.id))
-}
-
-/// One plan for many (task, partitions): each planned with its upstream, then cut down to the
-/// wanted pairs, keeping the links between them.
-fn combined_plan(spec: &Spec, wanted: &BTreeMap<String, Vec<String>>) -> Result<Plan> {
-    let wanted_names: BTreeSet<String> =
-        wanted.iter().flat_map(|(t, keys)| keys.iter().map(move |k| format!("{t}@{k}"))).collect();
-    let mut steps = BTreeMap::new();
-    for (task, keys) in wanted {
-        let request = Request {
-            spec,
-            target: task,
-            selection: Selection::Keys(keys.clone()),
-            include_upstream: true,
-            include_downstream: false,
-        };
-        for step in plan::plan(&request)?.steps {
-            if wanted_names.contains(&step.name) {
-                steps.insert(step.name.clone(), step);
-            }
-        }
-    }
-    let mut steps: Vec<_> = steps.into_values().collect();
-    for s in &mut steps {
-        s.upstream.retain(|u| wanted_names.contains(u));
-    }
-    Ok(Plan { target: wanted.keys().cloned().collect::<Vec<_>>().join(","), steps })
 }
 
 fn print_decisions(decisions: &[TaskDecision], now: DateTime<Utc>) {

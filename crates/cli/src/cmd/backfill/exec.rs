@@ -4,13 +4,14 @@
 use std::io::IsTerminal;
 use std::path::Path;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
 use tidegate_app::backfill::{Begun, Report, short};
-use tidegate_app::workspace;
+use tidegate_app::workspace::{self, Workspace};
 use tidegate_core::actor::Actor;
-use tidegate_store::BackfillStatus;
+use tidegate_store::{BackfillStatus, Store};
 
 use crate::cmd::run::execute;
 use crate::output;
@@ -63,24 +64,38 @@ pub struct ListArgs {
 pub fn start(ws: Option<&Path>, actor: &Actor, args: StartArgs, resume: bool) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
     let store = ws.open_store()?;
-    let report = match tidegate_app::backfill::start(&ws, store.as_ref(), actor, &args.id, resume)? {
-        Begun::AlreadyRan { report } => *report,
-        Begun::Running { id, run_id, n_steps, max_active } => {
-            if !args.json {
-                eprintln!(
-                    "Backfill {id} running as run {run_id}: {n_steps} steps into staging, at most {max_active} at once"
-                );
-            }
-            execute(&ws, store.clone(), usize::from(args.workers), !args.json, Some(&run_id))?;
-            tidegate_app::backfill::settle(store.as_ref(), actor, &id)?
-        }
-    };
+    let report = start_and_wait(&ws, &store, actor, &args.id, resume, usize::from(args.workers), !args.json)?;
     if args.json {
         output::json(&report)?;
     } else {
         print_report(&report);
     }
     Ok(if report.status == BackfillStatus::Failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}
+
+/// Starts (or resumes) a backfill and drains its run in this process with `workers` slots, then
+/// reports where it stands; `talk` prints what runs and a progress line.
+pub(crate) fn start_and_wait(
+    ws: &Workspace,
+    store: &Arc<dyn Store>,
+    actor: &Actor,
+    id: &str,
+    resume: bool,
+    workers: usize,
+    talk: bool,
+) -> Result<Report> {
+    Ok(match tidegate_app::backfill::start(ws, store.as_ref(), actor, id, resume)? {
+        Begun::AlreadyRan { report } => *report,
+        Begun::Running { id, run_id, n_steps, max_active } => {
+            if talk {
+                eprintln!(
+                    "Backfill {id} running as run {run_id}: {n_steps} steps into staging, at most {max_active} at once"
+                );
+            }
+            execute(ws, store.clone(), workers, talk, Some(&run_id))?;
+            tidegate_app::backfill::settle(store.as_ref(), actor, &id)?
+        }
+    })
 }
 
 pub fn pause(ws: Option<&Path>, actor: &Actor, args: IdArgs) -> Result<ExitCode> {
@@ -112,7 +127,7 @@ pub fn cancel(ws: Option<&Path>, actor: &Actor, args: IdArgs) -> Result<ExitCode
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_report(r: &Report) {
+pub(crate) fn print_report(r: &Report) {
     println!("Backfill {} is {} (spec {}), requested by {}", r.id, r.status, short(&r.spec_hash), r.requester);
     println!("  reason: {}", r.reason);
     let detail: Vec<String> = r.steps.iter().map(|(s, n)| format!("{n} {s}")).collect();

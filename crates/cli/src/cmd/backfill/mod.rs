@@ -3,11 +3,11 @@
 //! reports what would change; `approve` binds a second person to the exact spec and comparison;
 //! `publish` makes it visible as one release; `rollback` restores what was there before.
 
-mod exec;
+pub(crate) mod exec;
 mod html;
-mod plan;
-mod release;
-mod review;
+pub(crate) mod plan;
+pub(crate) mod release;
+pub(crate) mod review;
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -50,47 +50,5 @@ pub fn run(ws: Option<&Path>, actor: &Actor, command: Command) -> Result<ExitCod
         Command::Approve(args) => review::approve(ws, actor, args),
         Command::Publish(args) => release::publish(ws, actor, args),
         Command::Rollback(args) => release::rollback(ws, actor, args),
-    }
-}
-
-// Arguments for callers that drive backfills in-process (the demo).
-
-pub(crate) fn freeze_args(target: &str, from: &str, to: &str, reason: &str, max_active_runs: u32) -> plan::PlanArgs {
-    plan::PlanArgs {
-        target: target.to_owned(),
-        from: from.to_owned(),
-        to: to.to_owned(),
-        reprocess: tidegate_app::backfill::Reprocess::All,
-        reason: reason.to_owned(),
-        max_active_runs,
-        rate: None,
-        include_downstream: true,
-        flag_change_pct: Some(10.0),
-        json: false,
-    }
-}
-
-pub(crate) fn start_args(id: &str) -> exec::StartArgs {
-    exec::StartArgs { id: id.to_owned(), workers: 4, json: false }
-}
-
-pub(crate) fn compare_args(id: &str, html: Option<std::path::PathBuf>) -> review::CompareArgs {
-    review::CompareArgs { id: id.to_owned(), html, json: false }
-}
-
-pub(crate) fn approve_args(id: &str) -> review::ApproveArgs {
-    review::ApproveArgs { id: id.to_owned(), approver: None, json: false }
-}
-
-pub(crate) fn publish_args(id: &str) -> release::PublishArgs {
-    release::PublishArgs { id: id.to_owned(), json: false }
-}
-
-pub(crate) fn rollback_args(id: &str) -> release::RollbackArgs {
-    release::RollbackArgs {
-        id: id.to_owned(),
-        reason: "demo: undoing the backfill".to_owned(),
-        json: false,
-        lock: crate::cmd::lock::LockWait { lock_wait: tidegate_app::lock::DEFAULT_LOCK_WAIT_S },
     }
 }

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::builder::TypedValueParser as _;
-use tidegate_app::backfill::{FrozenSpec, PlanRequest, Reprocess, short};
+use tidegate_app::backfill::{PlanRequest, Planned, Reprocess, short};
 use tidegate_app::workspace;
 use tidegate_core::actor::Actor;
 
@@ -88,12 +88,13 @@ pub fn plan(ws: Option<&Path>, actor: &Actor, args: PlanArgs) -> Result<ExitCode
     if args.json {
         output::json(&planned)?;
     } else {
-        print_plan(&planned.id, &planned.spec_hash, &planned.spec);
+        print_plan(&planned);
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_plan(id: &str, spec_hash: &str, spec: &FrozenSpec) {
+pub(crate) fn print_plan(planned: &Planned) {
+    let (id, spec_hash, spec) = (&planned.id, &planned.spec_hash, &planned.spec);
     let br = &spec.blast_radius;
     println!("Planned backfill {id} (spec {}), requested by {}", short(spec_hash), spec.requester);
     println!("  reason: {}", spec.reason);

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use serde::Serialize;
+use tidegate_app::backfill::{Published, RolledBack};
 use tidegate_app::workspace;
 use tidegate_core::actor::Actor;
 
@@ -46,6 +47,14 @@ pub fn publish(ws: Option<&Path>, actor: &Actor, args: PublishArgs) -> Result<Ex
     if args.json {
         output::json(&published)?;
     } else {
+        print_published(&published);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A publication for people, with how to undo it.
+pub(crate) fn print_published(published: &Published) {
+    {
         println!("Published backfill {} as release {}:", published.backfill_id, published.release_id);
         for item in &published.publication.items {
             let note = if item.already_published { " (already committed before; nothing new)" } else { "" };
@@ -54,7 +63,6 @@ pub fn publish(ws: Option<&Path>, actor: &Actor, args: PublishArgs) -> Result<Ex
         println!("Consumers notified through the journal and {}", published.lineage);
         println!("Undo with: tidegate backfill rollback {}", published.backfill_id);
     }
-    Ok(ExitCode::SUCCESS)
 }
 
 /// What `backfill rollback --json` prints: each dataset with the version it was restored to.
@@ -76,6 +84,14 @@ pub fn rollback(ws: Option<&Path>, actor: &Actor, args: RollbackArgs) -> Result<
             restored: done.restored.iter().map(|r| (r.dataset.as_str(), r.version)).collect(),
         })?;
     } else {
+        print_rolled_back(&done);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A backfill rollback for people.
+pub(crate) fn print_rolled_back(done: &RolledBack) {
+    {
         println!("Rolled back backfill {} as release {}:", done.backfill_id, done.release_id);
         for r in &done.restored {
             println!(
@@ -87,5 +103,4 @@ pub fn rollback(ws: Option<&Path>, actor: &Actor, args: RollbackArgs) -> Result<
             );
         }
     }
-    Ok(ExitCode::SUCCESS)
 }

@@ -5,9 +5,10 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
-use tidegate_app::backfill::{Review, short};
+use tidegate_app::backfill::{Compared, Review, short};
 use tidegate_app::workspace;
 use tidegate_core::actor::Actor;
+use tidegate_store::BackfillRecord;
 
 use super::html;
 use crate::output;
@@ -57,16 +58,30 @@ pub fn compare(ws: Option<&Path>, actor: &Actor, args: CompareArgs) -> Result<Ex
     let ws = workspace::load(ws)?;
     let store = ws.open_store()?;
     let compared = tidegate_app::backfill::compare(&ws, store.as_ref(), actor, &args.id)?;
-    let (record, spec, review, hash) = (&compared.record, &compared.spec, &compared.review, &compared.comparison_hash);
     if let Some(path) = &args.html {
-        std::fs::write(path, html::report(record, spec, review, hash))
-            .with_context(|| format!("writing the HTML report to {}", path.display()))?;
+        write_html(&compared, path)?;
     }
     if args.json {
         output::json(&compared)?;
     } else {
-        print_review(review, hash);
-        if let Some(path) = &args.html {
+        print_compared(&compared, args.html.as_deref());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Writes the comparison's self-contained HTML review page to `path`.
+pub(crate) fn write_html(compared: &Compared, path: &Path) -> Result<()> {
+    let (record, spec, review, hash) = (&compared.record, &compared.spec, &compared.review, &compared.comparison_hash);
+    std::fs::write(path, html::report(record, spec, review, hash))
+        .with_context(|| format!("writing the HTML report to {}", path.display()))
+}
+
+/// The comparison for people, then what to do next.
+pub(crate) fn print_compared(compared: &Compared, html: Option<&Path>) {
+    let record = &compared.record;
+    {
+        print_review(&compared.review, &compared.comparison_hash);
+        if let Some(path) = html {
             println!("HTML report: {}", path.display());
         }
         if compared.approval_withdrawn {
@@ -77,7 +92,6 @@ pub fn compare(ws: Option<&Path>, actor: &Actor, args: CompareArgs) -> Result<Ex
             record.requester, record.id
         );
     }
-    Ok(ExitCode::SUCCESS)
 }
 
 fn print_review(review: &Review, hash: &str) {
@@ -155,6 +169,14 @@ pub fn approve(ws: Option<&Path>, actor: &Actor, args: ApproveArgs) -> Result<Ex
     if args.json {
         output::json(&updated)?;
     } else {
+        print_approved(&updated)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// An approval for people, with what to do next.
+pub(crate) fn print_approved(updated: &BackfillRecord) -> Result<()> {
+    {
         let approval = updated.approval.as_ref().context("an approved backfill holds its approval")?;
         println!(
             "Backfill {} approved by {} (spec {}, comparison {}).",
@@ -165,5 +187,5 @@ pub fn approve(ws: Option<&Path>, actor: &Actor, args: ApproveArgs) -> Result<Ex
         );
         println!("Publish it with: tidegate backfill publish {}", updated.id);
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }

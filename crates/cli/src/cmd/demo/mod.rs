@@ -14,13 +14,15 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use chrono::{Duration, NaiveDate};
 use tidegate_core::actor::Actor;
-use tidegate_store::{BackfillStatus, JournalQuery, Store};
+use tidegate_store::{BackfillStatus, JournalQuery, Priority, Store, Trigger};
 
-use crate::cmd::backfill::{self, Command as Backfill};
+use crate::cmd::backfill;
 use crate::cmd::data::{self, open_lake, runtime};
-use crate::cmd::plan::TargetArgs;
 use crate::cmd::rollback;
 use crate::cmd::{run, tick};
+use tidegate_app::backfill::{self as app_backfill, PlanRequest, Reprocess};
+use tidegate_app::submit::SubmitRequest;
+use tidegate_app::target::{Partitions, Target};
 use tidegate_app::workspace;
 
 /// Marks a folder as a demo workspace, so a second run may start it over without asking.
@@ -120,11 +122,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
         "The scheduler comes back on {} after {DOWNTIME_DAYS} missed days. Only the newest interval runs;\nthe missed ones are reported as debt instead of stampeding the warehouse.",
         day(last + 1)
     ));
-    tick::run(
-        ws,
-        &you,
-        tick::Args { now: Some(format!("{}T00:05:00Z", day(last + 1))), dry_run: false, workers: 4, json: false },
-    )?;
+    let back = tick::parse_instant(&format!("{}T00:05:00Z", day(last + 1)))?;
+    tick::tick_at(&workspace::load(ws)?, &you, back, false, 4, false)?;
     say("Filling the debt on purpose, when it suits us:");
     let _ = run_target(ws, &you, "user_features", &day(history_end + 1), &day(last - 1), false)?;
 
@@ -136,37 +135,47 @@ pub fn run(args: Args) -> Result<ExitCode> {
     chapter(6, "A bug fix in the feature SQL becomes a governed backfill");
     say("purchase_rate divided clicks, not purchases, by events. Fixing tidegate.toml:");
     fix_feature_sql(&dir)?;
-    let plan_args = backfill::freeze_args(
-        "user_features",
-        &day(1),
-        &day(last),
-        "purchase_rate counted clicks instead of purchases",
-        2,
-    );
     say(&format!(
         "{}: tidegate backfill plan user_features --from {} --to {} --reprocess all --include-downstream --max-active-runs 2 --reason \"...\"",
         you.name,
         day(1),
         day(last)
     ));
-    backfill::run(ws, &you, Backfill::Plan(plan_args))?;
-    let id = latest_backfill(&dir)?;
+    let workspace = workspace::load(ws)?;
+    let store = workspace.open_store()?;
+    let request = PlanRequest {
+        target: "user_features".to_owned(),
+        from: day(1),
+        to: day(last),
+        reprocess: Reprocess::All,
+        reason: "purchase_rate counted clicks instead of purchases".to_owned(),
+        max_active_runs: 2,
+        rate: None,
+        include_downstream: true,
+        flag_change_pct: Some(10.0),
+    };
+    let planned = app_backfill::plan(&workspace, store.as_ref(), &you, &request)?;
+    backfill::plan::print_plan(&planned);
+    let id = planned.id;
 
     chapter(7, "Run it into staging, throttled below live work");
-    backfill::run(ws, &you, Backfill::Start(backfill::start_args(&id)))?;
+    let report = backfill::exec::start_and_wait(&workspace, &store, &you, &id, false, 4, true)?;
+    backfill::exec::print_report(&report);
     say("Published data is untouched while it waits for review:");
     data::sql(ws, data::SqlArgs::table(consumer))?;
 
     chapter(8, "Compare with what is published");
-    let report = dir.join("backfill-report.html");
-    backfill::run(ws, &you, Backfill::Compare(backfill::compare_args(&id, Some(report.clone()))))?;
+    let html = dir.join("backfill-report.html");
+    let compared = app_backfill::compare(&workspace, store.as_ref(), &you, &id)?;
+    backfill::review::write_html(&compared, &html)?;
+    backfill::review::print_compared(&compared, Some(&html));
 
     chapter(9, "Approval by a second person");
     say(&format!(
         "{} (you: identities are established by the OS account running tidegate, never typed) tries to approve:",
         you.name
     ));
-    match backfill::run(ws, &you, Backfill::Approve(backfill::approve_args(&id))) {
+    match app_backfill::approve(&workspace, store.as_ref(), &you, &id) {
         Ok(_) => bail!("self-approval was accepted; the demo expected it to be refused"),
         Err(e) => say(&format!("refused: {e}")),
     }
@@ -177,23 +186,26 @@ pub fn run(args: Args) -> Result<ExitCode> {
     ));
     let reviewer = mint_reviewer(&dir)?;
     say(&format!("{REVIEWER} (TIDEGATE_TOKEN=tgt_...) reviews the report and approves:"));
-    backfill::run(ws, &reviewer, Backfill::Approve(backfill::approve_args(&id)))?;
+    let approved = app_backfill::approve(&workspace, store.as_ref(), &reviewer, &id)?;
+    backfill::review::print_approved(&approved)?;
 
     chapter(10, "Publish: one atomic commit per dataset");
-    backfill::run(ws, &reviewer, Backfill::Publish(backfill::publish_args(&id)))?;
+    let published = app_backfill::publish(&workspace, &store, &reviewer, &id)?;
+    backfill::release::print_published(&published);
     say("The consumer's query now:");
     data::sql(ws, data::SqlArgs::table(consumer))?;
 
     chapter(11, "Rollback restores exactly what was there");
-    backfill::run(ws, &reviewer, Backfill::Rollback(backfill::rollback_args(&id)))?;
+    let wait = std::time::Duration::from_secs(tidegate_app::lock::DEFAULT_LOCK_WAIT_S);
+    let rolled_back = app_backfill::rollback(&workspace, &store, &reviewer, &id, "demo: undoing the backfill", wait)?;
+    backfill::release::print_rolled_back(&rolled_back);
     say("The consumer's query after the rollback (identical to chapter 5):");
     data::sql(ws, data::SqlArgs::table(consumer))?;
 
     chapter(12, "Reconcile: nothing left behind");
     say("tidegate reconcile");
     let keep_logs = crate::cmd::vacuum::parse_duration(rollback::DEFAULT_KEEP_LOGS).map_err(anyhow::Error::msg)?;
-    let workspace = workspace::load(ws)?;
-    let reconciled = tidegate_app::reconcile::reconciled(&workspace, workspace.open_store()?.as_ref(), keep_logs)?;
+    let reconciled = tidegate_app::reconcile::reconciled(&workspace, store.as_ref(), keep_logs)?;
     say(&format!(
         "  removed {} staged file(s) that no table version references (failed and superseded attempts'); kept {} \
          that table versions use",
@@ -362,24 +374,18 @@ schedule = "0 6 * * 1"
 /// Runs a target over a day range quietly; returns whether everything published.
 fn run_target(ws: Option<&Path>, actor: &Actor, target: &str, from: &str, to: &str, only: bool) -> Result<bool> {
     say(&format!("tidegate run {target} --from {from} --to {to}{}", if only { " --only" } else { "" }));
-    let code = run::run(
-        ws,
-        actor,
-        run::Args {
-            target: TargetArgs {
-                target: target.to_owned(),
-                from: Some(from.to_owned()),
-                to: Some(to.to_owned()),
-                partition: Vec::new(),
-                all: false,
-                only,
-                downstream: false,
-            },
-            idempotency_key: None,
-            workers: 4,
-            json: false,
+    let request = SubmitRequest {
+        target: Target {
+            target: target.to_owned(),
+            partitions: Partitions::Range { from: from.to_owned(), to: to.to_owned() },
+            only,
+            downstream: false,
         },
-    )?;
+        idempotency_key: None,
+        trigger: Trigger::Manual,
+        priority: Priority::Live,
+    };
+    let code = run::submit_and_run(&workspace::load(ws)?, actor, &request, 4, false)?;
     Ok(code == ExitCode::SUCCESS)
 }
 
@@ -417,11 +423,6 @@ fn show_failures(dir: &Path) -> Result<()> {
         ));
     }
     Ok(())
-}
-
-fn latest_backfill(dir: &Path) -> Result<String> {
-    let store = store_of(dir)?;
-    Ok(store.backfills(1)?.first().context("the backfill was not recorded")?.id.clone())
 }
 
 /// The narrated summary, built only from the journal and the store.
