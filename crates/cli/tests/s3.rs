@@ -11,7 +11,10 @@ use serde_json::Value;
 #[test]
 fn a_pipeline_publishes_to_an_s3_lake() {
     let Ok(base) = std::env::var("TIDEGATE_TEST_S3_URL") else {
-        tidegate_testkit::service_missing("a_pipeline_publishes_to_an_s3_lake", "TIDEGATE_TEST_S3_URL (and AWS_* for the client)");
+        tidegate_testkit::service_missing(
+            "a_pipeline_publishes_to_an_s3_lake",
+            "TIDEGATE_TEST_S3_URL (and AWS_* for the client)",
+        );
         return;
     };
     let lake = format!("{}/cli-{}", base.trim_end_matches('/'), uuid::Uuid::now_v7());
