@@ -64,9 +64,6 @@ enum Command {
     /// The demo workspace's click feed (a command task; not for direct use).
     #[command(hide = true)]
     DemoFeed(cmd::demo::feed::FeedArgs),
-    /// Benchmarks for developers (`tidegate bench lake`, `tidegate bench engine`); results go to BENCHMARKS.md.
-    #[command(hide = true, subcommand)]
-    Bench(cmd::bench::Command),
 }
 
 fn main() -> ExitCode {
@@ -108,7 +105,6 @@ fn main() -> ExitCode {
         Command::Token(command) => cmd::token::run(ws, actor(), command),
         Command::Demo(args) => cmd::demo::run(args),
         Command::DemoFeed(args) => cmd::demo::feed::run(args),
-        Command::Bench(command) => cmd::bench::run(command),
     };
     match result {
         Ok(code) => code,
@@ -128,7 +124,6 @@ fn required_role(command: &Command) -> Option<(Role, &'static str)> {
         Command::Init(_) | Command::Validate(_) | Command::Plan(_) | Command::Demo(_) | Command::DemoFeed(_) => {
             return None;
         }
-        Command::Bench(_) => return None,
         Command::Read(_) | Command::Sql(_) | Command::Status(_) | Command::History(_) => (Role::Viewer, "read"),
         Command::Backfill(B::Status(_) | B::List(_)) => (Role::Viewer, "read backfills"),
         Command::Backfill(B::Approve(_)) => (Role::Approver, "approve a backfill"),

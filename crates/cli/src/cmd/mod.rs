@@ -1,7 +1,6 @@
 //! One module per subcommand: its clap arguments and its `run`.
 
 pub mod backfill;
-pub mod bench;
 pub mod data;
 pub mod demo;
 pub mod history;

@@ -33,10 +33,9 @@ use tidegate_store::{
 };
 
 use super::{Outcome as BenchOutcome, per_s, rate_json, spread, workspace};
-use crate::cmd::bench::{Samples, progress, ratio, round};
-use crate::cmd::data::{open_lake, runtime};
+use crate::{Samples, progress, ratio, round};
 use tidegate_app::target::{Partitions, Target};
-use tidegate_app::workspace::{self as ws_mod, Workspace};
+use tidegate_app::workspace::{self as ws_mod, Workspace, open_lake, runtime};
 use tidegate_app::{run, submit};
 
 /// The aim, in steps per second.

@@ -1,4 +1,4 @@
-//! `tidegate bench lake`: the lake's benchmarks, each a median over several runs with a baseline
+//! `tidegate-bench lake`: the lake's benchmarks, each a median over several runs with a baseline
 //! measured in the same run.
 //!
 //! 1. Publication of a 365-partition `replace` release (staging excluded) on a table with 0, about
@@ -29,7 +29,7 @@ use tidegate_lake::{Lake, Release, ReleaseItem, StagedVersion};
 use super::{
     Samples, Scratch, command_line, machine, mib, now_text, peak_rss_kib, progress, ratio, reset_peak_rss, round,
 };
-use crate::cmd::data::runtime;
+use tidegate_app::workspace::runtime;
 
 #[derive(Debug, clap::Args)]
 pub struct LakeArgs {

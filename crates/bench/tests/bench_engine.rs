@@ -1,18 +1,39 @@
-//! `tidegate bench engine` at tiny sizes, as a real process: every benchmark runs to the end and
+//! `tidegate-bench engine` at tiny sizes, as a real process: every benchmark runs to the end and
 //! its JSON report carries the fields BENCHMARKS.md is written from, with consistent counts.
 //! Timings are only checked to be positive numbers, never compared with anything.
+//!
+//! B2 and B4 run the `tidegate` binary, which is another package's: Cargo builds it for these tests
+//! only as part of the workspace (`cargo test --workspace`, as the README and `.ci/run` do), into
+//! the same folder as `tidegate-bench`. The tests pass that path with `--tidegate`, so they never
+//! run a `tidegate` found anywhere else, and they say what to build when it is missing (after
+//! `cargo test -p tidegate-bench` alone, for instance).
 
+use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::Value;
 
+/// The `tidegate` binary beside `tidegate-bench` in Cargo's output folder.
+fn tidegate() -> PathBuf {
+    let path = std::path::Path::new(env!("CARGO_BIN_EXE_tidegate-bench"))
+        .with_file_name(format!("tidegate{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        path.is_file(),
+        "no tidegate binary at {}: run the tests with `cargo test --workspace`, or `cargo build -p tidegate` first",
+        path.display()
+    );
+    path
+}
+
 fn bench(args: &[&str]) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_tidegate"))
-        .args(["bench", "engine", "--json", "--repeats", "1"])
+    let out = Command::new(env!("CARGO_BIN_EXE_tidegate-bench"))
+        .args(["engine", "--json", "--repeats", "1"])
+        .arg("--tidegate")
+        .arg(tidegate())
         .args(args)
         .env_remove("TIDEGATE_TOKEN")
         .output()
-        .expect("the tidegate binary runs");
+        .expect("the tidegate-bench binary runs");
     assert!(out.status.success(), "bench engine failed:\n{}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).expect("valid JSON on stdout")
 }
@@ -104,4 +125,17 @@ fn only_runs_the_benchmarks_asked_for() {
     for skipped in ["b1", "b2", "b4"] {
         assert!(report.get(skipped).is_none(), "{skipped} ran without being asked for: {report}");
     }
+}
+
+#[test]
+fn a_missing_tidegate_binary_is_named_before_anything_runs() {
+    let out = Command::new(env!("CARGO_BIN_EXE_tidegate-bench"))
+        .args(["engine", "--only", "b5,b2", "--tidegate", "/nonexistent/tidegate"])
+        .output()
+        .expect("the tidegate-bench binary runs");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no tidegate binary at /nonexistent/tidegate"), "{stderr}");
+    assert!(stderr.contains("--tidegate PATH"), "{stderr}");
+    assert!(!stderr.contains("B5:"), "B5 ran before the binary was checked: {stderr}");
 }

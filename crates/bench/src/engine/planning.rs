@@ -16,7 +16,7 @@ use serde_json::json;
 use tidegate_core::plan::{self, Request, Selection};
 
 use super::{Outcome, spread};
-use crate::cmd::bench::{Samples, mib, peak_rss_kib, progress, reset_peak_rss, round, rss_kib};
+use crate::{Samples, mib, peak_rss_kib, progress, reset_peak_rss, round, rss_kib};
 
 /// Tasks per layer, at most (small DAGs get narrower layers, so that they are layered too).
 const WIDTH: usize = 100;

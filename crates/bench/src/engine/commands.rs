@@ -1,4 +1,4 @@
-//! B2 and B4: `tidegate run` as a child process of this binary, over real `/bin/true` tasks, so
+//! B2 and B4: `tidegate run` as a child process, over real `/bin/true` tasks, so
 //! everything a user waits for is timed (process start, spec, store, planning, submission, the
 //! engine, staging, one Delta commit per step, the journal).
 //!
@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 use tidegate_store::{JournalEntry, JournalQuery};
 
 use super::{Outcome, ms, per_s, spread, workspace};
-use crate::cmd::bench::{Samples, progress, ratio, round};
+use crate::{Samples, progress, ratio, round};
 
 /// B2's aim: at most this many milliseconds per step, end to end.
 const B2_AIM_MS_PER_STEP: f64 = 15.0;
@@ -70,11 +70,10 @@ fn day(start: &str, i: usize) -> Result<String> {
     Ok((first + Duration::days(i64::try_from(i)?)).format("%Y-%m-%d").to_string())
 }
 
-/// One `tidegate run ... --json` in `ws`: its wall time and its JSON report.
-fn tidegate_run(ws: &Path, args: &[&str]) -> Result<(f64, Value)> {
-    let exe = std::env::current_exe().context("finding this executable")?;
+/// One `tidegate run ... --json` in `ws` with the binary `exe`: its wall time and its JSON report.
+fn tidegate_run(exe: &Path, ws: &Path, args: &[&str]) -> Result<(f64, Value)> {
     let started = Instant::now();
-    let output = Command::new(&exe)
+    let output = Command::new(exe)
         .arg("-C")
         .arg(ws)
         .arg("run")
@@ -239,17 +238,17 @@ fn phases(ws: &Path, run_id: &str, chain: bool) -> Result<Phases> {
     Ok(p)
 }
 
-pub fn b2(dir: &Path, n: usize, repeats: usize) -> Result<Outcome> {
+pub fn b2(exe: &Path, dir: &Path, n: usize, repeats: usize) -> Result<Outcome> {
     workspace(dir, &chain_spec(n))?;
     let last = format!("c{:03}", n - 1);
     progress("B2 warm-up run (untimed: creates the tables)");
-    let (cold, report) = tidegate_run(dir, &[&last, "--partition", &day(B2_START, 0)?])?;
+    let (cold, report) = tidegate_run(exe, dir, &[&last, "--partition", &day(B2_START, 0)?])?;
     check_published(&report, n)?;
     let (mut wall, mut engine, mut baseline) = (Samples::default(), Samples::default(), Samples::default());
     let mut phase_sum = Phases::default();
     for r in 0..repeats {
         progress(&format!("B2 run {}", r + 1));
-        let (seconds, report) = tidegate_run(dir, &[&last, "--partition", &day(B2_START, 1 + r)?])?;
+        let (seconds, report) = tidegate_run(exe, dir, &[&last, "--partition", &day(B2_START, 1 + r)?])?;
         let run_id = check_published(&report, n)?;
         wall.0.push(seconds);
         engine.0.push(report["elapsed_s"].as_f64().unwrap_or(f64::NAN));
@@ -316,7 +315,7 @@ pub fn b2(dir: &Path, n: usize, repeats: usize) -> Result<Outcome> {
     Ok(Outcome { json, human: o })
 }
 
-pub fn b4(dir: &Path, n: usize, workers: usize, repeats: usize) -> Result<Outcome> {
+pub fn b4(exe: &Path, dir: &Path, n: usize, workers: usize, repeats: usize) -> Result<Outcome> {
     let (mut wall, mut engine, mut baseline) = (Samples::default(), Samples::default(), Samples::default());
     let mut phase_sum = Phases::default();
     for r in 0..repeats {
@@ -324,6 +323,7 @@ pub fn b4(dir: &Path, n: usize, workers: usize, repeats: usize) -> Result<Outcom
         workspace(&ws, &independent_spec(workers))?;
         progress(&format!("B4 run {}: tidegate run over {n} partitions", r + 1));
         let (seconds, report) = tidegate_run(
+            exe,
             &ws,
             &["t", "--from", &day(B4_START, 0)?, "--to", &day(B4_START, n - 1)?, "--workers", &workers.to_string()],
         )?;

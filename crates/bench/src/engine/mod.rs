@@ -1,11 +1,12 @@
-//! `tidegate bench engine`: the engine benchmarks of issue 4, each a median over several runs with
+//! `tidegate-bench engine`: the engine benchmarks of issue 4, each a median over several runs with
 //! a baseline measured in the same invocation.
 //!
 //! - B1 ([`noop`]): pre-planned no-op steps drained by the in-process engine on SQLite; baseline:
 //!   the same store calls in a plain loop.
-//! - B2 and B4 ([`commands`]): `tidegate run` as a child process over a chain of `/bin/true` tasks
-//!   and over many independent ones; baselines: the same number of sequential `/bin/true` spawns,
-//!   and `xargs -P2` running the same commands.
+//! - B2 and B4 ([`commands`]): `tidegate run` as a child process (the `tidegate` binary beside
+//!   this one, or `--tidegate`) over a chain of `/bin/true` tasks and over many independent ones;
+//!   baselines: the same number of sequential `/bin/true` spawns, and `xargs -P2` running the same
+//!   commands.
 //! - B5 ([`planning`]): planning 100 partitions of a generated 5,000-task DAG: time and peak memory.
 
 mod commands;
@@ -13,10 +14,10 @@ mod noop;
 mod planning;
 
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::{Result, ensure};
+use anyhow::{Context, Result, ensure};
 use serde_json::{Value, json};
 
 use super::{Samples, Scratch, command_line, load_average, machine, now_text, progress, round};
@@ -32,7 +33,7 @@ pub enum Bench {
 
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Examples:\n  tidegate bench engine\n  tidegate bench engine --only b1 --b1-steps 100000 --repeats 1\n  tidegate bench engine --only b2,b4 --b4-tasks 1000 --json"
+    after_help = "Examples:\n  tidegate-bench engine\n  tidegate-bench engine --only b1 --b1-steps 100000 --repeats 1\n  tidegate-bench engine --only b2,b4 --b4-steps 1000 --json"
 )]
 pub struct EngineArgs {
     /// Only these benchmarks (comma-separated); all by default.
@@ -68,6 +69,10 @@ pub struct EngineArgs {
     /// B5: daily partitions planned.
     #[arg(long, default_value_t = 100, value_name = "N")]
     pub b5_partitions: usize,
+    /// B2 and B4: the `tidegate` binary they run; by default the one beside this executable
+    /// (`cargo build --release` builds both into target/release).
+    #[arg(long, value_name = "PATH")]
+    pub tidegate: Option<PathBuf>,
     /// Keep the temp folder (its path is printed) instead of removing it.
     #[arg(long)]
     pub keep: bool,
@@ -101,6 +106,9 @@ pub fn run(args: EngineArgs) -> Result<ExitCode> {
     );
     ensure!(args.b5_tasks >= 2, "Invalid value {} for --b5-tasks: must be at least 2", args.b5_tasks);
     let wanted = |b: Bench| args.only.is_empty() || args.only.contains(&b);
+    // Found before anything runs, so that a missing binary does not fail B2 after minutes of B1.
+    let tidegate = if wanted(Bench::B2) || wanted(Bench::B4) { Some(tidegate_binary(&args)?) } else { None };
+    let tidegate = || tidegate.as_deref().expect("the tidegate binary is found when B2 or B4 is wanted");
     let command = command_line();
     let scratch = Scratch::new(args.keep)?;
     let load_before = load_average();
@@ -118,11 +126,11 @@ pub fn run(args: EngineArgs) -> Result<ExitCode> {
     }
     if wanted(Bench::B2) {
         progress(&format!("B2: a chain of {} /bin/true tasks, {} repeat(s)", args.b2_chain, args.repeats));
-        results.push((Bench::B2, commands::b2(&scratch.path.join("b2"), args.b2_chain, args.repeats)?));
+        results.push((Bench::B2, commands::b2(tidegate(), &scratch.path.join("b2"), args.b2_chain, args.repeats)?));
     }
     if wanted(Bench::B4) {
         progress(&format!("B4: {} independent /bin/true steps, {} repeat(s)", args.b4_steps, args.repeats));
-        let b4 = commands::b4(&scratch.path.join("b4"), args.b4_steps, args.b4_workers, args.repeats)?;
+        let b4 = commands::b4(tidegate(), &scratch.path.join("b4"), args.b4_steps, args.b4_workers, args.repeats)?;
         results.push((Bench::B4, b4));
     }
     results.sort_by_key(|(b, _)| *b);
@@ -172,6 +180,25 @@ fn name(bench: Bench) -> &'static str {
         Bench::B4 => "b4",
         Bench::B5 => "b5",
     }
+}
+
+/// The `tidegate` binary B2 and B4 run: `--tidegate`, or the one beside this executable, which is
+/// where Cargo puts both (`target/<profile>/`).
+fn tidegate_binary(args: &EngineArgs) -> Result<PathBuf> {
+    let path = match &args.tidegate {
+        Some(path) => path.clone(),
+        None => {
+            let this = std::env::current_exe().context("finding this executable")?;
+            this.with_file_name(format!("tidegate{}", std::env::consts::EXE_SUFFIX))
+        }
+    };
+    ensure!(
+        path.is_file(),
+        "no tidegate binary at {}: B2 and B4 run `tidegate run` as a child process; build it first, with \
+         the same profile as this binary (`cargo build --release -p tidegate`), or pass --tidegate PATH",
+        path.display()
+    );
+    Ok(path)
 }
 
 /// Writes `text` as the workspace's `tidegate.toml` in a new folder `dir`.

@@ -1,6 +1,7 @@
-//! `tidegate bench`: developers' benchmarks, each a median over several runs with a baseline
+//! `tidegate-bench`: developers' benchmarks, each a median over several runs with a baseline
 //! measured in the same invocation; the results go to BENCHMARKS.md. `lake` measures the data
-//! plane against DuckDB, `engine` the scheduler, the store and the planner (issue 4).
+//! plane against DuckDB, `engine` the scheduler, the store and the planner (issue 4). A binary of
+//! its own, not a subcommand of `tidegate`, so that none of it ships to users.
 //!
 //! Everything happens in a fresh folder under the system temp folder, removed at the end.
 
@@ -11,14 +12,27 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
 use serde_json::{Value, json};
 
-pub use engine::EngineArgs;
-pub use lake::LakeArgs;
+use engine::EngineArgs;
+use lake::LakeArgs;
 
-/// Benchmarks (for developers; the results go to BENCHMARKS.md).
-#[derive(Debug, clap::Subcommand)]
-pub enum Command {
+/// The allocator `tidegate` uses (see its `main.rs`), so that B1, which runs the engine in this
+/// process, measures it as the binary runs it.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// Benchmarks for developers; the results go to BENCHMARKS.md.
+#[derive(Debug, Parser)]
+#[command(name = "tidegate-bench", version, max_term_width = 100)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
     /// The lake: publication as the table grows, merge against DuckDB, diff of two versions.
     Lake(LakeArgs),
     /// The engine: no-op step throughput, a chain of `/bin/true`, many independent `/bin/true`
@@ -26,11 +40,15 @@ pub enum Command {
     Engine(EngineArgs),
 }
 
-pub fn run(command: Command) -> Result<ExitCode> {
-    match command {
+fn main() -> ExitCode {
+    let result = match Cli::parse().command {
         Command::Lake(args) => lake::run(args),
         Command::Engine(args) => engine::run(args),
-    }
+    };
+    result.unwrap_or_else(|e| {
+        eprintln!("error: {e:#}");
+        ExitCode::from(1)
+    })
 }
 
 /// A temp folder removed when dropped (unless kept).
@@ -165,4 +183,15 @@ fn status_kib(field: &str) -> Option<u64> {
 
 fn mib(kib: Option<u64>) -> String {
     kib.map(|k| format!("{} MiB", k / 1024)).unwrap_or_else(|| "?".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// clap's own consistency checks over both subcommands (duplicate flags, bad defaults).
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        super::Cli::command().debug_assert();
+    }
 }
