@@ -22,11 +22,18 @@ fn open_accepts_paths_and_sqlite_urls() {
     );
 }
 
+/// Two processes creating one store together (two `tidegate run`s on a new workspace) once
+/// failed with "database is locked": the switch to WAL on a new file answers SQLITE_BUSY at once,
+/// without the busy handler. Many rounds, because the window is narrow.
 #[test]
 fn concurrent_opens_migrate_once() {
-    let dir = tempfile::tempdir().expect("temp folder");
-    let path = dir.path().join("state.db");
-    suite::concurrent_opens_migrate_once(|| {
-        tidegate_store::SqliteStore::open(&path).expect("opening").n_migrations_applied()
-    });
+    for _ in 0..ROUNDS {
+        let dir = tempfile::tempdir().expect("temp folder");
+        let path = dir.path().join("state.db");
+        suite::concurrent_opens_migrate_once(|| {
+            tidegate_store::SqliteStore::open(&path).expect("opening").n_migrations_applied()
+        });
+    }
 }
+
+const ROUNDS: usize = 100;
