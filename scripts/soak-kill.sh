@@ -8,5 +8,5 @@ cd "$(dirname "$0")/.."
 rounds="${1:-20}"
 for i in $(seq 1 "$rounds"); do
   echo "== round $i of $rounds"
-  cargo test --quiet --workspace --test crash -- --nocapture
+  cargo test --quiet --workspace --test cli crash:: -- --nocapture
 done

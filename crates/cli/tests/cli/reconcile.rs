@@ -4,9 +4,7 @@
 //! step waiting to publish deleted. Reconcile cannot prove the stray file is its own, so it is
 //! kept and reported like the differences; nothing is repaired.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::{Value, json as j};
 
 const SPEC: &str = r#"

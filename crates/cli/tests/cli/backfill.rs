@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-mod common;
+use crate::common;
 
 const SPEC: &str = r#"
 [project]

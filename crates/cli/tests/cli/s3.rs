@@ -3,9 +3,7 @@
 //! Needs `TIDEGATE_TEST_S3_URL` and the `AWS_*` client variables (`.ci/run` sets them); without
 //! them the test says it was skipped (and fails under CI: `tidegate_testkit::service_missing`).
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 
 #[test]

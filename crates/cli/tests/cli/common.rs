@@ -1,6 +1,5 @@
 //! Helpers shared by the CLI's integration tests: run the built binary on a workspace and read a
 //! Delta table's log directly, as an outside reader would.
-#![allow(dead_code)] // each test binary uses a different subset of the helpers
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

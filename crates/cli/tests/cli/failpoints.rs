@@ -5,11 +5,9 @@
 //! duplicated or lost, reconcile finding the store and the lake in agreement, and the journal
 //! verifying with one `published` entry per step.
 
-mod common;
-
 use std::collections::BTreeMap;
 
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 
 fn spec() -> String {

@@ -4,9 +4,7 @@
 //! a step that is waiting to publish survives. Vacuum and rollback hold the dataset's maintenance
 //! lock: one waits for the other, and gives up naming the holder.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::{Value, json as j};
 
 const SPEC: &str = r#"

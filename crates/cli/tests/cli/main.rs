@@ -1,0 +1,20 @@
+//! The `tidegate` binary driven as its users drive it: real processes on real temp workspaces,
+//! real SQLite stores and Delta tables, read back as an outside reader would. One test binary
+//! (linking once); each module is what was once a binary of its own.
+
+mod backfill;
+mod catchup;
+mod checkpoints;
+mod common;
+mod crash;
+mod data;
+mod failpoints;
+mod fencing;
+mod guarantees;
+mod reconcile;
+mod retries;
+mod s3;
+mod serve;
+mod usage;
+mod vacuum;
+mod worker;
