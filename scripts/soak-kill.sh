@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Longer soak of the kill -9 test: runs the crash test binary repeatedly (each run is 50 kills,
+# Longer soak of the kill -9 test: runs the crash test (`cli` test binary, `crash::`) repeatedly (each run is 50 kills,
 # with Python deltalake reading both tables throughout; each round prints how many reads it made,
 # none of which may see a partition half written or doubled).
 # Usage: scripts/soak-kill.sh [ROUNDS]   (default 20 rounds = 1,000 kills)

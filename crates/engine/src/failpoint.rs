@@ -1,7 +1,7 @@
 //! A crash switch for tests: `TIDEGATE_FAILPOINT=NAME` (or `NAME@N`, the N-th time) makes the
 //! process abort at the point named NAME, as a power cut or kill -9 would stop it there. Always
 //! compiled in; inert unless the variable is set. The lake's switch does the work, so one
-//! `@N` count covers the points of both crates; ARCHITECTURE.md (engine section) lists them all.
+//! `@N` count covers the points of both crates; docs/internals.md (engine) lists them all.
 
 /// The environment variable that arms a failpoint.
 pub const FAILPOINT_ENV: &str = tidegate_lake::failpoint::FAILPOINT_ENV;

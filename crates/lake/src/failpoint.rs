@@ -2,7 +2,7 @@
 //! makes the process abort at the point named NAME, as a power cut or kill -9 would stop it
 //! there; `TIDEGATE_FAILPOINT=pause:NAME` makes it wait there until the test lets it go, so that
 //! another process can act at exactly that moment. Always compiled in; inert unless the variable
-//! is set. The named crash points are listed in ARCHITECTURE.md (engine section).
+//! is set. The named crash points are listed in docs/internals.md (engine, "Crash points").
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};

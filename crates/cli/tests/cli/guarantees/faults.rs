@@ -2,7 +2,7 @@
 //! (for each write mode) and of a backfill's publish and rollback, then a rerun recovers. After
 //! recovery each step identity is committed once, readers see what a crash-free run gives,
 //! reconcile finds no difference and the journal verifies with one `published` entry per step.
-//! The crash points are listed in ARCHITECTURE.md (engine section).
+//! The crash points are listed in docs/internals.md (engine, "Crash points").
 
 use std::collections::BTreeMap;
 use std::ops::RangeInclusive;
