@@ -16,9 +16,13 @@ use crate::workspace::Workspace;
 /// A table version that vouches for a journal entry the store does not hold as it was.
 #[derive(Debug, Clone, Serialize)]
 pub struct Mismatch {
+    /// The table.
     pub dataset: String,
+    /// Its version that vouches.
     pub version: u64,
+    /// The journal entry it vouches for.
     pub journal_seq: u64,
+    /// What is wrong, in words.
     pub problem: String,
     /// True when neither the journal nor the store records the table's newest publication: the
     /// journal was cut back, or the publishing process died between its commit and its record

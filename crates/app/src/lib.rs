@@ -1,3 +1,4 @@
+#![warn(missing_docs, unreachable_pub)]
 //! Tidegate's application layer: every operation a user can ask for, whichever way they ask (the
 //! `tidegate` command today, the HTTP server next). An operation is a function of a workspace, a
 //! plain request and the [`Actor`](tidegate_core::actor::Actor) who asks, and returns a typed,

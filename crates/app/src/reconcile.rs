@@ -26,8 +26,10 @@ pub const MAX_RELEASES_RECONCILED: u32 = 1_000_000;
 #[derive(Debug, Serialize)]
 pub struct Reconciled {
     #[serde(flatten)]
+    /// What was deleted, kept and left alone in the lake.
     pub cleaned: Reconciliation,
     #[serde(flatten)]
+    /// Where the store and the lake disagree.
     pub differences: Differences,
     /// What finished attempts left in the workspace, removed.
     pub attempts: Swept,

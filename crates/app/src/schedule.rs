@@ -25,12 +25,17 @@ const LOOKBACK: i32 = 400;
 /// One scheduled task's decision.
 #[derive(Debug, Clone, Serialize)]
 pub struct TaskDecision {
+    /// The task.
     pub task: String,
+    /// Whether its catch-up is on.
     pub catchup: bool,
     /// The newest published partition of its dataset before the tick.
     pub newest_published: Option<String>,
+    /// Intervals that ended after its newest published partition.
     pub due: Vec<String>,
+    /// The ones this tick runs.
     pub run: Vec<String>,
+    /// The ones left as debt.
     pub debt: Vec<String>,
     /// Older missed intervals: unpublished, between published ones (debt left by earlier ticks).
     pub gaps: Vec<String>,
@@ -40,15 +45,20 @@ pub struct TaskDecision {
 /// wider manual run or backfill over the downtime): journaled as `interval_superseded`.
 #[derive(Debug, Clone, Serialize)]
 pub struct Superseded {
+    /// The task.
     pub task: String,
+    /// The interval's partition.
     pub partition: String,
+    /// The run that covers it.
     pub by_run: String,
 }
 
 /// What a tick started.
 #[derive(Debug, Default)]
 pub struct Started {
+    /// The runs submitted.
     pub runs: Vec<String>,
+    /// Intervals not run because a run already covers them.
     pub superseded: Vec<Superseded>,
 }
 

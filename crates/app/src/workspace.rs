@@ -14,7 +14,9 @@ pub const SPEC_FILE: &str = "tidegate.toml";
 /// A loaded workspace: its folder and its validated spec.
 #[derive(Debug)]
 pub struct Workspace {
+    /// The folder holding `tidegate.toml`.
     pub root: PathBuf,
+    /// The validated spec.
     pub spec: Spec,
 }
 
@@ -84,7 +86,7 @@ impl Workspace {
     }
 
     /// Opens the workspace's store, creating and migrating it on first use. A store with an
-    /// empty journal beside tables that vouch for one is refused (see `cmd::anchor`).
+    /// empty journal beside tables that vouch for one is refused (see `crate::anchor`).
     pub fn open_store(&self) -> Result<Arc<dyn Store>> {
         let url = self.state_url();
         let store = tidegate_store::open(&url).with_context(|| format!("opening the state store {}", redact(&url)))?;

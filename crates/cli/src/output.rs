@@ -44,7 +44,7 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
 
 /// A byte count for humans: `512 B`, `1.5 KiB`, `3.2 MiB`, `1.0 GiB`.
 pub fn human_bytes(n: u64) -> String {
-    #[allow(clippy::cast_precision_loss)]
+    #[allow(clippy::cast_precision_loss, reason = "a count, size or duration far below 2^52, exact as f64")]
     let f = n as f64;
     match n {
         0..1_024 => format!("{n} B"),

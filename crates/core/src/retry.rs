@@ -51,7 +51,12 @@ pub fn backoff(policy: &RetryPolicy, next_attempt: u32, jitter: f64) -> Duration
     let cap_ms = policy.backoff_base_ms.saturating_mul(1u64 << exp).min(policy.backoff_max_ms);
     let jitter = if jitter.is_finite() { jitter.clamp(0.0, 1.0) } else { 0.0 };
     // Precision loss is irrelevant for delays below 2^53 ms.
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_precision_loss)]
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss,
+        reason = "a jittered fraction (0..=1) of a capped delay in ms: positive and far below i64::MAX"
+    )]
     let ms = (cap_ms as f64 * jitter) as i64;
     Duration::milliseconds(ms)
 }
@@ -72,7 +77,11 @@ impl RetryBudget {
     /// A full budget: `burst` retries available at once, `ratio` earned per first attempt.
     pub fn new(ratio: f64, burst: u32) -> Self {
         // The ratio is validated to lie in [0, 1] by the spec parser.
-        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        #[allow(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            reason = "a ratio clamped to 0..=1, times 1000"
+        )]
         let earn_milli = (ratio.clamp(0.0, 1.0) * MILLI as f64).round() as u64;
         let cap_milli = u64::from(burst.max(1)) * MILLI;
         Self { earn_milli, cap_milli, tokens_milli: cap_milli }

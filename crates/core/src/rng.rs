@@ -21,7 +21,7 @@ impl SplitMix64 {
 
     /// A uniform sample in `[0, 1)`.
     pub fn next_unit(&mut self) -> f64 {
-        #[allow(clippy::cast_precision_loss)]
+        #[allow(clippy::cast_precision_loss, reason = "a count, size or duration far below 2^52, exact as f64")]
         let unit = (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
         unit
     }

@@ -100,7 +100,7 @@ impl RateLimit {
 
     fn refill(&mut self, now: chrono::DateTime<chrono::Utc>) {
         if let Some(last) = self.last {
-            #[allow(clippy::cast_precision_loss)]
+            #[allow(clippy::cast_precision_loss, reason = "a count, size or duration far below 2^52, exact as f64")]
             let elapsed_s = (now - last).num_microseconds().unwrap_or(i64::MAX).max(0) as f64 / 1e6;
             self.tokens = (self.tokens + elapsed_s * self.current_per_s).min(self.current_per_s.max(1.0));
         }
@@ -127,7 +127,7 @@ impl RateLimit {
             return now;
         }
         let wait_s = (1.0 - self.tokens) / self.current_per_s;
-        #[allow(clippy::cast_possible_truncation)]
+        #[allow(clippy::cast_possible_truncation, reason = "a wait of at most one token's interval, in ms")]
         let wait_ms = (wait_s * 1000.0).ceil() as i64;
         now + chrono::Duration::milliseconds(wait_ms.max(1))
     }
@@ -141,7 +141,7 @@ impl RateLimit {
         if self.recent.len() < BACKPRESSURE_WINDOW / 2 {
             return None;
         }
-        #[allow(clippy::cast_precision_loss)]
+        #[allow(clippy::cast_precision_loss, reason = "a count, size or duration far below 2^52, exact as f64")]
         let share = self.recent.iter().filter(|f| **f).count() as f64 / self.recent.len() as f64;
         let before = self.current_per_s;
         let ceiling = self.configured_per_s.unwrap_or(f64::INFINITY);

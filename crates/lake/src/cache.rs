@@ -47,7 +47,7 @@ impl Cached {
     /// since (delta-rs would list the log to find out), else from the newer commits only, with
     /// the `txn` map advanced from them. `None` when the log cannot be followed (the table was
     /// replaced under us): the caller loads it afresh.
-    pub async fn caught_up(mut self) -> Result<Option<Cached>> {
+    pub(crate) async fn caught_up(mut self) -> Result<Option<Cached>> {
         let before = self.table.version();
         if let Some(v) = before {
             match commit_tag(&self.table).await? {
@@ -110,13 +110,13 @@ pub(crate) struct TableCache {
 }
 
 impl TableCache {
-    pub fn get(&self, dataset: &str) -> Option<Cached> {
+    pub(crate) fn get(&self, dataset: &str) -> Option<Cached> {
         self.lock().get(dataset).cloned()
     }
 
     /// Keeps `cached` unless the cache already holds a newer version of the table (two tasks of
     /// one process may bring it up to date at once).
-    pub fn put(&self, dataset: &str, cached: Cached) {
+    pub(crate) fn put(&self, dataset: &str, cached: Cached) {
         let mut tables = self.lock();
         let newer_held = tables.get(dataset).is_some_and(|held| held.table.version() > cached.table.version());
         if !newer_held {
@@ -127,7 +127,13 @@ impl TableCache {
     /// Keeps the table as a commit of this handle left it, `before` plus the commit: the `txn` map
     /// of `before`'s version (if known) plus the commit's own transactions, and the identity of
     /// the commit file just written.
-    pub async fn after_commit(&self, dataset: &str, before: &DeltaTable, after: DeltaTable, txns: &[(String, i64)]) {
+    pub(crate) async fn after_commit(
+        &self,
+        dataset: &str,
+        before: &DeltaTable,
+        after: DeltaTable,
+        txns: &[(String, i64)],
+    ) {
         let map = self.txns_at(dataset, before.version()).map(|known| {
             let mut map = Arc::unwrap_or_clone(known);
             map.extend(txns.iter().cloned());
@@ -138,12 +144,12 @@ impl TableCache {
         self.put(dataset, Cached { table: after, txns: map, tag });
     }
 
-    pub fn forget(&self, dataset: &str) {
+    pub(crate) fn forget(&self, dataset: &str) {
         self.lock().remove(dataset);
     }
 
     /// The `txn` map of `dataset` at exactly `version`, if the cache knows it.
-    pub fn txns_at(&self, dataset: &str, version: Option<u64>) -> Option<Arc<HashMap<String, i64>>> {
+    pub(crate) fn txns_at(&self, dataset: &str, version: Option<u64>) -> Option<Arc<HashMap<String, i64>>> {
         let tables = self.lock();
         let held = tables.get(dataset)?;
         if held.table.version() != version {

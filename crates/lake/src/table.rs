@@ -353,7 +353,7 @@ impl Lake {
 const MAX_COMMITS_DIAGNOSED: usize = 1_000;
 
 /// Commits between Delta checkpoints of the tables Tidegate creates.
-pub const CHECKPOINT_INTERVAL: u32 = 10;
+pub(crate) const CHECKPOINT_INTERVAL: u32 = 10;
 
 /// The Arrow schema of a loaded table, partition column included.
 pub(crate) fn table_schema(table: &DeltaTable) -> Result<SchemaRef> {

@@ -154,7 +154,7 @@ pub(crate) struct Draft<'a> {
 impl<'a> Draft<'a> {
     /// An entry of `kind` that names no run, step or status, with the meta's reason; set the
     /// fields that apply with struct update syntax (`Draft { run_id, ..Draft::new(..) }`).
-    pub fn new(meta: &'a JournalMeta, kind: &'a str, payload: String) -> Self {
+    pub(crate) fn new(meta: &'a JournalMeta, kind: &'a str, payload: String) -> Self {
         Draft {
             meta,
             kind,

@@ -1,3 +1,4 @@
+#![warn(unreachable_pub)]
 //! Tidegate's journaled state store: one [`Store`] trait, implemented once over a small SQL
 //! driver abstraction and run on SQLite (the embedded default) or PostgreSQL.
 //!

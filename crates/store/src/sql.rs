@@ -116,7 +116,7 @@ pub trait Driver: Send + Sync + fmt::Debug + 'static {
 }
 
 /// Rewrites `?N` placeholders to PostgreSQL's `$N`, leaving string literals alone.
-pub fn to_dollar_placeholders(sql: &str) -> String {
+pub(crate) fn to_dollar_placeholders(sql: &str) -> String {
     let mut out = String::with_capacity(sql.len());
     let mut in_literal = false;
     let mut chars = sql.chars().peekable();

@@ -205,33 +205,53 @@ pub fn cancel(store: &dyn Store, actor: &Actor, id: &str, reason: Option<&str>) 
 /// What `status` shows.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
+    /// The backfill.
     pub id: String,
+    /// Where it is in its life.
     pub status: BackfillStatus,
+    /// Why it was planned.
     pub reason: String,
+    /// Who planned it.
     pub requester: String,
+    /// Its frozen spec's hash.
     pub spec_hash: String,
+    /// Its run, once started.
     pub run_id: Option<String>,
+    /// Its steps.
     pub n_steps: usize,
     /// Steps per status.
     pub steps: BTreeMap<String, usize>,
+    /// Steps settled (finished, or staged and waiting for approval).
     pub n_done: usize,
+    /// Seconds since its run started (until its last step settled, once it stopped moving).
     pub elapsed_s: Option<f64>,
+    /// Steps settled per second.
     pub steps_per_s: Option<f64>,
+    /// Seconds left at that pace, while it moves.
     pub eta_s: Option<f64>,
+    /// Its failed steps.
     pub failures: Vec<StepFailure>,
+    /// Its approval, once given.
     pub approval: Option<tidegate_store::Approval>,
+    /// Its release, once published.
     pub release_id: Option<String>,
+    /// The command to run next.
     pub next: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
+/// A failed step of a backfill.
 pub struct StepFailure {
+    /// The step's name.
     pub step: String,
+    /// Attempts it made.
     pub attempts: u32,
+    /// Why its last attempt failed.
     pub reason: String,
 }
 
 impl Report {
+    /// Where `record` stands, from its run's steps.
     pub fn of(store: &dyn Store, record: &BackfillRecord) -> Result<Report> {
         let spec: FrozenSpec = serde_json::from_value(record.spec.clone())?;
         let steps: Vec<StepRecord> = match &record.run_id {
@@ -252,13 +272,13 @@ impl Report {
         let still_moving = matches!(record.status, BackfillStatus::Running | BackfillStatus::Paused);
         let elapsed_s = started.map(|t| {
             let end = if still_moving { Utc::now() } else { last.unwrap_or(t) };
-            #[allow(clippy::cast_precision_loss)]
+            #[allow(clippy::cast_precision_loss, reason = "a count, size or duration far below 2^52, exact as f64")]
             let s = (end - t).num_milliseconds().max(0) as f64 / 1000.0;
             s
         });
-        #[allow(clippy::cast_precision_loss)]
+        #[allow(clippy::cast_precision_loss, reason = "a count, size or duration far below 2^52, exact as f64")]
         let steps_per_s = elapsed_s.filter(|e| *e > 0.0 && n_done > 0).map(|e| n_done as f64 / e);
-        #[allow(clippy::cast_precision_loss)]
+        #[allow(clippy::cast_precision_loss, reason = "a count, size or duration far below 2^52, exact as f64")]
         let eta_s =
             steps_per_s.filter(|_| still_moving).map(|r| (spec.steps.len() - n_done.min(spec.steps.len())) as f64 / r);
         let failures = steps

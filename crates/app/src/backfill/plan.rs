@@ -73,13 +73,21 @@ pub struct PlanRequest {
 /// Everything a backfill will do, fixed when it is planned. Its hash is what an approval binds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FrozenSpec {
+    /// A task, or a dataset written by a task.
     pub target: String,
+    /// First partition (included).
     pub from: String,
+    /// Last partition (included).
     pub to: String,
+    /// Which partitions are rebuilt.
     pub reprocess: Reprocess,
+    /// The intended change, in words.
     pub reason: String,
+    /// Who planned it.
     pub requester: String,
+    /// Whether downstream partitions are rebuilt too.
     pub include_downstream: bool,
+    /// Steps at once and starts per second.
     pub throttle: Throttle,
     /// The comparison's flagging threshold, in percent.
     pub flag_change_pct: Option<f64>,
@@ -91,11 +99,14 @@ pub struct FrozenSpec {
     pub table_versions: BTreeMap<String, Option<u64>>,
     /// The datasets the backfill writes, upstream first: its release commits them in this order.
     pub datasets: Vec<String>,
+    /// The steps, with their identities and pinned inputs.
     pub steps: Vec<NewStep>,
+    /// What it touches.
     pub blast_radius: BlastRadius,
 }
 
 impl FrozenSpec {
+    /// What an approval binds: the canonical hash of the whole frozen spec.
     pub fn hash(&self) -> String {
         let json = serde_json::to_vec(self).unwrap_or_default();
         Canonical::new("tidegate.backfill.spec").field("json", &json).finish()
@@ -105,7 +116,9 @@ impl FrozenSpec {
 /// What a backfill touches, sized from current versions and history.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BlastRadius {
+    /// Each dataset it rewrites, upstream first.
     pub datasets: Vec<Impact>,
+    /// Its steps.
     pub n_steps: usize,
     /// From the median duration of each task's past attempts; `None` without history.
     pub estimated_compute_s: Option<f64>,
@@ -118,14 +131,21 @@ pub struct BlastRadius {
 /// One dataset's share of the blast radius.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Impact {
+    /// The dataset.
     pub dataset: String,
+    /// The task that writes it.
     pub task: String,
     /// True when the target does not write it: it is rebuilt because it reads what changes.
     pub downstream: bool,
+    /// The partitions rebuilt.
     pub partitions: Vec<String>,
+    /// Its declared consumers.
     pub consumers: Vec<String>,
+    /// Rows those partitions hold now.
     pub current_rows: u64,
+    /// Bytes those partitions hold now.
     pub current_bytes: u64,
+    /// The median duration of the task's past steps.
     pub median_step_s: Option<f64>,
 }
 
@@ -369,7 +389,7 @@ async fn blast_radius(
         let partitions: Vec<String> = partitions.iter().cloned().collect();
         let sizes = lake.partition_sizes(&dataset, &partitions).await?;
         let median_step_s = median_duration_s(store, task)?;
-        #[allow(clippy::cast_precision_loss)]
+        #[allow(clippy::cast_precision_loss, reason = "a count, size or duration far below 2^52, exact as f64")]
         let n = partitions.len() as f64;
         compute_s = match (compute_s, median_step_s) {
             (Some(total), Some(m)) => Some(total + m * n),
@@ -409,7 +429,10 @@ fn median_duration_s(store: &dyn Store, task: &str) -> Result<Option<f64>> {
             }
             "staged" => {
                 if let Some(start) = claimed.remove(&step) {
-                    #[allow(clippy::cast_precision_loss)]
+                    #[allow(
+                        clippy::cast_precision_loss,
+                        reason = "a count, size or duration far below 2^52, exact as f64"
+                    )]
                     durations.push((e.at - start).num_milliseconds() as f64 / 1000.0);
                 }
             }

@@ -22,8 +22,11 @@ const SAMPLE_ROWS: usize = 5;
 /// A backfill's comparison: one report per dataset, upstream first.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Review {
+    /// The backfill.
     pub backfill_id: String,
+    /// Its frozen spec's hash.
     pub spec_hash: String,
+    /// One comparison per dataset, upstream first.
     pub datasets: Vec<Comparison>,
 }
 

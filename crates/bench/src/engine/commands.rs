@@ -165,9 +165,9 @@ impl Phases {
 
     /// Mean milliseconds per step of each phase (`promote` per step that has an upstream).
     fn json(&self) -> Value {
-        #[allow(clippy::cast_precision_loss)]
+        #[allow(clippy::cast_precision_loss, reason = "a count, size or duration far below 2^52, exact as f64")]
         let per = |s: f64| ms(s / self.n_steps.max(1) as f64);
-        #[allow(clippy::cast_precision_loss)]
+        #[allow(clippy::cast_precision_loss, reason = "a count, size or duration far below 2^52, exact as f64")]
         let promote = ms(self.promote / self.n_promoted.max(1) as f64);
         json!({
             "steps": self.n_steps,
@@ -255,11 +255,11 @@ pub fn b2(exe: &Path, dir: &Path, n: usize, repeats: usize) -> Result<Outcome> {
         phase_sum.add(&phases(dir, &run_id, true)?);
         baseline.0.push(sequential_true(n)?);
     }
-    #[allow(clippy::cast_precision_loss)]
+    #[allow(clippy::cast_precision_loss, reason = "a count, size or duration far below 2^52, exact as f64")]
     let per_step = |s: &Samples| s.median() / n as f64;
     let ms_per_step = ms(per_step(&wall));
     let aim_met = ms_per_step <= B2_AIM_MS_PER_STEP;
-    #[allow(clippy::cast_precision_loss)]
+    #[allow(clippy::cast_precision_loss, reason = "a count, size or duration far below 2^52, exact as f64")]
     let outside_ms = ms((wall.0.iter().sum::<f64>() - phase_sum.span) / repeats as f64);
     let json = json!({
         "chain": n,
@@ -337,7 +337,7 @@ pub fn b4(exe: &Path, dir: &Path, n: usize, workers: usize, repeats: usize) -> R
     }
     let r = ratio(wall.median(), baseline.median());
     let aim_met = r <= B4_AIM_RATIO;
-    #[allow(clippy::cast_precision_loss)]
+    #[allow(clippy::cast_precision_loss, reason = "a count, size or duration far below 2^52, exact as f64")]
     let publish_share = phase_sum.publish_busy / wall.0.iter().sum::<f64>();
     let mut phases_json = phase_sum.json();
     phases_json["publish_busy_share_of_wall"] = json!(round(publish_share));

@@ -225,7 +225,7 @@ fn rate_json(samples: &Samples, n: usize) -> Value {
     v
 }
 
-#[allow(clippy::cast_precision_loss)]
+#[allow(clippy::cast_precision_loss, reason = "a count, size or duration far below 2^52, exact as f64")]
 fn per_s(n: usize, seconds: f64) -> f64 {
     n as f64 / seconds
 }

@@ -142,9 +142,9 @@ fn progress_printer() -> tidegate_engine::executor::ProgressFn {
                 .sum();
         let elapsed = started.elapsed().as_secs_f64();
         let eta = if done > 0 && done < total {
-            #[allow(clippy::cast_precision_loss)]
+            #[allow(clippy::cast_precision_loss, reason = "a count, size or duration far below 2^52, exact as f64")]
             let rate = done as f64 / elapsed.max(0.001);
-            #[allow(clippy::cast_precision_loss)]
+            #[allow(clippy::cast_precision_loss, reason = "a count, size or duration far below 2^52, exact as f64")]
             let left = (total - done) as f64 / rate;
             format!(", ETA {left:.0} s")
         } else {

@@ -146,7 +146,7 @@ fn debt(ws: &Workspace, store: &dyn tidegate_store::Store, now: chrono::DateTime
         match a.step.status() {
             StepStatus::Ready => {
                 q.ready += 1;
-                #[allow(clippy::cast_precision_loss)]
+                #[allow(clippy::cast_precision_loss, reason = "a count, size or duration far below 2^52, exact as f64")]
                 let age = (now - a.step.updated_at).num_milliseconds().max(0) as f64 / 1000.0;
                 q.oldest_ready_age_s = Some(q.oldest_ready_age_s.map_or(age, |o| o.max(age)));
             }
@@ -167,7 +167,7 @@ fn debt(ws: &Workspace, store: &dyn tidegate_store::Store, now: chrono::DateTime
                 .newest_published
                 .as_ref()
                 .and_then(|k| axis.as_ref().and_then(|a| a.parse_key(k).ok().map(|t| a.shift(t, 1))));
-            #[allow(clippy::cast_precision_loss)]
+            #[allow(clippy::cast_precision_loss, reason = "a count, size or duration far below 2^52, exact as f64")]
             let lag_s = end.map(|e| (now - e).num_milliseconds().max(0) as f64 / 1000.0);
             Freshness { task: d.task.clone(), newest_published: d.newest_published.clone(), lag_s }
         })
@@ -184,7 +184,7 @@ fn debt(ws: &Workspace, store: &dyn tidegate_store::Store, now: chrono::DateTime
     let scheduler =
         store.metrics()?.into_iter().find(|(name, _, _)| name == tidegate_engine::executor::SCHEDULER_GAUGE).map(
             |(_, mut value, at)| {
-                #[allow(clippy::cast_precision_loss)]
+                #[allow(clippy::cast_precision_loss, reason = "a count, size or duration far below 2^52, exact as f64")]
                 let age_s = (now - at).num_milliseconds().max(0) as f64 / 1000.0;
                 if let Some(object) = value.as_object_mut() {
                     object.insert("updated_at".to_owned(), serde_json::json!(at));
