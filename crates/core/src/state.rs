@@ -1,8 +1,10 @@
-//! The step and run state machines: pure `apply(state, event) -> (state, actions)`.
+//! The step and run state machines: pure `apply(state, event) -> state`.
 //!
 //! Architecture invariant: a step's or run's status changes only through these functions. The
-//! store persists what they return together with the journal entry; the loop that owns processes,
-//! timers and tables performs the returned [`Action`]s. Nothing here does IO or reads a clock.
+//! store persists what they return together with the journal entry. Nothing here does IO or reads
+//! a clock. What follows a transition (start an attempt, publish, release downstream steps, retry
+//! at `retry_at`) is not returned as actions: the engine's loop reads it from the state it keeps
+//! (its view of the steps), which is also how it picks up changes other processes made.
 
 use std::fmt;
 
@@ -267,31 +269,6 @@ impl StepEvent {
     }
 }
 
-/// Work the caller must do after a transition.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "action", rename_all = "snake_case")]
-pub enum Action {
-    StartAttempt {
-        attempt: u32,
-        epoch: u64,
-    },
-    RunChecks,
-    Publish,
-    AwaitApproval,
-    ScheduleRetry {
-        attempt: u32,
-        at: DateTime<Utc>,
-    },
-    /// Stop the running process (cancellation); its lease is void.
-    StopAttempt {
-        epoch: u64,
-    },
-    /// Downstream steps may now be ready.
-    ReleaseDownstream,
-    /// Downstream steps can no longer run.
-    FailDownstream,
-}
-
 /// A transition the table does not allow.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -306,8 +283,8 @@ pub enum Error {
     RunEnded { from: RunStatus, event: &'static str },
 }
 
-/// Applies `event` to `step`: the next state and the actions to perform, or why it is illegal.
-pub fn apply(step: &Step, event: &StepEvent) -> Result<(Step, Vec<Action>), Error> {
+/// Applies `event` to `step`: the next state, or why it is illegal.
+pub fn apply(step: &Step, event: &StepEvent) -> Result<Step, Error> {
     use StepEvent as E;
     use StepStatus as S;
 
@@ -324,16 +301,12 @@ pub fn apply(step: &Step, event: &StepEvent) -> Result<(Step, Vec<Action>), Erro
     }
 
     let mut next = step.clone();
-    let mut actions = Vec::new();
     next.status = match (step.status, event) {
         (S::Pending, E::DepsMet { inputs }) => {
             next.pinned = inputs.clone();
             S::Ready
         }
-        (S::Pending | S::Ready | S::RetryWait, E::UpstreamFailed { .. }) => {
-            actions.push(Action::FailDownstream);
-            S::UpstreamFailed
-        }
+        (S::Pending | S::Ready | S::RetryWait, E::UpstreamFailed { .. }) => S::UpstreamFailed,
         (S::Ready, E::Claimed { epoch, .. }) => {
             if *epoch <= step.epoch {
                 return Err(Error::StaleClaim { got: *epoch, current: step.epoch });
@@ -341,36 +314,25 @@ pub fn apply(step: &Step, event: &StepEvent) -> Result<(Step, Vec<Action>), Erro
             next.attempt += 1;
             next.epoch = *epoch;
             next.retry_at = None;
-            actions.push(Action::StartAttempt { attempt: next.attempt, epoch: *epoch });
             S::Running
         }
         (S::Running, E::Checkpointed { .. }) => S::Running,
-        (S::Running, E::Staged { .. }) => {
-            actions.push(Action::RunChecks);
-            S::Staged
-        }
+        (S::Running, E::Staged { .. }) => S::Staged,
         (S::Staged, E::ValidationStarted { .. }) => S::Validating,
-        (S::Validating, E::ChecksPassed { .. }) if step.needs_approval => {
-            actions.push(Action::AwaitApproval);
-            S::AwaitingApproval
-        }
-        (S::Validating, E::ChecksPassed { .. }) => {
-            actions.push(Action::Publish);
-            S::Validated
-        }
+        (S::Validating, E::ChecksPassed { .. }) if step.needs_approval => S::AwaitingApproval,
+        (S::Validating, E::ChecksPassed { .. }) => S::Validated,
         (S::Validating, E::ChecksFailed { reason, .. }) => {
             next.last_failure = Some(Failure { class: ErrorClass::Deterministic, reason: reason.clone() });
-            actions.push(Action::FailDownstream);
             S::Failed
         }
         (S::Running | S::Staged | S::Validating | S::Validated, E::AttemptFailed { class, reason, at, jitter, .. }) => {
             next.last_failure = Some(Failure { class: *class, reason: reason.clone() });
-            fail_or_retry(&mut next, *class, *at, *jitter, &mut actions)
+            fail_or_retry(&mut next, *class, *at, *jitter)
         }
         (S::Running | S::Staged | S::Validating, E::LeaseExpired { at, jitter, .. }) => {
             let reason = format!("lease of attempt {} expired without a heartbeat", step.attempt);
             next.last_failure = Some(Failure { class: ErrorClass::Transient, reason });
-            fail_or_retry(&mut next, ErrorClass::Transient, *at, *jitter, &mut actions)
+            fail_or_retry(&mut next, ErrorClass::Transient, *at, *jitter)
         }
         (S::RetryWait, E::RetryDue) => {
             next.retry_at = None;
@@ -379,51 +341,25 @@ pub fn apply(step: &Step, event: &StepEvent) -> Result<(Step, Vec<Action>), Erro
         (S::RetryWait, E::RetryDenied { reason }) => {
             next.retry_at = None;
             next.last_failure = Some(Failure { class: ErrorClass::Transient, reason: reason.clone() });
-            actions.push(Action::FailDownstream);
             S::Failed
         }
-        (S::AwaitingApproval, E::Approved { .. }) => {
-            actions.push(Action::Publish);
-            S::Validated
-        }
-        (S::Validated, E::Published { .. }) => {
-            actions.push(Action::ReleaseDownstream);
-            S::Published
-        }
+        (S::AwaitingApproval, E::Approved { .. }) => S::Validated,
+        (S::Validated, E::Published { .. }) => S::Published,
         (S::Pending | S::Ready | S::RetryWait | S::AwaitingApproval | S::Validated, E::Superseded { .. }) => {
-            actions.push(Action::ReleaseDownstream);
             S::Superseded
         }
-        (S::Pending | S::Ready, E::Skipped { .. }) => {
-            actions.push(Action::ReleaseDownstream);
-            S::Skipped
-        }
-        (status, E::Cancelled { .. }) => {
-            if status.holds_lease() {
-                actions.push(Action::StopAttempt { epoch: step.epoch });
-            }
-            S::Cancelled
-        }
+        (S::Pending | S::Ready, E::Skipped { .. }) => S::Skipped,
+        (_, E::Cancelled { .. }) => S::Cancelled,
         _ => return Err(illegal()),
     };
-    Ok((next, actions))
+    Ok(next)
 }
 
-fn fail_or_retry(
-    next: &mut Step,
-    class: ErrorClass,
-    at: DateTime<Utc>,
-    jitter: f64,
-    actions: &mut Vec<Action>,
-) -> StepStatus {
+fn fail_or_retry(next: &mut Step, class: ErrorClass, at: DateTime<Utc>, jitter: f64) -> StepStatus {
     if class == ErrorClass::Transient && next.attempt < next.retry.attempts {
-        let attempt = next.attempt + 1;
-        let due = retry::retry_at(&next.retry, at, attempt, jitter);
-        next.retry_at = Some(due);
-        actions.push(Action::ScheduleRetry { attempt, at: due });
+        next.retry_at = Some(retry::retry_at(&next.retry, at, next.attempt + 1, jitter));
         StepStatus::RetryWait
     } else {
-        actions.push(Action::FailDownstream);
         StepStatus::Failed
     }
 }

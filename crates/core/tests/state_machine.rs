@@ -5,9 +5,7 @@ use chrono::{DateTime, TimeZone, Utc};
 use proptest::prelude::*;
 use tidegate_core::retry::ErrorClass;
 use tidegate_core::spec::RetryPolicy;
-use tidegate_core::state::{
-    Action, Error, RunEvent, RunStatus, Step, StepEvent, StepStatus, StepTally, apply, apply_run,
-};
+use tidegate_core::state::{Error, RunEvent, RunStatus, Step, StepEvent, StepStatus, StepTally, apply, apply_run};
 
 fn t0() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2024, 1, 1, 0, 0, 0).single().expect("valid instant")
@@ -71,10 +69,9 @@ fn transition_table() {
                     StepEvent::AttemptFailed { class, .. } => format!("attempt_failed({})", class.as_str()),
                     e => e.kind().to_owned(),
                 };
-                if let Ok((next, actions)) = apply(&step, &event) {
-                    let actions: Vec<String> = actions.iter().map(|a| format!("{a:?}")).collect();
+                if let Ok(next) = apply(&step, &event) {
                     let from = if needs_approval { format!("{status} (backfill)") } else { status.to_string() };
-                    table.push_str(&format!("{from:<28} --{label}--> {}  {}\n", next.status, actions.join(", ")));
+                    table.push_str(&format!("{from:<28} --{label}--> {}\n", next.status));
                 }
             }
         }
@@ -95,9 +92,9 @@ fn terminal_states_accept_nothing() {
 #[test]
 fn an_expired_lease_cannot_stage_or_publish() {
     let step = step_in(StepStatus::Running, false);
-    let (retrying, _) = apply(&step, &StepEvent::LeaseExpired { epoch: 1, at: t0(), jitter: 0.0 }).expect("legal");
-    let (ready, _) = apply(&retrying, &StepEvent::RetryDue).expect("legal");
-    let (running, _) = apply(&ready, &StepEvent::Claimed { epoch: 2, worker: "w2".into() }).expect("legal");
+    let retrying = apply(&step, &StepEvent::LeaseExpired { epoch: 1, at: t0(), jitter: 0.0 }).expect("legal");
+    let ready = apply(&retrying, &StepEvent::RetryDue).expect("legal");
+    let running = apply(&ready, &StepEvent::Claimed { epoch: 2, worker: "w2".into() }).expect("legal");
     let stale = StepEvent::Staged { epoch: 1, version: "from the paused worker".into() };
     assert_eq!(apply(&running, &stale), Err(Error::Fenced { event: "staged", got: 1, current: 2 }));
     let stale_publish = StepEvent::Published { epoch: 1, release: "r".into() };
@@ -107,10 +104,10 @@ fn an_expired_lease_cannot_stage_or_publish() {
 #[test]
 fn transient_failures_retry_until_attempts_run_out() {
     let mut step = Step::new(RetryPolicy { attempts: 3, backoff_base_ms: 1_000, backoff_max_ms: 10_000 }, false);
-    step = apply(&step, &StepEvent::DepsMet { inputs: vec![] }).expect("legal").0;
+    step = apply(&step, &StepEvent::DepsMet { inputs: vec![] }).expect("legal");
     let mut delays = Vec::new();
     for epoch in 1..=3 {
-        step = apply(&step, &StepEvent::Claimed { epoch, worker: "w".into() }).expect("legal").0;
+        step = apply(&step, &StepEvent::Claimed { epoch, worker: "w".into() }).expect("legal");
         let failed = StepEvent::AttemptFailed {
             epoch,
             class: ErrorClass::Transient,
@@ -118,11 +115,10 @@ fn transient_failures_retry_until_attempts_run_out() {
             at: t0(),
             jitter: 0.999,
         };
-        let (next, actions) = apply(&step, &failed).expect("legal");
-        step = next;
-        if let Some(Action::ScheduleRetry { at, .. }) = actions.first() {
-            delays.push((*at - t0()).num_milliseconds());
-            step = apply(&step, &StepEvent::RetryDue).expect("legal").0;
+        step = apply(&step, &failed).expect("legal");
+        if let Some(at) = step.retry_at {
+            delays.push((at - t0()).num_milliseconds());
+            step = apply(&step, &StepEvent::RetryDue).expect("legal");
         }
     }
     assert_eq!(step.status, StepStatus::Failed);
@@ -140,9 +136,9 @@ fn a_deterministic_failure_is_not_retried() {
         at: t0(),
         jitter: 0.0,
     };
-    let (next, actions) = apply(&step, &failed).expect("legal");
+    let next = apply(&step, &failed).expect("legal");
     assert_eq!(next.status, StepStatus::Failed);
-    assert_eq!(actions, [Action::FailDownstream]);
+    assert_eq!(next.retry_at, None);
 }
 
 #[test]
@@ -183,11 +179,11 @@ proptest! {
             };
             let before = step.clone();
             match apply(&step, &event) {
-                Ok((next, actions)) => {
+                Ok(next) => {
                     if matches!(event, StepEvent::Claimed { .. }) {
                         claims += 1;
                         prop_assert!(next.epoch > before.epoch);
-                        prop_assert_eq!(actions.len(), 1);
+                        prop_assert_eq!(next.attempt, before.attempt + 1);
                     }
                     prop_assert!(!before.status.is_terminal());
                     prop_assert!(next.epoch >= before.epoch);

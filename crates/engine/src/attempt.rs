@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
+use tidegate_core::clock::Clock;
 use tidegate_core::partition::Partition;
 use tidegate_core::retry::{self, ErrorClass, Exit};
 use tidegate_core::spec::{Dataset, Task, TaskRun};
@@ -37,6 +38,8 @@ pub struct Attempt {
     pub lease_ttl_s: u32,
     pub resume_from: Option<CheckpointRecord>,
     pub run_id: String,
+    /// The engine's clock: the attempt's heartbeats, checkpoints and report are timed by it.
+    pub clock: Arc<dyn Clock>,
 }
 
 /// How an attempt ended, for the scheduler to turn into events.
@@ -151,15 +154,26 @@ impl Runner for TaskRunner {
 pub async fn run(attempt: Attempt, store: Arc<dyn Store>, lake: Arc<Lake>) -> Report {
     let step_id = attempt.step.id.clone();
     let epoch = attempt.lease.epoch;
-    let fail =
-        |class, reason: String| Report::Failed { step_id: step_id.clone(), epoch, class, reason, ended_at: Utc::now() };
+    let clock = attempt.clock.clone();
+    let fail = |class, reason: String| Report::Failed {
+        step_id: step_id.clone(),
+        epoch,
+        class,
+        reason,
+        ended_at: clock.now(),
+    };
     let secrets = match crate::secrets::from_env(&attempt.task) {
         Ok(secrets) => secrets,
         Err(reason) => return fail(ErrorClass::Deterministic, reason),
     };
     let redactor = Secrets::new(&secrets.iter().map(|(_, v)| v.as_str()).collect::<Vec<_>>());
-    let heartbeat =
-        tokio::spawn(heartbeat_loop(store.clone(), attempt.lease.clone(), attempt.heartbeat, attempt.lease_ttl_s));
+    let heartbeat = tokio::spawn(heartbeat_loop(
+        store.clone(),
+        attempt.clock.clone(),
+        attempt.lease.clone(),
+        attempt.heartbeat,
+        attempt.lease_ttl_s,
+    ));
     let result = execute(&attempt, &store, &lake, &secrets, &redactor).await;
     heartbeat.abort();
     // What the attempt reports is journaled and stored: the task's data or output quoted in a
@@ -170,7 +184,7 @@ pub async fn run(attempt: Attempt, store: Arc<dyn Store>, lake: Arc<Lake>) -> Re
                 check.detail = redactor.redact(&check.detail);
             }
             versions.iter_mut().for_each(|v| redact_stats(v, &redactor));
-            Report::Staged { step_id, epoch, versions, checks, ended_at: Utc::now() }
+            Report::Staged { step_id, epoch, versions, checks, ended_at: clock.now() }
         }
         Err((class, reason)) => fail(class, redactor.redact(&reason)),
     }
@@ -189,12 +203,12 @@ pub(crate) fn redact_stats(v: &mut StagedVersion, secrets: &Secrets) {
     }
 }
 
-async fn heartbeat_loop(store: Arc<dyn Store>, mut lease: Lease, every: Duration, ttl_s: u32) {
+async fn heartbeat_loop(store: Arc<dyn Store>, clock: Arc<dyn Clock>, mut lease: Lease, every: Duration, ttl_s: u32) {
     loop {
         tokio::time::sleep(every).await;
         let s = store.clone();
-        let l = lease.clone();
-        match tokio::task::spawn_blocking(move || s.heartbeat(&l, Utc::now(), ttl_s)).await {
+        let (l, now) = (lease.clone(), clock.now());
+        match tokio::task::spawn_blocking(move || s.heartbeat(&l, now, ttl_s)).await {
             Ok(Ok(renewed)) => lease = renewed,
             // Fenced or the store is unreachable: stop renewing. If the lease expires, the scheduler
             // gives the step to another attempt and this one's report will be rejected.
@@ -504,6 +518,7 @@ pub fn prepare(
     step: StepRecord,
     lease: Lease,
     resume_from: Option<CheckpointRecord>,
+    clock: Arc<dyn Clock>,
 ) -> Option<Attempt> {
     let task = spec.tasks.get(&step.task)?.clone();
     let outputs = task.outputs.iter().filter_map(|o| spec.datasets.get(o).cloned()).collect();
@@ -520,6 +535,7 @@ pub fn prepare(
         heartbeat: Duration::from_secs(u64::from(spec.project.heartbeat_s)),
         lease_ttl_s: spec.project.lease_ttl_s,
         resume_from,
+        clock,
     })
 }
 

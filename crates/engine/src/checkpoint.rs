@@ -30,7 +30,6 @@ use std::io::{Read as _, Seek as _, SeekFrom};
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
-use chrono::Utc;
 use serde::Deserialize;
 use tidegate_core::retry::ErrorClass;
 use tidegate_lake::{Lake, StagedVersion};
@@ -197,7 +196,7 @@ impl<'a> Checkpoints<'a> {
             schema_hash: first.schema_hash.clone(),
             n_rows,
             checksum,
-            created_at: Utc::now(),
+            created_at: a.clock.now(),
         };
         let meta = JournalMeta {
             actor: a.lease.worker.clone(),
@@ -309,7 +308,7 @@ fn version_record(a: &Attempt, v: &StagedVersion) -> VersionRecord {
         schema_hash: v.schema_hash.clone(),
         checksum: v.checksum.clone(),
         stats: serde_json::Value::Null,
-        created_at: Utc::now(),
+        created_at: a.clock.now(),
     }
 }
 

@@ -12,23 +12,22 @@ use chrono::{DateTime, Utc};
 use tidegate_core::clock::Clock;
 use tidegate_core::idempotency::PinnedInput;
 use tidegate_core::retry::{ErrorClass, RetryBudget};
-use tidegate_core::rng::SplitMix64;
 use tidegate_core::schedule::{self, ClassLoad, RateLimit, Shares};
 use tidegate_core::spec::Spec;
-use tidegate_core::state::{RunStatus, StepEvent, StepStatus};
+use tidegate_core::state::{RunStatus, StepStatus};
 use tidegate_lake::Lake;
 use tidegate_store::{
     BackfillStatus, ClaimRequest, Claimed, JournalMeta, Outcome, Priority, StagedRecord, StepEventRecord, Store,
     WorkerRecord,
 };
-use tokio::sync::mpsc;
 
 use crate::attempt::{self, Attempt, Report};
-use crate::view::{Dependency, View};
+use crate::view::View;
 use crate::{Error, Result};
 
+mod drain;
 mod publication;
-use publication::InPublication;
+use drain::Drain;
 
 /// The most events one group commit holds.
 pub const MAX_EVENTS_PER_COMMIT: usize = 2_000;
@@ -37,12 +36,6 @@ pub const MAX_CLAIMS_PER_TICK: usize = 512;
 /// How many recent backfills and runs the loop watches for changes made by other processes.
 const BACKFILLS_WATCHED: u32 = 200;
 const RUNS_WATCHED: u32 = 50;
-
-/// Backfills in the view whose steps must not start now: paused, or no longer holding their
-/// partitions (their steps wait for an operator, not for this loop).
-fn blocked_backfills(view: &View, gates: &HashMap<String, BackfillGate>) -> Vec<String> {
-    view.backfill_ids().filter(|b| gates.get(*b).is_none_or(|g| g.paused)).cloned().collect()
-}
 
 /// How often the loop looks for expired leases and due retries when nothing else wakes it.
 pub const IDLE_TICK: Duration = Duration::from_millis(250);
@@ -170,13 +163,6 @@ impl Throughput {
         let n = self.events.iter().map(|(_, n)| n).sum::<usize>() as f64;
         Some(n / span_s)
     }
-}
-
-/// What ended the loop's wait.
-enum Woke {
-    Report(Report),
-    Published(std::result::Result<publication::Outcomes, tokio::task::JoinError>),
-    Timer,
 }
 
 /// How often the loop re-reads the steps of attempts in flight in worker processes.
@@ -359,228 +345,30 @@ impl Engine {
             .await
     }
 
+    /// The scheduler loop: one turn after another until the drain is settled (see [`Drain`] for
+    /// what each phase does).
     async fn drain_inner(&self) -> Result<Summary> {
-        let mut view = self.db(|s| View::load(s)).await?;
-        let mut pools = self.pools();
-        let mut jitter = SplitMix64::new(self.opts.seed);
-        let mut summary = Summary::default();
-        let (tx, mut rx) = mpsc::unbounded_channel::<Report>();
-        let mut in_flight = 0usize;
-        let correlation = format!("drain-{}", self.clock.now().timestamp_millis());
-        let mut last_scheduler_renewal = self.clock.now();
-        let mut gates: HashMap<String, BackfillGate> = HashMap::new();
-        let mut last_refresh: Option<std::time::Instant> = None;
-        let mut last_lease_check: Option<std::time::Instant> = None;
-        let mut workers: Vec<WorkerRecord> = Vec::new();
-        // Attempts in flight elsewhere: leased to worker processes, or left by an earlier
-        // scheduler (they hold pool slots until they report or their lease expires).
-        let mut remote: HashMap<String, Remote> = HashMap::new();
-        let mut throughput = Throughput::default();
-        let mut last_gauge: Option<std::time::Instant> = None;
-        let mut publishing: Option<InPublication> = None;
-        let mut pacer = publication::Pacer::default();
-        for e in view.entries().filter(|e| e.status().holds_lease()) {
-            let class = class_of(e.priority);
-            if let Some(p) = pools.get_mut(&e.record.pool) {
-                p.running[class] += 1;
-            }
-            let r = Remote { worker: String::new(), pool: e.record.pool.clone(), class, epoch: e.record.state.epoch };
-            remote.insert(e.record.id.clone(), r);
-        }
+        let mut drain = Drain::start(self).await?;
         loop {
             let now = self.clock.now();
-            let mut events: Vec<StepEventRecord> = Vec::new();
-            if last_refresh.is_none_or(|t| t.elapsed() >= REFRESH_EVERY) {
-                self.refresh_gates(&mut gates).await?;
-                // A long-lived server would otherwise hold every step it ever ran.
-                view.forget_finished_runs();
-                self.discover_runs(&mut view).await?;
-                // A worker that missed two renewals is taken for dead before its leases expire,
-                // so the steps they free are not leased to it again.
-                let silent_after = chrono::Duration::seconds(2 * i64::from(self.spec.project.heartbeat_s));
-                workers = self.db(move |s| s.live_workers(now)).await?;
-                workers.retain(|w| now - w.heartbeat_at <= silent_after);
-                last_refresh = Some(std::time::Instant::now());
+            drain.refresh(now).await?;
+            drain.follow_remote().await?;
+            let mut events = drain.absorb_reports().await?;
+            events.extend(drain.dependency_events().await?);
+            events.extend(drain.due_retries(now));
+            events.extend(drain.expired_leases(now).await?);
+            drain.commit(events).await?;
+            drain.start_attempts().await?;
+            let publishing = drain.publish().await?;
+            drain.observe(now).await?;
+            if drain.settled() {
+                return drain.finish().await;
             }
-            self.follow_remote(&mut remote, &mut view, &mut pools, &mut summary).await?;
-
-            // 1. Reports from finished attempts.
-            let mut reports = Vec::new();
-            while let Ok(report) = rx.try_recv() {
-                reports.push(report);
-            }
-            in_flight -= reports.len();
-            self.absorb_reports(reports, &mut view, &mut pools, &mut events, &correlation, &mut summary).await?;
-            // 2. Dependencies.
-            // Every step that becomes ready in this tick pins the same table versions: each
-            // table's version is read once per tick, not once per step.
-            let mut versions: HashMap<String, Option<u64>> = HashMap::new();
-            for (step_id, decision) in view.take_dependency_decisions() {
-                let event = match decision {
-                    Dependency::Met => {
-                        StepEvent::DepsMet { inputs: self.pin_inputs(&view, &step_id, &mut versions).await? }
-                    }
-                    Dependency::Failed { upstream } => StepEvent::UpstreamFailed { upstream },
-                };
-                events.push(StepEventRecord { step_id, event, meta: self.meta("upstream settled", &correlation) });
-            }
-            // 3. Retries that are due, inside the pool's budget. When the budget is spent and
-            //    nothing in flight or ready can earn it back, the retries fail instead of waiting
-            //    forever: that is the retry-storm guard doing its job, and the reason says so.
-            let stalled = in_flight == 0 && remote.is_empty() && view.count(StepStatus::Ready) == 0;
-            for entry in view.in_status(StepStatus::RetryWait) {
-                if entry.record.state.retry_at.is_none_or(|t| t > now) {
-                    continue;
-                }
-                let Some(pool) = pools.get_mut(&entry.record.pool) else { continue };
-                let (event, reason) = if pool.budget.try_spend() {
-                    summary.retried += 1;
-                    (StepEvent::RetryDue, "backoff elapsed; the retry budget granted a token".to_owned())
-                } else if stalled {
-                    let reason = format!(
-                        "retry budget of pool {:?} spent (retries are capped at {} per first attempt plus a burst of {}); not retrying",
-                        entry.record.pool,
-                        self.spec.pools[&entry.record.pool].retry_budget_ratio,
-                        self.spec.pools[&entry.record.pool].retry_budget_burst
-                    );
-                    (StepEvent::RetryDenied { reason: reason.clone() }, reason)
-                } else {
-                    continue;
-                };
-                events.push(StepEventRecord {
-                    step_id: entry.record.id.clone(),
-                    event,
-                    meta: self.meta(reason, &correlation),
-                });
-            }
-            // 4. Leases that expired (a worker died or stopped heartbeating), looked for once per
-            //    REFRESH_EVERY: a lease lives for seconds, so reading the store on every turn of
-            //    the loop (each report, each publication) found nothing new almost every time.
-            let expired = if last_lease_check.is_none_or(|t| t.elapsed() >= REFRESH_EVERY) {
-                last_lease_check = Some(std::time::Instant::now());
-                self.db(move |s| s.expired_leases(now)).await?
-            } else {
-                Vec::new()
-            };
-            for lease in expired {
-                events.push(StepEventRecord {
-                    step_id: lease.step_id.clone(),
-                    event: StepEvent::LeaseExpired { epoch: lease.epoch, at: now, jitter: jitter.next_unit() },
-                    meta: self.meta(format!("lease of {} expired at {}", lease.worker, lease.expires_at), &correlation),
-                });
-            }
-            self.commit(events, &mut view, &mut summary).await?;
-
-            // 5. Claims within slots, shares and rate limits (none once a shutdown was asked for).
-            //    Before publication, so that the attempts run while the Delta commit is made.
-            let claimed = if self.stopping() {
-                Vec::new()
-            } else {
-                let dispatch = Dispatch { in_flight, workers: &workers, remote: &mut remote };
-                self.claim(&mut view, &mut pools, &mut gates, dispatch, &correlation).await?
-            };
-            for attempt in claimed {
-                in_flight += 1;
-                let (store, lake, tx, runner) =
-                    (self.store.clone(), self.lake.clone(), tx.clone(), self.runner.clone());
-                tokio::spawn(async move {
-                    let report = runner.run(attempt, store, lake).await;
-                    let _ = tx.send(report);
-                });
-            }
-
-            // 6. Publication of validated steps, on its own task (see `publication`): a finished
-            //    one is settled, and the steps validated meanwhile start the next. A backfill's
-            //    steps are published together by `backfill publish`, never one by one here.
-            //    A publication can make downstream steps ready; their dependency decisions are
-            //    taken at the top of the loop, so the loop goes round again at once instead of
-            //    sleeping (each link of a chain used to wait out an idle tick here).
-            let mut published_now = false;
-            if publishing.as_ref().is_some_and(InPublication::is_done) {
-                let outcomes = publication::finished(&mut publishing).await;
-                if let Some(p) = publishing.take() {
-                    self.finish_publication(p, outcomes, &mut view, &mut summary, &correlation).await?;
-                    published_now = true;
-                }
-            }
-            // The earliest moment a validated step held back by the pace may be published.
-            let mut publish_at: Option<std::time::Instant> = None;
-            if publishing.is_none() {
-                let (validated, held_until) = self.publishable(&view, &pacer);
-                publish_at = held_until;
-                if !validated.is_empty() {
-                    publishing = self.start_publication(&validated, &view, &mut pacer).await?;
-                }
-            }
-
-            throughput.observe(&summary, now);
-            if last_gauge.is_none_or(|t| t.elapsed() >= GAUGE_EVERY) {
-                let gauge = self.gauge(&view, &pools, &workers, &throughput, now);
-                self.db(move |s| s.put_metric(SCHEDULER_GAUGE, &gauge, now)).await?;
-                last_gauge = Some(std::time::Instant::now());
-            }
-            if let Some(progress) = &self.progress {
-                let tally: BTreeMap<String, usize> =
-                    view.tally().into_iter().map(|(s, n)| (s.to_string(), n)).collect();
-                progress(&tally);
-            }
-            if in_flight == 0
-                && remote.is_empty()
-                && publishing.is_none()
-                && (self.stopping() || !view.has_work_outside(&blocked_backfills(&view, &gates)))
-            {
-                break;
-            }
-            if now - last_scheduler_renewal > chrono::Duration::seconds(i64::from(self.spec.project.heartbeat_s)) {
-                let (o, ttl) = (self.opts.worker_id.clone(), self.spec.project.lease_ttl_s);
-                if !self.db(move |s| s.acquire_scheduler(&o, now, ttl)).await? {
-                    return Err(Error::SchedulerBusy);
-                }
-                last_scheduler_renewal = now;
-            }
-            // 7. Sleep until an attempt reports, the publication finishes or a timer is due.
-            if published_now {
-                continue;
-            }
-            let mut wait = self.next_wake(&view, &pools, now);
-            if !remote.is_empty() {
-                wait = wait.min(REMOTE_POLL);
-            }
-            if let Some(at) = publish_at {
-                wait = wait.min(at.saturating_duration_since(std::time::Instant::now()).max(Duration::from_millis(1)));
-            }
-            let woke = tokio::select! {
-                Some(report) = rx.recv() => Woke::Report(report),
-                outcomes = publication::finished(&mut publishing) => Woke::Published(outcomes),
-                () = tokio::time::sleep(wait) => Woke::Timer,
-            };
-            match woke {
-                Woke::Report(report) => {
-                    let mut reports = vec![report];
-                    while let Ok(report) = rx.try_recv() {
-                        reports.push(report);
-                    }
-                    in_flight -= reports.len();
-                    let mut events = Vec::new();
-                    self.absorb_reports(reports, &mut view, &mut pools, &mut events, &correlation, &mut summary)
-                        .await?;
-                    self.commit(events, &mut view, &mut summary).await?;
-                }
-                Woke::Published(outcomes) => {
-                    if let Some(p) = publishing.take() {
-                        self.finish_publication(p, outcomes, &mut view, &mut summary, &correlation).await?;
-                    }
-                }
-                Woke::Timer => {}
+            drain.renew_scheduler_role(now).await?;
+            if !publishing.published_now {
+                drain.wait(now, publishing.publish_at).await?;
             }
         }
-        summary.awaiting_approval = view.count(StepStatus::AwaitingApproval);
-        // The last gauge describes where the drain left things.
-        let now = self.clock.now();
-        throughput.observe(&summary, now);
-        let gauge = self.gauge(&view, &pools, &workers, &throughput, now);
-        self.db(move |s| s.put_metric(SCHEDULER_GAUGE, &gauge, now)).await?;
-        Ok(summary)
     }
 
     /// The scheduler's gauges for `tidegate status`: per pool its slots, attempts running per
@@ -992,8 +780,10 @@ impl Engine {
                 remote.insert(step_id, r);
                 continue;
             }
-            let attempt = attempt::prepare(&self.spec, &self.workspace, &self.lake_uri, step, lease, resume_from)
-                .ok_or_else(|| Error::Internal(format!("claimed step {step_id} has a task the spec lacks")))?;
+            let clock = self.clock.clone();
+            let attempt =
+                attempt::prepare(&self.spec, &self.workspace, &self.lake_uri, step, lease, resume_from, clock)
+                    .ok_or_else(|| Error::Internal(format!("claimed step {step_id} has a task the spec lacks")))?;
             attempts.push(attempt);
         }
         Ok(attempts)

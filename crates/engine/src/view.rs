@@ -385,7 +385,7 @@ mod tests {
             upstream: upstream.iter().map(|s| (*s).to_owned()).collect(),
             inputs: Vec::new(),
             state,
-            updated_at: Utc::now(),
+            updated_at: tidegate_testkit::fixed_instant(),
         }
     }
 

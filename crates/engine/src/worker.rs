@@ -139,9 +139,15 @@ impl Worker {
         let (step, resume_from) = self.db(move |s| Ok((s.step(&sid)?, s.last_checkpoint(&sid)?))).await?;
         let Some(step) = step else { return Ok(()) };
         let epoch = lease.epoch;
-        let Some(attempt) =
-            attempt::prepare(&self.spec, &self.workspace, &self.lake_uri, step, lease.clone(), resume_from)
-        else {
+        let Some(attempt) = attempt::prepare(
+            &self.spec,
+            &self.workspace,
+            &self.lake_uri,
+            step,
+            lease.clone(),
+            resume_from,
+            self.clock.clone(),
+        ) else {
             let report = Report::Failed {
                 step_id: lease.step_id.clone(),
                 epoch,

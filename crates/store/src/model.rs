@@ -142,8 +142,8 @@ pub struct StepEventRecord {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum Outcome {
-    /// Applied; the journal entry's sequence number and the actions the caller must perform.
-    Applied { seq: u64, step: Step, actions: Vec<tidegate_core::state::Action> },
+    /// Applied; the journal entry's sequence number and the step as the event left it.
+    Applied { seq: u64, step: Step },
     /// Rejected by the transition table or by fencing; journaled as a rejection with `seq`.
     Rejected { seq: u64, reason: String },
 }

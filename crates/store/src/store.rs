@@ -520,13 +520,13 @@ impl<D: Driver> SqlStore<D> {
             payload: payload.clone(),
         };
         match state::apply(&step.state, &rec.event) {
-            Ok((next, actions)) => {
+            Ok(next) => {
                 if write {
                     write_step(tx, &step.id, &next, rec.meta.at)?;
                 }
                 Self::record_attempt(tx, step, &next, rec, now)?;
                 let seq = journal.append(tx, draft(rec.event.kind(), Some(next.status.as_str()), &rec.meta.reason))?;
-                Ok(Outcome::Applied { seq, step: next, actions })
+                Ok(Outcome::Applied { seq, step: next })
             }
             Err(e) => {
                 let reason = e.to_string();

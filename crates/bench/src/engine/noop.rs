@@ -66,7 +66,7 @@ impl Runner for Noop {
                 epoch: attempt.lease.epoch,
                 versions,
                 checks: Vec::new(),
-                ended_at: Utc::now(),
+                ended_at: attempt.clock.now(),
             }
         })
     }

@@ -1,0 +1,369 @@
+//! One drain of the scheduler loop: the state a drain carries from one turn to the next, and one
+//! method per phase of a turn. `Engine::drain_inner` is the loop over these phases; the order of
+//! the phases (and so of the store calls each makes) is the loop's contract.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use tidegate_core::rng::SplitMix64;
+use tidegate_core::state::{StepEvent, StepStatus};
+use tidegate_store::{StepEventRecord, WorkerRecord};
+use tokio::sync::mpsc;
+
+use super::publication::{self, InPublication};
+use super::{
+    BackfillGate, Dispatch, Engine, GAUGE_EVERY, PoolState, REFRESH_EVERY, REMOTE_POLL, Remote, SCHEDULER_GAUGE,
+    Summary, Throughput, class_of,
+};
+use crate::attempt::Report;
+use crate::view::{Dependency, View};
+use crate::{Error, Result};
+
+/// Backfills in the view whose steps must not start now: paused, or no longer holding their
+/// partitions (their steps wait for an operator, not for this loop).
+fn blocked_backfills(view: &View, gates: &HashMap<String, BackfillGate>) -> Vec<String> {
+    view.backfill_ids().filter(|b| gates.get(*b).is_none_or(|g| g.paused)).cloned().collect()
+}
+
+/// What ended the loop's wait.
+enum Woke {
+    Report(Report),
+    Published(std::result::Result<publication::Outcomes, tokio::task::JoinError>),
+    Timer,
+}
+
+/// What the publication phase of a turn leaves for the rest of it.
+pub(super) struct Publishing {
+    /// A publication finished this turn: go round again at once, its downstream may be ready.
+    pub(super) published_now: bool,
+    /// The earliest moment a validated step held back by the pace may be published.
+    pub(super) publish_at: Option<Instant>,
+}
+
+/// The scheduler loop's state between turns.
+pub(super) struct Drain<'e> {
+    engine: &'e Engine,
+    view: View,
+    pools: HashMap<String, PoolState>,
+    jitter: SplitMix64,
+    summary: Summary,
+    /// Where in-process attempts send their reports.
+    tx: mpsc::UnboundedSender<Report>,
+    rx: mpsc::UnboundedReceiver<Report>,
+    /// In-process attempts not yet reported.
+    in_flight: usize,
+    correlation: String,
+    last_scheduler_renewal: DateTime<Utc>,
+    gates: HashMap<String, BackfillGate>,
+    last_refresh: Option<Instant>,
+    last_lease_check: Option<Instant>,
+    workers: Vec<WorkerRecord>,
+    /// Attempts in flight elsewhere: leased to worker processes, or left by an earlier scheduler
+    /// (they hold pool slots until they report or their lease expires).
+    remote: HashMap<String, Remote>,
+    throughput: Throughput,
+    last_gauge: Option<Instant>,
+    publishing: Option<InPublication>,
+    pacer: publication::Pacer,
+}
+
+impl<'e> Drain<'e> {
+    /// Loads the view and counts the attempts found holding leases against their pools.
+    pub(super) async fn start(engine: &'e Engine) -> Result<Self> {
+        let view = engine.db(|s| View::load(s)).await?;
+        let (tx, rx) = mpsc::unbounded_channel::<Report>();
+        let mut drain = Drain {
+            engine,
+            view,
+            pools: engine.pools(),
+            jitter: SplitMix64::new(engine.opts.seed),
+            summary: Summary::default(),
+            tx,
+            rx,
+            in_flight: 0,
+            correlation: format!("drain-{}", engine.clock.now().timestamp_millis()),
+            last_scheduler_renewal: engine.clock.now(),
+            gates: HashMap::new(),
+            last_refresh: None,
+            last_lease_check: None,
+            workers: Vec::new(),
+            remote: HashMap::new(),
+            throughput: Throughput::default(),
+            last_gauge: None,
+            publishing: None,
+            pacer: publication::Pacer::default(),
+        };
+        for e in drain.view.entries().filter(|e| e.status().holds_lease()) {
+            let class = class_of(e.priority);
+            if let Some(p) = drain.pools.get_mut(&e.record.pool) {
+                p.running[class] += 1;
+            }
+            let r = Remote { worker: String::new(), pool: e.record.pool.clone(), class, epoch: e.record.state.epoch };
+            drain.remote.insert(e.record.id.clone(), r);
+        }
+        Ok(drain)
+    }
+
+    /// Re-reads backfill gates, runs submitted elsewhere and live workers, every REFRESH_EVERY.
+    pub(super) async fn refresh(&mut self, now: DateTime<Utc>) -> Result<()> {
+        if self.last_refresh.is_some_and(|t| t.elapsed() < REFRESH_EVERY) {
+            return Ok(());
+        }
+        self.engine.refresh_gates(&mut self.gates).await?;
+        // A long-lived server would otherwise hold every step it ever ran.
+        self.view.forget_finished_runs();
+        self.engine.discover_runs(&mut self.view).await?;
+        // A worker that missed two renewals is taken for dead before its leases expire, so the
+        // steps they free are not leased to it again.
+        let silent_after = chrono::Duration::seconds(2 * i64::from(self.engine.spec.project.heartbeat_s));
+        self.workers = self.engine.db(move |s| s.live_workers(now)).await?;
+        self.workers.retain(|w| now - w.heartbeat_at <= silent_after);
+        self.last_refresh = Some(Instant::now());
+        Ok(())
+    }
+
+    pub(super) async fn follow_remote(&mut self) -> Result<()> {
+        let Drain { engine, remote, view, pools, summary, .. } = self;
+        engine.follow_remote(remote, view, pools, summary).await
+    }
+
+    /// 1. Reports from finished attempts: settled, and the events of failed ones returned.
+    pub(super) async fn absorb_reports(&mut self) -> Result<Vec<StepEventRecord>> {
+        let mut reports = Vec::new();
+        while let Ok(report) = self.rx.try_recv() {
+            reports.push(report);
+        }
+        self.absorb(reports).await
+    }
+
+    async fn absorb(&mut self, reports: Vec<Report>) -> Result<Vec<StepEventRecord>> {
+        self.in_flight -= reports.len();
+        let mut events = Vec::new();
+        let Drain { engine, view, pools, correlation, summary, .. } = self;
+        engine.absorb_reports(reports, view, pools, &mut events, correlation, summary).await?;
+        Ok(events)
+    }
+
+    /// 2. Dependencies: steps whose upstream settled become ready (with their inputs pinned) or
+    ///    fail with it.
+    pub(super) async fn dependency_events(&mut self) -> Result<Vec<StepEventRecord>> {
+        // Every step that becomes ready in this turn pins the same table versions: each table's
+        // version is read once per turn, not once per step.
+        let mut versions: HashMap<String, Option<u64>> = HashMap::new();
+        let mut events = Vec::new();
+        for (step_id, decision) in self.view.take_dependency_decisions() {
+            let event = match decision {
+                Dependency::Met => {
+                    StepEvent::DepsMet { inputs: self.engine.pin_inputs(&self.view, &step_id, &mut versions).await? }
+                }
+                Dependency::Failed { upstream } => StepEvent::UpstreamFailed { upstream },
+            };
+            events.push(StepEventRecord {
+                step_id,
+                event,
+                meta: self.engine.meta("upstream settled", &self.correlation),
+            });
+        }
+        Ok(events)
+    }
+
+    /// 3. Retries that are due, inside the pool's budget. When the budget is spent and nothing in
+    ///    flight or ready can earn it back, the retries fail instead of waiting forever: that is
+    ///    the retry-storm guard doing its job, and the reason says so.
+    pub(super) fn due_retries(&mut self, now: DateTime<Utc>) -> Vec<StepEventRecord> {
+        let stalled = self.in_flight == 0 && self.remote.is_empty() && self.view.count(StepStatus::Ready) == 0;
+        let spec = &self.engine.spec;
+        let mut events = Vec::new();
+        for entry in self.view.in_status(StepStatus::RetryWait) {
+            if entry.record.state.retry_at.is_none_or(|t| t > now) {
+                continue;
+            }
+            let Some(pool) = self.pools.get_mut(&entry.record.pool) else { continue };
+            let (event, reason) = if pool.budget.try_spend() {
+                self.summary.retried += 1;
+                (StepEvent::RetryDue, "backoff elapsed; the retry budget granted a token".to_owned())
+            } else if stalled {
+                let reason = format!(
+                    "retry budget of pool {:?} spent (retries are capped at {} per first attempt plus a burst of {}); not retrying",
+                    entry.record.pool,
+                    spec.pools[&entry.record.pool].retry_budget_ratio,
+                    spec.pools[&entry.record.pool].retry_budget_burst
+                );
+                (StepEvent::RetryDenied { reason: reason.clone() }, reason)
+            } else {
+                continue;
+            };
+            let meta = self.engine.meta(reason, &self.correlation);
+            events.push(StepEventRecord { step_id: entry.record.id.clone(), event, meta });
+        }
+        events
+    }
+
+    /// 4. Leases that expired (a worker died or stopped heartbeating), looked for once per
+    ///    REFRESH_EVERY: a lease lives for seconds, so reading the store on every turn of the loop
+    ///    (each report, each publication) found nothing new almost every time.
+    pub(super) async fn expired_leases(&mut self, now: DateTime<Utc>) -> Result<Vec<StepEventRecord>> {
+        if self.last_lease_check.is_some_and(|t| t.elapsed() < REFRESH_EVERY) {
+            return Ok(Vec::new());
+        }
+        self.last_lease_check = Some(Instant::now());
+        let expired = self.engine.db(move |s| s.expired_leases(now)).await?;
+        let events = expired
+            .into_iter()
+            .map(|lease| StepEventRecord {
+                step_id: lease.step_id.clone(),
+                event: StepEvent::LeaseExpired { epoch: lease.epoch, at: now, jitter: self.jitter.next_unit() },
+                meta: self
+                    .engine
+                    .meta(format!("lease of {} expired at {}", lease.worker, lease.expires_at), &self.correlation),
+            })
+            .collect();
+        Ok(events)
+    }
+
+    /// The turn's events in group commits.
+    pub(super) async fn commit(&mut self, events: Vec<StepEventRecord>) -> Result<()> {
+        self.engine.commit(events, &mut self.view, &mut self.summary).await
+    }
+
+    /// 5. Claims within slots, shares and rate limits (none once a shutdown was asked for), and
+    ///    the local attempts started. Before publication, so that the attempts run while the Delta
+    ///    commit is made.
+    pub(super) async fn start_attempts(&mut self) -> Result<()> {
+        if self.engine.stopping() {
+            return Ok(());
+        }
+        let dispatch = Dispatch { in_flight: self.in_flight, workers: &self.workers, remote: &mut self.remote };
+        let engine = self.engine;
+        let claimed =
+            engine.claim(&mut self.view, &mut self.pools, &mut self.gates, dispatch, &self.correlation).await?;
+        for attempt in claimed {
+            self.in_flight += 1;
+            let (store, lake, tx, runner) =
+                (engine.store.clone(), engine.lake.clone(), self.tx.clone(), engine.runner.clone());
+            tokio::spawn(async move {
+                let report = runner.run(attempt, store, lake).await;
+                let _ = tx.send(report);
+            });
+        }
+        Ok(())
+    }
+
+    /// 6. Publication of validated steps, on its own task (see `publication`): a finished one is
+    ///    settled, and the steps validated meanwhile start the next. A backfill's steps are
+    ///    published together by `backfill publish`, never one by one here. A publication can make
+    ///    downstream steps ready; their dependency decisions are taken at the top of the loop, so
+    ///    the loop goes round again at once instead of sleeping (each link of a chain used to
+    ///    wait out an idle tick here).
+    pub(super) async fn publish(&mut self) -> Result<Publishing> {
+        let engine = self.engine;
+        let mut published_now = false;
+        if self.publishing.as_ref().is_some_and(InPublication::is_done) {
+            let outcomes = publication::finished(&mut self.publishing).await;
+            if let Some(p) = self.publishing.take() {
+                engine.finish_publication(p, outcomes, &mut self.view, &mut self.summary, &self.correlation).await?;
+                published_now = true;
+            }
+        }
+        let mut publish_at = None;
+        if self.publishing.is_none() {
+            let (validated, held_until) = engine.publishable(&self.view, &self.pacer);
+            publish_at = held_until;
+            if !validated.is_empty() {
+                self.publishing = engine.start_publication(&validated, &self.view, &mut self.pacer).await?;
+            }
+        }
+        Ok(Publishing { published_now, publish_at })
+    }
+
+    /// Throughput, the scheduler's gauge (every GAUGE_EVERY) and the progress callback.
+    pub(super) async fn observe(&mut self, now: DateTime<Utc>) -> Result<()> {
+        self.throughput.observe(&self.summary, now);
+        if self.last_gauge.is_none_or(|t| t.elapsed() >= GAUGE_EVERY) {
+            self.put_gauge(now).await?;
+            self.last_gauge = Some(Instant::now());
+        }
+        if let Some(progress) = &self.engine.progress {
+            let tally: BTreeMap<String, usize> =
+                self.view.tally().into_iter().map(|(s, n)| (s.to_string(), n)).collect();
+            progress(&tally);
+        }
+        Ok(())
+    }
+
+    async fn put_gauge(&self, now: DateTime<Utc>) -> Result<()> {
+        let gauge = self.engine.gauge(&self.view, &self.pools, &self.workers, &self.throughput, now);
+        self.engine.db(move |s| s.put_metric(SCHEDULER_GAUGE, &gauge, now)).await
+    }
+
+    /// Whether the drain is over: nothing in flight or publishing, and nothing left that can move
+    /// without a person (or a shutdown was asked for).
+    pub(super) fn settled(&self) -> bool {
+        self.in_flight == 0
+            && self.remote.is_empty()
+            && self.publishing.is_none()
+            && (self.engine.stopping() || !self.view.has_work_outside(&blocked_backfills(&self.view, &self.gates)))
+    }
+
+    /// Renews the scheduler role once per heartbeat; [`Error::SchedulerBusy`] if another process
+    /// took it.
+    pub(super) async fn renew_scheduler_role(&mut self, now: DateTime<Utc>) -> Result<()> {
+        let project = &self.engine.spec.project;
+        if now - self.last_scheduler_renewal <= chrono::Duration::seconds(i64::from(project.heartbeat_s)) {
+            return Ok(());
+        }
+        let (o, ttl) = (self.engine.opts.worker_id.clone(), project.lease_ttl_s);
+        if !self.engine.db(move |s| s.acquire_scheduler(&o, now, ttl)).await? {
+            return Err(Error::SchedulerBusy);
+        }
+        self.last_scheduler_renewal = now;
+        Ok(())
+    }
+
+    /// 7. Sleeps until an attempt reports, the publication finishes or a timer is due, and
+    ///    settles what woke it.
+    pub(super) async fn wait(&mut self, now: DateTime<Utc>, publish_at: Option<Instant>) -> Result<()> {
+        let mut wait = self.engine.next_wake(&self.view, &self.pools, now);
+        if !self.remote.is_empty() {
+            wait = wait.min(REMOTE_POLL);
+        }
+        if let Some(at) = publish_at {
+            wait = wait.min(at.saturating_duration_since(Instant::now()).max(Duration::from_millis(1)));
+        }
+        let woke = tokio::select! {
+            Some(report) = self.rx.recv() => Woke::Report(report),
+            outcomes = publication::finished(&mut self.publishing) => Woke::Published(outcomes),
+            () = tokio::time::sleep(wait) => Woke::Timer,
+        };
+        match woke {
+            Woke::Report(report) => {
+                let mut reports = vec![report];
+                while let Ok(report) = self.rx.try_recv() {
+                    reports.push(report);
+                }
+                let events = self.absorb(reports).await?;
+                self.commit(events).await?;
+            }
+            Woke::Published(outcomes) => {
+                if let Some(p) = self.publishing.take() {
+                    let engine = self.engine;
+                    engine
+                        .finish_publication(p, outcomes, &mut self.view, &mut self.summary, &self.correlation)
+                        .await?;
+                }
+            }
+            Woke::Timer => {}
+        }
+        Ok(())
+    }
+
+    /// The summary, with a last gauge describing where the drain left things.
+    pub(super) async fn finish(mut self) -> Result<Summary> {
+        self.summary.awaiting_approval = self.view.count(StepStatus::AwaitingApproval);
+        let now = self.engine.clock.now();
+        self.throughput.observe(&self.summary, now);
+        self.put_gauge(now).await?;
+        Ok(self.summary)
+    }
+}
