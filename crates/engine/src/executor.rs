@@ -154,12 +154,12 @@ impl Throughput {
     fn per_s(&self, now: DateTime<Utc>) -> Option<f64> {
         let started = self.started?;
         let span = (now - started).min(chrono::Duration::seconds(THROUGHPUT_WINDOW_S));
-        #[allow(clippy::cast_precision_loss)]
+        #[allow(clippy::cast_precision_loss, reason = "a count, size or duration far below 2^52, exact as f64")]
         let span_s = span.num_milliseconds() as f64 / 1000.0;
         if span_s < 1.0 {
             return None;
         }
-        #[allow(clippy::cast_precision_loss)]
+        #[allow(clippy::cast_precision_loss, reason = "a count, size or duration far below 2^52, exact as f64")]
         let n = self.events.iter().map(|(_, n)| n).sum::<usize>() as f64;
         Some(n / span_s)
     }
@@ -240,7 +240,10 @@ pub async fn acquire_scheduler_role(store: &Arc<dyn Store>, owner: &str, clock: 
 }
 
 impl Engine {
-    #[allow(clippy::too_many_arguments)]
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "each is a separate collaborator the caller owns; a builder would only rename them"
+    )]
     pub fn new(
         store: Arc<dyn Store>,
         lake: Arc<Lake>,
@@ -398,7 +401,7 @@ impl Engine {
             .collect();
         let backlog = view.backlog();
         let per_s = throughput.per_s(now);
-        #[allow(clippy::cast_precision_loss)]
+        #[allow(clippy::cast_precision_loss, reason = "a count, size or duration far below 2^52, exact as f64")]
         let eta_s = per_s.filter(|r| *r > 0.0).map(|r| backlog as f64 / r);
         serde_json::json!({
             "scheduler": self.opts.worker_id,

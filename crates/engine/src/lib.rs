@@ -1,3 +1,4 @@
+#![warn(unreachable_pub)]
 //! Tidegate's engine: runs steps. The scheduler loop ([`executor::Engine`]) applies policies from
 //! `core`, workers ([`attempt`]) spawn command tasks from argv or run SQL over pinned inputs and
 //! stage their output, and every state change goes through the store.

@@ -55,7 +55,10 @@ impl std::fmt::Debug for Worker {
 }
 
 impl Worker {
-    #[allow(clippy::too_many_arguments)]
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "each is a separate collaborator the caller owns; a builder would only rename them"
+    )]
     pub fn new(
         store: Arc<dyn Store>,
         lake: Arc<Lake>,

@@ -54,7 +54,7 @@ pub(super) struct Pacer {
 impl Pacer {
     /// When a step writing `outputs` may be published: `None` for now. `waiting` is whether any
     /// step is waiting for a slot; when none is, the pace holds nothing back.
-    pub fn due(&self, outputs: &[String], now: Instant, waiting: bool) -> Option<Instant> {
+    pub(super) fn due(&self, outputs: &[String], now: Instant, waiting: bool) -> Option<Instant> {
         if !waiting {
             return None;
         }
@@ -62,7 +62,7 @@ impl Pacer {
     }
 
     /// Notes a publication to `datasets` starting at `now`.
-    pub fn started<'a>(&mut self, datasets: impl IntoIterator<Item = &'a String>, now: Instant) {
+    pub(super) fn started<'a>(&mut self, datasets: impl IntoIterator<Item = &'a String>, now: Instant) {
         for d in datasets {
             self.last.insert(d.clone(), now);
         }
