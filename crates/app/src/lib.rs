@@ -13,6 +13,7 @@ pub mod reconcile;
 pub mod rollback;
 pub mod run;
 pub mod schedule;
+pub mod status;
 pub mod submit;
 pub mod target;
 pub mod token;

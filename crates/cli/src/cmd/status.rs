@@ -1,20 +1,16 @@
-//! `tidegate status`: the recent runs and their steps, for people or scripts.
+//! `tidegate status` (`tidegate_app::status`): the recent runs and their steps, and what the
+//! workspace owes, for people or scripts.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Result;
 use chrono::Utc;
-use serde::Serialize;
-use tidegate_core::plan;
-use tidegate_core::state::StepStatus;
-use tidegate_store::RunRecord;
+use tidegate_app::status::Debt;
+use tidegate_app::workspace;
 
-use crate::cmd::data::{open_lake, runtime};
 use crate::cmd::tick;
 use crate::output;
-use tidegate_app::workspace::{self, Workspace};
 
 /// Show recent runs with their step counts by status.
 #[derive(Debug, clap::Args)]
@@ -31,83 +27,14 @@ pub struct Args {
     now: Option<String>,
 }
 
-#[derive(Serialize)]
-struct RunStatusLine {
-    #[serde(flatten)]
-    run: RunRecord,
-    steps: BTreeMap<String, u32>,
-}
-
-#[derive(Serialize)]
-struct Status {
-    project: String,
-    state: String,
-    runs: Vec<RunStatusLine>,
-    debt: Debt,
-}
-
-/// What is owed: queued work per priority class, missed schedule intervals, and how stale each
-/// scheduled dataset is.
-#[derive(Serialize, Default)]
-struct Debt {
-    /// Per priority class (live, catchup, backfill): steps ready and running, and how long the
-    /// oldest ready step has waited.
-    queues: BTreeMap<String, Queue>,
-    /// Per scheduled task: intervals that ended and were not run (catch-up off leaves them here).
-    missed: Vec<Missed>,
-    /// Per scheduled task's dataset: the newest published partition and how far behind now its
-    /// end is.
-    freshness: Vec<Freshness>,
-    /// The scheduler's last gauge (pools with their retry budget left, backlog, throughput,
-    /// backlog ETA, live workers), with its age; absent before any scheduler ran.
-    scheduler: Option<serde_json::Value>,
-}
-
-/// A gauge older than this is from a scheduler that is no longer running.
-const GAUGE_STALE_S: f64 = 10.0;
-
-#[derive(Serialize)]
-struct Missed {
-    task: String,
-    /// Missed intervals, oldest first: gaps between published partitions, then the due intervals
-    /// a tick would leave as debt.
-    debt: Vec<String>,
-    /// The interval the next tick would run.
-    next: Option<String>,
-}
-
-#[derive(Serialize, Default)]
-struct Queue {
-    ready: usize,
-    running: usize,
-    oldest_ready_age_s: Option<f64>,
-}
-
-#[derive(Serialize)]
-struct Freshness {
-    task: String,
-    newest_published: Option<String>,
-    lag_s: Option<f64>,
-}
-
 pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
     let store = ws.open_store()?;
-    let mut runs = Vec::new();
-    for run in store.runs(args.limit)? {
-        let mut steps = BTreeMap::new();
-        for s in store.steps(&run.id)? {
-            *steps.entry(s.status().to_string()).or_insert(0) += 1;
-        }
-        runs.push(RunStatusLine { run, steps });
-    }
     let now = match &args.now {
         Some(text) => tick::parse_instant(text)?,
         None => Utc::now(),
     };
-    let debt = debt(&ws, store.as_ref(), now)?;
-    let status =
-        Status { project: ws.spec.project.name.clone(), state: workspace::redact(&ws.state_url()), runs, debt };
+    let status = tidegate_app::status::status(&ws, store.as_ref(), args.limit, now)?;
     if args.json {
         output::json(&status)?;
         return Ok(ExitCode::SUCCESS);
@@ -137,64 +64,6 @@ pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
     println!();
     print!("{}", output::table(&["RUN", "CREATED (UTC)", "TARGET", "PARTITIONS", "TRIGGER", "STATUS", "STEPS"], &rows));
     Ok(ExitCode::SUCCESS)
-}
-
-fn debt(ws: &Workspace, store: &dyn tidegate_store::Store, now: chrono::DateTime<Utc>) -> Result<Debt> {
-    let mut queues: BTreeMap<String, Queue> = BTreeMap::new();
-    for a in store.active_steps()? {
-        let q = queues.entry(format!("{:?}", a.priority).to_lowercase()).or_default();
-        match a.step.status() {
-            StepStatus::Ready => {
-                q.ready += 1;
-                #[allow(clippy::cast_precision_loss, reason = "a count, size or duration far below 2^52, exact as f64")]
-                let age = (now - a.step.updated_at).num_milliseconds().max(0) as f64 / 1000.0;
-                q.oldest_ready_age_s = Some(q.oldest_ready_age_s.map_or(age, |o| o.max(age)));
-            }
-            s if s.holds_lease() => q.running += 1,
-            _ => {}
-        }
-    }
-    let decisions = runtime()?.block_on(async {
-        let lake = open_lake(ws).await?;
-        tidegate_app::schedule::decide(&ws.spec, &lake, now).await
-    })?;
-    let freshness = decisions
-        .iter()
-        .map(|d| {
-            let task = &ws.spec.tasks[&d.task];
-            let axis = task.outputs.first().and_then(|o| plan::axis_of(&ws.spec.datasets[o]));
-            let end = d
-                .newest_published
-                .as_ref()
-                .and_then(|k| axis.as_ref().and_then(|a| a.parse_key(k).ok().map(|t| a.shift(t, 1))));
-            #[allow(clippy::cast_precision_loss, reason = "a count, size or duration far below 2^52, exact as f64")]
-            let lag_s = end.map(|e| (now - e).num_milliseconds().max(0) as f64 / 1000.0);
-            Freshness { task: d.task.clone(), newest_published: d.newest_published.clone(), lag_s }
-        })
-        .collect();
-    let missed = decisions
-        .into_iter()
-        .map(|d| Missed {
-            task: d.task,
-            debt: d.gaps.into_iter().chain(d.debt).collect(),
-            next: d.run.first().cloned(),
-        })
-        .filter(|m| !m.debt.is_empty())
-        .collect();
-    let scheduler =
-        store.metrics()?.into_iter().find(|(name, _, _)| name == tidegate_engine::executor::SCHEDULER_GAUGE).map(
-            |(_, mut value, at)| {
-                #[allow(clippy::cast_precision_loss, reason = "a count, size or duration far below 2^52, exact as f64")]
-                let age_s = (now - at).num_milliseconds().max(0) as f64 / 1000.0;
-                if let Some(object) = value.as_object_mut() {
-                    object.insert("updated_at".to_owned(), serde_json::json!(at));
-                    object.insert("age_s".to_owned(), serde_json::json!(age_s));
-                    object.insert("stale".to_owned(), serde_json::json!(age_s > GAUGE_STALE_S));
-                }
-                value
-            },
-        );
-    Ok(Debt { queues, missed, freshness, scheduler })
 }
 
 fn print_debt(debt: &Debt) {

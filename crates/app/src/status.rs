@@ -1,0 +1,163 @@
+//! What the workspace is doing and owes: recent runs, queues per priority class, missed
+//! schedule intervals, freshness and the scheduler's last gauge.
+
+use std::collections::BTreeMap;
+
+use anyhow::Result;
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use tidegate_core::plan;
+use tidegate_core::state::StepStatus;
+use tidegate_store::{RunRecord, Store};
+
+use crate::workspace::{Workspace, open_lake, redact, runtime};
+
+/// A run and its steps counted by status.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunStatusLine {
+    /// The run.
+    #[serde(flatten)]
+    pub run: RunRecord,
+    /// Steps per status.
+    pub steps: BTreeMap<String, u32>,
+}
+
+/// The workspace's recent runs and what it owes.
+#[derive(Debug, Clone, Serialize)]
+pub struct Status {
+    /// The project's name.
+    pub project: String,
+    /// The state store's URL, password hidden.
+    pub state: String,
+    /// The newest runs, newest first.
+    pub runs: Vec<RunStatusLine>,
+    /// Queues, missed intervals, freshness and the scheduler's gauge.
+    pub debt: Debt,
+}
+
+/// What is owed: queued work per priority class, missed schedule intervals, and how stale each
+/// scheduled dataset is.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct Debt {
+    /// Per priority class (live, catchup, backfill): steps ready and running, and how long the
+    /// oldest ready step has waited.
+    pub queues: BTreeMap<String, Queue>,
+    /// Per scheduled task: intervals that ended and were not run (catch-up off leaves them here).
+    pub missed: Vec<Missed>,
+    /// Per scheduled task's dataset: the newest published partition and how far behind now its
+    /// end is.
+    pub freshness: Vec<Freshness>,
+    /// The scheduler's last gauge (pools with their retry budget left, backlog, throughput,
+    /// backlog ETA, live workers), with its age; absent before any scheduler ran.
+    pub scheduler: Option<serde_json::Value>,
+}
+
+/// A gauge older than this is from a scheduler that is no longer running.
+const GAUGE_STALE_S: f64 = 10.0;
+
+/// A scheduled task's missed intervals.
+#[derive(Debug, Clone, Serialize)]
+pub struct Missed {
+    /// The task.
+    pub task: String,
+    /// Missed intervals, oldest first: gaps between published partitions, then the due intervals
+    /// a tick would leave as debt.
+    pub debt: Vec<String>,
+    /// The interval the next tick would run.
+    pub next: Option<String>,
+}
+
+/// One priority class's queue.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct Queue {
+    /// Steps ready to start.
+    pub ready: usize,
+    /// Steps holding a lease.
+    pub running: usize,
+    /// How long the oldest ready step has waited.
+    pub oldest_ready_age_s: Option<f64>,
+}
+
+/// How stale a scheduled task's dataset is.
+#[derive(Debug, Clone, Serialize)]
+pub struct Freshness {
+    /// The task.
+    pub task: String,
+    /// Its dataset's newest published partition.
+    pub newest_published: Option<String>,
+    /// How far behind `now` that partition's end is, in seconds.
+    pub lag_s: Option<f64>,
+}
+
+/// The newest `limit` runs with their steps counted by status, and the debt at `now`.
+pub fn status(ws: &Workspace, store: &dyn Store, limit: u32, now: DateTime<Utc>) -> Result<Status> {
+    let mut runs = Vec::new();
+    for run in store.runs(limit)? {
+        let mut steps = BTreeMap::new();
+        for s in store.steps(&run.id)? {
+            *steps.entry(s.status().to_string()).or_insert(0) += 1;
+        }
+        runs.push(RunStatusLine { run, steps });
+    }
+    let debt = debt(ws, store, now)?;
+    Ok(Status { project: ws.spec.project.name.clone(), state: redact(&ws.state_url()), runs, debt })
+}
+
+/// Queues per priority class, missed intervals, freshness and the scheduler's last gauge at `now`.
+pub fn debt(ws: &Workspace, store: &dyn Store, now: DateTime<Utc>) -> Result<Debt> {
+    let mut queues: BTreeMap<String, Queue> = BTreeMap::new();
+    for a in store.active_steps()? {
+        let q = queues.entry(format!("{:?}", a.priority).to_lowercase()).or_default();
+        match a.step.status() {
+            StepStatus::Ready => {
+                q.ready += 1;
+                #[allow(clippy::cast_precision_loss, reason = "a count, size or duration far below 2^52, exact as f64")]
+                let age = (now - a.step.updated_at).num_milliseconds().max(0) as f64 / 1000.0;
+                q.oldest_ready_age_s = Some(q.oldest_ready_age_s.map_or(age, |o| o.max(age)));
+            }
+            s if s.holds_lease() => q.running += 1,
+            _ => {}
+        }
+    }
+    let decisions = runtime()?.block_on(async {
+        let lake = open_lake(ws).await?;
+        crate::schedule::decide(&ws.spec, &lake, now).await
+    })?;
+    let freshness = decisions
+        .iter()
+        .map(|d| {
+            let task = &ws.spec.tasks[&d.task];
+            let axis = task.outputs.first().and_then(|o| plan::axis_of(&ws.spec.datasets[o]));
+            let end = d
+                .newest_published
+                .as_ref()
+                .and_then(|k| axis.as_ref().and_then(|a| a.parse_key(k).ok().map(|t| a.shift(t, 1))));
+            #[allow(clippy::cast_precision_loss, reason = "a count, size or duration far below 2^52, exact as f64")]
+            let lag_s = end.map(|e| (now - e).num_milliseconds().max(0) as f64 / 1000.0);
+            Freshness { task: d.task.clone(), newest_published: d.newest_published.clone(), lag_s }
+        })
+        .collect();
+    let missed = decisions
+        .into_iter()
+        .map(|d| Missed {
+            task: d.task,
+            debt: d.gaps.into_iter().chain(d.debt).collect(),
+            next: d.run.first().cloned(),
+        })
+        .filter(|m| !m.debt.is_empty())
+        .collect();
+    let scheduler =
+        store.metrics()?.into_iter().find(|(name, _, _)| name == tidegate_engine::executor::SCHEDULER_GAUGE).map(
+            |(_, mut value, at)| {
+                #[allow(clippy::cast_precision_loss, reason = "a count, size or duration far below 2^52, exact as f64")]
+                let age_s = (now - at).num_milliseconds().max(0) as f64 / 1000.0;
+                if let Some(object) = value.as_object_mut() {
+                    object.insert("updated_at".to_owned(), serde_json::json!(at));
+                    object.insert("age_s".to_owned(), serde_json::json!(age_s));
+                    object.insert("stale".to_owned(), serde_json::json!(age_s > GAUGE_STALE_S));
+                }
+                value
+            },
+        );
+    Ok(Debt { queues, missed, freshness, scheduler })
+}
