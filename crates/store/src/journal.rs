@@ -8,9 +8,9 @@
 use tidegate_core::idempotency::Canonical;
 use tidegate_core::partition::Interval;
 
-use crate::codec::{fmt_ts, from_json, parse_opt_ts, parse_ts, to_u64};
+use crate::codec::{fmt_ts, from_json, parse_opt_ts, parse_ts, to_json, to_u64};
 use crate::sql::{Row, Tx, Value};
-use crate::{ChainBreak, ChainReport, Error, JournalEntry, JournalHead, JournalMeta, JournalQuery, Result};
+use crate::{ChainBreak, ChainReport, Decision, Error, JournalEntry, JournalHead, JournalMeta, JournalQuery, Result};
 
 /// The previous hash of the first entry.
 pub(crate) const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
@@ -249,6 +249,19 @@ impl Appender {
 }
 
 /// Entries matching `query`, in sequence order.
+/// Journals a decision the caller made (one that changed no step), as one entry.
+pub(crate) fn record_decision(tx: &mut dyn Tx, decision: &Decision, meta: &JournalMeta) -> Result<u64> {
+    Appender::default().append(
+        tx,
+        Draft {
+            run_id: decision.run_id.as_deref(),
+            task: decision.task.as_deref(),
+            partition: decision.partition.as_deref(),
+            ..Draft::new(meta, &decision.kind, to_json(&decision.payload)?)
+        },
+    )
+}
+
 pub(crate) fn query(tx: &mut dyn Tx, query: &JournalQuery) -> Result<Vec<JournalEntry>> {
     let mut sql = format!("SELECT {COLUMNS} FROM journal WHERE 1 = 1");
     let mut params: Vec<Value> = Vec::new();

@@ -3,21 +3,29 @@
 //! driver abstraction and run on SQLite (the embedded default) or PostgreSQL.
 //!
 //! Architecture invariant: a step's status changes only through one function of the store
-//! (`SqlStore::apply_event`, behind [`Store::commit`], the claims, [`Store::record_staged`] and
+//! (`steps::apply_event`, behind [`Store::commit`], the claims, [`Store::record_staged`] and
 //! [`Store::record_release`]), which loads the step, runs `tidegate_core::state::apply`, writes the
 //! new state and appends the journal entry in the same transaction. A rejected event (illegal, or
 //! fenced by a newer lease epoch) changes no state and is journaled as a rejection.
 
 mod backfill;
+mod checkpoints;
+mod claims;
 mod codec;
 mod error;
 mod journal;
 mod locks;
+mod metrics;
 mod migrate;
 mod model;
 mod postgres;
+mod releases;
+mod runs;
+mod scheduler_role;
 mod sql;
 mod sqlite;
+mod staging;
+mod steps;
 mod store;
 mod tokens;
 mod workers;

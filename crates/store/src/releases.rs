@@ -1,0 +1,246 @@
+//! Releases: recording a release (a publish or a rollback) with its items, which publishes its
+//! steps in the same transaction, and reading releases and published step keys back.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+
+use tidegate_core::state::{StepEvent, StepStatus};
+
+use crate::codec::{fmt_ts, parse_ts, to_i64, to_json};
+use crate::journal::{Appender, Draft};
+use crate::sql::{Row, Tx, Value};
+use crate::steps::{Applier, apply_held, finish_applying};
+use crate::{Error, JournalMeta, Outcome, ReleaseItem, ReleaseKind, ReleaseRecord, Result, StepEventRecord};
+
+/// The most releases one `releases` call returns.
+const RELEASES_MAX: u32 = 10_000;
+/// The most keys bound in one `IN (...)` list; longer lists are split into chunks of this size.
+const IN_LIST_MAX: usize = 512;
+
+const RELEASE_COLUMNS: &str = "id, kind, run_id, backfill_id, restores_release_id, created_by, created_at";
+
+/// Runs the query `sql_for(placeholders)` once per chunk of at most [`IN_LIST_MAX`] `keys` and
+/// concatenates the rows. Each chunk is padded (repeating its last key, which an `IN` list
+/// ignores) to a power of two, so that a few distinct statements are prepared and cached rather
+/// than one per list length.
+fn query_in_chunks(tx: &mut dyn Tx, keys: &[String], sql_for: impl Fn(&str) -> String) -> Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    for chunk in keys.chunks(IN_LIST_MAX) {
+        let Some(last) = chunk.last() else { continue };
+        let n = chunk.len().next_power_of_two();
+        let placeholders = (1..=n).map(|i| format!("?{i}")).collect::<Vec<_>>().join(", ");
+        let params: Vec<Value> =
+            chunk.iter().chain(std::iter::repeat_n(last, n - chunk.len())).map(Value::from).collect();
+        rows.extend(tx.query(&sql_for(&placeholders), &params)?);
+    }
+    Ok(rows)
+}
+
+fn release_kind_text(kind: ReleaseKind) -> &'static str {
+    match kind {
+        ReleaseKind::Publish => "publish",
+        ReleaseKind::Rollback => "rollback",
+    }
+}
+
+/// Releases read by [`RELEASE_COLUMNS`], each with its items (one query per chunk of releases,
+/// not one per release).
+fn with_items(tx: &mut dyn Tx, rows: &[Row]) -> Result<Vec<ReleaseRecord>> {
+    let mut releases = rows
+        .iter()
+        .map(|row| {
+            let id = row.text(0)?;
+            let kind = row.text(1)?;
+            Ok(ReleaseRecord {
+                kind: match kind.as_str() {
+                    "publish" => ReleaseKind::Publish,
+                    "rollback" => ReleaseKind::Rollback,
+                    other => return Err(Error::Corrupt(format!("release {id} has unknown kind {other:?}"))),
+                },
+                run_id: row.opt_text(2)?,
+                backfill_id: row.opt_text(3)?,
+                restores_release_id: row.opt_text(4)?,
+                created_by: row.text(5)?,
+                created_at: parse_ts(&row.text(6)?)?,
+                items: Vec::new(),
+                id,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let ids: Vec<String> = releases.iter().map(|r| r.id.clone()).collect();
+    let mut items: BTreeMap<String, Vec<ReleaseItem>> = BTreeMap::new();
+    let item_rows = query_in_chunks(tx, &ids, |placeholders| {
+        format!(
+            "SELECT release_id, dataset, partition_key, version_id, delta_version FROM release_versions \
+             WHERE release_id IN ({placeholders}) ORDER BY release_id, item_idx"
+        )
+    })?;
+    for row in &item_rows {
+        items.entry(row.text(0)?).or_default().push(ReleaseItem {
+            dataset: row.text(1)?,
+            partition: row.text(2)?,
+            version_id: row.opt_text(3)?,
+            delta_version: row.int(4)?,
+        });
+    }
+    for release in &mut releases {
+        release.items = items.remove(&release.id).unwrap_or_default();
+    }
+    Ok(releases)
+}
+
+/// A release makes one version of each (dataset, partition) visible: naming one twice is the
+/// caller's mistake.
+pub(crate) fn check_items(release: &ReleaseRecord) -> Result<()> {
+    let mut seen = HashSet::new();
+    match release.items.iter().find(|i| !seen.insert((&i.dataset, &i.partition))) {
+        Some(item) => Err(Error::InvalidRequest(format!(
+            "dataset {:?} partition {:?} appears twice; a release makes one version of each visible",
+            item.dataset, item.partition
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Inserts one release with its items, journals it, and applies `Published` to its steps with
+/// `applier`; the caller finishes applying (writes the last step, re-derives each run once,
+/// however many releases the transaction records).
+fn insert_release(
+    tx: &mut dyn Tx,
+    journal: &mut Appender,
+    applier: &mut Applier,
+    release: &ReleaseRecord,
+    steps: &[(String, u64)],
+    meta: &JournalMeta,
+) -> Result<Vec<Outcome>> {
+    let events: Vec<StepEventRecord> = steps
+        .iter()
+        .map(|(step_id, epoch)| StepEventRecord {
+            step_id: step_id.clone(),
+            event: StepEvent::Published { epoch: *epoch, release: release.id.clone() },
+            meta: meta.clone(),
+        })
+        .collect();
+    if !tx.query("SELECT id FROM releases WHERE id = ?1", &[release.id.as_str().into()])?.is_empty() {
+        return Err(Error::Conflict(format!(
+            "release {} is already recorded; read it back instead of recording it again",
+            release.id
+        )));
+    }
+    // What the release names must exist; the foreign keys would refuse it too, but as a
+    // database error rather than as the caller's mistake.
+    let mut references: Vec<(&str, &str, &str)> = Vec::new();
+    references.extend(release.run_id.as_deref().map(|id| ("run", "runs", id)));
+    references.extend(release.restores_release_id.as_deref().map(|id| ("restored release", "releases", id)));
+    references
+        .extend(release.items.iter().filter_map(|i| i.version_id.as_deref()).map(|id| ("version", "versions", id)));
+    for (what, table, id) in references {
+        if tx.query(&format!("SELECT id FROM {table} WHERE id = ?1"), &[id.into()])?.is_empty() {
+            return Err(Error::InvalidRequest(format!("{what} {id:?} does not exist")));
+        }
+    }
+    tx.execute(
+        "INSERT INTO releases (id, kind, run_id, backfill_id, restores_release_id, created_by, created_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        &[
+            release.id.as_str().into(),
+            release_kind_text(release.kind).into(),
+            release.run_id.as_deref().into(),
+            release.backfill_id.as_deref().into(),
+            release.restores_release_id.as_deref().into(),
+            release.created_by.as_str().into(),
+            fmt_ts(release.created_at).into(),
+        ],
+    )?;
+    for (item_idx, item) in release.items.iter().enumerate() {
+        tx.execute(
+            "INSERT INTO release_versions \
+             (release_id, item_idx, dataset, partition_key, version_id, delta_version) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            &[
+                release.id.as_str().into(),
+                Value::Int(to_i64("release item index", item_idx as u64)?),
+                item.dataset.as_str().into(),
+                item.partition.as_str().into(),
+                item.version_id.as_deref().into(),
+                Value::Int(item.delta_version),
+            ],
+        )?;
+    }
+    let kind = match release.kind {
+        ReleaseKind::Publish => "release_published",
+        ReleaseKind::Rollback => "release_restored",
+    };
+    journal.append(tx, Draft { run_id: release.run_id.as_deref(), ..Draft::new(meta, kind, to_json(release)?) })?;
+    events.iter().map(|rec| apply_held(tx, journal, applier, rec, None)).collect()
+}
+
+/// The body of [`crate::Store::record_release`].
+pub(crate) fn record(
+    tx: &mut dyn Tx,
+    release: &ReleaseRecord,
+    steps: &[(String, u64)],
+    meta: &JournalMeta,
+) -> Result<Vec<Outcome>> {
+    let (mut journal, mut applier) = (Appender::default(), Applier::default());
+    let outcomes = insert_release(tx, &mut journal, &mut applier, release, steps, meta)?;
+    finish_applying(tx, &mut journal, applier)?;
+    Ok(outcomes)
+}
+
+/// The body of [`crate::Store::record_releases`].
+pub(crate) fn record_many(
+    tx: &mut dyn Tx,
+    releases: &[(ReleaseRecord, Vec<(String, u64)>)],
+    meta: &JournalMeta,
+) -> Result<Vec<Vec<Outcome>>> {
+    let (mut journal, mut applier) = (Appender::default(), Applier::default());
+    let outcomes = releases
+        .iter()
+        .map(|(release, steps)| {
+            insert_release(tx, &mut journal, &mut applier, release, steps, meta)
+                .map_err(|e| e.context(&format!("recording release {}", release.id)))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    // Each run once for the whole batch, not once per release.
+    finish_applying(tx, &mut journal, applier)?;
+    Ok(outcomes)
+}
+
+/// The body of [`crate::Store::release`].
+pub(crate) fn load(tx: &mut dyn Tx, release_id: &str) -> Result<Option<ReleaseRecord>> {
+    let rows = tx.query(&format!("SELECT {RELEASE_COLUMNS} FROM releases WHERE id = ?1"), &[release_id.into()])?;
+    Ok(with_items(tx, &rows)?.pop())
+}
+
+/// The body of [`crate::Store::releases`].
+pub(crate) fn list(tx: &mut dyn Tx, dataset: Option<&str>, limit: u32) -> Result<Vec<ReleaseRecord>> {
+    let limit = Value::Int(limit.min(RELEASES_MAX).into());
+    let rows = match dataset {
+        None => tx.query(
+            &format!("SELECT {RELEASE_COLUMNS} FROM releases ORDER BY created_at DESC, id DESC LIMIT ?1"),
+            &[limit],
+        )?,
+        Some(dataset) => tx.query(
+            &format!(
+                "SELECT {RELEASE_COLUMNS} FROM releases WHERE id IN \
+                 (SELECT release_id FROM release_versions WHERE dataset = ?1) \
+                 ORDER BY created_at DESC, id DESC LIMIT ?2"
+            ),
+            &[dataset.into(), limit],
+        )?,
+    };
+    with_items(tx, &rows)
+}
+
+/// The body of [`crate::Store::published_step_keys`].
+pub(crate) fn published_step_keys(tx: &mut dyn Tx, keys: &[String]) -> Result<BTreeSet<String>> {
+    query_in_chunks(tx, keys, |placeholders| {
+        format!(
+            "SELECT DISTINCT step_key FROM steps WHERE status = '{}' AND step_key IN ({placeholders})",
+            StepStatus::Published.as_str()
+        )
+    })?
+    .iter()
+    .map(|row| row.text(0))
+    .collect()
+}
