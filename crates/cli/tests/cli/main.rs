@@ -15,6 +15,7 @@ mod reconcile;
 mod retries;
 mod s3;
 mod serve;
+mod snapshots;
 mod usage;
 mod vacuum;
 mod worker;
