@@ -20,10 +20,15 @@ use crate::secrets::Secrets;
 /// Everything an attempt needs, cloned out of the scheduler so the attempt runs on its own.
 #[derive(Debug, Clone)]
 pub struct Attempt {
+    /// The lease this attempt runs under (its epoch fences its reports).
     pub lease: Lease,
+    /// The step, as claimed.
     pub step: StepRecord,
+    /// Its task.
     pub task: Task,
+    /// The datasets it writes.
     pub outputs: Vec<Dataset>,
+    /// Its partition.
     pub partition: Partition,
     /// The workspace folder: commands run here.
     pub workspace: PathBuf,
@@ -33,10 +38,15 @@ pub struct Attempt {
     /// folders (ext4 allocates each inode by a scan) was a third of Tidegate's own CPU per no-op
     /// task when an attempt made three.
     pub dir: PathBuf,
+    /// The lake's URL, for the task's environment.
     pub lake_uri: String,
+    /// How often the lease is renewed while it runs.
     pub heartbeat: Duration,
+    /// How long a lease lives without a heartbeat.
     pub lease_ttl_s: u32,
+    /// The checkpoint a retried attempt resumes from, if any.
     pub resume_from: Option<CheckpointRecord>,
+    /// Its run.
     pub run_id: String,
     /// The engine's clock: the attempt's heartbeats, checkpoints and report are timed by it.
     pub clock: Arc<dyn Clock>,
@@ -47,17 +57,28 @@ pub struct Attempt {
 pub enum Report {
     /// Output staged; `checks` holds every check's result per dataset.
     Staged {
+        /// The step.
         step_id: String,
+        /// The lease epoch it ran under.
         epoch: u64,
+        /// What it staged, per dataset.
         versions: Vec<StagedVersion>,
+        /// Every check's result, per dataset.
         checks: Vec<CheckResult>,
+        /// When it ended, on the engine's clock.
         ended_at: DateTime<Utc>,
     },
+    /// The attempt failed; `class` decides whether it is retried.
     Failed {
+        /// The step.
         step_id: String,
+        /// The lease epoch it ran under.
         epoch: u64,
+        /// Transient (retried within the budget) or deterministic.
         class: ErrorClass,
+        /// Why, in words (secrets redacted).
         reason: String,
+        /// When it ended, on the engine's clock.
         ended_at: DateTime<Utc>,
     },
 }
@@ -122,6 +143,7 @@ pub fn logs_dir(workspace: &std::path::Path) -> PathBuf {
 }
 
 impl Report {
+    /// The step this report is about.
     pub fn step_id(&self) -> &str {
         match self {
             Report::Staged { step_id, .. } | Report::Failed { step_id, .. } => step_id,
@@ -136,6 +158,7 @@ pub type ReportFuture = std::pin::Pin<Box<dyn std::future::Future<Output = Repor
 /// (`Engine::with_runner`); a benchmark swaps in a runner that does no work, to measure the
 /// scheduler and the store alone.
 pub trait Runner: Send + Sync {
+    /// Runs one attempt to its report.
     fn run(&self, attempt: Attempt, store: Arc<dyn Store>, lake: Arc<Lake>) -> ReportFuture;
 }
 
@@ -543,8 +566,11 @@ pub fn prepare(
 /// the epoch) and then the events that follow them.
 #[derive(Debug)]
 pub struct Settlement {
+    /// The step, epoch and versions to record as staged, when the attempt staged output.
     pub staged: Option<(String, u64, Vec<tidegate_store::VersionRecord>)>,
+    /// The events to commit after it (validation, a retry, a failure).
     pub events: Vec<tidegate_store::StepEventRecord>,
+    /// Rows staged.
     pub n_rows: u64,
 }
 

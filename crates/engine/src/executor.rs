@@ -67,11 +67,17 @@ impl Default for Options {
 /// What a drain did, for the summary line.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Summary {
+    /// Steps published.
     pub published: usize,
+    /// Steps that failed.
     pub failed: usize,
+    /// Steps skipped or superseded.
     pub skipped: usize,
+    /// Retries scheduled.
     pub retried: usize,
+    /// Reports the store refused (fenced or illegal).
     pub rejected: usize,
+    /// Steps stopped at staged output, waiting for approval.
     pub awaiting_approval: usize,
 }
 
@@ -244,6 +250,7 @@ impl Engine {
         clippy::too_many_arguments,
         reason = "each is a separate collaborator the caller owns; a builder would only rename them"
     )]
+    /// An engine over a store and a lake for `spec`, run from `workspace`, on `clock`.
     pub fn new(
         store: Arc<dyn Store>,
         lake: Arc<Lake>,
@@ -274,6 +281,7 @@ impl Engine {
         self.stop.as_ref().is_some_and(|s| s.load(std::sync::atomic::Ordering::SeqCst))
     }
 
+    /// Tells `f` the steps by status as they change.
     pub fn with_progress(mut self, f: ProgressFn) -> Self {
         self.progress = Some(f);
         self

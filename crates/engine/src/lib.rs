@@ -1,4 +1,4 @@
-#![warn(unreachable_pub)]
+#![warn(missing_docs, unreachable_pub)]
 //! Tidegate's engine: runs steps. The scheduler loop ([`executor::Engine`]) applies policies from
 //! `core`, workers ([`attempt`]) spawn command tasks from argv or run SQL over pinned inputs and
 //! stage their output, and every state change goes through the store.
@@ -25,12 +25,16 @@ pub use worker::{Worker, WorkerSummary};
 #[non_exhaustive]
 pub enum Error {
     #[error("another scheduler is running on this state store; wait for it to finish or stop it")]
+    /// Another process holds the store's scheduler role.
     SchedulerBusy,
     #[error(transparent)]
+    /// The state store failed.
     Store(#[from] tidegate_store::Error),
     #[error(transparent)]
+    /// The lake failed.
     Lake(#[from] tidegate_lake::Error),
     #[error("internal error: {0} (this is a bug, please report it)")]
+    /// A state the engine should never reach.
     Internal(String),
 }
 

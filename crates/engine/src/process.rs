@@ -28,14 +28,18 @@ pub const INHERITED_ENV: &[&str] = &["PATH", "HOME", "LANG", "LC_ALL", "TZ", "TM
 /// What to run and how.
 #[derive(Debug, Clone)]
 pub struct Spec {
+    /// The program and its arguments, run without a shell.
     pub argv: Vec<String>,
+    /// The working folder.
     pub cwd: PathBuf,
     /// Variables set for the task, in addition to [`INHERITED_ENV`].
     pub env: Vec<(String, String)>,
+    /// How long the process tree may run before it is killed.
     pub timeout: Duration,
     /// Where stdout and stderr are captured; each file (and its folder) is created with the
     /// first line written to it.
     pub stdout_log: PathBuf,
+    /// Where stderr is captured (see `stdout_log`).
     pub stderr_log: PathBuf,
     /// Values to replace with `***` in the captured logs (every one that is not empty).
     pub redact: Vec<String>,
@@ -46,7 +50,9 @@ pub struct Spec {
 /// How the process ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Finished {
+    /// How it ended.
     pub exit: Exit,
+    /// How long it ran.
     pub elapsed: Duration,
     /// The captured stdout; absent if the task wrote nothing there.
     pub stdout_log: PathBuf,
@@ -57,6 +63,7 @@ pub struct Finished {
 }
 
 impl Finished {
+    /// Whether it exited with status 0.
     pub fn succeeded(&self) -> bool {
         self.exit == Exit::Code { code: 0 }
     }
@@ -67,11 +74,24 @@ impl Finished {
 #[non_exhaustive]
 pub enum Error {
     #[error("empty command: a task's command needs at least the program name")]
+    /// The command had no program.
     EmptyArgv,
     #[error("cannot start {program:?}: {source} (is it installed and on PATH?)")]
-    Spawn { program: String, source: std::io::Error },
+    /// The program could not be started.
+    Spawn {
+        /// The program.
+        program: String,
+        /// Why.
+        source: std::io::Error,
+    },
     #[error("writing task logs to {path}: {source}")]
-    Log { path: PathBuf, source: std::io::Error },
+    /// A log could not be written.
+    Log {
+        /// The log file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
 }
 
 /// The file to execute for `program`, found as `execvp` would find it in the child: `program`

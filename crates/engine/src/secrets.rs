@@ -42,6 +42,7 @@ impl Secrets {
         Self { fragments }
     }
 
+    /// Whether there is nothing to redact.
     pub fn is_empty(&self) -> bool {
         self.fragments.is_empty()
     }

@@ -11,15 +11,20 @@ use tidegate_store::{Priority, Result, StepRecord, Store, VersionRecord};
 /// One step as the scheduler sees it.
 #[derive(Debug, Clone)]
 pub struct Entry {
+    /// The step as last read or applied.
     pub record: StepRecord,
+    /// Its run's priority class.
     pub priority: Priority,
+    /// The steps it waits for.
     pub upstream_ids: Vec<String>,
+    /// The steps that wait for it.
     pub downstream_ids: Vec<String>,
     /// The backfill the step's run belongs to, if any.
     pub backfill_id: Option<String>,
 }
 
 impl Entry {
+    /// Its status.
     pub fn status(&self) -> StepStatus {
         self.record.state.status
     }
@@ -31,7 +36,10 @@ pub enum Dependency {
     /// Every upstream published, skipped or superseded.
     Met,
     /// This upstream failed or was cancelled, so the step cannot run.
-    Failed { upstream: String },
+    Failed {
+        /// The upstream step's name (task@partition).
+        upstream: String,
+    },
 }
 
 /// Where a step sits in its status's queue: class first, then the oldest run, then the step.
@@ -160,10 +168,12 @@ impl View {
         }
     }
 
+    /// The entry of a step, if it is in the view.
     pub fn get(&self, step_id: &str) -> Option<&Entry> {
         self.steps.get(step_id)
     }
 
+    /// Every entry.
     pub fn entries(&self) -> impl Iterator<Item = &Entry> {
         self.steps.values()
     }

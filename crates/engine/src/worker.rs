@@ -28,7 +28,9 @@ pub const POLL_EVERY: Duration = Duration::from_millis(100);
 /// What a worker did before it stopped.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct WorkerSummary {
+    /// Attempts that staged output.
     pub staged: usize,
+    /// Attempts that failed.
     pub failed: usize,
     /// Outcomes the store refused because the lease had moved on (fenced).
     pub rejected: usize,
@@ -59,6 +61,7 @@ impl Worker {
         clippy::too_many_arguments,
         reason = "each is a separate collaborator the caller owns; a builder would only rename them"
     )]
+    /// A worker over the store and lake, registered as `id` with `slots` attempt slots.
     pub fn new(
         store: Arc<dyn Store>,
         lake: Arc<Lake>,
