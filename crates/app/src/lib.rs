@@ -8,6 +8,7 @@
 pub mod actor;
 pub mod anchor;
 pub mod backfill;
+pub mod history;
 pub mod lock;
 pub mod reconcile;
 pub mod rollback;
