@@ -9,7 +9,8 @@ pub trait Clock: Send + Sync + std::fmt::Debug {
     fn now(&self) -> DateTime<Utc>;
 }
 
-/// The operating system's clock. The one place the wall time enters the system.
+/// The operating system's clock, which the engine and the front ends inject. (The application
+/// layer and the CLI still read `Utc::now()` directly in places; the engine does not.)
 #[derive(Debug, Default, Clone, Copy)]
 pub struct SystemClock;
 
