@@ -5,11 +5,12 @@
 //! a partition half written, doubled or disagreeing with its summary (invariant 1: no partial reads).
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
+
+use crate::common::{commits_per_app_id, tidegate};
 
 /// Iterations in the test suite; `scripts/soak-kill.sh` runs the same loop for longer.
 const ITERATIONS: u64 = 50;
@@ -90,31 +91,6 @@ os._exit(0)
 
 fn python_has_deltalake() -> bool {
     Command::new("python3").args(["-c", "import deltalake"]).output().is_ok_and(|o| o.status.success())
-}
-
-fn tidegate(dir: &Path) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tidegate"));
-    cmd.current_dir(dir).env_remove("TIDEGATE_TOKEN");
-    cmd
-}
-
-/// appId -> number of commits carrying it, for one table.
-fn commits_per_app_id(table: &Path) -> BTreeMap<String, usize> {
-    let mut counts = BTreeMap::new();
-    let Ok(entries) = std::fs::read_dir(table.join("_delta_log")) else { return counts };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.extension().and_then(|e| e.to_str()) != Some("json") {
-            continue;
-        }
-        for line in std::fs::read_to_string(&path).expect("read commit").lines() {
-            let action: Value = serde_json::from_str(line).expect("commit lines are JSON");
-            if let Some(app_id) = action["txn"]["appId"].as_str() {
-                *counts.entry(app_id.to_owned()).or_insert(0) += 1;
-            }
-        }
-    }
-    counts
 }
 
 #[test]

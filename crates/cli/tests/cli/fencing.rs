@@ -2,11 +2,12 @@
 //! loses the step to another process; when it resumes, its late output is rejected by the store
 //! (and journaled), and the step is published exactly once, by the other process.
 
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+
+use crate::common::tidegate;
 
 const SPEC: &str = r#"
 [project]
@@ -23,12 +24,6 @@ command = ["sh", "-c", "sleep 3; printf 'id,attempt\n1,%s\n' \"$TIDEGATE_ATTEMPT
 outputs = ["slow"]
 timeout_s = 60
 "#;
-
-fn tidegate(dir: &Path) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tidegate"));
-    cmd.current_dir(dir).env_remove("TIDEGATE_TOKEN");
-    cmd
-}
 
 fn signal(pid: u32, sig: &str) {
     let status = Command::new("kill").args([sig, &pid.to_string()]).status().expect("kill runs");
