@@ -54,15 +54,13 @@ pub fn publish(ws: Option<&Path>, actor: &Actor, args: PublishArgs) -> Result<Ex
 
 /// A publication for people, with how to undo it.
 pub(crate) fn print_published(published: &Published) {
-    {
-        println!("Published backfill {} as release {}:", published.backfill_id, published.release_id);
-        for item in &published.publication.items {
-            let note = if item.already_published { " (already committed before; nothing new)" } else { "" };
-            println!("  {} -> table version {}{note}", item.dataset, item.table_version);
-        }
-        println!("Consumers notified through the journal and {}", published.lineage);
-        println!("Undo with: tidegate backfill rollback {}", published.backfill_id);
+    println!("Published backfill {} as release {}:", published.backfill_id, published.release_id);
+    for item in &published.publication.items {
+        let note = if item.already_published { " (already committed before; nothing new)" } else { "" };
+        println!("  {} -> table version {}{note}", item.dataset, item.table_version);
     }
+    println!("Consumers notified through the journal and {}", published.lineage);
+    println!("Undo with: tidegate backfill rollback {}", published.backfill_id);
 }
 
 /// What `backfill rollback --json` prints: each dataset with the version it was restored to.
@@ -91,16 +89,14 @@ pub fn rollback(ws: Option<&Path>, actor: &Actor, args: RollbackArgs) -> Result<
 
 /// A backfill rollback for people.
 pub(crate) fn print_rolled_back(done: &RolledBack) {
-    {
-        println!("Rolled back backfill {} as release {}:", done.backfill_id, done.release_id);
-        for r in &done.restored {
-            println!(
-                "  {}: {} partitions restored to their table version {} files (new version {})",
-                r.dataset,
-                r.partitions.len(),
-                r.version,
-                r.new_version
-            );
-        }
+    println!("Rolled back backfill {} as release {}:", done.backfill_id, done.release_id);
+    for r in &done.restored {
+        println!(
+            "  {}: {} partitions restored to their table version {} files (new version {})",
+            r.dataset,
+            r.partitions.len(),
+            r.version,
+            r.new_version
+        );
     }
 }

@@ -79,19 +79,17 @@ pub(crate) fn write_html(compared: &Compared, path: &Path) -> Result<()> {
 /// The comparison for people, then what to do next.
 pub(crate) fn print_compared(compared: &Compared, html: Option<&Path>) {
     let record = &compared.record;
-    {
-        print_review(&compared.review, &compared.comparison_hash);
-        if let Some(path) = html {
-            println!("HTML report: {}", path.display());
-        }
-        if compared.approval_withdrawn {
-            println!("The comparison changed since it was approved: the approval no longer holds.");
-        }
-        println!(
-            "Approve (someone other than {}, as themselves): tidegate backfill approve {}",
-            record.requester, record.id
-        );
+    print_review(&compared.review, &compared.comparison_hash);
+    if let Some(path) = html {
+        println!("HTML report: {}", path.display());
     }
+    if compared.approval_withdrawn {
+        println!("The comparison changed since it was approved: the approval no longer holds.");
+    }
+    println!(
+        "Approve (someone other than {}, as themselves): tidegate backfill approve {}",
+        record.requester, record.id
+    );
 }
 
 fn print_review(review: &Review, hash: &str) {
@@ -176,16 +174,14 @@ pub fn approve(ws: Option<&Path>, actor: &Actor, args: ApproveArgs) -> Result<Ex
 
 /// An approval for people, with what to do next.
 pub(crate) fn print_approved(updated: &BackfillRecord) -> Result<()> {
-    {
-        let approval = updated.approval.as_ref().context("an approved backfill holds its approval")?;
-        println!(
-            "Backfill {} approved by {} (spec {}, comparison {}).",
-            updated.id,
-            approval.by,
-            short(&approval.spec_hash),
-            short(&approval.comparison_hash)
-        );
-        println!("Publish it with: tidegate backfill publish {}", updated.id);
-    }
+    let approval = updated.approval.as_ref().context("an approved backfill holds its approval")?;
+    println!(
+        "Backfill {} approved by {} (spec {}, comparison {}).",
+        updated.id,
+        approval.by,
+        short(&approval.spec_hash),
+        short(&approval.comparison_hash)
+    );
+    println!("Publish it with: tidegate backfill publish {}", updated.id);
     Ok(())
 }
