@@ -3,8 +3,10 @@
 
 use anyhow::{Result, bail};
 use serde::Serialize;
+use tidegate_core::actor::Actor;
 use tidegate_store::{ChainReport, JournalEntry, JournalQuery, Store};
 
+use crate::actor::{Access, require};
 use crate::anchor::{Mismatch, mismatches};
 use crate::workspace::{Workspace, open_lake, runtime};
 
@@ -42,7 +44,8 @@ const VISIBLE: &[&str] = &["published", "release_published", "rolled_back", "rel
 
 /// Verifies the journal's chain, checks it against the lake, and tells the story of `subject`
 /// (or the newest `limit` entries without one).
-pub fn history(ws: &Workspace, store: &dyn Store, subject: Option<&str>, limit: u32) -> Result<History> {
+pub fn history(ws: &Workspace, store: &dyn Store, actor: &Actor, subject: Option<&str>, limit: u32) -> Result<History> {
+    require(actor, Access::Read)?;
     let chain = store.verify_journal()?;
     let mut unreadable = Vec::new();
     let anchors = runtime()?.block_on(async {

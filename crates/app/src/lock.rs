@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use chrono::Utc;
 use tidegate_core::actor::Actor;
+use tidegate_core::clock::Clock;
 use tidegate_store::{DatasetLock, LockOutcome, Store};
 
 /// How long a lock outlives its holder's last renewal.
@@ -25,6 +25,7 @@ pub const DEFAULT_LOCK_WAIT_S: u64 = 60;
 /// Holds `dataset`'s maintenance lock until dropped.
 pub struct DatasetLockGuard {
     store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
     dataset: String,
     owner: String,
     /// Set by the renewer when the store says another process took the lock (this one went
@@ -47,6 +48,7 @@ impl DatasetLockGuard {
     /// the error names the holder, what it is doing and when its lock expires.
     pub async fn acquire(
         store: &Arc<dyn Store>,
+        clock: &Arc<dyn Clock>,
         actor: &Actor,
         dataset: &str,
         purpose: &str,
@@ -59,7 +61,7 @@ impl DatasetLockGuard {
         let give_up = Instant::now() + wait;
         let mut told = false;
         loop {
-            let outcome = try_lock(store, dataset, &owner, purpose)
+            let outcome = try_lock(store, clock, dataset, &owner, purpose)
                 .await
                 .with_context(|| format!("taking the maintenance lock on {dataset}"))?;
             match outcome {
@@ -80,9 +82,9 @@ impl DatasetLockGuard {
             tokio::time::sleep(POLL_EVERY).await;
         }
         let lost = Arc::new(AtomicBool::new(false));
-        let renewer =
-            tokio::spawn(renew(store.clone(), dataset.to_owned(), owner.clone(), purpose.to_owned(), lost.clone()));
-        Ok(Self { store: store.clone(), dataset: dataset.to_owned(), owner, lost, renewer })
+        let held = Held { dataset: dataset.to_owned(), owner: owner.clone(), purpose: purpose.to_owned() };
+        let renewer = tokio::spawn(renew(store.clone(), clock.clone(), held, lost.clone()));
+        Ok(Self { store: store.clone(), clock: clock.clone(), dataset: dataset.to_owned(), owner, lost, renewer })
     }
 
     /// An error if the lock was lost since it was taken: call before each irreversible step.
@@ -103,7 +105,7 @@ impl Drop for DatasetLockGuard {
     /// blocking task, and the guard is dropped once, when its command's work is done.
     fn drop(&mut self) {
         self.renewer.abort();
-        if let Err(e) = self.store.unlock_dataset(&self.dataset, &self.owner, Utc::now()) {
+        if let Err(e) = self.store.unlock_dataset(&self.dataset, &self.owner, self.clock.now()) {
             eprintln!(
                 "warning: could not release the lock on {} ({e:#}); it expires within {LOCK_TTL_S}s",
                 self.dataset
@@ -112,10 +114,17 @@ impl Drop for DatasetLockGuard {
     }
 }
 
-async fn renew(store: Arc<dyn Store>, dataset: String, owner: String, purpose: String, lost: Arc<AtomicBool>) {
+/// The lock a renewer keeps.
+struct Held {
+    dataset: String,
+    owner: String,
+    purpose: String,
+}
+
+async fn renew(store: Arc<dyn Store>, clock: Arc<dyn Clock>, held: Held, lost: Arc<AtomicBool>) {
     loop {
         tokio::time::sleep(RENEW_EVERY).await;
-        match try_lock(&store, &dataset, &owner, &purpose).await {
+        match try_lock(&store, &clock, &held.dataset, &held.owner, &held.purpose).await {
             Ok(LockOutcome::Acquired) => {}
             Ok(LockOutcome::HeldBy(_)) => {
                 lost.store(true, Ordering::SeqCst);
@@ -129,9 +138,16 @@ async fn renew(store: Arc<dyn Store>, dataset: String, owner: String, purpose: S
 
 /// Takes or renews the lock, on a blocking thread (a PostgreSQL store may take a network round
 /// trip, which must not hold up the runtime's other tasks, the renewer among them).
-async fn try_lock(store: &Arc<dyn Store>, dataset: &str, owner: &str, purpose: &str) -> Result<LockOutcome> {
+async fn try_lock(
+    store: &Arc<dyn Store>,
+    clock: &Arc<dyn Clock>,
+    dataset: &str,
+    owner: &str,
+    purpose: &str,
+) -> Result<LockOutcome> {
     let (s, d, o, p) = (store.clone(), dataset.to_owned(), owner.to_owned(), purpose.to_owned());
-    Ok(tokio::task::spawn_blocking(move || s.lock_dataset(&d, &o, &p, Utc::now(), LOCK_TTL_S)).await??)
+    let now = clock.now();
+    Ok(tokio::task::spawn_blocking(move || s.lock_dataset(&d, &o, &p, now, LOCK_TTL_S)).await??)
 }
 
 fn busy(holder: &DatasetLock, purpose: &str, waited: Duration) -> String {

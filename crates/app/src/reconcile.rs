@@ -6,7 +6,6 @@ use std::collections::{BTreeSet, HashSet};
 use std::time::SystemTime;
 
 use anyhow::{Context, Result};
-use chrono::Utc;
 use serde::Serialize;
 use tidegate_core::actor::Actor;
 use tidegate_core::spec::model::DatasetKind;
@@ -17,6 +16,7 @@ use tidegate_lake::{
 };
 use tidegate_store::{ActiveStep, Decision, JournalMeta, Store};
 
+use crate::actor::{Access, require};
 use crate::workspace::{Workspace, open_lake, runtime};
 
 /// The most releases read to learn which table versions the store knows.
@@ -103,10 +103,11 @@ fn owner_of(store: &dyn Store, live: &HashSet<String>, id: &str) -> Result<Owner
 
 /// Removes abandoned staging files and what finished attempts left in the workspace (logs older
 /// than `keep_logs`), and compares what the store declares with what the tables hold.
-pub fn reconciled(ws: &Workspace, store: &dyn Store, keep_logs: chrono::Duration) -> Result<Reconciled> {
+pub fn reconciled(ws: &Workspace, store: &dyn Store, actor: &Actor, keep_logs: chrono::Duration) -> Result<Reconciled> {
+    require(actor, Access::ChangeTables)?;
     // Taken before the store is read: files written after it may belong to an attempt the
     // read did not see, and are kept.
-    let known_as_of = Utc::now();
+    let known_as_of = ws.now();
     let active = store.active_steps()?;
     let live: HashSet<String> = live_staging_ids(store, &active)?.into_iter().collect();
     let datasets = written_datasets(ws);
@@ -129,7 +130,7 @@ pub fn reconciled(ws: &Workspace, store: &dyn Store, keep_logs: chrono::Duration
     // The workspace folders of the same unfinished attempts (named by step and attempt number).
     let running: HashSet<String> = active.iter().map(|a| attempt_name(&a.step.id, a.step.state.attempt)).collect();
     let folders_before = SystemTime::from(known_as_of - FILE_TIME_GRANULARITY);
-    let logs_before = folders_before.min(SystemTime::from(Utc::now() - keep_logs));
+    let logs_before = folders_before.min(SystemTime::from(ws.now() - keep_logs));
     let attempts = leftovers::sweep(&ws.root, &running, folders_before, logs_before)
         .with_context(|| format!("removing what finished attempts left in {}", ws.root.join(".tidegate").display()))?;
     Ok(Reconciled { cleaned, differences, attempts })
@@ -138,7 +139,8 @@ pub fn reconciled(ws: &Workspace, store: &dyn Store, keep_logs: chrono::Duration
 /// Deletes exactly `files` (`DATASET/PATH`), each of which reconcile must report as not provably
 /// Tidegate's, and journals who deleted them.
 pub fn delete_reported(ws: &Workspace, store: &dyn Store, actor: &Actor, files: &[String]) -> Result<Reconciliation> {
-    let known_as_of = Utc::now();
+    require(actor, Access::ChangeTables)?;
+    let known_as_of = ws.now();
     let live: HashSet<String> = live_staging_ids(store, &store.active_steps()?)?.into_iter().collect();
     let scope = Scope { datasets: written_datasets(ws), known_as_of, held: BTreeSet::new() };
     let report = runtime()?.block_on(async {
@@ -156,7 +158,7 @@ pub fn delete_reported(ws: &Workspace, store: &dyn Store, actor: &Actor, files: 
         actor: actor.name.clone(),
         correlation_id: format!("reconcile-{}", uuid::Uuid::now_v7()),
         reason: "tidegate reconcile --delete".to_owned(),
-        at: Utc::now(),
+        at: ws.now(),
     };
     store.record_decision(&decision, &meta).context("journaling the deleted files")?;
     Ok(report)

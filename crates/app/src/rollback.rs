@@ -5,11 +5,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use chrono::Utc;
 use serde::Serialize;
 use tidegate_core::actor::Actor;
 use tidegate_store::{JournalMeta, ReleaseItem, ReleaseKind, ReleaseRecord, Store};
 
+use crate::actor::{Access, require};
 use crate::lock::DatasetLockGuard;
 use crate::workspace::{Workspace, open_lake, runtime};
 
@@ -53,6 +53,7 @@ pub fn rollback(
     actor: &Actor,
     request: &RollbackRequest,
 ) -> Result<RolledBack> {
+    require(actor, Access::ChangeTables)?;
     let Some(dataset) = ws.spec.datasets.get(&request.dataset) else {
         bail!("no dataset named {:?} in {}", request.dataset, ws.spec.file);
     };
@@ -68,7 +69,8 @@ pub fn rollback(
         let lake = open_lake(ws).await?;
         // Held until the commit: vacuum must not delete the files this rollback adds back
         // between its check that they exist and the commit.
-        let _lock = DatasetLockGuard::acquire(store, actor, &request.dataset, "rollback", request.lock_wait).await?;
+        let _lock =
+            DatasetLockGuard::acquire(store, &ws.clock, actor, &request.dataset, "rollback", request.lock_wait).await?;
         // Before anything loads the table: a broken commit is named, not misread.
         lake.check_commits(&request.dataset).await?;
         // A rollback killed between its commit and its record: record that one first. Rolling
@@ -123,7 +125,7 @@ pub fn rollback(
         backfill_id: None,
         restores_release_id: request.to_release.clone(),
         created_by: actor.name.clone(),
-        created_at: Utc::now(),
+        created_at: ws.now(),
         items: partitions
             .iter()
             .map(|p| ReleaseItem {
@@ -143,7 +145,7 @@ pub fn rollback(
     } else {
         format!("{} (restored table version {target})", request.reason)
     };
-    let meta = JournalMeta { actor: actor.name.clone(), correlation_id: release_id.clone(), reason, at: Utc::now() };
+    let meta = JournalMeta { actor: actor.name.clone(), correlation_id: release_id.clone(), reason, at: ws.now() };
     store.record_release(&record, &[], &meta)?;
     Ok(RolledBack { dataset: request.dataset.clone(), restored_version: target, new_version, release_id, adopted })
 }

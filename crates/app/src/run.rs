@@ -4,15 +4,16 @@
 use std::sync::Arc;
 
 use anyhow::Result;
-use tidegate_core::clock::SystemClock;
+use tidegate_core::actor::Actor;
 use tidegate_engine::executor::ProgressFn;
 use tidegate_engine::{Engine, Options, Summary};
 use tidegate_lake::Lake;
 use tidegate_store::Store;
 
+use crate::actor::{Access, require};
 use crate::workspace::{Workspace, open_lake, runtime};
 
-/// The in-process engine for a workspace, on the system clock.
+/// The in-process engine for a workspace, on the workspace's clock.
 pub fn engine(ws: &Workspace, store: Arc<dyn Store>, lake: Arc<Lake>, workers: usize) -> Engine {
     Engine::new(
         store,
@@ -20,7 +21,7 @@ pub fn engine(ws: &Workspace, store: Arc<dyn Store>, lake: Arc<Lake>, workers: u
         Arc::new(ws.spec.clone()),
         ws.root.clone(),
         ws.lake_url(),
-        Arc::new(SystemClock),
+        ws.clock.clone(),
         Options { max_parallel: workers, ..Options::default() },
     )
 }
@@ -32,10 +33,12 @@ pub fn engine(ws: &Workspace, store: Arc<dyn Store>, lake: Arc<Lake>, workers: u
 pub fn execute(
     ws: &Workspace,
     store: Arc<dyn Store>,
+    actor: &Actor,
     workers: usize,
     progress: Option<ProgressFn>,
     follow: Option<&str>,
 ) -> Result<Summary> {
+    require(actor, Access::RunWork)?;
     runtime()?.block_on(async {
         let lake = open_lake(ws).await?;
         let mut engine = engine(ws, store, lake, workers);

@@ -16,6 +16,7 @@ use tidegate_core::spec::{Spec, Task};
 use tidegate_lake::Lake;
 use tidegate_store::{Decision, JournalMeta, Priority, RunRequest, Store, Trigger};
 
+use crate::actor::{Access, require};
 use crate::submit;
 use crate::workspace::Workspace;
 
@@ -111,6 +112,33 @@ async fn decide_task(spec: &Spec, lake: &Lake, task: &Task, now: DateTime<Utc>) 
     }))
 }
 
+/// One pass of the scheduler at `now`: what each scheduled task is owed, and the runs started for
+/// it (none when `dry_run`).
+#[derive(Debug, Serialize)]
+pub struct Tick {
+    /// The instant the tick evaluated the schedules at.
+    pub now: DateTime<Utc>,
+    /// Each scheduled task's decision.
+    pub decisions: Vec<TaskDecision>,
+    /// The runs it submitted.
+    pub runs: Vec<String>,
+    /// Due intervals not run because an unfinished run covers them.
+    pub superseded: Vec<Superseded>,
+}
+
+/// Evaluates the schedules at `now` and, unless `dry_run`, submits the runs that are due (see
+/// [`start_due`]); executing them is the caller's next step.
+pub fn tick(ws: &Workspace, store: &dyn Store, actor: &Actor, now: DateTime<Utc>, dry_run: bool) -> Result<Tick> {
+    require(actor, Access::RunWork)?;
+    let decisions = crate::workspace::runtime()?.block_on(async {
+        let lake = crate::workspace::open_lake(ws).await?;
+        decide(&ws.spec, &lake, now).await
+    })?;
+    let Started { runs, superseded } =
+        if dry_run { Started::default() } else { start_due(ws, store, actor, &decisions, now)? };
+    Ok(Tick { now, decisions, runs, superseded })
+}
+
 /// Submits the runs the decisions start: the newest due interval of each task as a schedule run
 /// (live priority), the older ones of tasks with catch-up on as a catch-up run. An interval that
 /// an unfinished run already covers (a wider manual run or a backfill submitted over the
@@ -122,6 +150,7 @@ pub fn start_due(
     decisions: &[TaskDecision],
     now: DateTime<Utc>,
 ) -> Result<Started> {
+    require(actor, Access::RunWork)?;
     let mut covered: BTreeMap<(String, String), String> = BTreeMap::new();
     for a in store.active_steps()? {
         covered.entry((a.step.task.clone(), a.step.partition.clone())).or_insert(a.step.run_id.clone());
@@ -156,7 +185,7 @@ pub fn start_due(
                 "{}@{} is already covered by unfinished run {}; not run again",
                 s.task, s.partition, s.by_run
             ),
-            at: Utc::now(),
+            at: ws.now(),
         };
         store.record_decision(&decision, &meta)?;
     }
@@ -212,7 +241,7 @@ fn submit_due(
         actor: actor.name.clone(),
         correlation_id: format!("tick-{}", now.timestamp()),
         reason: format!("{} tick at {now}", format!("{trigger:?}").to_lowercase()),
-        at: Utc::now(),
+        at: ws.now(),
     };
     Ok(Some(store.submit_run(&request, &steps, &meta)?.run.id))
 }

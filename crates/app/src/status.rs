@@ -6,10 +6,12 @@ use std::collections::BTreeMap;
 use anyhow::Result;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
+use tidegate_core::actor::Actor;
 use tidegate_core::plan;
 use tidegate_core::state::StepStatus;
 use tidegate_store::{RunRecord, Store};
 
+use crate::actor::{Access, require};
 use crate::workspace::{Workspace, open_lake, redact, runtime};
 
 /// A run and its steps counted by status.
@@ -90,7 +92,8 @@ pub struct Freshness {
 }
 
 /// The newest `limit` runs with their steps counted by status, and the debt at `now`.
-pub fn status(ws: &Workspace, store: &dyn Store, limit: u32, now: DateTime<Utc>) -> Result<Status> {
+pub fn status(ws: &Workspace, store: &dyn Store, actor: &Actor, limit: u32, now: DateTime<Utc>) -> Result<Status> {
+    require(actor, Access::Read)?;
     let mut runs = Vec::new();
     for run in store.runs(limit)? {
         let mut steps = BTreeMap::new();
@@ -99,12 +102,13 @@ pub fn status(ws: &Workspace, store: &dyn Store, limit: u32, now: DateTime<Utc>)
         }
         runs.push(RunStatusLine { run, steps });
     }
-    let debt = debt(ws, store, now)?;
+    let debt = debt(ws, store, actor, now)?;
     Ok(Status { project: ws.spec.project.name.clone(), state: redact(&ws.state_url()), runs, debt })
 }
 
 /// Queues per priority class, missed intervals, freshness and the scheduler's last gauge at `now`.
-pub fn debt(ws: &Workspace, store: &dyn Store, now: DateTime<Utc>) -> Result<Debt> {
+pub fn debt(ws: &Workspace, store: &dyn Store, actor: &Actor, now: DateTime<Utc>) -> Result<Debt> {
+    require(actor, Access::Read)?;
     let mut queues: BTreeMap<String, Queue> = BTreeMap::new();
     for a in store.active_steps()? {
         let q = queues.entry(format!("{:?}", a.priority).to_lowercase()).or_default();

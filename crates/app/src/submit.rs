@@ -4,7 +4,6 @@
 use std::collections::BTreeMap;
 
 use anyhow::{Context, Result};
-use chrono::Utc;
 use serde::Serialize;
 use tidegate_core::actor::Actor;
 use tidegate_core::idempotency::{self, FileContent, PinnedInput, StepIdentity};
@@ -13,6 +12,7 @@ use tidegate_core::spec::{Spec, TaskRun};
 use tidegate_core::state::Step;
 use tidegate_store::{JournalMeta, NewStep, Priority, RunRecord, RunRequest, Store, Trigger};
 
+use crate::actor::{Access, require};
 use crate::target::Target;
 use crate::workspace::Workspace;
 
@@ -44,6 +44,7 @@ pub struct SubmitRequest {
 /// Creates a queued run for the target (or, under an idempotency key already used with the same
 /// request, returns the one created then), without running it.
 pub fn submit(ws: &Workspace, store: &dyn Store, actor: &Actor, request: &SubmitRequest) -> Result<Submitted> {
+    require(actor, Access::RunWork)?;
     let (run, created) = create_run(ws, store, actor, request)?;
     let n_steps = store.steps(&run.id)?.len();
     Ok(Submitted { created, run, n_steps })
@@ -74,7 +75,7 @@ fn create_run(ws: &Workspace, store: &dyn Store, actor: &Actor, submit: &SubmitR
         actor: request.requester.clone(),
         correlation_id: uuid::Uuid::now_v7().to_string(),
         reason: format!("{} run of {}", format!("{trigger:?}").to_lowercase(), target.target),
-        at: Utc::now(),
+        at: ws.now(),
     };
     let submission = store.submit_run(&request, &steps, &meta)?;
     Ok((submission.run, submission.created))

@@ -11,6 +11,7 @@ use tidegate_core::actor::Actor;
 use tidegate_lake::{Lake, Vacuum};
 use tidegate_store::{ActiveStep, Decision, JournalMeta, ReleaseRecord, Store};
 
+use crate::actor::{Access, require};
 use crate::lock::DatasetLockGuard;
 use crate::reconcile::live_staging_ids;
 use crate::workspace::{Workspace, open_lake, runtime};
@@ -54,6 +55,7 @@ pub struct VacuumReport {
 /// nor input versions unfinished steps pinned reference: each dataset under its maintenance lock,
 /// journaled before (`vacuum_started`) and after (`vacuumed` or `vacuum_failed`).
 pub fn vacuum(ws: &Workspace, store: &Arc<dyn Store>, actor: &Actor, args: &VacuumRequest) -> Result<VacuumReport> {
+    require(actor, Access::ChangeTables)?;
     for name in &args.datasets {
         if !ws.spec.datasets.contains_key(name) {
             bail!("no dataset named {name:?} in {}", ws.spec.file);
@@ -88,9 +90,10 @@ pub fn vacuum(ws: &Workspace, store: &Arc<dyn Store>, actor: &Actor, args: &Vacu
             let report = if args.dry_run {
                 lake.vacuum(name, &versions, &protected, true).await?
             } else {
-                let lock = DatasetLockGuard::acquire(store, actor, name, "vacuum", args.lock_wait).await?;
+                let lock = DatasetLockGuard::acquire(store, &ws.clock, actor, name, "vacuum", args.lock_wait).await?;
                 // One correlation id joins the intent, the outcome and a failure.
                 let journal = VacuumJournal {
+                    ws,
                     store: store.as_ref(),
                     actor,
                     dataset: name,
@@ -171,6 +174,7 @@ fn summary(v: &Vacuum, attempt: u32) -> serde_json::Value {
 
 /// Where one dataset's vacuum writes its journal entries, all under one correlation id.
 struct VacuumJournal<'a> {
+    ws: &'a Workspace,
     store: &'a dyn Store,
     actor: &'a Actor,
     dataset: &'a str,
@@ -186,7 +190,7 @@ impl VacuumJournal<'_> {
             actor: self.actor.name.clone(),
             correlation_id: self.correlation_id.clone(),
             reason,
-            at: Utc::now(),
+            at: self.ws.now(),
         };
         self.store.record_decision(&decision, &meta).with_context(|| format!("journaling the vacuum of {dataset}"))?;
         Ok(())

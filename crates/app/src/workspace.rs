@@ -4,6 +4,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use tidegate_core::clock::{Clock, SystemClock};
 use tidegate_core::spec::{self, Spec};
 use tidegate_lake::Lake;
 use tidegate_store::Store;
@@ -11,13 +14,115 @@ use tidegate_store::Store;
 /// The spec file's name inside a workspace.
 pub const SPEC_FILE: &str = "tidegate.toml";
 
-/// A loaded workspace: its folder and its validated spec.
+/// A loaded workspace: its folder, its validated spec and the clock its operations read.
 #[derive(Debug)]
 pub struct Workspace {
     /// The folder holding `tidegate.toml`.
     pub root: PathBuf,
     /// The validated spec.
     pub spec: Spec,
+    /// Where every operation on this workspace reads the current time (the system's clock,
+    /// unless a test or a simulation sets another with [`Workspace::with_clock`]).
+    pub clock: Arc<dyn Clock>,
+}
+
+/// The files a new workspace starts with: a commented example spec and the task it runs.
+pub const EXAMPLE_FILES: &[(&str, &str)] =
+    &[(SPEC_FILE, spec::EXAMPLE), ("tasks/clean_events.py", include_str!("../assets/clean_events.py"))];
+
+/// The ignore file a new workspace gets unless it has one: local state stays out of git.
+pub const GITIGNORE: &str = ".gitignore";
+const GITIGNORE_TEXT: &str = "# Local state and tables written by tidegate.\n.tidegate/\n";
+
+/// Creates a workspace in `dir` from [`EXAMPLE_FILES`] (and a [`GITIGNORE`] if it has none);
+/// returns the files written. Never overwrites a file: if one of them exists, nothing is written
+/// (`force` does not change that; it is named in the error).
+pub fn create(dir: &Path, force: bool) -> Result<Vec<&'static str>> {
+    let existing: Vec<&str> =
+        EXAMPLE_FILES.iter().map(|(rel, _)| *rel).filter(|rel| dir.join(rel).symlink_metadata().is_ok()).collect();
+    if !existing.is_empty() {
+        let forced = if force { " (--force does not overwrite: init never replaces a file)" } else { "" };
+        bail!(
+            "{} already exist{} in {}; nothing was written{forced}. Move them away, or init another folder",
+            existing.join(", "),
+            if existing.len() == 1 { "s" } else { "" },
+            dir.display()
+        );
+    }
+    let mut written = Vec::new();
+    for (rel, content) in EXAMPLE_FILES.iter().chain([&(GITIGNORE, GITIGNORE_TEXT)]) {
+        let path = dir.join(rel);
+        if *rel == GITIGNORE && path.symlink_metadata().is_ok() {
+            continue;
+        }
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+        }
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .with_context(|| format!("creating {} (init never overwrites a file)", path.display()))?;
+        std::io::Write::write_all(&mut file, content.as_bytes())
+            .with_context(|| format!("writing {}", path.display()))?;
+        written.push(*rel);
+    }
+    Ok(written)
+}
+
+/// What checking a workspace's spec found: every problem at once, or its size and hash.
+#[derive(Debug, Serialize)]
+pub struct Validation {
+    /// The spec file, as messages show it.
+    pub file: String,
+    /// Whether it has no errors.
+    pub valid: bool,
+    /// Its hash, when valid.
+    pub spec_hash: Option<String>,
+    /// Datasets Tidegate writes.
+    pub n_datasets: usize,
+    /// External datasets (read, never written).
+    pub n_external: usize,
+    /// Tasks.
+    pub n_tasks: usize,
+    /// Worker pools.
+    pub n_pools: usize,
+    /// Every problem, with its file, line and setting.
+    pub errors: Vec<spec::Diagnostic>,
+}
+
+/// Parses and checks the spec of the workspace at `explicit` (or found upward), reporting every
+/// problem rather than the first.
+pub fn validate(explicit: Option<&Path>) -> Result<Validation> {
+    let path = find_root(explicit)?.join(SPEC_FILE);
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let file = display_name(&path);
+    Ok(match spec::parse(&file, &text) {
+        Ok(spec) => {
+            let n_external =
+                spec.datasets.values().filter(|d| matches!(d.kind, spec::DatasetKind::External { .. })).count();
+            Validation {
+                file,
+                valid: true,
+                spec_hash: Some(spec.hash.clone()),
+                n_datasets: spec.datasets.len() - n_external,
+                n_external,
+                n_tasks: spec.tasks.len(),
+                n_pools: spec.pools.len(),
+                errors: Vec::new(),
+            }
+        }
+        Err(diags) => Validation {
+            file,
+            valid: false,
+            spec_hash: None,
+            n_datasets: 0,
+            n_external: 0,
+            n_tasks: 0,
+            n_pools: 0,
+            errors: diags.0,
+        },
+    })
 }
 
 /// Finds the workspace folder: `explicit` if given, else the nearest folder upward holding the spec.
@@ -61,7 +166,7 @@ pub fn load(explicit: Option<&Path>) -> Result<Workspace> {
     let path = root.join(SPEC_FILE);
     let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     let spec = spec::parse(&display_name(&path), &text).map_err(|d| anyhow::anyhow!("{d}"))?;
-    Ok(Workspace { root, spec })
+    Ok(Workspace { root, spec, clock: Arc::new(SystemClock) })
 }
 
 /// How a path is shown in messages: relative to the current folder when that is shorter.
@@ -75,6 +180,18 @@ pub fn display_name(path: &Path) -> String {
 }
 
 impl Workspace {
+    /// The same workspace, its operations reading the time from `clock`.
+    #[must_use]
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The current instant, from the workspace's clock.
+    pub fn now(&self) -> DateTime<Utc> {
+        self.clock.now()
+    }
+
     /// The state URL with relative SQLite paths resolved against the workspace folder.
     pub fn state_url(&self) -> String {
         resolve(&self.root, &self.spec.project.state_url)
@@ -131,6 +248,17 @@ pub fn redact(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_example_workspace_is_created_once_and_never_overwritten() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let written = create(dir.path(), false).expect("a new workspace");
+        assert_eq!(written, ["tidegate.toml", "tasks/clean_events.py", GITIGNORE]);
+        let validation = validate(Some(dir.path())).expect("its spec is read");
+        assert!(validation.valid && validation.n_tasks > 0, "{validation:?}");
+        let again = create(dir.path(), true).expect_err("a second init overwrites nothing");
+        assert!(again.to_string().contains("already exist"), "{again}");
+    }
 
     #[test]
     fn passwords_never_reach_messages() {

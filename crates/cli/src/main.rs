@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use tidegate_app::workspace;
-use tidegate_core::actor::{Actor, Role};
+use tidegate_core::actor::Actor;
 
 /// mimalloc instead of the C library's allocator: the scheduler allocates and frees small
 /// records on several threads at once (the loop, the store's thread, the attempts), and glibc's
@@ -70,13 +70,11 @@ fn main() -> ExitCode {
     quiet_on_closed_pipe();
     let cli = Cli::parse();
     let ws = cli.workspace.as_deref();
-    // Commands that act on a workspace's store act as an established actor, who must hold the
-    // command's role; the others (init, validate, plan, the demo) act as no one.
+    // Commands that act on a workspace's store act as an established actor; each operation checks
+    // the actor's role itself (`tidegate_app::actor::Access`). The others act as no one.
     let mut actor = None;
-    if let Some((role, what)) = required_role(&cli.command) {
-        let established = actor::establish(|| workspace::load(ws)?.open_store())
-            .and_then(|a| tidegate_app::actor::require(&a, role, what).map(|()| a));
-        match established {
+    if acts_on_store(&cli.command) {
+        match actor::establish(|| workspace::load(ws)?.open_store()) {
             Ok(a) => actor = Some(a),
             Err(e) => {
                 eprintln!("error: {e:#}");
@@ -84,7 +82,7 @@ fn main() -> ExitCode {
             }
         }
     }
-    let actor = || -> &Actor { actor.as_ref().expect("every command with a role has an established actor") };
+    let actor = || -> &Actor { actor.as_ref().expect("every command acting on a store has an established actor") };
     let result = match cli.command {
         Command::Init(args) => cmd::init::run(args),
         Command::Validate(args) => cmd::validate::run(ws, args),
@@ -92,16 +90,16 @@ fn main() -> ExitCode {
         Command::Submit(args) => cmd::submit::run(ws, actor(), args),
         Command::Run(args) => cmd::run::run(ws, actor(), args),
         Command::Backfill(command) => cmd::backfill::run(ws, actor(), command),
-        Command::Read(args) => cmd::data::read(ws, args),
-        Command::Sql(args) => cmd::data::sql(ws, args),
+        Command::Read(args) => cmd::data::read(ws, actor(), args),
+        Command::Sql(args) => cmd::data::sql(ws, actor(), args),
         Command::Rollback(args) => cmd::rollback::rollback(ws, actor(), args),
         Command::Reconcile(args) => cmd::rollback::reconcile(ws, actor(), args),
         Command::Vacuum(args) => cmd::vacuum::run(ws, actor(), args),
-        Command::Status(args) => cmd::status::run(ws, args),
-        Command::History(args) => cmd::history::run(ws, args),
+        Command::Status(args) => cmd::status::run(ws, actor(), args),
+        Command::History(args) => cmd::history::run(ws, actor(), args),
         Command::Tick(args) => cmd::tick::run(ws, actor(), args),
         Command::Serve(args) => cmd::serve::run(ws, actor(), args),
-        Command::Worker(args) => cmd::worker::run(ws, args),
+        Command::Worker(args) => cmd::worker::run(ws, actor(), args),
         Command::Token(command) => cmd::token::run(ws, actor(), command),
         Command::Demo(args) => cmd::demo::run(args),
         Command::DemoFeed(args) => cmd::demo::feed::run(args),
@@ -116,26 +114,13 @@ fn main() -> ExitCode {
     }
 }
 
-/// The role a command needs and what it does, in words; `None` for commands that act on no
-/// workspace's store (init, validate, plan, the demo).
-fn required_role(command: &Command) -> Option<(Role, &'static str)> {
-    use cmd::backfill::Command as B;
-    Some(match command {
-        Command::Init(_) | Command::Validate(_) | Command::Plan(_) | Command::Demo(_) | Command::DemoFeed(_) => {
-            return None;
-        }
-        Command::Read(_) | Command::Sql(_) | Command::Status(_) | Command::History(_) => (Role::Viewer, "read"),
-        Command::Backfill(B::Status(_) | B::List(_)) => (Role::Viewer, "read backfills"),
-        Command::Backfill(B::Approve(_)) => (Role::Approver, "approve a backfill"),
-        Command::Backfill(_) => (Role::Operator, "change a backfill"),
-        Command::Token(_) => (Role::Admin, "manage tokens"),
-        Command::Submit(_) | Command::Run(_) | Command::Tick(_) | Command::Serve(_) | Command::Worker(_) => {
-            (Role::Operator, "run work")
-        }
-        Command::Rollback(_) | Command::Reconcile(_) | Command::Vacuum(_) => {
-            (Role::Operator, "change published tables")
-        }
-    })
+/// Whether a command acts on a workspace's store, and so as an established actor (init,
+/// validate, plan and the demo do not).
+fn acts_on_store(command: &Command) -> bool {
+    !matches!(
+        command,
+        Command::Init(_) | Command::Validate(_) | Command::Plan(_) | Command::Demo(_) | Command::DemoFeed(_)
+    )
 }
 
 /// A reader that stops reading (`tidegate history | head -1`) is not an error: the command ends

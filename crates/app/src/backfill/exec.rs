@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use anyhow::{Context, Result, bail};
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use serde::Serialize;
 use tidegate_core::actor::Actor;
 use tidegate_core::state::{RunStatus, StepEvent, StepStatus};
@@ -13,6 +13,7 @@ use tidegate_store::{
 };
 
 use super::{FrozenSpec, ensure_spec_unchanged, load, meta};
+use crate::actor::{Access, require};
 use crate::workspace::Workspace;
 
 /// How a start found the backfill.
@@ -42,6 +43,7 @@ pub enum Begun {
 /// (under an idempotency key derived from the backfill, so a start that crashed finds the same
 /// run) and marks it running. Its steps stop at staged, validated output.
 pub fn start(ws: &Workspace, store: &dyn Store, actor: &Actor, id: &str, resume: bool) -> Result<Begun> {
+    require(actor, Access::ChangeBackfill)?;
     let (record, spec) = load(store, id)?;
     ensure_spec_unchanged(ws, &record, &spec)?;
     let expect: &[BackfillStatus] = if resume {
@@ -56,7 +58,7 @@ pub fn start(ws: &Workspace, store: &dyn Store, actor: &Actor, id: &str, resume:
     if already_ran {
         // Starting a backfill that already finished running is a no-op (a script retrying
         // `start` after a crash gets the outcome, not an error).
-        return Ok(Begun::AlreadyRan { report: Box::new(Report::of(store, &record)?) });
+        return Ok(Begun::AlreadyRan { report: Box::new(Report::of(store, &record, ws.now())?) });
     }
     if !expect.contains(&record.status) {
         let hint = match record.status {
@@ -67,7 +69,7 @@ pub fn start(ws: &Workspace, store: &dyn Store, actor: &Actor, id: &str, resume:
         };
         bail!("backfill {} is {}{hint}", record.id, record.status);
     }
-    let run_id = ensure_run(store, &record, &spec)?;
+    let run_id = ensure_run(ws, store, &record, &spec)?;
     let verb = if resume { "backfill_resumed" } else { "backfill_started" };
     let rid = run_id.clone();
     store.update_backfill(
@@ -78,14 +80,14 @@ pub fn start(ws: &Workspace, store: &dyn Store, actor: &Actor, id: &str, resume:
             b.status = BackfillStatus::Running;
             b.run_id = Some(rid.clone());
         },
-        &meta(actor, format!("{} by operator", verb.trim_start_matches("backfill_")), &record.id),
+        &meta(ws, actor, format!("{} by operator", verb.trim_start_matches("backfill_")), &record.id),
     )?;
     Ok(Begun::Running { id: record.id, run_id, n_steps: spec.steps.len(), max_active: spec.throttle.max_active })
 }
 
 /// The backfill's run, created on first start under an idempotency key derived from the backfill
 /// id, so that a start that crashed after creating it finds the same run.
-fn ensure_run(store: &dyn Store, record: &BackfillRecord, spec: &FrozenSpec) -> Result<String> {
+fn ensure_run(ws: &Workspace, store: &dyn Store, record: &BackfillRecord, spec: &FrozenSpec) -> Result<String> {
     if let Some(run_id) = &record.run_id {
         return Ok(run_id.clone());
     }
@@ -105,18 +107,19 @@ fn ensure_run(store: &dyn Store, record: &BackfillRecord, spec: &FrozenSpec) -> 
         actor: spec.requester.clone(),
         correlation_id: record.id.clone(),
         reason: format!("backfill {}: {}", record.id, spec.reason),
-        at: Utc::now(),
+        at: ws.now(),
     };
     Ok(store.submit_run(&request, &spec.steps, &meta)?.run.id)
 }
 
 /// Moves a running backfill to staged or failed once its run settled, and reports where it stands.
-pub fn settle(store: &dyn Store, actor: &Actor, id: &str) -> Result<Report> {
-    let record = settled(store, actor, id)?;
-    Report::of(store, &record)
+pub fn settle(ws: &Workspace, store: &dyn Store, actor: &Actor, id: &str) -> Result<Report> {
+    require(actor, Access::ChangeBackfill)?;
+    let record = settled(ws, store, actor, id)?;
+    Report::of(store, &record, ws.now())
 }
 
-fn settled(store: &dyn Store, actor: &Actor, id: &str) -> Result<BackfillRecord> {
+fn settled(ws: &Workspace, store: &dyn Store, actor: &Actor, id: &str) -> Result<BackfillRecord> {
     let record = store.backfill(id)?.context("the backfill vanished")?;
     let Some(run_id) = &record.run_id else { return Ok(record) };
     let run = store.run(run_id)?.context("the backfill's run vanished")?;
@@ -138,12 +141,19 @@ fn settled(store: &dyn Store, actor: &Actor, id: &str) -> Result<BackfillRecord>
         &[BackfillStatus::Running],
         kind,
         &move |b: &mut BackfillRecord| b.status = next,
-        &meta(actor, reason, id),
+        &meta(ws, actor, reason, id),
     )?)
 }
 
 /// Pauses a backfill: no new step of it starts; running attempts finish.
-pub fn pause(store: &dyn Store, actor: &Actor, id: &str, reason: Option<&str>) -> Result<BackfillRecord> {
+pub fn pause(
+    ws: &Workspace,
+    store: &dyn Store,
+    actor: &Actor,
+    id: &str,
+    reason: Option<&str>,
+) -> Result<BackfillRecord> {
+    require(actor, Access::ChangeBackfill)?;
     let reason = reason.unwrap_or("paused by operator").to_owned();
     // An unknown id is answered as every backfill command answers it, with where to find the known ones.
     load(store, id)?;
@@ -152,7 +162,7 @@ pub fn pause(store: &dyn Store, actor: &Actor, id: &str, reason: Option<&str>) -
         &[BackfillStatus::Running, BackfillStatus::Planned],
         "backfill_paused",
         &|b: &mut BackfillRecord| b.status = BackfillStatus::Paused,
-        &meta(actor, reason, id),
+        &meta(ws, actor, reason, id),
     )?)
 }
 
@@ -167,7 +177,8 @@ pub struct Cancelled {
 }
 
 /// Cancels a backfill and its unfinished steps. Nothing it staged is published.
-pub fn cancel(store: &dyn Store, actor: &Actor, id: &str, reason: Option<&str>) -> Result<Cancelled> {
+pub fn cancel(ws: &Workspace, store: &dyn Store, actor: &Actor, id: &str, reason: Option<&str>) -> Result<Cancelled> {
+    require(actor, Access::ChangeBackfill)?;
     let reason = reason.unwrap_or("cancelled by operator").to_owned();
     // An unknown id is answered as every backfill command answers it, with where to find the known ones.
     load(store, id)?;
@@ -182,7 +193,7 @@ pub fn cancel(store: &dyn Store, actor: &Actor, id: &str, reason: Option<&str>) 
         ],
         "backfill_cancelled",
         &|b: &mut BackfillRecord| b.status = BackfillStatus::Cancelled,
-        &meta(actor, reason.clone(), id),
+        &meta(ws, actor, reason.clone(), id),
     )?;
     let mut n_cancelled = 0;
     if let Some(run_id) = &record.run_id {
@@ -193,7 +204,7 @@ pub fn cancel(store: &dyn Store, actor: &Actor, id: &str, reason: Option<&str>) 
             .map(|s| StepEventRecord {
                 step_id: s.id,
                 event: StepEvent::Cancelled { reason: reason.clone() },
-                meta: meta(actor, reason.clone(), id),
+                meta: meta(ws, actor, reason.clone(), id),
             })
             .collect();
         n_cancelled = events.len();
@@ -252,7 +263,7 @@ pub struct StepFailure {
 
 impl Report {
     /// Where `record` stands, from its run's steps.
-    pub fn of(store: &dyn Store, record: &BackfillRecord) -> Result<Report> {
+    pub fn of(store: &dyn Store, record: &BackfillRecord, now: DateTime<Utc>) -> Result<Report> {
         let spec: FrozenSpec = serde_json::from_value(record.spec.clone())?;
         let steps: Vec<StepRecord> = match &record.run_id {
             Some(run_id) => store.steps(run_id)?,
@@ -271,7 +282,7 @@ impl Report {
         let last = steps.iter().filter(|s| done(s)).map(|s| s.updated_at).max();
         let still_moving = matches!(record.status, BackfillStatus::Running | BackfillStatus::Paused);
         let elapsed_s = started.map(|t| {
-            let end = if still_moving { Utc::now() } else { last.unwrap_or(t) };
+            let end = if still_moving { now } else { last.unwrap_or(t) };
             #[allow(clippy::cast_precision_loss, reason = "a count, size or duration far below 2^52, exact as f64")]
             let s = (end - t).num_milliseconds().max(0) as f64 / 1000.0;
             s
@@ -323,12 +334,14 @@ impl Report {
 }
 
 /// Where a backfill stands.
-pub fn status(store: &dyn Store, id: &str) -> Result<Report> {
+pub fn status(ws: &Workspace, store: &dyn Store, actor: &Actor, id: &str) -> Result<Report> {
+    require(actor, Access::ReadBackfills)?;
     let (record, _) = load(store, id)?;
-    Report::of(store, &record)
+    Report::of(store, &record, ws.now())
 }
 
 /// The newest `limit` backfills.
-pub fn list(store: &dyn Store, limit: u32) -> Result<Vec<BackfillRecord>> {
+pub fn list(store: &dyn Store, actor: &Actor, limit: u32) -> Result<Vec<BackfillRecord>> {
+    require(actor, Access::ReadBackfills)?;
     Ok(store.backfills(limit)?)
 }

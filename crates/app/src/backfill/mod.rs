@@ -4,12 +4,12 @@
 //! as one release; `rollback` restores what was there before.
 
 pub mod exec;
+pub mod page;
 pub mod plan;
 pub mod release;
 pub mod review;
 
 use anyhow::{Context, Result, bail};
-use chrono::Utc;
 use tidegate_core::actor::Actor;
 use tidegate_store::{BackfillRecord, JournalMeta, Store};
 
@@ -46,12 +46,12 @@ pub fn ensure_spec_unchanged(ws: &Workspace, record: &BackfillRecord, spec: &Fro
     Ok(())
 }
 
-fn meta(actor: &Actor, reason: impl Into<String>, correlation_id: &str) -> JournalMeta {
+fn meta(ws: &Workspace, actor: &Actor, reason: impl Into<String>, correlation_id: &str) -> JournalMeta {
     JournalMeta {
         actor: actor.name.clone(),
         correlation_id: correlation_id.to_owned(),
         reason: reason.into(),
-        at: Utc::now(),
+        at: ws.now(),
     }
 }
 

@@ -13,6 +13,7 @@ use tidegate_core::state::StepStatus;
 use tidegate_store::{BackfillRecord, BackfillStatus, JournalQuery, NewStep, Store, Throttle};
 
 use super::meta;
+use crate::actor::{Access, require};
 use crate::submit;
 use crate::target::{Partitions, Target};
 use crate::workspace::{Workspace, open_lake, runtime};
@@ -164,6 +165,7 @@ pub struct Planned {
 /// throttle) under one hash and sizes its blast radius; nothing runs. Overlapping an unfinished
 /// backfill of the same datasets is refused with a conflict naming it.
 pub fn plan(ws: &Workspace, store: &dyn Store, actor: &Actor, args: &PlanRequest) -> Result<Planned> {
+    require(actor, Access::ChangeBackfill)?;
     if args.max_active_runs == 0 {
         bail!("--max-active-runs must be at least 1 (pause a backfill with `tidegate backfill pause` instead)");
     }
@@ -177,7 +179,7 @@ pub fn plan(ws: &Workspace, store: &dyn Store, actor: &Actor, args: &PlanRequest
     let spec_hash = spec.hash();
     let footprint: BTreeMap<String, Vec<String>> =
         spec.blast_radius.datasets.iter().map(|d| (d.dataset.clone(), d.partitions.clone())).collect();
-    let now = Utc::now();
+    let now = ws.now();
     let record = BackfillRecord {
         id: id.clone(),
         status: BackfillStatus::Planned,
@@ -196,7 +198,7 @@ pub fn plan(ws: &Workspace, store: &dyn Store, actor: &Actor, args: &PlanRequest
         created_at: now,
         updated_at: now,
     };
-    store.create_backfill(&record, &meta(actor, format!("backfill planned: {}", spec.reason), &id))?;
+    store.create_backfill(&record, &meta(ws, actor, format!("backfill planned: {}", spec.reason), &id))?;
     Ok(Planned { id, spec_hash, spec })
 }
 

@@ -11,10 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use chrono::Utc;
 use serde::Serialize;
 use tidegate_core::actor::Actor;
-use tidegate_core::clock::SystemClock;
 use tidegate_core::spec::model::{DatasetKind, WriteMode};
 use tidegate_core::state::{StepEvent, StepStatus};
 use tidegate_engine::executor::acquire_scheduler_role;
@@ -23,6 +21,7 @@ use tidegate_store::{BackfillRecord, BackfillStatus, ReleaseItem, ReleaseKind, R
 
 use super::review::{approved_review, publishable, review, staged_versions};
 use super::{FrozenSpec, ensure_spec_unchanged, load, meta, short};
+use crate::actor::{Access, require};
 use crate::lock::DatasetLockGuard;
 use crate::workspace::{Workspace, open_lake, runtime};
 
@@ -45,6 +44,7 @@ pub struct Published {
 /// dataset's commit is refused if a live run changed one of its partitions after the version the
 /// approved comparison read (the approval is then withdrawn). Safe to run again after a crash.
 pub fn publish(ws: &Workspace, store: &Arc<dyn Store>, actor: &Actor, id: &str) -> Result<Published> {
+    require(actor, Access::ChangeBackfill)?;
     let (record, spec) = load(store.as_ref(), id)?;
     if record.status != BackfillStatus::Approved {
         bail!(
@@ -77,6 +77,7 @@ pub fn publish(ws: &Workspace, store: &Arc<dyn Store>, actor: &Actor, id: &str) 
             if current.hash() != approval.comparison_hash {
                 let changes = current.describe_changes_since(&approved_review(&record)?);
                 withdraw_approval(
+                    ws,
                     actor,
                     store.as_ref(),
                     &record,
@@ -96,20 +97,20 @@ pub fn publish(ws: &Workspace, store: &Arc<dyn Store>, actor: &Actor, id: &str) 
                 &[BackfillStatus::Approved],
                 "backfill_publishing",
                 &move |b: &mut BackfillRecord| b.release_id = Some(rid.clone()),
-                &meta(actor, format!("publishing as release {release_id}"), &record.id),
+                &meta(ws, actor, format!("publishing as release {release_id}"), &record.id),
             )?;
         }
-        acquire_scheduler_role(store, &owner, &SystemClock, ws.spec.project.lease_ttl_s).await?;
+        acquire_scheduler_role(store, &owner, ws.clock.as_ref(), ws.spec.project.lease_ttl_s).await?;
         let result = publish_release(ws, store.as_ref(), actor, &lake, &record, &spec, &release_id).await;
         let _ = store.release_scheduler(&owner);
-        result.map_err(|e| refused(store.as_ref(), actor, &record, e))
+        result.map_err(|e| refused(ws, store.as_ref(), actor, &record, e))
     })?;
     store.update_backfill(
         &record.id,
         &[BackfillStatus::Approved],
         "backfill_published",
         &|b: &mut BackfillRecord| b.status = BackfillStatus::Published,
-        &meta(actor, format!("published as release {release_id}, approved by {}", approval.by), &record.id),
+        &meta(ws, actor, format!("published as release {release_id}, approved by {}", approval.by), &record.id),
     )?;
     let lineage = openlineage_event(ws, &record, &spec, &publication)?;
     Ok(Published { backfill_id: record.id.clone(), release_id, publication, lineage })
@@ -166,7 +167,7 @@ async fn publish_release(
         .map(|s| StepEventRecord {
             step_id: s.id,
             event: StepEvent::Approved { by: approver.clone() },
-            meta: meta(actor, format!("backfill {} approved by {approver}", record.id), &record.id),
+            meta: meta(ws, actor, format!("backfill {} approved by {approver}", record.id), &record.id),
         })
         .collect();
     store.commit(&approvals)?;
@@ -196,10 +197,10 @@ async fn publish_release(
             backfill_id: Some(record.id.clone()),
             restores_release_id: None,
             created_by: approver,
-            created_at: Utc::now(),
+            created_at: ws.now(),
             items: release_items,
         };
-        store.record_release(&rr, &steps, &meta(actor, format!("backfill {} published", record.id), &record.id))?;
+        store.record_release(&rr, &steps, &meta(ws, actor, format!("backfill {} published", record.id), &record.id))?;
     }
     tidegate_lake::failpoint::hit("after-backfill-record");
     Ok(publication)
@@ -207,7 +208,13 @@ async fn publish_release(
 
 /// Sends an approved backfill back to staged, without its approval or its release (journaled with
 /// `reason`): a new comparison must be approved before it publishes.
-fn withdraw_approval(actor: &Actor, store: &dyn Store, record: &BackfillRecord, reason: &str) -> Result<()> {
+fn withdraw_approval(
+    ws: &Workspace,
+    actor: &Actor,
+    store: &dyn Store,
+    record: &BackfillRecord,
+    reason: &str,
+) -> Result<()> {
     store.update_backfill(
         &record.id,
         &[BackfillStatus::Approved],
@@ -217,7 +224,7 @@ fn withdraw_approval(actor: &Actor, store: &dyn Store, record: &BackfillRecord, 
             b.approval = None;
             b.release_id = None;
         },
-        &meta(actor, reason, &record.id),
+        &meta(ws, actor, reason, &record.id),
     )?;
     Ok(())
 }
@@ -225,7 +232,13 @@ fn withdraw_approval(actor: &Actor, store: &dyn Store, record: &BackfillRecord, 
 /// A publication the lake refused because a dataset moved after approval withdraws the approval
 /// (journaled, naming the dataset, partitions and versions) once nothing of the release is left
 /// visible; any other error, or a refusal whose undo failed part-way, is returned as it is.
-fn refused(store: &dyn Store, actor: &Actor, record: &BackfillRecord, e: anyhow::Error) -> anyhow::Error {
+fn refused(
+    ws: &Workspace,
+    store: &dyn Store,
+    actor: &Actor,
+    record: &BackfillRecord,
+    e: anyhow::Error,
+) -> anyhow::Error {
     use tidegate_lake::Error as LakeError;
     let nothing_left = match e.downcast_ref::<LakeError>() {
         Some(LakeError::MovedSinceApproval { .. }) => true,
@@ -243,7 +256,7 @@ fn refused(store: &dyn Store, actor: &Actor, record: &BackfillRecord, e: anyhow:
             record.id
         ));
     }
-    if let Err(store_error) = withdraw_approval(actor, store, record, &format!("publication refused: {e}")) {
+    if let Err(store_error) = withdraw_approval(ws, actor, store, record, &format!("publication refused: {e}")) {
         return store_error.context(format!("withdrawing the approval after: {e}"));
     }
     anyhow::anyhow!(
@@ -289,7 +302,7 @@ fn openlineage_event(
         .collect();
     let event = serde_json::json!({
         "eventType": "COMPLETE",
-        "eventTime": Utc::now().to_rfc3339(),
+        "eventTime": ws.now().to_rfc3339(),
         "producer": "https://github.com/tidegate/tidegate",
         "schemaURL": "https://openlineage.io/spec/2-0-2/OpenLineage.json#/definitions/RunEvent",
         "run": {
@@ -350,6 +363,7 @@ pub fn rollback(
     reason: &str,
     lock_wait: Duration,
 ) -> Result<RolledBack> {
+    require(actor, Access::ChangeBackfill)?;
     let (record, spec) = load(store.as_ref(), id)?;
     if record.status != BackfillStatus::Published {
         bail!("backfill {} is {}; only a published backfill can be rolled back", record.id, record.status);
@@ -366,7 +380,7 @@ pub fn rollback(
     let owner = format!("backfill-rollback-{}", std::process::id());
     let restored = runtime()?.block_on(async {
         let lake = open_lake(ws).await?;
-        acquire_scheduler_role(store, &owner, &SystemClock, ws.spec.project.lease_ttl_s).await?;
+        acquire_scheduler_role(store, &owner, ws.clock.as_ref(), ws.spec.project.lease_ttl_s).await?;
         let mut restored = Vec::new();
         let mut result = Ok(());
         for name in spec.datasets.iter().rev() {
@@ -379,7 +393,7 @@ pub fn rollback(
             );
             let scope = (!snapshot).then_some(partitions.as_slice());
             // Vacuum must not delete the files this adds back between its check and its commit.
-            let lock = match DatasetLockGuard::acquire(store, actor, name, "rollback", lock_wait).await {
+            let lock = match DatasetLockGuard::acquire(store, &ws.clock, actor, name, "rollback", lock_wait).await {
                 Ok(lock) => lock,
                 Err(e) => {
                     result = Err(e);
@@ -430,10 +444,10 @@ pub fn rollback(
             backfill_id: Some(record.id.clone()),
             restores_release_id: Some(published_id),
             created_by: actor.name.clone(),
-            created_at: Utc::now(),
+            created_at: ws.now(),
             items,
         };
-        store.record_release(&rr, &[], &meta(actor, reason.to_owned(), &record.id))?;
+        store.record_release(&rr, &[], &meta(ws, actor, reason.to_owned(), &record.id))?;
     }
     let rid = release_id.clone();
     store.update_backfill(
@@ -444,7 +458,7 @@ pub fn rollback(
             b.status = BackfillStatus::RolledBack;
             b.rollback_release_id = Some(rid.clone());
         },
-        &meta(actor, reason.to_owned(), &record.id),
+        &meta(ws, actor, reason.to_owned(), &record.id),
     )?;
     Ok(RolledBack { backfill_id: record.id.clone(), release_id, restored })
 }

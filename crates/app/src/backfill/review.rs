@@ -4,9 +4,8 @@
 use std::collections::BTreeMap;
 
 use anyhow::{Context, Result, bail};
-use chrono::Utc;
 use serde::{Deserialize, Serialize};
-use tidegate_core::actor::{Actor, Role};
+use tidegate_core::actor::Actor;
 use tidegate_core::idempotency::Canonical;
 use tidegate_core::spec::model::{CheckRule, DatasetKind, WriteMode};
 use tidegate_core::state::StepStatus;
@@ -14,6 +13,7 @@ use tidegate_lake::{CompareSpec, Comparison, Lake, StagedVersion};
 use tidegate_store::{Approval, BackfillRecord, BackfillStatus, Store};
 
 use super::{FrozenSpec, ensure_spec_unchanged, load, meta};
+use crate::actor::{Access, require};
 use crate::workspace::{Workspace, open_lake, runtime};
 
 /// How many changed, added and removed rows a comparison shows per partition.
@@ -192,6 +192,7 @@ pub struct Compared {
 /// Compares a staged backfill with the published data, partition by partition, and records the
 /// comparison (its hash is what an approval binds; a new one withdraws an approval of another).
 pub fn compare(ws: &Workspace, store: &dyn Store, actor: &Actor, id: &str) -> Result<Compared> {
+    require(actor, Access::ChangeBackfill)?;
     let (record, spec) = load(store, id)?;
     if !matches!(record.status, BackfillStatus::Staged | BackfillStatus::Approved) {
         bail!(
@@ -227,7 +228,7 @@ pub fn compare(ws: &Workspace, store: &dyn Store, actor: &Actor, id: &str) -> Re
             b.comparison = Some(value.clone());
             b.comparison_hash = Some(h.clone());
         },
-        &meta(actor, if changed { "comparison recorded" } else { "comparison unchanged" }, &record.id),
+        &meta(ws, actor, if changed { "comparison recorded" } else { "comparison unchanged" }, &record.id),
     )?;
     let approval_withdrawn = record.approval.is_some() && updated.approval.is_none();
     Ok(Compared { comparison_hash: hash, status: updated.status, review, approval_withdrawn, record, spec })
@@ -237,7 +238,7 @@ pub fn compare(ws: &Workspace, store: &dyn Store, actor: &Actor, id: &str) -> Re
 /// recomputed comparison. The approver must hold the approver role and must not be the requester
 /// under any spelling of the name (unless the workspace allows self-approval).
 pub fn approve(ws: &Workspace, store: &dyn Store, actor: &Actor, id: &str) -> Result<BackfillRecord> {
-    crate::actor::require(actor, Role::Approver, "approve a backfill")?;
+    require(actor, Access::ApproveBackfill)?;
     let (record, spec) = load(store, id)?;
     let approver = actor.name.clone();
     if actor.is(&record.requester) && !ws.spec.project.allow_self_approval {
@@ -277,7 +278,7 @@ pub fn approve(ws: &Workspace, store: &dyn Store, actor: &Actor, id: &str) -> Re
     let approval = Approval {
         by: approver.clone(),
         authenticated_as: actor.describe(),
-        at: Utc::now(),
+        at: ws.now(),
         spec_hash: record.spec_hash.clone(),
         comparison_hash: recorded,
     };
@@ -290,7 +291,7 @@ pub fn approve(ws: &Workspace, store: &dyn Store, actor: &Actor, id: &str) -> Re
             b.status = BackfillStatus::Approved;
             b.approval = Some(a.clone());
         },
-        &meta(actor, format!("approved by {}", actor.describe()), &record.id),
+        &meta(ws, actor, format!("approved by {}", actor.describe()), &record.id),
     )?;
     Ok(updated)
 }

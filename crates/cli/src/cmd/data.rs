@@ -3,11 +3,12 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use anyhow::{Context, Result, bail};
-use tidegate_lake::arrow::record_batch::RecordBatch;
-use tidegate_lake::{Lake, QueryLimits};
-
+use anyhow::Result;
+use tidegate_app::data::{self, ReadRequest, SqlRequest};
 use tidegate_app::workspace;
+use tidegate_core::actor::Actor;
+use tidegate_lake::QueryLimits;
+use tidegate_lake::arrow::record_batch::RecordBatch;
 
 /// How to print rows.
 #[derive(Debug, clap::Args)]
@@ -63,75 +64,24 @@ pub struct SqlArgs {
     pub format: Format,
 }
 
-impl SqlArgs {
-    /// `query` printed as a table, within the default limits.
-    pub fn table(query: &str) -> SqlArgs {
-        SqlArgs {
-            query: query.to_owned(),
-            memory_limit_mb: tidegate_lake::USER_QUERY_MEMORY_LIMIT_MB,
-            time_limit_s: tidegate_lake::USER_QUERY_TIME_LIMIT_S,
-            format: Format { json: false, csv: false },
-        }
-    }
-}
-
-pub use tidegate_app::workspace::{open_lake, runtime};
-
-pub fn read(ws: Option<&Path>, args: ReadArgs) -> Result<ExitCode> {
+pub fn read(ws: Option<&Path>, actor: &Actor, args: ReadArgs) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
-    if !ws.spec.datasets.contains_key(&args.dataset) {
-        let names = ws.spec.datasets.keys().map(String::as_str);
-        let hint =
-            tidegate_core::spec::did_you_mean(&args.dataset, names).map(|h| format!(" ({h})")).unwrap_or_default();
-        bail!("no dataset named {:?} in {}{hint}", args.dataset, ws.spec.file);
-    }
-    // A key the dataset's partitioning cannot have is a mistake, not a partition without rows.
-    tidegate_core::plan::partitions_of(&ws.spec.datasets[&args.dataset], &args.partition)?;
-    let version = match &args.release {
-        None => args.version,
-        Some(r) => {
-            let store = ws.open_store()?;
-            let release = store.release(r)?.with_context(|| format!("no release {r:?}"))?;
-            let item = release
-                .items
-                .iter()
-                .find(|i| i.dataset == args.dataset)
-                .with_context(|| format!("release {r} did not publish {}", args.dataset))?;
-            Some(u64::try_from(item.delta_version).context("negative table version")?)
-        }
+    let request = ReadRequest {
+        dataset: args.dataset,
+        partitions: args.partition,
+        version: args.version,
+        release: args.release,
+        limit: usize::try_from(args.limit).unwrap_or(usize::MAX),
     };
-    let batches = runtime()?.block_on(async {
-        let lake = open_lake(&ws).await?;
-        let parts = (!args.partition.is_empty()).then_some(args.partition.as_slice());
-        anyhow::Ok(lake.read(&args.dataset, parts, version).await?)
-    })?;
-    print_batches(&limit(batches, usize::try_from(args.limit).unwrap_or(usize::MAX)), &args.format)?;
+    print_batches(&data::read(&ws, actor, &request)?, &args.format)?;
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn sql(ws: Option<&Path>, args: SqlArgs) -> Result<ExitCode> {
+pub fn sql(ws: Option<&Path>, actor: &Actor, args: SqlArgs) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
     let limits = QueryLimits { memory_mb: args.memory_limit_mb, time_s: args.time_limit_s };
-    let batches = runtime()?.block_on(async {
-        let url = ws.lake_url();
-        let lake = Lake::open(&url).await.with_context(|| format!("opening the lake at {url}"))?;
-        anyhow::Ok(lake.with_query_limits(limits).sql(&args.query).await?)
-    })?;
-    print_batches(&batches, &args.format)?;
+    print_batches(&data::sql(&ws, actor, &SqlRequest { query: args.query, limits })?, &args.format)?;
     Ok(ExitCode::SUCCESS)
-}
-
-fn limit(batches: Vec<RecordBatch>, mut n: usize) -> Vec<RecordBatch> {
-    let mut out = Vec::new();
-    for b in batches {
-        if n == 0 {
-            break;
-        }
-        let take = b.num_rows().min(n);
-        out.push(b.slice(0, take));
-        n -= take;
-    }
-    out
 }
 
 /// Prints rows in the chosen format.

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use tidegate_app::workspace;
+use tidegate_core::actor::Actor;
 use tidegate_store::JournalEntry;
 
 use crate::output;
@@ -33,10 +34,10 @@ pub struct Args {
     json: bool,
 }
 
-pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
+pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
     let store = ws.open_store()?;
-    let history = tidegate_app::history::history(&ws, store.as_ref(), args.subject.as_deref(), args.limit)?;
+    let history = tidegate_app::history::history(&ws, store.as_ref(), actor, args.subject.as_deref(), args.limit)?;
     let (chain, anchors) = (&history.chain, &history.anchors);
     let tampered = history.tampered();
     let code = if tampered { ExitCode::from(2) } else { ExitCode::SUCCESS };

@@ -3,9 +3,8 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::{Context, Result, bail};
-
-use tidegate_app::workspace::SPEC_FILE;
+use anyhow::Result;
+use tidegate_app::workspace;
 
 /// Create a workspace with a commented example pipeline.
 ///
@@ -26,26 +25,17 @@ pub struct Args {
 /// The example's final task, suggested as the first thing to plan.
 pub const EXAMPLE_TARGET: &str = "daily_stats";
 
-/// The files an example workspace needs, relative to its root.
-pub const FILES: &[(&str, &str)] = &[
-    (SPEC_FILE, tidegate_core::spec::EXAMPLE),
-    ("tasks/clean_events.py", include_str!("../../assets/clean_events.py")),
-];
-
-/// A convenience the example offers but does not need: kept as it is when the folder has one.
-const GITIGNORE: (&str, &str) = (".gitignore", "# Local state and tables written by tidegate.\n.tidegate/\n");
-
 pub fn run(args: Args) -> Result<ExitCode> {
-    let written = write_example(&args.dir, args.force)?;
+    let written = workspace::create(&args.dir, args.force)?;
     let shown = args.dir.display();
     println!("Created a Tidegate workspace in {shown}");
     for path in &written {
         println!("  {path}");
     }
-    if !written.contains(&GITIGNORE.0) {
+    if !written.contains(&workspace::GITIGNORE) {
         println!(
             "  ({} exists and was left as it is; add `.tidegate/` to it to keep local state out of git)",
-            GITIGNORE.0
+            workspace::GITIGNORE
         );
     }
     println!();
@@ -64,42 +54,6 @@ pub fn run(args: Args) -> Result<ExitCode> {
 /// Writes the example workspace into `dir`; returns the files written. Writes nothing when any
 /// file the example needs exists (named in the error), and never replaces a file: each is created
 /// exclusively, so a file appearing meanwhile is an error too, not overwritten.
-pub fn write_example(dir: &Path, force: bool) -> Result<Vec<&'static str>> {
-    let existing: Vec<String> = FILES
-        .iter()
-        .filter(|(rel, _)| dir.join(rel).symlink_metadata().is_ok())
-        .map(|(rel, _)| rel.to_string())
-        .collect();
-    if !existing.is_empty() {
-        let forced = if force { " (--force does not overwrite: init never replaces a file)" } else { "" };
-        bail!(
-            "{} already exist{} in {}; nothing was written{forced}. Move them away, or init another folder",
-            existing.join(", "),
-            if existing.len() == 1 { "s" } else { "" },
-            dir.display()
-        );
-    }
-    let mut written = Vec::new();
-    for (rel, content) in FILES.iter().chain([&GITIGNORE]) {
-        let path = dir.join(rel);
-        if *rel == GITIGNORE.0 && path.symlink_metadata().is_ok() {
-            continue;
-        }
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
-        }
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .with_context(|| format!("creating {} (init never overwrites a file)", path.display()))?;
-        std::io::Write::write_all(&mut file, content.as_bytes())
-            .with_context(|| format!("writing {}", path.display()))?;
-        written.push(*rel);
-    }
-    Ok(written)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

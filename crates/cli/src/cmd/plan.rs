@@ -5,9 +5,8 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{Result, bail};
-use serde::Serialize;
 use tidegate_app::target::{Partitions, Target};
-use tidegate_app::workspace;
+use tidegate_app::{plan, workspace};
 use tidegate_core::plan::Plan;
 
 use crate::output;
@@ -70,33 +69,18 @@ impl TargetArgs {
     }
 }
 
-#[derive(Serialize)]
-struct JsonPlan<'a> {
-    #[serde(flatten)]
-    plan: &'a Plan,
-    n_steps: usize,
-    critical_path: Vec<&'a str>,
-    level_widths: Vec<usize>,
-}
-
 pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
-    let plan = args.target.target()?.plan(&ws.spec)?;
+    let view = plan::plan(&ws, &args.target.target()?)?;
     match (args.json, args.graph.as_deref()) {
-        (true, _) => output::json(&JsonPlan {
-            plan: &plan,
-            n_steps: plan.steps.len(),
-            critical_path: plan.critical_path(),
-            level_widths: plan.level_widths(),
-        })?,
-        (false, Some("dot")) => print!("{}", dot(&plan)),
-        (false, Some(_)) => print!("{}", mermaid(&plan)),
-        (false, None) => print!("{}", text(&plan)),
+        (true, _) => output::json(&view)?,
+        (false, Some("dot")) => print!("{}", plan::dot(&view.plan)),
+        (false, Some(_)) => print!("{}", plan::mermaid(&view.plan)),
+        (false, None) => print!("{}", text(&view.plan)),
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// The plan for people: steps grouped by level, then the critical path and parallel segments.
 pub fn text(plan: &Plan) -> String {
     let mut out = String::new();
     let n_tasks = plan.steps.iter().map(|s| s.task.as_str()).collect::<std::collections::BTreeSet<_>>().len();
@@ -118,34 +102,5 @@ pub fn text(plan: &Plan) -> String {
     }
     let path = plan.critical_path();
     let _ = writeln!(out, "\ncritical path ({} steps): {}", path.len(), path.join(" -> "));
-    out
-}
-
-fn node_id(name: &str) -> String {
-    name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect()
-}
-
-/// Graphviz dot.
-pub fn dot(plan: &Plan) -> String {
-    let mut out = String::from("digraph plan {\n  rankdir=LR;\n  node [shape=box];\n");
-    for s in &plan.steps {
-        let _ = writeln!(out, "  {} [label=\"{}\"];", node_id(&s.name), s.name);
-        for up in &s.upstream {
-            let _ = writeln!(out, "  {} -> {};", node_id(up), node_id(&s.name));
-        }
-    }
-    out.push_str("}\n");
-    out
-}
-
-/// Mermaid flowchart.
-pub fn mermaid(plan: &Plan) -> String {
-    let mut out = String::from("flowchart LR\n");
-    for s in &plan.steps {
-        let _ = writeln!(out, "  {}[\"{}\"]", node_id(&s.name), s.name);
-        for up in &s.upstream {
-            let _ = writeln!(out, "  {} --> {}", node_id(up), node_id(&s.name));
-        }
-    }
     out
 }

@@ -141,7 +141,7 @@ pub fn reconcile(ws: Option<&Path>, actor: &Actor, args: ReconcileArgs) -> Resul
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let report = reconciled(&ws, store.as_ref(), args.keep_logs)?;
+    let report = reconciled(&ws, store.as_ref(), actor, args.keep_logs)?;
     let code = if report.differences.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(2) };
     if args.json {
         output::json(&report)?;

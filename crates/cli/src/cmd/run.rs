@@ -82,7 +82,7 @@ pub(crate) fn submit_and_run(
         eprintln!("{verb} run {} ({n_steps} steps)", run.id);
     }
     let started = Instant::now();
-    let summary = execute(ws, store.clone(), workers, !json, Some(&run.id))?;
+    let summary = execute(ws, store.clone(), actor, workers, !json, Some(&run.id))?;
     let run = store.run(&run.id)?.context("the run vanished from the store")?;
     let report = RunReport {
         run_id: &run.id,
@@ -117,11 +117,12 @@ pub(crate) fn submit_and_run(
 pub fn execute(
     ws: &Workspace,
     store: Arc<dyn tidegate_store::Store>,
+    actor: &Actor,
     workers: usize,
     show_progress: bool,
     follow: Option<&str>,
 ) -> Result<Summary> {
-    let summary = tidegate_app::run::execute(ws, store, workers, show_progress.then(progress_printer), follow)?;
+    let summary = tidegate_app::run::execute(ws, store, actor, workers, show_progress.then(progress_printer), follow)?;
     if show_progress && std::io::stderr().is_terminal() {
         eprintln!();
     }

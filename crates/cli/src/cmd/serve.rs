@@ -1,21 +1,15 @@
-//! `tidegate serve`: the long-lived scheduler. Every tick it starts what the schedules say is due
-//! (catch-up rules included), then executes every unfinished run, live work first. SIGTERM or
-//! Ctrl-C stops it cleanly: no new attempt starts, attempts in flight finish and report, the
-//! scheduler role is given up.
+//! `tidegate serve`: the long-lived scheduler (`tidegate_app::serve`) until SIGTERM or Ctrl-C.
 
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
-use chrono::Utc;
+use tidegate_app::serve::{Event, ServeOptions, serve};
+use tidegate_app::workspace::{self, open_lake, runtime};
 use tidegate_core::actor::Actor;
-
-use crate::cmd::data::{open_lake, runtime};
-use tidegate_app::run;
-use tidegate_app::workspace;
 
 /// Run the schedules and execute runs until stopped (SIGTERM or Ctrl-C stop it cleanly).
 ///
@@ -39,53 +33,49 @@ pub struct Args {
 pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
     let store = ws.open_store()?;
-    let stop = Arc::new(AtomicBool::new(false));
+    let options = ServeOptions { tick_every: Duration::from_secs(args.tick_every_s), workers: args.workers.into() };
     runtime()?.block_on(async {
-        let flag = stop.clone();
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .context("listening for SIGTERM")?;
-        tokio::spawn(async move {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
-            eprintln!("tidegate serve: stopping; attempts in flight will finish");
-            flag.store(true, Ordering::SeqCst);
-        });
+        let stop = stop_on_signal("tidegate serve: stopping; attempts in flight will finish")?;
         let lake = open_lake(&ws).await?;
-        let engine = run::engine(&ws, store.clone(), lake.clone(), args.workers.into()).with_stop(stop.clone());
         eprintln!(
             "tidegate serve: {} (ticking every {} s; SIGTERM or Ctrl-C stops)",
             ws.spec.project.name, args.tick_every_s
         );
-        while !stop.load(Ordering::SeqCst) {
-            let started = Instant::now();
-            let now = Utc::now();
-            let decisions = tidegate_app::schedule::decide(&ws.spec, &lake, now).await?;
-            let due = tidegate_app::schedule::start_due(&ws, store.as_ref(), actor, &decisions, now)?;
-            for run_id in &due.runs {
-                eprintln!("tick {now}: started run {run_id}");
-            }
-            for s in &due.superseded {
-                eprintln!("tick {now}: {}@{} superseded by run {}", s.task, s.partition, s.by_run);
-            }
-            for d in decisions.iter().filter(|d| !d.debt.is_empty()) {
-                eprintln!("tick {now}: {} has {} missed intervals as debt (catch-up off)", d.task, d.debt.len());
-            }
-            let summary = engine.drain().await?;
-            if summary.published + summary.failed + summary.skipped > 0 {
-                eprintln!(
-                    "drained: {} published, {} failed, {} skipped, {} retries",
-                    summary.published, summary.failed, summary.skipped, summary.retried
-                );
-            }
-            let next = started + Duration::from_secs(args.tick_every_s);
-            while !stop.load(Ordering::SeqCst) && Instant::now() < next {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        }
-        eprintln!("tidegate serve: stopped cleanly");
-        anyhow::Ok(())
+        serve(&ws, store, lake, actor, options, stop, &mut print_event).await
     })?;
+    eprintln!("tidegate serve: stopped cleanly");
     Ok(ExitCode::SUCCESS)
+}
+
+fn print_event(event: Event) {
+    match event {
+        Event::Started { at, run_id } => eprintln!("tick {at}: started run {run_id}"),
+        Event::Superseded { at, interval: s } => {
+            eprintln!("tick {at}: {}@{} superseded by run {}", s.task, s.partition, s.by_run);
+        }
+        Event::Debt { at, task, n_intervals } => {
+            eprintln!("tick {at}: {task} has {n_intervals} missed intervals as debt (catch-up off)");
+        }
+        Event::Drained(s) => eprintln!(
+            "drained: {} published, {} failed, {} skipped, {} retries",
+            s.published, s.failed, s.skipped, s.retried
+        ),
+    }
+}
+
+/// A flag set when SIGTERM or Ctrl-C arrives (saying `note` on stderr); call within a runtime.
+pub fn stop_on_signal(note: &'static str) -> Result<Arc<AtomicBool>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    let mut term =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).context("listening for SIGTERM")?;
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        eprintln!("{note}");
+        flag.store(true, Ordering::SeqCst);
+    });
+    Ok(stop)
 }

@@ -5,9 +5,9 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use chrono::Utc;
 use tidegate_app::status::Debt;
 use tidegate_app::workspace;
+use tidegate_core::actor::Actor;
 
 use crate::cmd::tick;
 use crate::output;
@@ -27,14 +27,14 @@ pub struct Args {
     now: Option<String>,
 }
 
-pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
+pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
     let store = ws.open_store()?;
     let now = match &args.now {
         Some(text) => tick::parse_instant(text)?,
-        None => Utc::now(),
+        None => ws.now(),
     };
-    let status = tidegate_app::status::status(&ws, store.as_ref(), args.limit, now)?;
+    let status = tidegate_app::status::status(&ws, store.as_ref(), actor, args.limit, now)?;
     if args.json {
         output::json(&status)?;
         return Ok(ExitCode::SUCCESS);

@@ -5,9 +5,8 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
-use serde::Serialize;
-use tidegate_app::schedule::{Started, Superseded, TaskDecision, decide, start_due};
-use tidegate_app::workspace::{self, Workspace, open_lake, runtime};
+use tidegate_app::schedule::{TaskDecision, tick};
+use tidegate_app::workspace::{self, Workspace};
 use tidegate_core::actor::Actor;
 
 use crate::cmd::run::execute;
@@ -37,19 +36,11 @@ pub struct Args {
     pub json: bool,
 }
 
-#[derive(Debug, Serialize)]
-struct Tick {
-    now: DateTime<Utc>,
-    decisions: Vec<TaskDecision>,
-    runs: Vec<String>,
-    superseded: Vec<Superseded>,
-}
-
 pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
     let now = match &args.now {
         Some(text) => parse_instant(text)?,
-        None => Utc::now(),
+        None => ws.now(),
     };
     tick_at(&ws, actor, now, args.dry_run, args.workers.into(), args.json)
 }
@@ -64,24 +55,19 @@ pub(crate) fn tick_at(
     workers: usize,
     json: bool,
 ) -> Result<ExitCode> {
-    let decisions = runtime()?.block_on(async {
-        let lake = open_lake(ws).await?;
-        decide(&ws.spec, &lake, now).await
-    })?;
     let store = ws.open_store()?;
-    let Started { runs, superseded } =
-        if dry_run { Started::default() } else { start_due(ws, store.as_ref(), actor, &decisions, now)? };
+    let tick = tick(ws, store.as_ref(), actor, now, dry_run)?;
     if !json {
-        print_decisions(&decisions, now);
-        for s in &superseded {
+        print_decisions(&tick.decisions, now);
+        for s in &tick.superseded {
             println!("  {}@{}: superseded by run {}, which already covers it", s.task, s.partition, s.by_run);
         }
     }
-    if !runs.is_empty() {
-        execute(ws, store.clone(), workers, !json, None)?;
+    if !tick.runs.is_empty() {
+        execute(ws, store.clone(), actor, workers, !json, None)?;
     }
     if json {
-        output::json(&Tick { now, decisions, runs, superseded })?;
+        output::json(&tick)?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -6,12 +6,9 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use chrono::Utc;
-use serde::Serialize;
-use tidegate_app::token::mint;
-use tidegate_app::workspace;
+use tidegate_app::{token, workspace};
 use tidegate_core::actor::{Actor, Role};
-use tidegate_store::{JournalMeta, TokenRecord};
+use tidegate_store::TokenRecord;
 
 use crate::actor::TOKEN_VAR;
 use crate::output;
@@ -70,66 +67,41 @@ fn parse_role(text: &str) -> Result<Role, String> {
         .ok_or_else(|| format!("unknown role {text:?}: the roles are viewer, operator, approver and admin"))
 }
 
-#[derive(Serialize)]
-struct Minted<'a> {
-    token: &'a str,
-    #[serde(flatten)]
-    record: &'a TokenRecord,
-}
-
 pub fn run(ws: Option<&Path>, actor: &Actor, command: Command) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
     let store = ws.open_store()?;
-    let meta = |reason: String| JournalMeta {
-        actor: actor.name.clone(),
-        correlation_id: uuid::Uuid::now_v7().to_string(),
-        reason,
-        at: Utc::now(),
-    };
     match command {
         Command::Create(args) => {
-            let (token, record) = mint(store.as_ref(), actor, &args.name, args.role, args.expires_in_days)?;
+            let minted = token::mint(&ws, store.as_ref(), actor, &args.name, args.role, args.expires_in_days)?;
+            let (record, token) = (&minted.record, &minted.token);
             let name = &record.name;
             if args.json {
-                output::json(&Minted { token: &token, record: &record })?;
+                output::json(&minted)?;
             } else {
-                println!(
-                    "Token {} for {} ({}), valid until {}:",
-                    record.id,
-                    record.name,
-                    record.role,
-                    fmt_expiry(&record)
-                );
-                println!();
-                println!("  {token}");
-                println!();
+                println!("Token {} for {name} ({}), valid until {}:", record.id, record.role, fmt_expiry(record));
+                println!("\n  {token}\n");
                 println!("It is shown only now. Hand it to {name}, who acts as {name} with {TOKEN_VAR}={token}");
             }
         }
         Command::List(args) => {
-            let tokens = store.tokens()?;
+            let tokens = token::list(&ws, store.as_ref(), actor)?;
             if args.json {
                 output::json(&tokens)?;
             } else if tokens.is_empty() {
                 println!("No tokens; mint one with `tidegate token create --name NAME --role ROLE`.");
             } else {
-                let now = Utc::now();
                 let rows: Vec<Vec<String>> = tokens
                     .iter()
                     .map(|t| {
-                        let state = t.unusable(now).map_or_else(
-                            || "active".to_owned(),
-                            |_| {
-                                if t.revoked_at.is_some() { "revoked".to_owned() } else { "expired".to_owned() }
-                            },
-                        );
+                        let r = &t.record;
+                        let state = format!("{:?}", t.state).to_lowercase();
                         vec![
-                            t.id.clone(),
-                            t.name.clone(),
-                            t.role.to_string(),
+                            r.id.clone(),
+                            r.name.clone(),
+                            r.role.to_string(),
                             state,
-                            fmt_expiry(t),
-                            t.created_by.clone(),
+                            fmt_expiry(r),
+                            r.created_by.clone(),
                         ]
                     })
                     .collect();
@@ -137,7 +109,7 @@ pub fn run(ws: Option<&Path>, actor: &Actor, command: Command) -> Result<ExitCod
             }
         }
         Command::Revoke(args) => {
-            let record = store.revoke_token(&args.id, &meta(format!("token {} revoked", args.id)))?;
+            let record = token::revoke(&ws, store.as_ref(), actor, &args.id)?;
             if args.json {
                 output::json(&record)?;
             } else {

@@ -4,7 +4,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use chrono::{Duration, Utc};
+use chrono::Duration;
 use tidegate_app::vacuum::{DEFAULT_RETAIN_RELEASES, Keep, VacuumRequest};
 use tidegate_app::workspace;
 use tidegate_core::actor::Actor;
@@ -60,7 +60,7 @@ pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
     let store = ws.open_store()?;
     let keep = match args.older_than {
-        Some(age) => Keep::Since(Utc::now() - age),
+        Some(age) => Keep::Since(ws.now() - age),
         None => Keep::Newest(args.retain_releases.unwrap_or(DEFAULT_RETAIN_RELEASES)),
     };
     let request =

@@ -1,20 +1,16 @@
-//! `tidegate worker`: a process that runs attempts and nothing else. The scheduler (`tidegate
-//! serve`, or a `tidegate run` holding the scheduler role) leases steps to registered workers
-//! within pools, rate limits and priority shares; each worker runs what is leased in its name and
-//! records the outcome. SIGTERM or Ctrl-C stops it cleanly: no new lease is taken, attempts in
-//! flight finish and are recorded, and the registration is removed.
+//! `tidegate worker`: a process that runs leased attempts (`tidegate_app::worker`) until SIGTERM or
+//! Ctrl-C.
 
 use std::path::Path;
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
-use anyhow::{Context, Result};
-use tidegate_core::clock::SystemClock;
-use tidegate_engine::Worker;
+use anyhow::Result;
+use tidegate_app::worker::{self, WorkerRequest};
+use tidegate_app::workspace::{self, open_lake, runtime};
+use tidegate_core::actor::Actor;
 
-use crate::cmd::data::{open_lake, runtime};
-use crate::{output, workspace};
+use crate::cmd::serve::stop_on_signal;
+use crate::output;
 
 /// Run attempts leased to this worker by the scheduler, until stopped.
 ///
@@ -37,46 +33,16 @@ pub struct Args {
     pub json: bool,
 }
 
-pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
+pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
     let store = ws.open_store()?;
-    let name = match args.name {
-        Some(name) if is_worker_name(&name) => name,
-        Some(name) => {
-            anyhow::bail!("--name {name:?} cannot name a worker: use 1 to 64 letters, digits, '-', '_' or '.'")
-        }
-        None => format!("worker-{}-{}", hostname(), std::process::id()),
-    };
-    let stop = Arc::new(AtomicBool::new(false));
+    let name = worker::name(&WorkerRequest { slots: args.slots, name: args.name })?;
     let summary = runtime()?.block_on(async {
-        let flag = stop.clone();
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .context("listening for SIGTERM")?;
-        tokio::spawn(async move {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
-            eprintln!("tidegate worker: stopping; attempts in flight will finish");
-            flag.store(true, Ordering::SeqCst);
-        });
+        let stop = stop_on_signal("tidegate worker: stopping; attempts in flight will finish")?;
         let lake = open_lake(&ws).await?;
-        let worker = Worker::new(
-            store,
-            lake,
-            Arc::new(ws.spec.clone()),
-            ws.root.clone(),
-            ws.lake_url(),
-            Arc::new(SystemClock),
-            name.clone(),
-            args.slots,
-            stop.clone(),
-        );
-        eprintln!(
-            "tidegate worker {name}: {} slot(s) on {} (SIGTERM or Ctrl-C stops)",
-            args.slots, ws.spec.project.name
-        );
-        anyhow::Ok(worker.run().await?)
+        let project = &ws.spec.project.name;
+        eprintln!("tidegate worker {name}: {} slot(s) on {project} (SIGTERM or Ctrl-C stops)", args.slots);
+        worker::work(&ws, store, lake, actor, name.clone(), args.slots, stop).await
     })?;
     if args.json {
         output::json(&summary)?;
@@ -87,17 +53,4 @@ pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
-}
-
-fn is_worker_name(name: &str) -> bool {
-    (1..=64).contains(&name.len()) && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-}
-
-/// This machine's name, for default worker names; `localhost` when it cannot be read.
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "localhost".to_owned())
 }

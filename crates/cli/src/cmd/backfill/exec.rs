@@ -92,8 +92,8 @@ pub(crate) fn start_and_wait(
                     "Backfill {id} running as run {run_id}: {n_steps} steps into staging, at most {max_active} at once"
                 );
             }
-            execute(ws, store.clone(), workers, talk, Some(&run_id))?;
-            tidegate_app::backfill::settle(store.as_ref(), actor, &id)?
+            execute(ws, store.clone(), actor, workers, talk, Some(&run_id))?;
+            tidegate_app::backfill::settle(ws, store.as_ref(), actor, &id)?
         }
     })
 }
@@ -101,7 +101,7 @@ pub(crate) fn start_and_wait(
 pub fn pause(ws: Option<&Path>, actor: &Actor, args: IdArgs) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
     let store = ws.open_store()?;
-    let record = tidegate_app::backfill::pause(store.as_ref(), actor, &args.id, args.reason.as_deref())?;
+    let record = tidegate_app::backfill::pause(&ws, store.as_ref(), actor, &args.id, args.reason.as_deref())?;
     if args.json {
         output::json(&record)?;
     } else {
@@ -114,7 +114,7 @@ pub fn pause(ws: Option<&Path>, actor: &Actor, args: IdArgs) -> Result<ExitCode>
 pub fn cancel(ws: Option<&Path>, actor: &Actor, args: IdArgs) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
     let store = ws.open_store()?;
-    let cancelled = tidegate_app::backfill::cancel(store.as_ref(), actor, &args.id, args.reason.as_deref())?;
+    let cancelled = tidegate_app::backfill::cancel(&ws, store.as_ref(), actor, &args.id, args.reason.as_deref())?;
     if args.json {
         output::json(&cancelled.record)?;
     } else {
@@ -159,12 +159,12 @@ pub(crate) fn print_report(r: &Report) {
     println!("Next: {}", r.next);
 }
 
-pub fn status(ws: Option<&Path>, args: StatusArgs) -> Result<ExitCode> {
+pub fn status(ws: Option<&Path>, actor: &Actor, args: StatusArgs) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
     let store = ws.open_store()?;
     let tty = std::io::stdout().is_terminal();
     loop {
-        let report = tidegate_app::backfill::status(store.as_ref(), &args.id)?;
+        let report = tidegate_app::backfill::status(&ws, store.as_ref(), actor, &args.id)?;
         if args.json {
             output::json(&report)?;
         } else {
@@ -180,10 +180,10 @@ pub fn status(ws: Option<&Path>, args: StatusArgs) -> Result<ExitCode> {
     }
 }
 
-pub fn list(ws: Option<&Path>, args: ListArgs) -> Result<ExitCode> {
+pub fn list(ws: Option<&Path>, actor: &Actor, args: ListArgs) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
     let store = ws.open_store()?;
-    let backfills = tidegate_app::backfill::list(store.as_ref(), args.limit)?;
+    let backfills = tidegate_app::backfill::list(store.as_ref(), actor, args.limit)?;
     if args.json {
         output::json(&backfills)?;
         return Ok(ExitCode::SUCCESS);

@@ -4,7 +4,6 @@
 //! `publish` makes it visible as one release; `rollback` restores what was there before.
 
 pub(crate) mod exec;
-mod html;
 pub(crate) mod plan;
 pub(crate) mod release;
 pub(crate) mod review;
@@ -42,10 +41,10 @@ pub fn run(ws: Option<&Path>, actor: &Actor, command: Command) -> Result<ExitCod
         Command::Plan(args) => plan::plan(ws, actor, args),
         Command::Start(args) => exec::start(ws, actor, args, false),
         Command::Resume(args) => exec::start(ws, actor, args, true),
-        Command::Status(args) => exec::status(ws, args),
+        Command::Status(args) => exec::status(ws, actor, args),
         Command::Pause(args) => exec::pause(ws, actor, args),
         Command::Cancel(args) => exec::cancel(ws, actor, args),
-        Command::List(args) => exec::list(ws, args),
+        Command::List(args) => exec::list(ws, actor, args),
         Command::Compare(args) => review::compare(ws, actor, args),
         Command::Approve(args) => review::approve(ws, actor, args),
         Command::Publish(args) => release::publish(ws, actor, args),

@@ -10,7 +10,6 @@ use tidegate_app::workspace;
 use tidegate_core::actor::Actor;
 use tidegate_store::BackfillRecord;
 
-use super::html;
 use crate::output;
 
 /// How many partitions per dataset the terminal table shows (all are in --json and --html).
@@ -72,7 +71,7 @@ pub fn compare(ws: Option<&Path>, actor: &Actor, args: CompareArgs) -> Result<Ex
 /// Writes the comparison's self-contained HTML review page to `path`.
 pub(crate) fn write_html(compared: &Compared, path: &Path) -> Result<()> {
     let (record, spec, review, hash) = (&compared.record, &compared.spec, &compared.review, &compared.comparison_hash);
-    std::fs::write(path, html::report(record, spec, review, hash))
+    std::fs::write(path, tidegate_app::backfill::page::report(record, spec, review, hash))
         .with_context(|| format!("writing the HTML report to {}", path.display()))
 }
 

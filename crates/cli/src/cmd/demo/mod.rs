@@ -17,13 +17,14 @@ use tidegate_core::actor::Actor;
 use tidegate_store::{BackfillStatus, JournalQuery, Priority, Store, Trigger};
 
 use crate::cmd::backfill;
-use crate::cmd::data::{self, open_lake, runtime};
+use crate::cmd::data::print_batches;
 use crate::cmd::rollback;
 use crate::cmd::{run, tick};
 use tidegate_app::backfill::{self as app_backfill, PlanRequest, Reprocess};
 use tidegate_app::submit::SubmitRequest;
 use tidegate_app::target::{Partitions, Target};
 use tidegate_app::workspace;
+use tidegate_app::workspace::{open_lake, runtime};
 
 /// Marks a folder as a demo workspace, so a second run may start it over without asking.
 const MARKER: &str = ".tidegate-demo";
@@ -130,7 +131,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     chapter(5, "A consumer's view before the fix");
     let consumer = "SELECT ROUND(AVG(purchase_rate), 4) AS avg_purchase_rate, COUNT(*) AS user_days FROM user_features";
     say(&format!("tidegate sql \"{consumer}\""));
-    data::sql(ws, data::SqlArgs::table(consumer))?;
+    show_sql(ws, &you, consumer)?;
 
     chapter(6, "A bug fix in the feature SQL becomes a governed backfill");
     say("purchase_rate divided clicks, not purchases, by events. Fixing tidegate.toml:");
@@ -162,7 +163,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let report = backfill::exec::start_and_wait(&workspace, &store, &you, &id, false, 4, true)?;
     backfill::exec::print_report(&report);
     say("Published data is untouched while it waits for review:");
-    data::sql(ws, data::SqlArgs::table(consumer))?;
+    show_sql(ws, &you, consumer)?;
 
     chapter(8, "Compare with what is published");
     let html = dir.join("backfill-report.html");
@@ -193,19 +194,19 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let published = app_backfill::publish(&workspace, &store, &reviewer, &id)?;
     backfill::release::print_published(&published);
     say("The consumer's query now:");
-    data::sql(ws, data::SqlArgs::table(consumer))?;
+    show_sql(ws, &you, consumer)?;
 
     chapter(11, "Rollback restores exactly what was there");
     let wait = std::time::Duration::from_secs(tidegate_app::lock::DEFAULT_LOCK_WAIT_S);
     let rolled_back = app_backfill::rollback(&workspace, &store, &reviewer, &id, "demo: undoing the backfill", wait)?;
     backfill::release::print_rolled_back(&rolled_back);
     say("The consumer's query after the rollback (identical to chapter 5):");
-    data::sql(ws, data::SqlArgs::table(consumer))?;
+    show_sql(ws, &you, consumer)?;
 
     chapter(12, "Reconcile: nothing left behind");
     say("tidegate reconcile");
     let keep_logs = crate::cmd::vacuum::parse_duration(rollback::DEFAULT_KEEP_LOGS).map_err(anyhow::Error::msg)?;
-    let reconciled = tidegate_app::reconcile::reconciled(&workspace, store.as_ref(), keep_logs)?;
+    let reconciled = tidegate_app::reconcile::reconciled(&workspace, store.as_ref(), &you, keep_logs)?;
     say(&format!(
         "  removed {} staged file(s) that no table version references (failed and superseded attempts'); kept {} \
          that table versions use",
@@ -389,6 +390,17 @@ fn run_target(ws: Option<&Path>, actor: &Actor, target: &str, from: &str, to: &s
     Ok(code == ExitCode::SUCCESS)
 }
 
+/// Prints a query's rows as `tidegate sql` does.
+fn show_sql(ws: Option<&Path>, actor: &Actor, query: &str) -> Result<()> {
+    let limits = tidegate_lake::QueryLimits {
+        memory_mb: tidegate_lake::USER_QUERY_MEMORY_LIMIT_MB,
+        time_s: tidegate_lake::USER_QUERY_TIME_LIMIT_S,
+    };
+    let request = tidegate_app::data::SqlRequest { query: query.to_owned(), limits };
+    let rows = tidegate_app::data::sql(&workspace::load(ws)?, actor, &request)?;
+    print_batches(&rows, &crate::cmd::data::Format { json: false, csv: false })
+}
+
 fn count(dir: &Path, query: &str) -> Result<u64> {
     let ws = workspace::load(Some(dir))?;
     runtime()?.block_on(async {
@@ -502,12 +514,13 @@ fn invocation() -> String {
 fn mint_reviewer(dir: &Path) -> Result<tidegate_core::actor::Actor> {
     let ws = tidegate_app::workspace::load(Some(dir))?;
     let store = ws.open_store()?;
-    let (token, _) = tidegate_app::token::mint(
+    let minted = tidegate_app::token::mint(
+        &ws,
         store.as_ref(),
         &tidegate_app::actor::os_account(),
         REVIEWER,
         tidegate_core::actor::Role::Approver,
         1,
     )?;
-    crate::actor::authenticate_local(store.as_ref(), &token)
+    crate::actor::authenticate_local(store.as_ref(), &minted.token)
 }

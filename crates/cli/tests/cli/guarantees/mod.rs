@@ -7,4 +7,5 @@ mod journal;
 mod process;
 mod race;
 mod reconcile;
+mod roles;
 mod sql;

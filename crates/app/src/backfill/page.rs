@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use tidegate_store::BackfillRecord;
 
-use tidegate_app::backfill::{FrozenSpec, Review, short};
+use super::{FrozenSpec, Review, short};
 
 fn esc(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
@@ -30,7 +30,7 @@ const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#2
 td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}\
 tr.flag td{background:#fff1e0}code{background:#f6f6f6;padding:1px 4px}.muted{color:#777}";
 
-/// The report as one HTML document.
+/// The review of `record` as one HTML document.
 pub fn report(record: &BackfillRecord, spec: &FrozenSpec, review: &Review, hash: &str) -> String {
     let mut h = String::new();
     let _ = write!(

@@ -1,0 +1,105 @@
+//! The long-lived scheduler (`tidegate serve`, and the HTTP server's process): every tick it
+//! starts what the schedules say is due, catch-up rules included, then executes every unfinished
+//! run, live work first, including runs and backfills other processes submitted. Setting the stop
+//! flag ends it cleanly: no new attempt starts, attempts in flight finish and report, the scheduler
+//! role is given up.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use tidegate_core::actor::Actor;
+use tidegate_engine::Summary;
+use tidegate_lake::Lake;
+use tidegate_store::Store;
+
+use crate::actor::{Access, require};
+use crate::schedule::{Superseded, decide, start_due};
+use crate::workspace::Workspace;
+
+/// How often a waiting scheduler looks at its stop flag.
+const STOP_POLL: Duration = Duration::from_millis(200);
+
+/// How the scheduler runs.
+#[derive(Debug, Clone, Copy)]
+pub struct ServeOptions {
+    /// The time between schedule evaluations.
+    pub tick_every: Duration,
+    /// Attempts this process runs itself at once; 0 leaves every attempt to worker processes.
+    pub workers: usize,
+}
+
+/// What the scheduler did, as it does it, for its front end to show or log.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    /// A tick started a run for what was due.
+    Started {
+        /// The tick's instant.
+        at: DateTime<Utc>,
+        /// The run.
+        run_id: String,
+    },
+    /// A due interval was not run: an unfinished run already covers it.
+    Superseded {
+        /// The tick's instant.
+        at: DateTime<Utc>,
+        /// The interval and the run that covers it.
+        interval: Superseded,
+    },
+    /// A task with catch-up off left missed intervals as debt.
+    Debt {
+        /// The tick's instant.
+        at: DateTime<Utc>,
+        /// The task.
+        task: String,
+        /// How many intervals it missed.
+        n_intervals: usize,
+    },
+    /// A drain finished with something done.
+    Drained(Summary),
+}
+
+/// Runs the scheduler until `stop` is set: one tick per `options.tick_every`, each followed by a
+/// drain of every unfinished run. `observe` is told each [`Event`].
+pub async fn serve(
+    ws: &Workspace,
+    store: Arc<dyn Store>,
+    lake: Arc<Lake>,
+    actor: &Actor,
+    options: ServeOptions,
+    stop: Arc<AtomicBool>,
+    observe: &mut (dyn FnMut(Event) + Send),
+) -> Result<()> {
+    require(actor, Access::RunWork)?;
+    let engine = crate::run::engine(ws, store.clone(), lake.clone(), options.workers).with_stop(stop.clone());
+    while !stop.load(Ordering::SeqCst) {
+        let started = Instant::now();
+        let now = ws.now();
+        let decisions = decide(&ws.spec, &lake, now).await?;
+        // The store's calls block (a PostgreSQL client waits on the network); they leave the
+        // runtime's thread for the call instead of blocking it.
+        let due = tokio::task::block_in_place(|| start_due(ws, store.as_ref(), actor, &decisions, now))?;
+        for run_id in due.runs {
+            observe(Event::Started { at: now, run_id });
+        }
+        for interval in due.superseded {
+            observe(Event::Superseded { at: now, interval });
+        }
+        for d in decisions.into_iter().filter(|d| !d.debt.is_empty()) {
+            observe(Event::Debt { at: now, task: d.task, n_intervals: d.debt.len() });
+        }
+        let summary = engine.drain().await?;
+        if summary.published + summary.failed + summary.skipped > 0 {
+            observe(Event::Drained(summary));
+        }
+        let next = started + options.tick_every;
+        while !stop.load(Ordering::SeqCst) && Instant::now() < next {
+            tokio::time::sleep(STOP_POLL).await;
+        }
+    }
+    Ok(())
+}

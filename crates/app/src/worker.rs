@@ -1,0 +1,86 @@
+//! A worker: a process that runs attempts and nothing else. The scheduler leases steps to
+//! registered workers within pools, rate limits and priority shares; each worker runs what is
+//! leased in its name and records the outcome. Setting the stop flag ends it cleanly: no new lease
+//! is taken, attempts in flight finish and are recorded, and the registration is removed.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use anyhow::{Result, bail};
+use tidegate_core::actor::Actor;
+use tidegate_engine::{Worker, WorkerSummary};
+use tidegate_lake::Lake;
+use tidegate_store::Store;
+
+use crate::actor::{Access, require};
+use crate::workspace::Workspace;
+
+/// The longest worker name.
+const NAME_LEN_MAX: usize = 64;
+
+/// A worker to run.
+#[derive(Debug, Clone)]
+pub struct WorkerRequest {
+    /// Attempts it runs at once.
+    pub slots: u32,
+    /// Its name in leases and the journal; `None` for `worker-<host>-<pid>`.
+    pub name: Option<String>,
+}
+
+/// The name a worker runs under: the one asked for, if it is 1 to 64 letters, digits, '-', '_'
+/// or '.', else `worker-<host>-<pid>`.
+pub fn name(request: &WorkerRequest) -> Result<String> {
+    match &request.name {
+        Some(name) if is_worker_name(name) => Ok(name.clone()),
+        Some(name) => {
+            bail!("--name {name:?} cannot name a worker: use 1 to {NAME_LEN_MAX} letters, digits, '-', '_' or '.'")
+        }
+        None => Ok(format!("worker-{}-{}", hostname(), std::process::id())),
+    }
+}
+
+/// Runs attempts leased to the worker `name` until `stop` is set; returns what it did.
+pub async fn work(
+    ws: &Workspace,
+    store: Arc<dyn Store>,
+    lake: Arc<Lake>,
+    actor: &Actor,
+    name: String,
+    slots: u32,
+    stop: Arc<AtomicBool>,
+) -> Result<WorkerSummary> {
+    require(actor, Access::RunWork)?;
+    let spec = Arc::new(ws.spec.clone());
+    let worker = Worker::new(store, lake, spec, ws.root.clone(), ws.lake_url(), ws.clock.clone(), name, slots, stop);
+    Ok(worker.run().await?)
+}
+
+fn is_worker_name(name: &str) -> bool {
+    (1..=NAME_LEN_MAX).contains(&name.len())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// This machine's name, for default worker names; `localhost` when it cannot be read.
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worker_names_are_short_and_plain() {
+        let named = |n: &str| name(&WorkerRequest { slots: 1, name: Some(n.to_owned()) });
+        assert_eq!(named("gpu-box_1.a").expect("a plain name"), "gpu-box_1.a");
+        for bad in ["", "a b", "../x", &"x".repeat(65)] {
+            assert!(named(bad).is_err(), "{bad:?} was accepted");
+        }
+        let default = name(&WorkerRequest { slots: 1, name: None }).expect("a default name");
+        assert!(default.starts_with("worker-") && default.ends_with(&std::process::id().to_string()), "{default}");
+    }
+}
