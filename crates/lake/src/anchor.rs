@@ -24,7 +24,9 @@ pub const ANCHOR_SEARCH_COMMITS: usize = 100;
 /// A journal entry a commit vouches for.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Anchor {
+    /// The sequence number of the journal entry, as the store numbers its journal.
     pub journal_seq: u64,
+    /// The hash-chain hash of that entry, as the store recorded it.
     pub journal_hash: String,
     /// The `[project] name` of the workspace whose journal this is.
     pub project: String,
@@ -53,8 +55,11 @@ impl Anchor {
 /// what that commit says it is.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AnchoredVersion {
+    /// The dataset whose table carries the anchor.
     pub dataset: String,
+    /// The table version whose commit carries the anchor.
     pub version: u64,
+    /// The journal entry that commit vouches for.
     pub anchor: Anchor,
     /// `publish`, `restore` (a failed release undone), `rollback`...
     pub operation: Option<String>,

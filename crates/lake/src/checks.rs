@@ -26,8 +26,11 @@ const DETAIL_SAMPLES: usize = 5;
 /// The outcome of one check on one staged version.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CheckResult {
+    /// The check's declared name, or [`SCHEMA_CONTRACT`] for the implicit schema check.
     pub name: String,
+    /// Whether the staged rows satisfy the check; a custom query that fails to run does not pass.
     pub passed: bool,
+    /// Whether a failure stops publication (the schema contract always does).
     pub blocking: bool,
     /// What was measured, in words, for the run page and the journal.
     pub detail: String,

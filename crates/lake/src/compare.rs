@@ -30,6 +30,7 @@ pub const MAX_SLICE_VALUES: usize = 100;
 /// What to compare and how to report it.
 #[derive(Debug, Clone, Copy)]
 pub struct CompareSpec<'a> {
+    /// The dataset whose staged versions are compared; its kind says whether it is a snapshot.
     pub dataset: &'a Dataset,
     /// The columns identifying a row; empty compares whole rows as multisets.
     pub keys: &'a [String],
@@ -45,21 +46,30 @@ pub struct CompareSpec<'a> {
 /// The difference a backfill would make to a dataset, partition by partition (sorted by key).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Comparison {
+    /// The name of the compared dataset.
     pub dataset: String,
     /// The version compared against; `None` when nothing was published, so every row is added.
     pub published_version: Option<u64>,
+    /// The key columns rows were matched by; empty when whole rows were compared as multisets.
     pub keys: Vec<String>,
+    /// One entry per staged partition, sorted by partition key.
     pub partitions: Vec<PartitionComparison>,
+    /// The counts summed over `partitions`.
     pub totals: ComparisonTotals,
 }
 
 /// The sums over every compared partition.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ComparisonTotals {
+    /// Published rows of the compared partitions.
     pub rows_before: u64,
+    /// Staged rows of the compared partitions.
     pub rows_after: u64,
+    /// Rows the backfill would add (see [`PartitionComparison::n_added`]).
     pub n_added: u64,
+    /// Rows the backfill would remove (see [`PartitionComparison::n_removed`]).
     pub n_removed: u64,
+    /// Rows the backfill would change (see [`PartitionComparison::n_changed`]).
     pub n_changed: u64,
     /// The number of partitions with at least one flag.
     pub n_flagged: u64,
@@ -68,8 +78,11 @@ pub struct ComparisonTotals {
 /// One partition: the published rows ("before") against the staged rows ("after").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PartitionComparison {
+    /// The partition key (the value of the partition column).
     pub partition: String,
+    /// Rows of this partition in the published version (for a snapshot, every published row).
     pub rows_before: u64,
+    /// Rows of this partition in the staged versions.
     pub rows_after: u64,
     /// Rows whose key is only staged (without keys: rows staged more often than published).
     pub n_added: u64,
@@ -96,17 +109,27 @@ pub struct PartitionComparison {
 /// a side with no non-null value.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ColumnDelta {
+    /// The column's name.
     pub column: String,
+    /// The sum of the column's published values in the partition.
     pub sum_before: Option<f64>,
+    /// The sum of the column's staged values in the partition.
     pub sum_after: Option<f64>,
+    /// The smallest published value.
     pub min_before: Option<f64>,
+    /// The smallest staged value.
     pub min_after: Option<f64>,
+    /// The largest published value.
     pub max_before: Option<f64>,
+    /// The largest staged value.
     pub max_after: Option<f64>,
+    /// The mean of the published non-null values.
     pub mean_before: Option<f64>,
+    /// The mean of the staged non-null values.
     pub mean_after: Option<f64>,
-    /// The share of null values, 0 to 1 (0 for a side with no rows).
+    /// The share of null values among the published rows, 0 to 1 (0 when there are none).
     pub null_rate_before: f64,
+    /// The share of null values among the staged rows, 0 to 1 (0 when there are none).
     pub null_rate_after: f64,
 }
 
@@ -114,22 +137,32 @@ pub struct ColumnDelta {
 /// staged value, a removed row under its published value.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SliceDelta {
+    /// The slice column.
     pub column: String,
     /// The value as text, [`NULL_SLICE_VALUE`] for null.
     pub value: String,
+    /// Published rows of the partition with this value.
     pub rows_before: u64,
+    /// Staged rows of the partition with this value.
     pub rows_after: u64,
+    /// Added rows with this (staged) value.
     pub n_added: u64,
+    /// Removed rows with this (published) value.
     pub n_removed: u64,
+    /// Changed rows whose staged value is this one.
     pub n_changed: u64,
 }
 
 /// How much data one partition of a table holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PartitionSize {
+    /// The partition key.
     pub partition: String,
+    /// Rows in the partition's active files, from their statistics or counted by reading them.
     pub n_rows: u64,
+    /// The total size of the partition's active files, in bytes.
     pub n_bytes: u64,
+    /// The number of active files in the partition.
     pub n_files: u64,
 }
 

@@ -60,7 +60,9 @@ const USER_TABLE_FUNCTIONS: &[&str] = &["generate_series", "range"];
 /// The bounds of one user query; [`QueryLimits::default`] is what checks and SQL tasks get.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QueryLimits {
+    /// The memory one query may hold, in MiB; a query that needs more fails (it never spills).
     pub memory_mb: u64,
+    /// How long one query may plan and run, in seconds.
     pub time_s: u64,
 }
 

@@ -11,46 +11,110 @@ pub enum Error {
     // ---- the user's mistake: deterministic, retrying cannot help ----
     /// The lake URL names a store Tidegate cannot write safely (or at all).
     #[error("lake {url}: {reason}")]
-    UnsupportedLake { url: String, reason: String },
+    UnsupportedLake {
+        /// The lake location as given.
+        url: String,
+        /// Why Tidegate cannot use it, and what to use instead.
+        reason: String,
+    },
 
     /// The lake URL is neither a folder nor a supported object-store URL.
     #[error("invalid lake location {url:?}: {reason}")]
-    InvalidLake { url: String, reason: String },
+    InvalidLake {
+        /// The lake location as given.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
 
     /// A dataset name, staging id or partition key that cannot be used as given.
     #[error("invalid {what} {value:?}: {reason}")]
-    InvalidName { what: &'static str, value: String, reason: String },
+    InvalidName {
+        /// What the value names, e.g. `dataset name`, `staging id` or `partition key`.
+        what: &'static str,
+        /// The value as given.
+        value: String,
+        /// The rule it breaks.
+        reason: String,
+    },
 
     /// The dataset has no Delta table yet (nothing staged or published).
     #[error("dataset {dataset:?} has no table in the lake yet")]
-    UnknownDataset { dataset: String },
+    UnknownDataset {
+        /// The dataset name that was looked up.
+        dataset: String,
+    },
 
     /// The requested table version does not exist.
     #[error("dataset {dataset:?} has no version {version}")]
-    UnknownVersion { dataset: String, version: u64 },
+    UnknownVersion {
+        /// The dataset whose table was read.
+        dataset: String,
+        /// The table version that was asked for.
+        version: u64,
+    },
 
     /// Staged data does not fit the dataset's schema.
     #[error("dataset {dataset:?}: {location}column {column:?}: {detail}")]
-    SchemaMismatch { dataset: String, location: FileLocation, column: String, detail: String },
+    SchemaMismatch {
+        /// The dataset being staged, compared or read.
+        dataset: String,
+        /// Where the mismatch was found (file, line, row, batches or the table).
+        location: FileLocation,
+        /// The column that does not fit, is missing, or was named but does not exist.
+        column: String,
+        /// How it does not fit, e.g. the found and the declared type.
+        detail: String,
+    },
 
     /// A file left by a command could not be read as Parquet, CSV or JSON lines.
     #[error("dataset {dataset:?}: cannot read {file}: {detail}")]
-    UnreadableFile { dataset: String, file: String, detail: String },
+    UnreadableFile {
+        /// The dataset being staged.
+        dataset: String,
+        /// The file (or output folder) as the command left it, on the local file system.
+        file: String,
+        /// Why it cannot be read.
+        detail: String,
+    },
 
     /// A row names a partition the step was not asked to write.
     #[error("dataset {dataset:?}: {location}a row has tg_partition {value:?}, but this step writes only {expected}")]
-    PartitionMismatch { dataset: String, location: FileLocation, value: String, expected: String },
+    PartitionMismatch {
+        /// The dataset being staged.
+        dataset: String,
+        /// Where the offending row is.
+        location: FileLocation,
+        /// The row's partition value (`null`, or `(none)` when the rows carry no partition column).
+        value: String,
+        /// The partition keys the step writes, comma-separated.
+        expected: String,
+    },
 
     /// A merge source holds several rows for one key and no ordering decides between them.
     #[error(
         "dataset {dataset:?}: the merge source has {n_rows} rows for key {key} and {why}; \
          nothing was written"
     )]
-    TiedDuplicates { dataset: String, key: String, n_rows: u64, why: &'static str },
+    TiedDuplicates {
+        /// The merge dataset being staged or published.
+        dataset: String,
+        /// The tied key's values, as `(v1, v2, ...)`.
+        key: String,
+        /// How many source rows carry that key.
+        n_rows: u64,
+        /// Why no row wins: no `order_by`, or a shared highest `order_by` value.
+        why: &'static str,
+    },
 
     /// A staged file that a publication would reference is gone (reconciled or deleted by hand).
     #[error("dataset {dataset:?}: staged file {path} is missing; stage the step again")]
-    MissingStagedFile { dataset: String, path: String },
+    MissingStagedFile {
+        /// The dataset the file was staged for.
+        dataset: String,
+        /// The staged file's path, relative to the table root.
+        path: String,
+    },
 
     /// A staged version whose schema is not the table's at publication: the table was
     /// recreated with other columns after the step staged.
@@ -58,14 +122,26 @@ pub enum Error {
         "dataset {dataset:?}: staged version {staging_id} was written for another schema than the table now \
          has (was the table recreated?); run the step again to stage it for the current schema"
     )]
-    StagedForOtherSchema { dataset: String, staging_id: String },
+    StagedForOtherSchema {
+        /// The dataset being published.
+        dataset: String,
+        /// The staged version whose schema hash differs from the table's.
+        staging_id: String,
+    },
 
     /// A rollback target whose files vacuum has deleted (no kept release needed them).
     #[error(
         "dataset {dataset:?}: version {version} references {path}, which vacuum removed; roll back to a \
          version a retained release recorded (see `tidegate vacuum --help`)"
     )]
-    VacuumedVersion { dataset: String, version: u64, path: String },
+    VacuumedVersion {
+        /// The dataset being rolled back or restored.
+        dataset: String,
+        /// The table version that was to be restored.
+        version: u64,
+        /// The first file of that version found missing, relative to the table root.
+        path: String,
+    },
 
     /// A commit in a table's log that is empty or not JSON (a full disk, a copy cut short, an
     /// editor): what it adds or removes is unknown, so nothing that deletes or restores may
@@ -76,7 +152,14 @@ pub enum Error {
          cannot be recovered, move it out of _delta_log so the table ends at the version before it, then run \
          `tidegate reconcile` to see what the store expects)"
     )]
-    UnreadableCommit { dataset: String, file: String, problem: String },
+    UnreadableCommit {
+        /// The dataset whose log holds the commit.
+        dataset: String,
+        /// The commit file's full location (table URL and `_delta_log/...` path).
+        file: String,
+        /// What is wrong with it: empty, or the line that is not JSON.
+        problem: String,
+    },
 
     /// `reconcile --delete` named a file that reconcile does not report as not provably Tidegate's.
     #[error(
@@ -84,13 +167,23 @@ pub enum Error {
          references, a file of an attempt that may still publish, or a path that does not exist); nothing was \
          deleted. Run `tidegate reconcile` and name files exactly as it prints them"
     )]
-    NotReported { file: String },
+    NotReported {
+        /// The file as named by the caller (`<dataset>/<path>`).
+        file: String,
+    },
 
     /// A snapshot older than the one published would move readers backwards in time.
     #[error(
         "dataset {dataset:?}: the snapshot of {staged} is older than the published snapshot of {published}; not publishing it"
     )]
-    SupersededSnapshot { dataset: String, staged: String, published: String },
+    SupersededSnapshot {
+        /// The snapshot dataset being published.
+        dataset: String,
+        /// The newest partition key of the staged snapshot.
+        staged: String,
+        /// The newest partition key of the published snapshot.
+        published: String,
+    },
 
     /// A reviewed release (a backfill) whose dataset changed under it after its comparison was
     /// approved: publishing it would replace data nobody reviewed it against.
@@ -100,7 +193,16 @@ pub enum Error {
         describe_partitions(partitions),
         approved_version.map_or_else(|| "no table".to_owned(), |v| format!("table version {v}"))
     )]
-    MovedSinceApproval { dataset: String, partitions: Vec<String>, approved_version: Option<u64>, found_version: u64 },
+    MovedSinceApproval {
+        /// The dataset that moved.
+        dataset: String,
+        /// The release's partitions that commits since approval touched (for a snapshot, any).
+        partitions: Vec<String>,
+        /// The table version the comparison was approved against; `None`: there was no table.
+        approved_version: Option<u64>,
+        /// The table version found when publishing.
+        found_version: u64,
+    },
 
     /// A restore that would replace data committed after the version it undoes.
     #[error(
@@ -108,22 +210,42 @@ pub enum Error {
          restored over the newer data",
         describe_partitions(partitions)
     )]
-    ChangedSinceCommit { dataset: String, partitions: Vec<String>, version: u64, found_version: u64 },
+    ChangedSinceCommit {
+        /// The dataset that would have been restored.
+        dataset: String,
+        /// The partitions that commits after `version` touched.
+        partitions: Vec<String>,
+        /// The table version of the commit the restore undoes.
+        version: u64,
+        /// The table version found when restoring.
+        found_version: u64,
+    },
 
     /// A query given by the user (custom check, `sql`) failed to plan or run.
     #[error("query failed: {detail}")]
-    Query { detail: String },
+    Query {
+        /// What went wrong: DataFusion's message (less its request to report a bug), or an input never published.
+        detail: String,
+    },
 
     /// A user query names a table its session does not have (a typo, or a dataset it may not read).
     #[error("query failed: no table {table:?} ({})", describe_tables(table, known))]
-    UnknownTable { table: String, known: Vec<String> },
+    UnknownTable {
+        /// The table name as the query gave it.
+        table: String,
+        /// The tables the session has, sorted.
+        known: Vec<String>,
+    },
 
     /// A user query that would write (a table, a file, the session) or read a file by path.
     #[error(
         "query refused: {statement} is not allowed; Tidegate runs user SQL read-only (SELECT, WITH ... SELECT, \
          VALUES, EXPLAIN), and a task writes only through staging, which Tidegate does with the query's rows"
     )]
-    ReadOnlyQuery { statement: String },
+    ReadOnlyQuery {
+        /// The kind of statement refused, or what the query's plan would do.
+        statement: String,
+    },
 
     /// A user query that went over a limit Tidegate sets on every user query.
     #[error(
@@ -131,23 +253,45 @@ pub enum Error {
          select fewer columns, aggregate before joining), or raise the limit with `tidegate sql {flag}` \
          (checks and SQL tasks run with the default, {default})"
     )]
-    QueryLimit { limit: String, flag: &'static str, default: String },
+    QueryLimit {
+        /// The limit that was reached, with its value, e.g. `time limit of 600 s`.
+        limit: String,
+        /// The `tidegate sql` flag that raises it.
+        flag: &'static str,
+        /// The default value of that limit, with its unit.
+        default: String,
+    },
 
     /// A commit of a table's Delta log that cannot be read (damaged or written by another tool).
     #[error(
         "dataset {dataset:?}: the Delta log cannot be read at {file}: {detail}; the file was changed outside \
          Tidegate: restore it from a backup or a copy of the table (nothing was written)"
     )]
-    CorruptLog { dataset: String, file: String, detail: String },
+    CorruptLog {
+        /// The dataset whose table could not be loaded.
+        dataset: String,
+        /// The damaged commit file (a local path for a folder lake, else a URL).
+        file: String,
+        /// The line that is not JSON and the parser's message.
+        detail: String,
+    },
 
     // ---- try again ----
     /// Other writers kept committing to the table while this commit was prepared.
     #[error("dataset {dataset:?}: commit conflict persisted after {n_attempts} attempts; retry later")]
-    Conflict { dataset: String, n_attempts: u32 },
+    Conflict {
+        /// The dataset whose table others kept committing to.
+        dataset: String,
+        /// How many times it was planned and tried ([`crate::MAX_COMMIT_ATTEMPTS`]).
+        n_attempts: u32,
+    },
 
     /// The object store failed in a way that may succeed on retry (IO, network).
     #[error("storage error: {detail}")]
-    Storage { detail: String },
+    Storage {
+        /// The object store's or file system's message.
+        detail: String,
+    },
 
     /// A release failed part-way; the datasets it had already committed were restored.
     #[error(
@@ -156,8 +300,11 @@ pub enum Error {
         describe_not_restored(not_restored)
     )]
     ReleaseFailed {
+        /// The release that failed.
         release_id: String,
+        /// The dataset whose publication failed.
         dataset: String,
+        /// Why that dataset's publication failed.
         #[source]
         source: Box<Error>,
         /// `(dataset, new table version)` of every restore commit, in the order they were made.
@@ -178,10 +325,20 @@ pub enum FileLocation {
     /// A file a command left in its output folder.
     File(String),
     /// A line of a CSV file a command left (1-based, the header being line 1).
-    Line { file: String, line: u64 },
+    Line {
+        /// The file, as the command left it.
+        file: String,
+        /// The line number, 1-based.
+        line: u64,
+    },
     /// A row of a file a command left: 1-based in the file once staging has placed it, 0-based in
     /// the batch [`crate::stage`] was conforming until then.
-    Row { file: String, row: u64 },
+    Row {
+        /// The file, as the command left it.
+        file: String,
+        /// The row number: 1-based in the file, 0-based in the batch until staging places it.
+        row: u64,
+    },
     /// Record batches handed over by a SQL task.
     Batches,
     /// The declared columns against an existing table.

@@ -1,4 +1,4 @@
-#![warn(unreachable_pub)]
+#![warn(missing_docs, unreachable_pub)]
 //! Tidegate's data plane: each dataset is a Delta table in the lake. Steps stage their output as
 //! uncommitted Parquet files, checks run on the staged rows, and publication makes them visible in
 //! one Delta commit per dataset, guarded against replays by an application transaction. Rollback

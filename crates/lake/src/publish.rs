@@ -38,9 +38,13 @@ pub const TXN_UNDONE: i64 = -1;
 /// A set of staged versions to make visible together, in dependency order.
 #[derive(Debug, Clone)]
 pub struct Release {
+    /// The release's id, written into every commit's metadata (`tidegate.release_id`).
     pub release_id: String,
+    /// The run whose steps produced the staged versions (`tidegate.run_id`).
     pub run_id: String,
+    /// The hash of the spec the run was planned from (`tidegate.spec_hash`).
     pub spec_hash: String,
+    /// The datasets' staged versions, committed one by one in this order (dependency order).
     pub items: Vec<ReleaseItem>,
     /// The journal's head as of just before publication, carried by every commit it makes.
     pub anchor: Option<Anchor>,
@@ -49,7 +53,9 @@ pub struct Release {
 /// One dataset's part of a release.
 #[derive(Debug, Clone)]
 pub struct ReleaseItem {
+    /// The dataset as the spec declares it: its name and write mode decide the commit.
     pub dataset: Dataset,
+    /// The staged version to publish; it must be staged for this dataset and the table's schema.
     pub staged: StagedVersion,
     /// The step's stable identity (task, partition, run): the replay guard's key.
     pub step_identity: String,
@@ -58,14 +64,18 @@ pub struct ReleaseItem {
 /// What a release made visible.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Publication {
+    /// The id of the release that was published.
     pub release_id: String,
+    /// One entry per release item, in the release's order.
     pub items: Vec<PublishedItem>,
 }
 
 /// One dataset's commit in a release.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PublishedItem {
+    /// The dataset that was committed to.
     pub dataset: String,
+    /// The step identity whose `txn` the commit carries.
     pub step_identity: String,
     /// The table version that holds this step's effect.
     pub table_version: u64,
@@ -73,8 +83,11 @@ pub struct PublishedItem {
     pub previous_version: Option<u64>,
     /// True when the step had already been published: nothing was committed this time.
     pub already_published: bool,
+    /// Data files the commit added (0 for a replay).
     pub n_files_added: usize,
+    /// Data files the commit removed: the replaced partitions' files (0 for a replay).
     pub n_files_removed: usize,
+    /// Rows in the added files, rewritten rows of a merge included (0 for a replay).
     pub n_rows_added: u64,
 }
 

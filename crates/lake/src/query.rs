@@ -19,6 +19,7 @@ use crate::{Error, Result, df};
 pub struct InputTable {
     /// The table name the query uses (the dataset's name).
     pub name: String,
+    /// The dataset whose table is read.
     pub dataset: String,
     /// The pinned table version; `None` when the input had no published version when pinned.
     pub version: Option<u64>,

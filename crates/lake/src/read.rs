@@ -22,7 +22,9 @@ pub const DIFF_SAMPLE_ROWS: usize = 5;
 /// One commit of a dataset's table, newest first in [`Lake::history`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Commit {
+    /// The table version this commit made.
     pub version: u64,
+    /// When the commit was made, in milliseconds since the Unix epoch, if the commit records it.
     pub timestamp_ms: Option<i64>,
     /// Delta's operation name (`WRITE`, `CREATE TABLE`, `RESTORE`).
     pub operation: Option<String>,
@@ -33,15 +35,23 @@ pub struct Commit {
 /// What changed between two versions of a dataset, by key.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Diff {
+    /// The dataset compared.
     pub dataset: String,
+    /// The table version diffed from (the "before" side).
     pub from_version: u64,
+    /// The table version diffed to (the "after" side).
     pub to_version: u64,
+    /// Rows whose key is in `to_version` only.
     pub n_added: u64,
+    /// Rows whose key is in `from_version` only.
     pub n_removed: u64,
+    /// Rows whose key is in both versions with some other column distinct.
     pub n_changed: u64,
-    /// Up to [`DIFF_SAMPLE_ROWS`] rows of each kind, as JSON objects (changed rows as in `to`).
+    /// Up to [`DIFF_SAMPLE_ROWS`] added rows, as JSON objects.
     pub added: Vec<serde_json::Value>,
+    /// Up to [`DIFF_SAMPLE_ROWS`] removed rows, as JSON objects (as in `from_version`).
     pub removed: Vec<serde_json::Value>,
+    /// Up to [`DIFF_SAMPLE_ROWS`] changed rows, as JSON objects (as in `to_version`).
     pub changed: Vec<serde_json::Value>,
 }
 

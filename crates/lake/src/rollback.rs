@@ -50,6 +50,7 @@ pub struct Reconciliation {
 /// Tidegate's own.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NotOwned {
+    /// The dataset whose table holds the file.
     pub dataset: String,
     /// Relative to the table root.
     pub path: String,
@@ -60,6 +61,7 @@ pub struct NotOwned {
 /// A folder in the lake that reconcile left alone: a dataset the workspace does not write.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeftAlone {
+    /// The folder's name under the lake root.
     pub dataset: String,
     /// Whether it holds a Delta table (another workspace's or another tool's).
     pub is_delta_table: bool,
@@ -111,7 +113,9 @@ pub const ROLLBACK_PARTITIONS_KEY: &str = "tidegate.rollback_partitions";
 /// A rollback commit Tidegate made, as its metadata describes it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RollbackCommit {
+    /// The table version the rollback commit made.
     pub version: u64,
+    /// The rollback's release, as recorded in the commit metadata.
     pub release_id: String,
     /// The table version it restored.
     pub to_version: u64,
@@ -152,7 +156,9 @@ impl Differences {
 /// A table version the store does not know.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UnknownVersion {
+    /// The dataset whose table has the version.
     pub dataset: String,
+    /// The table version no store release records.
     pub version: u64,
     /// Delta's operation name (`WRITE`, `DELETE`, ...).
     pub operation: Option<String>,
@@ -164,13 +170,16 @@ pub struct UnknownVersion {
 /// A table version a store release records that the table does not have.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MissingVersion {
+    /// The dataset whose table lacks the version.
     pub dataset: String,
+    /// The recorded table version: newer than the table's latest, or the table is gone.
     pub version: u64,
 }
 
 /// A file that should exist and does not.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MissingFile {
+    /// The dataset whose table the file belongs to.
     pub dataset: String,
     /// Relative to the table root.
     pub path: String,

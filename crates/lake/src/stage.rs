@@ -39,18 +39,22 @@ const READ_BATCH_ROWS: usize = 8_192;
 /// The immutable output of one step for one dataset: staged files plus what the store records.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StagedVersion {
+    /// The dataset the files were staged for.
     pub dataset: String,
     /// The attempt-unique id the files are staged under (`staging/<staging_id>/`).
     pub staging_id: String,
     /// The partitions this version covers; a partition with no rows is published empty.
     pub partitions: Vec<Partition>,
+    /// The staged Parquet files, each holding rows of one partition.
     pub files: Vec<StagedFile>,
+    /// Rows across all files.
     pub n_rows: u64,
     /// blake3 of the table schema (names, types, nullability), hex.
     pub schema_hash: String,
     /// blake3 over the sorted hashes of every row: equal for equal contents, whatever the file
     /// layout or row order.
     pub checksum: String,
+    /// Statistics of every column of the table schema, in schema order.
     pub columns: Vec<ColumnStats>,
 }
 
@@ -66,9 +70,13 @@ impl StagedVersion {
 pub struct StagedFile {
     /// Path relative to the table root, e.g. `staging/<id>/part-00000-<uuid>-c000.snappy.parquet`.
     pub path: String,
+    /// The key of the one partition whose rows the file holds.
     pub partition: String,
+    /// The file's size in bytes.
     pub size_bytes: i64,
+    /// Rows in the file.
     pub n_rows: u64,
+    /// When the file was written, in milliseconds since the Unix epoch (the Add action's time).
     pub modification_time_ms: i64,
     /// Delta statistics JSON as the writer produced it (min, max, null counts).
     pub delta_stats: Option<String>,
@@ -96,10 +104,13 @@ impl StagedFile {
 /// Per-column statistics of a staged version.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ColumnStats {
+    /// The column's name.
     pub name: String,
+    /// Null values in the column, across every staged row.
     pub null_count: u64,
     /// The smallest value as text (None when every value is null or the type has no order).
     pub min: Option<String>,
+    /// The largest value as text (None when every value is null or the type has no order).
     pub max: Option<String>,
 }
 

@@ -22,6 +22,7 @@ use crate::table::{Lake, active_files};
 /// What [`Lake::vacuum`] removed (or, on a dry run, would remove) from one dataset.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Vacuum {
+    /// The dataset vacuumed.
     pub dataset: String,
     /// The table version the plan was made against (always kept).
     pub current_version: u64,
@@ -29,6 +30,7 @@ pub struct Vacuum {
     pub kept_versions: Vec<u64>,
     /// Paths (relative to the table root) of the deleted files, sorted.
     pub deleted: Vec<String>,
+    /// The total size of the deleted files, in bytes.
     pub n_bytes_deleted: u64,
     /// Files kept because a kept version references them or an unfinished attempt owns them.
     pub n_kept_referenced: usize,
