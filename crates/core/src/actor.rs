@@ -30,8 +30,10 @@ pub enum Role {
 }
 
 impl Role {
+    /// Every role, from the least to the most allowed.
     pub const ALL: [Role; 4] = [Role::Viewer, Role::Operator, Role::Approver, Role::Admin];
 
+    /// The role's name as stored and typed: `viewer`, `operator`, `approver` or `admin`.
     pub fn as_str(self) -> &'static str {
         match self {
             Role::Viewer => "viewer",
@@ -59,15 +61,25 @@ impl fmt::Display for Role {
 pub enum Authentication {
     /// The operating-system account running the command. Whoever can run commands on a local
     /// workspace can also write its store, so this account is the workspace's admin.
-    OsAccount { uid: u32 },
+    OsAccount {
+        /// The account's numeric user id.
+        uid: u32,
+    },
     /// A token minted by an admin, presented by its holder.
-    Token { token_id: String, role: Role },
+    Token {
+        /// The id of the token presented (not the secret), as the store records it.
+        token_id: String,
+        /// The role the token was minted with.
+        role: Role,
+    },
 }
 
 /// Who acts, how that was established and from where.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Actor {
+    /// The identity's name: the OS account's name, or the name the token was minted for.
     pub name: String,
+    /// How the identity was established, which also decides the actor's role.
     pub authentication: Authentication,
     /// Where the request came from: `local` for a command on this machine, an address behind
     /// the server.

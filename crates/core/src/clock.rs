@@ -6,6 +6,7 @@ use chrono::{DateTime, Duration, Utc};
 
 /// A source of the current instant.
 pub trait Clock: Send + Sync + std::fmt::Debug {
+    /// The current instant in UTC.
     fn now(&self) -> DateTime<Utc>;
 }
 
@@ -27,15 +28,18 @@ pub struct ManualClock {
 }
 
 impl ManualClock {
+    /// A clock stopped at `start`.
     pub fn new(start: DateTime<Utc>) -> Self {
         Self { now: Mutex::new(start) }
     }
 
+    /// Moves the clock forward by `by` (backward if `by` is negative).
     pub fn advance(&self, by: Duration) {
         let mut now = self.now.lock().expect("clock mutex poisoned");
         *now += by;
     }
 
+    /// Sets the clock to `to`, which may be earlier than the current instant.
     pub fn set(&self, to: DateTime<Utc>) {
         *self.now.lock().expect("clock mutex poisoned") = to;
     }

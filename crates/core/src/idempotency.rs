@@ -16,12 +16,14 @@ pub struct Canonical {
 }
 
 impl Canonical {
+    /// An encoding for one kind of identity; `domain` (such as `tidegate.step.v1`) keeps kinds apart.
     pub fn new(domain: &str) -> Self {
         let mut c = Self { hasher: blake3::Hasher::new() };
         c.field("domain", domain.as_bytes());
         c
     }
 
+    /// Appends one tagged field of raw bytes; order matters.
     pub fn field(&mut self, tag: &str, value: &[u8]) -> &mut Self {
         for part in [tag.as_bytes(), value] {
             self.hasher.update(&(part.len() as u64).to_le_bytes());
@@ -30,10 +32,12 @@ impl Canonical {
         self
     }
 
+    /// Appends one tagged text field, as its UTF-8 bytes.
     pub fn str(&mut self, tag: &str, value: &str) -> &mut Self {
         self.field(tag, value.as_bytes())
     }
 
+    /// The blake3 hash of everything appended so far, as 64 lowercase hex characters.
     pub fn finish(&self) -> String {
         self.hasher.finalize().to_hex().to_string()
     }
@@ -42,7 +46,9 @@ impl Canonical {
 /// A declared file's path and contents, read by the caller.
 #[derive(Debug, Clone)]
 pub struct FileContent<'a> {
+    /// The path as declared in the task's `files`, relative to the workspace folder.
     pub path: &'a str,
+    /// The file's contents.
     pub bytes: &'a [u8],
 }
 
@@ -71,6 +77,7 @@ pub fn code_version(run: &TaskRun, files: &[FileContent<'_>]) -> String {
 /// An input version pinned when the step was planned.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct PinnedInput {
+    /// The input dataset's name.
     pub dataset: String,
     /// The partitions read (empty for `latest`: the whole published version).
     #[serde(default)]
@@ -87,10 +94,15 @@ pub struct PinnedInput {
 /// Everything that makes two executions of a step the same logical operation.
 #[derive(Debug, Clone, Copy)]
 pub struct StepIdentity<'a> {
+    /// The task's name.
     pub task: &'a str,
+    /// The partition's key.
     pub partition: &'a str,
+    /// The task's code version, from [`code_version`].
     pub code_version: &'a str,
+    /// The task's `params`.
     pub params: &'a BTreeMap<String, String>,
+    /// The input versions pinned for the step, in any order (the key sorts them).
     pub inputs: &'a [PinnedInput],
 }
 

@@ -1,4 +1,4 @@
-#![warn(unreachable_pub)]
+#![warn(missing_docs, unreachable_pub)]
 //! Tidegate's domain with no IO: the spec model, partitions, the step and run state machines,
 //! idempotency keys, retry policy and the planner. Time comes in through a [`clock::Clock`].
 //!

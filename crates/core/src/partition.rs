@@ -16,16 +16,21 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Grain {
+    /// One hour; in a zone, keys carry the hour's UTC offset.
     Hour,
+    /// One day, from local midnight to local midnight (23 or 25 hours across a DST change).
     Day,
     /// ISO weeks, Monday to Monday.
     Week,
+    /// One calendar month, from local midnight on its first day.
     Month,
 }
 
 impl Grain {
+    /// Every grain, from the shortest to the longest.
     pub const ALL: [Grain; 4] = [Grain::Hour, Grain::Day, Grain::Week, Grain::Month];
 
+    /// The grain's name as written in the spec: `hour`, `day`, `week` or `month`.
     pub fn as_str(self) -> &'static str {
         match self {
             Grain::Hour => "hour",
@@ -35,6 +40,7 @@ impl Grain {
         }
     }
 
+    /// Reads a grain's name as written in the spec; `None` for anything else.
     pub fn parse(s: &str) -> Option<Grain> {
         Grain::ALL.into_iter().find(|g| g.as_str() == s)
     }
@@ -49,15 +55,19 @@ impl fmt::Display for Grain {
 /// A half-open logical interval `[start, end)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Interval {
+    /// The first instant inside the interval.
     pub start: DateTime<Utc>,
+    /// The first instant after the interval (exclusive).
     pub end: DateTime<Utc>,
 }
 
 impl Interval {
+    /// Whether the two intervals share at least one instant (touching ends do not overlap).
     pub fn overlaps(&self, other: &Interval) -> bool {
         self.start < other.end && other.start < self.end
     }
 
+    /// Whether `other` lies entirely inside this interval.
     pub fn contains(&self, other: &Interval) -> bool {
         self.start <= other.start && other.end <= self.end
     }
@@ -66,7 +76,9 @@ impl Interval {
 /// One partition of a dataset: its key and, for time partitions, its interval.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Partition {
+    /// The partition's key, such as `2024-01-05`, `2024-W01` or a static key like `eu`.
     pub key: String,
+    /// The logical interval of a time partition; `None` for a static key.
     pub interval: Option<Interval>,
 }
 
@@ -80,20 +92,62 @@ impl fmt::Display for Partition {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// The key is not written the way partitions of this grain are named.
     #[error("invalid partition key {key:?} for {grain} partitions: expected {expected}")]
-    BadKey { key: String, grain: Grain, expected: &'static str },
+    BadKey {
+        /// The key as given.
+        key: String,
+        /// The grain of the axis the key was read against.
+        grain: Grain,
+        /// The form keys of this grain take, such as `YYYY-MM-DD`.
+        expected: &'static str,
+    },
+    /// The key is well formed but names an instant inside an interval rather than its start.
     #[error("partition key {key:?} is not the start of a {grain} interval")]
-    Unaligned { key: String, grain: Grain },
+    Unaligned {
+        /// The key as given.
+        key: String,
+        /// The grain of the axis the key was read against.
+        grain: Grain,
+    },
+    /// The partition starts before the dataset's first partition.
     #[error("partition {key:?} is before the dataset's first partition {first:?}")]
-    BeforeStart { key: String, first: String },
+    BeforeStart {
+        /// The key of the partition asked for.
+        key: String,
+        /// The key of the dataset's first partition.
+        first: String,
+    },
+    /// The key is not one of the dataset's static partition keys.
     #[error("unknown static partition {key:?}; the keys are {known}")]
-    UnknownStaticKey { key: String, known: String },
+    UnknownStaticKey {
+        /// The key as given.
+        key: String,
+        /// The declared keys, joined for the message.
+        known: String,
+    },
+    /// A range bound is neither a partition key, a date nor a date-time.
     #[error("invalid date or time {value:?}: expected YYYY-MM-DD, YYYY-MM-DDTHH:MM[:SS] or a partition key")]
-    BadBound { value: String },
+    BadBound {
+        /// The bound as given.
+        value: String,
+    },
+    /// The range's first partition comes after its last.
     #[error("--from {from} is after --to {to}")]
-    EmptyRange { from: String, to: String },
+    EmptyRange {
+        /// The key of the partition containing the lower bound.
+        from: String,
+        /// The key of the partition containing the upper bound.
+        to: String,
+    },
+    /// The range expands to more than [`MAX_PARTITIONS_PER_RANGE`] partitions.
     #[error("the range holds {n} partitions, more than the limit of {limit}")]
-    TooMany { n: usize, limit: usize },
+    TooMany {
+        /// How many partitions were counted before stopping (the limit plus one, not the range's size).
+        n: usize,
+        /// The limit, [`MAX_PARTITIONS_PER_RANGE`].
+        limit: usize,
+    },
 }
 
 /// The most partitions one range may expand to, so a typo in a year cannot plan a million steps.
@@ -102,8 +156,11 @@ pub const MAX_PARTITIONS_PER_RANGE: usize = 200_000;
 /// A time axis: grain, first interval and zone. All interval arithmetic lives here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TimeAxis {
+    /// The width of each interval.
     pub grain: Grain,
+    /// The start of the first interval, aligned to the grain by [`TimeAxis::new`].
     pub first: DateTime<Utc>,
+    /// The zone whose local days, weeks and months the intervals follow; `None` for UTC.
     pub zone: Option<Tz>,
 }
 

@@ -20,7 +20,12 @@ pub const MAX_STEPS_PER_PLAN: usize = 1_000_000;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Selection {
     /// From the partition containing `from` to the one containing `to`, both included.
-    Range { from: String, to: String },
+    Range {
+        /// The lower bound: a partition key, a date or a date-time in the dataset's zone.
+        from: String,
+        /// The upper bound, written like `from`; its partition is included.
+        to: String,
+    },
     /// These partition keys.
     Keys(Vec<String>),
     /// Every static key (static partitioning only).
@@ -30,9 +35,11 @@ pub enum Selection {
 /// What to plan.
 #[derive(Debug, Clone)]
 pub struct Request<'a> {
+    /// The validated spec to plan from.
     pub spec: &'a Spec,
     /// A task name, or a dataset name standing for the task that writes it.
     pub target: &'a str,
+    /// Which of the target task's partitions to plan.
     pub selection: Selection,
     /// Also plan the upstream tasks' steps that the target's partitions read (default true).
     pub include_upstream: bool,
@@ -44,23 +51,56 @@ pub struct Request<'a> {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// The target names neither a task nor a dataset of the spec.
     #[error("unknown target {target:?}: not a task or dataset in {file}{}", suggestion.as_ref().map(|s| format!(" (did you mean {s:?}?)")).unwrap_or_default())]
-    UnknownTarget { target: String, file: String, suggestion: Option<String> },
+    UnknownTarget {
+        /// The target as given.
+        target: String,
+        /// The spec file searched.
+        file: String,
+        /// The closest task or dataset name, when one is close enough to be a likely typo.
+        suggestion: Option<String>,
+    },
+    /// The target is an external dataset, which no task of the workspace writes.
     #[error("dataset {dataset:?} is external: nothing in this workspace produces it, so it cannot be planned")]
-    ExternalTarget { dataset: String },
+    ExternalTarget {
+        /// The external dataset's name.
+        dataset: String,
+    },
+    /// A partition key or range bound of the selection was not accepted.
+    ///
     /// `reason` is part of the message and deliberately not an error `source`: a printer of the
     /// source chain (`{:#}`) would show it twice.
     #[error("{what}: {reason}")]
-    Partition { what: String, reason: partition::Error },
+    Partition {
+        /// What was being read, as the user wrote it: `--from 2024-01-01`, `--partition eu`, a range.
+        what: String,
+        /// Why the key or bound was refused.
+        reason: partition::Error,
+    },
+    /// A `--from`/`--to` range was given for a task with static partitions.
     #[error("task {task:?} has static partitions; select them with --partition KEY (or --all), not --from/--to")]
-    RangeOnStatic { task: String },
+    RangeOnStatic {
+        /// The target task.
+        task: String,
+    },
+    /// `--all` was given for a task with time partitions.
     #[error(
         "task {task:?} has {grain} partitions; --all selects static partitions only: select these with \
          --from A --to B or --partition KEY"
     )]
-    AllOnTime { task: String, grain: partition::Grain },
+    AllOnTime {
+        /// The target task.
+        task: String,
+        /// The grain of the task's partitions.
+        grain: partition::Grain,
+    },
+    /// The plan would hold more than [`MAX_STEPS_PER_PLAN`] steps.
     #[error("the plan would hold more than {limit} steps; narrow the partition range")]
-    TooLarge { limit: usize },
+    TooLarge {
+        /// The limit, [`MAX_STEPS_PER_PLAN`].
+        limit: usize,
+    },
 }
 
 /// One planned step.
@@ -68,11 +108,13 @@ pub enum Error {
 pub struct PlannedStep {
     /// `task@partition`, unique within the plan.
     pub name: String,
+    /// The task the step runs.
     pub task: String,
+    /// The partition the step writes.
     pub partition: Partition,
     /// Names of the steps of this plan that must publish first.
     pub upstream: Vec<String>,
-    /// For each input, the partitions read and whether a step of this plan produces them.
+    /// For each input of the task, the partitions this step reads.
     pub inputs: Vec<PlannedInput>,
     /// 0 for steps with no upstream in the plan; steps on one level may run in parallel.
     pub level: u32,
@@ -81,7 +123,9 @@ pub struct PlannedStep {
 /// How one step reads one input.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PlannedInput {
+    /// The input dataset's name.
     pub dataset: String,
+    /// The task's mapping for this input, which chose `partitions`.
     pub mapping: Mapping,
     /// Partition keys read; empty for `latest` (the whole published version).
     pub partitions: Vec<String>,
@@ -90,7 +134,9 @@ pub struct PlannedInput {
 /// A planned set of steps in dependency order (every step after its upstream).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Plan {
+    /// The name of the target task (a dataset target resolved to the task that writes it).
     pub target: String,
+    /// The steps, every one after its upstream: by level, then interval, then name.
     pub steps: Vec<PlannedStep>,
 }
 

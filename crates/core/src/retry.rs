@@ -17,6 +17,7 @@ pub enum ErrorClass {
 }
 
 impl ErrorClass {
+    /// The class's name as stored and shown: `transient` or `deterministic`.
     pub fn as_str(self) -> &'static str {
         match self {
             ErrorClass::Transient => "transient",
@@ -29,8 +30,17 @@ impl ErrorClass {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Exit {
-    Code { code: i32 },
-    Signal { signal: i32 },
+    /// The process exited by itself.
+    Code {
+        /// The exit status; 0 is success.
+        code: i32,
+    },
+    /// The process was killed by a signal.
+    Signal {
+        /// The signal's number, such as 9 for `SIGKILL`.
+        signal: i32,
+    },
+    /// The process ran past the task's timeout and was killed.
     TimedOut,
 }
 
@@ -66,8 +76,11 @@ pub fn backoff(policy: &RetryPolicy, next_attempt: u32, jitter: f64) -> Duration
 /// thousandths so that ten first attempts at ratio 0.1 earn exactly one retry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RetryBudget {
+    /// Thousandths of a token earned by each first attempt (the ratio times 1000).
     pub earn_milli: u64,
+    /// The most the bucket holds, in thousandths of a token (the burst times 1000).
     pub cap_milli: u64,
+    /// Thousandths of a token available now; each retry spends 1000.
     pub tokens_milli: u64,
 }
 

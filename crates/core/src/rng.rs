@@ -6,6 +6,7 @@
 pub struct SplitMix64(u64);
 
 impl SplitMix64 {
+    /// A generator whose samples are fully determined by `seed`.
     pub fn new(seed: u64) -> Self {
         Self(seed)
     }

@@ -44,6 +44,8 @@ pub struct ClassLoad {
 /// work has no floor because it always goes first; the floors only stop lower classes starving.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Shares {
+    /// Per class (live, catch-up, backfill), the percent of slots it is guaranteed while it has
+    /// ready steps, rounded up to whole slots; the live entry is unused.
     pub min_pct: [u32; CLASSES],
 }
 
@@ -88,11 +90,13 @@ pub const BACKPRESSURE_WINDOW: usize = 20;
 pub const BACKPRESSURE_TRIP: f64 = 0.5;
 /// Failure share below which the rate recovers.
 pub const BACKPRESSURE_CLEAR: f64 = 0.1;
-/// The rate an unlimited pool falls to when it first trips, and the floor for every pool.
+/// The rate an unlimited pool falls to when it first trips, in starts per second.
 pub const BACKPRESSURE_UNLIMITED_START_PER_S: f64 = 16.0;
+/// The lowest rate backpressure lowers any pool to, in starts per second.
 pub const BACKPRESSURE_FLOOR_PER_S: f64 = 0.05;
 
 impl RateLimit {
+    /// A bucket holding one token, running at `per_s` starts per second (`None`: unlimited).
     pub fn new(per_s: Option<f64>) -> Self {
         let current = per_s.unwrap_or(f64::INFINITY);
         Self { configured_per_s: per_s, current_per_s: current, tokens: 1.0, last: None, recent: Default::default() }

@@ -23,12 +23,15 @@ macro_rules! status_enum {
         pub enum $name { $($(#[$vm])* $variant,)* }
 
         impl $name {
+            /// Every status, in declaration order.
             pub const ALL: &'static [$name] = &[$($name::$variant,)*];
 
+            /// The status's name as the store keeps it and commands show it, such as `retry_wait`.
             pub fn as_str(self) -> &'static str {
                 match self { $($name::$variant => $text,)* }
             }
 
+            /// Reads a status from its stored name; `None` for any other text.
             pub fn parse(s: &str) -> Option<Self> {
                 match s { $($text => Some($name::$variant),)* _ => None }
             }
@@ -110,22 +113,28 @@ impl StepStatus {
 /// Why an attempt ended badly.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Failure {
+    /// Whether trying again can help.
     pub class: ErrorClass,
+    /// What went wrong, in words, for the operator.
     pub reason: String,
 }
 
 /// A step's state-machine state: its status and the bookkeeping transitions depend on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Step {
+    /// Where the step is in its life.
     pub status: StepStatus,
     /// Attempts started so far; the current or last attempt's number.
     pub attempt: u32,
     /// The lease epoch of the current or last claim: the fencing token.
     pub epoch: u64,
+    /// The task's retry policy, fixed when the step was planned.
     pub retry: RetryPolicy,
     /// Backfill steps stop at `awaiting_approval` instead of publishing.
     pub needs_approval: bool,
+    /// When the next attempt is due, while the step waits in `retry_wait`.
     pub retry_at: Option<DateTime<Utc>>,
+    /// Why the last attempt failed, if one did; kept after a retry succeeds.
     pub last_failure: Option<Failure>,
     /// The input versions pinned when the step became ready; every attempt, retries included,
     /// reads exactly these (invariant 3).
@@ -156,50 +165,75 @@ pub enum StepEvent {
     /// Every upstream step is published, skipped or superseded; `inputs` are the versions pinned
     /// for every attempt of the step.
     DepsMet {
+        /// The input versions pinned for every attempt of the step.
         inputs: Vec<PinnedInput>,
     },
+    /// An upstream step ended without output this step can read (failed or cancelled).
     UpstreamFailed {
+        /// The name (`task@partition`) of the upstream step that ended.
         upstream: String,
     },
     /// A worker claimed the step under a new lease epoch.
     Claimed {
+        /// The new lease epoch; must be greater than the step's current one.
         epoch: u64,
+        /// The id of the worker that holds the lease.
         worker: String,
     },
     /// A running attempt staged the output covering a granule of its work and recorded where to
     /// resume from: the step stays running (invariant 4: the checkpoint follows its output).
     Checkpointed {
+        /// The lease epoch of the attempt reporting it (fenced).
         epoch: u64,
+        /// The granule of work the checkpoint covers, the point to resume after.
         granule: String,
+        /// The id of the staged version that holds the granule's output.
         version: String,
     },
     /// The attempt wrote its output to staging and recorded the version.
     Staged {
+        /// The lease epoch of the attempt reporting it (fenced).
         epoch: u64,
+        /// The id of the (first) staged version, or `none` when the attempt staged nothing.
         version: String,
     },
+    /// Checks started running on the staged output.
     ValidationStarted {
+        /// The lease epoch of the attempt reporting it (fenced).
         epoch: u64,
     },
+    /// Every blocking check passed.
     ChecksPassed {
+        /// The lease epoch of the attempt reporting it (fenced).
         epoch: u64,
     },
+    /// A blocking check failed: a deterministic failure, never retried.
     ChecksFailed {
+        /// The lease epoch of the attempt reporting it (fenced).
         epoch: u64,
+        /// Which checks failed and how.
         reason: String,
     },
     /// The attempt failed; `jitter` is a uniform sample in `[0, 1)` for the backoff.
     AttemptFailed {
+        /// The lease epoch of the attempt reporting it (fenced).
         epoch: u64,
+        /// Whether a retry can help; only transient failures are retried.
         class: ErrorClass,
+        /// What went wrong, in words.
         reason: String,
+        /// When the attempt failed; the backoff is counted from here.
         at: DateTime<Utc>,
+        /// A uniform sample in `[0, 1)` that picks the delay within the backoff cap.
         jitter: f64,
     },
     /// The attempt's lease ran out without a heartbeat; treated as a transient failure.
     LeaseExpired {
+        /// The epoch of the lease that expired (fenced: a newer claim makes the event stale).
         epoch: u64,
+        /// When the expiry was noticed; the backoff is counted from here.
         at: DateTime<Utc>,
+        /// A uniform sample in `[0, 1)` that picks the delay within the backoff cap.
         jitter: f64,
     },
     /// The backoff elapsed and the pool's retry budget granted a token.
@@ -207,24 +241,34 @@ pub enum StepEvent {
     /// The pool's retry budget is spent and nothing left in the run can earn it back: the step
     /// fails instead of waiting forever (the retry-storm guard's last word).
     RetryDenied {
+        /// Why the retry was denied, in words.
         reason: String,
     },
     /// A backfill approval bound to this step's spec and comparison was recorded.
     Approved {
+        /// The name of the approver.
         by: String,
     },
     /// The staged version became visible in a release.
     Published {
+        /// The lease epoch of the attempt whose output was published (fenced).
         epoch: u64,
+        /// The id of the release that made the output visible.
         release: String,
     },
+    /// Newer data already covers this step's output, so it will not be published.
     Superseded {
+        /// What superseded it, such as `dataset@version` for a newer published snapshot.
         by: String,
     },
+    /// The step is not needed and will not run.
     Skipped {
+        /// Why it is not needed, in words.
         reason: String,
     },
+    /// An operator stopped the step; legal from any status that is not terminal.
     Cancelled {
+        /// Why it was cancelled, in words.
         reason: String,
     },
 }
@@ -273,14 +317,40 @@ impl StepEvent {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// The step's status does not accept the event (a terminal status accepts none).
     #[error("illegal transition: a {from} step cannot accept {event}")]
-    Illegal { from: StepStatus, event: &'static str },
+    Illegal {
+        /// The step's status when the event arrived.
+        from: StepStatus,
+        /// The event's kind, as [`StepEvent::kind`] names it.
+        event: &'static str,
+    },
+    /// The event comes from an attempt whose lease a newer claim has replaced (invariant 6).
     #[error("fenced: {event} carries lease epoch {got} but the step is at epoch {current}; a newer claim owns it")]
-    Fenced { event: &'static str, got: u64, current: u64 },
+    Fenced {
+        /// The event's kind, as [`StepEvent::kind`] names it.
+        event: &'static str,
+        /// The lease epoch the event carries.
+        got: u64,
+        /// The step's current lease epoch.
+        current: u64,
+    },
+    /// A claim's epoch is not greater than the step's current epoch.
     #[error("claim epoch {got} must be greater than the step's epoch {current}")]
-    StaleClaim { got: u64, current: u64 },
+    StaleClaim {
+        /// The epoch the claim carries.
+        got: u64,
+        /// The step's current lease epoch.
+        current: u64,
+    },
+    /// The run has ended (succeeded, failed or cancelled) and accepts no more events.
     #[error("illegal transition: a {from} run cannot accept {event}")]
-    RunEnded { from: RunStatus, event: &'static str },
+    RunEnded {
+        /// The run's terminal status.
+        from: RunStatus,
+        /// The event's kind: `steps_changed` or `cancelled`.
+        event: &'static str,
+    },
 }
 
 /// Applies `event` to `step`: the next state, or why it is illegal.
@@ -367,18 +437,24 @@ fn fail_or_retry(next: &mut Step, class: ErrorClass, at: DateTime<Utc>, jitter: 
 status_enum! {
     /// Where a run is in its life; derived from its steps through [`apply_run`].
     RunStatus {
+        /// Created; no step has changed yet.
         Queued = "queued",
+        /// At least one step is not settled.
         Running = "running",
         /// Every step is settled and some wait for a backfill approval.
         AwaitingApproval = "awaiting_approval",
+        /// Settled with every step published, skipped or superseded, or some cancelled and the
+        /// rest succeeded.
         Succeeded = "succeeded",
         /// Settled with at least one failed step.
         Failed = "failed",
+        /// Cancelled by an operator, or settled with every step cancelled.
         Cancelled = "cancelled",
     }
 }
 
 impl RunStatus {
+    /// Whether the run has ended: succeeded, failed or cancelled; an ended run never changes.
     pub fn is_terminal(self) -> bool {
         matches!(self, RunStatus::Succeeded | RunStatus::Failed | RunStatus::Cancelled)
     }
@@ -387,14 +463,20 @@ impl RunStatus {
 /// How many of a run's steps are in each kind of status.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StepTally {
+    /// Steps not yet settled ([`StepStatus::keeps_run_active`]).
     pub active: u32,
+    /// Steps waiting for a backfill approval.
     pub awaiting_approval: u32,
+    /// Steps published, skipped or superseded.
     pub succeeded: u32,
+    /// Steps failed, or failed because an upstream step did.
     pub failed: u32,
+    /// Steps cancelled.
     pub cancelled: u32,
 }
 
 impl StepTally {
+    /// Counts one step in `status`.
     pub fn add(&mut self, status: StepStatus) {
         self.add_n(status, 1);
     }
@@ -418,9 +500,12 @@ impl StepTally {
 pub enum RunEvent {
     /// A step changed; the tally is the run's steps after the change.
     StepsChanged {
+        /// The counts of the run's steps by kind of status, after the change.
         tally: StepTally,
     },
+    /// An operator cancelled the run.
     Cancelled {
+        /// Why it was cancelled, in words.
         reason: String,
     },
 }

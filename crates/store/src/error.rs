@@ -7,29 +7,65 @@ use std::collections::BTreeSet;
 #[non_exhaustive]
 pub enum Error {
     // The caller's mistake.
+    /// An idempotency key was used again with a request that differs from the first one.
     #[error("idempotency key {key:?} was first used with a different request: {} differ", fields.iter().cloned().collect::<Vec<_>>().join(", "))]
-    IdempotencyMismatch { key: String, fields: BTreeSet<String> },
+    IdempotencyMismatch {
+        /// The client's idempotency key.
+        key: String,
+        /// The names of the request fields that differ.
+        fields: BTreeSet<String>,
+    },
+    /// `create_run` was given an idempotency key that `claim_idempotency_key` never claimed.
     #[error("idempotency key {key:?} has not been claimed; call claim_idempotency_key first")]
-    KeyNotClaimed { key: String },
+    KeyNotClaimed {
+        /// The client's idempotency key.
+        key: String,
+    },
+    /// The record the call names does not exist.
     #[error("{what} {id:?} not found")]
-    NotFound { what: &'static str, id: String },
+    NotFound {
+        /// The kind of record, such as `step` or `backfill`.
+        what: &'static str,
+        /// The id asked for.
+        id: String,
+    },
+    /// The state URL cannot be opened as a store: unknown scheme, empty path or bad PostgreSQL URL.
     #[error("invalid state URL {url:?}: {reason}")]
-    BadUrl { url: String, reason: String },
+    BadUrl {
+        /// The URL, with any password redacted.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// The request contradicts itself (for example, a step waits for a step the run does not have).
     #[error("invalid request: {0}")]
     InvalidRequest(String),
 
     // Try again.
+    /// The call collides with another request or a stored record (an idempotency key in flight,
+    /// an overlapping backfill, an id already used); the message says with what.
     #[error("conflict: {0}")]
     Conflict(String),
+    /// A lease was renewed with an epoch that is no longer the step's: a newer claim owns the step,
+    /// or the step no longer holds a lease.
     #[error("fenced: lease epoch {got} of step {step_id} is stale; the current epoch is {current}")]
-    Fenced { step_id: String, got: u64, current: u64 },
+    Fenced {
+        /// The step whose lease was renewed.
+        step_id: String,
+        /// The epoch the caller holds.
+        got: u64,
+        /// The step's current epoch.
+        current: u64,
+    },
+    /// The database is busy, locked or cannot be reached.
     #[error("database busy or unreachable: {0}")]
     Unavailable(String),
 
     // A bug or a damaged database.
+    /// The database refused a statement for another reason than being busy or unreachable.
     #[error("database error: {0}")]
     Database(String),
+    /// A stored value cannot be read back as the store wrote it: a bug, or the database was edited.
     #[error("corrupt state in the store: {0} (this is a bug or the database was edited; please report it)")]
     Corrupt(String),
 }

@@ -248,7 +248,6 @@ impl Appender {
     }
 }
 
-/// Entries matching `query`, in sequence order.
 /// Journals a decision the caller made (one that changed no step), as one entry.
 pub(crate) fn record_decision(tx: &mut dyn Tx, decision: &Decision, meta: &JournalMeta) -> Result<u64> {
     Appender::default().append(
@@ -262,6 +261,7 @@ pub(crate) fn record_decision(tx: &mut dyn Tx, decision: &Decision, meta: &Journ
     )
 }
 
+/// Entries matching `query`, in sequence order.
 pub(crate) fn query(tx: &mut dyn Tx, query: &JournalQuery) -> Result<Vec<JournalEntry>> {
     let mut sql = format!("SELECT {COLUMNS} FROM journal WHERE 1 = 1");
     let mut params: Vec<Value> = Vec::new();

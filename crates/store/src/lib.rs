@@ -1,4 +1,4 @@
-#![warn(unreachable_pub)]
+#![warn(missing_docs, unreachable_pub)]
 //! Tidegate's journaled state store: one [`Store`] trait, implemented once over a small SQL
 //! driver abstraction and run on SQLite (the embedded default) or PostgreSQL.
 //!
@@ -71,10 +71,13 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// [`Error::Conflict`] (taken over after `IN_FLIGHT_TIMEOUT_S`). `meta.at` is the request time.
     fn submit_run(&self, request: &RunRequest, steps: &[NewStep], meta: &JournalMeta) -> Result<Submission>;
 
+    /// The run with id `run_id`; `None` when there is none.
     fn run(&self, run_id: &str) -> Result<Option<RunRecord>>;
     /// The newest runs first, at most `limit`.
     fn runs(&self, limit: u32) -> Result<Vec<RunRecord>>;
+    /// The steps of run `run_id`, in the order they were planned (empty for an unknown run).
     fn steps(&self, run_id: &str) -> Result<Vec<StepRecord>>;
+    /// The step with id `step_id`; `None` when there is none.
     fn step(&self, step_id: &str) -> Result<Option<StepRecord>>;
     /// The attempts of a step, oldest first.
     fn attempts(&self, step_id: &str) -> Result<Vec<AttemptRecord>>;
@@ -176,6 +179,7 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         releases: &[(ReleaseRecord, Vec<(String, u64)>)],
         meta: &JournalMeta,
     ) -> Result<Vec<Vec<Outcome>>>;
+    /// The release with id `release_id`; `None` when there is none.
     fn release(&self, release_id: &str) -> Result<Option<ReleaseRecord>>;
     /// Releases touching `dataset` (all when `None`), newest first.
     fn releases(&self, dataset: Option<&str>, limit: u32) -> Result<Vec<ReleaseRecord>>;
@@ -255,6 +259,7 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// held by another backfill that is not yet published, rolled back, cancelled or failed is
     /// [`Error::Conflict`] naming that backfill.
     fn create_backfill(&self, record: &BackfillRecord, meta: &JournalMeta) -> Result<()>;
+    /// The backfill with id `id`; `None` when there is none.
     fn backfill(&self, id: &str) -> Result<Option<BackfillRecord>>;
     /// The newest backfills first, at most `limit`.
     fn backfills(&self, limit: u32) -> Result<Vec<BackfillRecord>>;

@@ -12,7 +12,9 @@ use tidegate_core::state::{RunStatus, Step, StepEvent, StepStatus};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Backend {
+    /// SQLite, the embedded default: one database file.
     Sqlite,
+    /// PostgreSQL, for several schedulers and many workers.
     Postgres,
 }
 
@@ -20,9 +22,13 @@ pub enum Backend {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Trigger {
+    /// A scheduled tick of a task's `schedule`.
     Schedule,
+    /// Someone asked for it (`tidegate run`, `submit`, the API).
     Manual,
+    /// An interval missed while nothing was scheduling, run because catch-up is on.
     Catchup,
+    /// A governed backfill's run, which stages its output for approval.
     Backfill,
 }
 
@@ -30,8 +36,11 @@ pub enum Trigger {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Priority {
+    /// Current intervals: first to get a slot.
     Live,
+    /// Missed intervals, after live work but with a guaranteed share.
     Catchup,
+    /// Backfills, last, with a guaranteed share so they never starve.
     Backfill,
 }
 
@@ -39,6 +48,7 @@ pub enum Priority {
 /// `idempotency_key`) are what an idempotent replay must repeat exactly.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunRequest {
+    /// The task or dataset asked for, as given.
     pub target: String,
     /// The partitions asked for, as given (keys or `from..to`).
     pub partitions: Vec<String>,
@@ -47,11 +57,17 @@ pub struct RunRequest {
     /// would run other steps.
     #[serde(default)]
     pub scope: String,
+    /// What started the run.
     pub trigger: Trigger,
+    /// The scheduling class of every step of the run.
     pub priority: Priority,
+    /// The name of the actor who asked for the run.
     pub requester: String,
+    /// The hash of the spec the run was planned from ([`tidegate_core::spec::Spec::hash`]).
     pub spec_hash: String,
+    /// Parameters of the request, by name (empty unless the caller sets them).
     pub params: BTreeMap<String, String>,
+    /// The backfill this run executes, for a backfill's run.
     pub backfill_id: Option<String>,
     /// Not part of the request's identity; the key under which it is deduplicated.
     pub idempotency_key: Option<String>,
@@ -62,46 +78,71 @@ pub struct RunRequest {
 pub struct NewStep {
     /// Unique within the run; `task@partition` by convention.
     pub name: String,
+    /// The task the step runs.
     pub task: String,
+    /// The key of the partition the step writes.
     pub partition: String,
+    /// The partition's logical interval; `None` for a static key.
     pub interval: Option<Interval>,
     /// The step's idempotency key (`StepIdentity::key`).
     pub step_key: String,
+    /// The pool whose slots, rate limit and retry budget the step's attempts use.
     pub pool: String,
     /// Names (within this run) of the steps this one waits for.
     pub upstream: Vec<String>,
+    /// The inputs the step reads; a version stays `None` until pinned (when the step becomes
+    /// ready, or at plan time in a backfill).
     pub inputs: Vec<PinnedInput>,
+    /// The step's initial state-machine state, normally pending.
     pub state: Step,
 }
 
 /// A stored run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunRecord {
+    /// The run's id, a UUID v7 (time-ordered), assigned by the store.
     pub id: String,
+    /// The request the run was created for, as submitted.
     pub request: RunRequest,
+    /// Where the run is in its life, derived from its steps' statuses.
     pub status: RunStatus,
+    /// When the run was created (the request's journal time).
     pub created_at: DateTime<Utc>,
+    /// When the run's status last changed.
     pub updated_at: DateTime<Utc>,
 }
 
 /// A stored step.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepRecord {
+    /// The step's id, a UUID v7 assigned by the store when its run was created.
     pub id: String,
+    /// The run the step belongs to.
     pub run_id: String,
+    /// The step's name, unique within its run: `task@partition` by convention.
     pub name: String,
+    /// The task the step runs.
     pub task: String,
+    /// The key of the partition the step writes.
     pub partition: String,
+    /// The partition's logical interval; `None` for a static key.
     pub interval: Option<Interval>,
+    /// The step's idempotency key (`StepIdentity::key`), computed when it was planned.
     pub step_key: String,
+    /// The pool whose slots, rate limit and retry budget the step's attempts use.
     pub pool: String,
+    /// The names of the steps of the same run that this one waits for.
     pub upstream: Vec<String>,
+    /// The inputs as planned; the versions every attempt reads are in `state.pinned`.
     pub inputs: Vec<PinnedInput>,
+    /// The step's state-machine state: status, attempt, lease epoch, retry and pins.
     pub state: Step,
+    /// When the step's state last changed.
     pub updated_at: DateTime<Utc>,
 }
 
 impl StepRecord {
+    /// The step's status, from its state.
     pub fn status(&self) -> StepStatus {
         self.state.status
     }
@@ -110,31 +151,45 @@ impl StepRecord {
 /// One attempt of a step.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AttemptRecord {
+    /// The step this attempt belongs to.
     pub step_id: String,
+    /// The attempt's number within its step, from 1.
     pub attempt: u32,
+    /// The lease epoch (fencing token) the attempt ran under.
     pub epoch: u64,
+    /// The id of the worker that claimed the attempt.
     pub worker: String,
+    /// When the claim started the attempt.
     pub started_at: DateTime<Utc>,
+    /// When the attempt ended; `None` while it runs.
     pub ended_at: Option<DateTime<Utc>>,
     /// `succeeded`, `failed`, `lease_expired`, `cancelled`; `None` while running.
     pub outcome: Option<String>,
+    /// Why it failed or was cancelled; `None` while running or after success.
     pub reason: Option<String>,
 }
 
 /// Who did something, why, and under which correlation id; attached to every journal entry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JournalMeta {
+    /// The name of who acted: a person, a worker id or the scheduler.
     pub actor: String,
+    /// The id shared by every entry of one request or operation, for following it in the journal.
     pub correlation_id: String,
+    /// Why, in words, for the operator reading the journal.
     pub reason: String,
+    /// The wall-clock time of the decision.
     pub at: DateTime<Utc>,
 }
 
 /// A step event to commit.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepEventRecord {
+    /// The step the event happened to.
     pub step_id: String,
+    /// What happened.
     pub event: StepEvent,
+    /// Who, why and when, for the journal entry.
     pub meta: JournalMeta,
 }
 
@@ -143,40 +198,63 @@ pub struct StepEventRecord {
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum Outcome {
     /// Applied; the journal entry's sequence number and the step as the event left it.
-    Applied { seq: u64, step: Step },
+    Applied {
+        /// The sequence number of the event's journal entry.
+        seq: u64,
+        /// The step's state after the event.
+        step: Step,
+    },
     /// Rejected by the transition table or by fencing; journaled as a rejection with `seq`.
-    Rejected { seq: u64, reason: String },
+    Rejected {
+        /// The sequence number of the journal entry that records the rejection.
+        seq: u64,
+        /// Why the event was refused: the transition table's or the fencing error.
+        reason: String,
+    },
 }
 
 /// A journaled decision about an interval that changes no stored state.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Decision {
+    /// The journal entry's kind, such as `interval_superseded`.
     pub kind: String,
+    /// The run the decision concerns, if any.
     pub run_id: Option<String>,
+    /// The task the decision concerns, if any.
     pub task: Option<String>,
+    /// The partition key the decision concerns, if any.
     pub partition: Option<String>,
+    /// The decision's details, stored as the entry's payload.
     pub payload: serde_json::Value,
 }
 
 /// A registered worker process.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkerRecord {
+    /// The worker's id, as the worker process registered it; unique among workers.
     pub id: String,
     /// Attempts it runs at once.
     pub slots: u32,
+    /// When the worker first registered (kept across renewals).
     pub started_at: DateTime<Utc>,
+    /// When the worker last renewed its registration.
     pub heartbeat_at: DateTime<Utc>,
+    /// When the registration lapses unless renewed; the worker is live until then.
     pub expires_at: DateTime<Utc>,
 }
 
 /// A dataset's maintenance lock: who holds it, for what, and until when.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DatasetLock {
+    /// The dataset the lock covers.
     pub dataset: String,
+    /// Who holds the lock: the holder's own id, compared exactly.
     pub owner: String,
     /// What the holder is doing (`vacuum`, `rollback`), for the message another process shows.
     pub purpose: String,
+    /// When the current holder took the lock.
     pub acquired_at: DateTime<Utc>,
+    /// When the lock lapses unless its holder renews it.
     pub expires_at: DateTime<Utc>,
 }
 
@@ -192,10 +270,15 @@ pub enum LockOutcome {
 /// A lease on a step's current attempt.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Lease {
+    /// The step whose attempt holds the lease.
     pub step_id: String,
+    /// The attempt's number within its step.
     pub attempt: u32,
+    /// The lease epoch: the fencing token every report of the attempt must carry.
     pub epoch: u64,
+    /// The id of the worker the attempt runs on.
     pub worker: String,
+    /// When the lease expires unless a heartbeat renews it.
     pub expires_at: DateTime<Utc>,
 }
 
@@ -205,30 +288,44 @@ pub enum Claim {
     /// The caller owns the key and must now create the run.
     Proceed,
     /// The same request already completed: this is its run.
-    Done { run_id: String },
+    Done {
+        /// The run the earlier, equal request created.
+        run_id: String,
+    },
 }
 
 /// One journal entry.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JournalEntry {
+    /// The entry's sequence number: 1 for the first entry, then consecutive.
     pub seq: u64,
+    /// The previous entry's hash (64 zeros for the first entry).
     pub prev_hash: String,
+    /// The blake3 hash, hex, of this entry's stored fields and `prev_hash`.
     pub hash: String,
     /// Wall-clock time of the decision.
     pub at: DateTime<Utc>,
+    /// The name of who acted.
     pub actor: String,
+    /// The id shared by every entry of one request or operation.
     pub correlation_id: String,
     /// `run_created`, `step_planned`, a step event kind, `rejected`, `run_status`, ...
     pub kind: String,
+    /// The run the entry concerns, if any.
     pub run_id: Option<String>,
+    /// The step the entry concerns, if any.
     pub step_id: Option<String>,
+    /// The task the entry concerns, if any.
     pub task: Option<String>,
+    /// The partition key the entry concerns, if any.
     pub partition: Option<String>,
     /// The logical interval the decision concerns.
     pub interval: Option<Interval>,
-    /// Status before and after, for state changes.
+    /// The status before the change, for state changes.
     pub from_status: Option<String>,
+    /// The status after the change (`None` for a rejected event).
     pub to_status: Option<String>,
+    /// Why, in words: the request's reason, or why an event was rejected.
     pub reason: String,
     /// Event details as JSON.
     pub payload: serde_json::Value,
@@ -237,17 +334,24 @@ pub struct JournalEntry {
 /// Which journal entries to return.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct JournalQuery {
+    /// Only entries about this run.
     pub run_id: Option<String>,
+    /// Only entries about this step.
     pub step_id: Option<String>,
+    /// Only entries about this task.
     pub task: Option<String>,
+    /// Only entries about this partition key.
     pub partition: Option<String>,
+    /// Only entries with a sequence number greater than this.
     pub after_seq: Option<u64>,
+    /// At most this many entries, the oldest first (the store caps it at 100,000).
     pub limit: Option<u32>,
 }
 
 /// The outcome of verifying the hash chain.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ChainReport {
+    /// How many entries were verified.
     pub n_entries: u64,
     /// `None` when the chain is intact.
     pub break_at: Option<ChainBreak>,
@@ -256,15 +360,20 @@ pub struct ChainReport {
 /// Where and how the chain breaks.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ChainBreak {
+    /// The sequence number of the first entry that does not verify.
     pub seq: u64,
+    /// What is wrong with it, in words.
     pub problem: String,
 }
 
 /// A request to claim one ready step.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClaimRequest {
+    /// The ready step to claim.
     pub step_id: String,
+    /// The id of the worker the attempt will run on.
     pub worker: String,
+    /// Who claims it, why and when, for the journal entry.
     pub meta: JournalMeta,
 }
 
@@ -272,6 +381,7 @@ pub struct ClaimRequest {
 /// (see [`crate::Store::claim_steps_to_start`]).
 #[derive(Debug, Clone)]
 pub struct Claimed {
+    /// The new lease, with the epoch the attempt must carry.
     pub lease: Lease,
     /// The step as the claim left it.
     pub step: StepRecord,
@@ -283,9 +393,13 @@ pub struct Claimed {
 /// One attempt's staged output to record, fenced by its epoch (see [`crate::Store::record_staged_many`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StagedRecord {
+    /// The step whose attempt staged the output.
     pub step_id: String,
+    /// The attempt's lease epoch; a stale one stores nothing.
     pub epoch: u64,
+    /// The staged versions to record, all of the attempt the epoch belongs to.
     pub versions: Vec<VersionRecord>,
+    /// Who, why and when, for the `staged` journal entry.
     pub meta: JournalMeta,
     /// Events of the same step to apply right after, in the same transaction, if the staging is
     /// accepted (the attempt's check results: `ValidationStarted`, then `ChecksPassed` or
@@ -297,27 +411,40 @@ pub struct StagedRecord {
 /// A non-terminal step with what a scheduler needs to order it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ActiveStep {
+    /// The step, as stored.
     pub step: StepRecord,
+    /// Its run's scheduling class.
     pub priority: Priority,
+    /// When its run was created, for ordering work first come, first served.
     pub run_created_at: DateTime<Utc>,
+    /// The backfill its run executes, if any.
     pub backfill_id: Option<String>,
 }
 
 /// The staged output of one attempt for one dataset partition.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct VersionRecord {
+    /// The version's id, unique among versions (the engine's: its staging id and dataset).
     pub id: String,
+    /// The step whose attempt staged it.
     pub step_id: String,
+    /// The number of the attempt that staged it.
     pub attempt: u32,
+    /// The dataset it was staged for.
     pub dataset: String,
+    /// The partition key it covers (several, comma-separated, when it spans partitions).
     pub partition: String,
     /// Data files written (paths relative to the table root), with sizes; JSON from the lake.
     pub files: serde_json::Value,
+    /// The number of rows staged.
     pub n_rows: u64,
+    /// The hash of the staged data's schema.
     pub schema_hash: String,
+    /// The checksum of the staged data.
     pub checksum: String,
     /// Per-column statistics and check results; JSON from the lake.
     pub stats: serde_json::Value,
+    /// When the attempt staged it.
     pub created_at: DateTime<Utc>,
 }
 
@@ -325,28 +452,39 @@ pub struct VersionRecord {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ReleaseKind {
+    /// Makes newly staged versions visible.
     Publish,
+    /// Restores the versions an earlier release replaced.
     Rollback,
 }
 
 /// A set of versions made visible together.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReleaseRecord {
+    /// The release's id, chosen by its creator and unique among releases.
     pub id: String,
+    /// Whether the release publishes or rolls back.
     pub kind: ReleaseKind,
+    /// The run whose steps it publishes, if any.
     pub run_id: Option<String>,
+    /// The backfill it publishes or rolls back, if any.
     pub backfill_id: Option<String>,
     /// For a rollback: the release whose effect it undoes.
     pub restores_release_id: Option<String>,
+    /// The name of the actor who released it.
     pub created_by: String,
+    /// When the release was made.
     pub created_at: DateTime<Utc>,
+    /// The dataset partitions it made visible, in order; each (dataset, partition) at most once.
     pub items: Vec<ReleaseItem>,
 }
 
 /// One dataset partition made visible by a release.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReleaseItem {
+    /// The dataset whose partition became visible.
     pub dataset: String,
+    /// The partition key that became visible.
     pub partition: String,
     /// The staged version published (`None` for a rollback restoring older files).
     pub version_id: Option<String>,
@@ -357,25 +495,32 @@ pub struct ReleaseItem {
 /// Progress of a long step: stored only after the output it covers is staged.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CheckpointRecord {
+    /// The step whose attempt recorded the checkpoint.
     pub step_id: String,
     /// What the checkpoint covers (a batch, a file, an offset range), unique within the step.
     pub granule: String,
+    /// The number of the attempt that recorded it.
     pub attempt: u32,
     /// Where to resume: opaque to the store, written by the task.
     pub position: String,
     /// The staged version holding the output this checkpoint covers.
     pub version_id: String,
-    /// Data version, schema hash, row count and checksum of what is covered.
+    /// The input table version the granule was computed from, if known.
     pub data_version: Option<i64>,
+    /// The schema hash of the covered output.
     pub schema_hash: String,
+    /// The number of rows of the covered output.
     pub n_rows: u64,
+    /// The checksum of the covered output.
     pub checksum: String,
+    /// When the checkpoint was recorded.
     pub created_at: DateTime<Utc>,
 }
 
 /// The result of [`crate::Store::submit_run`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Submission {
+    /// The run the submission created, or the one an earlier submission under the key created.
     pub run: RunRecord,
     /// False when an earlier submission under the same idempotency key created the run.
     pub created: bool,
@@ -400,12 +545,14 @@ pub enum BackfillStatus {
     Published,
     /// Its release was undone by a rollback release.
     RolledBack,
+    /// An operator cancelled it; nothing was published.
     Cancelled,
     /// Some step failed for good; nothing was published.
     Failed,
 }
 
 impl BackfillStatus {
+    /// The status's name as stored and shown, such as `rolled_back`.
     pub fn as_str(self) -> &'static str {
         match self {
             BackfillStatus::Planned => "planned",
@@ -420,6 +567,7 @@ impl BackfillStatus {
         }
     }
 
+    /// Reads a status from its stored name; `None` for any other text.
     pub fn parse(text: &str) -> Option<Self> {
         [
             BackfillStatus::Planned,
@@ -454,12 +602,16 @@ impl std::fmt::Display for BackfillStatus {
 /// An approval, bound to exactly what the approver saw.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Approval {
+    /// The name of the approver.
     pub by: String,
     /// How the approver's identity was established (`bo (token tk-..., approver)`).
     #[serde(default)]
     pub authenticated_as: String,
+    /// When the approval was given.
     pub at: DateTime<Utc>,
+    /// The hash of the frozen backfill spec that was approved.
     pub spec_hash: String,
+    /// The hash of the comparison report that was approved.
     pub comparison_hash: String,
 }
 
@@ -467,24 +619,37 @@ pub struct Approval {
 /// partitions it rewrites, and what happened to it since.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BackfillRecord {
+    /// The backfill's id, chosen by its creator.
     pub id: String,
+    /// Where the backfill is in its life.
     pub status: BackfillStatus,
     /// The frozen spec: tasks, partitions, code versions, pins, reason, throttle.
     pub spec: serde_json::Value,
+    /// The hash of the frozen spec, computed by the creator.
     pub spec_hash: String,
+    /// The name of the actor who planned it.
     pub requester: String,
+    /// The intended change, in words, as the requester stated it.
     pub reason: String,
     /// Dataset name -> the partition keys the backfill rewrites (its claim against overlaps).
     pub footprint: BTreeMap<String, Vec<String>>,
+    /// How hard its run may push.
     pub throttle: Throttle,
+    /// The run that executes it, once started.
     pub run_id: Option<String>,
     /// The last comparison report and its hash.
     pub comparison: Option<serde_json::Value>,
+    /// The hash of the last comparison report.
     pub comparison_hash: Option<String>,
+    /// The approval, once given; bound to `spec_hash` and `comparison_hash`.
     pub approval: Option<Approval>,
+    /// The release that published it, once published.
     pub release_id: Option<String>,
+    /// The release that rolled it back, once rolled back.
     pub rollback_release_id: Option<String>,
+    /// When it was planned.
     pub created_at: DateTime<Utc>,
+    /// When its record last changed.
     pub updated_at: DateTime<Utc>,
 }
 
@@ -502,23 +667,34 @@ pub struct Throttle {
 pub struct NewToken {
     /// `tk-` and a UUID: how messages, the journal and `revoke` name the token.
     pub id: String,
+    /// The identity the token establishes: the name of the person it is for.
     pub name: String,
+    /// What the token's holder may do.
     pub role: tidegate_core::actor::Role,
+    /// The token's hash (`actor::token_hash`); the token itself is never stored.
     pub token_hash: String,
     /// Who minted it (the actor's description).
     pub created_by: String,
+    /// When the token stops working; `None` for never.
     pub expires_at: Option<DateTime<Utc>>,
 }
 
 /// A minted token as the store keeps it, without its hash.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TokenRecord {
+    /// `tk-` and a UUID: how messages, the journal and `revoke` name the token.
     pub id: String,
+    /// The identity the token establishes.
     pub name: String,
+    /// What the token's holder may do.
     pub role: tidegate_core::actor::Role,
+    /// Who minted it (the actor's description).
     pub created_by: String,
+    /// When it was minted.
     pub created_at: DateTime<Utc>,
+    /// When it stops working; `None` for never.
     pub expires_at: Option<DateTime<Utc>>,
+    /// When it was revoked; `None` while it is not.
     pub revoked_at: Option<DateTime<Utc>>,
 }
 
@@ -539,6 +715,8 @@ impl TokenRecord {
 /// carries the head as of just before the commit (`tidegate.journal_seq`, `tidegate.journal_hash`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JournalHead {
+    /// The newest entry's sequence number.
     pub seq: u64,
+    /// The newest entry's hash.
     pub hash: String,
 }

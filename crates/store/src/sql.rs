@@ -11,9 +11,13 @@ use crate::{Backend, Error, Result};
 /// A parameter or column value: the four types both backends share.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Value {
+    /// SQL `NULL`.
     Null,
+    /// An integer (`BIGINT`).
     Int(i64),
+    /// A floating-point number.
     Real(f64),
+    /// Text; timestamps and JSON are stored as text too.
     Text(String),
 }
 
@@ -67,10 +71,12 @@ impl Row {
         self.0.get(idx).ok_or_else(|| Error::Corrupt(format!("result row has no column {idx}")))
     }
 
+    /// Column `idx` as text; [`Error::Corrupt`] when it is NULL or not text.
     pub fn text(&self, idx: usize) -> Result<String> {
         self.opt_text(idx)?.ok_or_else(|| Error::Corrupt(format!("column {idx} is NULL, expected text")))
     }
 
+    /// Column `idx` as text, `None` for NULL; [`Error::Corrupt`] when it is not text.
     pub fn opt_text(&self, idx: usize) -> Result<Option<String>> {
         match self.get(idx)? {
             Value::Null => Ok(None),
@@ -79,10 +85,12 @@ impl Row {
         }
     }
 
+    /// Column `idx` as an integer; [`Error::Corrupt`] when it is NULL or not an integer.
     pub fn int(&self, idx: usize) -> Result<i64> {
         self.opt_int(idx)?.ok_or_else(|| Error::Corrupt(format!("column {idx} is NULL, expected an integer")))
     }
 
+    /// Column `idx` as an integer, `None` for NULL; [`Error::Corrupt`] when it is not an integer.
     pub fn opt_int(&self, idx: usize) -> Result<Option<i64>> {
         match self.get(idx)? {
             Value::Null => Ok(None),
@@ -104,6 +112,7 @@ pub trait Tx {
 
 /// A backend: hands out connections and runs closures in transactions.
 pub trait Driver: Send + Sync + fmt::Debug + 'static {
+    /// Which database this driver talks to.
     fn backend(&self) -> Backend;
 
     /// Runs `f` in a write transaction. Write transactions are totally ordered (SQLite's

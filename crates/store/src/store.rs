@@ -59,6 +59,7 @@ impl SqlStore<Sqlite> {
         Self::open_with(path, Options::default())
     }
 
+    /// Opens the SQLite database at `path` like [`SqlStore::open`], with `options`.
     pub fn open_with(path: impl AsRef<Path>, options: Options) -> Result<Self> {
         Self::new(Sqlite::open(path.as_ref())?, options)
     }
@@ -76,6 +77,7 @@ impl SqlStore<Postgres> {
         Self::connect_with(url, Options::default())
     }
 
+    /// Connects to PostgreSQL at `url` like [`SqlStore::connect`], with `options`.
     pub fn connect_with(url: &str, options: Options) -> Result<Self> {
         Self::new(Postgres::connect(url)?, options)
     }
@@ -104,6 +106,8 @@ pub fn open(url: &str) -> Result<std::sync::Arc<dyn Store>> {
     open_with(url, Options::default())
 }
 
+/// Opens the store a workspace names, like [`open`], with `options`; [`Error::BadUrl`] for an
+/// unknown scheme or an empty path.
 pub fn open_with(url: &str, options: Options) -> Result<std::sync::Arc<dyn Store>> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         return Ok(std::sync::Arc::new(PgStore::connect_with(url, options)?));

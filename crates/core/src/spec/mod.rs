@@ -20,11 +20,15 @@ pub fn did_you_mean<'a>(word: &str, known: impl IntoIterator<Item = &'a str>) ->
 /// One problem found in a spec, pointing at the setting that must change.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Diagnostic {
+    /// The spec file the problem is in, as given to the parser.
     pub file: String,
+    /// The 1-based line of the offending setting.
     pub line: u32,
+    /// The 1-based column of the offending setting, counted in characters.
     pub col: u32,
     /// The dotted path of the setting, such as `datasets.sessions.write.keys`.
     pub setting: String,
+    /// What is wrong with the setting and, where it helps, what it must be.
     pub message: String,
     /// A hint such as `did you mean "order_by"?`.
     pub help: Option<String>,

@@ -15,7 +15,9 @@ use crate::partition::Grain;
 /// A position in the spec file, 1-based, for messages that point back at the source.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 pub struct Loc {
+    /// The 1-based line.
     pub line: u32,
+    /// The 1-based column, counted in characters.
     pub col: u32,
 }
 
@@ -26,15 +28,20 @@ pub struct Spec {
     pub file: String,
     /// blake3 of the exact file text, hex: the spec hash that runs and backfills record.
     pub hash: String,
+    /// `[project]`: the workspace's name, state and lake locations, and lease settings.
     pub project: Project,
+    /// `[pools]` by name, always including [`DEFAULT_POOL`].
     pub pools: BTreeMap<String, Pool>,
+    /// `[datasets]` and `[external]` by name, managed and external in one map.
     pub datasets: BTreeMap<String, Dataset>,
+    /// `[tasks]` by name.
     pub tasks: BTreeMap<String, Task>,
 }
 
 /// `[project]`: names and where state and tables live.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Project {
+    /// `name` (required): names the workspace in the Delta commits it makes and its lineage events.
     pub name: String,
     /// `state` (default `.tidegate/state.db`): a SQLite path or a `postgres://` URL.
     pub state_url: String,
@@ -75,9 +82,13 @@ pub const DEFAULT_POOL: &str = "default";
 /// `[datasets.NAME]` or `[external.NAME]`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Dataset {
+    /// The dataset's name: its key under `[datasets]` or `[external]`.
     pub name: String,
+    /// Where the dataset is declared.
     pub loc: Loc,
+    /// `partitioning`: how the dataset is cut into partitions.
     pub partitioning: Partitioning,
+    /// Whether Tidegate writes the dataset (and how) or only reads it.
     pub kind: DatasetKind,
     /// `consumers`: who reads it (teams, jobs, dashboards); shown in a backfill's blast radius.
     pub consumers: Vec<String>,
@@ -94,9 +105,15 @@ pub struct Dataset {
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum DatasetKind {
     /// Written by exactly one task in this workspace, with a write mode.
-    Managed { write: WriteMode },
+    Managed {
+        /// `write`: how a step's output replaces or adds to the published table.
+        write: WriteMode,
+    },
     /// Produced outside the workspace (`[external.NAME]`); `location` is a Delta table URI or folder.
-    External { location: Option<String> },
+    External {
+        /// `location` (optional): the table's URI or folder, as written in the spec.
+        location: Option<String>,
+    },
 }
 
 /// `partitioning = { grain = "day", start = "2024-01-01", time_zone = "Europe/Paris" }` or
@@ -104,7 +121,9 @@ pub enum DatasetKind {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Partitioning {
+    /// Partitioned by time: consecutive `[start, end)` intervals of one grain from `start` on.
     Time {
+        /// `grain`: the length of one interval (hour, day, week or month).
         grain: Grain,
         /// The first interval's start, as an instant (local midnight in `time_zone` when set).
         start: DateTime<Utc>,
@@ -112,7 +131,9 @@ pub enum Partitioning {
         #[serde(serialize_with = "serialize_tz")]
         time_zone: Option<Tz>,
     },
+    /// Partitioned by a fixed list of keys, such as regions.
     Static {
+        /// `keys`: the partition keys, unique and usable as folder names (at most 64 characters).
         keys: Vec<String>,
     },
 }
@@ -131,27 +152,44 @@ pub enum WriteMode {
     /// A step's output is the complete contents of its partitions; publication swaps them.
     Replace,
     /// A step's output is changed rows keyed by `keys`; duplicates resolve by `order_by`.
-    Merge { keys: Vec<String>, order_by: Option<String>, delete_marker: Option<String> },
+    Merge {
+        /// `keys`: the columns that identify a row; a staged row replaces the published row with equal
+        /// keys.
+        keys: Vec<String>,
+        /// `order_by`: among staged rows with equal keys, the one with the greatest value wins.
+        order_by: Option<String>,
+        /// `delete_marker`: a boolean column; a winning row with it true deletes its key instead.
+        delete_marker: Option<String>,
+    },
     /// A step's output is a complete new version of the whole dataset.
     Snapshot,
     /// A step's output is new rows; `dedup_key` makes a replay add nothing.
-    Append { dedup_key: Vec<String> },
+    Append {
+        /// `dedup_key`: the columns that identify a row; a staged row whose key is already published is
+        /// not added again.
+        dedup_key: Vec<String>,
+    },
 }
 
 /// One column of a dataset's schema contract.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Column {
+    /// `name`: the column's name in the table schema.
     pub name: String,
     /// One of `string`, `int64`, `int32`, `float64`, `bool`, `date`, `timestamp`.
     pub data_type: String,
+    /// `nullable` (default true): whether the column may hold nulls.
     pub nullable: bool,
 }
 
 /// A data-quality check on staged output. `blocking` (default true) failures publish nothing.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Check {
+    /// `name`, or a default that says what the check does, such as `not_null(user_id)`.
     pub name: String,
+    /// `blocking` (default true): whether a failure stops publication, or is only reported.
     pub blocking: bool,
+    /// `type` and its settings: what the check asserts.
     pub rule: CheckRule,
 }
 
@@ -159,33 +197,50 @@ pub struct Check {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum CheckRule {
+    /// No row has a null in any of `columns`.
     NotNull {
+        /// `columns`: the columns that must hold a value in every row.
         columns: Vec<String>,
     },
+    /// No two rows share the same values in `columns` together.
     Unique {
+        /// `columns`: the columns whose values together identify a row.
         columns: Vec<String>,
     },
+    /// Every non-null value of `column` is one of `values`.
     AcceptedValues {
+        /// `column`: the column checked, compared as text.
         column: String,
+        /// `values`: the accepted values, as text.
         values: Vec<String>,
     },
+    /// The staged row count lies within `min` and `max`, inclusive (at least one is set).
     RowCount {
+        /// `min`: the fewest rows a step may stage; `None` for no lower bound.
         min: Option<u64>,
+        /// `max`: the most rows a step may stage (at least `min`); `None` for no upper bound.
         max: Option<u64>,
     },
     /// `aggregate` of `column` may move at most `tolerance_pct` percent from the published version.
     AggregateTolerance {
+        /// `column`: the numeric column aggregated.
         column: String,
+        /// `aggregate`: the aggregate compared between the staged and the published partitions.
         aggregate: Aggregate,
+        /// `tolerance_pct`: the largest change allowed, in percent of the published value.
         tolerance_pct: f64,
     },
     /// The newest `column` value must be at most `max_age_s` older than the partition end.
     Freshness {
+        /// `column`: the timestamp column whose newest value is checked.
         column: String,
+        /// `max_age_s`: the largest age allowed, in seconds, measured back from the partition end
+        /// (from the current time for static partitions).
         max_age_s: u64,
     },
     /// A query over the staged table `staged` that returns the failing rows.
     Sql {
+        /// `query`: a read-only SQL query; every row it returns is a failure.
         query: String,
     },
 }
@@ -194,25 +249,39 @@ pub enum CheckRule {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Aggregate {
+    /// The sum of the column's values.
     Sum,
+    /// The arithmetic mean of the column's non-null values.
     Mean,
+    /// The smallest value.
     Min,
+    /// The largest value.
     Max,
+    /// The number of non-null values.
     Count,
 }
 
 /// `[tasks.NAME]`: one unit of work.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Task {
+    /// The task's name, the key under `[tasks]`; part of every step's identity.
     pub name: String,
+    /// Where the task is declared.
     pub loc: Loc,
+    /// `command` or `sql`: how the task computes its output.
     pub run: TaskRun,
+    /// `inputs`: the datasets the task reads and which of their partitions each step reads.
     pub inputs: Vec<Input>,
     /// `outputs`: the datasets this task writes (at least one); all share one partitioning.
     pub outputs: Vec<String>,
+    /// `schedule`: the scheduler runs the task's intervals as they end; `None` for a task that only
+    /// runs when asked.
     pub schedule: Option<Schedule>,
+    /// `catchup`: whether intervals missed during downtime are run (off by default).
     pub catchup: Catchup,
+    /// `retry`: how many attempts a step gets and how long to wait between them.
     pub retry: RetryPolicy,
+    /// `exit_codes`: which exit codes of the command are worth retrying.
     pub exit_codes: ExitCodes,
     /// `timeout_s` (default 3600).
     pub timeout_s: u32,
@@ -234,16 +303,28 @@ pub struct Task {
 pub enum TaskRun {
     /// `command = ["python3", "features.py"]`: argv, never a shell string. `files` are hashed
     /// into the code version.
-    Command { argv: Vec<String>, files: Vec<String> },
+    Command {
+        /// `command`: the program and its arguments, run without a shell.
+        argv: Vec<String>,
+        /// `files`: paths relative to the workspace folder (no `..`) whose contents are hashed into the
+        /// code version.
+        files: Vec<String>,
+    },
     /// `sql = "SELECT ..."`: a DataFusion query over the task's inputs.
-    Sql { query: String },
+    Sql {
+        /// `sql`: the query text, read-only; its result is the step's output.
+        query: String,
+    },
 }
 
 /// `inputs = [{ dataset = "clicks", mapping = "window(-1..0)" }]` or `inputs = ["clicks"]`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Input {
+    /// The name of the dataset read, managed or external.
     pub dataset: String,
+    /// `mapping` (default `same`): which of the input's partitions one step reads.
     pub mapping: Mapping,
+    /// Where the input is listed, for messages about it.
     pub loc: Loc,
 }
 
@@ -254,7 +335,12 @@ pub enum Mapping {
     /// The input partitions covering the same interval (or the same static key). The default.
     Same,
     /// `window(-N..M)`: the task's own partitions from N before to M after, mapped to the input.
-    Window { from: i32, to: i32 },
+    Window {
+        /// The first partition read, as an offset from the step's own (0; negative is earlier).
+        from: i32,
+        /// The last partition read, as an offset (at least `from`); a window spans at most 1000.
+        to: i32,
+    },
     /// Every partition of the input up to the end of the step's interval.
     All,
     /// The whole published version of the input, pinned when the step becomes ready.
@@ -265,15 +351,20 @@ pub enum Mapping {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", content = "expr", rename_all = "snake_case")]
 pub enum Schedule {
+    /// `@hourly`: once an hour.
     Hourly,
+    /// `@daily`: once a day.
     Daily,
+    /// A 5-field cron expression (minute hour day-of-month month day-of-week), single-spaced.
     Cron(String),
 }
 
 /// `catchup = { enabled = true, max_active_runs = 4 }`; off unless asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
 pub struct Catchup {
+    /// `enabled` (default false): whether missed intervals are run after downtime, or only shown as debt.
     pub enabled: bool,
+    /// `max_active_runs`: how many catch-up runs may be active at once; required when enabled.
     pub max_active_runs: Option<u32>,
 }
 
@@ -282,7 +373,9 @@ pub struct Catchup {
 pub struct RetryPolicy {
     /// Total attempts including the first (>= 1; default 3).
     pub attempts: u32,
+    /// `backoff_base_ms` (default 1000, at most one day): the cap on the first retry's delay, in ms.
     pub backoff_base_ms: u64,
+    /// `backoff_max_ms` (default 60000, at most one day): the cap on any retry's delay, in ms.
     pub backoff_max_ms: u64,
 }
 
@@ -295,7 +388,9 @@ impl Default for RetryPolicy {
 /// `exit_codes = { transient = [75], deterministic = [65, 78] }`; others are deterministic.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ExitCodes {
+    /// `transient` (default `[75]`): exit codes retried as transient failures.
     pub transient: Vec<i32>,
+    /// `deterministic` (default `[65, 78]`): exit codes never retried; may not overlap `transient`.
     pub deterministic: Vec<i32>,
 }
 
