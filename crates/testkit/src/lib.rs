@@ -1,7 +1,15 @@
-//! Test helpers shared by Tidegate's crates: a fixed instant, store fixtures, and a store under
-//! test on a temp SQLite file or a fresh PostgreSQL schema.
+//! Test helpers shared by Tidegate's crates: a fixed instant and a fake clock ([`ManualClock`]),
+//! store fixtures and a store under test on a temp SQLite file or a fresh PostgreSQL schema
+//! ([`store`]), a temp workspace holding a `tidegate.toml` ([`TestWorkspace`]), readers of a Delta
+//! table's log as an outside reader sees it ([`delta`]), and what a test does when a service is
+//! missing ([`service_missing`]).
 
+pub mod delta;
 pub mod store;
+mod workspace;
+
+/// A temp folder holding a `tidegate.toml`, deleted on drop.
+pub use workspace::TestWorkspace;
 
 use chrono::{DateTime, TimeZone, Utc};
 
@@ -9,6 +17,9 @@ use chrono::{DateTime, TimeZone, Utc};
 pub fn fixed_instant() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2024, 1, 1, 0, 0, 0).single().expect("2024-01-01T00:00:00Z is a valid instant")
 }
+
+/// A fake clock that moves only when told to (start it at [`fixed_instant`]); tidegate-core's, re-exported.
+pub use tidegate_core::clock::ManualClock;
 
 /// What a test does when an outside service or tool it needs (a PostgreSQL server, an S3 server,
 /// Python `deltalake`) is missing: on a developer's machine it says so and the test returns; under

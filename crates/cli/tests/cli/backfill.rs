@@ -8,6 +8,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
+use tidegate_testkit::TestWorkspace;
 
 use crate::common;
 
@@ -125,9 +126,8 @@ fn max_concurrent(dir: &Path, run_id: &str) -> i64 {
     max
 }
 
-fn workspace() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().expect("tmp");
-    std::fs::write(dir.path().join("tidegate.toml"), SPEC).expect("spec");
+fn workspace() -> TestWorkspace {
+    let dir = TestWorkspace::new(SPEC);
     ok(dir.path(), "ana", &["run", "publish_report", "--from", "2024-01-01", "--to", "2024-01-06", "--json"]);
     dir
 }
@@ -506,12 +506,11 @@ fn reprocess_missing_plans_only_partitions_never_published() {
 
 #[test]
 fn a_command_task_that_would_read_staged_output_is_refused_at_plan_time() {
-    let dir = tempfile::tempdir().expect("tmp");
-    let ws = dir.path();
     let spec = format!(
         "{SPEC}\n[datasets.export]\npartitioning = {{ grain = \"day\", start = \"2024-01-01\" }}\nwrite = {{ mode = \"replace\" }}\ncolumns = [{{ name = \"id\", type = \"int64\" }}]\n\n[tasks.export_report]\ncommand = [\"true\"]\ninputs = [\"report\"]\noutputs = [\"export\"]\n"
     );
-    std::fs::write(ws.join("tidegate.toml"), spec).expect("spec");
+    let dir = TestWorkspace::new(spec);
+    let ws = dir.path();
     let out = run(
         ws,
         "ana",

@@ -5,6 +5,7 @@ use std::path::Path;
 use std::process::Command;
 
 use serde_json::Value;
+use tidegate_testkit::TestWorkspace;
 
 fn spec(catchup: &str) -> String {
     format!(
@@ -47,9 +48,8 @@ fn keys(v: &Value) -> Vec<&str> {
 }
 
 /// Days 1-3 published, then the scheduler is down until 2024-01-08 00:05.
-fn after_downtime(catchup: &str) -> (tempfile::TempDir, Value) {
-    let dir = tempfile::tempdir().expect("tmp");
-    std::fs::write(dir.path().join("tidegate.toml"), spec(catchup)).expect("spec");
+fn after_downtime(catchup: &str) -> (TestWorkspace, Value) {
+    let dir = TestWorkspace::new(spec(catchup));
     tidegate(dir.path(), &["run", "extract", "--from", "2024-01-01", "--to", "2024-01-03", "--json"]);
     let tick = tidegate(dir.path(), &["tick", "--now", "2024-01-08T00:05:00Z", "--json"]);
     (dir, tick)
@@ -94,8 +94,7 @@ fn catch_up_on_runs_every_missed_interval_below_live_work() {
 
 #[test]
 fn catch_up_skips_intervals_a_wider_run_already_covers_and_journals_them_as_superseded() {
-    let dir = tempfile::tempdir().expect("tmp");
-    std::fs::write(dir.path().join("tidegate.toml"), spec("{ enabled = true, max_active_runs = 2 }")).expect("spec");
+    let dir = TestWorkspace::new(spec("{ enabled = true, max_active_runs = 2 }"));
     tidegate(dir.path(), &["run", "extract", "--partition", "2024-01-01", "--json"]);
     // An operator queued a wider manual run over part of the downtime before the scheduler came back.
     let manual = tidegate(dir.path(), &["submit", "extract", "--from", "2024-01-02", "--to", "2024-01-04", "--json"]);

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
+use tidegate_testkit::TestWorkspace;
 
 /// Writes hours 0..6 as one CSV granule each, checkpointing after each. Attempt 1 dies (exit 75)
 /// after hour 2's checkpoint and a half-written hour 3; attempt 2 resumes after the last
@@ -68,6 +69,15 @@ retry = {{ attempts = 3, backoff_base_ms = 10, backoff_max_ms = 20 }}
     )
 }
 
+/// A workspace whose one task runs `script`, kept in it as `task.py`: the spec names the script by
+/// its path, so it is written once the script is.
+fn workspace(script: &str) -> TestWorkspace {
+    let ws = TestWorkspace::new("");
+    ws.write("task.py", script);
+    ws.set_spec(spec(&ws.path().join("task.py")));
+    ws
+}
+
 fn tidegate(dir: &Path, args: &[&str]) -> (i32, Value) {
     let out = Command::new(env!("CARGO_BIN_EXE_tidegate")).args(args).current_dir(dir).output().expect("runs");
     let json = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
@@ -89,10 +99,7 @@ fn published_hours(dir: &Path) -> Vec<(i64, i64)> {
 
 #[test]
 fn a_retried_task_resumes_from_its_last_checkpoint_and_publishes_every_granule_once() {
-    let dir = tempfile::tempdir().expect("tmp");
-    let script = dir.path().join("task.py");
-    std::fs::write(&script, TASK).expect("script");
-    std::fs::write(dir.path().join("tidegate.toml"), spec(&script)).expect("spec");
+    let dir = workspace(TASK);
 
     let (code, report) = tidegate(dir.path(), &["run", "load", "--partition", "2024-01-01", "--json"]);
     assert_eq!(code, 0, "{report}");
@@ -133,14 +140,9 @@ fn a_retried_task_resumes_from_its_last_checkpoint_and_publishes_every_granule_o
 
 #[test]
 fn a_malformed_checkpoint_line_fails_the_attempt_deterministically_with_its_line_number() {
-    let dir = tempfile::tempdir().expect("tmp");
-    let script = dir.path().join("task.py");
-    std::fs::write(
-        &script,
+    let dir = workspace(
         "import os\nopen(os.environ['TIDEGATE_CHECKPOINT_FILE'], 'a').write('{\"granule\": \"g\"}\\nnot json\\n')\n",
-    )
-    .expect("script");
-    std::fs::write(dir.path().join("tidegate.toml"), spec(&script)).expect("spec");
+    );
     let (code, report) = tidegate(dir.path(), &["run", "load", "--partition", "2024-01-01", "--json"]);
     assert_eq!(code, 1, "{report}");
     assert_eq!(report["summary"]["retried"], 0, "a deterministic failure is not retried: {report}");
@@ -156,10 +158,7 @@ fn a_malformed_checkpoint_line_fails_the_attempt_deterministically_with_its_line
 /// attempt checkpointed: the published partition holds both hours.
 #[test]
 fn a_resumed_attempt_without_checkpoint_lines_still_publishes_the_earlier_granules() {
-    let dir = tempfile::tempdir().expect("tmp");
-    let script = dir.path().join("task.py");
-    std::fs::write(&script, RESUMED_WITHOUT_LINES).expect("script");
-    std::fs::write(dir.path().join("tidegate.toml"), spec(&script)).expect("spec");
+    let dir = workspace(RESUMED_WITHOUT_LINES);
 
     let (code, report) = tidegate(dir.path(), &["run", "load", "--partition", "2024-01-01", "--json"]);
     assert_eq!(code, 0, "{report}");

@@ -1,11 +1,14 @@
-//! Helpers shared by the CLI's integration tests: run the built binary on a workspace and read a
-//! Delta table's log directly, as an outside reader would.
+//! Helpers shared by the CLI's integration tests: run the built binary on a workspace (a
+//! `tidegate_testkit::TestWorkspace`) and read a Delta table's log directly, as an outside reader
+//! would (the log readers live in `tidegate_testkit::delta`; the ones the tests use are re-exported
+//! here).
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::Value;
+
+pub use tidegate_testkit::delta::{adds, commits_per_app_id, latest_version, release_of, staged_files};
 
 /// The datasets and tasks of a two-step daily pipeline, to follow a `[project]` table: `extract`
 /// writes two rows per day into `raw` with a command, `summarize` counts them into `summary` with SQL.
@@ -72,69 +75,6 @@ const SIGABRT: i32 = 6;
 /// The Delta table of `dataset` in the workspace's default lake.
 pub fn table(dir: &Path, dataset: &str) -> PathBuf {
     dir.join(".tidegate/lake").join(dataset)
-}
-
-/// The actions of one commit, in order.
-pub fn commit(table: &Path, version: u64) -> Vec<Value> {
-    let text = std::fs::read_to_string(table.join(format!("_delta_log/{version:020}.json"))).expect("read commit");
-    text.lines().map(|l| serde_json::from_str(l).expect("commit lines are JSON")).collect()
-}
-
-/// The newest table version: the highest numbered JSON commit.
-pub fn latest_version(table: &Path) -> u64 {
-    std::fs::read_dir(table.join("_delta_log"))
-        .expect("log folder")
-        .filter_map(|e| e.ok()?.file_name().to_str()?.strip_suffix(".json")?.parse().ok())
-        .max()
-        .expect("at least one commit")
-}
-
-/// The `add` actions of one commit.
-pub fn adds(table: &Path, version: u64) -> Vec<Value> {
-    commit(table, version).into_iter().filter_map(|a| a.get("add").cloned()).collect()
-}
-
-/// The release id Tidegate wrote into a commit's metadata.
-pub fn release_of(table: &Path, version: u64) -> String {
-    commit(table, version)
-        .iter()
-        .find_map(|a| a["commitInfo"]["tidegate.release_id"].as_str().map(str::to_owned))
-        .unwrap_or_else(|| panic!("version {version} names no release"))
-}
-
-/// appId -> number of commits carrying it, for one table (none if the table does not exist yet).
-pub fn commits_per_app_id(table: &Path) -> BTreeMap<String, usize> {
-    let mut counts = BTreeMap::new();
-    if !table.join("_delta_log").exists() {
-        return counts;
-    }
-    for version in 0..=latest_version(table) {
-        for action in commit(table, version) {
-            if let Some(app_id) = action["txn"]["appId"].as_str() {
-                *counts.entry(app_id.to_owned()).or_insert(0) += 1;
-            }
-        }
-    }
-    counts
-}
-
-/// Every file under the table's `staging/` folder, relative to the table root, sorted.
-pub fn staged_files(table: &Path) -> Vec<String> {
-    fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) {
-        let Ok(entries) = std::fs::read_dir(dir) else { return };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                walk(root, &path, out);
-            } else {
-                out.push(path.strip_prefix(root).expect("inside").to_string_lossy().into_owned());
-            }
-        }
-    }
-    let mut out = Vec::new();
-    walk(table, &table.join("staging"), &mut out);
-    out.sort();
-    out
 }
 
 /// Sets `path`'s modification time an hour back: a file (or folder) some long-dead attempt left.

@@ -9,6 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
+use tidegate_testkit::TestWorkspace;
 
 use crate::common::{commits_per_app_id, tidegate};
 
@@ -95,12 +96,11 @@ fn python_has_deltalake() -> bool {
 
 #[test]
 fn killing_a_run_at_any_moment_and_rerunning_publishes_every_step_exactly_once() {
-    let dir = tempfile::tempdir().expect("tmp");
-    std::fs::write(dir.path().join("tidegate.toml"), SPEC).expect("write spec");
+    let dir = TestWorkspace::new(SPEC);
     let lake = dir.path().join(".tidegate/lake");
     let stop = dir.path().join("reader.stop");
     let reader = if python_has_deltalake() {
-        std::fs::write(dir.path().join("reader.py"), READER).expect("write reader");
+        dir.write("reader.py", READER);
         let reader = Command::new("python3")
             .arg(dir.path().join("reader.py"))
             .arg(&lake)

@@ -5,6 +5,7 @@ use std::path::Path;
 use std::process::Command;
 
 use serde_json::Value;
+use tidegate_testkit::TestWorkspace;
 
 const SPEC: &str = r#"
 [project]
@@ -37,8 +38,7 @@ fn tidegate(dir: &Path, args: &[&str]) -> String {
 
 #[test]
 fn run_then_read_query_and_roll_back() {
-    let dir = tempfile::tempdir().expect("tmp");
-    std::fs::write(dir.path().join("tidegate.toml"), SPEC).expect("spec");
+    let dir = TestWorkspace::new(SPEC);
     tidegate(dir.path(), &["run", "total", "--from", "2024-01-01", "--to", "2024-01-02", "--json"]);
     let rows: Value =
         serde_json::from_str(&tidegate(dir.path(), &["read", "totals", "--partition", "2024-01-02", "--json"]))
@@ -49,7 +49,7 @@ fn run_then_read_query_and_roll_back() {
 
     // Change the task's parameter, publish again, then roll the change back.
     let changed = SPEC.replace("second = \"20\"", "second = \"50\"");
-    std::fs::write(dir.path().join("tidegate.toml"), changed).expect("spec");
+    dir.set_spec(changed);
     tidegate(dir.path(), &["run", "total", "--partition", "2024-01-02", "--json"]);
     let after: Value =
         serde_json::from_str(&tidegate(dir.path(), &["read", "totals", "--partition", "2024-01-02", "--json"]))

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 
 use crate::common::*;
 use serde_json::Value;
+use tidegate_testkit::TestWorkspace;
 
 fn spec() -> String {
     format!("[project]\nname = \"failpoint_test\"\nlease_ttl_s = 3\nheartbeat_s = 1\n{EXTRACT_SUMMARIZE}")
@@ -48,9 +49,8 @@ fn a_crash_between_commit_and_record_is_resumed_without_duplicates() {
 /// Crashes `tidegate run` at `point` and reruns it; `committed` says whether the crash comes
 /// after the crashed publication's Delta commits (which the store then does not know).
 fn check(point: &str, committed: bool) {
-    let dir = tempfile::tempdir().expect("tmp");
+    let dir = TestWorkspace::new(spec());
     let ws = dir.path();
-    std::fs::write(ws.join("tidegate.toml"), spec()).expect("spec");
     abort_at(ws, &format!("{point}@{NTH}"), RUN);
 
     // What the crash left: the releases of two publications or more, recorded, plus after a

@@ -6,6 +6,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use tidegate_testkit::TestWorkspace;
 
 use crate::common::tidegate;
 
@@ -32,8 +33,7 @@ fn signal(pid: u32, sig: &str) {
 
 #[test]
 fn a_paused_worker_past_its_lease_cannot_publish() {
-    let dir = tempfile::tempdir().expect("tmp");
-    std::fs::write(dir.path().join("tidegate.toml"), SPEC).expect("write spec");
+    let dir = TestWorkspace::new(SPEC);
     let args = ["run", "slow", "--partition", "2024-01-01", "--idempotency-key", "fence", "--json"];
     let first =
         tidegate(dir.path()).args(args).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("spawn first");

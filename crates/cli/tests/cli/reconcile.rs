@@ -6,6 +6,7 @@
 
 use crate::common::*;
 use serde_json::{Value, json as j};
+use tidegate_testkit::TestWorkspace;
 
 const SPEC: &str = r#"
 [project]
@@ -30,9 +31,8 @@ fn add_of(table: &std::path::Path, partition: &str) -> Value {
 
 #[test]
 fn reconcile_removes_abandoned_staging_and_reports_what_disagrees() {
-    let dir = tempfile::tempdir().expect("tmp");
+    let dir = TestWorkspace::new(SPEC);
     let ws = dir.path();
-    std::fs::write(ws.join("tidegate.toml"), SPEC).expect("spec");
     ok(ws, &["run", "make", "--from", "2024-01-01", "--to", "2024-01-02", "--json"]);
     let nums = table(ws, "nums");
     // Two steps staging at once may both create the table, so count from the log.
@@ -147,9 +147,8 @@ fn names_in(dir: &std::path::Path) -> Vec<String> {
 
 #[test]
 fn reconcile_removes_what_finished_attempts_left_in_the_workspace() {
-    let dir = tempfile::tempdir().expect("tmp");
+    let dir = TestWorkspace::new(FAILING_SPEC);
     let ws = dir.path();
-    std::fs::write(ws.join("tidegate.toml"), FAILING_SPEC).expect("spec");
     let out = tidegate(ws).args(["run", "make", "--from", "2024-01-01", "--to", "2024-01-02"]).output().expect("runs");
     assert!(!out.status.success(), "2024-01-02 fails deterministically");
     let (attempts, logs) = (ws.join(".tidegate/attempts"), ws.join(".tidegate/logs"));

@@ -6,12 +6,7 @@ use std::path::Path;
 use std::process::Command;
 
 use serde_json::Value;
-
-fn workspace(spec: &str) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().expect("tmp");
-    std::fs::write(dir.path().join("tidegate.toml"), spec).expect("write spec");
-    dir
-}
+use tidegate_testkit::TestWorkspace;
 
 fn run(dir: &Path, args: &[&str]) -> (i32, Value) {
     let out =
@@ -54,7 +49,7 @@ const WRITE: &str = "printf 'id\\\\n1\\\\n' > \\\"$TIDEGATE_OUTPUT_DIR/o.csv\\\"
 
 #[test]
 fn a_deterministic_failure_is_attempted_once() {
-    let dir = workspace(&spec(
+    let dir = TestWorkspace::new(spec(
         "echo 'bad input row 7' >&2; exit 65",
         "",
         "{ attempts = 5, backoff_base_ms = 10, backoff_max_ms = 20 }",
@@ -71,7 +66,7 @@ fn a_deterministic_failure_is_attempted_once() {
 #[test]
 fn two_transient_failures_then_success_on_attempt_3() {
     let command = format!("if [ \\\"$TIDEGATE_ATTEMPT\\\" -lt 3 ]; then exit 75; fi; {WRITE}");
-    let dir = workspace(&spec(&command, "", "{ attempts = 3, backoff_base_ms = 10, backoff_max_ms = 50 }"));
+    let dir = TestWorkspace::new(spec(&command, "", "{ attempts = 3, backoff_base_ms = 10, backoff_max_ms = 50 }"));
     let (code, report) = run(dir.path(), &["run", "flaky", "--partition", "2024-01-01"]);
     assert_eq!(code, 0, "{report}");
     assert_eq!(report["summary"]["published"], 1);
@@ -83,7 +78,7 @@ fn two_transient_failures_then_success_on_attempt_3() {
 #[test]
 fn a_pool_failing_every_attempt_stops_at_its_retry_budget() {
     let pool = "[pools.default]\nslots = 2\nretry_budget_ratio = 0.1\nretry_budget_burst = 1";
-    let dir = workspace(&spec("exit 75", pool, "{ attempts = 5, backoff_base_ms = 10, backoff_max_ms = 20 }"));
+    let dir = TestWorkspace::new(spec("exit 75", pool, "{ attempts = 5, backoff_base_ms = 10, backoff_max_ms = 20 }"));
     let (code, report) = run(dir.path(), &["run", "flaky", "--from", "2024-01-01", "--to", "2024-01-10"]);
     assert_eq!(code, 1);
     let a = attempts(dir.path());
@@ -114,7 +109,7 @@ fn a_pool_failing_every_attempt_stops_at_its_retry_budget() {
 #[test]
 fn deterministic_failures_do_not_trip_backpressure() {
     let pool = "[pools.default]\nslots = 2";
-    let dir = workspace(&spec("exit 65", pool, "{ attempts = 3, backoff_base_ms = 10, backoff_max_ms = 20 }"));
+    let dir = TestWorkspace::new(spec("exit 65", pool, "{ attempts = 3, backoff_base_ms = 10, backoff_max_ms = 20 }"));
     let (code, report) = run(dir.path(), &["run", "flaky", "--from", "2024-01-01", "--to", "2024-01-30"]);
     assert_eq!(code, 1);
     assert_eq!(report["summary"]["failed"], 30, "{report}");

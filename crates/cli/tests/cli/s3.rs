@@ -5,6 +5,7 @@
 
 use crate::common::*;
 use serde_json::Value;
+use tidegate_testkit::TestWorkspace;
 
 #[test]
 fn a_pipeline_publishes_to_an_s3_lake() {
@@ -16,10 +17,9 @@ fn a_pipeline_publishes_to_an_s3_lake() {
         return;
     };
     let lake = format!("{}/cli-{}", base.trim_end_matches('/'), uuid::Uuid::now_v7());
-    let dir = tempfile::tempdir().expect("tmp");
-    let ws = dir.path();
     let spec = format!("[project]\nname = \"s3_test\"\nlake = \"{lake}\"\n{EXTRACT_SUMMARIZE}");
-    std::fs::write(ws.join("tidegate.toml"), spec).expect("spec");
+    let dir = TestWorkspace::new(spec);
+    let ws = dir.path();
     let run = ["run", "summarize", "--from", "2024-01-01", "--to", "2024-01-02", "--idempotency-key", "s3", "--json"];
     let (code, report) = json(ws, &run);
     assert_eq!((code, &report["status"]), (0, &Value::from("succeeded")), "{report}");

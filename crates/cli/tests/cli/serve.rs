@@ -4,6 +4,8 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use tidegate_testkit::TestWorkspace;
+
 fn spec(start: &str) -> String {
     format!(
         r#"
@@ -32,9 +34,8 @@ fn count(db: &rusqlite::Connection, kind: &str) -> i64 {
 
 #[test]
 fn serve_runs_what_is_due_and_sigterm_lets_the_attempt_in_flight_finish() {
-    let dir = tempfile::tempdir().expect("tmp");
     let start = (chrono::Utc::now() - chrono::Duration::days(5)).format("%Y-%m-%d").to_string();
-    std::fs::write(dir.path().join("tidegate.toml"), spec(&start)).expect("spec");
+    let dir = TestWorkspace::new(spec(&start));
     let serve = Command::new(env!("CARGO_BIN_EXE_tidegate"))
         .args(["serve", "--tick-every-s", "1"])
         .current_dir(dir.path())

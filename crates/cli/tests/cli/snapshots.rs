@@ -5,6 +5,8 @@
 
 use std::path::Path;
 
+use tidegate_testkit::TestWorkspace;
+
 use crate::common::{self, EXTRACT_SUMMARIZE};
 
 /// The range every test works on: three days, so the plan has parallel levels and the tables rows.
@@ -16,11 +18,8 @@ const BUGGY: &str = "COUNT(*) AS n FROM raw";
 const FIXED: &str = "COUNT(*) * 2 AS n FROM raw";
 
 /// A temp workspace holding the two-step pipeline under a `[project]` table.
-fn workspace() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().expect("tmp");
-    let spec = format!("[project]\nname = \"snapshot_test\"\n{EXTRACT_SUMMARIZE}");
-    std::fs::write(dir.path().join("tidegate.toml"), spec).expect("spec");
-    dir
+fn workspace() -> TestWorkspace {
+    TestWorkspace::new(format!("[project]\nname = \"snapshot_test\"\n{EXTRACT_SUMMARIZE}"))
 }
 
 /// A workspace whose summary of [`FROM`]..=[`TO`] is published, then found wrong and fixed in the

@@ -6,6 +6,7 @@
 
 use crate::common::*;
 use serde_json::{Value, json as j};
+use tidegate_testkit::TestWorkspace;
 
 const SPEC: &str = r#"
 [project]
@@ -39,12 +40,12 @@ fn vacuum_entries(ws: &std::path::Path) -> Vec<Value> {
 
 #[test]
 fn vacuum_keeps_every_retained_release_restorable() {
-    let dir = tempfile::tempdir().expect("tmp");
+    let dir = TestWorkspace::new(SPEC);
     let ws = dir.path();
     let nums = table(ws, "nums");
     // Four releases of 2024-01-01 (table versions 1 to 4), each with a new value.
     for v in ["10", "20", "30", "40"] {
-        std::fs::write(ws.join("tidegate.toml"), SPEC.replace("v = \"10\"", &format!("v = \"{v}\""))).expect("spec");
+        dir.set_spec(SPEC.replace("v = \"10\"", &format!("v = \"{v}\"")));
         ok(ws, &["run", "make", "--partition", "2024-01-01", "--json"]);
     }
     assert_eq!(latest_version(&nums), 4);
@@ -136,9 +137,8 @@ fn vacuum_keeps_every_retained_release_restorable() {
 
 #[test]
 fn vacuum_refuses_bad_arguments() {
-    let dir = tempfile::tempdir().expect("tmp");
+    let dir = TestWorkspace::new(SPEC);
     let ws = dir.path();
-    std::fs::write(ws.join("tidegate.toml"), SPEC).expect("spec");
     for (args, expected) in [
         (&["vacuum", "--retain-releases", "0"][..], "0 is not in 1.."),
         (&["vacuum", "--retain-releases", "1", "--older-than", "1d"][..], "cannot be used with"),
@@ -175,11 +175,11 @@ fn locks_held(ws: &std::path::Path) -> i64 {
 
 #[test]
 fn rollback_and_vacuum_wait_for_the_dataset_lock_and_name_its_holder() {
-    let dir = tempfile::tempdir().expect("tmp");
+    let dir = TestWorkspace::new(SPEC);
     let ws = dir.path();
     let nums = table(ws, "nums");
     for v in ["10", "20"] {
-        std::fs::write(ws.join("tidegate.toml"), SPEC.replace("v = \"10\"", &format!("v = \"{v}\""))).expect("spec");
+        dir.set_spec(SPEC.replace("v = \"10\"", &format!("v = \"{v}\"")));
         ok(ws, &["run", "make", "--partition", "2024-01-01", "--json"]);
     }
     assert_eq!(locks_held(ws), 0, "a run takes no maintenance lock");

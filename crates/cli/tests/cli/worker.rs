@@ -6,6 +6,8 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use tidegate_testkit::TestWorkspace;
+
 const N_DAYS: usize = 4;
 
 fn spec() -> String {
@@ -69,9 +71,8 @@ fn stop(mut child: Child) -> std::process::Output {
     child.wait_with_output().expect("output")
 }
 
-fn workspace() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().expect("tmp");
-    std::fs::write(dir.path().join("tidegate.toml"), spec()).expect("spec");
+fn workspace() -> TestWorkspace {
+    let dir = TestWorkspace::new(spec());
     let init = Command::new(env!("CARGO_BIN_EXE_tidegate")).arg("validate").current_dir(dir.path()).output();
     assert!(init.expect("validate").status.success());
     dir
@@ -116,7 +117,7 @@ fn a_scheduler_without_slots_of_its_own_runs_everything_on_worker_processes() {
 #[test]
 fn steps_of_a_worker_killed_mid_attempt_are_retried_on_another_worker() {
     let dir = workspace();
-    std::fs::write(dir.path().join("slow-first"), "").expect("marker");
+    dir.write("slow-first", "");
     let mut doomed = spawn(dir.path(), &["worker", "--slots", "8", "--name", "doomed"]);
     wait_for("the worker to register", 60, || query_i64(dir.path(), "SELECT COUNT(*) FROM workers") == 1);
     let serve = spawn(dir.path(), &["serve", "--workers", "0", "--tick-every-s", "1"]);
@@ -135,7 +136,7 @@ fn steps_of_a_worker_killed_mid_attempt_are_retried_on_another_worker() {
     assert_eq!(query_i64(dir.path(), "SELECT COUNT(*) FROM attempts WHERE worker = 'rescuer'"), N_DAYS as i64);
     assert_eq!(query_i64(dir.path(), "SELECT COUNT(*) FROM journal WHERE kind = 'lease_expired'"), N_DAYS as i64);
     // One Delta commit per step identity, whatever the crash.
-    let log = dir.path().join(".tidegate/lake/raw/_delta_log");
+    let log = dir.table("raw").join("_delta_log");
     let mut app_ids = std::collections::BTreeMap::<String, usize>::new();
     for entry in std::fs::read_dir(&log).expect("delta log").flatten() {
         if entry.path().extension().is_none_or(|e| e != "json") {

@@ -8,6 +8,7 @@ use std::path::Path;
 use std::process::Output;
 
 use serde_json::Value;
+use tidegate_testkit::TestWorkspace;
 
 use crate::common::{EXTRACT_SUMMARIZE, latest_version, table, tidegate};
 
@@ -85,11 +86,6 @@ fn assert_all_clear(corpus: &str, n_cases: usize, failures: &[String]) {
         failures.len(),
         failures.join("\n\n")
     );
-}
-
-/// Writes `text` as the workspace's `tidegate.toml`.
-fn write_spec(dir: &Path, text: &str) {
-    std::fs::write(dir.join("tidegate.toml"), text).expect("write tidegate.toml");
 }
 
 /// Runs `tidegate ARGS` and fails the test (this is set-up, not a case) unless it succeeds.
@@ -292,8 +288,7 @@ const BAD_PLACES: &[(&str, &[&str])] = &[
 fn broken_workspaces() -> Vec<(String, Output, &'static [&'static str])> {
     let mut answers = Vec::new();
     for (bytes, says) in BROKEN_SPEC_FILES {
-        let dir = tempfile::tempdir().expect("temp dir");
-        std::fs::write(dir.path().join("tidegate.toml"), bytes).expect("write tidegate.toml");
+        let dir = TestWorkspace::new(bytes);
         answers.push((
             format!("validate with tidegate.toml = {:?}", String::from_utf8_lossy(bytes)),
             run(dir.path(), &["validate"]),
@@ -301,8 +296,7 @@ fn broken_workspaces() -> Vec<(String, Output, &'static [&'static str])> {
         ));
     }
     for (line, says) in BAD_PLACES {
-        let dir = tempfile::tempdir().expect("temp dir");
-        write_spec(dir.path(), &format!("[project]\nname = \"places\"\n{line}\n{EXTRACT_SUMMARIZE}"));
+        let dir = TestWorkspace::new(format!("[project]\nname = \"places\"\n{line}\n{EXTRACT_SUMMARIZE}"));
         answers.push((format!("status with {line}"), run(dir.path(), &["status"]), *says));
     }
     let dir = tempfile::tempdir().expect("temp dir");
@@ -327,8 +321,7 @@ fn bad_command_lines_are_answered_clearly() {
     let example = tempfile::tempdir().expect("temp dir");
     setup(example.path(), &["init", "."]);
     setup(example.path(), &["run", "daily_stats", "--partition", "2024-01-01"]);
-    let regions = tempfile::tempdir().expect("temp dir");
-    write_spec(regions.path(), STATIC_SPEC);
+    let regions = TestWorkspace::new(STATIC_SPEC);
     let nowhere = tempfile::tempdir().expect("temp dir");
     let no_workspace: &[CliCase] = &[
         ("status", 1, &["no tidegate.toml", "tidegate init"]),
@@ -494,8 +487,7 @@ fn expect_failed_step(dir: &Path, target: &str, partition: &str, dataset: &str, 
 
 #[test]
 fn malformed_task_outputs_fail_their_step_once_and_publish_nothing() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    write_spec(dir.path(), OUTPUTS_SPEC);
+    let dir = TestWorkspace::new(OUTPUTS_SPEC);
     let case_file = dir.path().join("case.sh");
     std::fs::write(&case_file, "printf 'id,name\\n1,a\\n' > \"$OUT/out.csv\"\n").expect("write case.sh");
     setup(dir.path(), &["run", "produce", "--partition", "2024-01-01"]);
@@ -518,8 +510,7 @@ fn malformed_task_outputs_fail_their_step_once_and_publish_nothing() {
 /// partition leaves no file, and the partition is published empty, replacing what it held.
 #[test]
 fn a_task_that_leaves_no_file_publishes_an_empty_partition() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    write_spec(dir.path(), OUTPUTS_SPEC);
+    let dir = TestWorkspace::new(OUTPUTS_SPEC);
     std::fs::write(dir.path().join("case.sh"), "printf 'id\\n1\\n' > \"$OUT/out.csv\"\n").expect("write case.sh");
     setup(dir.path(), &["run", "produce", "--partition", "2024-01-01"]);
     let before = latest_version(&table(dir.path(), "rows"));
@@ -637,8 +628,7 @@ const SQL_CHECKS: &[(&str, &[&str])] = &[
 
 #[test]
 fn bad_sql_is_answered_with_the_query_problem() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    write_spec(dir.path(), &sql_spec(""));
+    let dir = TestWorkspace::new(sql_spec(""));
     setup(dir.path(), &["run", "summarize", "--partition", "2024-01-01"]);
     let mut failures = Vec::new();
     for (query, says) in SQL_QUERIES {
@@ -649,20 +639,20 @@ fn bad_sql_is_answered_with_the_query_problem() {
         }
     }
     // Publish each dataset once, so a case that published would move its table's version.
-    write_spec(dir.path(), &sql_spec(&sql_task("SELECT day, COUNT(*) AS n FROM raw GROUP BY day")));
+    dir.set_spec(sql_spec(&sql_task("SELECT day, COUNT(*) AS n FROM raw GROUP BY day")));
     setup(dir.path(), &["run", "derive", "--partition", "2024-01-01", "--only"]);
-    write_spec(dir.path(), &sql_spec(&sql_check("SELECT * FROM staged WHERE id < 0")));
+    dir.set_spec(sql_spec(&sql_check("SELECT * FROM staged WHERE id < 0")));
     setup(dir.path(), &["run", "check_me", "--partition", "2024-01-01", "--only"]);
     for (query, says) in SQL_TASKS {
         println!("SQL task {query:?}");
-        write_spec(dir.path(), &sql_spec(&sql_task(query)));
+        dir.set_spec(sql_spec(&sql_task(query)));
         if let Some(why) = expect_failed_sql(dir.path(), "derive", "derived", says) {
             failures.push(format!("SQL task {query:?}: {why}"));
         }
     }
     for (query, says) in SQL_CHECKS {
         println!("SQL check {query:?}");
-        write_spec(dir.path(), &sql_spec(&sql_check(query)));
+        dir.set_spec(sql_spec(&sql_check(query)));
         if let Some(why) = expect_failed_sql(dir.path(), "check_me", "checked", says) {
             failures.push(format!("SQL check {query:?}: {why}"));
         }
@@ -692,8 +682,7 @@ fn expect_failed_sql(dir: &Path, target: &str, dataset: &str, says: &[&str]) -> 
 /// the blocking check that failed and why, not only how many failed.
 #[test]
 fn a_failed_check_is_named_in_the_journal_reason() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    write_spec(dir.path(), &sql_spec(&sql_check("SELECT * FROM staged WHERE id > 0")));
+    let dir = TestWorkspace::new(sql_spec(&sql_check("SELECT * FROM staged WHERE id > 0")));
     let out = run(dir.path(), &["run", "check_me", "--partition", "2024-01-01", "--only", "--json"]);
     let report: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
     let run_id = report["run_id"].as_str().unwrap_or_default();

@@ -11,6 +11,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use serde_json::Value;
+use tidegate_testkit::TestWorkspace;
 
 use crate::common::{abort_at, commits_per_app_id, table, token_of};
 
@@ -90,10 +91,8 @@ fn json(dir: &Path, args: &[&str]) -> (i32, Value) {
     crate::common::json(dir, args)
 }
 
-fn step_workspace(write: &str) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().expect("tmp");
-    std::fs::write(dir.path().join("tidegate.toml"), STEP_SPEC.replace("WRITE", write)).expect("spec");
-    dir
+fn step_workspace(write: &str) -> TestWorkspace {
+    TestWorkspace::new(STEP_SPEC.replace("WRITE", write))
 }
 
 /// What readers see in `dataset`, every column, in a fixed order.
@@ -257,10 +256,10 @@ timeout_s = 60
 
 const BACKFILL_DATASETS: &[&str] = &["raw", "summary"];
 
-/// A workspace whose two days were published at level 10 with a backfill of `extract` and its
-/// downstream staged at level 20 and approved by a second person. Returns the backfill's id.
+/// Publishes the two days of a workspace with [`BACKFILL_SPEC`] at level 10, then stages a backfill
+/// of `extract` and its downstream at level 20 and has a second person approve it. Returns the
+/// backfill's id.
 fn approved_backfill(ws: &Path) -> String {
-    std::fs::write(ws.join("tidegate.toml"), BACKFILL_SPEC).expect("spec");
     std::fs::write(ws.join("level"), "10").expect("level");
     ok(ws, "ana", &["run", "summarize", "--from", "2024-01-01", "--to", "2024-01-02", "--json"]);
     std::fs::write(ws.join("level"), "20").expect("level");
@@ -335,7 +334,7 @@ fn backfill_reference() -> &'static Reference {
 
 /// A crash-free backfill published and rolled back.
 fn crash_free_backfill() -> Reference {
-    let dir = tempfile::tempdir().expect("tmp");
+    let dir = TestWorkspace::new(BACKFILL_SPEC);
     let ws = dir.path();
     let id = approved_backfill(ws);
     let old = read_all(ws);
@@ -349,7 +348,7 @@ fn crash_free_backfill() -> Reference {
 
 fn publish_case(crashes: &[&str], reference: &Reference) {
     let Reference { old, new, n_commits: n, n_published } = reference;
-    let dir = tempfile::tempdir().expect("tmp");
+    let dir = TestWorkspace::new(BACKFILL_SPEC);
     let ws = dir.path();
     let id = approved_backfill(ws);
     let case = format!("backfill publish crashed at {}", crashes.join(" then "));
@@ -367,7 +366,7 @@ fn publish_case(crashes: &[&str], reference: &Reference) {
 
 fn rollback_case(point: &str, reference: &Reference) {
     let Reference { old, new, n_commits: n, n_published } = reference;
-    let dir = tempfile::tempdir().expect("tmp");
+    let dir = TestWorkspace::new(BACKFILL_SPEC);
     let ws = dir.path();
     let id = approved_backfill(ws);
     ok(ws, "ana", &["backfill", "publish", &id]);

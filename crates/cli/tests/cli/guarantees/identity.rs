@@ -6,6 +6,7 @@ use std::path::Path;
 use std::process::Output;
 
 use serde_json::Value;
+use tidegate_testkit::TestWorkspace;
 
 use crate::common::{EXTRACT_SUMMARIZE, ok, tidegate};
 
@@ -15,11 +16,9 @@ fn stderr(out: &Output) -> String {
 
 /// A workspace with a published day and a backfill of it, staged and compared, awaiting approval.
 /// Returns the folder and the backfill's id.
-fn staged_backfill() -> (tempfile::TempDir, String) {
-    let dir = tempfile::tempdir().expect("temp dir");
+fn staged_backfill() -> (TestWorkspace, String) {
+    let dir = TestWorkspace::new(format!("[project]\nname = \"identity\"\n{EXTRACT_SUMMARIZE}"));
     let ws = dir.path();
-    std::fs::write(ws.join("tidegate.toml"), format!("[project]\nname = \"identity\"\n{EXTRACT_SUMMARIZE}"))
-        .expect("spec");
     ok(ws, &["run", "summarize", "--partition", "2024-01-01"]);
     let plan = ok(
         ws,
@@ -118,10 +117,8 @@ fn a_token_under_another_spelling_of_the_requesters_name_cannot_approve() {
 
 #[test]
 fn one_person_cannot_hold_two_spellings_of_a_name() {
-    let dir = tempfile::tempdir().expect("temp dir");
+    let dir = TestWorkspace::new(format!("[project]\nname = \"identity\"\n{EXTRACT_SUMMARIZE}"));
     let ws = dir.path();
-    std::fs::write(ws.join("tidegate.toml"), format!("[project]\nname = \"identity\"\n{EXTRACT_SUMMARIZE}"))
-        .expect("spec");
     mint(ws, "bob", "approver");
     for other in ["Bob", "b\u{043E}b", "ｂｏｂ"] {
         let out = tidegate(ws).args(["token", "create", "--name", other, "--role", "approver"]).output().expect("runs");
@@ -161,10 +158,8 @@ fn only_a_valid_approver_token_of_another_person_approves() {
 
 #[test]
 fn without_user_variables_the_requester_is_the_os_account_not_unknown() {
-    let dir = tempfile::tempdir().expect("temp dir");
+    let dir = TestWorkspace::new(format!("[project]\nname = \"identity\"\n{EXTRACT_SUMMARIZE}"));
     let ws = dir.path();
-    std::fs::write(ws.join("tidegate.toml"), format!("[project]\nname = \"identity\"\n{EXTRACT_SUMMARIZE}"))
-        .expect("spec");
     let out = tidegate(ws)
         .env_remove("TIDEGATE_USER")
         .env_remove("USER")

@@ -5,6 +5,8 @@
 use std::path::Path;
 use std::process::Output;
 
+use tidegate_testkit::TestWorkspace;
+
 use crate::common::{EXTRACT_SUMMARIZE, ok, tidegate};
 
 fn run(dir: &Path, args: &[&str]) -> Output {
@@ -16,10 +18,8 @@ fn text(out: &Output) -> String {
 }
 
 /// A workspace with three published days.
-fn published() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().expect("temp dir");
-    std::fs::write(dir.path().join("tidegate.toml"), format!("[project]\nname = \"anchors\"\n{EXTRACT_SUMMARIZE}"))
-        .expect("spec");
+fn published() -> TestWorkspace {
+    let dir = TestWorkspace::new(format!("[project]\nname = \"anchors\"\n{EXTRACT_SUMMARIZE}"));
     ok(dir.path(), &["run", "summarize", "--from", "2024-01-01", "--to", "2024-01-03"]);
     assert_eq!(run(dir.path(), &["history"]).status.code(), Some(0), "an untouched journal verifies");
     dir

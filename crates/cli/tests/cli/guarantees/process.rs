@@ -5,19 +5,19 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use tidegate_testkit::TestWorkspace;
 
 use crate::common::{json, tidegate};
 
 /// A workspace with one daily dataset `out` written by task `t`, whose settings are `task`
 /// (TOML lines: at least `command`). Heartbeats every second, so a timeout of a few seconds
 /// is valid.
-fn workspace(project: &str, task: &str) -> tempfile::TempDir {
+fn workspace(project: &str, task: &str) -> TestWorkspace {
     workspace_with_attempts(3, project, task)
 }
 
 /// [`workspace`], with task `t` attempted at most `attempts` times.
-fn workspace_with_attempts(attempts: u32, project: &str, task: &str) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().expect("tmp");
+fn workspace_with_attempts(attempts: u32, project: &str, task: &str) -> TestWorkspace {
     let spec = format!(
         r#"
 [project]
@@ -41,8 +41,7 @@ retry = {{ attempts = {attempts}, backoff_base_ms = 10, backoff_max_ms = 20 }}
 {task}
 "#
     );
-    std::fs::write(dir.path().join("tidegate.toml"), spec).expect("write spec");
-    dir
+    TestWorkspace::new(spec)
 }
 
 /// `command = ["sh", "-c", SCRIPT]` as a TOML line.

@@ -9,6 +9,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use tidegate_testkit::TestWorkspace;
 
 use crate::common::{commits_per_app_id, latest_version, table};
 
@@ -98,12 +99,17 @@ fn rows(days: &[(&str, i64)]) -> Vec<(String, i64)> {
     days.iter().flat_map(|(d, v)| [((*d).to_owned(), *v), ((*d).to_owned(), *v)]).collect()
 }
 
-/// A workspace whose two days were published at level 10, and a backfill of `target` over both
-/// days staged at level 20, compared, and approved by someone other than its requester. Returns
+/// A workspace with [`SPEC`], whose `extract` reads its level from the file `level` in it.
+fn workspace() -> TestWorkspace {
+    let ws = TestWorkspace::new("");
+    ws.set_spec(SPEC.replace("LEVEL", &ws.path().join("level").display().to_string()));
+    ws
+}
+
+/// Publishes a [`workspace`]'s two days at level 10, then stages a backfill of `target` over both
+/// days at level 20, compares it, and has someone other than its requester approve it. Returns
 /// the backfill's id.
 fn approved_backfill(dir: &Path, target: &str, downstream: bool) -> String {
-    let spec = SPEC.replace("LEVEL", &dir.join("level").display().to_string());
-    std::fs::write(dir.join("tidegate.toml"), spec).expect("spec");
     set_level(dir, 10);
     ok(dir, "ana", &["run", "summarize", "--from", "2024-01-01", "--to", "2024-01-02", "--json"]);
     set_level(dir, 20);
@@ -188,7 +194,7 @@ fn raw_table(dir: &Path) -> PathBuf {
 
 #[test]
 fn a_live_run_published_after_approval_makes_backfill_publish_refuse_naming_the_partition() {
-    let dir = tempfile::tempdir().expect("tmp");
+    let dir = workspace();
     let ws = dir.path();
     let id = approved_backfill(ws, "extract", false);
     let approved = latest_version(&raw_table(ws));
@@ -207,7 +213,7 @@ fn a_live_run_published_after_approval_makes_backfill_publish_refuse_naming_the_
 
 #[test]
 fn a_live_run_committing_while_backfill_publish_is_at_its_commit_is_not_overwritten() {
-    let dir = tempfile::tempdir().expect("tmp");
+    let dir = workspace();
     let ws = dir.path();
     let id = approved_backfill(ws, "extract", false);
     let approved = latest_version(&raw_table(ws));
@@ -234,7 +240,7 @@ fn a_live_run_committing_while_backfill_publish_is_at_its_commit_is_not_overwrit
 
 #[test]
 fn a_multi_dataset_backfill_refused_after_its_first_commit_restores_it_and_publishes_nothing_more() {
-    let dir = tempfile::tempdir().expect("tmp");
+    let dir = workspace();
     let ws = dir.path();
     let raw_before = rows(&[("2024-01-01", 10), ("2024-01-02", 10)]);
     let id = approved_backfill(ws, "extract", true);

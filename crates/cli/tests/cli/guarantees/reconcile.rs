@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use crate::common::*;
 use serde_json::{Value, json as j};
+use tidegate_testkit::TestWorkspace;
 
 /// A workspace writing `nums`, in a lake folder beside the workspace (`../lake`), so that a
 /// second workspace can share it.
@@ -326,9 +327,8 @@ outputs = ["nums"]
 
 #[test]
 fn reconcile_still_removes_what_a_finished_attempt_of_this_store_staged() {
-    let dir = tempfile::tempdir().expect("tmp");
+    let dir = TestWorkspace::new(CHECKED);
     let ws = dir.path();
-    std::fs::write(ws.join("tidegate.toml"), CHECKED).expect("spec");
     // Two rows where at most one is allowed: the attempt staged its file, the check failed, and
     // the step failed for good. Its file is ours and abandoned.
     let out = tidegate(ws).args(["run", "make", "--partition", "2024-01-01"]).output().expect("runs");

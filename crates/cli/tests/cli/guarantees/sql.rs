@@ -6,6 +6,7 @@
 use std::path::Path;
 
 use serde_json::Value;
+use tidegate_testkit::TestWorkspace;
 
 use crate::common::{latest_version, ok, table, tidegate};
 
@@ -27,9 +28,8 @@ outputs = ["daily_stats"]
 const MAKE_COMMAND: &str = r#"printf 'id,n\n1,10\n2,20\n' > \"$TIDEGATE_OUTPUT_DIR/rows.csv\""#;
 
 /// A workspace with [`SPEC`] whose `daily_stats` has two rows published for 2024-01-01.
-fn published() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().expect("tmp");
-    std::fs::write(dir.path().join("tidegate.toml"), SPEC).expect("spec");
+fn published() -> TestWorkspace {
+    let dir = TestWorkspace::new(SPEC);
     ok(dir.path(), &["run", "make", "--partition", "2024-01-01", "--json"]);
     dir
 }
@@ -103,7 +103,6 @@ fn line_col(text: &str, needle: &str) -> (usize, usize) {
 
 #[test]
 fn validate_refuses_a_check_or_a_sql_task_that_is_not_a_query() {
-    let dir = tempfile::tempdir().expect("tmp");
     let spec = format!(
         r#"{SPEC}
 [[datasets.daily_stats.checks]]
@@ -120,7 +119,7 @@ inputs = ["daily_stats"]
 outputs = ["copied"]
 "#
     );
-    std::fs::write(dir.path().join("tidegate.toml"), &spec).expect("spec");
+    let dir = TestWorkspace::new(&spec);
     let out = tidegate(dir.path()).arg("validate").output().expect("runs");
     assert!(!out.status.success(), "validate accepted a check and a task that write");
     let printed = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
@@ -149,7 +148,7 @@ fn an_output_that_is_a_symlink_fails_the_step_and_keeps_the_published_rows() {
     let linking = format!(r#"ln -s '{}' \"$TIDEGATE_OUTPUT_DIR/rows.csv\""#, real.display());
     let spec = SPEC.replace(MAKE_COMMAND, &linking);
     assert_ne!(spec, SPEC);
-    std::fs::write(dir.path().join("tidegate.toml"), spec).expect("spec");
+    dir.set_spec(spec);
 
     let out = tidegate(dir.path()).args(["run", "make", "--partition", "2024-01-01", "--json"]).output().expect("runs");
     assert!(!out.status.success(), "the run succeeded: {}", String::from_utf8_lossy(&out.stdout));
@@ -164,8 +163,7 @@ fn an_output_that_is_a_symlink_fails_the_step_and_keeps_the_published_rows() {
 
 #[test]
 fn read_of_an_unknown_dataset_suggests_the_closest_name() {
-    let dir = tempfile::tempdir().expect("tmp");
-    std::fs::write(dir.path().join("tidegate.toml"), SPEC).expect("spec");
+    let dir = TestWorkspace::new(SPEC);
     let stderr = fails(dir.path(), &["read", "daily_stat"]);
     assert!(stderr.contains(r#"did you mean "daily_stats"?"#), "{stderr}");
 }
