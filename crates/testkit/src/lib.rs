@@ -1,3 +1,4 @@
+#![warn(missing_docs, unreachable_pub)]
 //! Test helpers shared by Tidegate's crates: a fixed instant and a fake clock ([`ManualClock`]),
 //! store fixtures and a store under test on a temp SQLite file or a fresh PostgreSQL schema
 //! ([`store`]), a temp workspace holding a `tidegate.toml` ([`TestWorkspace`]), readers of a Delta

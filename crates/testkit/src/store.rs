@@ -130,6 +130,7 @@ pub fn checkpoint_record(step_id: &str, granule: &str, version_id: &str, at: Dat
 /// file or the PostgreSQL schema.
 #[derive(Debug)]
 pub struct StoreUnderTest {
+    /// The store under test.
     pub store: Arc<dyn Store>,
     place: Place,
 }
@@ -157,6 +158,7 @@ impl StoreUnderTest {
         Some(Self { store: Arc::new(store), place: Place::Postgres { schema } })
     }
 
+    /// Which database the store runs on.
     pub fn backend(&self) -> Backend {
         self.store.backend()
     }
@@ -248,6 +250,7 @@ impl PgSchema {
         postgres::Client::connect(&self.url, postgres::NoTls).expect("connecting a raw client to the test schema")
     }
 
+    /// The schema's name.
     pub fn name(&self) -> &str {
         &self.name
     }

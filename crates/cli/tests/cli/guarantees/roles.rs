@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use serde_json::Value;
+use tidegate_testkit::TestWorkspace;
 
 use crate::common::{EXTRACT_SUMMARIZE, ok, tidegate};
 
@@ -22,10 +23,8 @@ fn with_token(ws: &Path, token: &str, args: &[&str]) -> (bool, String) {
 
 #[test]
 fn each_command_needs_exactly_its_operations_role() {
-    let dir = tempfile::tempdir().expect("temp dir");
+    let dir = TestWorkspace::new(format!("[project]\nname = \"roles\"\n{EXTRACT_SUMMARIZE}"));
     let ws = dir.path();
-    std::fs::write(ws.join("tidegate.toml"), format!("[project]\nname = \"roles\"\n{EXTRACT_SUMMARIZE}"))
-        .expect("spec");
     ok(ws, &["run", "summarize", "--partition", "2024-01-01"]);
     let viewer = token(ws, "viewer");
     let operator = token(ws, "operator");
