@@ -53,3 +53,13 @@ pub fn human_bytes(n: u64) -> String {
         _ => format!("{:.1} GiB", f / 1_073_741_824.0),
     }
 }
+
+/// Partition keys for people: `A`, `A, B`, or `A..B (N partitions)` for a longer list.
+pub fn partition_list(keys: &[String]) -> String {
+    match keys {
+        [] => "no partitions".to_owned(),
+        [one] => format!("partition {one}"),
+        [a, b] => format!("partitions {a}, {b}"),
+        [first, .., last] => format!("partitions {first}..{last} ({} partitions)", keys.len()),
+    }
+}

@@ -13,6 +13,7 @@ mod fencing;
 mod guarantees;
 mod reconcile;
 mod retries;
+mod runs;
 mod s3;
 mod serve;
 mod snapshots;
