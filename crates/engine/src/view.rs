@@ -345,6 +345,18 @@ impl View {
             .sum()
     }
 
+    /// Whether every step of `run_id` has settled and none failed: the run succeeded.
+    pub fn run_succeeded(&self, run_id: &str) -> bool {
+        let mut steps = self.steps.values().filter(|e| e.record.run_id == run_id).peekable();
+        steps.peek().is_some()
+            && steps.all(|e| {
+                matches!(
+                    e.status(),
+                    StepStatus::Published | StepStatus::Skipped | StepStatus::Superseded | StepStatus::Cancelled
+                )
+            })
+    }
+
     /// Drops runs whose steps are all terminal, to keep the view small in a long-lived server.
     /// Called every refresh: the look for an unfinished step borrows the run ids and stops as
     /// soon as every run has one, so a busy view costs a short scan, not a copy of every id.
