@@ -10,8 +10,11 @@ use std::process::Command;
 use serde_json::Value;
 use tidegate_testkit::TestWorkspace;
 
+/// The task's command: one row into its output.
+const WRITE_ONE_ROW: &str = r#"["sh", "-c", "printf 'id\n1\n' > \"$TIDEGATE_OUTPUT_DIR/raw.csv\""]"#;
+
 fn spec(catchup: &str) -> String {
-    spec_with(r#"["sh", "-c", "printf 'id\n1\n' > \"$TIDEGATE_OUTPUT_DIR/raw.csv\""]"#, "@daily", catchup)
+    spec_with(WRITE_ONE_ROW, "@daily", catchup)
 }
 
 fn spec_with(command: &str, schedule: &str, catchup: &str) -> String {
@@ -192,11 +195,7 @@ fn catch_up_runs_at_most_max_active_runs_intervals_at_once_newest_first() {
 #[test]
 fn a_cron_schedule_makes_a_day_due_at_its_fire_time_not_when_the_day_ends() {
     // The example spec's schedule: the day before is due at 04:30 UTC (the dataset has no zone).
-    let dir = TestWorkspace::new(spec_with(
-        r#"["sh", "-c", "printf 'id\n1\n' > \"$TIDEGATE_OUTPUT_DIR/raw.csv\""]"#,
-        "30 4 * * *",
-        "{ enabled = false }",
-    ));
+    let dir = TestWorkspace::new(spec_with(WRITE_ONE_ROW, "30 4 * * *", "{ enabled = false }"));
     tidegate(dir.path(), &["run", "extract", "--from", "2024-01-01", "--to", "2024-01-03", "--json"]);
 
     // Day 4 has ended, but the schedule has not fired since: nothing is due, nothing runs.
@@ -221,4 +220,19 @@ fn a_cron_schedule_makes_a_day_due_at_its_fire_time_not_when_the_day_ends() {
     assert_eq!(keys(&d["debt"]), ["2024-01-05", "2024-01-06"]);
     let status = tidegate(dir.path(), &["status", "--now", "2024-01-09T00:02:00Z", "--json"]);
     assert_eq!(keys(&status["debt"]["missed"][0]["debt"]), ["2024-01-05", "2024-01-06"], "{status}");
+}
+
+#[test]
+fn a_cron_schedule_fires_on_the_clocks_of_the_datasets_zone_across_spring_forward() {
+    // New York days; 2024-03-10 is 23 hours long (02:00 EST jumps to 03:00 EDT), so its 04:30 the
+    // next morning is 08:30 UTC, where the day before it was 09:30 UTC.
+    let text = spec_with(WRITE_ONE_ROW, "30 4 * * *", "{ enabled = false }")
+        .replace(r#"start = "2024-01-01" }"#, r#"start = "2024-03-01", time_zone = "America/New_York" }"#);
+    let dir = TestWorkspace::new(text);
+    tidegate(dir.path(), &["run", "extract", "--from", "2024-03-08", "--to", "2024-03-09", "--json"]);
+    let before = tidegate(dir.path(), &["tick", "--now", "2024-03-11T08:29:00Z", "--dry-run", "--json"]);
+    assert!(before["decisions"][0]["due"].as_array().is_some_and(Vec::is_empty), "{before}");
+    let at = tidegate(dir.path(), &["tick", "--now", "2024-03-11T08:30:00Z", "--json"]);
+    assert_eq!(keys(&at["decisions"][0]["run"]), ["2024-03-10"], "{at}");
+    assert_eq!(published(dir.path()).last().map(String::as_str), Some("2024-03-10"));
 }

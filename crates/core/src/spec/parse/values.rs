@@ -76,7 +76,9 @@ pub(crate) fn schedule(s: &str) -> Result<Schedule, String> {
     let schedule = Schedule::Cron(s.split_whitespace().collect::<Vec<_>>().join(" "));
     // The fields are in range; the library that computes the fire times has the last word, and a
     // pattern no date matches (the 31st of February) is refused rather than never running.
-    let fires = crate::schedule::FireTimes::new(&schedule, None).map_err(|e| e.to_string())?;
+    let fires = crate::schedule::FireTimes::new(&schedule, None).map_err(|e| match e {
+        crate::schedule::Error::BadCron { reason, .. } => format!("the cron library refuses it: {reason}"),
+    })?;
     let from = DateTime::from_timestamp(1_704_067_200, 0).unwrap_or_default(); // 2024-01-01T00:00:00Z
     if fires.at_or_after(from).is_none() {
         return Err("no date matches it, so it would never fire".to_owned());
