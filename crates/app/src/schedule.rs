@@ -14,7 +14,7 @@ use serde::Serialize;
 use tidegate_core::actor::Actor;
 use tidegate_core::partition::Partition;
 use tidegate_core::plan::{self, Plan, Request, Selection};
-use tidegate_core::schedule::{FireTimes, catch_up, due_by};
+use tidegate_core::schedule::{DueInterval, FireTimes, catch_up, due_by};
 use tidegate_core::spec::{Spec, Task};
 use tidegate_lake::Lake;
 use tidegate_store::{Decision, JournalMeta, Priority, RunRequest, Store, Trigger};
@@ -35,8 +35,8 @@ pub struct TaskDecision {
     pub catchup: bool,
     /// The newest published partition of its dataset before the tick.
     pub newest_published: Option<String>,
-    /// Intervals due by the tick (their schedule fired after they ended) and not published
-    /// after the newest published partition, oldest first.
+    /// The intervals owed: due by the tick (the schedule fired after they ended) and after its
+    /// newest published partition, oldest first.
     pub due: Vec<String>,
     /// The ones this tick runs, newest first: the live ones, then the missed ones catch-up runs.
     pub run: Vec<String>,
@@ -91,8 +91,8 @@ async fn decide_task(spec: &Spec, lake: &Lake, task: &Task, now: DateTime<Utc>) 
     let keys: Vec<String> = candidates.iter().map(|d| d.partition.key.clone()).collect();
     let sizes = lake.partition_sizes(dataset, &keys).await?;
     let published: BTreeSet<&str> = sizes.iter().filter(|s| s.n_files > 0).map(|s| s.partition.as_str()).collect();
-    let is_published = |d: &&tidegate_core::schedule::DueInterval| published.contains(d.partition.key.as_str());
-    let newest = candidates.iter().rposition(|d| is_published(&d));
+    let is_published = |d: &DueInterval| published.contains(d.partition.key.as_str());
+    let newest = candidates.iter().rposition(is_published);
     let due = match newest {
         Some(i) => candidates[i + 1..].to_vec(),
         // Never published: the schedule starts now, with what its latest fire time made due.
@@ -101,7 +101,7 @@ async fn decide_task(spec: &Spec, lake: &Lake, task: &Task, now: DateTime<Utc>) 
             candidates.iter().filter(|d| Some(d.due_at) == latest).cloned().collect()
         }
     };
-    let oldest = candidates.iter().position(|d| is_published(&d));
+    let oldest = candidates.iter().position(is_published);
     let gaps: Vec<String> = match (oldest, newest) {
         (Some(a), Some(b)) => {
             candidates[a..b].iter().filter(|d| !is_published(d)).map(|d| d.partition.key.clone()).collect()
@@ -149,10 +149,11 @@ pub fn tick(ws: &Workspace, store: &dyn Store, actor: &Actor, now: DateTime<Utc>
     Ok(Tick { now, decisions, runs, superseded })
 }
 
-/// Submits the runs the decisions start: each task's live intervals (due at its latest fire time)
-/// as a schedule run (live priority), the missed ones of tasks with catch-up on as a catch-up run. An interval that
-/// an unfinished run already covers (a wider manual run or a backfill submitted over the
-/// downtime) is not run again: it is journaled as superseded by that run.
+/// Submits the runs the decisions start: each task's live intervals (due at its latest fire
+/// time) as a schedule run (live priority), the missed ones of tasks with catch-up on as a
+/// catch-up run. An interval that an unfinished run already covers (a wider manual run or a
+/// backfill submitted over the downtime) is not run again: it is journaled as superseded by that
+/// run.
 pub fn start_due(
     ws: &Workspace,
     store: &dyn Store,
