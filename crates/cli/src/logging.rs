@@ -1,6 +1,6 @@
 //! What the long-running commands (`serve`, `worker`) say goes through `tracing`: human lines by
-//! default, JSON lines with `--log-format json`, filtered by `RUST_LOG` (`info` unless set), on
-//! standard error.
+//! default, JSON lines with `--log-format json`, filtered by `RUST_LOG` (`info` unless set, with
+//! PostgreSQL's notices at `warn`), on standard error.
 
 use std::io::IsTerminal as _;
 
@@ -17,7 +17,8 @@ pub enum LogFormat {
 
 /// Installs the process's log writer. Called once, by a long-running command, before it logs.
 pub fn init(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // PostgreSQL's notices ("relation ... already exists, skipping") are not the operator's news.
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,tokio_postgres=warn"));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false);
     // A second init (a test calling twice) keeps the first writer.
     let _ = match format {

@@ -62,6 +62,9 @@ fn print_event(event: Event) {
         Event::Debt { at, task, n_intervals } => {
             info!(%at, task, n_intervals, "tick: {task} has {n_intervals} missed intervals as debt (catch-up off)");
         }
+        Event::StandingBy => info!("another scheduler holds the role on this store: standing by"),
+        Event::Active => info!("this scheduler holds the role"),
+        Event::SteppedDown => info!("another scheduler took the role while this one was not renewing it: stepped down"),
         Event::Drained(s) => info!(
             published = s.published,
             failed = s.failed,

@@ -18,6 +18,7 @@ mod runs;
 mod s3;
 mod serve;
 mod snapshots;
+mod standby;
 mod usage;
 mod vacuum;
 mod worker;
