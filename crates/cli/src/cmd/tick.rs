@@ -60,7 +60,10 @@ pub(crate) fn tick_at(
     if !json {
         print_decisions(&tick.decisions, now);
         for s in &tick.superseded {
-            println!("  {}@{}: superseded by run {}, which already covers it", s.task, s.partition, s.by_run);
+            output::say(&format!(
+                "  {}@{}: superseded by run {}, which already covers it",
+                s.task, s.partition, s.by_run
+            ));
         }
     }
     if !tick.runs.is_empty() {
@@ -92,9 +95,15 @@ fn print_decisions(decisions: &[TaskDecision], now: DateTime<Utc>) {
             continue;
         }
         let mode = if d.catchup { "catch-up on" } else { "catch-up off" };
-        println!("  {}: {} due ({}); {mode} -> running {}", d.task, d.due.len(), span(&d.due), d.run.join(", "));
+        output::say(&format!(
+            "  {}: {} due ({}); {mode} -> running {}",
+            d.task,
+            d.due.len(),
+            span(&d.due),
+            output::keys(&d.run, output::MAX_GROUPS)
+        ));
         if !d.debt.is_empty() {
-            println!("    debt (missed, not run): {}", d.debt.join(", "));
+            output::say(&format!("    debt (missed, not run): {}", output::keys(&d.debt, output::MAX_GROUPS)));
         }
     }
 }

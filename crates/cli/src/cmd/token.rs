@@ -32,6 +32,9 @@ pub enum Command {
 
 /// Mint a token for a person; it is printed once and cannot be shown again.
 #[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Examples:\n  tidegate token create --name bo --role approver\n  tidegate token create --name ci-bot --role operator --expires-in-days 365 --json"
+)]
 pub struct CreateArgs {
     /// The person's name, as it will appear in the journal.
     #[arg(long)]
@@ -48,6 +51,7 @@ pub struct CreateArgs {
 
 /// Every token with its identity, role and state (never the token itself).
 #[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:\n  tidegate token list\n  tidegate token list --json")]
 pub struct ListArgs {
     #[arg(long)]
     pub json: bool,
@@ -55,6 +59,7 @@ pub struct ListArgs {
 
 /// Stop a token from working.
 #[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:\n  tidegate token revoke tk-0193...")]
 pub struct RevokeArgs {
     /// The token's id (`tk-...`, see `tidegate token list`).
     pub id: String,
@@ -80,7 +85,9 @@ pub fn run(ws: Option<&Path>, actor: &Actor, command: Command) -> Result<ExitCod
             } else {
                 println!("Token {} for {name} ({}), valid until {}:", record.id, record.role, fmt_expiry(record));
                 println!("\n  {token}\n");
-                println!("It is shown only now. Hand it to {name}, who acts as {name} with {TOKEN_VAR}={token}");
+                output::say(&format!(
+                    "It is shown only now. Hand it to {name}, who acts as {name} with {TOKEN_VAR}={token}"
+                ));
             }
         }
         Command::List(args) => {
@@ -105,7 +112,8 @@ pub fn run(ws: Option<&Path>, actor: &Actor, command: Command) -> Result<ExitCod
                         ]
                     })
                     .collect();
-                print!("{}", output::table(&["id", "name", "role", "state", "expires", "minted by"], &rows));
+                let header = ["id", "name", "role", "state", "expires", "minted by"];
+                print!("{}", output::table(&header, &rows, &[0]));
             }
         }
         Command::Revoke(args) => {
