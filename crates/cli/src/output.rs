@@ -85,7 +85,17 @@ pub fn wrap_indent(text: &str, indent: Option<usize>) -> String {
                 .subsequent_indent(&rest)
                 .break_words(false)
                 .word_splitter(textwrap::WordSplitter::NoHyphenation);
-            textwrap::fill(line, options)
+            // A word longer than a line (a path) moves left as far as it must to fit.
+            let wrapped = textwrap::wrap(line, options);
+            wrapped
+                .iter()
+                .map(|l| {
+                    let over = l.chars().count().saturating_sub(width);
+                    let lead = l.len() - l.trim_start().len();
+                    if over > 0 && lead > 0 { l[over.min(lead)..].to_owned() } else { l.to_string() }
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
         })
         .collect::<Vec<_>>()
         .join("\n")

@@ -188,7 +188,7 @@ pub fn reconcile(ws: Option<&Path>, actor: &Actor, args: ReconcileArgs) -> Resul
         ));
     }
     for f in &d.missing_files {
-        output::say(&format!("  missing file: {}/{} (needed by {})", f.dataset, f.path, f.needed_by));
+        println!("  missing file: {}/{} (needed by {})", f.dataset, f.path, f.needed_by);
     }
     Ok(code)
 }
@@ -203,17 +203,16 @@ fn print_cleaned(cleaned: &Reconciliation) {
         cleaned.n_kept_known,
         cleaned.n_kept_recent
     ));
+    // A line naming a file is printed whole, path and all, to be found and copied as it is.
     for path in &cleaned.deleted {
-        output::say(&format!("  deleted {path}"));
+        println!("  deleted {path}");
     }
     for file in &cleaned.not_owned {
-        output::say(&format!("  kept, not provably Tidegate's: {}/{} ({})", file.dataset, file.path, file.why));
+        println!("  kept, not provably Tidegate's: {}/{} ({})", file.dataset, file.path, file.why);
     }
     if let Some(first) = cleaned.not_owned.first() {
-        output::say(&format!(
-            "  (if one of these is not needed, delete it with `tidegate reconcile --delete {}/{}`)",
-            first.dataset, first.path
-        ));
+        println!("  If one of these is not needed, delete it with:");
+        println!("    tidegate reconcile --delete {}/{}", first.dataset, first.path);
     }
     for folder in &cleaned.tables_left_alone {
         let what = if folder.is_delta_table { "table" } else { "folder" };

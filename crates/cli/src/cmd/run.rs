@@ -126,7 +126,9 @@ pub fn execute(
     let printer = progress.as_ref().map(Progress::printer);
     let summary = tidegate_app::run::execute(ws, store, actor, workers, printer, follow)?;
     if let Some(Progress::Bar(bar)) = progress {
+        // The last state stays on screen; what follows starts on a line of its own.
         bar.finish();
+        eprintln!();
     }
     Ok(summary)
 }

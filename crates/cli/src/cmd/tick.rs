@@ -32,6 +32,7 @@ pub struct Args {
     /// Attempts to run at once in this process while running what is due (pools may allow fewer).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=4096), allow_negative_numbers = true)]
     pub workers: u16,
+    /// Print the result as JSON, for scripts.
     #[arg(long)]
     pub json: bool,
 }

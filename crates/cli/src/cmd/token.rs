@@ -45,6 +45,7 @@ pub struct CreateArgs {
     /// Days until the token stops working (at most 3650).
     #[arg(long, default_value_t = 90, value_name = "DAYS")]
     pub expires_in_days: u32,
+    /// Print the result as JSON, for scripts.
     #[arg(long)]
     pub json: bool,
 }
@@ -53,6 +54,7 @@ pub struct CreateArgs {
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Examples:\n  tidegate token list\n  tidegate token list --json")]
 pub struct ListArgs {
+    /// Print the result as JSON, for scripts.
     #[arg(long)]
     pub json: bool,
 }
@@ -63,6 +65,7 @@ pub struct ListArgs {
 pub struct RevokeArgs {
     /// The token's id (`tk-...`, see `tidegate token list`).
     pub id: String,
+    /// Print the result as JSON, for scripts.
     #[arg(long)]
     pub json: bool,
 }

@@ -24,6 +24,7 @@ pub struct StartArgs {
     /// Attempts this process runs at once, 1 to 4096 (the backfill's own throttle still applies).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=4096), allow_negative_numbers = true)]
     pub workers: u16,
+    /// Print the result as JSON, for scripts.
     #[arg(long)]
     pub json: bool,
 }
@@ -36,6 +37,7 @@ pub struct IdArgs {
     /// Why (recorded in the journal).
     #[arg(long, value_parser = crate::cmd::reason)]
     pub reason: Option<String>,
+    /// Print the result as JSON, for scripts.
     #[arg(long)]
     pub json: bool,
 }
@@ -43,10 +45,12 @@ pub struct IdArgs {
 /// Progress, throughput, ETA and failures of a backfill.
 #[derive(Debug, clap::Args)]
 pub struct StatusArgs {
+    /// The backfill's id (`bf-...`, see `tidegate backfill list`).
     pub id: String,
     /// Redraw every second until the backfill stops moving.
     #[arg(long)]
     pub watch: bool,
+    /// Print the result as JSON, for scripts.
     #[arg(long)]
     pub json: bool,
 }
@@ -54,8 +58,10 @@ pub struct StatusArgs {
 /// The known backfills, newest first.
 #[derive(Debug, clap::Args)]
 pub struct ListArgs {
+    /// How many backfills to show, newest first.
     #[arg(long, default_value_t = 20, allow_negative_numbers = true)]
     pub limit: u32,
+    /// Print the result as JSON, for scripts.
     #[arg(long)]
     pub json: bool,
 }

@@ -51,6 +51,7 @@ pub struct PlanArgs {
     /// many points.
     #[arg(long, value_name = "PCT")]
     pub flag_change_pct: Option<f64>,
+    /// Print the result as JSON, for scripts.
     #[arg(long)]
     pub json: bool,
 }

@@ -25,10 +25,12 @@ const MAX_PARTITIONS_SHOWN: usize = 8;
     after_help = "Examples:\n  tidegate backfill compare bf-1a2b3c4d\n  tidegate backfill compare bf-1a2b3c4d --html review.html\n  tidegate backfill compare bf-1a2b3c4d --json"
 )]
 pub struct CompareArgs {
+    /// The backfill's id (`bf-...`, see `tidegate backfill list`).
     pub id: String,
     /// Also write a self-contained HTML report to this file.
     #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,
+    /// Print the result as JSON, for scripts.
     #[arg(long)]
     pub json: bool,
 }
@@ -45,10 +47,12 @@ pub struct CompareArgs {
     after_help = "Examples:\n  TIDEGATE_TOKEN=tgt_... tidegate backfill approve bf-1a2b3c4d   # as the token's holder\n  tidegate backfill approve bf-1a2b3c4d                          # as your OS account"
 )]
 pub struct ApproveArgs {
+    /// The backfill's id (`bf-...`, see `tidegate backfill list`).
     pub id: String,
     /// Refused: an approver is established, not named. Run the command as the approver.
     #[arg(long = "as", value_name = "NAME", hide = true)]
     pub approver: Option<String>,
+    /// Print the result as JSON, for scripts.
     #[arg(long)]
     pub json: bool,
 }
