@@ -11,6 +11,7 @@ pub mod backfill;
 pub mod data;
 pub mod history;
 pub mod lock;
+pub mod logs;
 pub mod plan;
 pub mod reconcile;
 pub mod rollback;

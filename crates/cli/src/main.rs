@@ -46,6 +46,8 @@ enum Command {
     Plan(cmd::plan::Args),
     Submit(cmd::submit::Args),
     Run(cmd::run::Args),
+    Cancel(cmd::run::CancelArgs),
+    Logs(cmd::logs::Args),
     #[command(subcommand)]
     Backfill(cmd::backfill::Command),
     Read(cmd::data::ReadArgs),
@@ -91,6 +93,8 @@ fn main() -> ExitCode {
         Command::Plan(args) => cmd::plan::run(ws, args),
         Command::Submit(args) => cmd::submit::run(ws, actor(), args),
         Command::Run(args) => cmd::run::run(ws, actor(), args),
+        Command::Cancel(args) => cmd::run::cancel(ws, actor(), args),
+        Command::Logs(args) => cmd::logs::run(ws, actor(), args),
         Command::Backfill(command) => cmd::backfill::run(ws, actor(), command),
         Command::Read(args) => cmd::data::read(ws, actor(), args),
         Command::Sql(args) => cmd::data::sql(ws, actor(), args),

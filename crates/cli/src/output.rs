@@ -193,6 +193,16 @@ fn next_key(key: &str) -> Option<String> {
     })
 }
 
+/// Partition keys for people, named: `partition A`, or `partitions ` and the list as [`keys`]
+/// shows it (`A..B (N)` for consecutive keys, `and N more` past [`MAX_GROUPS`]).
+pub fn partition_list(list: &[String]) -> String {
+    match list {
+        [] => "no partitions".to_owned(),
+        [one] => format!("partition {one}"),
+        _ => format!("partitions {}", keys(list, MAX_GROUPS)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -222,6 +232,8 @@ mod tests {
         let statics = owned(&["eu", "us", "apac"]);
         assert_eq!(keys(&statics, 2), "eu, us, and 1 more");
         assert_eq!(keys(&[], 4), "");
+        assert_eq!(partition_list(&scattered[..1]), "partition 2024-01-01");
+        assert_eq!(partition_list(&scattered[..2]), "partitions 2024-01-01, 2024-01-03");
     }
 
     #[test]

@@ -209,6 +209,8 @@ pub struct Engine {
     stop: Option<Arc<std::sync::atomic::AtomicBool>>,
     /// Runs each claimed attempt ([`attempt::TaskRunner`] unless replaced).
     runner: Arc<dyn attempt::Runner>,
+    /// When set, the only run this engine executes; other unfinished runs wait for another drain.
+    only_run: Option<String>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -261,7 +263,7 @@ impl Engine {
         opts: Options,
     ) -> Self {
         let runner = Arc::new(attempt::TaskRunner);
-        Self { store, lake, spec, workspace, lake_uri, clock, opts, progress: None, stop: None, runner }
+        Self { store, lake, spec, workspace, lake_uri, clock, opts, progress: None, stop: None, runner, only_run: None }
     }
 
     /// Runs attempts with `runner` instead of the task's command or SQL (a benchmark's no-op).
@@ -279,6 +281,19 @@ impl Engine {
 
     fn stopping(&self) -> bool {
         self.stop.as_ref().is_some_and(|s| s.load(std::sync::atomic::Ordering::SeqCst))
+    }
+
+    /// Executes only `run_id`: the other unfinished runs in the store wait for a drain of
+    /// everything (`tidegate serve`, or a `run` asked to execute the queue too).
+    #[must_use]
+    pub fn with_only_run(mut self, run_id: &str) -> Self {
+        self.only_run = Some(run_id.to_owned());
+        self
+    }
+
+    /// Whether this engine executes `run_id`.
+    fn executes(&self, run_id: &str) -> bool {
+        self.only_run.as_deref().is_none_or(|only| only == run_id)
     }
 
     /// Tells `f` the steps by status as they change.
@@ -484,7 +499,10 @@ impl Engine {
     /// then only follows its run while this process, holding the scheduler role, executes it).
     async fn discover_runs(&self, view: &mut View) -> Result<()> {
         let runs = self.db(|s| s.runs(RUNS_WATCHED)).await?;
-        let new: Vec<_> = runs.into_iter().filter(|r| !r.status.is_terminal() && !view.has_run(&r.id)).collect();
+        let new: Vec<_> = runs
+            .into_iter()
+            .filter(|r| !r.status.is_terminal() && !view.has_run(&r.id) && self.executes(&r.id))
+            .collect();
         for run in new {
             let rid = run.id.clone();
             let steps = self.db(move |s| s.steps(&rid)).await?;

@@ -121,9 +121,11 @@ pub struct View {
 }
 
 impl View {
-    /// Loads every unfinished run's steps (terminal steps too, since they decide dependencies).
-    pub fn load(store: &dyn Store) -> Result<View> {
-        let active = store.active_steps()?;
+    /// Loads every unfinished run's steps (terminal steps too, since they decide dependencies), or
+    /// only `only_run`'s.
+    pub fn load(store: &dyn Store, only_run: Option<&str>) -> Result<View> {
+        let mut active = store.active_steps()?;
+        active.retain(|a| only_run.is_none_or(|only| a.step.run_id == only));
         let mut view = View::default();
         let runs: BTreeSet<(DateTime<Utc>, String)> =
             active.iter().map(|a| (a.run_created_at, a.step.run_id.clone())).collect();

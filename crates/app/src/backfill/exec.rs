@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use anyhow::{Context, Result, bail};
-use chrono::{DateTime, Utc};
+
 use serde::Serialize;
 use tidegate_core::actor::Actor;
 use tidegate_core::state::{RunStatus, StepEvent, StepStatus};
@@ -14,6 +14,7 @@ use tidegate_store::{
 
 use super::{FrozenSpec, ensure_spec_unchanged, load, meta};
 use crate::actor::{Access, require};
+use crate::logs::StepFailure;
 use crate::workspace::Workspace;
 
 /// How a start found the backfill.
@@ -58,7 +59,7 @@ pub fn start(ws: &Workspace, store: &dyn Store, actor: &Actor, id: &str, resume:
     if already_ran {
         // Starting a backfill that already finished running is a no-op (a script retrying
         // `start` after a crash gets the outcome, not an error).
-        return Ok(Begun::AlreadyRan { report: Box::new(Report::of(store, &record, ws.now())?) });
+        return Ok(Begun::AlreadyRan { report: Box::new(Report::of(ws, store, &record)?) });
     }
     if !expect.contains(&record.status) {
         let hint = match record.status {
@@ -116,7 +117,7 @@ fn ensure_run(ws: &Workspace, store: &dyn Store, record: &BackfillRecord, spec: 
 pub fn settle(ws: &Workspace, store: &dyn Store, actor: &Actor, id: &str) -> Result<Report> {
     require(actor, Access::ChangeBackfill)?;
     let record = settled(ws, store, actor, id)?;
-    Report::of(store, &record, ws.now())
+    Report::of(ws, store, &record)
 }
 
 fn settled(ws: &Workspace, store: &dyn Store, actor: &Actor, id: &str) -> Result<BackfillRecord> {
@@ -250,20 +251,10 @@ pub struct Report {
     pub next: String,
 }
 
-#[derive(Debug, Clone, Serialize)]
-/// A failed step of a backfill.
-pub struct StepFailure {
-    /// The step's name.
-    pub step: String,
-    /// Attempts it made.
-    pub attempts: u32,
-    /// Why its last attempt failed.
-    pub reason: String,
-}
-
 impl Report {
     /// Where `record` stands, from its run's steps.
-    pub fn of(store: &dyn Store, record: &BackfillRecord, now: DateTime<Utc>) -> Result<Report> {
+    pub fn of(ws: &Workspace, store: &dyn Store, record: &BackfillRecord) -> Result<Report> {
+        let now = ws.now();
         let spec: FrozenSpec = serde_json::from_value(record.spec.clone())?;
         let steps: Vec<StepRecord> = match &record.run_id {
             Some(run_id) => store.steps(run_id)?,
@@ -292,15 +283,7 @@ impl Report {
         #[allow(clippy::cast_precision_loss, reason = "a count, size or duration far below 2^52, exact as f64")]
         let eta_s =
             steps_per_s.filter(|_| still_moving).map(|r| (spec.steps.len() - n_done.min(spec.steps.len())) as f64 / r);
-        let failures = steps
-            .iter()
-            .filter(|s| matches!(s.status(), StepStatus::Failed | StepStatus::UpstreamFailed))
-            .map(|s| StepFailure {
-                step: s.name.clone(),
-                attempts: s.state.attempt,
-                reason: s.state.last_failure.as_ref().map_or_else(|| s.status().to_string(), |f| f.reason.clone()),
-            })
-            .collect();
+        let failures = crate::logs::failures_of(ws, &steps);
         let id = &record.id;
         let next = match record.status {
             BackfillStatus::Planned => format!("tidegate backfill start {id}"),
@@ -337,7 +320,7 @@ impl Report {
 pub fn status(ws: &Workspace, store: &dyn Store, actor: &Actor, id: &str) -> Result<Report> {
     require(actor, Access::ReadBackfills)?;
     let (record, _) = load(store, id)?;
-    Report::of(store, &record, ws.now())
+    Report::of(ws, store, &record)
 }
 
 /// The newest `limit` backfills.

@@ -15,7 +15,7 @@ use tidegate_store::{BackfillRecord, JournalMeta, Store};
 
 use crate::workspace::Workspace;
 
-pub use exec::{Begun, Cancelled, Report, StepFailure, cancel, list, pause, settle, start, status};
+pub use exec::{Begun, Cancelled, Report, cancel, list, pause, settle, start, status};
 pub use plan::{BlastRadius, FrozenSpec, Impact, PlanRequest, Planned, Reprocess, plan};
 pub use release::{Published, Restored, RolledBack, publish, rollback};
 pub use review::{Compared, Review, approve, compare};

@@ -7,6 +7,7 @@ pub mod docs;
 pub mod history;
 pub mod init;
 pub mod lock;
+pub mod logs;
 pub mod plan;
 pub mod rollback;
 pub mod run;

@@ -5,9 +5,9 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 use tidegate_app::reconcile::{delete_reported, reconciled};
-use tidegate_app::rollback::RollbackRequest;
+use tidegate_app::rollback::{RollbackRequest, UndoRequest, Undone, Unit, undo};
 use tidegate_app::workspace;
 use tidegate_core::actor::Actor;
 use tidegate_lake::Reconciliation;
@@ -16,30 +16,43 @@ use crate::cmd::lock::LockWait;
 use crate::cmd::vacuum::parse_duration;
 use crate::output;
 
-/// Restore a dataset's previous files in a new, journaled commit.
+/// Undo a run or a release as a unit, or restore a dataset to an explicit earlier version.
 ///
-/// Without --to-release or --to-version, the latest release of the dataset is undone. The whole
-/// table is restored as readers saw it: the files, the schema and the table metadata
-/// (properties, description) of that version. With --partition, only those partitions' files are
-/// restored, and the current schema stays (the other partitions' files were written for it).
-/// Nothing is deleted: the undone version stays in the table's history and can itself be
-/// restored. A table whose log holds an empty or unreadable commit is refused.
+/// `tidegate rollback DATASET` undoes the newest run that published DATASET (every partition it
+/// published there); --run undoes a run and --release a release in every dataset they wrote (or
+/// only DATASET, if named). Each partition is restored to what readers saw just before; the whole
+/// table (schema and properties included) when every commit since is the unit's. What will be
+/// undone is printed first; --dry-run stops there. A partition another release changed after the
+/// unit is never clobbered: the rollback is refused, naming that release. With --to-version or
+/// --to-release, DATASET is restored to that version (only --partition's partitions, if given).
+/// Nothing is deleted: every undone version stays in the table's history.
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Examples:\n  tidegate rollback daily_stats                       # undo the latest release\n  tidegate rollback daily_stats --to-version 3\n  tidegate rollback events --to-release rel-0193... --partition 2024-01-03"
+    after_help = "Examples:\n  tidegate rollback daily_stats --dry-run             # what undoing its newest run would restore\n  tidegate rollback daily_stats                       # undo its newest run\n  tidegate rollback --run 0193a5c2-...                # a run, in every dataset it wrote\n  tidegate rollback --release rel-0193...\n  tidegate rollback daily_stats --to-version 3\n  tidegate rollback events --to-version 3 --partition 2024-01-03"
 )]
 pub struct RollbackArgs {
-    pub dataset: String,
-    /// Undo this release: restore the table version that preceded it.
-    #[arg(long, conflicts_with = "to_version")]
+    /// The dataset (required unless --run or --release says what to undo).
+    #[arg(required_unless_present_any = ["run", "release"])]
+    pub dataset: Option<String>,
+    /// Undo everything this run published.
+    #[arg(long, conflicts_with_all = ["release", "to_release", "to_version"])]
+    pub run: Option<String>,
+    /// Undo everything this release published.
+    #[arg(long, conflicts_with_all = ["to_release", "to_version"])]
+    pub release: Option<String>,
+    /// Restore DATASET to the table version that preceded this release.
+    #[arg(long, conflicts_with = "to_version", requires = "dataset")]
     pub to_release: Option<String>,
-    /// Restore exactly this table version.
-    #[arg(long, value_parser = crate::cmd::table_version, allow_negative_numbers = true)]
+    /// Restore DATASET to exactly this table version.
+    #[arg(long, value_parser = crate::cmd::table_version, allow_negative_numbers = true, requires = "dataset")]
     pub to_version: Option<u64>,
-    /// Only these partitions (repeatable); a key that does not fit the dataset's partitioning is
-    /// refused before anything is restored.
+    /// With --to-version or --to-release: only these partitions (repeatable); a key that does not
+    /// fit the dataset's partitioning is refused before anything is restored.
     #[arg(long, short = 'p')]
     pub partition: Vec<String>,
+    /// Print what would be undone, and change nothing.
+    #[arg(long, conflicts_with_all = ["to_release", "to_version"])]
+    pub dry_run: bool,
     /// Why (recorded in the journal).
     #[arg(long, default_value = "manual rollback", value_parser = crate::cmd::reason)]
     pub reason: String,
@@ -50,10 +63,13 @@ pub struct RollbackArgs {
 }
 
 pub fn rollback(ws: Option<&Path>, actor: &Actor, args: RollbackArgs) -> Result<ExitCode> {
+    if args.to_version.is_none() && args.to_release.is_none() {
+        return rollback_unit(ws, actor, args);
+    }
     let ws = workspace::load(ws)?;
     let store = ws.open_store()?;
     let request = RollbackRequest {
-        dataset: args.dataset,
+        dataset: args.dataset.unwrap_or_default(),
         to_release: args.to_release,
         to_version: args.to_version,
         partitions: args.partition,
@@ -78,6 +94,60 @@ pub fn rollback(ws: Option<&Path>, actor: &Actor, args: RollbackArgs) -> Result<
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A run or release undone as a unit: the plan printed first, then carried out unless a dry run.
+fn rollback_unit(ws: Option<&Path>, actor: &Actor, args: RollbackArgs) -> Result<ExitCode> {
+    if !args.partition.is_empty() {
+        bail!("--partition limits --to-version or --to-release; a run or release is undone as a whole");
+    }
+    let ws = workspace::load(ws)?;
+    let store = ws.open_store()?;
+    let (unit, datasets) = match (args.run, args.release, args.dataset) {
+        (Some(run), _, dataset) => (Unit::Run(run), dataset.into_iter().collect()),
+        (None, Some(release), dataset) => (Unit::Release(release), dataset.into_iter().collect()),
+        (None, None, Some(dataset)) => (Unit::LatestRun(dataset), Vec::new()),
+        (None, None, None) => bail!("say what to roll back: DATASET, --run RUN or --release RELEASE"),
+    };
+    let mut request =
+        UndoRequest { unit, datasets, reason: args.reason, lock_wait: args.lock.duration(), dry_run: true };
+    let plan = undo(&ws, &store, actor, &request)?;
+    if !args.json {
+        print_undo(&plan);
+    }
+    if args.dry_run {
+        if args.json {
+            output::json(&plan)?;
+        } else {
+            println!("Dry run: nothing was restored.");
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    request.dry_run = false;
+    let done = undo(&ws, &store, actor, &request)?;
+    if args.json {
+        output::json(&done)?;
+    } else {
+        for d in &done.datasets {
+            let new = d.new_version.map_or_else(|| "-".to_owned(), |v| v.to_string());
+            println!("Restored {} as new version {new}", d.dataset);
+        }
+        println!("Recorded as release {}", done.release_id);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What an undo restores, for people.
+fn print_undo(plan: &Undone) {
+    let what =
+        plan.run_id.as_ref().map_or_else(|| format!("release {}", plan.releases.join(", ")), |r| format!("run {r}"));
+    let n = plan.releases.len();
+    output::say(&format!("Rolling back {what} ({n} release{}):", if n == 1 { "" } else { "s" }));
+    for d in &plan.datasets {
+        let scope = if d.whole_table { " (the whole table: schema and properties too)" } else { "" };
+        let partitions = output::partition_list(&d.partitions);
+        output::say(&format!("  {}: {partitions} to version {}{scope}", d.dataset, d.to_version));
+    }
 }
 
 /// Remove abandoned staged files, then compare what the store declares with what the lake holds.

@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use serde::Serialize;
+use tidegate_app::logs::{StepFailure, failures};
+use tidegate_app::run::Scope;
 use tidegate_app::submit::{SubmitRequest, submit};
 use tidegate_app::workspace::{self, Workspace};
 use tidegate_core::actor::Actor;
@@ -40,6 +42,10 @@ pub struct Args {
     /// worker` processes add their slots.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=4096), allow_negative_numbers = true)]
     pub workers: u16,
+    /// Also execute every other unfinished run in the store, as `tidegate serve` would, until
+    /// this one settles (by default other runs wait for `serve`).
+    #[arg(long)]
+    pub drain_queue: bool,
     /// Print the summary as JSON (no progress output).
     #[arg(long)]
     pub json: bool,
@@ -52,6 +58,38 @@ struct RunReport<'a> {
     status: String,
     summary: &'a Summary,
     elapsed_s: f64,
+    failures: Vec<StepFailure>,
+}
+
+/// Cancel a run: its unfinished steps stop being scheduled; what it published stays.
+///
+/// Attempts running when it is cancelled finish, and their outcome is refused (the steps are
+/// cancelled); nothing more of the run is published. Undo what it published with `tidegate
+/// rollback --run RUN`. A backfill's run is cancelled with `tidegate backfill cancel`.
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Examples:\n  tidegate cancel 0193a5c2-...\n  tidegate cancel 0193a5c2-... --reason \"wrong range\" --json"
+)]
+pub struct CancelArgs {
+    /// The run (see `tidegate status`).
+    pub run: String,
+    /// Why (recorded in the journal).
+    #[arg(long, default_value = "cancelled by operator", value_parser = crate::cmd::reason)]
+    pub reason: String,
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn cancel(ws: Option<&Path>, actor: &Actor, args: CancelArgs) -> Result<ExitCode> {
+    let ws = workspace::load(ws)?;
+    let store = ws.open_store()?;
+    let cancelled = tidegate_app::run::cancel(&ws, store.as_ref(), actor, &args.run, &args.reason)?;
+    if args.json {
+        output::json(&cancelled)?;
+    } else {
+        println!("Cancelled run {} ({} unfinished steps cancelled)", cancelled.run_id, cancelled.n_steps_cancelled);
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
@@ -62,7 +100,7 @@ pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
         trigger: Trigger::Manual,
         priority: Priority::Live,
     };
-    submit_and_run(&ws, actor, &request, args.workers.into(), args.json)
+    submit_and_run(&ws, actor, &request, args.workers.into(), args.drain_queue, args.json)
 }
 
 /// Submits a run and drains it in this process with `workers` slots, printing its outcome (as
@@ -72,6 +110,7 @@ pub(crate) fn submit_and_run(
     actor: &Actor,
     request: &SubmitRequest,
     workers: usize,
+    drain_queue: bool,
     json: bool,
 ) -> Result<ExitCode> {
     let store = ws.open_store()?;
@@ -82,19 +121,22 @@ pub(crate) fn submit_and_run(
         eprintln!("{verb} run {} ({n_steps} steps)", run.id);
     }
     let started = Instant::now();
-    let summary = execute(ws, store.clone(), actor, workers, !json, Some(&run.id))?;
+    let scope = if drain_queue { Scope::RunAndQueue(&run.id) } else { Scope::Run(&run.id) };
+    let summary = execute(ws, store.clone(), actor, workers, !json, scope)?;
     let run = store.run(&run.id)?.context("the run vanished from the store")?;
+    let failures = failures(ws, store.as_ref(), actor, &run.id)?;
     let report = RunReport {
         run_id: &run.id,
         created,
         status: run.status.to_string(),
         summary: &summary,
         elapsed_s: started.elapsed().as_secs_f64(),
+        failures,
     };
     if json {
         output::json(&report)?;
     } else {
-        println!(
+        output::say(&format!(
             "Run {} {}: {} published, {} failed, {} skipped, {} retries, {} rejected stale reports in {:.1} s",
             run.id,
             report.status,
@@ -104,27 +146,31 @@ pub(crate) fn submit_and_run(
             summary.retried,
             summary.rejected,
             report.elapsed_s
-        );
-        if summary.failed > 0 {
-            println!("See why with: tidegate history {}", run.id);
+        ));
+        for f in &report.failures {
+            let log = f.log.as_ref().map(|p| format!("\n    log: {}", p.display())).unwrap_or_default();
+            output::say(&format!("  {} failed after {} attempt(s): {}{log}", f.step, f.attempts, f.reason));
+        }
+        if !report.failures.is_empty() {
+            output::say(&format!("Logs: tidegate logs --run {}; the whole story: tidegate history {}", run.id, run.id));
         }
     }
     Ok(if summary.failed > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }
 
-/// Drains every unfinished run in the workspace's store (see `tidegate_app::run::execute`), with
-/// a progress line on stderr when `show_progress`.
+/// Executes the runs `scope` names (see `tidegate_app::run::execute`), with a progress line on
+/// stderr when `show_progress`.
 pub fn execute(
     ws: &Workspace,
     store: Arc<dyn tidegate_store::Store>,
     actor: &Actor,
     workers: usize,
     show_progress: bool,
-    follow: Option<&str>,
+    scope: Scope<'_>,
 ) -> Result<Summary> {
     let progress = show_progress.then(Progress::new);
     let printer = progress.as_ref().map(Progress::printer);
-    let summary = tidegate_app::run::execute(ws, store, actor, workers, printer, follow)?;
+    let summary = tidegate_app::run::execute(ws, store, actor, workers, printer, scope)?;
     if let Some(Progress::Bar(bar)) = progress {
         // The last state stays on screen; what follows starts on a line of its own.
         bar.finish();

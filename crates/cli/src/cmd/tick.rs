@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
+use tidegate_app::run::Scope;
 use tidegate_app::schedule::{TaskDecision, tick};
 use tidegate_app::workspace::{self, Workspace};
 use tidegate_core::actor::Actor;
@@ -68,7 +69,7 @@ pub(crate) fn tick_at(
         }
     }
     if !tick.runs.is_empty() {
-        execute(ws, store.clone(), actor, workers, !json, None)?;
+        execute(ws, store.clone(), actor, workers, !json, Scope::Everything)?;
     }
     if json {
         output::json(&tick)?;

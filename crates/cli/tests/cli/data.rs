@@ -55,8 +55,11 @@ fn run_then_read_query_and_roll_back() {
         serde_json::from_str(&tidegate(dir.path(), &["read", "totals", "--partition", "2024-01-02", "--json"]))
             .expect("json");
     assert_eq!(after[0]["total"], 60);
+    // Undoes the newest run that published totals: the second one, which changed 2024-01-02 only.
     let rolled: Value = serde_json::from_str(&tidegate(dir.path(), &["rollback", "totals", "--json"])).expect("json");
-    assert!(rolled["new_version"].as_u64() > rolled["restored_version"].as_u64());
+    let restored = &rolled["datasets"][0];
+    assert_eq!(restored["partitions"], serde_json::json!(["2024-01-02"]), "{rolled}");
+    assert!(restored["new_version"].as_u64() > restored["to_version"].as_u64(), "{rolled}");
     let restored: Value =
         serde_json::from_str(&tidegate(dir.path(), &["read", "totals", "--partition", "2024-01-02", "--json"]))
             .expect("json");

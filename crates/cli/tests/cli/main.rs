@@ -14,6 +14,7 @@ mod guarantees;
 mod output;
 mod reconcile;
 mod retries;
+mod runs;
 mod s3;
 mod serve;
 mod snapshots;

@@ -71,7 +71,8 @@ pub(super) struct Drain<'e> {
 impl<'e> Drain<'e> {
     /// Loads the view and counts the attempts found holding leases against their pools.
     pub(super) async fn start(engine: &'e Engine) -> Result<Self> {
-        let view = engine.db(|s| View::load(s)).await?;
+        let only = engine.only_run.clone();
+        let view = engine.db(move |s| View::load(s, only.as_deref())).await?;
         let (tx, rx) = mpsc::unbounded_channel::<Report>();
         let mut drain = Drain {
             engine,

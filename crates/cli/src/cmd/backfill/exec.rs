@@ -97,7 +97,9 @@ pub(crate) fn start_and_wait(
                     "Backfill {id} running as run {run_id}: {n_steps} steps into staging, at most {max_active} at once"
                 ));
             }
-            execute(ws, store.clone(), actor, workers, talk, Some(&run_id))?;
+            // A backfill runs below live work, never in its way: its process executes the queue
+            // too, live runs first.
+            execute(ws, store.clone(), actor, workers, talk, tidegate_app::run::Scope::RunAndQueue(&run_id))?;
             tidegate_app::backfill::settle(ws, store.as_ref(), actor, &id)?
         }
     })

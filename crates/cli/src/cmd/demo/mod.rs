@@ -388,7 +388,7 @@ fn run_target(ws: Option<&Path>, actor: &Actor, target: &str, from: &str, to: &s
         trigger: Trigger::Manual,
         priority: Priority::Live,
     };
-    let code = run::submit_and_run(&workspace::load(ws)?, actor, &request, 4, false)?;
+    let code = run::submit_and_run(&workspace::load(ws)?, actor, &request, 4, false, false)?;
     Ok(code == ExitCode::SUCCESS)
 }
 

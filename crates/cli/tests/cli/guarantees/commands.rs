@@ -212,12 +212,13 @@ fn a_rollback_rerun_after_a_crash_records_the_first_instead_of_undoing_it() {
     assert_eq!(latest_version(&events), before + 1, "the restore commit was made");
     let rolled_back = read(ws);
     assert_ne!(rolled_back, published, "the crashed rollback changed what readers see");
-    // The lock of the killed process expires; the rerun waits for it, then records the crashed
-    // rollback instead of rolling back over it (which would restore the bad version).
+    // The lock of the killed process expires; the rerun waits for it, then finishes the same
+    // undo (its release id is the run's): it records the crashed commit instead of rolling back
+    // over it (which would restore the bad version).
     let out = run(ws, &["rollback", "events", "--reason", "bad delivery", "--lock-wait", "120", "--json"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    assert_eq!(report["adopted"], true, "{report}");
+    assert_eq!(report["datasets"][0]["new_version"], before + 1, "{report}");
     assert_eq!(latest_version(&events), before + 1, "no second restore commit");
     assert_eq!(read(ws), rolled_back, "readers still see the rolled-back data");
     let (code, reconciled) = crate::common::json(ws, &["reconcile", "--json"]);

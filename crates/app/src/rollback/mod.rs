@@ -1,5 +1,10 @@
-//! Rolling a dataset back: an earlier version's files (and, for the whole table, its schema and
-//! properties) restored in a new, journaled commit. Nothing is deleted.
+//! Rolling back: a run or a release undone as a unit ([`unit`]), or a dataset restored to an
+//! explicit earlier version (here): an earlier version's files (and, for the whole table, its
+//! schema and properties) restored in a new, journaled commit. Nothing is deleted.
+
+pub mod unit;
+
+pub use unit::{DatasetUndo, UndoRequest, Undone, Unit, undo};
 
 use std::sync::Arc;
 use std::time::Duration;
