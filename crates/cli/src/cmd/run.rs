@@ -152,7 +152,9 @@ pub(crate) fn submit_and_run(
             output::say(&format!("  {} failed after {} attempt(s): {}{log}", f.step, f.attempts, f.reason));
         }
         if !report.failures.is_empty() {
-            output::say(&format!("Logs: tidegate logs --run {}; the whole story: tidegate history {}", run.id, run.id));
+            // One command a line, each whole, to copy.
+            println!("Logs: tidegate logs --run {}", run.id);
+            println!("The whole story: tidegate history {}", run.id);
         }
     }
     Ok(if summary.failed > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })
