@@ -4,7 +4,7 @@
 use anyhow::{Context, Result, bail};
 use tidegate_core::actor::Actor;
 use tidegate_lake::arrow::record_batch::RecordBatch;
-use tidegate_lake::{Lake, QueryLimits};
+use tidegate_lake::{Lake, Pointer, QueryLimits};
 
 use crate::actor::{Access, require};
 use crate::workspace::{Workspace, open_lake, runtime};
@@ -18,7 +18,8 @@ pub struct ReadRequest {
     pub partitions: Vec<String>,
     /// A Delta table version (none: the latest), exclusive with `release`.
     pub version: Option<u64>,
-    /// The table version this release published.
+    /// The table version this release published or, for a dataset it did not publish, the one
+    /// its pointer names; `latest` for the newest pointer.
     pub release: Option<String>,
     /// At most this many rows.
     pub limit: usize,
@@ -32,7 +33,27 @@ pub struct SqlRequest {
     pub query: String,
     /// Its memory and time limits.
     pub limits: QueryLimits,
+    /// Read every dataset at the versions this release's pointer names (`latest`: the newest
+    /// pointer), so the query sees one release across datasets; `None` reads each table's latest.
+    pub release: Option<String>,
 }
+
+/// The pointer readers use to see `release` whole: the newest with `latest`.
+pub async fn pointer(lake: &Lake, release: &str) -> Result<Pointer> {
+    let found = if release == LATEST { lake.pointer().await? } else { lake.pointer_of(release).await? };
+    found.with_context(|| match release {
+        LATEST => "no release has written a pointer yet: a run writes one when it succeeds, a backfill when it \
+                   publishes"
+            .to_owned(),
+        r => format!(
+            "release {r} wrote no pointer: the pointer moves when a run succeeds (its last release writes it) or a \
+             backfill publishes; `--release latest` reads the newest"
+        ),
+    })
+}
+
+/// The release name that means the newest pointer.
+pub const LATEST: &str = "latest";
 
 /// Reads `request`'s rows of a dataset.
 pub fn read(ws: &Workspace, actor: &Actor, request: &ReadRequest) -> Result<Vec<RecordBatch>> {
@@ -45,21 +66,12 @@ pub fn read(ws: &Workspace, actor: &Actor, request: &ReadRequest) -> Result<Vec<
     }
     // A key the dataset's partitioning cannot have is a mistake, not a partition without rows.
     tidegate_core::plan::partitions_of(&ws.spec.datasets[dataset], &request.partitions)?;
-    let version = match &request.release {
-        None => request.version,
-        Some(r) => {
-            let store = ws.open_store()?;
-            let release = store.release(r)?.with_context(|| format!("no release {r:?}"))?;
-            let item = release
-                .items
-                .iter()
-                .find(|i| &i.dataset == dataset)
-                .with_context(|| format!("release {r} did not publish {dataset}"))?;
-            Some(u64::try_from(item.delta_version).context("negative table version")?)
-        }
-    };
     let batches = runtime()?.block_on(async {
         let lake = open_lake(ws).await?;
+        let version = match &request.release {
+            None => request.version,
+            Some(r) => Some(release_version(ws, &lake, r, dataset).await?),
+        };
         let parts = (!request.partitions.is_empty()).then_some(request.partitions.as_slice());
         anyhow::Ok(lake.read(dataset, parts, version).await?)
     })?;
@@ -72,7 +84,33 @@ pub fn sql(ws: &Workspace, actor: &Actor, request: &SqlRequest) -> Result<Vec<Re
     runtime()?.block_on(async {
         let url = ws.lake_url();
         let lake = Lake::open(&url).await.with_context(|| format!("opening the lake at {url}"))?;
-        anyhow::Ok(lake.with_query_limits(request.limits).sql(&request.query).await?)
+        let lake = lake.with_query_limits(request.limits);
+        match &request.release {
+            None => anyhow::Ok(lake.sql(&request.query).await?),
+            Some(r) => {
+                let pointer = pointer(&lake, r).await?;
+                anyhow::Ok(lake.sql_at(&request.query, &pointer).await?)
+            }
+        }
+    })
+}
+
+/// The table version of `dataset` that `release` stands for: the one it published, else the one
+/// its pointer names.
+async fn release_version(ws: &Workspace, lake: &Lake, release: &str, dataset: &str) -> Result<u64> {
+    if release != LATEST {
+        let store = ws.open_store()?;
+        let record = store.release(release)?.with_context(|| format!("no release {release:?}"))?;
+        if let Some(item) = record.items.iter().find(|i| i.dataset == dataset) {
+            return u64::try_from(item.delta_version).context("negative table version");
+        }
+    }
+    let pointer = pointer(lake, release).await?;
+    pointer.tables.get(dataset).copied().with_context(|| {
+        format!(
+            "release {} (pointer {}) names no version of {dataset}: it was not published yet",
+            pointer.release, pointer.seq
+        )
     })
 }
 

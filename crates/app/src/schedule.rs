@@ -1,7 +1,10 @@
-//! The scheduler's decisions: for every scheduled task, the intervals that ended since its
-//! dataset's newest published partition are due; catch-up (off by default) decides whether only
-//! the newest runs and the rest are left as debt, or all of them run, newest first. `tidegate
-//! tick` makes one pass; `tidegate serve` makes one per period.
+//! The scheduler's decisions: for every scheduled task, an interval of its dataset is due at the
+//! first time the task's schedule fires at or after the interval's end, in the dataset's zone
+//! (`core::schedule`); the intervals due since the newest published partition are owed. Those due
+//! at the latest fire time are live work; older ones were missed, and catch-up (off by default)
+//! decides whether they are left as debt or run, newest first, at most `max_active_runs` at once
+//! (the engine enforces the bound when it claims steps). `tidegate tick` makes one pass;
+//! `tidegate serve` makes one per period.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -11,7 +14,7 @@ use serde::Serialize;
 use tidegate_core::actor::Actor;
 use tidegate_core::partition::Partition;
 use tidegate_core::plan::{self, Plan, Request, Selection};
-use tidegate_core::schedule::catch_up;
+use tidegate_core::schedule::{DueInterval, FireTimes, catch_up, due_by};
 use tidegate_core::spec::{Spec, Task};
 use tidegate_lake::Lake;
 use tidegate_store::{Decision, JournalMeta, Priority, RunRequest, Store, Trigger};
@@ -32,10 +35,13 @@ pub struct TaskDecision {
     pub catchup: bool,
     /// The newest published partition of its dataset before the tick.
     pub newest_published: Option<String>,
-    /// Intervals that ended after its newest published partition.
+    /// The intervals owed: due by the tick (the schedule fired after they ended) and after its
+    /// newest published partition, oldest first.
     pub due: Vec<String>,
-    /// The ones this tick runs.
+    /// The ones this tick runs, newest first: the live ones, then the missed ones catch-up runs.
     pub run: Vec<String>,
+    /// The live ones among them: due at the schedule's latest fire time (run as a schedule run).
+    pub live: Vec<String>,
     /// The ones left as debt.
     pub debt: Vec<String>,
     /// Older missed intervals: unpublished, between published ones (debt left by earlier ticks).
@@ -76,38 +82,42 @@ pub async fn decide(spec: &Spec, lake: &Lake, now: DateTime<Utc>) -> Result<Vec<
 async fn decide_task(spec: &Spec, lake: &Lake, task: &Task, now: DateTime<Utc>) -> Result<Option<TaskDecision>> {
     let Some(dataset) = task.outputs.first() else { return Ok(None) };
     let Some(axis) = plan::axis_of(&spec.datasets[dataset]) else { return Ok(None) };
-    // The newest interval that has ended by `now`.
-    let current = axis.floor(now);
-    if current <= axis.first {
+    let Some(schedule) = &task.schedule else { return Ok(None) };
+    let fires = FireTimes::new(schedule, axis.zone)?;
+    let candidates = due_by(&axis, &fires, now, LOOKBACK)?;
+    if candidates.is_empty() {
         return Ok(None);
     }
-    let latest = axis.shift(current, -1);
-    let window_start = axis.shift(latest, -LOOKBACK).max(axis.first);
-    let candidates = axis.range_inclusive(window_start, latest)?;
-    let keys: Vec<String> = candidates.iter().map(|p| p.key.clone()).collect();
+    let keys: Vec<String> = candidates.iter().map(|d| d.partition.key.clone()).collect();
     let sizes = lake.partition_sizes(dataset, &keys).await?;
     let published: BTreeSet<&str> = sizes.iter().filter(|s| s.n_files > 0).map(|s| s.partition.as_str()).collect();
-    let newest = candidates.iter().rposition(|p| published.contains(p.key.as_str()));
-    let due: Vec<Partition> = match newest {
+    let is_published = |d: &DueInterval| published.contains(d.partition.key.as_str());
+    let newest = candidates.iter().rposition(is_published);
+    let due = match newest {
         Some(i) => candidates[i + 1..].to_vec(),
-        // Never published: the schedule starts now, with the newest ended interval.
-        None => candidates.last().cloned().into_iter().collect(),
+        // Never published: the schedule starts now, with what its latest fire time made due.
+        None => {
+            let latest = candidates.last().map(|d| d.due_at);
+            candidates.iter().filter(|d| Some(d.due_at) == latest).cloned().collect()
+        }
     };
-    let oldest = candidates.iter().position(|p| published.contains(p.key.as_str()));
+    let oldest = candidates.iter().position(is_published);
     let gaps: Vec<String> = match (oldest, newest) {
         (Some(a), Some(b)) => {
-            candidates[a..b].iter().filter(|p| !published.contains(p.key.as_str())).map(|p| p.key.clone()).collect()
+            candidates[a..b].iter().filter(|d| !is_published(d)).map(|d| d.partition.key.clone()).collect()
         }
         _ => Vec::new(),
     };
     let decision = catch_up(&due, task.catchup);
+    let keys = |ps: &[Partition]| ps.iter().map(|p| p.key.clone()).collect::<Vec<_>>();
     Ok(Some(TaskDecision {
         task: task.name.clone(),
         catchup: task.catchup.enabled,
-        newest_published: newest.map(|i| candidates[i].key.clone()),
-        due: due.iter().map(|p| p.key.clone()).collect(),
-        run: decision.run.iter().map(|p| p.key.clone()).collect(),
-        debt: decision.debt.iter().map(|p| p.key.clone()).collect(),
+        newest_published: newest.map(|i| candidates[i].partition.key.clone()),
+        due: due.iter().map(|d| d.partition.key.clone()).collect(),
+        run: decision.run().map(|p| p.key.clone()).collect(),
+        live: keys(&decision.live),
+        debt: keys(&decision.debt),
         gaps,
     }))
 }
@@ -139,10 +149,11 @@ pub fn tick(ws: &Workspace, store: &dyn Store, actor: &Actor, now: DateTime<Utc>
     Ok(Tick { now, decisions, runs, superseded })
 }
 
-/// Submits the runs the decisions start: the newest due interval of each task as a schedule run
-/// (live priority), the older ones of tasks with catch-up on as a catch-up run. An interval that
-/// an unfinished run already covers (a wider manual run or a backfill submitted over the
-/// downtime) is not run again: it is journaled as superseded by that run.
+/// Submits the runs the decisions start: each task's live intervals (due at its latest fire
+/// time) as a schedule run (live priority), the missed ones of tasks with catch-up on as a
+/// catch-up run. An interval that an unfinished run already covers (a wider manual run or a
+/// backfill submitted over the downtime) is not run again: it is journaled as superseded by that
+/// run.
 pub fn start_due(
     ws: &Workspace,
     store: &dyn Store,
@@ -210,8 +221,8 @@ fn submit_due(
         .iter()
         .map(|d| {
             let keys = match trigger {
-                Trigger::Schedule => d.run.first().cloned().into_iter().collect(),
-                _ => d.run.iter().skip(1).cloned().collect(),
+                Trigger::Schedule => d.run.iter().filter(|k| d.live.contains(k)).cloned().collect(),
+                _ => d.run.iter().filter(|k| !d.live.contains(k)).cloned().collect(),
             };
             (d.task.clone(), keys)
         })

@@ -2,6 +2,7 @@
 
 mod actor;
 mod cmd;
+mod logging;
 mod output;
 
 use std::path::PathBuf;

@@ -1,31 +1,162 @@
-//! Scheduling policies with no IO: which missed intervals run after downtime (catch-up), and which
+//! Scheduling policies with no IO: when a schedule fires (cron in the dataset's zone), which
+//! intervals are due at an instant, which missed intervals run after downtime (catch-up), and which
 //! priority class gets the next free slot (live first, with a guaranteed share for the others).
+//!
+//! The due rule: an interval is due at the first time its task's schedule fires at or after the
+//! interval's end, in the zone of the dataset's partitioning (UTC when it has none). A daily
+//! partition for day D under `30 4 * * *` is due at 04:30 on D+1; under `@daily` (`0 0 * * *`) at
+//! the end of D itself. Every instant is passed in: nothing here reads a clock.
 
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
+use croner::Cron;
+use croner::parser::{CronParser, Seconds, Year};
 use serde::{Deserialize, Serialize};
 
-use crate::partition::Partition;
-use crate::spec::Catchup;
+use crate::partition::{self, Partition, TimeAxis};
+use crate::spec::{Catchup, Schedule};
 
-/// What to do with the intervals that became due while nothing was scheduling them.
+/// A schedule that cannot be turned into fire times (the spec parser refuses these first).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The cron library refused the pattern.
+    #[error("invalid cron pattern {pattern:?}: {reason}")]
+    BadCron {
+        /// The pattern as written.
+        pattern: String,
+        /// The library's reason.
+        reason: String,
+    },
+}
+
+/// The 5-field cron pattern a schedule fires on: `@hourly` is `0 * * * *`, `@daily` is `0 0 * * *`.
+pub fn pattern(schedule: &Schedule) -> &str {
+    match schedule {
+        Schedule::Hourly => "0 * * * *",
+        Schedule::Daily => "0 0 * * *",
+        Schedule::Cron(expr) => expr,
+    }
+}
+
+/// Parses a 5-field cron pattern (minute hour day-of-month month day-of-week; no seconds, no
+/// year) with the library that computes the fire times, so that the spec parser accepts exactly
+/// what the scheduler can follow. Day-of-month and day-of-week combine with OR, as in POSIX cron.
+pub fn parse_cron(pattern: &str) -> Result<Cron, Error> {
+    CronParser::builder()
+        .seconds(Seconds::Disallowed)
+        .year(Year::Disallowed)
+        .build()
+        .parse(pattern)
+        .map_err(|e| Error::BadCron { pattern: pattern.to_owned(), reason: e.to_string() })
+}
+
+/// How far ahead a fire time is looked for: a pattern that does not fire within this many years
+/// (such as `0 0 30 2 *`) is taken never to fire.
+pub const NEVER_FIRES_AFTER_YEARS: i32 = 8;
+
+/// A task's schedule in its dataset's zone: the instants it fires at.
+#[derive(Debug, Clone)]
+pub struct FireTimes {
+    cron: Cron,
+    zone: Tz,
+}
+
+impl FireTimes {
+    /// The fire times of `schedule` on local clocks of `zone` (`None`: UTC).
+    pub fn new(schedule: &Schedule, zone: Option<Tz>) -> Result<Self, Error> {
+        Ok(Self { cron: parse_cron(pattern(schedule))?, zone: zone.unwrap_or(Tz::UTC) })
+    }
+
+    /// The first fire time at or after `t`; `None` when the schedule never fires again. On a
+    /// spring-forward day a local time that does not exist fires at the first instant after the
+    /// gap; on a fall-back day a local time that happens twice fires once, at the earlier instant.
+    pub fn at_or_after(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let local = t.with_timezone(&self.zone);
+        let next = self.cron.find_next_occurrence(&local, true).ok()?;
+        let next = next.with_timezone(&Utc);
+        (next - t < chrono::Duration::days(366 * i64::from(NEVER_FIRES_AFTER_YEARS))).then_some(next)
+    }
+}
+
+/// A scheduled interval that has become due, with the fire time it became due at.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DueInterval {
+    /// The interval's partition.
+    pub partition: Partition,
+    /// The first fire time at or after the interval's end.
+    pub due_at: DateTime<Utc>,
+}
+
+/// The intervals of `axis` that are due by `now` under `fires`: every interval whose end is
+/// followed by a fire time at or before `now`, the `lookback` newest at most, oldest first.
+pub fn due_by(
+    axis: &TimeAxis,
+    fires: &FireTimes,
+    now: DateTime<Utc>,
+    lookback: i32,
+) -> Result<Vec<DueInterval>, partition::Error> {
+    // The newest interval that has ended by `now`.
+    let current = axis.floor(now);
+    if current <= axis.first {
+        return Ok(Vec::new());
+    }
+    let latest = axis.shift(current, -1);
+    let window_start = axis.shift(latest, -lookback).max(axis.first);
+    let mut due = Vec::new();
+    // Ends only grow, so each fire time serves every interval that ends before it.
+    let mut fire: Option<DateTime<Utc>> = None;
+    for partition in axis.range_inclusive(window_start, latest)? {
+        let Some(end) = partition.interval.map(|i| i.end) else { continue };
+        if fire.is_none_or(|f| f < end) {
+            fire = fires.at_or_after(end);
+        }
+        match fire {
+            Some(due_at) if due_at <= now => due.push(DueInterval { partition, due_at }),
+            // Not yet due, nor is anything after it.
+            _ => break,
+        }
+    }
+    Ok(due)
+}
+
+/// What to do with a task's due intervals at a tick.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CatchupDecision {
-    /// Intervals to run now, newest first.
-    pub run: Vec<Partition>,
-    /// Intervals left as debt: shown by `status`, run only by an explicit catch-up or backfill.
+    /// The intervals due at the schedule's latest fire time: the live work of this tick, newest
+    /// first (one interval when the schedule fires once per interval).
+    pub live: Vec<Partition>,
+    /// Missed intervals (due at an earlier fire time) run now because catch-up is on, newest first.
+    pub catchup: Vec<Partition>,
+    /// Missed intervals left as debt: shown by `status`, run only by an explicit catch-up or
+    /// backfill. Oldest first.
     pub debt: Vec<Partition>,
 }
 
-/// Decides the missed intervals' fate. `due` is every interval that ended since the last scheduled
-/// one, oldest first. With catch-up off (the default) only the newest runs; with it on, all run,
-/// newest first, and `max_active_runs` bounds how many are in flight at once (enforced by the
-/// scheduler, not here).
-pub fn catch_up(due: &[Partition], policy: Catchup) -> CatchupDecision {
-    let mut newest_first: Vec<Partition> = due.iter().rev().cloned().collect();
-    if policy.enabled {
-        return CatchupDecision { run: newest_first, debt: Vec::new() };
+impl CatchupDecision {
+    /// Every interval this tick runs, newest first: the live ones, then the catch-up ones.
+    pub fn run(&self) -> impl Iterator<Item = &Partition> {
+        self.live.iter().chain(&self.catchup)
     }
-    let rest = if newest_first.is_empty() { Vec::new() } else { newest_first.split_off(1) };
-    CatchupDecision { run: newest_first, debt: rest.into_iter().rev().collect() }
+}
+
+/// Decides the due intervals' fate. `due` is every interval that became due since the last
+/// published one, oldest first. The ones due at the latest fire time are live; the older ones
+/// were missed (the scheduler was not there when they became due). With catch-up off (the
+/// default) the missed ones are left as debt; with it on, they run newest first, and
+/// `max_active_runs` bounds how many are active at once (enforced by the engine when it claims
+/// steps, not here).
+pub fn catch_up(due: &[DueInterval], policy: Catchup) -> CatchupDecision {
+    let Some(latest) = due.last().map(|d| d.due_at) else {
+        return CatchupDecision { live: Vec::new(), catchup: Vec::new(), debt: Vec::new() };
+    };
+    let (current, missed): (Vec<&DueInterval>, Vec<&DueInterval>) = due.iter().partition(|d| d.due_at == latest);
+    let live = current.iter().rev().map(|d| d.partition.clone()).collect();
+    if policy.enabled {
+        let catchup = missed.iter().rev().map(|d| d.partition.clone()).collect();
+        return CatchupDecision { live, catchup, debt: Vec::new() };
+    }
+    CatchupDecision { live, catchup: Vec::new(), debt: missed.iter().map(|d| d.partition.clone()).collect() }
 }
 
 /// The three scheduling classes, highest priority first.
@@ -172,27 +303,151 @@ impl RateLimit {
 mod tests {
     use super::*;
 
-    fn days(n: u32) -> Vec<Partition> {
-        (1..=n).map(|d| Partition { key: format!("2024-01-{d:02}"), interval: None }).collect()
+    fn utc(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).expect("a valid test instant").with_timezone(&Utc)
     }
 
-    fn keys(ps: &[Partition]) -> Vec<&str> {
-        ps.iter().map(|p| p.key.as_str()).collect()
+    /// Days 1..=n of January 2024, each due at the end of its day (an `@daily` schedule).
+    fn days(n: u32) -> Vec<DueInterval> {
+        let axis = TimeAxis::new(partition::Grain::Day, utc("2024-01-01T00:00:00Z"), None);
+        let fires = FireTimes::new(&Schedule::Daily, None).expect("@daily parses");
+        due_by(&axis, &fires, utc(&format!("2024-01-{:02}T00:05:00Z", n + 1)), 400).expect("a valid range")
+    }
+
+    fn keys<'a>(ps: impl IntoIterator<Item = &'a Partition>) -> Vec<&'a str> {
+        ps.into_iter().map(|p| p.key.as_str()).collect()
     }
 
     #[test]
     fn catch_up_off_runs_only_the_newest_and_leaves_debt() {
         let d = catch_up(&days(4), Catchup::default());
-        assert_eq!(keys(&d.run), ["2024-01-04"]);
+        assert_eq!(keys(d.run()), ["2024-01-04"]);
         assert_eq!(keys(&d.debt), ["2024-01-01", "2024-01-02", "2024-01-03"]);
-        assert_eq!(catch_up(&[], Catchup::default()), CatchupDecision { run: vec![], debt: vec![] });
+        let none = CatchupDecision { live: vec![], catchup: vec![], debt: vec![] };
+        assert_eq!(catch_up(&[], Catchup::default()), none);
     }
 
     #[test]
     fn catch_up_on_runs_everything_newest_first() {
         let d = catch_up(&days(3), Catchup { enabled: true, max_active_runs: Some(1) });
-        assert_eq!(keys(&d.run), ["2024-01-03", "2024-01-02", "2024-01-01"]);
+        assert_eq!(keys(&d.live), ["2024-01-03"]);
+        assert_eq!(keys(d.run()), ["2024-01-03", "2024-01-02", "2024-01-01"]);
         assert!(d.debt.is_empty());
+    }
+
+    fn cron(pattern: &str, zone: Option<Tz>) -> FireTimes {
+        FireTimes::new(&Schedule::Cron(pattern.to_owned()), zone).expect("a valid pattern")
+    }
+
+    const NEW_YORK: Tz = chrono_tz::America::New_York;
+
+    #[test]
+    fn a_day_is_due_at_the_first_fire_time_at_or_after_its_end() {
+        // The example spec's schedule on a daily UTC dataset: day D is due at 04:30 on D+1.
+        let axis = TimeAxis::new(partition::Grain::Day, utc("2024-01-01T00:00:00Z"), None);
+        let fires = cron("30 4 * * *", None);
+        let due = |now: &str| due_by(&axis, &fires, utc(now), 400).expect("a valid range");
+        assert!(due("2024-01-02T00:01:00Z").is_empty(), "ended, but the schedule has not fired since");
+        assert!(due("2024-01-02T04:29:59Z").is_empty());
+        let at_fire = due("2024-01-02T04:30:00Z");
+        assert_eq!(keys(at_fire.iter().map(|d| &d.partition)), ["2024-01-01"]);
+        assert_eq!(at_fire[0].due_at, utc("2024-01-02T04:30:00Z"));
+        // Three days later, before that day's fire: days 1-3 are due, each at its own fire time.
+        let later = due("2024-01-05T04:00:00Z");
+        let pairs: Vec<(&str, DateTime<Utc>)> = later.iter().map(|d| (d.partition.key.as_str(), d.due_at)).collect();
+        assert_eq!(
+            pairs,
+            [
+                ("2024-01-01", utc("2024-01-02T04:30:00Z")),
+                ("2024-01-02", utc("2024-01-03T04:30:00Z")),
+                ("2024-01-03", utc("2024-01-04T04:30:00Z")),
+            ]
+        );
+        // @daily fires at midnight: a day is due the instant it ends.
+        let daily = FireTimes::new(&Schedule::Daily, None).expect("@daily");
+        let at_midnight = due_by(&axis, &daily, utc("2024-01-02T00:00:00Z"), 400).expect("a valid range");
+        assert_eq!(keys(at_midnight.iter().map(|d| &d.partition)), ["2024-01-01"]);
+    }
+
+    #[test]
+    fn a_schedule_that_fires_once_a_day_makes_all_of_a_days_hours_due_together() {
+        let axis = TimeAxis::new(partition::Grain::Hour, utc("2024-01-01T00:00:00Z"), None);
+        let daily = FireTimes::new(&Schedule::Daily, None).expect("@daily");
+        assert!(due_by(&axis, &daily, utc("2024-01-01T23:59:00Z"), 400).expect("range").is_empty());
+        let due = due_by(&axis, &daily, utc("2024-01-02T00:00:00Z"), 400).expect("range");
+        assert_eq!(due.len(), 24);
+        let d = catch_up(&due, Catchup::default());
+        assert_eq!(d.live.len(), 24, "due at the same fire time, so all live and none missed");
+        assert_eq!(d.live[0].key, "2024-01-01T23", "newest first");
+        assert!(d.debt.is_empty());
+    }
+
+    #[test]
+    fn fire_times_follow_the_zone_across_spring_forward() {
+        // 2024-03-10 in New York: 02:00 EST jumps to 03:00 EDT, so 02:30 does not exist that day.
+        let fires = cron("30 2 * * *", Some(NEW_YORK));
+        assert_eq!(fires.at_or_after(utc("2024-03-09T00:00:00Z")), Some(utc("2024-03-09T07:30:00Z")), "02:30 EST");
+        assert_eq!(
+            fires.at_or_after(utc("2024-03-09T07:31:00Z")),
+            Some(utc("2024-03-10T07:00:00Z")),
+            "the missing 02:30 fires at the first instant after the gap, 03:00 EDT"
+        );
+        assert_eq!(fires.at_or_after(utc("2024-03-10T07:01:00Z")), Some(utc("2024-03-11T06:30:00Z")), "02:30 EDT");
+
+        // A daily partition in the zone is 23 hours that day, and due at 04:30 local the next day.
+        let axis = TimeAxis::new(partition::Grain::Day, utc("2024-03-01T05:00:00Z"), Some(NEW_YORK));
+        let fires = cron("30 4 * * *", Some(NEW_YORK));
+        let due = due_by(&axis, &fires, utc("2024-03-11T08:30:00Z"), 400).expect("range");
+        let last = due.last().expect("the day is due");
+        assert_eq!(last.partition.key, "2024-03-10");
+        assert_eq!(last.partition.interval.map(|i| i.end - i.start), Some(chrono::Duration::hours(23)));
+        assert_eq!(last.due_at, utc("2024-03-11T08:30:00Z"), "04:30 EDT");
+        let before = due_by(&axis, &fires, utc("2024-03-11T08:29:00Z"), 400).expect("range");
+        assert_eq!(before.last().map(|d| d.partition.key.as_str()), Some("2024-03-09"));
+
+        // @hourly on an hourly zoned axis: every hour, the short day's included, is due as it ends.
+        let hours = TimeAxis::new(partition::Grain::Hour, utc("2024-03-10T05:00:00Z"), Some(NEW_YORK));
+        let hourly = FireTimes::new(&Schedule::Hourly, Some(NEW_YORK)).expect("@hourly");
+        let due = due_by(&hours, &hourly, utc("2024-03-11T04:00:00Z"), 400).expect("range");
+        assert_eq!(due.len(), 23);
+        assert!(due.iter().all(|d| d.partition.interval.is_some_and(|i| i.end == d.due_at)), "{due:?}");
+    }
+
+    #[test]
+    fn fire_times_follow_the_zone_across_fall_back() {
+        // 2024-11-03 in New York: 02:00 EDT falls back to 01:00 EST, so 01:30 happens twice.
+        let fires = cron("30 1 * * *", Some(NEW_YORK));
+        assert_eq!(fires.at_or_after(utc("2024-11-03T04:00:00Z")), Some(utc("2024-11-03T05:30:00Z")), "01:30 EDT");
+        assert_eq!(
+            fires.at_or_after(utc("2024-11-03T05:31:00Z")),
+            Some(utc("2024-11-04T06:30:00Z")),
+            "a fixed time that happens twice fires once, at the earlier instant: next is the 4th, 01:30 EST"
+        );
+
+        // The 25-hour day is due at 04:30 EST the next morning.
+        let axis = TimeAxis::new(partition::Grain::Day, utc("2024-11-01T04:00:00Z"), Some(NEW_YORK));
+        let fires = cron("30 4 * * *", Some(NEW_YORK));
+        let due = due_by(&axis, &fires, utc("2024-11-04T09:30:00Z"), 400).expect("range");
+        let last = due.last().expect("the day is due");
+        assert_eq!(last.partition.key, "2024-11-03");
+        assert_eq!(last.partition.interval.map(|i| i.end - i.start), Some(chrono::Duration::hours(25)));
+        assert_eq!(last.due_at, utc("2024-11-04T09:30:00Z"), "04:30 EST");
+
+        // @hourly: both 01:00 hours exist as partitions, and each is due as it ends.
+        let hours = TimeAxis::new(partition::Grain::Hour, utc("2024-11-03T04:00:00Z"), Some(NEW_YORK));
+        let hourly = FireTimes::new(&Schedule::Hourly, Some(NEW_YORK)).expect("@hourly");
+        let due = due_by(&hours, &hourly, utc("2024-11-04T05:00:00Z"), 400).expect("range");
+        assert_eq!(due.len(), 25);
+        assert!(due.iter().all(|d| d.partition.interval.is_some_and(|i| i.end == d.due_at)), "{due:?}");
+        let keys: Vec<&str> = due.iter().map(|d| d.partition.key.as_str()).collect();
+        assert!(keys.contains(&"2024-11-03T01-0400") && keys.contains(&"2024-11-03T01-0500"), "{keys:?}");
+    }
+
+    #[test]
+    fn a_pattern_no_date_matches_never_fires() {
+        assert_eq!(cron("0 0 31 2 *", None).at_or_after(utc("2024-01-01T00:00:00Z")), None);
+        assert!(matches!(parse_cron("0 0 * * * *"), Err(Error::BadCron { .. })), "no seconds field");
+        assert_eq!(pattern(&Schedule::Hourly), "0 * * * *");
     }
 
     fn at(ms: i64) -> chrono::DateTime<chrono::Utc> {

@@ -195,6 +195,42 @@ struct Remote {
     epoch: u64,
 }
 
+/// `max_active_runs` as the scheduler applies it when it claims: a task's catch-up step may
+/// start only while fewer than `max_active_runs` of the task's scheduled intervals (its schedule
+/// and catch-up runs' steps) are active, that is claimed once and not yet settled
+/// ([`crate::view::Entry::is_active`]). Live intervals are never held back, but they count, so
+/// after downtime the journal shows at most that many of the task's intervals at once (a new live
+/// interval arriving mid-catch-up can add one). Manual runs and backfills do not count.
+struct CatchupRoom<'s> {
+    spec: &'s Spec,
+    /// Active scheduled intervals per task; empty when no catch-up step is ready.
+    active: HashMap<String, u32>,
+}
+
+impl<'s> CatchupRoom<'s> {
+    fn new(spec: &'s Spec, view: &View) -> Self {
+        let active = if view.has_ready(Priority::Catchup) { view.scheduled_active() } else { HashMap::new() };
+        Self { spec, active }
+    }
+
+    /// Whether the catch-up step may be claimed now; counts it as active if so.
+    fn admit(&mut self, e: &crate::view::Entry) -> bool {
+        let Some(max) = self.spec.tasks.get(&e.record.task).and_then(|t| t.catchup.max_active_runs) else {
+            return true;
+        };
+        if e.is_active() {
+            // A retry of an interval already counted.
+            return true;
+        }
+        let n = self.active.entry(e.record.task.clone()).or_default();
+        if *n >= max {
+            return false;
+        }
+        *n += 1;
+        true
+    }
+}
+
 /// The engine: one scheduler loop with in-process workers.
 pub struct Engine {
     store: Arc<dyn Store>,
@@ -506,7 +542,7 @@ impl Engine {
         for run in new {
             let rid = run.id.clone();
             let steps = self.db(move |s| s.steps(&rid)).await?;
-            view.add_run(steps, run.request.priority, run.request.backfill_id.clone());
+            view.add_run(steps, run.request.priority, run.request.trigger, run.request.backfill_id.clone());
         }
         Ok(())
     }
@@ -728,13 +764,18 @@ impl Engine {
                 (id.clone(), if gate.paused { 0 } else { gate.max_active.saturating_sub(used) })
             })
             .collect();
+        // Each task's room for catch-up intervals under its `max_active_runs`.
+        let mut catchup = CatchupRoom::new(&self.spec, view);
         // Ready steps per pool and class, in order, at most `room` of each (no more can be picked
-        // this tick); a backfill's steps only within its room.
+        // this tick); a backfill's steps only within its room, catch-up steps within their task's.
         let mut queues: BTreeMap<String, [Vec<String>; 3]> = BTreeMap::new();
         let mut pool_names: Vec<&String> = pools.keys().collect();
         pool_names.sort();
         for pool_name in pool_names {
             let classes = [Priority::Live, Priority::Catchup, Priority::Backfill].map(|priority| {
+                if priority == Priority::Catchup {
+                    return view.take_ready_each(pool_name, priority, room, |e| catchup.admit(e));
+                }
                 view.take_ready(pool_name, priority, room, |e| {
                     let Some(b) = &e.backfill_id else { return true };
                     let (Some(left), Some(gate)) = (backfill_room.get_mut(b), gates.get_mut(b)) else { return false };

@@ -2,11 +2,12 @@
 //! downstream links, rebuilt from the store at start-up (so a restart after kill -9 resumes where
 //! the store says things are) and kept current from the outcomes the store returns.
 
+use std::cmp::Reverse;
 use std::collections::{BTreeSet, HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use tidegate_core::state::{Step, StepStatus};
-use tidegate_store::{Priority, Result, StepRecord, Store, VersionRecord};
+use tidegate_store::{Priority, Result, StepRecord, Store, Trigger, VersionRecord};
 
 /// One step as the scheduler sees it.
 #[derive(Debug, Clone)]
@@ -15,6 +16,8 @@ pub struct Entry {
     pub record: StepRecord,
     /// Its run's priority class.
     pub priority: Priority,
+    /// What started its run.
+    pub trigger: Trigger,
     /// The steps it waits for.
     pub upstream_ids: Vec<String>,
     /// The steps that wait for it.
@@ -27,6 +30,18 @@ impl Entry {
     /// Its status.
     pub fn status(&self) -> StepStatus {
         self.record.state.status
+    }
+
+    /// Whether the step is one of its task's scheduled intervals (a schedule or catch-up run's).
+    pub fn is_scheduled(&self) -> bool {
+        matches!(self.trigger, Trigger::Schedule | Trigger::Catchup)
+    }
+
+    /// Whether the step's interval is active, as `max_active_runs` counts: from its first claim
+    /// (its first attempt) until it settles (published, failed, skipped, superseded, cancelled or
+    /// staged for approval). A step waiting for a retry, or ready for one, stays active.
+    pub fn is_active(&self) -> bool {
+        self.record.state.attempt > 0 && self.status().keeps_run_active()
     }
 }
 
@@ -43,28 +58,39 @@ pub enum Dependency {
 }
 
 /// Where a step sits in its status's queue: class first, then the oldest run, then the step.
-/// Run ids are time-ordered (UUIDv7), so this is the order the scheduler takes work in.
+/// Run ids are time-ordered (UUIDv7), so this is the order the scheduler takes work in. Catch-up
+/// steps go newest interval first, whatever their run (DESIGN: catch-up runs newest first).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 struct QueueKey {
     priority: Priority,
+    /// The interval's start for a catch-up step, `None` (sorting after any start) for others.
+    newest_first: Reverse<Option<DateTime<Utc>>>,
     run_id: String,
     step_id: String,
 }
 
 impl QueueKey {
     fn of(record: &StepRecord, priority: Priority) -> Self {
-        Self { priority, run_id: record.run_id.clone(), step_id: record.id.clone() }
+        let start = if priority == Priority::Catchup { record.interval.map(|i| i.start) } else { None };
+        Self { priority, newest_first: Reverse(start), run_id: record.run_id.clone(), step_id: record.id.clone() }
     }
 
     /// The first key of class `priority`.
     fn first_of(priority: Priority) -> Self {
-        Self { priority, run_id: String::new(), step_id: String::new() }
+        let newest = Reverse(Some(DateTime::<Utc>::MAX_UTC));
+        Self { priority, newest_first: newest, run_id: String::new(), step_id: String::new() }
     }
 
     /// The first key after every step of this key's run: `run_id + "\0"` sorts after `run_id`
-    /// and at or before every longer id that starts with it, and ids hold no NUL.
+    /// and at or before every longer id that starts with it, and ids hold no NUL. (Only for
+    /// classes whose keys do not order by interval, where a run's steps are contiguous.)
     fn after_run(&self) -> Self {
-        Self { priority: self.priority, run_id: format!("{}\0", self.run_id), step_id: String::new() }
+        Self {
+            priority: self.priority,
+            newest_first: self.newest_first,
+            run_id: format!("{}\0", self.run_id),
+            step_id: String::new(),
+        }
     }
 }
 
@@ -133,13 +159,20 @@ impl View {
             active.iter().map(|a| (a.step.run_id.clone(), (a.priority, a.backfill_id.clone()))).collect();
         for (_, run_id) in runs {
             let (priority, backfill_id) = runs_of[&run_id].clone();
-            view.add_run(store.steps(&run_id)?, priority, backfill_id);
+            let trigger = store.run(&run_id)?.map_or(Trigger::Manual, |r| r.request.trigger);
+            view.add_run(store.steps(&run_id)?, priority, trigger, backfill_id);
         }
         Ok(view)
     }
 
     /// Adds a run's steps (all of them, as the store returns them).
-    pub fn add_run(&mut self, steps: Vec<StepRecord>, priority: Priority, backfill_id: Option<String>) {
+    pub fn add_run(
+        &mut self,
+        steps: Vec<StepRecord>,
+        priority: Priority,
+        trigger: Trigger,
+        backfill_id: Option<String>,
+    ) {
         self.runs.extend(steps.iter().map(|s| s.run_id.clone()));
         self.backfills.extend(backfill_id.iter().cloned());
         let ids: HashMap<String, String> = steps.iter().map(|s| (s.name.clone(), s.id.clone())).collect();
@@ -153,6 +186,7 @@ impl View {
             let entry = Entry {
                 record: s,
                 priority,
+                trigger,
                 upstream_ids,
                 downstream_ids: Vec::new(),
                 backfill_id: backfill_id.clone(),
@@ -309,6 +343,45 @@ impl View {
         taken
     }
 
+    /// Like [`View::take_ready`], but a step `admit` refuses is skipped alone, not with the rest
+    /// of its run: for catch-up steps, which are refused one task at a time (`max_active_runs`).
+    pub fn take_ready_each(
+        &self,
+        pool: &str,
+        priority: Priority,
+        limit: usize,
+        mut admit: impl FnMut(&Entry) -> bool,
+    ) -> Vec<String> {
+        let Some(queue) = self.queues.ready.get(pool) else { return Vec::new() };
+        queue
+            .range(QueueKey::first_of(priority)..)
+            .take_while(|k| k.priority == priority)
+            .filter(|k| admit(&self.steps[&k.step_id]))
+            .take(limit)
+            .map(|k| k.step_id.clone())
+            .collect()
+    }
+
+    /// Whether any step of class `priority` is ready, in any pool.
+    pub fn has_ready(&self, priority: Priority) -> bool {
+        let Some(ready) = self.queues.by_status.get(&StepStatus::Ready) else { return false };
+        ready.range(QueueKey::first_of(priority)..).next().is_some_and(|k| k.priority == priority)
+    }
+
+    /// Per task, how many of its scheduled intervals (schedule and catch-up runs) are active
+    /// ([`Entry::is_active`]) or about to be: a live one that is ready counts already, since live
+    /// work is never held back and is claimed first.
+    pub fn scheduled_active(&self) -> HashMap<String, u32> {
+        let mut out: HashMap<String, u32> = HashMap::new();
+        for e in self.in_statuses(|s| s.keeps_run_active() && s != StepStatus::Pending) {
+            let starting_live = e.priority == Priority::Live && e.status() == StepStatus::Ready;
+            if e.is_scheduled() && (e.is_active() || starting_live) {
+                *out.entry(e.record.task.clone()).or_default() += 1;
+            }
+        }
+        out
+    }
+
     /// Whether anything is left that the engine can move forward without a person.
     pub fn has_work(&self) -> bool {
         self.has_work_outside(&[])
@@ -343,6 +416,18 @@ impl View {
             .filter(|(s, _)| !s.is_terminal() && **s != StepStatus::AwaitingApproval)
             .map(|(_, q)| q.len())
             .sum()
+    }
+
+    /// Whether every step of `run_id` has settled and none failed: the run succeeded.
+    pub fn run_succeeded(&self, run_id: &str) -> bool {
+        let mut steps = self.steps.values().filter(|e| e.record.run_id == run_id).peekable();
+        steps.peek().is_some()
+            && steps.all(|e| {
+                matches!(
+                    e.status(),
+                    StepStatus::Published | StepStatus::Skipped | StepStatus::Superseded | StepStatus::Cancelled
+                )
+            })
     }
 
     /// Drops runs whose steps are all terminal, to keep the view small in a long-lived server.
@@ -418,6 +503,7 @@ mod tests {
         v.add_run(
             vec![step("r1", "b1", "p", ready, &[]), step("r1", "b2", "p", ready, &[])],
             Priority::Backfill,
+            Trigger::Backfill,
             Some("bf".to_owned()),
         );
         v.add_run(
@@ -427,9 +513,10 @@ mod tests {
                 step("r2", "l3", "p", StepStatus::Pending, &["l2"]),
             ],
             Priority::Live,
+            Trigger::Manual,
             None,
         );
-        v.add_run(vec![step("r3", "c1", "p", ready, &[])], Priority::Catchup, None);
+        v.add_run(vec![step("r3", "c1", "p", ready, &[])], Priority::Catchup, Trigger::Catchup, None);
         v
     }
 
@@ -478,9 +565,10 @@ mod tests {
         v.add_run(
             vec![step("r1", "a", "p", ready, &[]), step("r1", "b", "p", ready, &[])],
             Priority::Backfill,
+            Trigger::Backfill,
             Some("x".to_owned()),
         );
-        v.add_run(vec![step("r10", "c", "p", ready, &[])], Priority::Backfill, Some("y".to_owned()));
+        v.add_run(vec![step("r10", "c", "p", ready, &[])], Priority::Backfill, Trigger::Backfill, Some("y".to_owned()));
         let taken = v.take_ready("p", Priority::Backfill, 10, |e| e.backfill_id.as_deref() == Some("y"));
         assert_eq!(taken, ["c"]);
     }
@@ -506,6 +594,49 @@ mod tests {
         assert_eq!(v.tally(), HashMap::new());
         assert_eq!(v.backfill_ids().count(), 0);
         assert!(v.take_ready("p", Priority::Backfill, 10, |_| true).is_empty());
+    }
+
+    /// A ready step of task `t` in pool `p` for day `d` of January 2024.
+    fn day(run: &str, id: &str, d: u32) -> StepRecord {
+        let mut s = step(run, id, "p", StepStatus::Ready, &[]);
+        let start = DateTime::from_timestamp(1_704_067_200 + i64::from(d - 1) * 86_400, 0).expect("a valid day");
+        s.interval = Some(tidegate_core::partition::Interval { start, end: start + chrono::Duration::days(1) });
+        s
+    }
+
+    fn attempted(status: StepStatus) -> Step {
+        let mut s = with_status(status);
+        s.attempt = 1;
+        s
+    }
+
+    #[test]
+    fn catch_up_steps_are_taken_newest_interval_first_and_refused_one_by_one() {
+        let mut v = View::default();
+        v.add_run(vec![day("r1", "a", 1), day("r1", "b", 3)], Priority::Catchup, Trigger::Catchup, None);
+        v.add_run(vec![day("r2", "c", 2)], Priority::Catchup, Trigger::Catchup, None);
+        assert_eq!(v.take_ready_each("p", Priority::Catchup, 10, |_| true), ["b", "c", "a"], "newest day first");
+        assert_eq!(v.take_ready_each("p", Priority::Catchup, 1, |_| true), ["b"]);
+        // Refusing a step leaves the rest of its run (a, in r1 with b) takeable.
+        assert_eq!(v.take_ready_each("p", Priority::Catchup, 10, |e| e.record.id != "b"), ["c", "a"]);
+        assert!(v.has_ready(Priority::Catchup) && !v.has_ready(Priority::Live) && !v.has_ready(Priority::Backfill));
+
+        // Active from the first claim until the step settles, retries included.
+        assert!(v.scheduled_active().is_empty(), "ready, never claimed: not active");
+        v.update("b", attempted(StepStatus::Running));
+        assert_eq!(v.scheduled_active()["t"], 1);
+        v.update("b", attempted(StepStatus::RetryWait));
+        assert_eq!(v.scheduled_active()["t"], 1, "waiting for a retry still holds its place");
+        v.update("b", attempted(StepStatus::Published));
+        assert!(v.scheduled_active().is_empty());
+        // A ready live interval of the schedule counts before it is claimed: it goes first.
+        v.add_run(vec![day("r4", "l", 5)], Priority::Live, Trigger::Schedule, None);
+        assert_eq!(v.scheduled_active()["t"], 1);
+        v.update("l", attempted(StepStatus::Published));
+        // A manual run's steps are not scheduled intervals.
+        v.add_run(vec![day("r3", "m", 4)], Priority::Live, Trigger::Manual, None);
+        v.update("m", attempted(StepStatus::Running));
+        assert!(v.scheduled_active().is_empty());
     }
 
     fn version(step_id: &str) -> VersionRecord {

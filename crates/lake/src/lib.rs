@@ -27,6 +27,7 @@ mod error;
 pub mod failpoint;
 mod local;
 mod modes;
+mod pointer;
 mod publish;
 mod query;
 mod read;
@@ -44,6 +45,7 @@ pub use compare::{
 };
 pub use df::{QueryLimits, USER_QUERY_MEMORY_LIMIT_MB, USER_QUERY_TIME_LIMIT_S};
 pub use error::{Error, FileLocation, Result};
+pub use pointer::{Advance, CURRENT_POINTER, POINTER_DIR, Pointer};
 pub use publish::{
     APP_ID_PREFIX, MAX_COMMIT_ATTEMPTS, Publication, PublishedItem, Release, ReleaseItem, TXN_UNDONE, app_id,
 };

@@ -100,6 +100,11 @@ impl Lake {
         self
     }
 
+    /// The lake's root as a URL, ending in a slash.
+    pub(crate) fn root_url(&self) -> &Url {
+        &self.root_url
+    }
+
     /// The folder the lake lives in; `None` for an object-store lake.
     pub fn root(&self) -> Option<&FsPath> {
         match &self.root {

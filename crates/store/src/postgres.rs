@@ -33,6 +33,19 @@ impl fmt::Debug for Postgres {
     }
 }
 
+impl Drop for Postgres {
+    /// Closes the idle clients on a thread of their own. A synchronous `postgres::Client` closes
+    /// its connection by blocking on a private runtime, which panics on a thread that drives
+    /// async tasks; the last handle to a store is often dropped on one (the end of `tidegate
+    /// serve` or `tidegate worker`, inside their runtime).
+    fn drop(&mut self) {
+        let idle = std::mem::take(self.idle.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner));
+        if !idle.is_empty() {
+            let _ = std::thread::spawn(move || drop(idle)).join();
+        }
+    }
+}
+
 /// A client and the statements prepared on it (prepared statements live as long as the session).
 struct PgConn {
     client: Client,

@@ -16,7 +16,7 @@ use tidegate_core::actor::Actor;
 use tidegate_core::spec::model::{DatasetKind, WriteMode};
 use tidegate_core::state::{StepEvent, StepStatus};
 use tidegate_engine::executor::acquire_scheduler_role;
-use tidegate_lake::{Lake, Publication, StagedVersion};
+use tidegate_lake::{Advance, Lake, Publication, StagedVersion};
 use tidegate_store::{BackfillRecord, BackfillStatus, ReleaseItem, ReleaseKind, ReleaseRecord, StepEventRecord, Store};
 
 use super::review::{approved_review, publishable, review, staged_versions};
@@ -101,7 +101,26 @@ pub fn publish(ws: &Workspace, store: &Arc<dyn Store>, actor: &Actor, id: &str) 
             )?;
         }
         acquire_scheduler_role(store, &owner, ws.clock.as_ref(), ws.spec.project.lease_ttl_s).await?;
-        let result = publish_release(ws, store.as_ref(), actor, &lake, &record, &spec, &release_id).await;
+        let mut result = publish_release(ws, store.as_ref(), actor, &lake, &record, &spec, &release_id).await;
+        if let Ok(publication) = &result {
+            // After every dataset's commit: pointer readers see the backfill whole or not at all.
+            let mut tables = BTreeMap::new();
+            for item in &publication.items {
+                let v = tables.entry(item.dataset.clone()).or_insert(item.table_version);
+                *v = (*v).max(item.table_version);
+            }
+            let advance = Advance {
+                release: release_id.clone(),
+                run_id: record.run_id.clone(),
+                backfill_id: Some(record.id.clone()),
+                at: ws.now(),
+                tables,
+            };
+            if let Err(e) = lake.advance_pointer(advance).await {
+                result =
+                    Err(anyhow::Error::from(e).context("moving the release pointer (publishing again retries it)"));
+            }
+        }
         let _ = store.release_scheduler(&owner);
         result.map_err(|e| refused(ws, store.as_ref(), actor, &record, e))
     })?;
@@ -421,6 +440,18 @@ pub fn rollback(
                     break;
                 }
             }
+        }
+        if result.is_ok() {
+            let advance = Advance {
+                release: release_id.clone(),
+                run_id: record.run_id.clone(),
+                backfill_id: Some(record.id.clone()),
+                at: ws.now(),
+                tables: restored.iter().map(|r| (r.dataset.clone(), r.new_version)).collect(),
+            };
+            result = lake.advance_pointer(advance).await.map(|_| ()).map_err(|e| {
+                anyhow::Error::from(e).context("moving the release pointer (rolling back again retries it)")
+            });
         }
         let _ = store.release_scheduler(&owner);
         result.map(|()| restored)

@@ -12,7 +12,7 @@ use serde::Serialize;
 use tidegate_core::actor::Actor;
 use tidegate_core::spec::model::{DatasetKind, WriteMode};
 use tidegate_engine::executor::acquire_scheduler_role;
-use tidegate_lake::Lake;
+use tidegate_lake::{Advance, Lake};
 use tidegate_store::{JournalMeta, ReleaseItem, ReleaseKind, ReleaseRecord, Store};
 
 use crate::actor::{Access, require};
@@ -358,6 +358,16 @@ async fn restore_each(
             .with_context(|| format!("restoring {} to version {}", d.dataset, d.to_version))?;
         d.new_version = Some(new_version);
     }
+    // After every dataset's commit: pointer readers see the undo whole or not at all.
+    let tables = plan.datasets.iter().filter_map(|d| Some((d.dataset.clone(), d.new_version?))).collect();
+    let advance = Advance {
+        release: plan.release_id.clone(),
+        run_id: plan.run_id.clone(),
+        backfill_id: None,
+        at: ws.now(),
+        tables,
+    };
+    lake.advance_pointer(advance).await.context("moving the release pointer (rolling back again retries it)")?;
     Ok(())
 }
 

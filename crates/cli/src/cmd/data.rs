@@ -24,7 +24,7 @@ pub struct Format {
 /// Read a published dataset, optionally some partitions, at a version or release.
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Examples:\n  tidegate read events --partition 2024-01-03\n  tidegate read daily_stats --version 4 --limit 20\n  tidegate read daily_stats --release rel-0193... --csv > stats.csv"
+    after_help = "Examples:\n  tidegate read events --partition 2024-01-03\n  tidegate read daily_stats --version 4 --limit 20\n  tidegate read daily_stats --release rel-0193... --csv > stats.csv\n  tidegate read daily_stats --release latest    # as of the newest whole release"
 )]
 pub struct ReadArgs {
     /// The dataset to read.
@@ -35,7 +35,8 @@ pub struct ReadArgs {
     /// A Delta table version (see `tidegate history DATASET:PARTITION` or the table's log).
     #[arg(long, conflicts_with = "release", value_parser = crate::cmd::table_version, allow_negative_numbers = true)]
     pub version: Option<u64>,
-    /// The table version a release published.
+    /// The table version a release published, or for a dataset it did not publish the one its
+    /// pointer names; `latest` for the newest release pointer (see docs/reading-tables.md).
     #[arg(long)]
     pub release: Option<String>,
     /// At most this many rows.
@@ -48,7 +49,7 @@ pub struct ReadArgs {
 /// Query published datasets with SQL (DataFusion); every dataset is a table under its name.
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Examples:\n  tidegate sql \"SELECT event_type, COUNT(*) FROM events GROUP BY 1\"\n  tidegate sql \"SELECT * FROM daily_stats ORDER BY day\" --json"
+    after_help = "Examples:\n  tidegate sql \"SELECT event_type, COUNT(*) FROM events GROUP BY 1\"\n  tidegate sql \"SELECT * FROM daily_stats ORDER BY day\" --json\n  tidegate sql \"SELECT ... FROM features JOIN labels USING (user_id)\" --release latest"
 )]
 pub struct SqlArgs {
     /// The query: read-only (SELECT, WITH ... SELECT, VALUES, EXPLAIN); statements that write
@@ -60,6 +61,10 @@ pub struct SqlArgs {
     /// The longest the query may run, in seconds.
     #[arg(long, default_value_t = tidegate_lake::USER_QUERY_TIME_LIMIT_S, value_parser = clap::value_parser!(u64).range(1..))]
     pub time_limit_s: u64,
+    /// Read every dataset at the versions this release's pointer names (`latest`: the newest),
+    /// so the query sees whole releases only: never one run's features beside another's labels.
+    #[arg(long)]
+    pub release: Option<String>,
     #[command(flatten)]
     pub format: Format,
 }
@@ -80,7 +85,8 @@ pub fn read(ws: Option<&Path>, actor: &Actor, args: ReadArgs) -> Result<ExitCode
 pub fn sql(ws: Option<&Path>, actor: &Actor, args: SqlArgs) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
     let limits = QueryLimits { memory_mb: args.memory_limit_mb, time_s: args.time_limit_s };
-    print_batches(&data::sql(&ws, actor, &SqlRequest { query: args.query, limits })?, &args.format)?;
+    let request = SqlRequest { query: args.query, limits, release: args.release };
+    print_batches(&data::sql(&ws, actor, &request)?, &args.format)?;
     Ok(ExitCode::SUCCESS)
 }
 

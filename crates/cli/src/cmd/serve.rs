@@ -10,6 +10,9 @@ use anyhow::{Context, Result};
 use tidegate_app::serve::{Event, ServeOptions, serve};
 use tidegate_app::workspace::{self, open_lake, runtime};
 use tidegate_core::actor::Actor;
+use tracing::info;
+
+use crate::logging::LogFormat;
 
 /// Run the schedules and execute runs until stopped (SIGTERM or Ctrl-C stop it cleanly).
 ///
@@ -28,37 +31,47 @@ pub struct Args {
     /// in `tidegate worker` processes.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(0..=4096), allow_negative_numbers = true)]
     pub workers: u16,
+    /// How log lines are written (standard error; `RUST_LOG` filters them, `info` by default).
+    #[arg(long, value_enum, default_value_t = LogFormat::Human)]
+    pub log_format: LogFormat,
 }
 
 pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
+    crate::logging::init(args.log_format);
     let ws = workspace::load(ws)?;
     let store = ws.open_store()?;
     let options = ServeOptions { tick_every: Duration::from_secs(args.tick_every_s), workers: args.workers.into() };
     runtime()?.block_on(async {
         let stop = stop_on_signal("tidegate serve: stopping; attempts in flight will finish")?;
         let lake = open_lake(&ws).await?;
-        eprintln!(
-            "tidegate serve: {} (ticking every {} s; SIGTERM or Ctrl-C stops)",
-            ws.spec.project.name, args.tick_every_s
-        );
+        let project = &ws.spec.project.name;
+        info!(project, tick_every_s = args.tick_every_s, "tidegate serve: {project} (SIGTERM or Ctrl-C stops)");
         serve(&ws, store, lake, actor, options, stop, &mut print_event).await
     })?;
-    eprintln!("tidegate serve: stopped cleanly");
+    info!("tidegate serve: stopped cleanly");
     Ok(ExitCode::SUCCESS)
 }
 
 fn print_event(event: Event) {
     match event {
-        Event::Started { at, run_id } => eprintln!("tick {at}: started run {run_id}"),
-        Event::Superseded { at, interval: s } => {
-            eprintln!("tick {at}: {}@{} superseded by run {}", s.task, s.partition, s.by_run);
-        }
+        Event::Started { at, run_id } => info!(%at, run_id, "tick: started run {run_id}"),
+        Event::Superseded { at, interval: s } => info!(
+            %at, task = s.task, partition = s.partition, by_run = s.by_run,
+            "tick: {}@{} superseded by run {}", s.task, s.partition, s.by_run
+        ),
         Event::Debt { at, task, n_intervals } => {
-            eprintln!("tick {at}: {task} has {n_intervals} missed intervals as debt (catch-up off)");
+            info!(%at, task, n_intervals, "tick: {task} has {n_intervals} missed intervals as debt (catch-up off)");
         }
-        Event::Drained(s) => eprintln!(
+        Event::Drained(s) => info!(
+            published = s.published,
+            failed = s.failed,
+            skipped = s.skipped,
+            retried = s.retried,
             "drained: {} published, {} failed, {} skipped, {} retries",
-            s.published, s.failed, s.skipped, s.retried
+            s.published,
+            s.failed,
+            s.skipped,
+            s.retried
         ),
     }
 }
@@ -74,7 +87,7 @@ pub fn stop_on_signal(note: &'static str) -> Result<Arc<AtomicBool>> {
             _ = term.recv() => {}
             _ = tokio::signal::ctrl_c() => {}
         }
-        eprintln!("{note}");
+        info!("{note}");
         flag.store(true, Ordering::SeqCst);
     });
     Ok(stop)

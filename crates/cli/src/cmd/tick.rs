@@ -15,10 +15,13 @@ use crate::output;
 
 /// Run the schedules once: start what is due, and report what catch-up leaves as debt.
 ///
-/// A scheduled task is due for every interval of its dataset that ended after its newest
-/// published partition. With catch-up off (the default) only the newest due interval runs and
-/// the others are reported as debt; with `catchup = { enabled = true }` they all run, newest
-/// first, as a catch-up run below live work. `--now` replays the decision at another instant.
+/// An interval of a scheduled task's dataset is due at the first time the task's schedule fires
+/// at or after the interval ends, in the dataset's time zone (`30 4 * * *` makes a day due at
+/// 04:30 the next morning; `@daily` at midnight, as it ends). The intervals due since the newest
+/// published partition are owed: those due at the latest fire time run now; older ones were
+/// missed. With catch-up off (the default) the missed ones are reported as debt; with
+/// `catchup = { enabled = true, max_active_runs = N }` they run newest first, below live work, at
+/// most N of the task's intervals at once. `--now` replays the decision at another instant.
 #[derive(Debug, clap::Args)]
 #[command(
     after_help = "Examples:\n  tidegate tick\n  tidegate tick --now 2024-01-31T00:05:00Z --json\n  tidegate tick --dry-run"

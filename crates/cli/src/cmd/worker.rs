@@ -9,7 +9,10 @@ use tidegate_app::worker::{self, WorkerRequest};
 use tidegate_app::workspace::{self, open_lake, runtime};
 use tidegate_core::actor::Actor;
 
+use tracing::info;
+
 use crate::cmd::serve::stop_on_signal;
+use crate::logging::LogFormat;
 use crate::output;
 
 /// Run attempts leased to this worker by the scheduler, until stopped.
@@ -31,9 +34,13 @@ pub struct Args {
     /// Print what the worker did as JSON when it stops.
     #[arg(long)]
     pub json: bool,
+    /// How log lines are written (standard error; `RUST_LOG` filters them, `info` by default).
+    #[arg(long, value_enum, default_value_t = LogFormat::Human)]
+    pub log_format: LogFormat,
 }
 
 pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
+    crate::logging::init(args.log_format);
     let ws = workspace::load(ws)?;
     let store = ws.open_store()?;
     let name = worker::name(&WorkerRequest { slots: args.slots, name: args.name })?;
@@ -41,15 +48,27 @@ pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
         let stop = stop_on_signal("tidegate worker: stopping; attempts in flight will finish")?;
         let lake = open_lake(&ws).await?;
         let project = &ws.spec.project.name;
-        eprintln!("tidegate worker {name}: {} slot(s) on {project} (SIGTERM or Ctrl-C stops)", args.slots);
+        info!(
+            worker = name,
+            slots = args.slots,
+            project,
+            "tidegate worker {name}: {} slot(s) (SIGTERM or Ctrl-C stops)",
+            args.slots
+        );
         worker::work(&ws, store, lake, actor, name.clone(), args.slots, stop).await
     })?;
     if args.json {
         output::json(&summary)?;
     } else {
-        eprintln!(
+        info!(
+            worker = name,
+            staged = summary.staged,
+            failed = summary.failed,
+            rejected = summary.rejected,
             "tidegate worker {name}: stopped cleanly ({} staged, {} failed, {} refused as stale)",
-            summary.staged, summary.failed, summary.rejected
+            summary.staged,
+            summary.failed,
+            summary.rejected
         );
     }
     Ok(ExitCode::SUCCESS)

@@ -12,6 +12,7 @@ mod failpoints;
 mod fencing;
 mod guarantees;
 mod output;
+mod pointer;
 mod reconcile;
 mod retries;
 mod runs;

@@ -72,3 +72,49 @@ fn serve_runs_what_is_due_and_sigterm_lets_the_attempt_in_flight_finish() {
         db.query_row("SELECT partition_key FROM release_versions", [], |r| r.get(0)).expect("one release item");
     assert_eq!(partition, yesterday, "the schedule ran the newest interval that ended");
 }
+
+/// On PostgreSQL, `serve` (scheduling only) and a `worker` (running the attempts) share nothing
+/// but the database and the lake; both stop cleanly on SIGTERM. (Both once panicked there: a
+/// synchronous PostgreSQL client used, then dropped, on a thread driving async tasks.)
+#[test]
+fn on_postgresql_serve_and_a_worker_run_the_schedule_and_stop_cleanly_on_sigterm() {
+    let Some(schema) = tidegate_testkit::store::PgSchema::create() else { return };
+    let start = (chrono::Utc::now() - chrono::Duration::days(3)).format("%Y-%m-%d").to_string();
+    let text = spec(&start).replace("lease_ttl_s = 10", &format!("lease_ttl_s = 10\nstate = \"{}\"", schema.url));
+    let dir = TestWorkspace::new(text);
+    let spawn = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_tidegate"))
+            .args(args)
+            .current_dir(dir.path())
+            .env_remove("TIDEGATE_TOKEN")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn")
+    };
+    let serve = spawn(&["serve", "--tick-every-s", "1", "--workers", "0"]);
+    let worker = spawn(&["worker", "--slots", "1", "--name", "pg-worker"]);
+    let mut db = schema.client();
+    let published = |db: &mut postgres::Client| -> i64 {
+        db.query_one("SELECT COUNT(*) FROM journal WHERE kind = 'published'", &[]).map_or(0, |row| row.get::<_, i64>(0))
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while published(&mut db) == 0 {
+        assert!(Instant::now() < deadline, "serve and the worker never published the due interval");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for child in [&serve, &worker] {
+        assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill").success());
+    }
+    for (name, child) in [("serve", serve), ("worker", worker)] {
+        let out = child.wait_with_output().expect("exits");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{name} exits 0 on SIGTERM: {stderr}");
+        assert!(stderr.contains("stopped cleanly") && !stderr.contains("panicked"), "{name}: {stderr}");
+    }
+    let claimed: i64 = db
+        .query_one("SELECT COUNT(*) FROM journal WHERE kind = 'claimed' AND payload::text LIKE '%pg-worker%'", &[])
+        .map_or(0, |row| row.get(0));
+    assert!(claimed >= 1, "the worker ran the attempt, not serve");
+    assert_eq!(published(&mut db), 1, "the newest due day, once");
+}

@@ -25,13 +25,13 @@
 //!
 //! [`Lake::publish_many`]: tidegate_lake::Lake::publish_many
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use tidegate_core::retry::ErrorClass;
 use tidegate_core::state::{StepEvent, StepStatus};
-use tidegate_lake::Publication;
-use tidegate_store::{ReleaseItem, ReleaseKind, ReleaseRecord, StepEventRecord, VersionRecord};
+use tidegate_lake::{Advance, Publication};
+use tidegate_store::{Decision, ReleaseItem, ReleaseKind, ReleaseRecord, StepEventRecord, VersionRecord};
 use tokio::task::{JoinError, JoinHandle};
 
 use super::{Engine, Summary};
@@ -241,9 +241,65 @@ impl Engine {
         }
         self.commit(events, view, summary).await?;
         let any = !recorded.is_empty();
+        // The last release of each run in this publication, for the pointer.
+        let mut last_of_run: BTreeMap<String, String> = BTreeMap::new();
+        for r in &recorded {
+            if let Some(run) = &r.release.run_id {
+                last_of_run.insert(run.clone(), r.release.id.clone());
+            }
+        }
         self.record_releases(recorded, view, summary, correlation).await?;
         if any {
             crate::failpoint::hit("after-record-release");
+        }
+        for (run_id, release) in last_of_run {
+            if view.run_succeeded(&run_id) {
+                self.advance_pointer(&run_id, release, view, correlation).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves the release pointer to a run that just succeeded: every dataset it wrote at its
+    /// version now. A pointer the lake refuses to take is journaled (`pointer_not_advanced`) and
+    /// the drain goes on: what was published stays published; pointer readers see it with the
+    /// next pointer that names those datasets.
+    async fn advance_pointer(&self, run_id: &str, release: String, view: &View, correlation: &str) -> Result<()> {
+        let mut datasets: BTreeSet<&str> = BTreeSet::new();
+        for e in view.entries().filter(|e| e.record.run_id == run_id) {
+            datasets.extend(self.outputs_of(&e.record.task).iter().map(String::as_str));
+        }
+        let mut tables = BTreeMap::new();
+        let mut outcome = Ok(());
+        for d in datasets {
+            match self.lake.table_version(d).await {
+                Ok(Some(v)) => {
+                    tables.insert(d.to_owned(), v);
+                }
+                Ok(None) => {}
+                Err(e) => outcome = Err(e),
+            }
+        }
+        if outcome.is_ok() {
+            let advance = Advance {
+                release: release.clone(),
+                run_id: Some(run_id.to_owned()),
+                backfill_id: None,
+                at: self.clock.now(),
+                tables,
+            };
+            outcome = self.lake.advance_pointer(advance).await.map(|_| ());
+        }
+        if let Err(e) = outcome {
+            let decision = Decision {
+                kind: "pointer_not_advanced".to_owned(),
+                run_id: Some(run_id.to_owned()),
+                task: None,
+                partition: None,
+                payload: serde_json::json!({ "release_id": release, "error": e.to_string() }),
+            };
+            let meta = self.meta(format!("the release pointer did not move to run {run_id}: {e}"), correlation);
+            self.db(move |s| s.record_decision(&decision, &meta)).await?;
         }
         Ok(())
     }

@@ -398,7 +398,7 @@ fn show_sql(ws: Option<&Path>, actor: &Actor, query: &str) -> Result<()> {
         memory_mb: tidegate_lake::USER_QUERY_MEMORY_LIMIT_MB,
         time_s: tidegate_lake::USER_QUERY_TIME_LIMIT_S,
     };
-    let request = tidegate_app::data::SqlRequest { query: query.to_owned(), limits };
+    let request = tidegate_app::data::SqlRequest { query: query.to_owned(), limits, release: None };
     let rows = tidegate_app::data::sql(&workspace::load(ws)?, actor, &request)?;
     print_batches(&rows, &crate::cmd::data::Format { json: false, csv: false })
 }

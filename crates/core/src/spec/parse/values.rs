@@ -54,7 +54,8 @@ pub(crate) fn mapping(s: &str) -> Result<Mapping, String> {
 pub(crate) const CRON_HELP: &str =
     "a cron expression has 5 fields, minute hour day-of-month month day-of-week, such as \"0 3 * * *\"";
 
-/// Reads `"@hourly" | "@daily" | "<5-field cron>"`.
+/// Reads `"@hourly" | "@daily" | "<5-field cron>"`: each field is checked here first, for a message
+/// that names it, then the whole pattern by the cron library the scheduler computes fire times with.
 pub(crate) fn schedule(s: &str) -> Result<Schedule, String> {
     match s {
         "@hourly" => return Ok(Schedule::Hourly),
@@ -72,7 +73,17 @@ pub(crate) fn schedule(s: &str) -> Result<Schedule, String> {
         return Err(format!("unknown shortcut @{name}: only @hourly and @daily exist{equivalent}"));
     }
     cron(s)?;
-    Ok(Schedule::Cron(s.split_whitespace().collect::<Vec<_>>().join(" ")))
+    let schedule = Schedule::Cron(s.split_whitespace().collect::<Vec<_>>().join(" "));
+    // The fields are in range; the library that computes the fire times has the last word, and a
+    // pattern no date matches (the 31st of February) is refused rather than never running.
+    let fires = crate::schedule::FireTimes::new(&schedule, None).map_err(|e| match e {
+        crate::schedule::Error::BadCron { reason, .. } => format!("the cron library refuses it: {reason}"),
+    })?;
+    let from = DateTime::from_timestamp(1_704_067_200, 0).unwrap_or_default(); // 2024-01-01T00:00:00Z
+    if fires.at_or_after(from).is_none() {
+        return Err("no date matches it, so it would never fire".to_owned());
+    }
+    Ok(schedule)
 }
 
 const MONTHS: [&str; 12] = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"];
