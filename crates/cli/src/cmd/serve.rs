@@ -31,7 +31,7 @@ pub struct Args {
     /// in `tidegate worker` processes.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(0..=4096), allow_negative_numbers = true)]
     pub workers: u16,
-    /// How log lines are written (standard error; `RUST_LOG` filters them, `info` by default).
+    /// How log lines are written (standard error; `RUST_LOG` filters them: by default tidegate's at info, others' at warn).
     #[arg(long, value_enum, default_value_t = LogFormat::Human)]
     pub log_format: LogFormat,
 }
