@@ -86,7 +86,7 @@ async fn rows_for_a_partition_the_step_does_not_write_are_refused() {
         .stage_batches(&ds, "s", &[part("a")], vec![rows(&[(1, None, None)], Some(&["b"]))])
         .await
         .expect_err("wrong partition");
-    assert!(matches!(&err, Error::PartitionMismatch { value, .. } if value == "b"), "{err}");
+    assert!(matches!(&err, Error::PartitionMismatch { value, .. } if value == "tg_partition \"b\""), "{err}");
     let err = lake
         .stage_batches(&ds, "s", &[part("a"), part("b")], vec![rows(&[(1, None, None)], None)])
         .await
