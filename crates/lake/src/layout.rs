@@ -1,8 +1,7 @@
 //! Where a table's files go and what its partition column holds (decision 0005). Every data file
 //! lives in its partition's folder, `<column>=<value>/part-<staging id>-<uuid>.<codec>.parquet`,
-//! the value escaped as Delta and Hive escape it, so readers that take partition values from
-//! paths (Polars) agree with those that read the log's `partitionValues` (delta-rs, DuckDB,
-//! Spark). The staging id in the name proves whose file it is, as `staging/<id>/` did before.
+//! so readers that take partition values from paths (Polars) agree with those that read the
+//! log's `partitionValues` (delta-rs, DuckDB, Spark). The staging id in the name proves whose file it is, as `staging/<id>/` did before.
 //!
 //! The partition column is typed: a `date` for day, week and month partitions (the partition's
 //! first local day), a `timestamp` (UTC, microseconds) for hours (the hour's start), a `string` for
@@ -55,11 +54,11 @@ impl Scalar {
         }
     }
 
-    /// As a folder name's value, before the object store escapes it: the value itself.
-    /// `object_store::path::Path::from` escapes an hour's space and colons as Hive does
-    /// (`2024-01-05%2007%3A00%3A00.000000` on disk and in the log), which is how delta-rs finds
-    /// the file from the log and Polars parses the value from the folder name. Tidegate's other
-    /// values (dates, static keys of letters, digits, `_`, `-`, `.`) need no escaping.
+    /// As a folder name's value: the value itself. Dates and static keys (letters, digits, `_`,
+    /// `-`, `.`) need no escaping. An hour's value holds a space and colons, kept as they are
+    /// (`hour=2024-01-05 07:00:00.000000/`): the delta-rs Tidegate reads with finds a file from
+    /// its logged path when the folder is named so, and Polars, `deltalake`, pandas and DuckDB
+    /// read the value from it (`crates/lake/tests/lake/readers.rs`, the hourly table).
     fn serialize_encoded(&self) -> String {
         self.serialize()
     }
@@ -106,7 +105,11 @@ impl PartitionColumn {
         let metadata = snapshot.metadata();
         // A table with no partition column (an external table) has no partition to filter on.
         let Some(name) = metadata.partition_columns().first().cloned() else {
-            return Ok(PartitionColumn { name: crate::PARTITION_COLUMN.to_owned(), kind: PartitionKind::Key, legacy: true });
+            return Ok(PartitionColumn {
+                name: crate::PARTITION_COLUMN.to_owned(),
+                kind: PartitionKind::Key,
+                legacy: true,
+            });
         };
         let property = metadata.configuration().get(PARTITIONING_PROPERTY).cloned();
         match property {
@@ -161,9 +164,8 @@ impl PartitionColumn {
         Ok(self.scalar(key)?.serialize())
     }
 
-    /// The key's partition folder, `<column>=<value>`, unescaped (`tg_partition=2024-01-05
-    /// 07:00:00.000000` for an hour): build the object-store path with `Path::from`, which escapes
-    /// it as it is stored (`tg_partition=2024-01-05%2007%3A00%3A00.000000`).
+    /// The key's partition folder, `<column>=<value>` (`tg_partition=2024-01-05
+    /// 07:00:00.000000` for an hour).
     pub fn folder(&self, key: &str) -> Result<String> {
         Ok(format!("{}={}", self.name, self.scalar(key)?.serialize_encoded()))
     }
@@ -314,12 +316,11 @@ pub(crate) fn staging_id_in_name(path: &str) -> Option<&str> {
     {
         return None;
     }
-    let stem = name.strip_prefix("part-")?;
-    let dot = stem.find('.')?;
-    let (stem, extension) = stem.split_at(dot);
-    let (id, uuid) = stem.rsplit_once('-')?;
-    let is_uuid = uuid.len() == 32 && uuid.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase());
-    (is_uuid && !id.is_empty() && extension.ends_with(".parquet")).then_some(id)
+    // The id may hold `-` and `.`; the uuid and the extension (`.snappy.parquet`) hold no `-`.
+    let (id, rest) = name.strip_prefix("part-")?.rsplit_once('-')?;
+    let (uuid, extension) = rest.split_at_checked(32)?;
+    let is_uuid = uuid.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase());
+    (is_uuid && !id.is_empty() && extension.starts_with('.') && extension.ends_with(".parquet")).then_some(id)
 }
 
 #[cfg(test)]
@@ -353,12 +354,12 @@ mod tests {
         assert!(day.value("2024-W02").is_err());
         assert_eq!(parse_property(&zoned.property()), Some(zoned.kind));
         assert_eq!(parse_property("week"), Some(PartitionKind::Date(Grain::Week)));
-        // As stored, listed and logged: escaped once, as Hive escapes folder names.
+        // As stored, listed and logged: the value as Delta writes it.
         let stored = object_store::path::Path::from(format!(
             "{}/part-x-0.parquet",
             hour.folder("2024-01-05T07").expect("an hour")
         ));
-        assert_eq!(stored.to_string(), "p=2024-01-05%2007%3A00%3A00.000000/part-x-0.parquet");
+        assert_eq!(stored.to_string(), "p=2024-01-05 07:00:00.000000/part-x-0.parquet");
         assert_eq!(path_of_logged(stored.as_ref()), stored.to_string());
         // What Python deltalake logs for the same file.
         assert_eq!(

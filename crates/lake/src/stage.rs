@@ -1033,6 +1033,7 @@ pub fn schema_hash(schema: &SchemaRef) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use arrow::array::StringArray;
 
     fn rows(schema: &SchemaRef, values: &[(i64, &str)]) -> RecordBatch {
         let ids: Vec<i64> = values.iter().map(|(i, _)| *i).collect();

@@ -99,8 +99,7 @@ fn reconcile_removes_abandoned_staging_and_reports_what_disagrees() {
     missing.sort();
     // `<column>=<value>/part-<staging id>-<uuid>.snappy.parquet`
     let name = waiting[0].rsplit('/').next().and_then(|n| n.strip_prefix("part-")).expect("part-<id>-<uuid>");
-    let stem = name.split_once('.').expect("an extension").0;
-    let staging_id = stem.rsplit_once('-').expect("<id>-<uuid>").0.to_owned();
+    let staging_id = name.rsplit_once('-').expect("<id>-<uuid>").0.to_owned();
     let mut expected = vec![
         (day1_path.clone(), format!("current version {foreign_version}")),
         (waiting[0].clone(), format!("staged version {staging_id}")),
