@@ -336,3 +336,37 @@ async fn the_documented_snippets_filter_by_partition() {
         assert_eq!(printed.trim(), "3", "{file}:\n{snippet}\nprinted {printed}");
     }
 }
+
+/// A table of the earlier layout (a text `tg_partition`, no `tidegate.partitioning` property; made
+/// here by Python `deltalake`) stays readable, and publishing to it is refused naming the way out.
+#[tokio::test]
+async fn a_table_of_the_earlier_layout_is_read_but_not_written() {
+    if !python_has_readers() {
+        tidegate_testkit::service_missing(
+            "a_table_of_the_earlier_layout_is_read_but_not_written",
+            "Python deltalake, polars, pandas and duckdb",
+        );
+        return;
+    }
+    let (_dir, lake) = lake().await;
+    let table = lake.root().expect("a folder lake").join("old");
+    let script = r#"
+import os, sys
+import pyarrow as pa
+from deltalake import write_deltalake
+rows = pa.table({"id": pa.array([1, 2], pa.int64()), "value": pa.array([10, 20], pa.int64()),
+                 "name": pa.array(["a", "b"]), "tg_partition": pa.array(["2024-01-02", "2024-01-03"])})
+write_deltalake(sys.argv[1], rows, partition_by=["tg_partition"])
+sys.stdout.flush()
+os._exit(0)
+"#;
+    let output = Command::new("python3").args(["-c", script]).arg(&table).output().expect("run python");
+    assert!(output.status.success(), "python failed: {}", String::from_utf8_lossy(&output.stderr));
+
+    let ds = partitioned("old", WriteMode::Replace, days(), "tg_partition");
+    assert_eq!(n_rows(&lake, "old", Some("2024-01-03"), None).await, 1, "read as text keys");
+    let err = lake.stage_batches(&ds, "stg-old", &[day(2024, 1, 3)], vec![ids(&[9])]).await.expect_err("refused");
+    assert!(matches!(&err, tidegate_lake::Error::LegacyLayout { column, .. } if column == "tg_partition"), "{err}");
+    assert!(err.to_string().contains("governed backfill"), "{err}");
+    assert_eq!(n_rows(&lake, "old", None, None).await, 2, "nothing changed");
+}
