@@ -1,9 +1,11 @@
 //! The long-lived scheduler (`tidegate serve`, and the HTTP server's process): every tick it
 //! starts what the schedules say is due, catch-up rules included, then executes every unfinished
 //! run, live work first, including runs and backfills other processes submitted. It holds the
-//! store's scheduler role throughout, renewing it every heartbeat; a second scheduler on the same
-//! store stands by and takes the role over once the holder's lease expires (it died, or was
-//! stopped or cut off). A holder that finds its role taken steps down (journaled) and stands by.
+//! store's scheduler role from each tick to the end of its drain, and gives it up between ticks,
+//! when a backfill's publication or a rollback may take it. A second scheduler on the same store
+//! stands by while the role is held and takes it when it is free or its holder's lease expired (it
+//! died, or was stopped or cut off). A holder that finds its role taken mid-drain steps down
+//! (journaled) and stands by.
 //! Setting the stop flag ends it cleanly: no new attempt starts, attempts in flight finish and
 //! report, the scheduler role is given up.
 
@@ -89,25 +91,20 @@ pub async fn serve(
         .with_owner(scheduler_name())
         .with_stop(stop.clone());
     let heartbeat = Duration::from_secs(u64::from(ws.spec.project.heartbeat_s));
-    let (mut active, mut standing_by) = (false, false);
+    let (mut standing_by, mut first) = (false, true);
     while !stop.load(Ordering::SeqCst) {
         let started = Instant::now();
         if !engine.try_scheduler_role().await? {
-            if active {
-                engine.record_stepped_down().await?;
-                observe(Event::SteppedDown);
-            }
             if !standing_by {
                 observe(Event::StandingBy);
+                standing_by = true;
             }
-            (active, standing_by) = (false, true);
             pause(&stop, STANDBY_POLL.min(heartbeat)).await;
             continue;
         }
-        standing_by = false;
-        if !active {
+        if standing_by || first {
             observe(Event::Active);
-            active = true;
+            (standing_by, first) = (false, false);
         }
         let now = ws.now();
         let decisions = decide(&ws.spec, &lake, now).await?;
@@ -131,26 +128,17 @@ pub async fn serve(
             Err(tidegate_engine::Error::SchedulerBusy) => {
                 // Journaled by the engine; stand by from the next turn.
                 observe(Event::SteppedDown);
-                active = false;
                 continue;
             }
             Err(e) => return Err(e.into()),
         }
-        // Until the next tick, keep the role: renew it every heartbeat.
-        let next = started + options.tick_every;
-        while !stop.load(Ordering::SeqCst) && Instant::now() < next {
-            pause(&stop, heartbeat.min(next.saturating_duration_since(Instant::now()))).await;
-            if !stop.load(Ordering::SeqCst) && !engine.try_scheduler_role().await? {
-                engine.record_stepped_down().await?;
-                observe(Event::SteppedDown);
-                active = false;
-                break;
-            }
-        }
-    }
-    if active {
+        // Between ticks the role is free: a backfill's publication or a rollback (which take it
+        // to publish) go ahead, and a standby may take over; the next tick takes it if it can.
         engine.give_up_scheduler_role().await?;
+        let next = started + options.tick_every;
+        pause(&stop, next.saturating_duration_since(Instant::now())).await;
     }
+    engine.give_up_scheduler_role().await?;
     Ok(())
 }
 

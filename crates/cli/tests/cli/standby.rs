@@ -109,7 +109,6 @@ fn a_standby_takes_over_a_killed_scheduler_and_a_stopped_one_steps_down() {
         owner_of(&mut db, b.id()).is_some()
     });
     assert!(took <= Duration::from_secs(LEASE_TTL_S + 2), "took over after {took:?}");
-    let b_owner = owner_of(&mut db, b.id()).expect("b's owner");
     let raw = table(ws, "raw");
     let published_all = |n: usize| {
         let deadline = Instant::now() + Duration::from_secs(90);
@@ -130,33 +129,43 @@ fn a_standby_takes_over_a_killed_scheduler_and_a_stopped_one_steps_down() {
     let per_step: Vec<usize> = commits_per_app_id(&raw).into_values().collect();
     assert!(per_step.iter().all(|n| *n == 1), "a step published twice: {per_step:?}");
 
-    // SIGSTOP the active one past its lease: a third takes over; resumed, the stopped one steps
+    // SIGSTOP the active one past its lease: the other takes over; resumed, the stopped one steps
     // down and publishes nothing more.
     let c = serve(ws, "c");
     std::thread::sleep(Duration::from_secs(1));
     ok(ws, &["submit", "extract", "--from", "2024-02-01", "--to", "2024-02-08"]);
-    wait_until("b starts the new run", Duration::from_secs(30), || {
+    let mut running = String::new();
+    wait_until("a scheduler starts the new run", Duration::from_secs(30), || {
+        running = db
+            .query("SELECT actor FROM journal WHERE kind = 'claimed' AND partition_key >= '2024-02' ORDER BY seq", &[])
+            .ok()
+            .and_then(|rows| rows.first().map(|r| r.get::<_, String>(0)))
+            .unwrap_or_default();
+        !running.is_empty()
+    });
+    let (stopped, other) = if running.contains(&format!("-{}-", b.id())) { (&b, &c) } else { (&c, &b) };
+    let stopped_owner = running.clone();
+    let seq_at_stop: i64 = db.query_one("SELECT COALESCE(MAX(seq), 0) FROM journal", &[]).map_or(0, |r| r.get(0));
+    signal(stopped, "-STOP");
+    let other_pid = format!("-{}-", other.id());
+    wait_until("the other takes over the stopped one", Duration::from_secs(LEASE_TTL_S + 10), || {
+        db.query("SELECT payload::text FROM journal WHERE kind = 'scheduler_acquired' AND seq > $1", &[&seq_at_stop])
+            .is_ok_and(|rows| rows.iter().any(|r| r.get::<_, String>(0).contains(&other_pid)))
+    });
+    let published_before =
+        count(&mut db, "SELECT COUNT(*) FROM journal WHERE kind = 'published' AND actor = $1", &stopped_owner);
+    signal(stopped, "-CONT");
+    wait_until("the resumed one steps down", Duration::from_secs(20), || {
         count(
             &mut db,
-            "SELECT COUNT(*) FROM journal WHERE kind = 'claimed' AND actor = $1 AND partition_key >= '2024-02'",
-            &b_owner,
+            "SELECT COUNT(*) FROM journal WHERE kind = 'scheduler_stepped_down' AND actor = $1",
+            &stopped_owner,
         ) > 0
-    });
-    signal(&b, "-STOP");
-    wait_until("c takes over the stopped b", Duration::from_secs(LEASE_TTL_S + 10), || {
-        owner_of(&mut db, c.id()).is_some()
-    });
-    let published_by_b =
-        count(&mut db, "SELECT COUNT(*) FROM journal WHERE kind = 'published' AND actor = $1", &b_owner);
-    signal(&b, "-CONT");
-    wait_until("b steps down", Duration::from_secs(20), || {
-        count(&mut db, "SELECT COUNT(*) FROM journal WHERE kind = 'scheduler_stepped_down' AND actor = $1", &b_owner)
-            > 0
     });
     published_all(24);
     assert_eq!(
-        count(&mut db, "SELECT COUNT(*) FROM journal WHERE kind = 'published' AND actor = $1", &b_owner),
-        published_by_b,
+        count(&mut db, "SELECT COUNT(*) FROM journal WHERE kind = 'published' AND actor = $1", &stopped_owner),
+        published_before,
         "the resumed scheduler published after losing the role"
     );
     let per_step: Vec<usize> = commits_per_app_id(&raw).into_values().collect();
@@ -201,4 +210,46 @@ fn the_state_store_and_the_lake_can_come_from_the_environment() {
     assert!(!ws.join(".tidegate/lake").exists() && !ws.join(".tidegate/state.db").exists(), "nothing local");
     let mut db = schema.client();
     assert_eq!(count(&mut db, "SELECT COUNT(*) FROM journal WHERE kind = $1", "published"), 1);
+}
+
+/// A running `serve` leaves the scheduler role free between ticks, so a backfill's publication
+/// (which takes the role to publish) goes ahead beside it instead of waiting out two lease times
+/// and failing.
+#[test]
+fn a_backfill_publishes_beside_a_running_serve() {
+    let dir = TestWorkspace::new(format!("[project]\nname = \"beside\"\n{}", crate::common::EXTRACT_SUMMARIZE));
+    let ws = dir.path();
+    ok(ws, &["run", "summarize", "--partition", "2024-01-01"]);
+    let serve = serve(ws, "serve");
+    std::thread::sleep(Duration::from_secs(1));
+    let plan = ok(
+        ws,
+        &[
+            "backfill",
+            "plan",
+            "summarize",
+            "--from",
+            "2024-01-01",
+            "--to",
+            "2024-01-01",
+            "--reprocess",
+            "all",
+            "--reason",
+            "recount",
+            "--json",
+        ],
+    );
+    let id =
+        serde_json::from_str::<serde_json::Value>(&plan).expect("plan JSON")["id"].as_str().expect("id").to_owned();
+    ok(ws, &["backfill", "start", &id]);
+    ok(ws, &["backfill", "compare", &id]);
+    let token = crate::common::token_of(ws, "bo");
+    let approve = crate::common::tidegate(ws).env("TIDEGATE_TOKEN", &token).args(["backfill", "approve", &id]).output();
+    assert!(approve.expect("runs").status.success(), "approved by a second person");
+    let started = Instant::now();
+    ok(ws, &["backfill", "publish", &id]);
+    assert!(started.elapsed() < Duration::from_secs(20), "publish waited {:?} for the role", started.elapsed());
+    signal(&serve, "-TERM");
+    let mut serve = serve;
+    assert!(serve.wait().expect("serve exits").success());
 }
