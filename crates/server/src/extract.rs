@@ -61,3 +61,27 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for Path<T>
         }
     }
 }
+
+/// An optional query value, absent when empty: `?cursor=` asks for the first page, as no cursor does.
+pub(crate) fn given(value: Option<String>) -> Option<String> {
+    value.filter(|v| !v.is_empty())
+}
+
+/// An optional whole number in a JSON body, written `3` or `3.0` (JSON Schema counts both as
+/// integers); a fraction, a negative number or one too large for `T` is refused.
+pub(crate) fn whole<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: TryFrom<u64>,
+{
+    use serde::Deserialize as _;
+    use serde::de::Error as _;
+    let Some(n) = Option::<serde_json::Number>::deserialize(deserializer)? else { return Ok(None) };
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "checked whole, non-negative, in range")]
+    let whole =
+        n.as_u64().or_else(|| n.as_f64().filter(|f| f.fract() == 0.0 && (0.0..=9.0e15).contains(f)).map(|f| f as u64));
+    let Some(whole) = whole else {
+        return Err(D::Error::custom(format!("{n}: expected a whole number of at least 0")));
+    };
+    T::try_from(whole).map(Some).map_err(|_| D::Error::custom(format!("{n} is too large")))
+}

@@ -31,7 +31,7 @@ pub(crate) async fn list(
 ) -> Result<Json<Page<BackfillRecord>>, Problem> {
     call(&state, move |_, store| {
         let all = backfill::list(store.as_ref(), &actor, BACKFILLS_LISTED_MAX)?;
-        Page::of(all, |b| b.id.as_str(), q.limit(), q.cursor.as_deref())
+        Page::of(all, |b| b.id.as_str(), q.limit(), q.cursor().as_deref())
     })
     .await
 }
@@ -53,6 +53,7 @@ pub(crate) struct PlanBody {
     reason: String,
     /// At most this many of its steps at once (1 by default).
     #[schema(minimum = 1)]
+    #[serde(default, deserialize_with = "crate::extract::whole")]
     max_active_runs: Option<u32>,
     /// At most this many step starts per second.
     #[schema(exclusive_minimum = 0)]

@@ -45,10 +45,10 @@ pub(crate) async fn releases(
             ws,
             store.as_ref(),
             &actor,
-            q.dataset.as_deref(),
+            crate::extract::given(q.dataset).as_deref(),
             tidegate_app::data::RELEASES_LISTED_MAX,
         )?;
-        Page::of(all, |r| r.id.as_str(), page.limit(), page.cursor.as_deref())
+        Page::of(all, |r| r.id.as_str(), page.limit(), page.cursor().as_deref())
     })
     .await
 }
@@ -115,8 +115,9 @@ pub(crate) async fn rows(
     Path(name): Path<String>,
     Query(q): Query<RowsQuery>,
 ) -> Result<Json<Rows>, Problem> {
+    let release = crate::extract::given(q.release);
     let limit = q.limit.unwrap_or(100);
-    if limit == 0 || limit > ROWS_MAX || (q.version.is_some() && q.release.is_some()) {
+    if limit == 0 || limit > ROWS_MAX || (q.version.is_some() && release.is_some()) {
         return Err(Problem::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "invalid",
@@ -130,7 +131,7 @@ pub(crate) async fn rows(
             .map(|p| p.split(',').map(str::trim).filter(|k| !k.is_empty()).map(str::to_owned).collect())
             .unwrap_or_default(),
         version: q.version,
-        release: q.release,
+        release,
         limit,
     };
     call(&state, move |ws, _| to_rows(&tidegate_app::data::read(ws, &actor, &request)?)).await
@@ -180,6 +181,7 @@ pub(crate) struct DatasetRollbackBody {
     to_release: Option<String>,
     /// Restore exactly this table version (the one before the newest by default).
     #[schema(minimum = 0)]
+    #[serde(default, deserialize_with = "crate::extract::whole")]
     to_version: Option<u64>,
     /// Only these partitions' files (the whole table by default).
     #[serde(default)]

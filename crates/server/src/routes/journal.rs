@@ -43,7 +43,8 @@ pub(crate) async fn history(
     Query(q): Query<HistoryQuery>,
 ) -> Result<Json<tidegate_app::history::History>, Problem> {
     let n = limit(q.limit, 100)?;
-    call(&state, move |ws, store| tidegate_app::history::history(ws, store.as_ref(), &actor, q.subject.as_deref(), n))
+    let subject = crate::extract::given(q.subject);
+    call(&state, move |ws, store| tidegate_app::history::history(ws, store.as_ref(), &actor, subject.as_deref(), n))
         .await
 }
 
@@ -67,7 +68,7 @@ pub(crate) async fn entries(
     Query(q): Query<EntriesQuery>,
 ) -> Result<Json<Page<JournalEntry>>, Problem> {
     let n = limit(q.limit, 100)?;
-    let after = match q.cursor.as_deref().map(str::parse::<u64>) {
+    let after = match crate::extract::given(q.cursor).as_deref().map(str::parse::<u64>) {
         None => None,
         Some(Ok(seq)) => Some(seq),
         Some(Err(_)) => {

@@ -117,6 +117,10 @@ impl PageQuery {
     fn limit(&self) -> u32 {
         self.limit.unwrap_or(PAGE_DEFAULT)
     }
+
+    fn cursor(&self) -> Option<String> {
+        crate::extract::given(self.cursor.clone())
+    }
 }
 
 /// Items per page unless asked.

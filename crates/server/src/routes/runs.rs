@@ -66,7 +66,8 @@ pub(crate) async fn list(
     Caller(actor): Caller,
     Query(q): Query<PageQuery>,
 ) -> Result<Json<Page<tidegate_app::status::RunStatusLine>>, Problem> {
-    call(&state, move |_, store| tidegate_app::run::list(store.as_ref(), &actor, q.limit(), q.cursor.as_deref())).await
+    call(&state, move |_, store| tidegate_app::run::list(store.as_ref(), &actor, q.limit(), q.cursor().as_deref()))
+        .await
 }
 
 /// Queues a run of a target's partitions (as `tidegate submit`); 201 when created.

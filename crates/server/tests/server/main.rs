@@ -4,5 +4,6 @@
 
 mod backfill;
 mod common;
+mod paging;
 mod roles;
 mod schemathesis;
