@@ -60,7 +60,6 @@ pub fn router(ws: Arc<Workspace>, store: Arc<dyn Store>, options: Options) -> Ro
     let api = Arc::new(api);
     router
         .route("/api/openapi.json", axum::routing::get(move || openapi::serve(api.clone())))
-        .merge(routes::health())
         .fallback(problem::not_found)
         .method_not_allowed_fallback(problem::method_not_allowed)
         .layer(axum::extract::DefaultBodyLimit::max(BODY_BYTES_MAX))
