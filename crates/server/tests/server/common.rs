@@ -88,12 +88,17 @@ pub struct Server {
 impl Server {
     /// Starts a writable server over the workspace in `dir`.
     pub fn start(dir: &TestWorkspace) -> Server {
+        Server::start_with(dir, tidegate_server::Options::default())
+    }
+
+    /// Starts a server with `options` over the workspace in `dir`.
+    pub fn start_with(dir: &TestWorkspace, options: tidegate_server::Options) -> Server {
         let ws = Arc::new(tidegate_app::workspace::load(Some(dir.path())).expect("the workspace loads"));
         let store = ws.open_store().expect("the store opens");
         let runtime =
             tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("a runtime");
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let router = tidegate_server::router(ws.clone(), store.clone(), tidegate_server::Options::default());
+        let router = tidegate_server::router(ws.clone(), store.clone(), options);
         let listener = runtime
             .block_on(tidegate_server::bind(SocketAddr::from(([127, 0, 0, 1], 0))))
             .expect("binding a free port");

@@ -7,3 +7,4 @@ mod common;
 mod paging;
 mod roles;
 mod schemathesis;
+mod security;
