@@ -1,8 +1,11 @@
 //! The long-lived scheduler (`tidegate serve`, and the HTTP server's process): every tick it
 //! starts what the schedules say is due, catch-up rules included, then executes every unfinished
-//! run, live work first, including runs and backfills other processes submitted. Setting the stop
-//! flag ends it cleanly: no new attempt starts, attempts in flight finish and report, the scheduler
-//! role is given up.
+//! run, live work first, including runs and backfills other processes submitted. It holds the
+//! store's scheduler role throughout, renewing it every heartbeat; a second scheduler on the same
+//! store stands by and takes the role over once the holder's lease expires (it died, or was
+//! stopped or cut off). A holder that finds its role taken steps down (journaled) and stands by.
+//! Setting the stop flag ends it cleanly: no new attempt starts, attempts in flight finish and
+//! report, the scheduler role is given up.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -61,10 +64,17 @@ pub enum Event {
     },
     /// A drain finished with something done.
     Drained(Summary),
+    /// Another scheduler holds the role: this one stands by.
+    StandingBy,
+    /// This one holds the scheduler role now.
+    Active,
+    /// This one found the role taken while it meant to hold it, and stepped down (journaled).
+    SteppedDown,
 }
 
 /// Runs the scheduler until `stop` is set: one tick per `options.tick_every`, each followed by a
-/// drain of every unfinished run. `observe` is told each [`Event`].
+/// drain of every unfinished run, while this process holds the scheduler role; standing by while
+/// another does. `observe` is told each [`Event`].
 pub async fn serve(
     ws: &Workspace,
     store: Arc<dyn Store>,
@@ -75,9 +85,30 @@ pub async fn serve(
     observe: &mut (dyn FnMut(Event) + Send),
 ) -> Result<()> {
     require(actor, Access::RunWork)?;
-    let engine = crate::run::engine(ws, store.clone(), lake.clone(), options.workers).with_stop(stop.clone());
+    let engine = crate::run::engine(ws, store.clone(), lake.clone(), options.workers)
+        .with_owner(scheduler_name())
+        .with_stop(stop.clone());
+    let heartbeat = Duration::from_secs(u64::from(ws.spec.project.heartbeat_s));
+    let (mut active, mut standing_by) = (false, false);
     while !stop.load(Ordering::SeqCst) {
         let started = Instant::now();
+        if !engine.try_scheduler_role().await? {
+            if active {
+                engine.record_stepped_down().await?;
+                observe(Event::SteppedDown);
+            }
+            if !standing_by {
+                observe(Event::StandingBy);
+            }
+            (active, standing_by) = (false, true);
+            pause(&stop, STANDBY_POLL.min(heartbeat)).await;
+            continue;
+        }
+        standing_by = false;
+        if !active {
+            observe(Event::Active);
+            active = true;
+        }
         let now = ws.now();
         let decisions = decide(&ws.spec, &lake, now).await?;
         // The store's calls block (a PostgreSQL client waits on the network); they leave the
@@ -92,14 +123,50 @@ pub async fn serve(
         for d in decisions.into_iter().filter(|d| !d.debt.is_empty()) {
             observe(Event::Debt { at: now, task: d.task, n_intervals: d.debt.len() });
         }
-        let summary = engine.drain().await?;
-        if summary.published + summary.failed + summary.skipped > 0 {
-            observe(Event::Drained(summary));
+        match engine.drain_holding_role().await {
+            Ok(summary) if summary.published + summary.failed + summary.skipped > 0 => {
+                observe(Event::Drained(summary));
+            }
+            Ok(_) => {}
+            Err(tidegate_engine::Error::SchedulerBusy) => {
+                // Journaled by the engine; stand by from the next turn.
+                observe(Event::SteppedDown);
+                active = false;
+                continue;
+            }
+            Err(e) => return Err(e.into()),
         }
+        // Until the next tick, keep the role: renew it every heartbeat.
         let next = started + options.tick_every;
         while !stop.load(Ordering::SeqCst) && Instant::now() < next {
-            tokio::time::sleep(STOP_POLL).await;
+            pause(&stop, heartbeat.min(next.saturating_duration_since(Instant::now()))).await;
+            if !stop.load(Ordering::SeqCst) && !engine.try_scheduler_role().await? {
+                engine.record_stepped_down().await?;
+                observe(Event::SteppedDown);
+                active = false;
+                break;
+            }
         }
     }
+    if active {
+        engine.give_up_scheduler_role().await?;
+    }
     Ok(())
+}
+
+/// How often a standing-by scheduler asks for the role (at most a heartbeat).
+const STANDBY_POLL: Duration = Duration::from_millis(500);
+
+/// Sleeps `for_how_long`, waking early when `stop` is set.
+async fn pause(stop: &AtomicBool, for_how_long: Duration) {
+    let until = Instant::now() + for_how_long;
+    while !stop.load(Ordering::SeqCst) && Instant::now() < until {
+        tokio::time::sleep(STOP_POLL.min(until.saturating_duration_since(Instant::now()))).await;
+    }
+}
+
+/// This scheduler's name in the role and the journal: unique across machines sharing a store.
+fn scheduler_name() -> String {
+    let nonce = uuid::Uuid::now_v7().simple().to_string();
+    format!("serve-{}-{}-{}", crate::worker::hostname(), std::process::id(), &nonce[nonce.len() - 6..])
 }

@@ -52,7 +52,8 @@ pub struct VacuumReport {
 }
 
 /// Deletes the data files that neither the current version, nor the versions kept releases need,
-/// nor input versions unfinished steps pinned reference: each dataset under its maintenance lock,
+/// nor the versions the current release pointer names, nor input versions unfinished steps pinned
+/// reference: each dataset under its maintenance lock,
 /// journaled before (`vacuum_started`) and after (`vacuumed` or `vacuum_failed`).
 pub fn vacuum(ws: &Workspace, store: &Arc<dyn Store>, actor: &Actor, args: &VacuumRequest) -> Result<VacuumReport> {
     require(actor, Access::ChangeTables)?;
@@ -77,6 +78,7 @@ pub fn vacuum(ws: &Workspace, store: &Arc<dyn Store>, actor: &Actor, args: &Vacu
             }
             crate::anchor::refuse_unvouched(ws, store.as_ref(), &lake, "vacuum").await?;
         }
+        let pointer = lake.pointer().await?;
         let mut reports = Vec::new();
         for name in &names {
             // Before anything loads the table: a broken commit is named, not misread.
@@ -87,6 +89,8 @@ pub fn vacuum(ws: &Workspace, store: &Arc<dyn Store>, actor: &Actor, args: &Vacu
             let mut versions = kept_versions(store.as_ref(), name, keep)?;
             // Invariant 3: a retry reads exactly the versions its step pinned, so they stay whole.
             versions.extend(pinned_versions(&active, name));
+            // Readers of whole releases read the versions the current release pointer names.
+            versions.extend(pointer.as_ref().and_then(|p| p.tables.get(name)).copied());
             let report = if args.dry_run {
                 lake.vacuum(name, &versions, &protected, true).await?
             } else {

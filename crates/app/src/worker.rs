@@ -61,7 +61,7 @@ fn is_worker_name(name: &str) -> bool {
 }
 
 /// This machine's name, for default worker names; `localhost` when it cannot be read.
-fn hostname() -> String {
+pub(crate) fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .map(|h| h.trim().to_owned())

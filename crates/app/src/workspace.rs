@@ -13,6 +13,11 @@ use tidegate_store::Store;
 
 /// The spec file's name inside a workspace.
 pub const SPEC_FILE: &str = "tidegate.toml";
+/// The variable that, when set, replaces the spec's state store URL (`[project] state`): a
+/// deployment's PostgreSQL URL, password included, never has to sit in `tidegate.toml`.
+pub const STATE_VAR: &str = "TIDEGATE_STATE";
+/// The variable that, when set, replaces the spec's lake (`[project] lake`).
+pub const LAKE_VAR: &str = "TIDEGATE_LAKE";
 
 /// A loaded workspace: its folder, its validated spec and the clock its operations read.
 #[derive(Debug)]
@@ -160,12 +165,20 @@ fn holds_spec(dir: &Path) -> Result<bool> {
     Ok(false)
 }
 
-/// Reads and validates the spec, returning every diagnostic as one error.
+/// Reads and validates the spec, returning every diagnostic as one error; [`STATE_VAR`] and
+/// [`LAKE_VAR`], when set, replace its state store and lake.
 pub fn load(explicit: Option<&Path>) -> Result<Workspace> {
     let root = find_root(explicit)?;
     let path = root.join(SPEC_FILE);
     let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let spec = spec::parse(&display_name(&path), &text).map_err(|d| anyhow::anyhow!("{d}"))?;
+    let mut spec = spec::parse(&display_name(&path), &text).map_err(|d| anyhow::anyhow!("{d}"))?;
+    // The deployment's locations override the spec's; the spec hash stays the pipeline's.
+    if let Some(url) = std::env::var(STATE_VAR).ok().filter(|v| !v.trim().is_empty()) {
+        spec.project.state_url = url;
+    }
+    if let Some(url) = std::env::var(LAKE_VAR).ok().filter(|v| !v.trim().is_empty()) {
+        spec.project.lake_url = url;
+    }
     Ok(Workspace { root, spec, clock: Arc::new(SystemClock) })
 }
 

@@ -186,6 +186,7 @@ fn dataset(name: &str, partitioning: Partitioning, write: WriteMode, columns: Ve
         name: name.to_owned(),
         loc: Loc::default(),
         partitioning,
+        partition_column: tidegate_core::spec::model::DEFAULT_PARTITION_COLUMN.to_owned(),
         kind: DatasetKind::Managed { write },
         consumers: vec![],
         slice_columns: vec![],

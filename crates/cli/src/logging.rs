@@ -1,10 +1,13 @@
 //! What the long-running commands (`serve`, `worker`) say goes through `tracing`: human lines by
-//! default, JSON lines with `--log-format json`, filtered by `RUST_LOG` (`info` unless set), on
-//! standard error.
+//! default, JSON lines with `--log-format json`, filtered by `RUST_LOG` (unless set, tidegate's
+//! own events from `info` and other crates' from `warn`), on standard error.
 
 use std::io::IsTerminal as _;
 
 use tracing_subscriber::EnvFilter;
+
+/// The filter without `RUST_LOG`: every `tidegate*` crate's events from info, others' from warn.
+pub const DEFAULT_FILTER: &str = "warn,tidegate=info";
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -17,7 +20,9 @@ pub enum LogFormat {
 
 /// Installs the process's log writer. Called once, by a long-running command, before it logs.
 pub fn init(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // Tidegate's own events at info; the libraries' (Delta's snapshot and scan events, one per
+    // table read, hundreds of columns wide) only from warn, unless RUST_LOG asks for them.
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false);
     // A second init (a test calling twice) keeps the first writer.
     let _ = match format {

@@ -8,7 +8,7 @@ mod output;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, Parser, Subcommand};
 use tidegate_app::workspace;
 use tidegate_core::actor::Actor;
 
@@ -64,6 +64,8 @@ enum Command {
     #[command(subcommand)]
     Token(cmd::token::Command),
     Demo(cmd::demo::Args),
+    Completions(cmd::docs::CompletionsArgs),
+    Man(cmd::docs::ManArgs),
     /// The demo workspace's click feed (a command task; not for direct use).
     #[command(hide = true)]
     DemoFeed(cmd::demo::feed::FeedArgs),
@@ -107,6 +109,8 @@ fn main() -> ExitCode {
         Command::Worker(args) => cmd::worker::run(ws, actor(), args),
         Command::Token(command) => cmd::token::run(ws, actor(), command),
         Command::Demo(args) => cmd::demo::run(args),
+        Command::Completions(args) => cmd::docs::completions(Cli::command(), &args),
+        Command::Man(args) => cmd::docs::man(Cli::command(), &args),
         Command::DemoFeed(args) => cmd::demo::feed::run(args),
     };
     match result {
@@ -124,7 +128,13 @@ fn main() -> ExitCode {
 fn acts_on_store(command: &Command) -> bool {
     !matches!(
         command,
-        Command::Init(_) | Command::Validate(_) | Command::Plan(_) | Command::Demo(_) | Command::DemoFeed(_)
+        Command::Init(_)
+            | Command::Validate(_)
+            | Command::Plan(_)
+            | Command::Demo(_)
+            | Command::DemoFeed(_)
+            | Command::Completions(_)
+            | Command::Man(_)
     )
 }
 
@@ -164,5 +174,63 @@ mod tests {
     #[test]
     fn the_command_line_definition_is_consistent() {
         super::Cli::command().debug_assert();
+    }
+
+    /// Every command a user can call, with its path (`backfill plan`), depth first.
+    fn commands(command: &clap::Command, path: &str, out: &mut Vec<(String, clap::Command)>) {
+        for sub in command.get_subcommands().filter(|s| !s.is_hide_set() && s.get_name() != "help") {
+            let name = format!("{path} {}", sub.get_name()).trim().to_owned();
+            out.push((name.clone(), sub.clone()));
+            commands(sub, &name, out);
+        }
+    }
+
+    /// Every command's `--help` ends with examples whose lines fit the 100-column help, so a new
+    /// command cannot forget them and clap never wraps an example in the middle of a command.
+    #[test]
+    fn every_command_has_examples_that_fit() {
+        let mut all = Vec::new();
+        commands(&super::Cli::command(), "", &mut all);
+        assert!(all.len() > 30, "the walk finds the commands: {}", all.len());
+        let mut missing = Vec::new();
+        for (name, command) in &all {
+            let after = command.get_after_help().map(ToString::to_string).unwrap_or_default();
+            let Some(examples) = after.split_once("Examples:\n").map(|(_, e)| e) else {
+                missing.push(name.clone());
+                continue;
+            };
+            let lines: Vec<&str> = examples.lines().filter(|l| !l.trim().is_empty()).collect();
+            assert!(!lines.is_empty(), "`tidegate {name} --help` has an empty Examples section");
+            for line in lines {
+                assert!(line.starts_with("  "), "`tidegate {name}` example not indented: {line:?}");
+                assert!(
+                    line.chars().count() <= crate::output::WIDTH,
+                    "`tidegate {name}` example wider than {} columns: {line:?}",
+                    crate::output::WIDTH
+                );
+            }
+        }
+        assert!(missing.is_empty(), "commands without an Examples section in --help: {missing:?}");
+    }
+
+    /// Every command's `--help` and `-h`, usage line included (clap wraps the rest, not that),
+    /// fits 100 columns.
+    #[test]
+    fn every_help_fits_100_columns() {
+        let mut root = super::Cli::command();
+        root.build();
+        let mut all = vec![(String::new(), root.clone())];
+        commands(&root, "", &mut all);
+        for (name, mut command) in all {
+            for help in [command.render_long_help().to_string(), command.render_help().to_string()] {
+                for line in help.lines() {
+                    assert!(
+                        line.chars().count() <= crate::output::WIDTH,
+                        "`tidegate {name} --help` has a line wider than {} columns: {line:?}",
+                        crate::output::WIDTH
+                    );
+                }
+            }
+        }
     }
 }

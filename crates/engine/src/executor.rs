@@ -17,8 +17,8 @@ use tidegate_core::spec::Spec;
 use tidegate_core::state::{RunStatus, StepStatus};
 use tidegate_lake::Lake;
 use tidegate_store::{
-    BackfillStatus, ClaimRequest, Claimed, JournalMeta, Outcome, Priority, StagedRecord, StepEventRecord, Store,
-    WorkerRecord,
+    BackfillStatus, ClaimRequest, Claimed, Decision, JournalMeta, Outcome, Priority, StagedRecord, StepEventRecord,
+    Store, WorkerRecord,
 };
 
 use crate::attempt::{self, Attempt, Report};
@@ -308,6 +308,14 @@ impl Engine {
         self
     }
 
+    /// Names this engine in the scheduler role, leases and the journal (instead of
+    /// `worker-<pid>`).
+    #[must_use]
+    pub fn with_owner(mut self, owner: String) -> Self {
+        self.opts.worker_id = owner;
+        self
+    }
+
     /// A flag that, once set, makes `drain` start no new attempt and return when the attempts in
     /// flight have reported (a clean shutdown on SIGTERM).
     pub fn with_stop(mut self, stop: Arc<std::sync::atomic::AtomicBool>) -> Self {
@@ -400,6 +408,46 @@ impl Engine {
         }
     }
 
+    /// Takes the scheduler role if it is free or its holder's lease expired, or renews it if this
+    /// engine holds it; false when another process holds it. For a long-lived scheduler that
+    /// keeps the role between drains ([`Engine::drain_holding_role`]) and stands by without it.
+    pub async fn try_scheduler_role(&self) -> Result<bool> {
+        let (o, now, ttl) = (self.opts.worker_id.clone(), self.clock.now(), self.spec.project.lease_ttl_s);
+        self.db(move |s| s.acquire_scheduler(&o, now, ttl)).await
+    }
+
+    /// Drains like [`Engine::drain`], for a caller that already holds the scheduler role (see
+    /// [`Engine::try_scheduler_role`]) and keeps it afterwards. [`Error::SchedulerBusy`] if another
+    /// process took it meanwhile (this one went unrenewed past its lease: stopped or cut off);
+    /// that is journaled, and nothing more is started or published.
+    pub async fn drain_holding_role(&self) -> Result<Summary> {
+        self.drain_inner().await
+    }
+
+    /// Gives up the scheduler role, if this engine holds it.
+    pub async fn give_up_scheduler_role(&self) -> Result<()> {
+        let o = self.opts.worker_id.clone();
+        self.db(move |s| s.release_scheduler(&o)).await
+    }
+
+    /// Journals that this engine found the scheduler role taken by another process while it
+    /// meant to hold it (`scheduler_stepped_down`), and so stepped down.
+    pub async fn record_stepped_down(&self) -> Result<()> {
+        let decision = Decision {
+            kind: "scheduler_stepped_down".to_owned(),
+            run_id: None,
+            task: None,
+            partition: None,
+            payload: serde_json::json!({ "owner": self.opts.worker_id }),
+        };
+        let meta = self.meta(
+            "another scheduler took the role while this one went unrenewed past its lease; nothing more is started \
+             or published here",
+            "scheduler-role",
+        );
+        self.db(move |s| s.record_decision(&decision, &meta)).await.map(|_| ())
+    }
+
     /// Takes the scheduler role, waiting out a holder that stopped renewing it (a crashed process
     /// holds it until its lease TTL passes).
     async fn acquire_scheduler_role(&self) -> Result<()> {
@@ -413,6 +461,14 @@ impl Engine {
         let mut drain = Drain::start(self).await?;
         loop {
             let now = self.clock.now();
+            // First: a process that was stopped past its lease must find out before it starts or
+            // publishes anything.
+            if let Err(e) = drain.renew_scheduler_role(now).await {
+                if matches!(e, Error::SchedulerBusy) {
+                    self.record_stepped_down().await?;
+                }
+                return Err(e);
+            }
             drain.refresh(now).await?;
             drain.follow_remote().await?;
             let mut events = drain.absorb_reports().await?;
@@ -426,7 +482,6 @@ impl Engine {
             if drain.settled() {
                 return drain.finish().await;
             }
-            drain.renew_scheduler_role(now).await?;
             if !publishing.published_now {
                 drain.wait(now, publishing.publish_at).await?;
             }

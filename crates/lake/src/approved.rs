@@ -14,9 +14,10 @@ use serde_json::Value;
 use tidegate_core::spec::model::WriteMode;
 
 use crate::error::{Error, Result};
+use crate::layout::PartitionColumn;
 use crate::modes;
 use crate::publish::{Publication, Release, ReleaseItem, app_id, loaded_version};
-use crate::table::{Lake, PARTITION_COLUMN};
+use crate::table::Lake;
 
 /// The table version a dataset's comparison was approved against; `None` when the dataset had no
 /// table then (every commit of the table is newer than the approval).
@@ -115,6 +116,7 @@ pub(crate) async fn moved_partitions(
     whole_table: bool,
 ) -> Result<BTreeSet<String>> {
     let log = table.log_store();
+    let column = PartitionColumn::of_table(table)?;
     let mut moved = BTreeSet::new();
     for version in since.map_or(0, |v| v + 1)..=to {
         let Some(bytes) = log.read_commit_entry(version).await? else {
@@ -125,7 +127,9 @@ pub(crate) async fn moved_partitions(
             let action: Value = serde_json::from_slice(line)
                 .map_err(|e| Error::internal(format!("commit {version} of {dataset} is not JSON lines: {e}")))?;
             for file in ["add", "remove"].into_iter().filter_map(|kind| action.get(kind)) {
-                match file["partitionValues"][PARTITION_COLUMN].as_str() {
+                let value = file["partitionValues"][column.name.as_str()].as_str();
+                let key = value.map(|v| column.key_of(v).unwrap_or_else(|| v.to_owned()));
+                match key.as_deref() {
                     Some(key) if whole_table => {
                         moved.insert(key.to_owned());
                     }

@@ -13,9 +13,10 @@ use tidegate_core::spec::model::{Aggregate, Check, CheckRule, Dataset};
 
 use crate::df;
 use crate::error::{Error, Result};
+use crate::layout::PartitionColumn;
 use crate::read;
 use crate::stage::StagedVersion;
-use crate::table::{Lake, PARTITION_COLUMN, declared_schema, table_schema};
+use crate::table::{Lake, declared_schema, table_schema};
 
 /// The name of the implicit check that compares staged files with the declared columns.
 pub const SCHEMA_CONTRACT: &str = "schema_contract";
@@ -95,11 +96,11 @@ impl Lake {
         let mut problems = Vec::new();
         let mut n_failing = 0u64;
         for file in &staged.files {
-            let bytes = store.get(&object_store::path::Path::from(file.path.as_str())).await?;
+            let bytes = store.get(&crate::layout::object_path(file.path.as_str())).await?;
             let bytes = bytes.bytes().await?;
             let builder = ParquetRecordBatchReaderBuilder::try_new(bytes)?;
             let actual = builder.schema().clone();
-            for field in declared.fields().iter().filter(|f| f.name() != PARTITION_COLUMN) {
+            for field in declared.fields().iter().filter(|f| *f.name() != dataset.partition_column) {
                 match actual.field_with_name(field.name()) {
                     Err(_) => problems.push(format!("{}: column {} is missing", file.path, field.name())),
                     Ok(found) if found.data_type() != field.data_type() => problems.push(format!(
@@ -205,7 +206,7 @@ async fn run_rule(
         CheckRule::AggregateTolerance { column, aggregate, tolerance_pct } => {
             aggregate_tolerance(ctx, table, staged, column, *aggregate, *tolerance_pct).await?
         }
-        CheckRule::Freshness { column, max_age_s } => freshness(ctx, staged, column, *max_age_s).await?,
+        CheckRule::Freshness { column, max_age_s } => freshness(ctx, table, staged, column, *max_age_s).await?,
         CheckRule::Sql { .. } => return Err(Error::internal("custom SQL reached run_rule")),
     })
 }
@@ -266,15 +267,14 @@ async fn aggregate_tolerance(
 /// time for static partitions, which have no end).
 async fn freshness(
     ctx: &datafusion::prelude::SessionContext,
+    table: &deltalake_core::DeltaTable,
     staged: &StagedVersion,
     column: &str,
     max_age_s: u64,
 ) -> Result<(bool, u64, String)> {
-    let sql = format!(
-        "SELECT {p}, max({c}) FROM staged GROUP BY {p}",
-        p = df::ident(PARTITION_COLUMN),
-        c = df::ident(column)
-    );
+    let partition = PartitionColumn::of_table(table)?;
+    let sql =
+        format!("SELECT {p}, max({c}) FROM staged GROUP BY {p}", p = df::ident(&partition.name), c = df::ident(column));
     let newest = df::query(ctx, &sql).await?;
     let mut by_partition = std::collections::HashMap::new();
     for batch in &newest {
@@ -282,7 +282,8 @@ async fn freshness(
         let times = cast(batch.column(1), &DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())))?;
         let times = times.as_primitive::<TimestampMicrosecondType>();
         for row in 0..batch.num_rows() {
-            let key = keys.as_string::<i32>().value(row).to_owned();
+            let value = keys.as_string::<i32>().value(row);
+            let key = partition.key_of(value).unwrap_or_else(|| value.to_owned());
             let at = (!times.is_null(row)).then(|| times.value(row));
             by_partition.insert(key, at);
         }

@@ -16,9 +16,10 @@ use tidegate_core::spec::model::{Dataset, DatasetKind, WriteMode};
 
 use crate::df;
 use crate::error::{Error, FileLocation, Result};
+use crate::layout::PartitionColumn;
 use crate::read;
 use crate::stage::{StagedFile, StagedVersion};
-use crate::table::{Lake, PARTITION_COLUMN, active_files, table_schema};
+use crate::table::{Lake, active_files, table_schema};
 
 /// How a null value of a slice column is reported in [`SliceDelta::value`].
 pub const NULL_SLICE_VALUE: &str = "(null)";
@@ -201,37 +202,38 @@ impl Lake {
         }
         let table = self.load(name).await?;
         let schema = table_schema(&table)?;
-        let layout = Layout::new(name, &schema, spec)?;
+        let column = PartitionColumn::of_table(&table)?;
+        let layout = Layout::new(name, &schema, spec, &column.name)?;
 
         let ctx = single_partition_session();
         match published_version {
             Some(version) => {
                 let published = self.load_at(name, Some(version)).await?;
-                read::register_table(&ctx, "published_table", &published).await?;
-                let sql = match (&spec.dataset.kind, partitions.as_slice()) {
+                match (&spec.dataset.kind, partitions.as_slice()) {
                     // A snapshot is the whole dataset: the new one replaces every published row,
                     // whichever partition (week, month) the current snapshot was taken for.
                     (DatasetKind::Managed { write: WriteMode::Snapshot }, [key]) => {
-                        let columns: Vec<String> = schema
-                            .fields()
-                            .iter()
-                            .map(|f| {
-                                if f.name() == PARTITION_COLUMN {
-                                    format!("{} AS {}", df::literal(key), df::ident(PARTITION_COLUMN))
-                                } else {
-                                    df::ident(f.name())
-                                }
+                        let rows = read::scan(&published, None, &schema).await?;
+                        let rows = rows
+                            .into_iter()
+                            .map(|batch| {
+                                let mut columns = batch.columns().to_vec();
+                                let idx = schema.index_of(&column.name)?;
+                                columns[idx] = column.repeated(key, batch.num_rows())?;
+                                Ok(RecordBatch::try_new(schema.clone(), columns)?)
                             })
-                            .collect();
-                        format!("CREATE VIEW published AS SELECT {} FROM published_table", columns.join(", "))
+                            .collect::<Result<Vec<_>>>()?;
+                        df::register_batches(&ctx, "published", &schema, rows)?;
                     }
-                    _ => format!(
-                        "CREATE VIEW published AS SELECT * FROM published_table WHERE {} IN {}",
-                        df::ident(PARTITION_COLUMN),
-                        df::literal_list(&partitions)
-                    ),
-                };
-                df::query(&ctx, &sql).await?;
+                    _ => {
+                        read::register_table(&ctx, "published_table", &published).await?;
+                        let sql = format!(
+                            "CREATE VIEW published AS SELECT * FROM published_table WHERE {}",
+                            column.sql_in(&partitions)?
+                        );
+                        df::query(&ctx, &sql).await?;
+                    }
+                }
             }
             None => df::register_batches(&ctx, "published", &schema, Vec::new())?,
         }
@@ -241,13 +243,15 @@ impl Lake {
         df::query(&ctx, &format!("CREATE VIEW changes AS {}", layout.changes_sql())).await?;
         df::query(&ctx, &format!("CREATE TABLE differing AS {}", layout.differing_sql())).await?;
 
+        // Keyed by each partition's value as query results print it (`2024-01-29` for `2024-W05`).
+        let shown = column.shown(&partitions)?;
         let mut by_partition: BTreeMap<String, PartitionComparison> =
-            partitions.iter().map(|p| (p.clone(), layout.empty(p))).collect();
+            partitions.iter().zip(shown).map(|(p, shown)| (shown, layout.empty(p))).collect();
         layout.add_column_stats(&ctx, "published", &mut by_partition, Side::Before).await?;
         layout.add_column_stats(&ctx, "staged", &mut by_partition, Side::After).await?;
         add_counts(&ctx, &mut by_partition).await?;
-        for (idx, column) in layout.slices.iter().enumerate() {
-            add_slices(&ctx, idx, column, &mut by_partition).await?;
+        for (idx, slice) in layout.slices.iter().enumerate() {
+            add_slices(&ctx, idx, slice, &layout.partition, &mut by_partition).await?;
         }
         if spec.sample_rows > 0 {
             layout.add_samples(&ctx, spec.sample_rows, &mut by_partition).await?;
@@ -276,11 +280,13 @@ impl Lake {
         let size = |p: &String| PartitionSize { partition: p.clone(), n_rows: 0, n_bytes: 0, n_files: 0 };
         let mut sizes: BTreeMap<String, PartitionSize> = partitions.iter().map(|p| (p.clone(), size(p))).collect();
         let Some(table) = self.try_load(dataset).await? else { return Ok(sizes.into_values().collect()) };
+        let column = PartitionColumn::of_table(&table)?;
         let wanted = (!partitions.is_empty()).then_some(partitions);
         // Partitions with a file whose statistics lack a row count are counted by reading them.
         let mut uncounted = BTreeSet::new();
         for add in active_files(&table, wanted).await? {
-            let Some(key) = add.partition_values.get(PARTITION_COLUMN).cloned().flatten() else { continue };
+            let value = add.partition_values.get(&column.name).cloned().flatten();
+            let Some(key) = value.map(|v| column.key_of(&v).unwrap_or(v)) else { continue };
             let entry = sizes.entry(key.clone()).or_insert_with(|| size(&key));
             entry.n_files += 1;
             entry.n_bytes += u64::try_from(add.size).unwrap_or_default();
@@ -295,8 +301,8 @@ impl Lake {
             let keys: Vec<String> = uncounted.into_iter().collect();
             let ctx = df::session();
             read::register_table(&ctx, "t", &table).await?;
-            let p = df::ident(PARTITION_COLUMN);
-            let sql = format!("SELECT {p}, count(*) FROM t WHERE {p} IN {} GROUP BY {p}", df::literal_list(&keys));
+            let p = df::ident(&column.name);
+            let sql = format!("SELECT {p}, count(*) FROM t WHERE {} GROUP BY {p}", column.sql_in(&keys)?);
             let counted = df::query(&ctx, &sql).await?;
             for key in &keys {
                 if let Some(entry) = sizes.get_mut(key) {
@@ -304,7 +310,8 @@ impl Lake {
                 }
             }
             for batch in &counted {
-                for (key, n) in texts(batch, 0)?.into_iter().zip(counts(batch, 1)?) {
+                for (value, n) in texts(batch, 0)?.into_iter().zip(counts(batch, 1)?) {
+                    let key = value.map(|v| column.key_of(&v).unwrap_or(v));
                     if let Some(entry) = key.and_then(|k| sizes.get_mut(&k)) {
                         entry.n_rows = n;
                     }
@@ -336,17 +343,19 @@ struct Layout {
     columns: Vec<(String, bool)>,
     keys: Vec<String>,
     slices: Vec<String>,
+    /// The partition column's name.
+    partition: String,
 }
 
 impl Layout {
-    fn new(dataset: &str, schema: &SchemaRef, spec: &CompareSpec<'_>) -> Result<Layout> {
+    fn new(dataset: &str, schema: &SchemaRef, spec: &CompareSpec<'_>, partition: &str) -> Result<Layout> {
         for (name, role) in spec
             .keys
             .iter()
             .map(|k| (k, "a comparison key"))
             .chain(spec.slice_columns.iter().map(|s| (s, "a slice column")))
         {
-            if name == PARTITION_COLUMN || schema.field_with_name(name).is_err() {
+            if name == partition || schema.field_with_name(name).is_err() {
                 return Err(Error::SchemaMismatch {
                     dataset: dataset.to_owned(),
                     location: FileLocation::Table,
@@ -358,14 +367,14 @@ impl Layout {
         let mut columns: Vec<(String, bool)> = schema
             .fields()
             .iter()
-            .filter(|f| f.name() != PARTITION_COLUMN)
+            .filter(|f| f.name() != partition)
             .map(|f| (f.name().clone(), f.data_type().is_numeric()))
             .collect();
         columns.sort();
         let mut slices = spec.slice_columns.to_vec();
         slices.sort();
         slices.dedup();
-        Ok(Layout { columns, keys: spec.keys.to_vec(), slices })
+        Ok(Layout { columns, keys: spec.keys.to_vec(), slices, partition: partition.to_owned() })
     }
 
     fn idx(&self, name: &str) -> usize {
@@ -419,7 +428,7 @@ impl Layout {
     /// `removed` or `changed` and `n` how many rows it stands for. With keys, rows are matched
     /// by partition and key; without, identical rows are grouped and their counts compared.
     fn changes_sql(&self) -> String {
-        let p = df::ident(PARTITION_COLUMN);
+        let p = df::ident(&self.partition);
         let sides: Vec<String> =
             (0..self.columns.len()).map(|i| format!("b.\"c{i}\" AS b{i}, a.\"c{i}\" AS a{i}")).collect();
         let sides = sides.join(", ");
@@ -497,7 +506,7 @@ impl Layout {
         by_partition: &mut BTreeMap<String, PartitionComparison>,
         side: Side,
     ) -> Result<()> {
-        let mut select = vec![df::ident(PARTITION_COLUMN), "count(*)".to_owned()];
+        let mut select = vec![df::ident(&self.partition), "count(*)".to_owned()];
         for (column, numeric) in self.measured() {
             let c = df::ident(column);
             select.push(format!("count({c})"));
@@ -507,7 +516,7 @@ impl Layout {
                 }
             }
         }
-        let sql = format!("SELECT {} FROM {table} GROUP BY {}", select.join(", "), df::ident(PARTITION_COLUMN));
+        let sql = format!("SELECT {} FROM {table} GROUP BY {}", select.join(", "), df::ident(&self.partition));
         for batch in &df::query(ctx, &sql).await? {
             let keys = texts(batch, 0)?;
             let n_rows = counts(batch, 1)?;
@@ -646,9 +655,10 @@ async fn add_slices(
     ctx: &SessionContext,
     idx: usize,
     column: &str,
+    partition: &str,
     by_partition: &mut BTreeMap<String, PartitionComparison>,
 ) -> Result<()> {
-    let p = df::ident(PARTITION_COLUMN);
+    let p = df::ident(partition);
     let c = df::ident(column);
     let side = |table: &str, before: &str, after: &str| {
         format!(

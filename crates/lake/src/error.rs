@@ -38,6 +38,39 @@ pub enum Error {
         reason: String,
     },
 
+    /// The dataset's table was written by an earlier Tidegate, with a text partition column and
+    /// its files under `staging/`: readable, but Tidegate no longer writes that layout.
+    #[error(
+        "dataset {dataset:?}: its table was written with Tidegate's earlier layout (partition column {column} \
+         as text, files under staging/), which Polars and other readers of partition folders misread; Tidegate \
+         writes <column>=<value>/ folders and a typed column now, and will not mix the two in one table. Rewrite \
+         it: move the table folder aside, then rebuild every partition with a governed backfill (tidegate \
+         backfill plan <task> --from <first> --to <last> --reprocess all), which shows the blast radius and the comparison \
+         before anything is published; until then the old table stays readable as it is"
+    )]
+    LegacyLayout {
+        /// The dataset whose table has the old layout.
+        dataset: String,
+        /// Its partition column.
+        column: String,
+    },
+
+    /// An append delivery has rows whose `dedup_key` is null: their identity is unknown, so
+    /// de-duplication cannot hold them once.
+    #[error(
+        "dataset {dataset:?}: {n_rows} staged rows have a null in dedup_key column {column:?}; a row with no \
+         identity cannot be de-duplicated, so the delivery is refused: fill the key in the task, or filter \
+         such rows out"
+    )]
+    NullDedupKey {
+        /// The dataset being staged.
+        dataset: String,
+        /// The first key column with nulls.
+        column: String,
+        /// Rows with a null in that column.
+        n_rows: u64,
+    },
+
     /// The dataset has no Delta table yet (nothing staged or published).
     #[error("dataset {dataset:?} has no table in the lake yet")]
     UnknownDataset {
@@ -79,13 +112,14 @@ pub enum Error {
     },
 
     /// A row names a partition the step was not asked to write.
-    #[error("dataset {dataset:?}: {location}a row has tg_partition {value:?}, but this step writes only {expected}")]
+    #[error("dataset {dataset:?}: {location}a row has {value}, but this step writes only {expected}")]
     PartitionMismatch {
         /// The dataset being staged.
         dataset: String,
         /// Where the offending row is.
         location: FileLocation,
-        /// The row's partition value (`null`, or `(none)` when the rows carry no partition column).
+        /// The partition column and the row's value in it (`tg_partition "null"`, or
+        /// `tg_partition "(none)"` when the rows carry no partition column).
         value: String,
         /// The partition keys the step writes, comma-separated.
         expected: String,

@@ -7,14 +7,14 @@ use arrow::datatypes::{Schema, SchemaRef};
 use deltalake_core::DeltaTable;
 use deltalake_core::kernel::{Action, Add};
 use object_store::ObjectStoreExt as _;
-use object_store::path::Path;
 use tidegate_core::spec::model::{Dataset, DatasetKind, WriteMode};
 
 use crate::df;
 use crate::error::{Error, Result};
+use crate::layout::PartitionColumn;
 use crate::read;
 use crate::stage::{StagedFile, StagedVersion};
-use crate::table::{Lake, PARTITION_COLUMN, STAGING_DIR, active_files, remove_of, table_schema};
+use crate::table::{Lake, active_files, check_layout, remove_of, table_schema};
 
 /// The actions of one publication commit and what they amount to.
 #[derive(Debug)]
@@ -27,6 +27,9 @@ pub(crate) struct Plan {
     pub predicate: Option<String>,
     /// Files written while planning (merge, filtered append): abandoned if the commit loses.
     pub written: Vec<String>,
+    /// Append only: the staged rows not published because their `dedup_key` was already in the
+    /// delivery, the partition or the lookback.
+    pub n_duplicates_dropped: Option<u64>,
 }
 
 /// The write mode of a dataset Tidegate manages.
@@ -44,19 +47,25 @@ pub(crate) fn write_mode(dataset: &Dataset) -> Result<&WriteMode> {
 /// Plans the commit that publishes `staged` onto `table` (the version just loaded).
 pub(crate) async fn plan(lake: &Lake, table: &DeltaTable, dataset: &Dataset, staged: &StagedVersion) -> Result<Plan> {
     let keys = staged.partition_keys();
-    let predicate = Some(format!("{PARTITION_COLUMN} IN {}", df::literal_list(&keys)));
+    write_mode(dataset)?;
+    check_layout(dataset, table)?;
+    let column = PartitionColumn::of_table(table)?;
+    let predicate = Some(column.sql_in(&keys)?);
     match write_mode(dataset)? {
         WriteMode::Replace => {
             ensure_exist(table, &dataset.name, &staged.files).await?;
             let removed = active_files(table, Some(&keys)).await?;
-            Ok(swap(removed, &staged.files, predicate, Vec::new()))
+            swap(&column, removed, &staged.files, predicate, Vec::new())
         }
         WriteMode::Snapshot => {
             ensure_exist(table, &dataset.name, &staged.files).await?;
             let removed = active_files(table, None).await?;
             // Snapshots of several partitions may finish in any order; the newest must stay.
-            let published =
-                removed.iter().filter_map(|a| a.partition_values.get(PARTITION_COLUMN).cloned().flatten()).max();
+            let published = removed
+                .iter()
+                .filter_map(|a| a.partition_values.get(&column.name).cloned().flatten())
+                .filter_map(|v| column.key_of(&v))
+                .max();
             let newest_staged = keys.iter().max();
             if let (Some(published), Some(staged)) = (published, newest_staged)
                 && published > *staged
@@ -67,7 +76,7 @@ pub(crate) async fn plan(lake: &Lake, table: &DeltaTable, dataset: &Dataset, sta
                     published,
                 });
             }
-            Ok(swap(removed, &staged.files, None, Vec::new()))
+            swap(&column, removed, &staged.files, None, Vec::new())
         }
         WriteMode::Merge { keys: merge_keys, order_by, delete_marker } => {
             let schema = table_schema(table)?;
@@ -82,56 +91,134 @@ pub(crate) async fn plan(lake: &Lake, table: &DeltaTable, dataset: &Dataset, sta
             let order_by = if keys_unique { None } else { order_by.as_deref() };
             let sql = merge_sql(&schema, merge_keys, order_by, !keys_unique, delete_marker.as_deref());
             let merged = df::conform(df::query(&ctx, &sql).await?, &schema)?;
-            let prefix = publish_prefix(staged);
-            let files = lake.write_files(table, &dataset.name, &prefix, &schema, &keys, &merged).await?;
+            let files = lake.write_files(table, &dataset.name, &staged.staging_id, &schema, &keys, &merged).await?;
             let removed = active_files(table, Some(&keys)).await?;
             let written = files.iter().map(|f| f.path.clone()).collect();
-            Ok(swap(removed, &files, predicate, written))
+            swap(&column, removed, &files, predicate, written)
         }
-        WriteMode::Append { dedup_key } => {
+        WriteMode::Append { dedup_key, dedup_lookback } => {
             let schema = table_schema(table)?;
-            let source = lake.read_staged(table, &dataset.name, &staged.files, &schema).await?;
+            // The delivery in order: partitions by key, each partition's files as staged.
+            let mut files = staged.files.clone();
+            files.sort_by(|a, b| a.partition.cmp(&b.partition));
+            let source = lake.read_staged(table, &dataset.name, &files, &schema).await?;
+            reject_null_keys(&dataset.name, dedup_key, &source)?;
             let n_source = df::n_rows(&source);
             let key_idx = indices(&schema, dedup_key).map_err(|e| with_dataset(e, &dataset.name))?;
             let key_schema = std::sync::Arc::new(schema.project(&key_idx)?);
-            let present = read::scan_keys(table, &keys, &key_schema).await?;
+            let searched = with_lookback(dataset, staged, *dedup_lookback);
+            let present = read::scan_keys(table, &searched, &key_schema).await?;
+            let (ordered_schema, ordered) = with_ordinal(&schema, source)?;
             let ctx = df::session();
-            df::register_batches(&ctx, "staged", &schema, source)?;
+            df::register_batches(&ctx, "staged", &ordered_schema, ordered)?;
             df::register_batches(&ctx, "published_keys", &key_schema, present)?;
-            let on: Vec<String> = dedup_key.iter().map(|k| format!("s.{c} = p.{c}", c = df::ident(k))).collect();
-            let sql = format!("SELECT s.* FROM staged s LEFT ANTI JOIN published_keys p ON {}", on.join(" AND "));
-            let fresh = df::conform(df::query(&ctx, &sql).await?, &schema)?;
+            let fresh = df::conform(df::query(&ctx, &dedup_sql(dedup_key)).await?, &schema)?;
+            let n_dropped = n_source.saturating_sub(df::n_rows(&fresh));
             // The common case adds every staged row: publish the staged files as they are.
-            if df::n_rows(&fresh) == n_source {
+            let mut plan = if n_dropped == 0 {
                 ensure_exist(table, &dataset.name, &staged.files).await?;
-                return Ok(swap(Vec::new(), &staged.files, None, Vec::new()));
-            }
-            let prefix = publish_prefix(staged);
-            let files = lake.write_files(table, &dataset.name, &prefix, &schema, &keys, &fresh).await?;
-            let written = files.iter().map(|f| f.path.clone()).collect();
-            Ok(swap(Vec::new(), &files, None, written))
+                swap(&column, Vec::new(), &staged.files, None, Vec::new())?
+            } else {
+                let files = lake.write_files(table, &dataset.name, &staged.staging_id, &schema, &keys, &fresh).await?;
+                let written = files.iter().map(|f| f.path.clone()).collect();
+                swap(&column, Vec::new(), &files, None, written)?
+            };
+            plan.n_duplicates_dropped = Some(n_dropped);
+            Ok(plan)
         }
     }
 }
 
-/// A fresh folder for files computed at publication, inside the step's staging folder so that
-/// reconciliation treats them like the rest of the attempt's files.
-fn publish_prefix(staged: &StagedVersion) -> String {
-    format!("{STAGING_DIR}/{}/publish-{}", staged.staging_id, uuid::Uuid::now_v7().simple())
-}
-
-/// Remove `removed`, add `added`.
-fn swap(removed: Vec<Add>, added: &[StagedFile], predicate: Option<String>, written: Vec<String>) -> Plan {
+/// Remove `removed`, add `added` (files of the table partitioned by `column`).
+fn swap(
+    column: &PartitionColumn,
+    removed: Vec<Add>,
+    added: &[StagedFile],
+    predicate: Option<String>,
+    written: Vec<String>,
+) -> Result<Plan> {
     let mut actions: Vec<Action> = removed.iter().map(|a| Action::Remove(remove_of(a))).collect();
-    actions.extend(added.iter().map(|f| Action::Add(f.to_add())));
-    Plan {
+    for file in added {
+        actions.push(Action::Add(file.to_add(column)?));
+    }
+    Ok(Plan {
         n_files_added: added.len(),
         n_files_removed: removed.len(),
         n_rows_added: added.iter().map(|f| f.n_rows).sum(),
         actions,
         predicate,
         written,
+        n_duplicates_dropped: None,
+    })
+}
+
+/// The column that numbers a delivery's rows in order, for [`dedup_sql`].
+const ORDINAL: &str = "__tg_ordinal";
+
+/// `rows` with [`ORDINAL`] appended: 0, 1, 2, ... across the batches in order.
+fn with_ordinal(schema: &SchemaRef, rows: Vec<RecordBatch>) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+    let mut fields: Vec<arrow::datatypes::FieldRef> = schema.fields().iter().cloned().collect();
+    fields.push(std::sync::Arc::new(arrow::datatypes::Field::new(ORDINAL, arrow::datatypes::DataType::UInt64, false)));
+    let ordered: SchemaRef = std::sync::Arc::new(Schema::new(fields));
+    let mut next = 0_u64;
+    let mut out = Vec::with_capacity(rows.len());
+    for batch in rows {
+        let n = batch.num_rows() as u64;
+        let mut columns = batch.columns().to_vec();
+        columns.push(std::sync::Arc::new(arrow::array::UInt64Array::from_iter_values(next..next + n)));
+        next += n;
+        out.push(RecordBatch::try_new(ordered.clone(), columns)?);
     }
+    Ok((ordered, out))
+}
+
+/// The delivery's rows to publish: the first row of each `dedup_key` (by [`ORDINAL`]) whose key
+/// `published_keys` does not hold, in delivery order.
+fn dedup_sql(dedup_key: &[String]) -> String {
+    let on: Vec<String> = dedup_key.iter().map(|k| format!("s.{c} = p.{c}", c = df::ident(k))).collect();
+    format!(
+        "WITH ranked AS (\
+           SELECT *, row_number() OVER (PARTITION BY {keys} ORDER BY {ord}) AS \"__tg_rank\" FROM staged), \
+         firsts AS (SELECT * FROM ranked WHERE \"__tg_rank\" = 1) \
+         SELECT s.* FROM firsts s LEFT ANTI JOIN published_keys p ON {on} ORDER BY s.{ord}",
+        keys = df::ident_list(dedup_key),
+        ord = df::ident(ORDINAL),
+        on = on.join(" AND "),
+    )
+}
+
+/// The partitions whose published keys an append of `staged` is checked against: its own, and
+/// the `lookback` time partitions before each (none before the axis starts; static partitions
+/// have no order, so no lookback).
+fn with_lookback(dataset: &Dataset, staged: &StagedVersion, lookback: u32) -> Vec<String> {
+    let mut keys: std::collections::BTreeSet<String> = staged.partition_keys().into_iter().collect();
+    if let tidegate_core::spec::model::Partitioning::Time { grain, start, time_zone } = &dataset.partitioning {
+        let axis = tidegate_core::partition::TimeAxis::new(*grain, *start, *time_zone);
+        for partition in &staged.partitions {
+            let Some(interval) = partition.interval else { continue };
+            for back in 1..=i32::try_from(lookback).unwrap_or(i32::MAX) {
+                let earlier = axis.shift(interval.start, -back);
+                if earlier < axis.first {
+                    break;
+                }
+                keys.insert(axis.key(earlier));
+            }
+        }
+    }
+    keys.into_iter().collect()
+}
+
+/// Refuses a delivery with a null in a `dedup_key` column: a row without an identity cannot be
+/// held once (decision in docs/spec-reference.md, `dedup_key`).
+pub(crate) fn reject_null_keys(dataset: &str, dedup_key: &[String], rows: &[RecordBatch]) -> Result<()> {
+    use arrow::array::Array as _;
+    for key in dedup_key {
+        let n_rows: u64 = rows.iter().filter_map(|b| b.column_by_name(key)).map(|c| c.null_count() as u64).sum();
+        if n_rows > 0 {
+            return Err(Error::NullDedupKey { dataset: dataset.to_owned(), column: key.clone(), n_rows });
+        }
+    }
+    Ok(())
 }
 
 /// Refuses to publish a reference to a staged file that no longer exists: a commit that points
@@ -139,7 +226,7 @@ fn swap(removed: Vec<Add>, added: &[StagedFile], predicate: Option<String>, writ
 async fn ensure_exist(table: &DeltaTable, dataset: &str, files: &[StagedFile]) -> Result<()> {
     let store = table.object_store();
     for file in files {
-        match store.head(&Path::from(file.path.as_str())).await {
+        match store.head(&crate::layout::object_path(file.path.as_str())).await {
             Ok(_) => {}
             Err(object_store::Error::NotFound { .. }) => {
                 return Err(Error::MissingStagedFile { dataset: dataset.to_owned(), path: file.path.clone() });

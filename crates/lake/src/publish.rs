@@ -12,7 +12,6 @@ use deltalake_core::kernel::transaction::{CommitBuilder, CommitProperties, Trans
 use deltalake_core::protocol::{DeltaOperation, SaveMode};
 use deltalake_core::table::config::TablePropertiesExt as _;
 use object_store::ObjectStoreExt as _;
-use object_store::path::Path;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tidegate_core::spec::model::{Dataset, WriteMode};
@@ -20,9 +19,10 @@ use tidegate_core::spec::model::{Dataset, WriteMode};
 use crate::anchor::Anchor;
 use crate::approved::ApprovedAt;
 use crate::error::{Error, Result};
+use crate::layout::PartitionColumn;
 use crate::modes;
 use crate::stage::{StagedVersion, schema_hash};
-use crate::table::{Lake, PARTITION_COLUMN, table_schema};
+use crate::table::{Lake, table_schema};
 
 /// How many times a commit is re-planned against a newer table before giving up with a
 /// retryable [`Error::Conflict`].
@@ -89,6 +89,11 @@ pub struct PublishedItem {
     pub n_files_removed: usize,
     /// Rows in the added files, rewritten rows of a merge included (0 for a replay).
     pub n_rows_added: u64,
+    /// Append: staged rows not published because their `dedup_key` was already in the delivery,
+    /// the partition or the lookback (0 for other modes and a replay); also in the commit's
+    /// `tidegate.duplicates_dropped`.
+    #[serde(default)]
+    pub n_duplicates_dropped: u64,
 }
 
 impl Lake {
@@ -282,6 +287,7 @@ impl Lake {
                         n_files_added: 0,
                         n_files_removed: 0,
                         n_rows_added: 0,
+                        n_duplicates_dropped: 0,
                     })));
                     continue;
                 }
@@ -320,12 +326,16 @@ impl Lake {
             let txns: Vec<Transaction> =
                 members.iter().map(|(_, item)| Transaction::new(app_id(&item.step_identity), target)).collect();
             let new_txns: Vec<(String, i64)> = txns.iter().map(|t| (t.app_id.clone(), t.version)).collect();
-            let metadata = publish_metadata(&members);
+            let mut metadata = publish_metadata(&members);
+            let dropped: Vec<u64> = planned.iter().filter_map(|(_, p)| p.n_duplicates_dropped).collect();
+            if !dropped.is_empty() {
+                metadata.push((DUPLICATES_DROPPED_KEY.to_owned(), Value::from(dropped.iter().sum::<u64>())));
+            }
             let predicates: Vec<String> = planned.iter().filter_map(|(_, p)| p.predicate.clone()).collect();
             let removes = planned.iter().any(|(_, p)| p.n_files_removed > 0);
             let operation = DeltaOperation::Write {
                 mode: if removes { SaveMode::Overwrite } else { SaveMode::Append },
-                partition_by: Some(vec![PARTITION_COLUMN.to_owned()]),
+                partition_by: Some(vec![PartitionColumn::of_table(&table)?.name]),
                 predicate: (!predicates.is_empty()).then(|| predicates.join(" OR ")),
             };
             let written: Vec<String> = planned.iter().flat_map(|(_, p)| p.written.iter().cloned()).collect();
@@ -351,6 +361,7 @@ impl Lake {
                             n_files_added: plan.n_files_added,
                             n_files_removed: plan.n_files_removed,
                             n_rows_added: plan.n_rows_added,
+                            n_duplicates_dropped: plan.n_duplicates_dropped.unwrap_or_default(),
                         }));
                     }
                     return Ok(outcomes
@@ -367,6 +378,10 @@ impl Lake {
 
 /// The commit metadata of a publication: the release, run and step of a single item as plain
 /// values (what readers of the history look for), and of a shared commit as lists in step order.
+/// The commit metadata key of an append's count of staged rows dropped as duplicates (summed over
+/// the steps the commit publishes).
+pub const DUPLICATES_DROPPED_KEY: &str = "tidegate.duplicates_dropped";
+
 fn publish_metadata(members: &[(&Release, &ReleaseItem)]) -> Vec<(String, Value)> {
     let list = |f: &dyn Fn(&(&Release, &ReleaseItem)) -> String| -> Value {
         match members {
@@ -455,6 +470,6 @@ fn is_conflict(e: &DeltaTableError) -> bool {
 async fn discard(table: &DeltaTable, paths: &[String]) {
     let store = table.object_store();
     for path in paths {
-        let _ = store.delete(&Path::from(path.as_str())).await;
+        let _ = store.delete(&crate::layout::object_path(path.as_str())).await;
     }
 }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use arrow::datatypes::{Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 
+use crate::layout::PartitionColumn;
 use crate::read::scan_where;
 use crate::stage::{StagedFile, StagedVersion};
 use crate::table::{Lake, PARTITION_COLUMN, table_schema};
@@ -71,15 +72,15 @@ impl Lake {
         let schema = table_schema(&table)?;
         let mut rows = Vec::new();
         if input.version.is_some() {
-            let p = df::ident(PARTITION_COLUMN);
+            let column = PartitionColumn::of_table(&table)?;
             let overlaid: BTreeSet<String> = input.overlay.iter().flat_map(StagedVersion::partition_keys).collect();
             let overlaid: Vec<String> = overlaid.into_iter().collect();
             let mut filter = vec!["true".to_owned()];
             if !input.partitions.is_empty() {
-                filter.push(format!("{p} IN {}", df::literal_list(&input.partitions)));
+                filter.push(column.sql_in(&input.partitions)?);
             }
             if !overlaid.is_empty() {
-                filter.push(format!("{p} NOT IN {}", df::literal_list(&overlaid)));
+                filter.push(format!("NOT ({})", column.sql_in(&overlaid)?));
             }
             rows = scan_where(&table, &filter.join(" AND "), &schema).await?;
         }

@@ -14,7 +14,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::df;
 use crate::error::{Error, Result};
-use crate::table::{Lake, PARTITION_COLUMN, table_schema};
+use crate::layout::PartitionColumn;
+use crate::table::{Lake, table_schema};
 
 /// The most sample rows a diff reports per category.
 pub const DIFF_SAMPLE_ROWS: usize = 5;
@@ -185,7 +186,7 @@ pub(crate) async fn scan(
 ) -> Result<Vec<RecordBatch>> {
     let filter = match partitions {
         Some([]) => return Ok(Vec::new()),
-        Some(keys) => format!("{} IN {}", df::ident(PARTITION_COLUMN), df::literal_list(keys)),
+        Some(keys) => PartitionColumn::of_table(table)?.sql_in(keys)?,
         None => "true".to_owned(),
     };
     scan_where(table, &filter, schema).await
@@ -212,10 +213,9 @@ pub(crate) async fn scan_keys(
     let ctx = df::session();
     register_table(&ctx, "t", table).await?;
     let sql = format!(
-        "SELECT DISTINCT {} FROM t WHERE {} IN {}",
+        "SELECT DISTINCT {} FROM t WHERE {}",
         df::ident_list(&names),
-        df::ident(PARTITION_COLUMN),
-        df::literal_list(partitions)
+        PartitionColumn::of_table(table)?.sql_in(partitions)?
     );
     df::conform(df::query(&ctx, &sql).await?, key_schema)
 }

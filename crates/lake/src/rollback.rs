@@ -3,8 +3,9 @@
 //! table its schema and table metadata too; the old files still exist because nothing here
 //! deletes a file any version references (vacuum may, for versions no retained release needs;
 //! restoring such a version is refused). Reconciliation deletes the staged files of finished
-//! attempts that no version references, reports every other file it cannot prove is Tidegate's,
-//! and compares what the store declares with what the lake holds.
+//! attempts that no version references (named `<column>=<value>/part-<staging id>-<uuid>.parquet`,
+//! or under `staging/<staging id>/` as earlier versions wrote them), reports every other file it
+//! cannot prove is Tidegate's, and compares what the store declares with what the lake holds.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
@@ -37,8 +38,9 @@ pub struct Reconciliation {
     /// started meanwhile); the next reconcile decides about them.
     #[serde(default)]
     pub n_kept_recent: usize,
-    /// Files under `staging/` that no version references and that Tidegate cannot prove are its
-    /// own: kept, for a person to decide about (`tidegate reconcile --delete`).
+    /// Data files (in partition folders or under `staging/`) that no version references and that
+    /// Tidegate cannot prove are its own: kept, for a person to decide about (`tidegate reconcile
+    /// --delete`).
     #[serde(default)]
     pub not_owned: Vec<NotOwned>,
     /// Folders in the lake of datasets the workspace does not write: never looked into.
@@ -46,8 +48,7 @@ pub struct Reconciliation {
     pub tables_left_alone: Vec<LeftAlone>,
 }
 
-/// A file under a table's `staging/` folder that reconcile keeps because it cannot prove it is
-/// Tidegate's own.
+/// A data file of a table that reconcile keeps because it cannot prove it is Tidegate's own.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NotOwned {
     /// The dataset whose table holds the file.
@@ -67,7 +68,8 @@ pub struct LeftAlone {
     pub is_delta_table: bool,
 }
 
-/// Who owns a staging folder (`staging/<staging id>/`), as the caller's store knows it.
+/// Who owns a staging id (named in a file's name, or its `staging/<staging id>/` folder), as the
+/// caller's store knows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Owner {
     /// An attempt that may still publish: its files are kept.
@@ -93,7 +95,7 @@ pub enum Deletion<'a> {
 /// Where [`Lake::reconcile`] looks and what it may assume.
 #[derive(Debug, Clone)]
 pub struct Scope {
-    /// The datasets the workspace writes: only their tables' `staging/` folders are cleaned.
+    /// The datasets the workspace writes: only their tables' data files are cleaned.
     pub datasets: BTreeSet<String>,
     /// When the caller read its store: files written since are kept whoever owns them.
     pub known_as_of: DateTime<Utc>,
@@ -295,7 +297,7 @@ impl Lake {
             // files are missing, which would break every reader.
             let store = table.object_store();
             for add in wanted.iter().filter(|a| !current_paths.contains(a.path.as_str())) {
-                match store.head(&Path::from(add.path.as_str())).await {
+                match store.head(&crate::layout::object_path(add.path.as_str())).await {
                     Ok(_) => {}
                     Err(object_store::Error::NotFound { .. }) => {
                         return Err(Error::VacuumedVersion {
@@ -330,8 +332,8 @@ impl Lake {
     }
 
     /// Deletes the staged files of finished attempts that no table version references, in the
-    /// tables of `scope.datasets` only, and reports every other unreferenced file under their
-    /// `staging/` folders and every other folder in the lake. `owner_of` says who owns a staging
+    /// tables of `scope.datasets` only, and reports every other unreferenced data file of those
+    /// tables (outside `_delta_log` and hidden folders) and every other folder in the lake. `owner_of` says who owns a staging
     /// id (called once per id found); only a file of an [`Owner::Finished`] attempt, named as
     /// Tidegate's writer names files, is deleted. With [`Deletion::Named`], exactly the named
     /// files are deleted instead, each of which must be reported as not owned.
@@ -359,10 +361,14 @@ impl Lake {
         };
         for dataset in &scope.datasets {
             let Some((table, referenced)) = self.load_referenced(dataset).await? else { continue };
-            let listing = table.object_store().list(Some(&Path::from(STAGING_DIR)));
-            let staged: Vec<_> = listing.try_collect().await.map_err(Error::from)?;
-            for meta in staged {
+            let listing = table.object_store().list(None);
+            let listed: Vec<_> = listing.try_collect().await.map_err(Error::from)?;
+            for meta in listed {
                 let path = meta.location.to_string();
+                // The log and hidden folders (`_change_data`, `.tmp`) are not data files.
+                if path.split('/').any(|segment| segment.starts_with(['_', '.'])) {
+                    continue;
+                }
                 if referenced.contains(&path) {
                     survey.report.n_kept_referenced += 1;
                 } else {
@@ -404,9 +410,9 @@ impl Lake {
         Ok(left)
     }
 
-    /// Deletes files under a table's `staging/` folder, except any a commit now references (a
-    /// publication may have landed since they were listed), checked against the log as it is
-    /// now. Returns the paths deleted.
+    /// Deletes data files of a table (in partition folders or under `staging/`), except any a
+    /// commit now references (a publication may have landed since they were listed), checked
+    /// against the log as it is now. Returns the paths deleted.
     async fn delete_unreferenced(&self, dataset: &str, paths: &[String]) -> Result<Vec<String>> {
         let Some((table, referenced)) = self.load_referenced(dataset).await? else {
             return Err(Error::UnknownDataset { dataset: dataset.to_owned() });
@@ -415,12 +421,14 @@ impl Lake {
         let mut deleted = Vec::with_capacity(paths.len());
         for path in paths.iter().filter(|p| !referenced.contains(*p)) {
             let hidden = path.split('/').any(|segment| segment.starts_with(['_', '.']));
-            if hidden || path.split('/').next() != Some(STAGING_DIR) {
+            let first = path.split('/').next().unwrap_or_default();
+            let data_folder = path.contains('/') && (first == STAGING_DIR || first.contains('='));
+            if hidden || !data_folder {
                 return Err(Error::internal(format!(
-                    "reconcile was about to delete {dataset}/{path}, outside staging"
+                    "reconcile was about to delete {dataset}/{path}, outside staging and partition folders"
                 )));
             }
-            match store.delete(&Path::from(path.as_str())).await {
+            match store.delete(&crate::layout::object_path(path.as_str())).await {
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => deleted.push(path.clone()),
                 Err(e) => return Err(e.into()),
             }
@@ -441,7 +449,7 @@ struct Survey {
 }
 
 impl Survey {
-    /// Sorts one unreferenced file under a table's `staging/` folder.
+    /// Sorts one unreferenced data file of a table.
     fn file<E>(
         &mut self,
         dataset: &str,
@@ -482,7 +490,9 @@ impl Survey {
             }
             Owner::Unknown => match id {
                 Some(id) => format!("staging id {id} is not an attempt this workspace's store recorded"),
-                None => "not inside an attempt's staging folder".to_owned(),
+                None => "not named as Tidegate names its files (<column>=<value>/part-<staging id>-<uuid>.parquet) \
+                         nor inside an attempt's staging folder: another tool's or a person's"
+                    .to_owned(),
             },
         };
         self.report.not_owned.push(NotOwned { dataset: dataset.to_owned(), path, why });
@@ -490,8 +500,13 @@ impl Survey {
     }
 }
 
-/// The staging id of a path under `staging/<id>/...` (a file directly in `staging/` has none).
+/// The staging id of a data file: in its name for a file in a partition folder
+/// (`<column>=<value>/part-<id>-<uuid>.parquet`), its folder for one under `staging/<id>/...`
+/// (a file directly in `staging/` has none).
 pub(crate) fn staging_id_of(path: &str) -> Option<&str> {
+    if let Some(id) = crate::layout::staging_id_in_name(path) {
+        return Some(id);
+    }
     let mut segments = path.split('/');
     if segments.next() != Some(STAGING_DIR) {
         return None;
@@ -500,14 +515,21 @@ pub(crate) fn staging_id_of(path: &str) -> Option<&str> {
     segments.next().is_some().then_some(id)
 }
 
-/// Whether `path` is named as staging names the files it writes: `staging/<id>/part-*.parquet`,
-/// or `staging/<id>/publish-<uuid>/part-*.parquet` for what a publication computed.
+/// Whether `path` is named as Tidegate names the files it writes:
+/// `<column>=<value>/part-<id>-<uuid>.parquet`; under `staging/`, `staging/<id>/part-*.parquet` or
+/// `staging/<id>/{publish,write}-<uuid>/part-*.parquet` (a crash before a file was moved into its
+/// partition folder, or what earlier versions wrote).
 fn written_by_tidegate(path: &str) -> bool {
+    if crate::layout::staging_id_in_name(path).is_some() {
+        return true;
+    }
     let segments: Vec<&str> = path.split('/').collect();
     let name_ok = |name: &str| name.starts_with("part-") && name.ends_with(".parquet");
     match segments.as_slice() {
-        [_, _, name] => name_ok(name),
-        [_, _, folder, name] => folder.starts_with("publish-") && name_ok(name),
+        [STAGING_DIR, _, name] => name_ok(name),
+        [STAGING_DIR, _, folder, name] => {
+            (folder.starts_with("publish-") || folder.starts_with("write-")) && name_ok(name)
+        }
         _ => false,
     }
 }
@@ -663,7 +685,7 @@ impl Lake {
                 let action: Value = serde_json::from_slice(line)
                     .map_err(|e| unreadable(format!("not valid JSON at line {}: {e}", line_idx + 1)))?;
                 if let Some(path) = action.pointer("/add/path").and_then(Value::as_str) {
-                    paths.insert(path.to_owned());
+                    paths.insert(crate::layout::path_of_logged(path));
                 }
             }
         }

@@ -1,14 +1,15 @@
 //! Staging: a step's output (record batches from SQL, or the Parquet, CSV and JSON-lines files a
-//! command left behind) is cast to the dataset schema and written as Parquet under
-//! `<table>/staging/<staging_id>/`, with no commit, so no Delta reader can see it. The returned
-//! [`StagedVersion`] is what the engine stores and later hands to checks and publication.
+//! command left behind) is cast to the dataset schema and written as Parquet in its partitions'
+//! folders, `<table>/<column>=<value>/part-<staging_id>-<uuid>.snappy.parquet` (written under
+//! `staging/<staging_id>/` first, then moved), with no commit, so no Delta reader can see it. The
+//! returned [`StagedVersion`] is what the engine stores and later hands to checks and publication.
 
 use std::collections::{BTreeSet, HashMap};
 use std::io::{BufReader, Seek as _};
 use std::path::Path as FsPath;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray as _, RecordBatch, StringArray, UInt32Array, new_null_array};
+use arrow::array::{Array, ArrayRef, AsArray as _, RecordBatch, UInt32Array, new_null_array};
 use arrow::compute::{CastOptions, cast_with_options, take_record_batch};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::row::{RowConverter, SortField};
@@ -17,7 +18,6 @@ use deltalake_core::kernel::Add;
 use deltalake_core::writer::DeltaWriter as _;
 use deltalake_core::writer::record_batch::RecordBatchWriter;
 use object_store::ObjectStoreExt as _;
-use object_store::path::Path;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use serde::{Deserialize, Serialize};
 use tidegate_core::partition::Partition;
@@ -26,8 +26,9 @@ use url::Url;
 
 use crate::df;
 use crate::error::{Error, FileLocation, Result};
+use crate::layout::{PartitionColumn, file_name};
 use crate::modes;
-use crate::table::{Lake, PARTITION_COLUMN, STAGING_DIR, check_segment, file_schema, table_schema};
+use crate::table::{Lake, STAGING_DIR, check_segment, file_schema, table_schema};
 
 /// The most files one command may leave in its output folder, so a runaway job cannot make
 /// staging list millions of entries.
@@ -41,7 +42,7 @@ const READ_BATCH_ROWS: usize = 8_192;
 pub struct StagedVersion {
     /// The dataset the files were staged for.
     pub dataset: String,
-    /// The attempt-unique id the files are staged under (`staging/<staging_id>/`).
+    /// The attempt-unique id the files are staged under (in their names, `part-<staging_id>-*`).
     pub staging_id: String,
     /// The partitions this version covers; a partition with no rows is published empty.
     pub partitions: Vec<Partition>,
@@ -68,7 +69,8 @@ impl StagedVersion {
 /// One staged Parquet file, with what is needed to add it to the Delta log later.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StagedFile {
-    /// Path relative to the table root, e.g. `staging/<id>/part-00000-<uuid>-c000.snappy.parquet`.
+    /// Path relative to the table root as the object store and the Delta log spell it, e.g.
+    /// `day=2024-01-05/part-<staging id>-<uuid>.snappy.parquet`.
     pub path: String,
     /// The key of the one partition whose rows the file holds.
     pub partition: String,
@@ -83,11 +85,11 @@ pub struct StagedFile {
 }
 
 impl StagedFile {
-    /// The Add action that publishes this file.
-    pub(crate) fn to_add(&self) -> Add {
-        Add {
+    /// The Add action that publishes this file into a table partitioned by `column`.
+    pub(crate) fn to_add(&self, column: &PartitionColumn) -> Result<Add> {
+        Ok(Add {
             path: self.path.clone(),
-            partition_values: [(PARTITION_COLUMN.to_owned(), Some(self.partition.clone()))].into_iter().collect(),
+            partition_values: [(column.name.clone(), Some(column.value(&self.partition)?))].into_iter().collect(),
             size: self.size_bytes,
             modification_time: self.modification_time_ms,
             data_change: true,
@@ -97,7 +99,7 @@ impl StagedFile {
             base_row_id: None,
             default_row_commit_version: None,
             clustering_provider: None,
-        }
+        })
     }
 }
 
@@ -115,9 +117,9 @@ pub struct ColumnStats {
 }
 
 impl Lake {
-    /// Stages the rows of a SQL task for `partitions`. Rows without `tg_partition` are given the
-    /// step's partition (there must then be exactly one); rows with it are checked against
-    /// `partitions`.
+    /// Stages the rows of a SQL task for `partitions`. Rows without the partition column are given
+    /// the step's partition (there must then be exactly one); rows with it are checked against
+    /// `partitions` (a value may be the key, `2024-W05`, or the column's value, `2024-01-29`).
     pub async fn stage_batches(
         &self,
         dataset: &Dataset,
@@ -130,10 +132,11 @@ impl Lake {
         let first = batches.first().map(|b| b.schema());
         let table = self.ensure_table(dataset, first.as_ref()).await?;
         let schema = table_schema(&table)?;
+        let column = PartitionColumn::of_table(&table)?;
         let keys: Vec<String> = partitions.iter().map(|p| p.key.clone()).collect();
         let mut rows = Vec::with_capacity(batches.len());
         for batch in batches {
-            rows.push(conform_batch(&dataset.name, &FileLocation::Batches, &schema, &keys, batch)?);
+            rows.push(conform_batch(&dataset.name, &FileLocation::Batches, &schema, &column, &keys, batch)?);
         }
         self.stage_rows(dataset, &table, staging_id, partitions, &schema, rows).await
     }
@@ -181,6 +184,7 @@ impl Lake {
         };
         let table = self.ensure_table(dataset, first_schema.as_ref()).await?;
         let schema = table_schema(&table)?;
+        let column = PartitionColumn::of_table(&table)?;
         let keys: Vec<String> = partitions.iter().map(|p| p.key.clone()).collect();
         let mut rows = Vec::new();
         for file in files {
@@ -188,7 +192,7 @@ impl Lake {
             let mut offset = 0;
             for batch in read_input_file(&dataset.name, file)? {
                 let n_rows = batch.num_rows() as u64;
-                let conformed = conform_batch(&dataset.name, &location, &schema, &keys, batch);
+                let conformed = conform_batch(&dataset.name, &location, &schema, &column, &keys, batch);
                 rows.push(conformed.map_err(|e| place_in_file(e, file, offset))?);
                 offset += n_rows;
             }
@@ -223,6 +227,9 @@ impl Lake {
         if let DatasetKind::Managed { write: WriteMode::Merge { keys, order_by, .. } } = &dataset.kind {
             modes::reject_ties(&dataset.name, keys, order_by.as_deref(), &schema, rows.clone()).await?;
         }
+        if let DatasetKind::Managed { write: WriteMode::Append { dedup_key, .. } } = &dataset.kind {
+            modes::reject_null_keys(&dataset.name, dedup_key, &rows)?;
+        }
         let summary = summarize(&schema, rows).await?;
         Ok(StagedVersion {
             dataset: dataset.name.clone(),
@@ -250,9 +257,12 @@ impl Lake {
         if let DatasetKind::Managed { write: WriteMode::Merge { keys, order_by, .. } } = &dataset.kind {
             modes::reject_ties(&dataset.name, keys, order_by.as_deref(), schema, rows.clone()).await?;
         }
+        // A row without an identity cannot be de-duplicated: refused before any file is written.
+        if let DatasetKind::Managed { write: WriteMode::Append { dedup_key, .. } } = &dataset.kind {
+            modes::reject_null_keys(&dataset.name, dedup_key, &rows)?;
+        }
         let keys: Vec<String> = partitions.iter().map(|p| p.key.clone()).collect();
-        let prefix = format!("{STAGING_DIR}/{staging_id}");
-        let files = self.write_files(table, &dataset.name, &prefix, schema, &keys, &rows).await?;
+        let files = self.write_files(table, &dataset.name, staging_id, schema, &keys, &rows).await?;
         let summary = summarize(schema, rows).await?;
         Ok(StagedVersion {
             dataset: dataset.name.clone(),
@@ -267,12 +277,14 @@ impl Lake {
     }
 
     /// Writes `rows` (already conformed to `schema`) as one Parquet file per non-empty partition
-    /// under `<table>/<prefix>/`, without committing, and describes the files.
+    /// in the partition's folder, named with `staging_id`, without committing, and describes the
+    /// files. Each is written under `staging/<staging_id>/write-<uuid>/` and then moved into its
+    /// folder, so a file is provably the attempt's wherever a crash leaves it.
     pub(crate) async fn write_files(
         &self,
         table: &DeltaTable,
         dataset: &str,
-        prefix: &str,
+        staging_id: &str,
         schema: &SchemaRef,
         keys: &[String],
         rows: &[RecordBatch],
@@ -281,6 +293,9 @@ impl Lake {
         if rows.iter().all(|b| b.num_rows() == 0) {
             return Ok(Vec::new());
         }
+        let column = PartitionColumn::of_table(table)?;
+        let prefix = format!("{STAGING_DIR}/{staging_id}/write-{}", uuid::Uuid::now_v7().simple());
+        let prefix = prefix.as_str();
         let url: Url = table
             .table_url()
             .join(&format!("{prefix}/"))
@@ -290,7 +305,7 @@ impl Lake {
         let parts: Vec<(String, Vec<RecordBatch>)> = keys
             .iter()
             .cloned()
-            .zip(split_by_partition(rows, schema, keys)?)
+            .zip(split_by_partition(rows, schema, &column, keys)?)
             .filter(|(_, batches)| !batches.is_empty())
             .collect();
         // Parquet encoding is the bulk of a large write (a merge rewrites whole partitions): the
@@ -299,7 +314,7 @@ impl Lake {
         let n_rows: usize = rows.iter().map(RecordBatch::num_rows).sum();
         let parallelism = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
         let n_writers = parallelism.min(parts.len()).min(n_rows / WRITER_MIN_ROWS).max(1);
-        let files_schema = file_schema(schema);
+        let files_schema = file_schema(schema, &column.name);
         let mut writers = Vec::with_capacity(n_writers);
         for group in share_out(parts, n_writers) {
             let (url, schema, prefix) = (url.clone(), files_schema.clone(), prefix.to_owned());
@@ -318,6 +333,26 @@ impl Lake {
                 }
             }
         }
+        // Into the partitions' folders, named with the staging id.
+        let store = table.object_store();
+        for file in &mut files {
+            let written = file.path.rsplit('/').next().unwrap_or_default();
+            let to = object_store::path::Path::from(format!(
+                "{}/{}",
+                column.folder(&file.partition)?,
+                file_name(staging_id, written)
+            ));
+            store.rename(&crate::layout::object_path(file.path.as_str()), &to).await?;
+            file.path = to.to_string();
+        }
+        if let Some(root) = self.root() {
+            // The emptied write folder (and the attempt's, when nothing else is in it).
+            let dir = root.join(dataset).join(prefix);
+            let _ = tokio::fs::remove_dir(&dir).await;
+            if let Some(parent) = dir.parent() {
+                let _ = tokio::fs::remove_dir(parent).await;
+            }
+        }
         Ok(files)
     }
 
@@ -330,9 +365,10 @@ impl Lake {
         schema: &SchemaRef,
     ) -> Result<Vec<RecordBatch>> {
         let store = table.object_store();
+        let column = PartitionColumn::of_table(table)?;
         let mut out = Vec::new();
         for file in files {
-            let bytes = match store.get(&Path::from(file.path.as_str())).await {
+            let bytes = match store.get(&crate::layout::object_path(file.path.as_str())).await {
                 Ok(result) => result.bytes().await?,
                 Err(object_store::Error::NotFound { .. }) => {
                     return Err(Error::MissingStagedFile { dataset: dataset.to_owned(), path: file.path.clone() });
@@ -345,8 +381,8 @@ impl Lake {
                 let n = batch.num_rows();
                 let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
                 for field in schema.fields() {
-                    if field.name() == PARTITION_COLUMN {
-                        columns.push(Arc::new(StringArray::from(vec![file.partition.as_str(); n])));
+                    if *field.name() == column.name {
+                        columns.push(column.repeated(&file.partition, n)?);
                     } else {
                         let column = batch
                             .column_by_name(field.name())
@@ -455,18 +491,26 @@ fn share_out(parts: Vec<(String, Vec<RecordBatch>)>, n: usize) -> Vec<Vec<(Strin
 /// Splits conformed rows by their partition column, in one pass: for each of `keys`, its rows'
 /// batches without the partition column. A row of a partition not in `keys` is a bug of the
 /// caller (staging fills and validates the column; merge scans only those partitions).
-fn split_by_partition(rows: &[RecordBatch], schema: &SchemaRef, keys: &[String]) -> Result<Vec<Vec<RecordBatch>>> {
-    let position: HashMap<&str, usize> = keys.iter().enumerate().map(|(i, k)| (k.as_str(), i)).collect();
-    let columns = file_columns(schema);
+fn split_by_partition(
+    rows: &[RecordBatch],
+    schema: &SchemaRef,
+    column: &PartitionColumn,
+    keys: &[String],
+) -> Result<Vec<Vec<RecordBatch>>> {
+    // Each key's value as text, as the conformed column prints it.
+    let shown = column.shown(keys)?;
+    let position: HashMap<&str, usize> = shown.iter().enumerate().map(|(i, k)| (k.as_str(), i)).collect();
+    let columns = file_columns(schema, &column.name);
     let mut out: Vec<Vec<RecordBatch>> = vec![Vec::new(); keys.len()];
     for batch in rows {
         if batch.num_rows() == 0 {
             continue;
         }
-        let values = batch
-            .column_by_name(PARTITION_COLUMN)
-            .and_then(|c| c.as_string_opt::<i32>())
-            .ok_or_else(|| Error::internal("conformed rows lack a string partition column"))?;
+        let given = batch
+            .column_by_name(&column.name)
+            .ok_or_else(|| Error::internal("conformed rows lack the partition column"))?;
+        let text = cast_with_options(given, &DataType::Utf8, &CastOptions::default())?;
+        let values = text.as_string::<i32>();
         let mut which: Vec<usize> = Vec::with_capacity(batch.num_rows());
         let mut last: Option<(&str, usize)> = None;
         for value in values {
@@ -499,9 +543,9 @@ fn split_by_partition(rows: &[RecordBatch], schema: &SchemaRef, keys: &[String])
     Ok(out)
 }
 
-/// Indices of every column except the partition column.
-fn file_columns(schema: &SchemaRef) -> Vec<usize> {
-    schema.fields().iter().enumerate().filter(|(_, f)| f.name() != PARTITION_COLUMN).map(|(i, _)| i).collect()
+/// Indices of every column except the partition column `partition`.
+fn file_columns(schema: &SchemaRef, partition: &str) -> Vec<usize> {
+    schema.fields().iter().enumerate().filter(|(_, f)| f.name() != partition).map(|(i, _)| i).collect()
 }
 
 /// `numRecords` from a Delta stats JSON.
@@ -520,6 +564,7 @@ pub(crate) fn conform_batch(
     dataset: &str,
     location: &FileLocation,
     schema: &SchemaRef,
+    partition: &PartitionColumn,
     keys: &[String],
     batch: RecordBatch,
 ) -> Result<RecordBatch> {
@@ -540,8 +585,8 @@ pub(crate) fn conform_batch(
     let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
     for field in schema.fields() {
         let name = field.name();
-        if name == PARTITION_COLUMN {
-            columns.push(partition_column(dataset, location, keys, batch.column_by_name(name), n)?);
+        if *name == partition.name {
+            columns.push(partition_column(dataset, location, partition, keys, batch.column_by_name(name), n)?);
             continue;
         }
         let column = match batch.column_by_name(name) {
@@ -569,11 +614,13 @@ fn first_uncastable(column: &ArrayRef, to: &DataType) -> Option<usize> {
     (0..column.len()).find(|&i| column.is_valid(i) && lenient.is_null(i))
 }
 
-/// The partition column of a batch: filled with the step's only partition when absent, checked
-/// against the step's partitions when present.
+/// The partition column of a batch, in the column's type: filled with the step's only partition
+/// when absent, checked against the step's partitions when present (a value may be written as
+/// the partition's key, `2024-W05`, or as the column's value, `2024-01-29`).
 fn partition_column(
     dataset: &str,
     location: &FileLocation,
+    column: &PartitionColumn,
     keys: &[String],
     given: Option<&ArrayRef>,
     n: usize,
@@ -581,35 +628,49 @@ fn partition_column(
     let expected = || keys.join(", ");
     let Some(given) = given else {
         return match keys {
-            [only] => Ok(Arc::new(StringArray::from(vec![only.as_str(); n]))),
+            [only] => column.repeated(only, n),
             _ => Err(Error::PartitionMismatch {
                 dataset: dataset.to_owned(),
                 location: location.clone(),
-                value: "(none)".to_owned(),
+                value: format!("{} \"(none)\"", column.name),
                 expected: format!(
-                    "{}; rows must carry a {PARTITION_COLUMN} column when a step stages several \
-                     partitions",
-                    expected()
+                    "{}; rows must carry a {} column when a step stages several partitions",
+                    expected(),
+                    column.name
                 ),
             }),
         };
     };
-    let strings = cast_with_options(given, &DataType::Utf8, &CastOptions::default())?;
-    let allowed: BTreeSet<&str> = keys.iter().map(String::as_str).collect();
+    let values = column.values(keys)?;
+    let shown = cast_with_options(&values, &DataType::Utf8, &CastOptions::default())?;
+    let mut position: HashMap<String, u32> = HashMap::new();
+    for (i, key) in keys.iter().enumerate() {
+        let i = u32::try_from(i).map_err(|_| Error::internal("over 4 billion partitions"))?;
+        position.insert(key.clone(), i);
+        position.insert(column.value(key)?, i);
+        position.insert(shown.as_string::<i32>().value(i as usize).to_owned(), i);
+    }
+    // A typed value (a date, a timestamp in any zone) is read as the column's type first.
+    let typed = match given.data_type() {
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View | DataType::Dictionary(_, _) => given.clone(),
+        _ => cast_with_options(given, &column.data_type(), &CastOptions::default())?,
+    };
+    let strings = cast_with_options(&typed, &DataType::Utf8, &CastOptions::default())?;
+    let mut indices = Vec::with_capacity(n);
     for (row, value) in strings.as_string::<i32>().iter().enumerate() {
-        match value {
-            Some(v) if allowed.contains(v) => {}
-            other => {
+        match value.and_then(|v| position.get(v)) {
+            Some(i) => indices.push(*i),
+            None => {
                 return Err(Error::PartitionMismatch {
                     dataset: dataset.to_owned(),
                     location: location.at_row(row),
-                    value: other.unwrap_or("null").to_owned(),
+                    value: format!("{} {:?}", column.name, value.unwrap_or("null")),
                     expected: expected(),
                 });
             }
         }
     }
-    Ok(strings)
+    Ok(arrow::compute::take(&values, &UInt32Array::from(indices), None)?)
 }
 
 /// The kind of a command's output file, from its extension.
@@ -972,6 +1033,7 @@ pub fn schema_hash(schema: &SchemaRef) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use arrow::array::StringArray;
 
     fn rows(schema: &SchemaRef, values: &[(i64, &str)]) -> RecordBatch {
         let ids: Vec<i64> = values.iter().map(|(i, _)| *i).collect();
@@ -994,21 +1056,23 @@ mod tests {
     fn rows_are_split_by_partition_in_one_pass_keeping_their_order() {
         let schema: SchemaRef = Arc::new(Schema::new(vec![
             Field::new("id", DataType::Int64, false),
-            Field::new(PARTITION_COLUMN, DataType::Utf8, false),
+            Field::new("tg_partition", DataType::Utf8, false),
         ]));
+        let column =
+            PartitionColumn { name: "tg_partition".to_owned(), kind: crate::layout::PartitionKind::Key, legacy: false };
         let keys = vec!["a".to_owned(), "b".to_owned(), "c".to_owned()];
         let batches = vec![
             rows(&schema, &[(1, "b"), (2, "a"), (3, "b"), (4, "b")]),
             rows(&schema, &[(5, "a"), (6, "a")]),
             RecordBatch::new_empty(schema.clone()),
         ];
-        let split = split_by_partition(&batches, &schema, &keys).expect("splitting");
+        let split = split_by_partition(&batches, &schema, &column, &keys).expect("splitting");
         assert_eq!(split.iter().map(|b| ids(b)).collect::<Vec<_>>(), vec![vec![2, 5, 6], vec![1, 3, 4], vec![]]);
         // The partition column stays out of the files.
         assert!(split.iter().flatten().all(|b| b.num_columns() == 1));
         // A row of a partition that is not being written is refused, not dropped.
         let stray = vec![rows(&schema, &[(7, "a"), (8, "z")])];
-        assert!(split_by_partition(&stray, &schema, &keys).is_err());
+        assert!(split_by_partition(&stray, &schema, &column, &keys).is_err());
 
         // Shared out between writers: consecutive partitions, about even in rows, in key order.
         let parts: Vec<(String, Vec<RecordBatch>)> =

@@ -17,9 +17,11 @@ use url::Url;
 use crate::cache::{Cached, TableCache};
 use crate::df::QueryLimits;
 use crate::error::{Error, FileLocation, Result};
+use crate::layout::{PARTITIONING_PROPERTY, PartitionColumn};
 
-/// The Delta partition column every dataset carries: the key of the partition a row belongs to.
-pub const PARTITION_COLUMN: &str = "tg_partition";
+/// The default name of the Delta partition column every dataset carries (`partitioning.column`
+/// names another): the partition a row belongs to, typed as [`PartitionColumn`] says.
+pub const PARTITION_COLUMN: &str = tidegate_core::spec::model::DEFAULT_PARTITION_COLUMN;
 
 /// The folder inside a table under which steps stage their files. It is not hidden on purpose:
 /// vacuum never looks at paths starting with `_` or `.`, so files there could never be cleaned.
@@ -287,7 +289,7 @@ impl Lake {
     }
 
     /// Loads the dataset's table, creating it if needed. The schema is the declared `columns`
-    /// plus [`PARTITION_COLUMN`]; with no declared columns it is `first_data` (the first staged
+    /// plus the partition column ([`PartitionColumn::of_dataset`]); with no declared columns it is `first_data` (the first staged
     /// rows), normalised to types Delta can store.
     ///
     /// Staging needs the table's schema, not its latest version: a table this handle has loaded
@@ -301,17 +303,18 @@ impl Lake {
             None => self.try_load(&dataset.name).await?,
         };
         if let Some(table) = known {
+            check_layout(dataset, &table)?;
             check_declared_matches_table(dataset, &table_schema(&table)?)?;
             return Ok(table);
         }
         let schema = match (declared_schema(dataset)?, first_data) {
             (Some(declared), _) => declared,
-            (None, Some(data)) => schema_from_data(&dataset.name, data)?,
+            (None, Some(data)) => schema_from_data(dataset, data)?,
             (None, None) => {
                 return Err(Error::SchemaMismatch {
                     dataset: dataset.name.clone(),
                     location: FileLocation::Batches,
-                    column: PARTITION_COLUMN.to_owned(),
+                    column: dataset.partition_column.clone(),
                     detail: "the dataset declares no columns and the step staged no data to \
                              take the schema from"
                         .to_owned(),
@@ -324,11 +327,15 @@ impl Lake {
             .try_into_kernel()
             .map_err(|e| Error::internal(format!("schema of {} has no Delta equivalent: {e}", dataset.name)))?;
         let table = DeltaTableBuilder::from_url(self.table_url(&dataset.name)?)?.build()?;
+        let partition = PartitionColumn::of_dataset(dataset);
         let created = table
             .create()
             .with_table_name(dataset.name.clone())
             .with_columns(kernel.fields().cloned())
-            .with_partition_columns([PARTITION_COLUMN])
+            .with_partition_columns([partition.name.clone()])
+            // The partitioning the column encodes (and the mark of the hive-style layout).
+            .with_configuration([(PARTITIONING_PROPERTY, Some(partition.property()))])
+            .with_raise_if_key_not_exists(false)
             // Every publication loads the table; a checkpoint every few commits keeps that load
             // flat as history grows (delta-rs' default of 100 lets per-step cost climb with it).
             .with_configuration_property(
@@ -345,6 +352,7 @@ impl Lake {
             // Another writer created the table first: use theirs, if it agrees with ours.
             Err(_) if self.try_load(&dataset.name).await?.is_some() => {
                 let table = self.load(&dataset.name).await?;
+                check_layout(dataset, &table)?;
                 check_declared_matches_table(dataset, &table_schema(&table)?)?;
                 Ok(table)
             }
@@ -365,11 +373,38 @@ pub(crate) fn table_schema(table: &DeltaTable) -> Result<SchemaRef> {
     Ok(table.snapshot()?.snapshot().arrow_schema())
 }
 
-/// The schema of the Parquet files: the table schema without the partition column, which Delta
-/// stores in the log instead of the files.
-pub(crate) fn file_schema(schema: &SchemaRef) -> SchemaRef {
-    let fields: Vec<Arc<Field>> = schema.fields().iter().filter(|f| f.name() != PARTITION_COLUMN).cloned().collect();
+/// The schema of the Parquet files: the table schema without the partition column `partition`,
+/// which Delta stores in the log and the folder names instead of the files.
+pub(crate) fn file_schema(schema: &SchemaRef, partition: &str) -> SchemaRef {
+    let fields: Vec<Arc<Field>> = schema.fields().iter().filter(|f| f.name() != partition).cloned().collect();
     Arc::new(Schema::new(fields))
+}
+
+/// Refuses a table whose partition column is not the one the dataset asks for: a table written
+/// by an earlier Tidegate (text partition column, files under `staging/`), or one whose
+/// partitioning (column name or type) changed. Either needs the table rewritten on purpose.
+pub(crate) fn check_layout(dataset: &Dataset, table: &DeltaTable) -> Result<()> {
+    let found = PartitionColumn::of_table(table)?;
+    let wanted = PartitionColumn::of_dataset(dataset);
+    if found.legacy {
+        return Err(Error::LegacyLayout { dataset: dataset.name.clone(), column: found.name });
+    }
+    if found != wanted {
+        return Err(Error::SchemaMismatch {
+            dataset: dataset.name.clone(),
+            location: FileLocation::Table,
+            column: wanted.name.clone(),
+            detail: format!(
+                "the table is partitioned by {} ({}), the spec asks for {} ({}); a change of partitioning \
+                 rewrites the dataset: move the table aside and rebuild it with a backfill of every partition",
+                found.name,
+                found.property(),
+                wanted.name,
+                wanted.property()
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// The Arrow schema of a dataset's declared columns, plus the partition column, or `None` when
@@ -378,15 +413,21 @@ pub(crate) fn declared_schema(dataset: &Dataset) -> Result<Option<SchemaRef>> {
     if dataset.columns.is_empty() {
         return Ok(None);
     }
+    let partition = PartitionColumn::of_dataset(dataset);
     let mut fields = Vec::with_capacity(dataset.columns.len() + 1);
     for column in &dataset.columns {
-        if column.name == PARTITION_COLUMN {
-            return Err(Error::SchemaMismatch {
-                dataset: dataset.name.clone(),
-                location: FileLocation::Table,
-                column: column.name.clone(),
-                detail: "this name is reserved for the partition key".to_owned(),
-            });
+        if column.name == partition.name {
+            // A declared column of that name is the partition column (the spec checked its type).
+            if declared_type(&column.data_type) != Some(partition.data_type()) {
+                return Err(Error::SchemaMismatch {
+                    dataset: dataset.name.clone(),
+                    location: FileLocation::Table,
+                    column: column.name.clone(),
+                    detail: format!("this is the partition column, of type {}", partition.data_type()),
+                });
+            }
+            fields.push(Field::new(&column.name, partition.data_type(), true));
+            continue;
         }
         let data_type = declared_type(&column.data_type).ok_or_else(|| Error::SchemaMismatch {
             dataset: dataset.name.clone(),
@@ -396,7 +437,9 @@ pub(crate) fn declared_schema(dataset: &Dataset) -> Result<Option<SchemaRef>> {
         })?;
         fields.push(Field::new(&column.name, data_type, column.nullable));
     }
-    fields.push(Field::new(PARTITION_COLUMN, DataType::Utf8, true));
+    if !dataset.columns.iter().any(|c| c.name == partition.name) {
+        fields.push(Field::new(&partition.name, partition.data_type(), true));
+    }
     Ok(Some(Arc::new(Schema::new(fields))))
 }
 
@@ -416,10 +459,12 @@ pub(crate) fn declared_type(name: &str) -> Option<DataType> {
 
 /// A table schema taken from the first staged data: types Delta cannot store are widened to ones
 /// it can, every column is nullable (nothing was declared), and the partition column is added.
-fn schema_from_data(dataset: &str, data: &SchemaRef) -> Result<SchemaRef> {
+fn schema_from_data(dataset: &Dataset, data: &SchemaRef) -> Result<SchemaRef> {
+    let partition = PartitionColumn::of_dataset(dataset);
+    let dataset = dataset.name.as_str();
     let mut fields = Vec::with_capacity(data.fields().len() + 1);
     for field in data.fields() {
-        if field.name() == PARTITION_COLUMN {
+        if *field.name() == partition.name {
             continue;
         }
         let data_type = delta_type(field.data_type()).ok_or_else(|| Error::SchemaMismatch {
@@ -430,7 +475,7 @@ fn schema_from_data(dataset: &str, data: &SchemaRef) -> Result<SchemaRef> {
         })?;
         fields.push(Field::new(field.name(), data_type, true));
     }
-    fields.push(Field::new(PARTITION_COLUMN, DataType::Utf8, true));
+    fields.push(Field::new(&partition.name, partition.data_type(), true));
     Ok(Arc::new(Schema::new(fields)))
 }
 
@@ -503,14 +548,17 @@ pub(crate) fn check_segment(what: &'static str, value: &str) -> Result<()> {
     Ok(())
 }
 
-/// Every active file of a loaded table, as Add actions (optionally only the given partitions).
+/// Every active file of a loaded table, as Add actions with the path as the object store spells it
+/// (as Tidegate logs it), optionally only the partitions whose keys are given.
 pub(crate) async fn active_files(table: &DeltaTable, partitions: Option<&[String]>) -> Result<Vec<Add>> {
     use futures::TryStreamExt as _;
+    let column = PartitionColumn::of_table(table)?;
     let views: Vec<_> = table.get_active_add_actions_by_partitions(&[]).try_collect().await?;
     let mut adds = Vec::with_capacity(views.len());
     for view in views {
         let partition_values = view.partition_values_map();
-        let key = partition_values.get(PARTITION_COLUMN).cloned().flatten();
+        // Compared as keys: another writer may spell a value differently (`2024-01-05T07:00:00Z`).
+        let key = partition_values.get(&column.name).cloned().flatten().and_then(|v| column.key_of(&v));
         if let Some(wanted) = partitions
             && !key.as_ref().is_some_and(|k| wanted.contains(k))
         {
@@ -518,7 +566,8 @@ pub(crate) async fn active_files(table: &DeltaTable, partitions: Option<&[String
         }
         // Rebuilt by hand because `LogicalFileView::add_action` is deprecated in 1.1.3.
         adds.push(Add {
-            path: view.path().into_owned(),
+            // delta-rs un-escapes the logged path; escaped again as a path part, it is the stored name.
+            path: ObjectPath::from(view.path().as_ref()).to_string(),
             partition_values,
             size: view.size(),
             modification_time: view.modification_time(),

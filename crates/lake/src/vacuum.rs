@@ -115,7 +115,7 @@ impl Lake {
         }
         let store = table.object_store();
         for path in &report.deleted {
-            match store.delete(&object_store::path::Path::from(path.as_str())).await {
+            match store.delete(&crate::layout::object_path(path.as_str())).await {
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
                 Err(e) => return Err(e.into()),
             }

@@ -51,7 +51,8 @@ pub fn commits_per_app_id(table: &Path) -> BTreeMap<String, usize> {
     counts
 }
 
-/// Every file under the table's `staging/` folder, relative to the table root, sorted.
+/// Every data file of a table (in its `<column>=<value>/` partition folders, or under `staging/`
+/// where earlier versions and interrupted staging leave them), relative to the table root, sorted.
 pub fn staged_files(table: &Path) -> Vec<String> {
     fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) {
         let Ok(entries) = std::fs::read_dir(dir) else { return };
@@ -65,7 +66,9 @@ pub fn staged_files(table: &Path) -> Vec<String> {
         }
     }
     let mut out = Vec::new();
-    walk(table, &table.join("staging"), &mut out);
+    walk(table, table, &mut out);
+    // The data files: not the log, not hidden folders (Delta's and vacuum's rule).
+    out.retain(|f| !f.split('/').any(|segment| segment.starts_with(['_', '.'])));
     out.sort();
     out
 }

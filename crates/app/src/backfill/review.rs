@@ -136,7 +136,7 @@ pub fn publishable<'a>(
 fn compare_keys(dataset: &tidegate_core::spec::Dataset) -> Vec<String> {
     match &dataset.kind {
         DatasetKind::Managed { write: WriteMode::Merge { keys, .. } } => keys.clone(),
-        DatasetKind::Managed { write: WriteMode::Append { dedup_key } } => dedup_key.clone(),
+        DatasetKind::Managed { write: WriteMode::Append { dedup_key, .. } } => dedup_key.clone(),
         _ => dataset
             .checks
             .iter()

@@ -46,24 +46,24 @@ pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
         return Ok(code);
     }
     for problem in &history.unreadable {
-        eprintln!("{problem}");
+        output::say_err(&problem.to_string());
     }
     for m in anchors {
-        eprintln!("Journal does not match the lake: {}", m.problem);
+        output::say_err(&format!("Journal does not match the lake: {}", m.problem));
     }
     match &chain.break_at {
-        None if !anchors.is_empty() => eprintln!(
+        None if !anchors.is_empty() => output::say_err(&format!(
             "The hash chain of the {} entries is intact, but the lake's commits contradict it: restore the state store \
              from a backup or investigate who replaced it.",
             chain.n_entries
-        ),
+        )),
         None => println!("Journal: {} entries, hash chain verified intact.", chain.n_entries),
         Some(b) => {
-            eprintln!("Journal hash chain BROKEN at entry {}: {}", b.seq, b.problem);
-            eprintln!(
+            output::say_err(&format!("Journal hash chain BROKEN at entry {}: {}", b.seq, b.problem));
+            output::say_err(&format!(
                 "Entries from {} on cannot be trusted; restore the state store from a backup or investigate who edited it.",
                 b.seq
-            );
+            ));
         }
     }
     for (title, list) in [
@@ -76,11 +76,19 @@ pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
             println!("  (nothing)");
         }
         for e in list.iter() {
-            println!("  {}", line(e));
+            // Continuation lines start under the entry's time, clear of the sequence numbers.
+            println!("{}", output::wrap_indent(&format!("  {}", line(e)), Some(ENTRY_INDENT)));
         }
     }
     Ok(code)
 }
+
+/// Where a journal entry's time starts: after two spaces, `#`, and a sequence number five wide.
+const ENTRY_INDENT: usize = 9;
+
+/// The actor column's width: a worker's name (`worker-` and a pid of up to seven digits) fits,
+/// so every entry's text, and where it wraps, is the same whatever the pid.
+const ACTOR_WIDTH: usize = 14;
 
 fn line(e: &JournalEntry) -> String {
     let what = match (&e.task, &e.partition) {
@@ -93,5 +101,11 @@ fn line(e: &JournalEntry) -> String {
         _ => String::new(),
     };
     let reason = if e.reason.is_empty() { String::new() } else { format!(": {}", e.reason) };
-    format!("#{:<5} {} {:<10} {}{what}{change}{reason}", e.seq, e.at.format("%Y-%m-%d %H:%M:%S"), e.actor, e.kind)
+    format!(
+        "#{:<5} {} {:<ACTOR_WIDTH$} {}{what}{change}{reason}",
+        e.seq,
+        e.at.format("%Y-%m-%d %H:%M:%S"),
+        e.actor,
+        e.kind
+    )
 }

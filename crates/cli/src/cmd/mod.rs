@@ -3,6 +3,7 @@
 pub mod backfill;
 pub mod data;
 pub mod demo;
+pub mod docs;
 pub mod history;
 pub mod init;
 pub mod lock;

@@ -97,10 +97,15 @@ pub fn text(plan: &Plan) -> String {
             );
             level = Some(s.level);
         }
-        let waits = if s.upstream.is_empty() { String::new() } else { format!("  <- {}", s.upstream.join(", ")) };
-        let _ = writeln!(out, "  {}{waits}", s.name);
+        let waits = if s.upstream.is_empty() {
+            String::new()
+        } else {
+            format!("  <- {}", output::steps(&s.upstream, output::MAX_GROUPS))
+        };
+        let _ = writeln!(out, "{}", output::wrap_indent(&format!("  {}{waits}", s.name), Some(6)));
     }
     let path = plan.critical_path();
-    let _ = writeln!(out, "\ncritical path ({} steps): {}", path.len(), path.join(" -> "));
+    let line = format!("critical path ({} steps): {}", path.len(), path.join(" -> "));
+    let _ = writeln!(out, "\n{}", output::wrap(&line));
     out
 }

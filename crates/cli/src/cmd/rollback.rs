@@ -142,10 +142,11 @@ fn print_undo(plan: &Undone) {
     let what =
         plan.run_id.as_ref().map_or_else(|| format!("release {}", plan.releases.join(", ")), |r| format!("run {r}"));
     let n = plan.releases.len();
-    println!("Rolling back {what} ({n} release{}):", if n == 1 { "" } else { "s" });
+    output::say(&format!("Rolling back {what} ({n} release{}):", if n == 1 { "" } else { "s" }));
     for d in &plan.datasets {
         let scope = if d.whole_table { " (the whole table: schema and properties too)" } else { "" };
-        println!("  {}: {} to version {}{scope}", d.dataset, output::partition_list(&d.partitions), d.to_version);
+        let partitions = output::partition_list(&d.partitions);
+        output::say(&format!("  {}: {partitions} to version {}{scope}", d.dataset, d.to_version));
     }
 }
 
@@ -218,7 +219,7 @@ pub fn reconcile(ws: Option<&Path>, actor: &Actor, args: ReconcileArgs) -> Resul
     }
     print_cleaned(&report.cleaned);
     let swept = &report.attempts;
-    println!(
+    output::say(&format!(
         "Removed {} output folder(s) and {} log file(s) of finished attempts ({}); kept {} of running attempts and {} \
          log file(s) newer than --keep-logs",
         swept.folders_removed.len(),
@@ -226,7 +227,7 @@ pub fn reconcile(ws: Option<&Path>, actor: &Actor, args: ReconcileArgs) -> Resul
         output::human_bytes(swept.n_bytes_removed),
         swept.n_kept_live,
         swept.n_logs_kept
-    );
+    ));
     let d = &report.differences;
     if d.is_empty() {
         println!("The store and the lake agree");
@@ -243,18 +244,18 @@ pub fn reconcile(ws: Option<&Path>, actor: &Actor, args: ReconcileArgs) -> Resul
                 many.join(", ")
             ),
         };
-        println!(
+        output::say(&format!(
             "  unknown to the store: {} version {} ({}) {what}",
             v.dataset,
             v.version,
             v.operation.as_deref().unwrap_or("unknown operation")
-        );
+        ));
     }
     for v in &d.missing_versions {
-        println!(
+        output::say(&format!(
             "  missing version: the store records {} version {}, which the table does not have",
             v.dataset, v.version
-        );
+        ));
     }
     for f in &d.missing_files {
         println!("  missing file: {}/{} (needed by {})", f.dataset, f.path, f.needed_by);
@@ -264,14 +265,15 @@ pub fn reconcile(ws: Option<&Path>, actor: &Actor, args: ReconcileArgs) -> Resul
 
 /// The human report of what reconcile deleted, kept and left alone in the lake.
 fn print_cleaned(cleaned: &Reconciliation) {
-    println!(
+    output::say(&format!(
         "Deleted {} abandoned staging file(s); kept {} referenced by table versions, {} owned by unfinished attempts \
          and {} written since reconcile started",
         cleaned.deleted.len(),
         cleaned.n_kept_referenced,
         cleaned.n_kept_known,
         cleaned.n_kept_recent
-    );
+    ));
+    // A line naming a file is printed whole, path and all, to be found and copied as it is.
     for path in &cleaned.deleted {
         println!("  deleted {path}");
     }
@@ -279,13 +281,11 @@ fn print_cleaned(cleaned: &Reconciliation) {
         println!("  kept, not provably Tidegate's: {}/{} ({})", file.dataset, file.path, file.why);
     }
     if let Some(first) = cleaned.not_owned.first() {
-        println!(
-            "  (if one of these is not needed, delete it with `tidegate reconcile --delete {}/{}`)",
-            first.dataset, first.path
-        );
+        println!("  If one of these is not needed, delete it with:");
+        println!("    tidegate reconcile --delete {}/{}", first.dataset, first.path);
     }
     for folder in &cleaned.tables_left_alone {
         let what = if folder.is_delta_table { "table" } else { "folder" };
-        println!("  left alone: {what} {} (not a dataset this workspace writes)", folder.dataset);
+        output::say(&format!("  left alone: {what} {} (not a dataset this workspace writes)", folder.dataset));
     }
 }

@@ -136,7 +136,7 @@ pub(crate) fn submit_and_run(
     if json {
         output::json(&report)?;
     } else {
-        println!(
+        output::say(&format!(
             "Run {} {}: {} published, {} failed, {} skipped, {} retries, {} rejected stale reports in {:.1} s",
             run.id,
             report.status,
@@ -146,13 +146,15 @@ pub(crate) fn submit_and_run(
             summary.retried,
             summary.rejected,
             report.elapsed_s
-        );
+        ));
         for f in &report.failures {
             let log = f.log.as_ref().map(|p| format!("\n    log: {}", p.display())).unwrap_or_default();
-            println!("  {} failed after {} attempt(s): {}{log}", f.step, f.attempts, f.reason);
+            output::say(&format!("  {} failed after {} attempt(s): {}{log}", f.step, f.attempts, f.reason));
         }
         if !report.failures.is_empty() {
-            println!("Logs: tidegate logs --run {}; the whole story: tidegate history {}", run.id, run.id);
+            // One command a line, each whole, to copy.
+            println!("Logs: tidegate logs --run {}", run.id);
+            println!("The whole story: tidegate history {}", run.id);
         }
     }
     Ok(if summary.failed > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })
@@ -168,46 +170,119 @@ pub fn execute(
     show_progress: bool,
     scope: Scope<'_>,
 ) -> Result<Summary> {
-    let summary = tidegate_app::run::execute(ws, store, actor, workers, show_progress.then(progress_printer), scope)?;
-    if show_progress && std::io::stderr().is_terminal() {
+    let progress = show_progress.then(Progress::new);
+    let printer = progress.as_ref().map(Progress::printer);
+    let summary = tidegate_app::run::execute(ws, store, actor, workers, printer, scope)?;
+    if let Some(Progress::Bar(bar)) = progress {
+        // The last state stays on screen; what follows starts on a line of its own.
+        bar.finish();
         eprintln!();
     }
     Ok(summary)
 }
 
-/// A progress line: redrawn in place on a terminal, printed every few seconds otherwise.
-fn progress_printer() -> tidegate_engine::executor::ProgressFn {
-    let tty = std::io::stderr().is_terminal();
-    let started = Instant::now();
-    let last = Mutex::new((Instant::now() - Duration::from_secs(60), String::new()));
-    Box::new(move |tally: &BTreeMap<String, usize>| {
-        let total: usize = tally.values().sum();
-        let done: usize =
-            ["published", "failed", "upstream_failed", "skipped", "superseded", "cancelled", "awaiting_approval"]
-                .iter()
-                .filter_map(|s| tally.get(*s))
-                .sum();
-        let elapsed = started.elapsed().as_secs_f64();
-        let eta = if done > 0 && done < total {
-            #[allow(clippy::cast_precision_loss, reason = "a count, size or duration far below 2^52, exact as f64")]
-            let rate = done as f64 / elapsed.max(0.001);
-            #[allow(clippy::cast_precision_loss, reason = "a count, size or duration far below 2^52, exact as f64")]
-            let left = (total - done) as f64 / rate;
-            format!(", ETA {left:.0} s")
-        } else {
-            String::new()
-        };
-        let detail: Vec<String> = tally.iter().filter(|(_, n)| **n > 0).map(|(s, n)| format!("{n} {s}")).collect();
-        let line = format!("[{done}/{total}] {}{eta}", detail.join(", "));
-        let Ok(mut last) = last.lock() else { return };
-        if tty {
-            if line != last.1 {
-                eprint!("\r\x1b[2K{line}");
-                last.1 = line;
-            }
-        } else if last.0.elapsed() >= Duration::from_secs(2) && line != last.1 {
-            eprintln!("{line}");
-            *last = (Instant::now(), line);
+/// The states a step ends in, counted as done.
+const SETTLED: [&str; 7] =
+    ["published", "failed", "upstream_failed", "skipped", "superseded", "cancelled", "awaiting_approval"];
+
+/// The order states are listed in, the most telling first (a long line is cut at its end).
+const SHOWN_ORDER: [&str; 13] = [
+    "published",
+    "failed",
+    "upstream_failed",
+    "awaiting_approval",
+    "running",
+    "retry_wait",
+    "staged",
+    "validating",
+    "validated",
+    "ready",
+    "skipped",
+    "superseded",
+    "cancelled",
+];
+
+/// Progress on stderr: an `indicatif` bar redrawn in place on a terminal, a plain line every few
+/// seconds otherwise (a log keeps a readable record).
+enum Progress {
+    Bar(indicatif::ProgressBar),
+    Lines,
+}
+
+impl Progress {
+    fn new() -> Self {
+        if !std::io::stderr().is_terminal() {
+            return Progress::Lines;
         }
-    })
+        let bar = indicatif::ProgressBar::with_draw_target(Some(0), indicatif::ProgressDrawTarget::stderr());
+        let template = "[{bar:24}] {pos}/{len} steps, ETA {eta}: {wide_msg}";
+        if let Ok(style) = indicatif::ProgressStyle::with_template(template) {
+            bar.set_style(style.progress_chars("=> "));
+        }
+        Progress::Bar(bar)
+    }
+
+    /// The callback the executor calls with each tally of steps by state.
+    fn printer(&self) -> tidegate_engine::executor::ProgressFn {
+        match self {
+            Progress::Bar(bar) => {
+                let bar = bar.clone();
+                Box::new(move |tally: &BTreeMap<String, usize>| {
+                    let (done, total) = counts(tally);
+                    bar.set_length(u64::try_from(total).unwrap_or(u64::MAX));
+                    bar.set_position(u64::try_from(done).unwrap_or(u64::MAX));
+                    bar.set_message(detail(tally));
+                })
+            }
+            Progress::Lines => {
+                let started = Instant::now();
+                let last = Mutex::new((Instant::now() - Duration::from_secs(60), String::new()));
+                Box::new(move |tally: &BTreeMap<String, usize>| {
+                    let line = plain_line(tally, started.elapsed().as_secs_f64());
+                    let Ok(mut last) = last.lock() else { return };
+                    if last.0.elapsed() >= Duration::from_secs(2) && line != last.1 {
+                        eprintln!("{line}");
+                        *last = (Instant::now(), line);
+                    }
+                })
+            }
+        }
+    }
+}
+
+/// Steps settled and steps in all.
+fn counts(tally: &BTreeMap<String, usize>) -> (usize, usize) {
+    let done = SETTLED.iter().filter_map(|s| tally.get(*s)).sum();
+    (done, tally.values().sum())
+}
+
+/// The steps by state, the most telling first: `30 published, 1 failed, 4 running, 20 pending`.
+fn detail(tally: &BTreeMap<String, usize>) -> String {
+    let known = SHOWN_ORDER.iter().filter_map(|s| tally.get_key_value(*s));
+    let others = tally.iter().filter(|(s, _)| !SHOWN_ORDER.contains(&s.as_str()));
+    known.chain(others).filter(|(_, n)| **n > 0).map(|(s, n)| format!("{n} {s}")).collect::<Vec<_>>().join(", ")
+}
+
+/// The plain progress line: `[33/78] ETA 3 s: 30 published, ...`, cut to the output's width.
+fn plain_line(tally: &BTreeMap<String, usize>, elapsed_s: f64) -> String {
+    let (done, total) = counts(tally);
+    let eta = if done > 0 && done < total {
+        #[allow(clippy::cast_precision_loss, reason = "a count, size or duration far below 2^52, exact as f64")]
+        let left = (total - done) as f64 * elapsed_s.max(0.001) / done as f64;
+        format!(" ETA {left:.0} s:")
+    } else {
+        String::new()
+    };
+    let line = format!("[{done}/{total}]{eta} {}", detail(tally));
+    cut(&line, output::WIDTH)
+}
+
+/// `line` cut to `width` characters, ending in `…` when cut.
+fn cut(line: &str, width: usize) -> String {
+    if line.chars().count() <= width {
+        return line.to_owned();
+    }
+    let mut cut: String = line.chars().take(width - 1).collect();
+    cut.push('…');
+    cut
 }

@@ -37,7 +37,7 @@ pub struct Args {
     /// in `tidegate worker` processes.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(0..=4096), allow_negative_numbers = true)]
     pub workers: u16,
-    /// How log lines are written (standard error; `RUST_LOG` filters them, `info` by default).
+    /// How log lines are written (standard error; `RUST_LOG` filters them: by default tidegate's at info, others' at warn).
     #[arg(long, value_enum, default_value_t = LogFormat::Human)]
     pub log_format: LogFormat,
     /// Also serve the HTTP API on this address (e.g. 127.0.0.1:8080; port 0 picks a free one).
@@ -101,6 +101,9 @@ fn print_event(event: Event) {
         Event::Debt { at, task, n_intervals } => {
             info!(%at, task, n_intervals, "tick: {task} has {n_intervals} missed intervals as debt (catch-up off)");
         }
+        Event::StandingBy => info!("another scheduler holds the role on this store: standing by"),
+        Event::Active => info!("this scheduler holds the role"),
+        Event::SteppedDown => info!("another scheduler took the role while this one was not renewing it: stepped down"),
         Event::Drained(s) => info!(
             published = s.published,
             failed = s.failed,

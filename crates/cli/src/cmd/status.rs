@@ -39,30 +39,32 @@ pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
         output::json(&status)?;
         return Ok(ExitCode::SUCCESS);
     }
-    println!("Project {} (state: {})", status.project, status.state);
+    output::say(&format!("Project {} (state: {})", status.project, status.state));
     print_debt(&status.debt);
     if status.runs.is_empty() {
         println!("\nNo runs yet. Create one with `tidegate run TARGET --from A --to B`.");
         return Ok(ExitCode::SUCCESS);
     }
+    // Four columns fit 100: the id whole (it is what `history` and `logs` take), the time, the
+    // status over its trigger, and what the run covers over its steps, wrapped at spaces.
     let rows: Vec<Vec<String>> = status
         .runs
         .iter()
         .map(|r| {
             let steps = r.steps.iter().map(|(s, n)| format!("{n} {s}")).collect::<Vec<_>>().join(", ");
+            let request = &r.run.request;
             vec![
                 r.run.id.clone(),
-                r.run.created_at.format("%Y-%m-%d %H:%M:%S").to_string(),
-                r.run.request.target.clone(),
-                r.run.request.partitions.join(" "),
-                format!("{:?}", r.run.request.trigger).to_lowercase(),
-                r.run.status.to_string(),
-                steps,
+                r.run.created_at.format("%Y-%m-%d %H:%M").to_string(),
+                format!("{}\n{}", r.run.status, format!("{:?}", request.trigger).to_lowercase()),
+                // Several tasks (a tick's run) wrap at their commas.
+                format!("{} {}\n{steps}", request.target.replace(',', ", "), partitions(&request.partitions)),
             ]
         })
         .collect();
     println!();
-    print!("{}", output::table(&["RUN", "CREATED (UTC)", "TARGET", "PARTITIONS", "TRIGGER", "STATUS", "STEPS"], &rows));
+    let header = ["RUN", "CREATED (UTC)", "STATUS", "TARGET, PARTITIONS AND STEPS"];
+    print!("{}", output::table(&header, &rows, &[0, 1, 2]));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -95,14 +97,19 @@ fn print_debt(debt: &Debt) {
         println!("Queue {class}: {} ready, {} running{age}", q.ready, q.running);
     }
     for d in &debt.missed {
-        println!(
-            "Debt {}: {} missed intervals not run ({}); run them with `tidegate run {} --from {} --to {}`",
+        let (first, last) = (d.debt.first().map_or("-", String::as_str), d.debt.last().map_or("-", String::as_str));
+        output::say(&format!(
+            "Debt {}: {} missed intervals not run: {}",
             d.task,
             d.debt.len(),
-            d.debt.join(", "),
-            d.task,
-            d.debt.first().map_or("-", String::as_str),
-            d.debt.last().map_or("-", String::as_str)
-        );
+            output::keys(&d.debt, output::MAX_GROUPS)
+        ));
+        output::say(&format!("  run them with `tidegate run {} --from {first} --to {last}`", d.task));
     }
+}
+
+/// A run's requested partitions for people: keys (or `from..to` ranges) as ranges, step names
+/// grouped by task.
+fn partitions(requested: &[String]) -> String {
+    if requested.iter().all(|p| p.contains('@')) { output::steps(requested, 2) } else { output::keys(requested, 2) }
 }

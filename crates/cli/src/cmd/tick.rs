@@ -36,6 +36,7 @@ pub struct Args {
     /// Attempts to run at once in this process while running what is due (pools may allow fewer).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=4096), allow_negative_numbers = true)]
     pub workers: u16,
+    /// Print the result as JSON, for scripts.
     #[arg(long)]
     pub json: bool,
 }
@@ -64,7 +65,10 @@ pub(crate) fn tick_at(
     if !json {
         print_decisions(&tick.decisions, now);
         for s in &tick.superseded {
-            println!("  {}@{}: superseded by run {}, which already covers it", s.task, s.partition, s.by_run);
+            output::say(&format!(
+                "  {}@{}: superseded by run {}, which already covers it",
+                s.task, s.partition, s.by_run
+            ));
         }
     }
     if !tick.runs.is_empty() {
@@ -96,9 +100,15 @@ fn print_decisions(decisions: &[TaskDecision], now: DateTime<Utc>) {
             continue;
         }
         let mode = if d.catchup { "catch-up on" } else { "catch-up off" };
-        println!("  {}: {} due ({}); {mode} -> running {}", d.task, d.due.len(), span(&d.due), d.run.join(", "));
+        output::say(&format!(
+            "  {}: {} due ({}); {mode} -> running {}",
+            d.task,
+            d.due.len(),
+            span(&d.due),
+            output::keys(&d.run, output::MAX_GROUPS)
+        ));
         if !d.debt.is_empty() {
-            println!("    debt (missed, not run): {}", d.debt.join(", "));
+            output::say(&format!("    debt (missed, not run): {}", output::keys(&d.debt, output::MAX_GROUPS)));
         }
     }
 }

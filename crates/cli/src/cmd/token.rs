@@ -32,6 +32,9 @@ pub enum Command {
 
 /// Mint a token for a person; it is printed once and cannot be shown again.
 #[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Examples:\n  tidegate token create --name bo --role approver\n  tidegate token create --name ci-bot --role operator --expires-in-days 365 --json"
+)]
 pub struct CreateArgs {
     /// The person's name, as it will appear in the journal.
     #[arg(long)]
@@ -42,22 +45,27 @@ pub struct CreateArgs {
     /// Days until the token stops working (at most 3650).
     #[arg(long, default_value_t = 90, value_name = "DAYS")]
     pub expires_in_days: u32,
+    /// Print the result as JSON, for scripts.
     #[arg(long)]
     pub json: bool,
 }
 
 /// Every token with its identity, role and state (never the token itself).
 #[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:\n  tidegate token list\n  tidegate token list --json")]
 pub struct ListArgs {
+    /// Print the result as JSON, for scripts.
     #[arg(long)]
     pub json: bool,
 }
 
 /// Stop a token from working.
 #[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:\n  tidegate token revoke tk-0193...")]
 pub struct RevokeArgs {
     /// The token's id (`tk-...`, see `tidegate token list`).
     pub id: String,
+    /// Print the result as JSON, for scripts.
     #[arg(long)]
     pub json: bool,
 }
@@ -80,7 +88,9 @@ pub fn run(ws: Option<&Path>, actor: &Actor, command: Command) -> Result<ExitCod
             } else {
                 println!("Token {} for {name} ({}), valid until {}:", record.id, record.role, fmt_expiry(record));
                 println!("\n  {token}\n");
-                println!("It is shown only now. Hand it to {name}, who acts as {name} with {TOKEN_VAR}={token}");
+                output::say(&format!(
+                    "It is shown only now. Hand it to {name}, who acts as {name} with {TOKEN_VAR}={token}"
+                ));
             }
         }
         Command::List(args) => {
@@ -105,7 +115,8 @@ pub fn run(ws: Option<&Path>, actor: &Actor, command: Command) -> Result<ExitCod
                         ]
                     })
                     .collect();
-                print!("{}", output::table(&["id", "name", "role", "state", "expires", "minted by"], &rows));
+                let header = ["id", "name", "role", "state", "expires", "minted by"];
+                print!("{}", output::table(&header, &rows, &[0]));
             }
         }
         Command::Revoke(args) => {

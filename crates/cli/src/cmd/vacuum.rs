@@ -42,8 +42,8 @@ pub struct Args {
         allow_negative_numbers = true
     )]
     pub retain_releases: Option<u32>,
-    /// Keep every release made within this duration (`90m`, `36h`, `30d`, `2w`); older ones may
-    /// no longer be rolled back to.
+    /// Keep every release made within this duration (`90m`, `36h`, `30d`, `2w`, `1d 12h`); older
+    /// ones may no longer be rolled back to.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub older_than: Option<Duration>,
     /// Report what would be deleted; delete nothing.
@@ -73,17 +73,20 @@ pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
     let verb = if request.dry_run { "would delete" } else { "deleted" };
     for d in &report.datasets {
         let kept: Vec<String> = d.kept_versions.iter().map(u64::to_string).collect();
-        println!(
+        output::say(&format!(
             "{}: {verb} {} file(s), {}; kept versions {} (current {}), {} file(s) they need",
             d.dataset,
             d.deleted.len(),
             output::human_bytes(d.n_bytes_deleted),
-            kept.join(", "),
+            output::keys(&kept, output::MAX_GROUPS),
             d.current_version,
             d.n_kept_referenced
-        );
+        ));
         if d.n_left_unpublished > 0 {
-            println!("  {} never-published staged file(s) left to `tidegate reconcile`", d.n_left_unpublished);
+            output::say(&format!(
+                "  {} never-published staged file(s) left to `tidegate reconcile`",
+                d.n_left_unpublished
+            ));
         }
     }
     println!(
@@ -95,20 +98,12 @@ pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Parses `90m`, `36h`, `30d`, `2w` (and `45s`) into a duration.
+/// Parses a duration for people (`humantime`): `90m`, `36h`, `30d`, `2w`, `45s`, or several
+/// parts such as `1d 12h`.
 pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
-    let (digits, unit) = text.split_at(split);
-    let n: i64 = digits.parse().map_err(|_| format!("{text:?} must be a number followed by s, m, h, d or w"))?;
-    let seconds = match unit {
-        "s" => 1,
-        "m" => 60,
-        "h" => 3_600,
-        "d" => 86_400,
-        "w" => 604_800,
-        _ => return Err(format!("{text:?} must end in s, m, h, d or w (for example 30d)")),
-    };
-    n.checked_mul(seconds).and_then(Duration::try_seconds).ok_or_else(|| format!("{text:?} is too long"))
+    let hint = "for example 30d, 36h, 90m or 2w";
+    let parsed = humantime::parse_duration(text).map_err(|e| format!("{text:?} is not a duration ({e}); {hint}"))?;
+    Duration::from_std(parsed).map_err(|_| format!("{text:?} is too long a duration"))
 }
 
 #[cfg(test)]
@@ -116,11 +111,19 @@ mod tests {
     use super::parse_duration;
 
     #[test]
-    fn durations_take_one_unit() {
+    fn durations_take_units() {
         assert_eq!(parse_duration("90m").map(|d| d.num_seconds()), Ok(5_400));
         assert_eq!(parse_duration("30d").map(|d| d.num_days()), Ok(30));
         assert_eq!(parse_duration("2w").map(|d| d.num_days()), Ok(14));
-        assert!(parse_duration("30").is_err_and(|e| e.contains("must end in")));
-        assert!(parse_duration("d").is_err_and(|e| e.contains("must be a number")));
+        assert_eq!(parse_duration("1d 12h").map(|d| d.num_hours()), Ok(36));
+        assert_eq!(parse_duration("0s").map(|d| d.num_seconds()), Ok(0));
+        let missing_unit = parse_duration("30").expect_err("a number alone is refused");
+        assert!(
+            missing_unit.contains("\"30\" is not a duration") && missing_unit.contains("for example 30d"),
+            "{missing_unit}"
+        );
+        assert!(parse_duration("d").is_err());
+        assert!(parse_duration("30 days ago").is_err());
+        assert!(parse_duration("99999999999999999w").is_err());
     }
 }

@@ -34,7 +34,7 @@ pub struct Args {
     /// Print what the worker did as JSON when it stops.
     #[arg(long)]
     pub json: bool,
-    /// How log lines are written (standard error; `RUST_LOG` filters them, `info` by default).
+    /// How log lines are written (standard error; `RUST_LOG` filters them: by default tidegate's at info, others' at warn).
     #[arg(long, value_enum, default_value_t = LogFormat::Human)]
     pub log_format: LogFormat,
 }

@@ -97,7 +97,9 @@ fn reconcile_removes_abandoned_staging_and_reports_what_disagrees() {
         })
         .collect();
     missing.sort();
-    let staging_id = waiting[0].split('/').nth(1).expect("staging/<id>/file").to_owned();
+    // `<column>=<value>/part-<staging id>-<uuid>.snappy.parquet`
+    let name = waiting[0].rsplit('/').next().and_then(|n| n.strip_prefix("part-")).expect("part-<id>-<uuid>");
+    let staging_id = name.rsplit_once('-').expect("<id>-<uuid>").0.to_owned();
     let mut expected = vec![
         (day1_path.clone(), format!("current version {foreign_version}")),
         (waiting[0].clone(), format!("staged version {staging_id}")),
@@ -190,5 +192,8 @@ fn reconcile_removes_what_finished_attempts_left_in_the_workspace() {
 
     let out = tidegate(ws).args(["reconcile", "--keep-logs", "forever"]).output().expect("runs");
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("must be a number"), "bad durations are refused");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("\"forever\" is not a duration"),
+        "bad durations are refused"
+    );
 }

@@ -40,6 +40,7 @@ fn serve_runs_what_is_due_and_sigterm_lets_the_attempt_in_flight_finish() {
         .args(["serve", "--tick-every-s", "1"])
         .current_dir(dir.path())
         .env_remove("TIDEGATE_TOKEN")
+        .env_remove("RUST_LOG")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -63,6 +64,8 @@ fn serve_runs_what_is_due_and_sigterm_lets_the_attempt_in_flight_finish() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "serve exits 0 on SIGTERM: {stderr}");
     assert!(stderr.contains("stopped cleanly"), "{stderr}");
+    // Without RUST_LOG, the libraries' info events (a Delta snapshot's, per table read) stay out.
+    assert!(!stderr.contains("snap.build") && !stderr.contains("ScanMetadataCompleted"), "{stderr}");
 
     let db = rusqlite::Connection::open(&db_path).expect("db");
     assert_eq!(count(&db, "claimed"), 1, "exactly one attempt: the newest due day, catch-up being off");

@@ -72,9 +72,10 @@ fn redactions() -> Vec<(String, &'static str)> {
         (r"\b[0-9a-f]{12,}\b".to_owned(), "[hash]"),
         (r"\b\d+(\.\d+)? steps/s\b".to_owned(), "[n] steps/s"),
         (r"\b\d+(\.\d+)? (ms|s)\b".to_owned(), "[n] $2"),
-        // The journal's actor column is ten wide: a worker's pid or a long name widens it.
-        (r"hh:mm:ss worker-\d+ +".to_owned(), "hh:mm:ss worker-PID "),
-        (format!(r"hh:mm:ss {user} +"), "hh:mm:ss [user]     "),
+        // The journal's actor column is fourteen wide, so a worker's pid (up to seven digits) does
+        // not move the rest of the entry, nor where it wraps; a longer name widens it.
+        (r"hh:mm:ss worker-\d+ +".to_owned(), "hh:mm:ss worker-PID     "),
+        (format!(r"hh:mm:ss {user} +"), "hh:mm:ss [user]         "),
         (r"\bworker-\d+\b".to_owned(), "worker-PID"),
         (format!(r"\b{user}\b"), "[user]"),
     ]

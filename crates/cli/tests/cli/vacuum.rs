@@ -142,7 +142,7 @@ fn vacuum_refuses_bad_arguments() {
     for (args, expected) in [
         (&["vacuum", "--retain-releases", "0"][..], "0 is not in 1.."),
         (&["vacuum", "--retain-releases", "1", "--older-than", "1d"][..], "cannot be used with"),
-        (&["vacuum", "--older-than", "30"][..], "must end in s, m, h, d or w"),
+        (&["vacuum", "--older-than", "30"][..], "\"30\" is not a duration (time unit needed"),
         (&["vacuum", "nosuch"][..], "no dataset named \"nosuch\""),
     ] {
         let out = tidegate(ws).args(args).output().expect("runs");

@@ -88,6 +88,9 @@ pub struct Dataset {
     pub loc: Loc,
     /// `partitioning`: how the dataset is cut into partitions.
     pub partitioning: Partitioning,
+    /// `partitioning.column` (default [`DEFAULT_PARTITION_COLUMN`]): the name of the table's
+    /// partition column, a `date` (day, week, month), `timestamp` (hour) or `string` (static keys).
+    pub partition_column: String,
     /// Whether Tidegate writes the dataset (and how) or only reads it.
     pub kind: DatasetKind,
     /// `consumers`: who reads it (teams, jobs, dashboards); shown in a backfill's blast radius.
@@ -114,6 +117,20 @@ pub enum DatasetKind {
         /// `location` (optional): the table's URI or folder, as written in the spec.
         location: Option<String>,
     },
+}
+
+/// The partition column's name when `partitioning.column` is not set (decision 0005).
+pub const DEFAULT_PARTITION_COLUMN: &str = "tg_partition";
+
+/// The partition column's type for a partitioning, as a declared column type: `date` for day, week
+/// and month grains (the interval's first local day), `timestamp` for hours (the hour's start, UTC),
+/// `string` for static keys.
+pub fn partition_column_type(partitioning: &Partitioning) -> &'static str {
+    match partitioning {
+        Partitioning::Time { grain: Grain::Hour, .. } => "timestamp",
+        Partitioning::Time { .. } => "date",
+        Partitioning::Static { .. } => "string",
+    }
 }
 
 /// `partitioning = { grain = "day", start = "2024-01-01", time_zone = "Europe/Paris" }` or
@@ -165,11 +182,19 @@ pub enum WriteMode {
     Snapshot,
     /// A step's output is new rows; `dedup_key` makes a replay add nothing.
     Append {
-        /// `dedup_key`: the columns that identify a row; a staged row whose key is already published is
-        /// not added again.
+        /// `dedup_key`: the columns that identify a row. A delivery's rows are published once per
+        /// key: a key twice in the delivery keeps its first row (by partition, then in the order
+        /// the task wrote them), and a key already published in the partition or the lookback is
+        /// not added again. A row with a null key refuses the delivery.
         dedup_key: Vec<String>,
+        /// `dedup_lookback` (default 0, at most [`MAX_DEDUP_LOOKBACK`]): how many earlier time
+        /// partitions a key is also looked for in, for late re-deliveries.
+        dedup_lookback: u32,
     },
 }
+
+/// The most earlier partitions `dedup_lookback` may name.
+pub const MAX_DEDUP_LOOKBACK: u32 = 1_000;
 
 /// One column of a dataset's schema contract.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

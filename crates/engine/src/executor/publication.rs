@@ -112,6 +112,8 @@ struct Recorded {
     release: ReleaseRecord,
     /// The steps it publishes, each with the lease epoch its publication is fenced by.
     fence: Vec<(String, u64)>,
+    /// Staged rows its appends dropped as duplicates of their `dedup_key`, for the journal.
+    duplicates_dropped: u64,
 }
 
 impl Engine {
@@ -326,7 +328,8 @@ impl Engine {
             created_at: self.clock.now(),
             items,
         };
-        Recorded { release, fence: vec![(p.step_id, p.epoch)] }
+        let duplicates_dropped = publication.items.iter().map(|i| i.n_duplicates_dropped).sum();
+        Recorded { release, fence: vec![(p.step_id, p.epoch)], duplicates_dropped }
     }
 
     /// Records published releases in one store transaction (the releases of a shared Delta
@@ -342,7 +345,12 @@ impl Engine {
         if recorded.is_empty() {
             return Ok(());
         }
-        let meta = self.meta("published", correlation);
+        // The journal says how many duplicate rows an append dropped (the commit records it too).
+        let reason = |dropped: u64| match dropped {
+            0 => "published".to_owned(),
+            n => format!("published; {n} duplicate rows dropped by dedup_key"),
+        };
+        let meta = self.meta(reason(recorded.iter().map(|r| r.duplicates_dropped).sum()), correlation);
         let batch: Vec<(ReleaseRecord, Vec<(String, u64)>)> =
             recorded.iter().map(|r| (r.release.clone(), r.fence.clone())).collect();
         let together = {
@@ -354,7 +362,8 @@ impl Engine {
             Err(_) if recorded.len() > 1 => {
                 let mut outcomes = Vec::with_capacity(recorded.len());
                 for r in &recorded {
-                    let (record, fence, meta) = (r.release.clone(), r.fence.clone(), meta.clone());
+                    let meta = self.meta(reason(r.duplicates_dropped), correlation);
+                    let (record, fence) = (r.release.clone(), r.fence.clone());
                     outcomes.push(self.db(move |s| s.record_release(&record, &fence, &meta)).await?);
                 }
                 outcomes

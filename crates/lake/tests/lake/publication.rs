@@ -123,7 +123,8 @@ async fn staged_files_are_invisible_until_published() {
         .expect("stage");
     assert!(!staged.files.is_empty());
     for file in &staged.files {
-        assert!(file.path.starts_with("staging/pending/"), "{}", file.path);
+        // In its partition's folder, named with the staging id that proves whose it is.
+        assert!(file.path.starts_with("tg_partition=eu/part-pending-"), "{}", file.path);
         assert!(lake.root().expect("a folder lake").join("events").join(&file.path).exists());
     }
     assert_eq!(read_all(&lake, "events").await, before);

@@ -86,7 +86,7 @@ async fn rows_for_a_partition_the_step_does_not_write_are_refused() {
         .stage_batches(&ds, "s", &[part("a")], vec![rows(&[(1, None, None)], Some(&["b"]))])
         .await
         .expect_err("wrong partition");
-    assert!(matches!(&err, Error::PartitionMismatch { value, .. } if value == "b"), "{err}");
+    assert!(matches!(&err, Error::PartitionMismatch { value, .. } if value == "tg_partition \"b\""), "{err}");
     let err = lake
         .stage_batches(&ds, "s", &[part("a"), part("b")], vec![rows(&[(1, None, None)], None)])
         .await
@@ -164,6 +164,19 @@ async fn reconcile_deletes_only_unreferenced_files_of_finished_attempts() {
         .await
         .expect("stage");
 
+    // Another tool's file in the same partition folder (named as delta-rs names its files), and a
+    // finished attempt's file where an earlier Tidegate (or a crash before the move) left it.
+    let table_dir = lake.root().expect("a folder lake").join("rec");
+    let tools = "tg_partition=p/part-00000-6f1c2a1e-0b7e-4e55-9d9c-0a1b2c3d4e5f-c000.snappy.parquet";
+    let old_layout = "staging/dead/part-00000-0b7e.snappy.parquet";
+    for file in [tools, old_layout] {
+        let path = table_dir.join(file);
+        std::fs::create_dir_all(path.parent().expect("a folder")).expect("mkdir");
+        std::fs::write(&path, b"not a file of this table's log").expect("write");
+    }
+    // Every staged file sits in its partition's folder, its name carrying the staging id.
+    assert!(dead.files[0].path.starts_with("tg_partition=p/part-dead-"), "{}", dead.files[0].path);
+
     // An attempt claimed after reconcile read the store stages while it runs: it may be unknown,
     // and its files must survive all the same.
     let known_as_of = chrono::Utc::now() + chrono::Duration::milliseconds(100);
@@ -172,12 +185,13 @@ async fn reconcile_deletes_only_unreferenced_files_of_finished_attempts() {
 
     let scope = Scope { datasets: ["rec".to_owned()].into(), known_as_of, held: Default::default() };
     let report = lake.reconcile(&scope, owner, Deletion::Abandoned).await.expect("reconcile");
-    assert_eq!(report.deleted, vec![format!("rec/{}", dead.files[0].path)]);
+    assert_eq!(report.deleted, vec![format!("rec/{old_layout}"), format!("rec/{}", dead.files[0].path)]);
     assert_eq!(report.n_kept_known, live.files.len());
     assert_eq!(report.n_kept_referenced, 2);
     assert_eq!(report.n_kept_recent, late.files.len(), "written after the store was read: kept");
     let not_owned: Vec<&str> = report.not_owned.iter().map(|f| f.path.as_str()).collect();
-    assert_eq!(not_owned, [foreign.files[0].path.as_str()], "another store's attempt: reported");
+    assert_eq!(not_owned, [tools, foreign.files[0].path.as_str()], "another tool's, another store's: reported");
+    assert!(table_dir.join(tools).exists(), "another tool's file is left alone");
     let left: Vec<&str> = report.tables_left_alone.iter().map(|t| t.dataset.as_str()).collect();
     assert_eq!(left, ["other"]);
     let root = lake.root().expect("a folder lake");

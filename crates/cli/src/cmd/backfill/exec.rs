@@ -16,27 +16,28 @@ use tidegate_store::{BackfillStatus, Store};
 use crate::cmd::run::execute;
 use crate::output;
 
-/// Run a planned backfill into staging (published data is untouched).
-///
-/// Its steps run below live work, within its throttle, and stop at staged, validated output.
-/// Interrupted or crashed, `start` again resumes where it stopped.
+/// A backfill to run into staging (`start` and `resume`, which say what they do).
 #[derive(Debug, clap::Args)]
 pub struct StartArgs {
+    /// The backfill's id (`bf-...`, see `tidegate backfill list`).
     pub id: String,
     /// Attempts this process runs at once, 1 to 4096 (the backfill's own throttle still applies).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=4096), allow_negative_numbers = true)]
     pub workers: u16,
+    /// Print the result as JSON, for scripts.
     #[arg(long)]
     pub json: bool,
 }
 
-/// A backfill id.
+/// A backfill to steer (`pause` and `cancel`, which say what they do).
 #[derive(Debug, clap::Args)]
 pub struct IdArgs {
+    /// The backfill's id (`bf-...`, see `tidegate backfill list`).
     pub id: String,
     /// Why (recorded in the journal).
     #[arg(long, value_parser = crate::cmd::reason)]
     pub reason: Option<String>,
+    /// Print the result as JSON, for scripts.
     #[arg(long)]
     pub json: bool,
 }
@@ -44,10 +45,12 @@ pub struct IdArgs {
 /// Progress, throughput, ETA and failures of a backfill.
 #[derive(Debug, clap::Args)]
 pub struct StatusArgs {
+    /// The backfill's id (`bf-...`, see `tidegate backfill list`).
     pub id: String,
     /// Redraw every second until the backfill stops moving.
     #[arg(long)]
     pub watch: bool,
+    /// Print the result as JSON, for scripts.
     #[arg(long)]
     pub json: bool,
 }
@@ -55,8 +58,10 @@ pub struct StatusArgs {
 /// The known backfills, newest first.
 #[derive(Debug, clap::Args)]
 pub struct ListArgs {
+    /// How many backfills to show, newest first.
     #[arg(long, default_value_t = 20, allow_negative_numbers = true)]
     pub limit: u32,
+    /// Print the result as JSON, for scripts.
     #[arg(long)]
     pub json: bool,
 }
@@ -88,9 +93,9 @@ pub(crate) fn start_and_wait(
         Begun::AlreadyRan { report } => *report,
         Begun::Running { id, run_id, n_steps, max_active } => {
             if talk {
-                eprintln!(
+                output::say_err(&format!(
                     "Backfill {id} running as run {run_id}: {n_steps} steps into staging, at most {max_active} at once"
-                );
+                ));
             }
             // A backfill runs below live work, never in its way: its process executes the queue
             // too, live runs first.
@@ -120,18 +125,18 @@ pub fn cancel(ws: Option<&Path>, actor: &Actor, args: IdArgs) -> Result<ExitCode
     if args.json {
         output::json(&cancelled.record)?;
     } else {
-        println!(
+        output::say(&format!(
             "Cancelled backfill {} ({} unfinished steps cancelled). Nothing it staged was published; \
              `tidegate reconcile` removes the staged files.",
             cancelled.record.id, cancelled.n_steps_cancelled
-        );
+        ));
     }
     Ok(ExitCode::SUCCESS)
 }
 
 pub(crate) fn print_report(r: &Report) {
     println!("Backfill {} is {} (spec {}), requested by {}", r.id, r.status, short(&r.spec_hash), r.requester);
-    println!("  reason: {}", r.reason);
+    output::say(&format!("  reason: {}", r.reason));
     let detail: Vec<String> = r.steps.iter().map(|(s, n)| format!("{n} {s}")).collect();
     println!(
         "  steps: {}/{} settled ({})",
@@ -144,7 +149,7 @@ pub(crate) fn print_report(r: &Report) {
         println!("  {e:.1} s elapsed, {rate:.2} steps/s{eta}");
     }
     for f in &r.failures {
-        println!("  failed: {} after {} attempts: {}", f.step, f.attempts, f.reason);
+        output::say(&format!("  failed: {} after {} attempts: {}", f.step, f.attempts, f.reason));
     }
     if let Some(a) = &r.approval {
         println!(
@@ -158,7 +163,7 @@ pub(crate) fn print_report(r: &Report) {
     if let Some(rel) = &r.release_id {
         println!("  published as release {rel}");
     }
-    println!("Next: {}", r.next);
+    output::say(&format!("Next: {}", r.next));
 }
 
 pub fn status(ws: Option<&Path>, actor: &Actor, args: StatusArgs) -> Result<ExitCode> {
@@ -191,9 +196,8 @@ pub fn list(ws: Option<&Path>, actor: &Actor, args: ListArgs) -> Result<ExitCode
         return Ok(ExitCode::SUCCESS);
     }
     if backfills.is_empty() {
-        println!(
-            "No backfills yet. Plan one with: tidegate backfill plan TARGET --from A --to B --reprocess all --reason \"...\""
-        );
+        println!("No backfills yet. Plan one with:");
+        println!("  tidegate backfill plan TARGET --from A --to B --reprocess all --reason \"...\"");
         return Ok(ExitCode::SUCCESS);
     }
     let rows: Vec<Vec<String>> = backfills
@@ -210,6 +214,7 @@ pub fn list(ws: Option<&Path>, actor: &Actor, args: ListArgs) -> Result<ExitCode
             ]
         })
         .collect();
-    print!("{}", output::table(&["id", "status", "requester", "planned", "footprint", "reason"], &rows));
+    let header = ["id", "status", "requester", "planned", "footprint", "reason"];
+    print!("{}", output::table(&header, &rows, &[0]));
     Ok(ExitCode::SUCCESS)
 }

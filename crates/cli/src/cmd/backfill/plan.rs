@@ -19,7 +19,8 @@ use crate::output;
 /// refused with a conflict naming it.
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Examples:\n  tidegate backfill plan daily_stats --from 2024-01-01 --to 2024-01-31 --reprocess all --reason \"fix the dedup\"\n  tidegate backfill plan features --from 2024-01-01 --to 2024-01-07 --reprocess all --include-downstream --max-active-runs 2 --reason \"new feature SQL\" --json"
+    override_usage = "tidegate backfill plan [OPTIONS] <TARGET> --from <FROM> --to <TO> \\\n           --reprocess <REPROCESS> --reason <REASON>",
+    after_help = "Examples:\n  tidegate backfill plan daily_stats --from 2024-01-01 --to 2024-01-31 --reprocess all \\\n      --reason \"fix the dedup\"\n  tidegate backfill plan features --from 2024-01-01 --to 2024-01-07 --reprocess all \\\n      --include-downstream --max-active-runs 2 --reason \"new feature SQL\" --json"
 )]
 pub struct PlanArgs {
     /// A task, or a dataset written by a task.
@@ -50,6 +51,7 @@ pub struct PlanArgs {
     /// many points.
     #[arg(long, value_name = "PCT")]
     pub flag_change_pct: Option<f64>,
+    /// Print the result as JSON, for scripts.
     #[arg(long)]
     pub json: bool,
 }
@@ -97,7 +99,7 @@ pub(crate) fn print_plan(planned: &Planned) {
     let (id, spec_hash, spec) = (&planned.id, &planned.spec_hash, &planned.spec);
     let br = &spec.blast_radius;
     println!("Planned backfill {id} (spec {}), requested by {}", short(spec_hash), spec.requester);
-    println!("  reason: {}", spec.reason);
+    output::say(&format!("  reason: {}", spec.reason));
     println!(
         "  {} steps, reprocess {:?}, at most {} at once{}",
         br.n_steps,
@@ -111,22 +113,19 @@ pub(crate) fn print_plan(planned: &Planned) {
         .datasets
         .iter()
         .map(|d| {
+            // The task only when it is not named as its dataset; the cell wraps at its spaces.
+            let task = if d.task == d.dataset { String::new() } else { format!(" (task {})", d.task) };
             vec![
-                d.dataset.clone(),
-                format!("{}{}", d.task, if d.downstream { " (downstream)" } else { "" }),
-                format!(
-                    "{} ({}..{})",
-                    d.partitions.len(),
-                    d.partitions.first().cloned().unwrap_or_default(),
-                    d.partitions.last().cloned().unwrap_or_default()
-                ),
+                format!("{}{task}{}", d.dataset, if d.downstream { " (downstream)" } else { "" }),
+                output::keys(&d.partitions, 2),
                 d.current_rows.to_string(),
                 output::human_bytes(d.current_bytes),
                 if d.consumers.is_empty() { "-".to_owned() } else { d.consumers.join(", ") },
             ]
         })
         .collect();
-    print!("{}", output::table(&["dataset", "task", "partitions", "rows now", "bytes now", "consumers"], &rows));
+    let header = ["dataset", "partitions", "rows now", "bytes now", "consumers"];
+    print!("{}", output::table(&header, &rows, &[1]));
     match (br.estimated_compute_s, br.estimated_wall_s) {
         (Some(c), Some(w)) => {
             println!("Estimated compute {c:.1} s (about {w:.1} s under the throttle), from step history")

@@ -22,7 +22,9 @@ use crate::output;
 /// appended to .tidegate/openlineage.jsonl.
 #[derive(Debug, clap::Args)]
 pub struct PublishArgs {
+    /// The backfill's id (`bf-...`, see `tidegate backfill list`).
     pub id: String,
+    /// Print the result as JSON, for scripts.
     #[arg(long)]
     pub json: bool,
 }
@@ -30,10 +32,12 @@ pub struct PublishArgs {
 /// Undo a published backfill: restore the exact previous version of every partition it changed.
 #[derive(Debug, clap::Args)]
 pub struct RollbackArgs {
+    /// The backfill's id (`bf-...`, see `tidegate backfill list`).
     pub id: String,
     /// Why (recorded in the journal).
     #[arg(long, default_value = "backfill rolled back by operator", value_parser = crate::cmd::reason)]
     pub reason: String,
+    /// Print the result as JSON, for scripts.
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]

@@ -25,10 +25,12 @@ const MAX_PARTITIONS_SHOWN: usize = 8;
     after_help = "Examples:\n  tidegate backfill compare bf-1a2b3c4d\n  tidegate backfill compare bf-1a2b3c4d --html review.html\n  tidegate backfill compare bf-1a2b3c4d --json"
 )]
 pub struct CompareArgs {
+    /// The backfill's id (`bf-...`, see `tidegate backfill list`).
     pub id: String,
     /// Also write a self-contained HTML report to this file.
     #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,
+    /// Print the result as JSON, for scripts.
     #[arg(long)]
     pub json: bool,
 }
@@ -45,10 +47,12 @@ pub struct CompareArgs {
     after_help = "Examples:\n  TIDEGATE_TOKEN=tgt_... tidegate backfill approve bf-1a2b3c4d   # as the token's holder\n  tidegate backfill approve bf-1a2b3c4d                          # as your OS account"
 )]
 pub struct ApproveArgs {
+    /// The backfill's id (`bf-...`, see `tidegate backfill list`).
     pub id: String,
     /// Refused: an approver is established, not named. Run the command as the approver.
     #[arg(long = "as", value_name = "NAME", hide = true)]
     pub approver: Option<String>,
+    /// Print the result as JSON, for scripts.
     #[arg(long)]
     pub json: bool,
 }
@@ -85,10 +89,10 @@ pub(crate) fn print_compared(compared: &Compared, html: Option<&Path>) {
     if compared.approval_withdrawn {
         println!("The comparison changed since it was approved: the approval no longer holds.");
     }
-    println!(
+    output::say(&format!(
         "Approve (someone other than {}, as themselves): tidegate backfill approve {}",
         record.requester, record.id
-    );
+    ));
 }
 
 fn print_review(review: &Review, hash: &str) {
@@ -96,7 +100,7 @@ fn print_review(review: &Review, hash: &str) {
     for d in &review.datasets {
         let t = &d.totals;
         println!();
-        println!(
+        output::say(&format!(
             "{}: {} -> {} rows; {} added, {} removed, {} changed{}; compared with table version {}",
             d.dataset,
             t.rows_before,
@@ -106,7 +110,7 @@ fn print_review(review: &Review, hash: &str) {
             t.n_changed,
             if t.n_flagged > 0 { format!("; {} partitions flagged", t.n_flagged) } else { String::new() },
             d.published_version.map_or_else(|| "none".to_owned(), |v| v.to_string()),
-        );
+        ));
         let shown: Vec<_> = d.partitions.iter().take(MAX_PARTITIONS_SHOWN).collect();
         let rows: Vec<Vec<String>> = shown
             .iter()
@@ -116,7 +120,7 @@ fn print_review(review: &Review, hash: &str) {
                     .iter()
                     .filter_map(|c| match (c.mean_before, c.mean_after) {
                         (Some(a), Some(b)) if (a - b).abs() > f64::EPSILON * a.abs().max(1.0) => {
-                            Some(format!("{} mean {a:.4}->{b:.4}", c.column))
+                            Some(format!("{} {a:.4}->{b:.4}", c.column))
                         }
                         _ => None,
                     })
@@ -129,24 +133,60 @@ fn print_review(review: &Review, hash: &str) {
                     p.n_removed.to_string(),
                     p.n_changed.to_string(),
                     if moved.is_empty() { "-".to_owned() } else { moved.join("; ") },
-                    if p.flagged.is_empty() { String::new() } else { format!("FLAG: {}", p.flagged.join("; ")) },
+                    if p.flagged.is_empty() { String::new() } else { "FLAG".to_owned() },
                 ]
             })
             .collect();
-        print!(
-            "{}",
-            output::table(&["partition", "before", "after", "added", "removed", "changed", "column means", ""], &rows)
-        );
+        let header = ["partition", "before", "after", "added", "removed", "changed", "column means", "flag"];
+        print!("{}", output::table(&header, &rows, &[0]));
         if d.partitions.len() > shown.len() {
             println!("  ... and {} more partitions (see --json or --html)", d.partitions.len() - shown.len());
         }
+        for p in shown.iter().filter(|p| !p.flagged.is_empty()) {
+            output::say(&format!("  {} flagged: {}", p.partition, p.flagged.join("; ")));
+        }
         if let Some(p) = d.partitions.iter().find(|p| !p.sample_changed.is_empty()) {
             println!("  sample of changed rows in {}:", p.partition);
-            for row in &p.sample_changed {
-                println!("    {row}");
-            }
+            print!(
+                "{}",
+                output::table_at(4, &["key", "column", "before", "after"], &sample_rows(&p.sample_changed), &[])
+            );
         }
     }
+}
+
+/// A sample of changed rows (`{"key": {..}, "before": {..}, "after": {..}}`) as table rows: each
+/// row's key, then one line per column whose value changed, with its value before and after.
+fn sample_rows(sample: &[serde_json::Value]) -> Vec<Vec<String>> {
+    let text = |v: Option<&serde_json::Value>| match v {
+        Some(serde_json::Value::String(s)) => s.clone(),
+        Some(v) => v.to_string(),
+        None => "-".to_owned(),
+    };
+    let mut rows = Vec::new();
+    for row in sample {
+        let key = row["key"].as_object().map_or_else(String::new, |k| {
+            k.iter().map(|(c, v)| format!("{c}={}", text(Some(v)))).collect::<Vec<_>>().join(" ")
+        });
+        let (before, after) = (&row["before"], &row["after"]);
+        let mut columns: Vec<&String> =
+            before.as_object().into_iter().chain(after.as_object()).flat_map(|m| m.keys()).collect();
+        columns.sort();
+        columns.dedup();
+        let mut first = true;
+        for c in columns {
+            if before.get(c) == after.get(c) {
+                continue;
+            }
+            let shown_key = if first { key.clone() } else { String::new() };
+            first = false;
+            rows.push(vec![shown_key, c.clone(), text(before.get(c)), text(after.get(c))]);
+        }
+        if first {
+            rows.push(vec![key, "-".to_owned(), "(no column differs)".to_owned(), String::new()]);
+        }
+    }
+    rows
 }
 
 pub fn approve(ws: Option<&Path>, actor: &Actor, args: ApproveArgs) -> Result<ExitCode> {

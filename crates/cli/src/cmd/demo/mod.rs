@@ -20,6 +20,7 @@ use crate::cmd::backfill;
 use crate::cmd::data::print_batches;
 use crate::cmd::rollback;
 use crate::cmd::{run, tick};
+use crate::output;
 use tidegate_app::backfill::{self as app_backfill, PlanRequest, Reprocess};
 use tidegate_app::submit::SubmitRequest;
 use tidegate_app::target::{Partitions, Target};
@@ -69,9 +70,10 @@ fn chapter(n: u32, title: &str) {
     println!("━━ {n}. {title} ━━");
 }
 
+/// Narration: each line of `text` indented three spaces, wrapped to the output's width.
 fn say(text: &str) {
     for line in text.lines() {
-        println!("   {line}");
+        output::say(&format!("   {line}"));
     }
 }
 
@@ -97,7 +99,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let you = tidegate_app::actor::os_account();
     chapter(1, "A month of history, with two failures");
     say(&format!(
-        "Day {} times out on its first delivery (exit 75: transient, retried after backoff).\nDay {} carries an unknown event type: the blocking accepted_values check fails, so nothing\nof that day is published and it is not retried.",
+        "Day {} times out on its first delivery (exit 75: transient, retried after backoff).\nDay {} carries an unknown event type: the blocking accepted_values check fails, so nothing of that day is published and it is not retried.",
         day(OUTAGE_DAY),
         day(CORRUPT_DAY)
     ));
@@ -181,7 +183,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         Err(e) => say(&format!("refused: {e}")),
     }
     say(&format!(
-        "A second person approves as themselves. One account plays both people here, so you, the workspace's\n\
+        "A second person approves as themselves. One account plays both people here, so you, the workspace's \
          admin, mint {REVIEWER} a token as a team's admin hands one to a colleague (the journal records who minted it):\n\
          tidegate token create --name {REVIEWER} --role approver"
     ));
@@ -474,8 +476,8 @@ fn summary(dir: &Path, started: Instant) -> Result<ExitCode> {
         }
     }
     say("What consumers saw:");
-    say("  only published releases: staged output, the failed day's bad data and the backfill before its");
-    say("  approval were never visible; every release is a Delta commit readable by DuckDB, Polars, pandas, Spark.");
+    say("  only published releases: staged output, the failed day's bad data and the backfill before its approval \
+         were never visible; every release is a Delta commit readable by DuckDB, Polars, pandas, Spark.");
     say(&format!(
         "The journal holds {} entries; its hash chain {}.",
         chain.n_entries,

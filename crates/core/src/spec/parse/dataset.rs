@@ -7,11 +7,14 @@ use toml_span::Span;
 use super::reader::{Ctx, Field, Obj, Path, Text, check_name, clip, did_you_mean};
 use super::values::{self, START_HELP};
 use crate::partition::{Grain, is_valid_static_key};
-use crate::spec::{Aggregate, Check, CheckRule, Column, Dataset, DatasetKind, Loc, Partitioning, WriteMode};
+use crate::spec::{
+    Aggregate, Check, CheckRule, Column, DEFAULT_PARTITION_COLUMN, Dataset, DatasetKind, Loc, MAX_DEDUP_LOOKBACK,
+    Partitioning, WriteMode, partition_column_type,
+};
 
 const MANAGED_KEYS: &[&str] = &["partitioning", "write", "consumers", "slice_columns", "columns", "checks"];
 const EXTERNAL_KEYS: &[&str] = &["partitioning", "location", "consumers", "columns"];
-const WRITE_KEYS: &[&str] = &["mode", "keys", "order_by", "delete_marker", "dedup_key"];
+const WRITE_KEYS: &[&str] = &["mode", "keys", "order_by", "delete_marker", "dedup_key", "dedup_lookback"];
 const WRITE_MODES: &[&str] = &["replace", "merge", "snapshot", "append"];
 const COLUMN_KEYS: &[&str] = &["name", "type", "nullable"];
 const COLUMN_TYPES: &[&str] = &["string", "int64", "int32", "float64", "bool", "date", "timestamp"];
@@ -29,6 +32,7 @@ pub(crate) struct DatasetDraft {
     pub(crate) external: bool,
     /// `None` when invalid (already reported), so cross-checks stay quiet about it.
     pub(crate) partitioning: Option<Partitioning>,
+    partition_column: Option<String>,
     write: Option<WriteMode>,
     location: Option<String>,
     consumers: Vec<String>,
@@ -49,6 +53,7 @@ impl DatasetDraft {
             name: self.name,
             loc: self.loc,
             partitioning: self.partitioning?,
+            partition_column: self.partition_column?,
             kind,
             consumers: self.consumers,
             slice_columns: self.slice_columns,
@@ -98,15 +103,27 @@ fn dataset(
     let loc = ctx.loc(key_span);
     let obj = Obj::open(ctx, path.clone(), value)?;
     allow_dataset_keys(ctx, &obj, external);
-    let partitioning = obj
-        .require(ctx, "partitioning", "partitioning = { grain = \"day\", start = \"2024-01-01\" }")
-        .and_then(|f| partitioning(ctx, &f));
+    let partitioning_field =
+        obj.require(ctx, "partitioning", "partitioning = { grain = \"day\", start = \"2024-01-01\" }");
+    let partitioning = partitioning_field.as_ref().and_then(|f| partitioning(ctx, f));
+    let partition_column =
+        partitioning_field.as_ref().filter(|_| partitioning.is_some()).and_then(|f| partition_column(ctx, f));
     let mut refs = Vec::new();
     let write = if external {
         None
     } else {
         obj.require(ctx, "write", "write = { mode = \"replace\" }").and_then(|f| write(ctx, &f, &mut refs))
     };
+    if let (Some(Partitioning::Static { .. }), Some(WriteMode::Append { dedup_lookback, .. })) = (&partitioning, &write)
+        && *dedup_lookback > 0
+        && let Some(f) = obj.get(ctx, "write")
+    {
+        let message = "write.dedup_lookback counts earlier time partitions, but this dataset is partitioned by \
+                       static keys, which have no order"
+            .to_owned();
+        let help = "remove dedup_lookback (each key's partition is de-duplicated on its own), or partition by time";
+        ctx.report(f.span(), &f.path, message, Some(help.to_owned()));
+    }
     let location = obj.get(ctx, "location").filter(|_| external).and_then(|f| f.non_empty_string(ctx));
     let consumers = obj.strings_or_empty(ctx, "consumers").unwrap_or_default();
     let slice_columns = obj.strings_or_empty(ctx, "slice_columns").unwrap_or_default();
@@ -118,6 +135,9 @@ fn dataset(
     };
     if let Some(Some(columns)) = &columns {
         check_column_refs(ctx, &obj.path, columns, &refs);
+        if let (Some(p), Some((name, site)), Some(f)) = (&partitioning, &partition_column, &partitioning_field) {
+            check_partition_column(ctx, f, p, name, *site, columns);
+        }
     }
     Some(DatasetDraft {
         name: name.to_owned(),
@@ -125,6 +145,7 @@ fn dataset(
         loc,
         external,
         partitioning,
+        partition_column: partition_column.map(|(name, _)| name),
         write,
         location,
         consumers: consumers.into_iter().map(|t| t.value).collect(),
@@ -181,7 +202,7 @@ fn partitioning(ctx: &mut Ctx<'_>, f: &Field<'_, '_>) -> Option<Partitioning> {
         (true, false) => static_partitioning(ctx, &obj),
         (false, true) => time_partitioning(ctx, &obj),
         (false, false) => {
-            obj.allow_only(ctx, &["grain", "start", "time_zone", "keys"]);
+            obj.allow_only(ctx, &["grain", "start", "time_zone", "keys", "column"]);
             let message = "partitioning needs grain and start (time partitions) or keys (static partitions)";
             let help = "write { grain = \"day\", start = \"2024-01-01\" } or { keys = [\"eu\", \"us\"] }";
             ctx.report(f.span(), &f.path, message.to_owned(), Some(help.to_owned()));
@@ -190,8 +211,67 @@ fn partitioning(ctx: &mut Ctx<'_>, f: &Field<'_, '_>) -> Option<Partitioning> {
     }
 }
 
+/// The most characters of a partition column's name.
+const MAX_PARTITION_COLUMN_LEN: usize = 64;
+
+/// `partitioning.column`: the partition column's name ([`DEFAULT_PARTITION_COLUMN`] when unset)
+/// and, when set, where. The name becomes the table's `<column>=<value>` folder names, so it is an
+/// identifier: an ASCII letter, then ASCII letters, digits and `_`.
+fn partition_column(ctx: &mut Ctx<'_>, f: &Field<'_, '_>) -> Option<(String, Option<Span>)> {
+    let obj = f.obj(ctx)?;
+    let Some(field) = obj.get(ctx, "column") else { return Some((DEFAULT_PARTITION_COLUMN.to_owned(), None)) };
+    let name = field.str(ctx)?;
+    let valid = name.len() <= MAX_PARTITION_COLUMN_LEN
+        && name.starts_with(|c: char| c.is_ascii_alphabetic())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !valid {
+        let reason = format!(
+            "a partition column's name starts with an ASCII letter and holds only ASCII letters, digits and \"_\", \
+             at most {MAX_PARTITION_COLUMN_LEN} characters, because it names the table's <column>=<value> folders"
+        );
+        field.invalid(ctx, format!("\"{}\"", clip(name)), &reason, Some("for example column = \"day\"".to_owned()));
+        return None;
+    }
+    Some((name.to_owned(), Some(field.span())))
+}
+
+/// A declared column with the partition column's name is the partition column: it must have the
+/// partition column's type (`date`, `timestamp` or `string`); every row then holds its partition.
+fn check_partition_column(
+    ctx: &mut Ctx<'_>,
+    f: &Field<'_, '_>,
+    partitioning: &Partitioning,
+    name: &str,
+    site: Option<Span>,
+    columns: &[Column],
+) {
+    let Some(column) = columns.iter().find(|c| c.name == name) else { return };
+    let wanted = partition_column_type(partitioning);
+    if column.data_type == wanted {
+        return;
+    }
+    let what = match partitioning {
+        Partitioning::Time { grain: Grain::Hour, .. } => "the start of each row's hour (UTC)",
+        Partitioning::Time { .. } => "the first day of each row's partition",
+        Partitioning::Static { .. } => "each row's partition key",
+    };
+    let setting = if site.is_some() { "partitioning.column" } else { "the default partition column" };
+    let message = format!(
+        "column \"{}\" is declared as {}, but it is the partition column ({setting}), which holds {what} as a \
+         {wanted}",
+        clip(name),
+        column.data_type
+    );
+    let help = format!(
+        "declare it as {{ name = \"{}\", type = \"{wanted}\" }}, or set partitioning.column to a name no declared \
+         column has",
+        clip(name)
+    );
+    ctx.report(site.unwrap_or_else(|| f.span()), &f.path, message, Some(help));
+}
+
 fn static_partitioning(ctx: &mut Ctx<'_>, obj: &Obj<'_, '_>) -> Option<Partitioning> {
-    obj.allow_only(ctx, &["keys"]);
+    obj.allow_only(ctx, &["keys", "column"]);
     let field = obj.get(ctx, "keys")?;
     let keys = field.unique_strings(ctx)?;
     let mut ok = true;
@@ -219,7 +299,7 @@ fn static_partitioning(ctx: &mut Ctx<'_>, obj: &Obj<'_, '_>) -> Option<Partition
 }
 
 fn time_partitioning(ctx: &mut Ctx<'_>, obj: &Obj<'_, '_>) -> Option<Partitioning> {
-    obj.allow_only(ctx, &["grain", "start", "time_zone"]);
+    obj.allow_only(ctx, &["grain", "start", "time_zone", "column"]);
     let grain = obj.get(ctx, "grain").and_then(|f| grain(ctx, &f));
     let start_field = obj.require(ctx, "start", "start = \"2024-01-01\"");
     let start = start_field.as_ref().and_then(|f| {
@@ -289,7 +369,7 @@ fn write(ctx: &mut Ctx<'_>, f: &Field<'_, '_>, refs: &mut Vec<Text>) -> Option<W
     let mode = mode_field.str(ctx)?;
     let allowed: &[&str] = match mode {
         "merge" => &["keys", "order_by", "delete_marker"],
-        "append" => &["dedup_key"],
+        "append" => &["dedup_key", "dedup_lookback"],
         "replace" | "snapshot" => &[],
         _ => {
             let help = did_you_mean(mode, WRITE_MODES.iter().copied());
@@ -300,9 +380,9 @@ fn write(ctx: &mut Ctx<'_>, f: &Field<'_, '_>, refs: &mut Vec<Text>) -> Option<W
     };
     let mode_at = ctx.at(ctx.loc(mode_field.span()));
     let mut ok = true;
-    for key in ["keys", "order_by", "delete_marker", "dedup_key"] {
+    for key in ["keys", "order_by", "delete_marker", "dedup_key", "dedup_lookback"] {
         if let Some(setting) = obj.get(ctx, key).filter(|_| !allowed.contains(&key)) {
-            let owner = if key == "dedup_key" { "append" } else { "merge" };
+            let owner = if key.starts_with("dedup_") { "append" } else { "merge" };
             let message = format!(
                 "{} only applies to {owner} writes, but write.mode = \"{mode}\" at {mode_at}",
                 setting.path.short()
@@ -365,7 +445,8 @@ fn append(ctx: &mut Ctx<'_>, obj: &Obj<'_, '_>, mode: &Field<'_, '_>, refs: &mut
     };
     let dedup_key = f.unique_strings(ctx)?;
     refs.extend(dedup_key.iter().cloned());
-    Some(WriteMode::Append { dedup_key: dedup_key.into_iter().map(|t| t.value).collect() })
+    let dedup_lookback = obj.u32_or(ctx, "dedup_lookback", 0, 0, MAX_DEDUP_LOOKBACK)?;
+    Some(WriteMode::Append { dedup_key: dedup_key.into_iter().map(|t| t.value).collect(), dedup_lookback })
 }
 
 /// `columns = [{ name, type, nullable }]`. `None` when any column is invalid.

@@ -30,6 +30,7 @@ pub fn dataset(name: &str, write: WriteMode, columns: Vec<Column>) -> Dataset {
         name: name.to_owned(),
         loc: Loc::default(),
         partitioning: Partitioning::Static { keys: vec![] },
+        partition_column: "tg_partition".to_owned(),
         kind: DatasetKind::Managed { write },
         consumers: vec![],
         slice_columns: vec![],
