@@ -18,7 +18,7 @@ use anyhow::{Context, Result, bail, ensure};
 use chrono::{Duration, TimeZone as _, Utc};
 use serde_json::{Value, json};
 use tidegate_core::partition::{Grain, Interval, Partition};
-use tidegate_core::spec::model::{Column, Dataset, DatasetKind, Loc, Partitioning, WriteMode};
+use tidegate_core::spec::model::{Column, Dataset, DatasetKind, Loc, Partitioning, ReviewFlags, WriteMode};
 use tidegate_lake::arrow::array::{
     Array, ArrayRef, AsArray as _, BooleanArray, Float64Array, Int64Array, RecordBatch, StringArray,
 };
@@ -192,6 +192,7 @@ fn dataset(name: &str, partitioning: Partitioning, write: WriteMode, columns: Ve
         slice_columns: vec![],
         columns,
         checks: vec![],
+        review_flags: ReviewFlags::DEFAULT,
     }
 }
 

@@ -12,13 +12,13 @@ use arrow::datatypes::{DataType, Float64Type, SchemaRef, UInt64Type};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tidegate_core::spec::model::{Dataset, DatasetKind, WriteMode};
+use tidegate_core::spec::model::{Dataset, DatasetKind, ReviewFlags, WriteMode};
 
 use crate::df;
 use crate::error::{Error, FileLocation, Result};
 use crate::layout::PartitionColumn;
 use crate::read;
-use crate::stage::{StagedFile, StagedVersion};
+use crate::stage::{StagedFile, StagedVersion, schema_hash};
 use crate::table::{Lake, active_files, table_schema};
 
 /// How a null value of a slice column is reported in [`SliceDelta::value`].
@@ -37,9 +37,9 @@ pub struct CompareSpec<'a> {
     pub keys: &'a [String],
     /// Columns the differences are broken down by.
     pub slice_columns: &'a [String],
-    /// Flag a partition whose rows, a column's mean or a column's null rate move by more than
-    /// this percentage; `None` flags nothing.
-    pub flag_change_pct: Option<f64>,
+    /// When a partition is flagged (see [`ReviewFlags`]): its row count, its changed rows, a
+    /// numeric column's mean or a column's null rate past a limit, or a schema change.
+    pub flags: ReviewFlags,
     /// The most sample rows reported per partition and kind (added, removed, changed).
     pub sample_rows: usize,
 }
@@ -53,6 +53,14 @@ pub struct Comparison {
     pub published_version: Option<u64>,
     /// The key columns rows were matched by; empty when whole rows were compared as multisets.
     pub keys: Vec<String>,
+    /// The limits the partitions were flagged by: part of what a reviewer saw, so part of the
+    /// comparison an approval binds.
+    #[serde(default)]
+    pub flags: ReviewFlags,
+    /// How the staged schema differs from the published one, e.g. `adds column score`; empty
+    /// when they are the same (or nothing was published).
+    #[serde(default)]
+    pub schema_changes: Vec<String>,
     /// One entry per staged partition, sorted by partition key.
     pub partitions: Vec<PartitionComparison>,
     /// The counts summed over `partitions`.
@@ -194,6 +202,8 @@ impl Lake {
             dataset: name.clone(),
             published_version,
             keys: spec.keys.to_vec(),
+            flags: spec.flags,
+            schema_changes: Vec::new(),
             partitions: Vec::new(),
             totals: ComparisonTotals::default(),
         };
@@ -206,9 +216,31 @@ impl Lake {
         let layout = Layout::new(name, &schema, spec, &column.name)?;
 
         let ctx = single_partition_session();
+        // Partition -> how the schema it was staged with differs from the published one.
+        let mut schema_flags: BTreeMap<String, Vec<String>> = BTreeMap::new();
         match published_version {
             Some(version) => {
                 let published = self.load_at(name, Some(version)).await?;
+                let published_schema = table_schema(&published)?;
+                let published_hash = schema_hash(&published_schema);
+                for version in staged.iter().filter(|v| v.schema_hash != published_hash) {
+                    let change = schema_change(&published_schema, version, &column.name);
+                    for key in version.partition_keys() {
+                        schema_flags.entry(key).or_default().push(format!("schema changed: {change}"));
+                    }
+                    if !comparison.schema_changes.contains(&change) {
+                        comparison.schema_changes.push(change);
+                    }
+                }
+                // The published side has the current schema's columns, a column added since it
+                // was published as null, so both sides compare column by column.
+                let projected = |f: &arrow::datatypes::FieldRef| {
+                    if published_schema.field_with_name(f.name()).is_ok() {
+                        df::ident(f.name())
+                    } else {
+                        format!("NULL AS {}", df::ident(f.name()))
+                    }
+                };
                 match (&spec.dataset.kind, partitions.as_slice()) {
                     // A snapshot is the whole dataset: the new one replaces every published row,
                     // whichever partition (week, month) the current snapshot was taken for.
@@ -227,8 +259,10 @@ impl Lake {
                     }
                     _ => {
                         read::register_table(&ctx, "published_table", &published).await?;
+                        let columns: Vec<String> = schema.fields().iter().map(projected).collect();
                         let sql = format!(
-                            "CREATE VIEW published AS SELECT * FROM published_table WHERE {}",
+                            "CREATE VIEW published AS SELECT {} FROM published_table WHERE {}",
+                            columns.join(", "),
                             column.sql_in(&partitions)?
                         );
                         df::query(&ctx, &sql).await?;
@@ -258,8 +292,9 @@ impl Lake {
         }
 
         for (_, mut partition) in by_partition {
-            if let Some(pct) = spec.flag_change_pct {
-                partition.flagged = flags(&partition, pct);
+            partition.flagged = flags(&partition, &spec.flags);
+            if spec.flags.schema_change {
+                partition.flagged.extend(schema_flags.remove(&partition.partition).unwrap_or_default());
             }
             let totals = &mut comparison.totals;
             totals.rows_before += partition.rows_before;
@@ -708,31 +743,50 @@ async fn add_slices(
     Ok(())
 }
 
-/// Why a partition deserves a closer look: its rows, a column's mean or a column's null rate moved
-/// by more than `pct` percent (points, for null rates).
-fn flags(partition: &PartitionComparison, pct: f64) -> Vec<String> {
+/// Why a partition deserves a closer look, by the statistics `limits` sets: its row count, its
+/// rows added, removed and changed together (percent of the published rows), a numeric column's
+/// mean (percent of the published mean), a column's null rate (a rise, in percentage points). A
+/// partition with no published rows has nothing to move from, so none of these flag it.
+fn flags(partition: &PartitionComparison, limits: &ReviewFlags) -> Vec<String> {
     let mut out = Vec::new();
-    let n_moved = partition.n_added + partition.n_removed + partition.n_changed;
-    let rows_pct = n_moved as f64 * 100.0 / partition.rows_before.max(1) as f64;
-    if rows_pct > pct {
-        out.push(format!("rows changed {rows_pct:.1}% > {pct}%"));
+    if partition.rows_before == 0 {
+        return out;
+    }
+    let (before, after) = (partition.rows_before, partition.rows_after);
+    #[allow(clippy::cast_precision_loss, reason = "row counts far below 2^52 are exact as f64")]
+    let pct_of_before = |n: u64| n as f64 * 100.0 / before as f64;
+    if let Some(limit) = limits.row_count_pct {
+        let moved_pct = pct_of_before(before.abs_diff(after));
+        if moved_pct > limit {
+            let verb = if after > before { "rose" } else { "fell" };
+            out.push(format!("row count {verb} {moved_pct:.1}% ({before} -> {after}) > {limit}%"));
+        }
+    }
+    if let Some(limit) = limits.rows_changed_pct {
+        let rows_pct = pct_of_before(partition.n_added + partition.n_removed + partition.n_changed);
+        if rows_pct > limit {
+            out.push(format!("rows changed {rows_pct:.1}% > {limit}%"));
+        }
     }
     for column in &partition.columns {
-        if let (Some(before), Some(after)) = (column.mean_before, column.mean_after) {
+        if let (Some(limit), Some(before), Some(after)) = (limits.mean_pct, column.mean_before, column.mean_after) {
             let moved_pct = if before == 0.0 {
                 if after == 0.0 { 0.0 } else { f64::INFINITY }
             } else {
                 (after - before).abs() * 100.0 / before.abs()
             };
-            if moved_pct > pct {
+            if moved_pct > limit {
                 let (before, after) = (short_number(before), short_number(after));
-                out.push(format!("mean of {} moved {moved_pct:.1}% ({before} -> {after}) > {pct}%", column.column));
+                out.push(format!("mean of {} moved {moved_pct:.1}% ({before} -> {after}) > {limit}%", column.column));
             }
         }
         let rise = (column.null_rate_after - column.null_rate_before) * 100.0;
-        if rise > pct {
+        if let Some(limit) = limits.null_rise_points
+            && after > 0
+            && rise > limit
+        {
             out.push(format!(
-                "null rate of {} rose {rise:.1} points ({:.1}% -> {:.1}%) > {pct}",
+                "null rate of {} rose {rise:.1} points ({:.1}% -> {:.1}%) > {limit}",
                 column.column,
                 column.null_rate_before * 100.0,
                 column.null_rate_after * 100.0
@@ -740,6 +794,28 @@ fn flags(partition: &PartitionComparison, pct: f64) -> Vec<String> {
         }
     }
     out
+}
+
+/// How the schema `version` was staged with differs from `published`, by column name (the
+/// partition column aside): `adds column a, drops column b`, or a change of types or nullability.
+fn schema_change(published: &SchemaRef, version: &StagedVersion, partition: &str) -> String {
+    let published: BTreeSet<&str> =
+        published.fields().iter().map(|f| f.name().as_str()).filter(|n| *n != partition).collect();
+    let staged: BTreeSet<&str> = version.columns.iter().map(|c| c.name.as_str()).filter(|n| *n != partition).collect();
+    let mut parts: Vec<String> = Vec::new();
+    let list = |names: Vec<&&str>| names.iter().map(|n| (**n).to_owned()).collect::<Vec<_>>().join(", ");
+    let added: Vec<&&str> = staged.difference(&published).collect();
+    if !added.is_empty() {
+        parts.push(format!("adds {} {}", if added.len() == 1 { "column" } else { "columns" }, list(added)));
+    }
+    let dropped: Vec<&&str> = published.difference(&staged).collect();
+    if !dropped.is_empty() {
+        parts.push(format!("drops {} {}", if dropped.len() == 1 { "column" } else { "columns" }, list(dropped)));
+    }
+    if parts.is_empty() {
+        parts.push("column types or nullability changed".to_owned());
+    }
+    parts.join(", ")
 }
 
 /// `numRecords` from a Delta stats JSON, if the writer recorded it.

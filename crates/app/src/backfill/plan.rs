@@ -67,7 +67,8 @@ pub struct PlanRequest {
     pub rate: Option<f64>,
     /// Also rebuild every downstream partition that reads what this backfill rewrites.
     pub include_downstream: bool,
-    /// The comparison's flagging threshold, in percent.
+    /// Every percentage limit the comparison flags by (`--flag-change-pct`), replacing the
+    /// datasets' `review_flags` ones; `None` keeps them.
     pub flag_change_pct: Option<f64>,
 }
 
@@ -90,7 +91,8 @@ pub struct FrozenSpec {
     pub include_downstream: bool,
     /// Steps at once and starts per second.
     pub throttle: Throttle,
-    /// The comparison's flagging threshold, in percent.
+    /// Every percentage limit the comparison flags by (`--flag-change-pct`), replacing the
+    /// datasets' `review_flags` ones; `None` keeps them.
     pub flag_change_pct: Option<f64>,
     /// The hash of `tidegate.toml` the backfill was planned under.
     pub workspace_spec_hash: String,

@@ -7,7 +7,7 @@ use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use tidegate_core::actor::Actor;
 use tidegate_core::idempotency::Canonical;
-use tidegate_core::spec::model::{CheckRule, DatasetKind, WriteMode};
+use tidegate_core::spec::model::{CheckRule, DatasetKind, Limit, ReviewFlags, WriteMode};
 use tidegate_core::state::StepStatus;
 use tidegate_lake::{CompareSpec, Comparison, Lake, StagedVersion};
 use tidegate_store::{Approval, BackfillRecord, BackfillStatus, Store};
@@ -91,13 +91,89 @@ pub fn approved_review(record: &BackfillRecord) -> Result<Review> {
     serde_json::from_value(value).with_context(|| format!("decoding the recorded comparison of backfill {}", record.id))
 }
 
-/// Computes the comparison of a staged backfill with what is published now.
+/// Flag limits given for one comparison (`backfill compare --flag-...`); each one set replaces
+/// the dataset's `review_flags` for every dataset of the backfill.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct FlagOverrides {
+    /// Every percentage limit at once (`--flag-change-pct`), before the single ones below.
+    pub change_pct: Option<f64>,
+    /// `--flag-row-count-pct`.
+    pub row_count_pct: Option<Limit>,
+    /// `--flag-rows-changed-pct`.
+    pub rows_changed_pct: Option<Limit>,
+    /// `--flag-mean-pct`.
+    pub mean_pct: Option<Limit>,
+    /// `--flag-null-rise-points`.
+    pub null_rise_points: Option<Limit>,
+    /// `--flag-schema-change`.
+    pub schema_change: Option<bool>,
+}
+
+impl FlagOverrides {
+    /// `flags` with every limit set here replacing its own.
+    pub fn apply(&self, flags: ReviewFlags) -> ReviewFlags {
+        let flags = self.change_pct.map_or(flags, |pct| flags.all_pct(pct));
+        ReviewFlags {
+            row_count_pct: self.row_count_pct.unwrap_or(flags.row_count_pct),
+            rows_changed_pct: self.rows_changed_pct.unwrap_or(flags.rows_changed_pct),
+            mean_pct: self.mean_pct.unwrap_or(flags.mean_pct),
+            null_rise_points: self.null_rise_points.unwrap_or(flags.null_rise_points),
+            schema_change: self.schema_change.unwrap_or(flags.schema_change),
+        }
+    }
+}
+
+/// What to compare: a backfill, and flag limits for this comparison.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct CompareRequest {
+    /// The backfill.
+    pub id: String,
+    /// Limits replacing the datasets' for this comparison (and the approval that binds it).
+    pub flags: FlagOverrides,
+}
+
+/// The limits each dataset of a backfill is flagged by: its `review_flags` in `tidegate.toml`,
+/// every percentage set to the plan's `--flag-change-pct` if it gave one, then `overrides`.
+pub fn flag_limits(ws: &Workspace, spec: &FrozenSpec, overrides: &FlagOverrides) -> BTreeMap<String, ReviewFlags> {
+    let planned = FlagOverrides { change_pct: spec.flag_change_pct, ..FlagOverrides::default() };
+    spec.datasets
+        .iter()
+        .filter_map(|name| ws.spec.datasets.get(name).map(|d| (name, d.review_flags)))
+        .map(|(name, flags)| (name.clone(), overrides.apply(planned.apply(flags))))
+        .collect()
+}
+
+/// The limits the recorded comparison was flagged by, so that recomputing it (to approve or
+/// publish) flags alike; those of `flag_limits` for a dataset it does not hold.
+fn recorded_limits(ws: &Workspace, record: &BackfillRecord, spec: &FrozenSpec) -> BTreeMap<String, ReviewFlags> {
+    let mut limits = flag_limits(ws, spec, &FlagOverrides::default());
+    if let Some(recorded) = record.comparison.as_ref().and_then(|_| approved_review(record).ok()) {
+        limits.extend(recorded.datasets.into_iter().map(|c| (c.dataset, c.flags)));
+    }
+    limits
+}
+
+/// Recomputes the comparison of a staged backfill with what is published now, flagged by the
+/// limits its recorded comparison used.
 pub async fn review(
     ws: &Workspace,
     store: &dyn Store,
     lake: &Lake,
     record: &BackfillRecord,
     spec: &FrozenSpec,
+) -> Result<Review> {
+    review_with(ws, store, lake, record, spec, &recorded_limits(ws, record, spec)).await
+}
+
+/// Computes the comparison of a staged backfill with what is published now, each dataset flagged
+/// by its entry of `limits` (the defaults for a dataset it lacks).
+pub async fn review_with(
+    ws: &Workspace,
+    store: &dyn Store,
+    lake: &Lake,
+    record: &BackfillRecord,
+    spec: &FrozenSpec,
+    limits: &BTreeMap<String, ReviewFlags>,
 ) -> Result<Review> {
     let staged = staged_versions(store, record)?;
     let mut datasets = Vec::new();
@@ -110,7 +186,7 @@ pub async fn review(
             dataset,
             keys: &keys,
             slice_columns: &dataset.slice_columns,
-            flag_change_pct: spec.flag_change_pct,
+            flags: limits.get(name).copied().unwrap_or_default(),
             sample_rows: SAMPLE_ROWS,
         };
         datasets.push(lake.compare(&cspec, published, &versions).await?);
@@ -189,10 +265,19 @@ pub struct Compared {
     pub spec: FrozenSpec,
 }
 
-/// Compares a staged backfill with the published data, partition by partition, and records the
-/// comparison (its hash is what an approval binds; a new one withdraws an approval of another).
+/// Compares a staged backfill with the published data under the flag limits of its datasets (see
+/// [`compare_with`]).
 pub fn compare(ws: &Workspace, store: &dyn Store, actor: &Actor, id: &str) -> Result<Compared> {
+    compare_with(ws, store, actor, &CompareRequest { id: id.to_owned(), flags: FlagOverrides::default() })
+}
+
+/// Compares a staged backfill with the published data, partition by partition, flagging by the
+/// datasets' limits with the request's overrides, and records the comparison (its hash, which
+/// covers the limits and the flags, is what an approval binds; a new one withdraws an approval of
+/// another).
+pub fn compare_with(ws: &Workspace, store: &dyn Store, actor: &Actor, request: &CompareRequest) -> Result<Compared> {
     require(actor, Access::ChangeBackfill)?;
+    let id = request.id.as_str();
     let (record, spec) = load(store, id)?;
     if !matches!(record.status, BackfillStatus::Staged | BackfillStatus::Approved) {
         crate::refuse!(
@@ -207,9 +292,10 @@ pub fn compare(ws: &Workspace, store: &dyn Store, actor: &Actor, id: &str) -> Re
             }
         );
     }
+    let limits = flag_limits(ws, &spec, &request.flags);
     let review = runtime()?.block_on(async {
         let lake = open_lake(ws).await?;
-        review(ws, store, &lake, &record, &spec).await
+        review_with(ws, store, &lake, &record, &spec, &limits).await
     })?;
     let hash = review.hash();
     let value = serde_json::to_value(&review)?;

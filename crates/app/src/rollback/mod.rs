@@ -12,6 +12,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use serde::Serialize;
 use tidegate_core::actor::Actor;
+use tidegate_lake::Advance;
 use tidegate_store::{JournalMeta, ReleaseItem, ReleaseKind, ReleaseRecord, Store};
 
 use crate::actor::{Access, require};
@@ -118,6 +119,17 @@ pub fn rollback(
         let anchor = crate::anchor::head(ws, store.as_ref())?;
         let new_version = lake.rollback(&request.dataset, target, parts, &release_id, anchor.as_ref()).await?;
         anyhow::Ok((target, new_version))
+    })?;
+    // Pointer readers see the restored version too.
+    runtime()?.block_on(async {
+        let advance = Advance {
+            release: release_id.clone(),
+            run_id: None,
+            backfill_id: None,
+            at: ws.now(),
+            tables: [(request.dataset.clone(), new_version)].into(),
+        };
+        open_lake(ws).await?.advance_pointer(advance).await.context("moving the release pointer")
     })?;
     if partitions.is_empty() {
         partitions.push("*".to_owned());

@@ -551,3 +551,140 @@ fn a_command_task_that_would_read_staged_output_is_refused_at_plan_time() {
         ],
     );
 }
+
+/// `summarize` made to report 85% more than the published total: every day's mean moves 85%.
+const MOVED_85: &str = "SUM(v) * 185 / 100 AS total FROM raw";
+
+/// Rewrites `summarize` as `query` and sets `summary`'s review_flags to `flags` (if any).
+fn edit_summary(dir: &Path, query: &str, flags: Option<&str>) {
+    let path = dir.join("tidegate.toml");
+    let mut text = std::fs::read_to_string(&path).expect("spec").replace(BUGGY, query);
+    if let Some(flags) = flags {
+        text = text
+            .replace("consumers = [\"dashboard\"]", &format!("consumers = [\"dashboard\"]\nreview_flags = {flags}"));
+    }
+    std::fs::write(&path, text).expect("spec");
+}
+
+/// Plans and stages a backfill of `summary` for six days; returns its id.
+fn staged_summary_backfill(ws: &Path) -> String {
+    let args = [
+        "backfill",
+        "plan",
+        "summarize",
+        "--from",
+        "2024-01-01",
+        "--to",
+        "2024-01-06",
+        "--reprocess",
+        "all",
+        "--reason",
+        "recount",
+        "--json",
+    ];
+    let planned = json(ws, "ana", &args);
+    let id = planned["id"].as_str().expect("an id").to_owned();
+    let started = json(ws, "ana", &["backfill", "start", &id, "--json"]);
+    assert_eq!(started["status"], "staged", "{started}");
+    id
+}
+
+/// The flag messages of every partition of the first compared dataset.
+fn flags_of(review: &Value) -> Vec<Vec<String>> {
+    let partitions = review["datasets"][0]["partitions"].as_array().cloned().unwrap_or_default();
+    partitions
+        .iter()
+        .map(|p| p["flagged"].as_array().into_iter().flatten().filter_map(|f| f.as_str().map(str::to_owned)).collect())
+        .collect()
+}
+
+/// The DOM headless Chromium builds from an HTML file; `None` (after `service_missing`) when
+/// Chromium is not installed.
+fn chromium_dom(test: &str, page: &Path) -> Option<String> {
+    let Some(chromium) = ["chromium", "chromium-browser"].into_iter().find(|c| {
+        Command::new(c).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
+    }) else {
+        tidegate_testkit::service_missing(test, "Debian's chromium (apt-get install chromium)");
+        return None;
+    };
+    let profile = tempfile::tempdir().expect("a profile folder");
+    let out = Command::new(chromium)
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-extensions"])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg("--dump-dom")
+        .arg(format!("file://{}", page.display()))
+        .stdin(Stdio::null())
+        .output()
+        .expect("chromium runs");
+    assert!(out.status.success(), "chromium failed: {}", String::from_utf8_lossy(&out.stderr));
+    Some(String::from_utf8(out.stdout).expect("utf-8 DOM"))
+}
+
+#[test]
+fn a_mean_moved_85_percent_is_flagged_with_no_flags_given_and_the_page_shows_it_in_chromium() {
+    let dir = workspace();
+    let ws = dir.path();
+    edit_summary(ws, MOVED_85, None);
+    let id = staged_summary_backfill(ws);
+    let page = ws.join("review.html");
+    let page_arg = page.display().to_string();
+    let review = json(ws, "ana", &["backfill", "compare", &id, "--html", &page_arg, "--json"]);
+    assert_eq!(review["datasets"][0]["totals"]["n_flagged"], 6, "{}", review["datasets"][0]["totals"]);
+    for flags in flags_of(&review) {
+        assert_eq!(flags, ["mean of total moved 85.0% (60 -> 111) > 10%"]);
+    }
+
+    let html = std::fs::read_to_string(&page).expect("the page was written");
+    let Some(dom) = chromium_dom("a_mean_moved_85_percent_is_flagged", &page) else { return };
+    assert!(dom.contains("6 of 6 partitions flagged"), "the verdict: {dom}");
+    assert_eq!(dom.matches("<tr class=\"flag\">").count(), 6, "one flagged row per partition");
+    assert!(dom.contains("mean of total moved 85.0% (60 -&gt; 111) &gt; 10%"), "the flag, escaped");
+    assert!(dom.contains("id=\"blast-radius\"") && dom.contains("dashboard"), "blast radius and consumers");
+    assert_eq!(dom.matches("<details>").count(), 6, "each partition's details folded");
+    assert!(dom.contains("<td>111</td>") && !dom.contains("111.0000"), "integers as integers");
+    assert!(dom.contains("<table class=\"sample\">"), "samples as tables");
+    assert!(!html.to_lowercase().contains("<script") && !dom.to_lowercase().contains("<script"), "no scripts");
+    assert!(!html.contains("http://") && !html.contains("https://"), "no external assets");
+}
+
+#[test]
+fn an_unchanged_backfill_flags_nothing() {
+    let dir = workspace();
+    let ws = dir.path();
+    let id = staged_summary_backfill(ws);
+    let page = ws.join("review.html");
+    let page_arg = page.display().to_string();
+    let review = json(ws, "ana", &["backfill", "compare", &id, "--html", &page_arg, "--json"]);
+    assert_eq!(review["datasets"][0]["totals"]["n_flagged"], 0);
+    assert!(flags_of(&review).iter().all(Vec::is_empty), "{review}");
+    let html = std::fs::read_to_string(&page).expect("the page was written");
+    assert!(html.contains("No partition flagged (6 compared)"), "{html}");
+}
+
+#[test]
+fn flag_limits_from_the_spec_and_the_command_line_take_effect_and_the_approval_holds() {
+    let dir = workspace();
+    let ws = dir.path();
+    edit_summary(ws, MOVED_85, Some("{ mean_pct = 90, row_count_pct = \"off\" }"));
+    let id = staged_summary_backfill(ws);
+
+    // tidegate.toml's 90% lets an 85% move through.
+    let review = json(ws, "ana", &["backfill", "compare", &id, "--json"]);
+    assert_eq!(review["datasets"][0]["totals"]["n_flagged"], 0, "{review}");
+    assert_eq!(review["datasets"][0]["flags"]["mean_pct"], 90.0);
+    assert!(review["datasets"][0]["flags"]["row_count_pct"].is_null());
+
+    // The command line wins over the spec, and the comparison it recorded is what an approval
+    // binds: approving recomputes it under the same limits.
+    let review = json(ws, "ana", &["backfill", "compare", &id, "--flag-mean-pct", "50", "--json"]);
+    assert_eq!(review["datasets"][0]["totals"]["n_flagged"], 6);
+    for flags in flags_of(&review) {
+        assert_eq!(flags, ["mean of total moved 85.0% (60 -> 111) > 50%"]);
+    }
+    ok(ws, "bo", &["backfill", "approve", &id]);
+    ok(ws, "ana", &["backfill", "publish", &id]);
+
+    let bad = run(ws, "ana", &["backfill", "compare", &id, "--flag-mean-pct=-3"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("at least 0"), "{}", String::from_utf8_lossy(&bad.stderr));
+}

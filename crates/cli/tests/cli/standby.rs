@@ -37,13 +37,16 @@ timeout_s = 60
     )
 }
 
-fn serve(ws: &std::path::Path) -> Child {
+/// A `serve` process logging to `<name>.log` in the workspace (a pipe nobody reads until the end
+/// would fill and stall it).
+fn serve(ws: &std::path::Path, name: &str) -> Child {
+    let log = std::fs::File::create(ws.join(format!("{name}.log"))).expect("a log file");
     Command::new(env!("CARGO_BIN_EXE_tidegate"))
         .args(["serve", "--tick-every-s", "1", "--workers", "2"])
         .current_dir(ws)
         .env_remove("TIDEGATE_TOKEN")
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
+        .stderr(log)
         .spawn()
         .expect("spawn serve")
 }
@@ -85,7 +88,7 @@ fn a_standby_takes_over_a_killed_scheduler_and_a_stopped_one_steps_down() {
     let mut db = schema.client();
     ok(ws, &["submit", "extract", "--from", "2024-01-01", "--to", "2024-01-16"]);
 
-    let a = serve(ws);
+    let a = serve(ws, "a");
     let a_owner = {
         let mut owner = None;
         wait_until("the first serve takes the role", Duration::from_secs(30), || {
@@ -94,7 +97,7 @@ fn a_standby_takes_over_a_killed_scheduler_and_a_stopped_one_steps_down() {
         });
         owner.expect("owner")
     };
-    let b = serve(ws);
+    let b = serve(ws, "b");
     wait_until("the first serve publishes", Duration::from_secs(60), || {
         count(&mut db, "SELECT COUNT(*) FROM journal WHERE kind = 'published' AND actor = $1", &a_owner) >= 2
     });
@@ -129,7 +132,7 @@ fn a_standby_takes_over_a_killed_scheduler_and_a_stopped_one_steps_down() {
 
     // SIGSTOP the active one past its lease: a third takes over; resumed, the stopped one steps
     // down and publishes nothing more.
-    let c = serve(ws);
+    let c = serve(ws, "c");
     std::thread::sleep(Duration::from_secs(1));
     ok(ws, &["submit", "extract", "--from", "2024-02-01", "--to", "2024-02-08"]);
     wait_until("b starts the new run", Duration::from_secs(30), || {
@@ -162,9 +165,11 @@ fn a_standby_takes_over_a_killed_scheduler_and_a_stopped_one_steps_down() {
     for child in [&b, &c] {
         signal(child, "-TERM");
     }
-    for (name, child) in [("b", b), ("c", c)] {
-        let out = child.wait_with_output().expect("exits");
-        assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+    for (name, mut child) in [("b", b), ("c", c)] {
+        let status = child.wait().expect("exits");
+        let log = std::fs::read_to_string(ws.join(format!("{name}.log"))).unwrap_or_default();
+        assert!(status.success(), "{name}: {log}");
+        assert!(log.contains("stopped cleanly") && !log.contains("panicked"), "{name}: {log}");
     }
     let mut a = a;
     let _ = a.wait();
@@ -190,7 +195,8 @@ fn the_state_store_and_the_lake_can_come_from_the_environment() {
         String::from_utf8(out.stdout).expect("utf-8")
     };
     run(&["run", "extract", "--partition", "2024-01-01"]);
-    assert!(run(&["status"]).contains("state: postgres://"), "the store is PostgreSQL");
+    let status: serde_json::Value = serde_json::from_str(&run(&["status", "--json"])).expect("status JSON");
+    assert!(status["state"].as_str().is_some_and(|s| s.starts_with("postgres://")), "{status}");
     assert!(lake.path().join("raw/_delta_log").is_dir(), "the table is in the lake the environment names");
     assert!(!ws.join(".tidegate/lake").exists() && !ws.join(".tidegate/state.db").exists(), "nothing local");
     let mut db = schema.client();

@@ -101,6 +101,73 @@ pub struct Dataset {
     pub columns: Vec<Column>,
     /// `[[datasets.NAME.checks]]`: run on staged data before publication.
     pub checks: Vec<Check>,
+    /// `review_flags`: when a backfill comparison flags a partition of this dataset.
+    pub review_flags: ReviewFlags,
+}
+
+/// A threshold of [`ReviewFlags`]: a limit, or `None` when that statistic never flags (`"off"`).
+pub type Limit = Option<f64>;
+
+/// `review_flags = { row_count_pct = 10, mean_pct = 10, null_rise_points = 5, ... }`: when a
+/// backfill comparison flags a partition for a closer look. A partition is flagged when any one
+/// statistic passes its limit; a partition with no published rows has nothing to move from and is
+/// flagged only for a schema change.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, serde::Deserialize)]
+pub struct ReviewFlags {
+    /// `row_count_pct` (default 10): the row count moved (up or down) by more than this percentage
+    /// of the published rows.
+    pub row_count_pct: Limit,
+    /// `rows_changed_pct` (default off): rows added, removed or changed, together, exceed this
+    /// percentage of the published rows. Off by default: rewriting rows is what most backfills are
+    /// for.
+    pub rows_changed_pct: Limit,
+    /// `mean_pct` (default 10): a numeric column's mean moved (up or down) by more than this
+    /// percentage of its published mean.
+    pub mean_pct: Limit,
+    /// `null_rise_points` (default 5): a column's null rate rose by more than this many percentage
+    /// points. Only a rise flags: a falling null rate is data filled in, what backfills are for.
+    pub null_rise_points: Limit,
+    /// `schema_change` (default true): the staged data's schema differs from the published one.
+    pub schema_change: bool,
+}
+
+impl ReviewFlags {
+    /// The defaults for a dataset whose spec sets no `review_flags`.
+    pub const DEFAULT: ReviewFlags = ReviewFlags {
+        row_count_pct: Some(10.0),
+        rows_changed_pct: None,
+        mean_pct: Some(10.0),
+        null_rise_points: Some(5.0),
+        schema_change: true,
+    };
+
+    /// The settings of `review_flags`, as a spec and a command line spell them.
+    pub const KEYS: [&str; 5] = ["row_count_pct", "rows_changed_pct", "mean_pct", "null_rise_points", "schema_change"];
+
+    /// A limit as a spec or command line writes it: a number of at least 0, or `off`.
+    pub fn parse_limit(text: &str) -> Result<Limit, String> {
+        if text == "off" {
+            return Ok(None);
+        }
+        match text.parse::<f64>() {
+            Ok(n) if n.is_finite() && n >= 0.0 => Ok(Some(n)),
+            Ok(_) => Err("must be a number of at least 0, or \"off\"".to_owned()),
+            Err(_) => Err(format!("{text:?} is not a number: write a number of at least 0, or \"off\"")),
+        }
+    }
+
+    /// Every percentage limit set to `pct` (the single `--flag-change-pct` knob); `schema_change`
+    /// is kept.
+    pub fn all_pct(self, pct: f64) -> ReviewFlags {
+        let pct = Some(pct);
+        ReviewFlags { row_count_pct: pct, rows_changed_pct: pct, mean_pct: pct, null_rise_points: pct, ..self }
+    }
+}
+
+impl Default for ReviewFlags {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
 }
 
 /// Whether Tidegate writes the dataset or only reads it.

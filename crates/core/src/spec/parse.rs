@@ -6,6 +6,7 @@ mod dataset;
 mod graph;
 mod project;
 mod reader;
+mod review;
 mod task;
 mod values;
 

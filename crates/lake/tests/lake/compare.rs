@@ -5,7 +5,7 @@
 use crate::common::*;
 use serde_json::json;
 use tidegate_core::partition::Partition;
-use tidegate_core::spec::model::{Dataset, WriteMode};
+use tidegate_core::spec::model::{Dataset, ReviewFlags, WriteMode};
 use tidegate_lake::arrow::array::RecordBatch;
 use tidegate_lake::{
     ColumnDelta, CompareSpec, Comparison, ComparisonTotals, Error, InputTable, Lake, PartitionSize, SliceDelta,
@@ -16,8 +16,17 @@ fn sales() -> Dataset {
     dataset("sales", WriteMode::Replace, basic_columns())
 }
 
+/// Every flag off: the tests of counts and samples are not about flags.
+const NO_FLAGS: ReviewFlags = ReviewFlags {
+    row_count_pct: None,
+    rows_changed_pct: None,
+    mean_pct: None,
+    null_rise_points: None,
+    schema_change: false,
+};
+
 fn spec<'a>(ds: &'a Dataset, keys: &'a [String], slices: &'a [String]) -> CompareSpec<'a> {
-    CompareSpec { dataset: ds, keys, slice_columns: slices, flag_change_pct: None, sample_rows: 5 }
+    CompareSpec { dataset: ds, keys, slice_columns: slices, flags: NO_FLAGS, sample_rows: 5 }
 }
 
 async fn stage(
@@ -220,8 +229,8 @@ async fn with_nothing_published_every_row_is_added() {
     assert_eq!((us.partition.as_str(), us.rows_before, us.rows_after, us.n_added), ("us", 0, 0, 0));
 }
 
-/// A partition is flagged when its rows, a column's mean or a null rate move past the threshold;
-/// a partition staged empty shows every published row removed.
+/// A partition is flagged when its row count, its changed rows, a column's mean or a null rate
+/// move past their limits; a partition staged empty shows every published row removed.
 #[tokio::test]
 async fn partitions_moving_past_the_threshold_are_flagged() {
     let (_dir, lake) = lake().await;
@@ -247,8 +256,9 @@ async fn partitions_moving_past_the_threshold_are_flagged() {
         stage(&lake, &ds, "bf-gone", &[part("gone")], Vec::new()).await,
     ];
     let keys = strings(&["id"]);
-    let flagging = CompareSpec { flag_change_pct: Some(5.0), ..spec(&ds, &keys, &[]) };
+    let flagging = CompareSpec { flags: ReviewFlags::DEFAULT.all_pct(5.0), ..spec(&ds, &keys, &[]) };
     let comparison = lake.compare(&flagging, Some(version), &backfill).await.expect("compare");
+    assert_eq!(comparison.flags, ReviewFlags::DEFAULT.all_pct(5.0), "the comparison says what flagged it");
 
     let by_name = |name: &str| comparison.partitions.iter().find(|p| p.partition == name).expect("partition");
     assert_eq!(
@@ -263,12 +273,104 @@ async fn partitions_moving_past_the_threshold_are_flagged() {
     assert!(by_name("us").flagged.is_empty(), "{:?}", by_name("us").flagged);
     let gone = by_name("gone");
     assert_eq!((gone.rows_before, gone.rows_after, gone.n_removed), (2, 0, 2));
-    assert_eq!(gone.flagged, vec!["rows changed 100.0% > 5%"]);
+    assert_eq!(gone.flagged, vec!["row count fell 100.0% (2 -> 0) > 5%", "rows changed 100.0% > 5%"]);
     assert_eq!(comparison.totals.n_flagged, 2);
+
+    // The defaults: rewriting 20% of the rows is no flag by itself, but the mean (20% > 10%), the
+    // null rate (10 points > 5) and an emptied partition are.
+    let by_default = CompareSpec { flags: ReviewFlags::DEFAULT, ..spec(&ds, &keys, &[]) };
+    let comparison = lake.compare(&by_default, Some(version), &backfill).await.expect("compare");
+    let by_name = |name: &str| comparison.partitions.iter().find(|p| p.partition == name).expect("partition");
+    assert_eq!(
+        by_name("eu").flagged,
+        vec!["null rate of name rose 10.0 points (0.0% -> 10.0%) > 5", "mean of value moved 20.0% (10 -> 12) > 10%"]
+    );
+    assert!(by_name("us").flagged.is_empty(), "{:?}", by_name("us").flagged);
+    assert_eq!(by_name("gone").flagged, vec!["row count fell 100.0% (2 -> 0) > 10%"]);
+
+    // Each limit is its own: a higher mean limit and the null rate off leave eu unflagged.
+    let loose = ReviewFlags { mean_pct: Some(25.0), null_rise_points: None, ..ReviewFlags::DEFAULT };
+    let comparison = lake
+        .compare(&CompareSpec { flags: loose, ..spec(&ds, &keys, &[]) }, Some(version), &backfill)
+        .await
+        .expect("compare");
+    let eu = comparison.partitions.iter().find(|p| p.partition == "eu").expect("eu");
+    assert!(eu.flagged.is_empty(), "{:?}", eu.flagged);
+    assert_eq!(comparison.totals.n_flagged, 1, "only the emptied partition");
 
     let unflagged = lake.compare(&spec(&ds, &keys, &[]), Some(version), &backfill).await.expect("compare");
     assert!(unflagged.partitions.iter().all(|p| p.flagged.is_empty()));
     assert_eq!(unflagged.totals.n_flagged, 0);
+}
+
+/// The review's reason to exist: a backfill that moves every partition's mean by 85% is flagged
+/// with nothing configured, and one that changes nothing is not.
+#[tokio::test]
+async fn by_default_a_mean_moved_85_percent_is_flagged_and_an_unchanged_backfill_is_not() {
+    let (_dir, lake) = lake().await;
+    let ds = sales();
+    let days = ["d1", "d2", "d3"];
+    let published: Vec<(i64, Option<i64>, Option<&str>)> = (0..10).map(|i| (i, Some(100), Some("x"))).collect();
+    let mut version = 0;
+    for day in days {
+        version = put(&lake, &ds, &[part(day)], rows(&published, None), &format!("{day}-1")).await;
+    }
+    let moved: Vec<(i64, Option<i64>, Option<&str>)> = (0..10).map(|i| (i, Some(185), Some("x"))).collect();
+    let mut moved_backfill = Vec::new();
+    let mut same_backfill = Vec::new();
+    for day in days {
+        moved_backfill
+            .push(stage(&lake, &ds, &format!("bf-moved-{day}"), &[part(day)], vec![rows(&moved, None)]).await);
+        same_backfill
+            .push(stage(&lake, &ds, &format!("bf-same-{day}"), &[part(day)], vec![rows(&published, None)]).await);
+    }
+    let keys = strings(&["id"]);
+    let by_default = CompareSpec { flags: ds.review_flags, ..spec(&ds, &keys, &[]) };
+    assert_eq!(by_default.flags, ReviewFlags::DEFAULT, "a dataset that sets nothing gets the defaults");
+
+    let moved = lake.compare(&by_default, Some(version), &moved_backfill).await.expect("compare");
+    assert_eq!(moved.totals.n_flagged, 3, "every partition is flagged");
+    for p in &moved.partitions {
+        assert_eq!(p.flagged, vec!["mean of value moved 85.0% (100 -> 185) > 10%"], "{}", p.partition);
+    }
+
+    let same = lake.compare(&by_default, Some(version), &same_backfill).await.expect("compare");
+    assert_eq!(same.totals.n_flagged, 0);
+    assert!(same.partitions.iter().all(|p| p.flagged.is_empty() && p.n_changed == 0));
+}
+
+/// A staged schema that differs from the published one flags every partition staged with it and
+/// is named in the comparison; with `schema_change` off it flags nothing.
+#[tokio::test]
+async fn a_schema_change_is_flagged_and_named() {
+    let (dir, lake) = lake().await;
+    let ds = sales();
+    let steady: Vec<(i64, Option<i64>, Option<&str>)> = (0..4).map(|i| (i, Some(10), Some("x"))).collect();
+    let version = put(&lake, &ds, &[part("eu")], rows(&steady, None), "eu-1").await;
+    // Another writer adds a nullable column; the backfill stages under the new schema.
+    let table_dir = lake.root().expect("a folder lake").join("sales");
+    let url = url::Url::from_directory_path(&table_dir).expect("table url");
+    let table = deltalake_core::DeltaTableBuilder::from_url(url).expect("url").load().await.expect("load");
+    let field = deltalake_core::kernel::StructField::new("score", deltalake_core::kernel::DataType::LONG, true);
+    table.add_columns().with_fields([field]).await.expect("add a column");
+    // A fresh handle: this one's table cache has not seen the other writer's commit.
+    let lake = Lake::open(dir.path().join("lake").to_str().expect("utf-8 path")).await.expect("open lake");
+    let mut columns = basic_columns();
+    columns.push(col("score", "int64", true));
+    let evolved = dataset("sales", WriteMode::Replace, columns);
+    let backfill = vec![stage(&lake, &evolved, "bf-eu", &[part("eu")], vec![rows(&steady, None)]).await];
+
+    let keys = strings(&["id"]);
+    let by_default = CompareSpec { flags: ReviewFlags::DEFAULT, ..spec(&ds, &keys, &[]) };
+    let comparison = lake.compare(&by_default, Some(version), &backfill).await.expect("compare");
+    assert_eq!(comparison.schema_changes, vec!["adds column score"]);
+    assert_eq!(comparison.partitions[0].flagged, vec!["schema changed: adds column score"]);
+
+    let quiet = ReviewFlags { schema_change: false, ..ReviewFlags::DEFAULT };
+    let comparison =
+        lake.compare(&CompareSpec { flags: quiet, ..by_default }, Some(version), &backfill).await.expect("compare");
+    assert_eq!(comparison.schema_changes, vec!["adds column score"], "still named");
+    assert!(comparison.partitions[0].flagged.is_empty(), "{:?}", comparison.partitions[0].flagged);
 }
 
 #[tokio::test]

@@ -46,9 +46,9 @@ pub struct PlanArgs {
     /// Also rebuild every downstream partition that reads what this backfill rewrites.
     #[arg(long)]
     pub include_downstream: bool,
-    /// Flag a partition in the comparison when more than this percent of its rows change, a
-    /// column's mean moves by more than this percent, or its null rate rises by more than this
-    /// many points.
+    /// Set every percentage flag limit of the comparison (row count, rows changed, a column's
+    /// mean, a column's null-rate rise in points) to PCT for this backfill, replacing the
+    /// datasets' review_flags; `backfill compare --flag-...` still overrides it.
     #[arg(long, value_name = "PCT")]
     pub flag_change_pct: Option<f64>,
     /// Print the result as JSON, for scripts.

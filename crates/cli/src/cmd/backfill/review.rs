@@ -5,9 +5,10 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
-use tidegate_app::backfill::{Compared, Review, short};
+use tidegate_app::backfill::{CompareRequest, Compared, FlagOverrides, Review, short};
 use tidegate_app::workspace;
 use tidegate_core::actor::Actor;
+use tidegate_core::spec::model::{Limit, ReviewFlags};
 use tidegate_store::BackfillRecord;
 
 use crate::output;
@@ -18,11 +19,16 @@ const MAX_PARTITIONS_SHOWN: usize = 8;
 /// Compare a staged backfill with the published data, partition by partition.
 ///
 /// Rows before and after, keys added, removed and changed, per-column sum, min, max, mean and
-/// null-rate deltas, per-slice differences and a sample of changed rows. Partitions past the
-/// backfill's --flag-change-pct are flagged. The comparison's hash is what an approval binds.
+/// null-rate deltas, per-slice differences and a sample of changed rows. A partition is flagged
+/// when any statistic passes its limit. The limits are each dataset's `review_flags` in
+/// tidegate.toml, by default: row count moved more than 10%, a numeric column's mean moved more
+/// than 10%, a column's null rate rose more than 5 points, or the schema changed (rows added,
+/// removed or changed together: off). The plan's --flag-change-pct, then the flags below, replace
+/// them for every dataset of the backfill. The comparison's hash, which covers the limits and the
+/// flags, is what an approval binds.
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Examples:\n  tidegate backfill compare bf-1a2b3c4d\n  tidegate backfill compare bf-1a2b3c4d --html review.html\n  tidegate backfill compare bf-1a2b3c4d --json"
+    after_help = "Examples:\n  tidegate backfill compare bf-1a2b3c4d\n  tidegate backfill compare bf-1a2b3c4d --html review.html\n  tidegate backfill compare bf-1a2b3c4d --flag-mean-pct 25 --flag-null-rise-points off\n  tidegate backfill compare bf-1a2b3c4d --json"
 )]
 pub struct CompareArgs {
     /// The backfill's id (`bf-...`, see `tidegate backfill list`).
@@ -33,6 +39,53 @@ pub struct CompareArgs {
     /// Print the result as JSON, for scripts.
     #[arg(long)]
     pub json: bool,
+    /// Set every percentage limit below to PCT at once (the single ones still win).
+    #[arg(long, value_name = "PCT", value_parser = percent)]
+    pub flag_change_pct: Option<f64>,
+    /// Flag a partition whose row count moves by more than PCT% of its published rows (default 10).
+    #[arg(long, value_name = "PCT|off", value_parser = limit)]
+    pub flag_row_count_pct: Option<LimitArg>,
+    /// Flag a partition whose rows added, removed and changed exceed PCT% of its published rows (default off).
+    #[arg(long, value_name = "PCT|off", value_parser = limit)]
+    pub flag_rows_changed_pct: Option<LimitArg>,
+    /// Flag a partition where a numeric column's mean moves by more than PCT% (default 10).
+    #[arg(long, value_name = "PCT|off", value_parser = limit)]
+    pub flag_mean_pct: Option<LimitArg>,
+    /// Flag a partition where a column's null rate rises by more than N percentage points (default 5).
+    #[arg(long, value_name = "N|off", value_parser = limit)]
+    pub flag_null_rise_points: Option<LimitArg>,
+    /// Whether a schema change flags the partitions staged with it (default true).
+    #[arg(long, value_name = "BOOL")]
+    pub flag_schema_change: Option<bool>,
+}
+
+/// A flag limit from the command line: a number of at least 0, or `off`.
+#[derive(Debug, Clone, Copy)]
+pub struct LimitArg(Limit);
+
+fn limit(text: &str) -> Result<LimitArg, String> {
+    ReviewFlags::parse_limit(text).map(LimitArg)
+}
+
+fn percent(text: &str) -> Result<f64, String> {
+    match ReviewFlags::parse_limit(text)? {
+        Some(pct) => Ok(pct),
+        None => Err("must be a number of at least 0".to_owned()),
+    }
+}
+
+impl CompareArgs {
+    /// The flag limits given on the command line.
+    fn overrides(&self) -> FlagOverrides {
+        FlagOverrides {
+            change_pct: self.flag_change_pct,
+            row_count_pct: self.flag_row_count_pct.map(|l| l.0),
+            rows_changed_pct: self.flag_rows_changed_pct.map(|l| l.0),
+            mean_pct: self.flag_mean_pct.map(|l| l.0),
+            null_rise_points: self.flag_null_rise_points.map(|l| l.0),
+            schema_change: self.flag_schema_change,
+        }
+    }
 }
 
 /// Approve a compared backfill, binding you to its spec hash and comparison hash.
@@ -60,7 +113,8 @@ pub struct ApproveArgs {
 pub fn compare(ws: Option<&Path>, actor: &Actor, args: CompareArgs) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
     let store = ws.open_store()?;
-    let compared = tidegate_app::backfill::compare(&ws, store.as_ref(), actor, &args.id)?;
+    let request = CompareRequest { id: args.id.clone(), flags: args.overrides() };
+    let compared = tidegate_app::backfill::compare_with(&ws, store.as_ref(), actor, &request)?;
     if let Some(path) = &args.html {
         write_html(&compared, path)?;
     }
@@ -75,8 +129,8 @@ pub fn compare(ws: Option<&Path>, actor: &Actor, args: CompareArgs) -> Result<Ex
 /// Writes the comparison's self-contained HTML review page to `path`.
 pub(crate) fn write_html(compared: &Compared, path: &Path) -> Result<()> {
     let (record, spec, review, hash) = (&compared.record, &compared.spec, &compared.review, &compared.comparison_hash);
-    std::fs::write(path, tidegate_app::backfill::page::report(record, spec, review, hash))
-        .with_context(|| format!("writing the HTML report to {}", path.display()))
+    let html = tidegate_app::backfill::page::report(record, spec, review, hash)?;
+    std::fs::write(path, html).with_context(|| format!("writing the HTML report to {}", path.display()))
 }
 
 /// The comparison for people, then what to do next.

@@ -9,10 +9,11 @@ use super::values::{self, START_HELP};
 use crate::partition::{Grain, is_valid_static_key};
 use crate::spec::{
     Aggregate, Check, CheckRule, Column, DEFAULT_PARTITION_COLUMN, Dataset, DatasetKind, Loc, MAX_DEDUP_LOOKBACK,
-    Partitioning, WriteMode, partition_column_type,
+    Partitioning, ReviewFlags, WriteMode, partition_column_type,
 };
 
-const MANAGED_KEYS: &[&str] = &["partitioning", "write", "consumers", "slice_columns", "columns", "checks"];
+const MANAGED_KEYS: &[&str] =
+    &["partitioning", "write", "consumers", "slice_columns", "columns", "checks", "review_flags"];
 const EXTERNAL_KEYS: &[&str] = &["partitioning", "location", "consumers", "columns"];
 const WRITE_KEYS: &[&str] = &["mode", "keys", "order_by", "delete_marker", "dedup_key", "dedup_lookback"];
 const WRITE_MODES: &[&str] = &["replace", "merge", "snapshot", "append"];
@@ -39,6 +40,7 @@ pub(crate) struct DatasetDraft {
     slice_columns: Vec<String>,
     columns: Vec<Column>,
     checks: Vec<Check>,
+    review_flags: Option<ReviewFlags>,
 }
 
 impl DatasetDraft {
@@ -59,6 +61,7 @@ impl DatasetDraft {
             slice_columns: self.slice_columns,
             columns: self.columns,
             checks: self.checks,
+            review_flags: self.review_flags?,
         })
     }
 }
@@ -133,6 +136,10 @@ fn dataset(
         Some(f) => checks(ctx, &f, &mut refs),
         None => Vec::new(),
     };
+    let review_flags = match obj.get(ctx, "review_flags").filter(|_| !external) {
+        Some(f) => super::review::review_flags(ctx, &f),
+        None => Some(ReviewFlags::DEFAULT),
+    };
     if let Some(Some(columns)) = &columns {
         check_column_refs(ctx, &obj.path, columns, &refs);
         if let (Some(p), Some((name, site)), Some(f)) = (&partitioning, &partition_column, &partitioning_field) {
@@ -152,6 +159,7 @@ fn dataset(
         slice_columns: slice_columns.into_iter().map(|t| t.value).collect(),
         columns: columns.flatten().unwrap_or_default(),
         checks,
+        review_flags,
     })
 }
 

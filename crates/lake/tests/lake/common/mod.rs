@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use chrono::{TimeZone as _, Utc};
 use tidegate_core::partition::{Interval, Partition};
-use tidegate_core::spec::model::{Check, CheckRule, Column, Dataset, DatasetKind, Loc, Partitioning, WriteMode};
+use tidegate_core::spec::model::{
+    Check, CheckRule, Column, Dataset, DatasetKind, Loc, Partitioning, ReviewFlags, WriteMode,
+};
 use tidegate_lake::arrow::array::{ArrayRef, BooleanArray, Float64Array, Int64Array, RecordBatch, StringArray};
 use tidegate_lake::arrow::datatypes::{DataType, Field, Schema};
 use tidegate_lake::arrow::util::display::{ArrayFormatter, FormatOptions};
@@ -36,6 +38,7 @@ pub fn dataset(name: &str, write: WriteMode, columns: Vec<Column>) -> Dataset {
         slice_columns: vec![],
         columns,
         checks: vec![],
+        review_flags: ReviewFlags::DEFAULT,
     }
 }
 
