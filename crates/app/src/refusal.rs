@@ -87,6 +87,9 @@ fn kind_of_cause(cause: &(dyn std::error::Error + 'static)) -> Option<Kind> {
     if let Some(e) = cause.downcast_ref::<tidegate_lake::Error>() {
         return lake_kind(e);
     }
+    if let Some(tidegate_engine::Error::SchedulerBusy) = cause.downcast_ref::<tidegate_engine::Error>() {
+        return Some(Kind::Conflict);
+    }
     if cause.downcast_ref::<tidegate_core::plan::Error>().is_some()
         || cause.downcast_ref::<tidegate_core::partition::Error>().is_some()
     {
@@ -153,5 +156,7 @@ mod tests {
         assert_eq!(kind(&anyhow::anyhow!("disk on fire")), None);
         let conflict: anyhow::Error = tidegate_store::Error::Conflict("overlaps bf-2".to_owned()).into();
         assert_eq!(kind(&conflict), Some(Kind::Conflict));
+        let busy: anyhow::Error = tidegate_engine::Error::SchedulerBusy.into();
+        assert_eq!(kind(&busy), Some(Kind::Conflict));
     }
 }

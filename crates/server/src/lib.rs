@@ -30,8 +30,8 @@ pub const BODY_BYTES_MAX: usize = 64 * 1024;
 /// How the server runs.
 #[derive(Debug, Clone, Copy)]
 pub struct Options {
-    /// False for a read-only replica: every state-changing route is refused (405), and nothing
-    /// runs work in this process.
+    /// False for a read-only replica (`serve --read-only`): every state-changing route is
+    /// refused (405), and nothing runs work in this process.
     pub writable: bool,
     /// Attempts a started backfill's drain runs at once in this process.
     pub workers: usize,

@@ -24,10 +24,11 @@ use crate::logging::LogFormat;
 ///
 /// With `--http ADDR` the same process serves the HTTP API (bearer tokens from `tidegate token
 /// create`; the OpenAPI document at /api/openapi.json). With `--no-scheduler` it serves the API
-/// only, as a read-only replica: nothing is scheduled or run, and changes are refused.
+/// without scheduling (runs wait for a `tidegate serve`; a started backfill runs in this
+/// process); with `--read-only` it is a read-only replica: nothing runs and changes are refused.
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Examples:\n  tidegate serve\n  tidegate serve --tick-every-s 10 --workers 8\n  tidegate serve --workers 0   # attempts run in `tidegate worker` processes\n  tidegate serve --http 127.0.0.1:8080\n  tidegate serve --http 127.0.0.1:8081 --no-scheduler   # a read-only replica"
+    after_help = "Examples:\n  tidegate serve\n  tidegate serve --tick-every-s 10 --workers 8\n  tidegate serve --workers 0   # attempts run in `tidegate worker` processes\n  tidegate serve --http 127.0.0.1:8080\n  tidegate serve --http 127.0.0.1:8081 --read-only   # a read-only replica"
 )]
 pub struct Args {
     /// Seconds between schedule evaluations.
@@ -44,9 +45,12 @@ pub struct Args {
     /// Give an address other than 127.0.0.1 only behind a TLS proxy.
     #[arg(long, value_name = "ADDR")]
     pub http: Option<SocketAddr>,
-    /// Serve the HTTP API only, as a read-only replica: no scheduling, no work, changes refused.
+    /// Serve the HTTP API without scheduling: runs wait for a `tidegate serve`.
     #[arg(long, requires = "http")]
     pub no_scheduler: bool,
+    /// Serve the HTTP API only, as a read-only replica: no scheduling, no work, changes refused.
+    #[arg(long, requires = "http")]
+    pub read_only: bool,
 }
 
 pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
@@ -60,16 +64,17 @@ pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
         let http = match args.http {
             None => None,
             Some(addr) => {
-                let server = tidegate_server::Options { writable: !args.no_scheduler, workers: options.workers };
+                let server = tidegate_server::Options { writable: !args.read_only, workers: options.workers };
                 let router = tidegate_server::router(ws.clone(), store.clone(), server);
                 let listener = tidegate_server::bind(addr).await?;
                 let local = listener.local_addr().context("reading the HTTP server's address")?;
-                info!(addr = %local, read_only = args.no_scheduler, "tidegate serve: HTTP API on http://{local}");
+                info!(addr = %local, read_only = args.read_only, "tidegate serve: HTTP API on http://{local}");
                 Some(tokio::spawn(tidegate_server::serve(listener, router, stopped(stop.clone()))))
             }
         };
-        if args.no_scheduler {
-            info!(project, "tidegate serve: {project}, HTTP only (read-only replica; SIGTERM or Ctrl-C stops)");
+        if args.no_scheduler || args.read_only {
+            let what = if args.read_only { "a read-only replica" } else { "no scheduler" };
+            info!(project, "tidegate serve: {project}, HTTP only ({what}; SIGTERM or Ctrl-C stops)");
         } else {
             let lake = open_lake(&ws).await?;
             info!(project, tick_every_s = args.tick_every_s, "tidegate serve: {project} (SIGTERM or Ctrl-C stops)");

@@ -109,7 +109,7 @@ pub(crate) fn writable(state: &State, _caller: &Caller) -> Result<(), Problem> {
     Err(Problem::new(
         StatusCode::METHOD_NOT_ALLOWED,
         "read_only",
-        "this server is a read-only replica (started with --no-scheduler); send changes to the server that schedules",
+        "this server is a read-only replica (started with --read-only); send changes to the server that schedules",
     ))
 }
 

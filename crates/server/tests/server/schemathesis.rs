@@ -43,6 +43,8 @@ fn schemathesis_finds_no_server_error_and_no_schema_violation() {
         .args(["--report-dir"])
         .arg(report.path())
         .env("NO_COLOR", "1")
+        // Schemathesis keeps a cache in its working folder: the temp folder, not the source tree.
+        .current_dir(report.path())
         .output()
         .expect("schemathesis runs");
     let text = format!("{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
