@@ -3,7 +3,7 @@
 //! environment and the server from a request's header; both end here, in [`authenticate`], and
 //! every operation that records a decision takes the actor it records as an argument.
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use chrono::{DateTime, Utc};
 use tidegate_core::actor::{Actor, Authentication, Role, token_hash};
 use tidegate_store::Store;
@@ -33,14 +33,17 @@ pub fn authenticate(
     presented_as: &str,
     now: DateTime<Utc>,
 ) -> Result<Actor> {
+    // The store looks the token up by its hash, never by the token: no comparison of secrets
+    // happens here whose time could leak how much of a guess was right.
     let Some(record) = store.token_by_hash(&token_hash(token))? else {
-        bail!(
+        crate::refuse!(
+            Unauthenticated,
             "the token presented ({presented_as}) is not known to this workspace's store; ask an admin for a token \
              (`tidegate token create`)"
         );
     };
     if let Some(why) = record.unusable(now) {
-        bail!("{why}; ask an admin for a new token (`tidegate token create`)");
+        crate::refuse!(Unauthenticated, "{why}; ask an admin for a new token (`tidegate token create`)");
     }
     Ok(Actor {
         name: record.name,
@@ -109,7 +112,8 @@ impl Access {
 pub fn require(actor: &Actor, access: Access) -> Result<()> {
     let role = access.role();
     if actor.role() < role {
-        bail!(
+        crate::refuse!(
+            Forbidden,
             "{} may not {}: that needs the {role} role or above, and the token carries {}",
             actor.describe(),
             access.what(),

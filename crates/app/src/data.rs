@@ -1,7 +1,7 @@
 //! Reading published data: a dataset's rows (some partitions, at a table version or a release),
 //! or a read-only SQL query over every dataset. Both read only what a Delta commit made visible.
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use tidegate_core::actor::Actor;
 use tidegate_lake::arrow::record_batch::RecordBatch;
 use tidegate_lake::{Lake, Pointer, QueryLimits};
@@ -41,15 +41,17 @@ pub struct SqlRequest {
 /// The pointer readers use to see `release` whole: the newest with `latest`.
 pub async fn pointer(lake: &Lake, release: &str) -> Result<Pointer> {
     let found = if release == LATEST { lake.pointer().await? } else { lake.pointer_of(release).await? };
-    found.with_context(|| match release {
-        LATEST => "no release has written a pointer yet: a run writes one when it succeeds, a backfill when it \
+    found
+        .ok_or_else(|| match release {
+            LATEST => "no release has written a pointer yet: a run writes one when it succeeds, a backfill when it \
                    publishes"
-            .to_owned(),
-        r => format!(
-            "release {r} wrote no pointer: the pointer moves when a run succeeds (its last release writes it) or a \
+                .to_owned(),
+            r => format!(
+                "release {r} wrote no pointer: the pointer moves when a run succeeds (its last release writes it) or a \
              backfill publishes; `--release latest` reads the newest"
-        ),
-    })
+            ),
+        })
+        .map_err(|message| crate::Refusal::not_found(message).into())
 }
 
 /// The release name that means the newest pointer.
@@ -62,7 +64,7 @@ pub fn read(ws: &Workspace, actor: &Actor, request: &ReadRequest) -> Result<Vec<
     if !ws.spec.datasets.contains_key(dataset) {
         let names = ws.spec.datasets.keys().map(String::as_str);
         let hint = tidegate_core::spec::did_you_mean(dataset, names).map(|h| format!(" ({h})")).unwrap_or_default();
-        bail!("no dataset named {dataset:?} in {}{hint}", ws.spec.file);
+        crate::refuse!(NotFound, "no dataset named {dataset:?} in {}{hint}", ws.spec.file);
     }
     // A key the dataset's partitioning cannot have is a mistake, not a partition without rows.
     tidegate_core::plan::partitions_of(&ws.spec.datasets[dataset], &request.partitions)?;
@@ -100,18 +102,21 @@ pub fn sql(ws: &Workspace, actor: &Actor, request: &SqlRequest) -> Result<Vec<Re
 async fn release_version(ws: &Workspace, lake: &Lake, release: &str, dataset: &str) -> Result<u64> {
     if release != LATEST {
         let store = ws.open_store()?;
-        let record = store.release(release)?.with_context(|| format!("no release {release:?}"))?;
+        let Some(record) = store.release(release)? else { crate::refuse!(NotFound, "no release {release:?}") };
         if let Some(item) = record.items.iter().find(|i| i.dataset == dataset) {
             return u64::try_from(item.delta_version).context("negative table version");
         }
     }
     let pointer = pointer(lake, release).await?;
-    pointer.tables.get(dataset).copied().with_context(|| {
-        format!(
+    match pointer.tables.get(dataset) {
+        Some(version) => Ok(*version),
+        None => crate::refuse!(
+            NotFound,
             "release {} (pointer {}) names no version of {dataset}: it was not published yet",
-            pointer.release, pointer.seq
-        )
-    })
+            pointer.release,
+            pointer.seq
+        ),
+    }
 }
 
 /// The first `n` rows of `batches`.
@@ -126,4 +131,34 @@ fn limit(batches: Vec<RecordBatch>, mut n: usize) -> Vec<RecordBatch> {
         n -= take;
     }
     out
+}
+
+/// The most releases a listing reads.
+pub const RELEASES_LISTED_MAX: u32 = 10_000;
+
+/// The newest `limit` releases (publications and rollbacks), newest first; only those of
+/// `dataset` when given (a dataset the spec does not declare is refused as not found).
+pub fn releases(
+    ws: &Workspace,
+    store: &dyn tidegate_store::Store,
+    actor: &Actor,
+    dataset: Option<&str>,
+    limit: u32,
+) -> Result<Vec<tidegate_store::ReleaseRecord>> {
+    require(actor, Access::Read)?;
+    if let Some(d) = dataset
+        && !ws.spec.datasets.contains_key(d)
+    {
+        crate::refuse!(NotFound, "no dataset named {d:?} in {}", ws.spec.file);
+    }
+    Ok(store.releases(dataset, limit)?)
+}
+
+/// The release `id`: what it made visible, by whom, and what it restores if it is a rollback.
+pub fn release(store: &dyn tidegate_store::Store, actor: &Actor, id: &str) -> Result<tidegate_store::ReleaseRecord> {
+    require(actor, Access::Read)?;
+    match store.release(id)? {
+        Some(release) => Ok(release),
+        None => crate::refuse!(NotFound, "no release {id:?}"),
+    }
 }

@@ -1,7 +1,7 @@
 //! What was intended, what happened and what became visible, from the journal, after verifying
 //! its hash chain and checking it against the lake's anchors.
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use serde::Serialize;
 use tidegate_core::actor::Actor;
 use tidegate_store::{ChainReport, JournalEntry, JournalQuery, Store};
@@ -117,14 +117,24 @@ fn resolve(ws: &Workspace, store: &dyn Store, subject: &str, limit: u32) -> Resu
     };
     if let Some((task, partition)) = subject.split_once('@') {
         if !ws.spec.tasks.contains_key(task) {
-            bail!("no task named {task:?} in {}{}", ws.spec.file, hint(task, ws.spec.tasks.keys().collect()));
+            crate::refuse!(
+                NotFound,
+                "no task named {task:?} in {}{}",
+                ws.spec.file,
+                hint(task, ws.spec.tasks.keys().collect())
+            );
         }
         return Ok(JournalQuery { task: Some(task.to_owned()), partition: Some(partition.to_owned()), ..base });
     }
     if let Some((dataset, partition)) = subject.split_once(':') {
         let Some(task) = tidegate_core::plan::producer(&ws.spec, dataset) else {
             let written = ws.spec.tasks.values().flat_map(|t| &t.outputs).collect();
-            bail!("no task in {} writes a dataset named {dataset:?}{}", ws.spec.file, hint(dataset, written));
+            crate::refuse!(
+                NotFound,
+                "no task in {} writes a dataset named {dataset:?}{}",
+                ws.spec.file,
+                hint(dataset, written)
+            );
         };
         return Ok(JournalQuery { task: Some(task.name.clone()), partition: Some(partition.to_owned()), ..base });
     }
@@ -134,5 +144,15 @@ fn resolve(ws: &Workspace, store: &dyn Store, subject: &str, limit: u32) -> Resu
     if store.step(subject)?.is_some() {
         return Ok(JournalQuery { step_id: Some(subject.to_owned()), ..base });
     }
-    bail!("{subject:?} is not a run id, a step id, TASK@PARTITION or DATASET:PARTITION in this workspace")
+    crate::refuse!(
+        NotFound,
+        "{subject:?} is not a run id, a step id, TASK@PARTITION or DATASET:PARTITION in this workspace"
+    )
+}
+
+/// Up to `limit` journal entries after sequence number `after_seq` (from the first without one),
+/// oldest first: the raw journal, page by page. [`history`] verifies the chain they belong to.
+pub fn journal(store: &dyn Store, actor: &Actor, after_seq: Option<u64>, limit: u32) -> Result<Vec<JournalEntry>> {
+    require(actor, Access::Read)?;
+    Ok(store.journal(&JournalQuery { after_seq, limit: Some(limit), ..JournalQuery::default() })?)
 }

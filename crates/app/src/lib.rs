@@ -10,10 +10,12 @@ pub mod anchor;
 pub mod backfill;
 pub mod data;
 pub mod history;
+pub mod listing;
 pub mod lock;
 pub mod logs;
 pub mod plan;
 pub mod reconcile;
+pub mod refusal;
 pub mod rollback;
 pub mod run;
 pub mod schedule;
@@ -25,3 +27,5 @@ pub mod token;
 pub mod vacuum;
 pub mod worker;
 pub mod workspace;
+
+pub use refusal::{Kind, Refusal};

@@ -5,7 +5,7 @@
 use std::io::{Read as _, Seek as _, SeekFrom};
 use std::path::PathBuf;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use serde::Serialize;
 use tidegate_core::actor::Actor;
 use tidegate_core::state::StepStatus;
@@ -92,7 +92,10 @@ pub fn attempts(
         }
     }
     if let (Some(n), true) = (attempt, out.is_empty()) {
-        bail!("no attempt {n} among the steps asked for; `tidegate logs` without --attempt lists the attempts made");
+        crate::refuse!(
+            NotFound,
+            "no attempt {n} among the steps asked for; `tidegate logs` without --attempt lists the attempts made"
+        );
     }
     Ok(out)
 }
@@ -131,12 +134,13 @@ pub fn failures_of(ws: &Workspace, steps: &[StepRecord]) -> Vec<StepFailure> {
 fn steps_of(store: &dyn Store, selector: &Selector) -> Result<Vec<StepRecord>> {
     match selector {
         Selector::Run(run_id) => {
-            store
-                .run(run_id)?
-                .with_context(|| format!("no run {run_id:?}; `tidegate status` lists the recent ones"))?;
+            crate::run::find(store, run_id)?;
             Ok(store.steps(run_id)?)
         }
-        Selector::Step(step_id) => Ok(vec![store.step(step_id)?.with_context(|| format!("no step {step_id:?}"))?]),
+        Selector::Step(step_id) => match store.step(step_id)? {
+            Some(step) => Ok(vec![step]),
+            None => crate::refuse!(NotFound, "no step {step_id:?}"),
+        },
         Selector::TaskPartition { task, partition } => {
             // The newest run holding that step: runs come newest first.
             for run in store.runs(RUNS_SEARCHED)? {
@@ -146,7 +150,7 @@ fn steps_of(store: &dyn Store, selector: &Selector) -> Result<Vec<StepRecord>> {
                     return Ok(vec![step]);
                 }
             }
-            bail!("no step of {task} for partition {partition} in the newest {RUNS_SEARCHED} runs")
+            crate::refuse!(NotFound, "no step of {task} for partition {partition} in the newest {RUNS_SEARCHED} runs")
         }
     }
 }

@@ -3,13 +3,13 @@
 
 use std::sync::Arc;
 
-use anyhow::{Context, Result, bail};
+use anyhow::Result;
 use tidegate_core::actor::Actor;
 use tidegate_core::state::StepEvent;
 use tidegate_engine::executor::ProgressFn;
 use tidegate_engine::{Engine, Options, Summary};
 use tidegate_lake::Lake;
-use tidegate_store::{JournalMeta, StepEventRecord, Store};
+use tidegate_store::{JournalMeta, RunRecord, StepEventRecord, StepRecord, Store};
 
 use crate::actor::{Access, require};
 use crate::workspace::{Workspace, open_lake, runtime};
@@ -78,13 +78,15 @@ pub struct Cancelled {
 /// cancelled through its backfill.
 pub fn cancel(ws: &Workspace, store: &dyn Store, actor: &Actor, run_id: &str, reason: &str) -> Result<Cancelled> {
     require(actor, Access::RunWork)?;
-    let run =
-        store.run(run_id)?.with_context(|| format!("no run {run_id:?}; `tidegate status` lists the recent ones"))?;
+    let run = find(store, run_id)?;
     if let Some(backfill) = &run.request.backfill_id {
-        bail!("run {run_id} is backfill {backfill}'s; cancel it with `tidegate backfill cancel {backfill}`");
+        crate::refuse!(
+            Conflict,
+            "run {run_id} is backfill {backfill}'s; cancel it with `tidegate backfill cancel {backfill}`"
+        );
     }
     if run.status.is_terminal() {
-        bail!("run {run_id} is already {}; there is nothing to cancel", run.status);
+        crate::refuse!(Conflict, "run {run_id} is already {}; there is nothing to cancel", run.status);
     }
     let meta = JournalMeta {
         actor: actor.name.clone(),
@@ -105,4 +107,50 @@ pub fn cancel(ws: &Workspace, store: &dyn Store, actor: &Actor, run_id: &str, re
     let n_steps_cancelled = events.len();
     store.commit(&events)?;
     Ok(Cancelled { run_id: run_id.to_owned(), n_steps_cancelled })
+}
+
+/// The run `run_id`, or a refusal (not found) that says where the known ones are.
+pub fn find(store: &dyn Store, run_id: &str) -> Result<RunRecord> {
+    match store.run(run_id)? {
+        Some(run) => Ok(run),
+        None => crate::refuse!(NotFound, "no run {run_id:?}; `tidegate status` lists the recent ones"),
+    }
+}
+
+/// How many of the newest runs a listing reads to find the page after a cursor.
+pub const RUNS_LISTED_MAX: u32 = 10_000;
+
+/// A page of runs, newest first: at most `limit`, those after the run `after` (a cursor: the
+/// last run of the previous page), each with its steps counted by status.
+pub fn list(
+    store: &dyn Store,
+    actor: &Actor,
+    limit: u32,
+    after: Option<&str>,
+) -> Result<crate::listing::Page<crate::status::RunStatusLine>> {
+    require(actor, Access::Read)?;
+    let runs = store.runs(RUNS_LISTED_MAX)?;
+    let page = crate::listing::Page::of(runs, |r| r.id.as_str(), limit, after)?;
+    page.try_map(|run| line(store, run))
+}
+
+/// The run `run_id` with its steps counted by status.
+pub fn get(store: &dyn Store, actor: &Actor, run_id: &str) -> Result<crate::status::RunStatusLine> {
+    require(actor, Access::Read)?;
+    line(store, find(store, run_id)?)
+}
+
+/// The steps of run `run_id`, in plan order, with their state (status, attempts, pins).
+pub fn steps(store: &dyn Store, actor: &Actor, run_id: &str) -> Result<Vec<StepRecord>> {
+    require(actor, Access::Read)?;
+    find(store, run_id)?;
+    Ok(store.steps(run_id)?)
+}
+
+fn line(store: &dyn Store, run: RunRecord) -> Result<crate::status::RunStatusLine> {
+    let mut steps = std::collections::BTreeMap::new();
+    for s in store.steps(&run.id)? {
+        *steps.entry(s.status().to_string()).or_insert(0) += 1;
+    }
+    Ok(crate::status::RunStatusLine { run, steps })
 }

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 
 use serde::Serialize;
 use tidegate_core::actor::Actor;
@@ -68,7 +68,7 @@ pub fn start(ws: &Workspace, store: &dyn Store, actor: &Actor, id: &str, resume:
             BackfillStatus::Staged => "; review it with `tidegate backfill compare`",
             _ => "",
         };
-        bail!("backfill {} is {}{hint}", record.id, record.status);
+        crate::refuse!(Conflict, "backfill {} is {}{hint}", record.id, record.status);
     }
     let run_id = ensure_run(ws, store, &record, &spec)?;
     let verb = if resume { "backfill_resumed" } else { "backfill_started" };

@@ -9,7 +9,7 @@ pub mod plan;
 pub mod release;
 pub mod review;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use tidegate_core::actor::Actor;
 use tidegate_store::{BackfillRecord, JournalMeta, Store};
 
@@ -23,7 +23,7 @@ pub use review::{CompareRequest, Compared, FlagOverrides, Review, approve, compa
 /// A backfill and its frozen spec, or an error that says how to list the known ones.
 pub fn load(store: &dyn Store, id: &str) -> Result<(BackfillRecord, FrozenSpec)> {
     let Some(record) = store.backfill(id)? else {
-        bail!("no backfill {id:?}; `tidegate backfill list` shows the known ones");
+        crate::refuse!(NotFound, "no backfill {id:?}; `tidegate backfill list` shows the known ones");
     };
     let spec: FrozenSpec = serde_json::from_value(record.spec.clone())
         .with_context(|| format!("decoding the frozen spec of backfill {id}"))?;
@@ -34,7 +34,8 @@ pub fn load(store: &dyn Store, id: &str) -> Result<(BackfillRecord, FrozenSpec)>
 /// is what was reviewed, so running or publishing under another one would break the contract.
 pub fn ensure_spec_unchanged(ws: &Workspace, record: &BackfillRecord, spec: &FrozenSpec) -> Result<()> {
     if ws.spec.hash != spec.workspace_spec_hash {
-        bail!(
+        crate::refuse!(
+            Conflict,
             "{} changed since backfill {} was planned (spec hash {} then, {} now); its frozen spec no longer \
              describes this workspace. Restore the file, or cancel this backfill and plan a new one",
             ws.spec.file,

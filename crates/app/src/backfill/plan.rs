@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
 use tidegate_core::actor::Actor;
@@ -169,12 +169,15 @@ pub struct Planned {
 pub fn plan(ws: &Workspace, store: &dyn Store, actor: &Actor, args: &PlanRequest) -> Result<Planned> {
     require(actor, Access::ChangeBackfill)?;
     if args.max_active_runs == 0 {
-        bail!("--max-active-runs must be at least 1 (pause a backfill with `tidegate backfill pause` instead)");
+        crate::refuse!(
+            Invalid,
+            "--max-active-runs must be at least 1 (pause a backfill with `tidegate backfill pause` instead)"
+        );
     }
     if let Some(r) = args.rate
         && !(r.is_finite() && r > 0.0)
     {
-        bail!("--rate must be a positive number of step starts per second, got {r}");
+        crate::refuse!(Invalid, "--rate must be a positive number of step starts per second, got {r}");
     }
     let spec = freeze(ws, store, actor, args)?;
     let id = format!("bf-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
@@ -229,7 +232,8 @@ fn freeze(ws: &Workspace, store: &dyn Store, actor: &Actor, args: &PlanRequest) 
             retain_steps(&mut plan, &keep);
         }
         if plan.steps.is_empty() {
-            bail!(
+            crate::refuse!(
+                Conflict,
                 "nothing to backfill: no partition of {} from {} to {} is {}",
                 args.target,
                 args.from,
@@ -277,7 +281,8 @@ fn refuse_commands_reading_staged_output(ws: &Workspace, plan: &Plan, written: &
             continue;
         }
         if let Some(input) = task.inputs.iter().find(|i| written.contains(&i.dataset)) {
-            bail!(
+            crate::refuse!(
+                Invalid,
                 "task {} is a command that reads {}, which this backfill rewrites; command tasks cannot read a                  backfill's staged output yet (SQL tasks can). Plan {} without --include-downstream and backfill {}                  after publishing, or make {} a SQL task",
                 task.name,
                 input.dataset,

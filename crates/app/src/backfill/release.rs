@@ -47,7 +47,8 @@ pub fn publish(ws: &Workspace, store: &Arc<dyn Store>, actor: &Actor, id: &str) 
     require(actor, Access::ChangeBackfill)?;
     let (record, spec) = load(store.as_ref(), id)?;
     if record.status != BackfillStatus::Approved {
-        bail!(
+        crate::refuse!(
+            Conflict,
             "backfill {} is {}; only an approved backfill can be published{}",
             record.id,
             record.status,
@@ -385,7 +386,12 @@ pub fn rollback(
     require(actor, Access::ChangeBackfill)?;
     let (record, spec) = load(store.as_ref(), id)?;
     if record.status != BackfillStatus::Published {
-        bail!("backfill {} is {}; only a published backfill can be rolled back", record.id, record.status);
+        crate::refuse!(
+            Conflict,
+            "backfill {} is {}; only a published backfill can be rolled back",
+            record.id,
+            record.status
+        );
     }
     let published_id = record.release_id.clone().context("a published backfill has a release")?;
     let published = store.release(&published_id)?.context("the backfill's release is not in the store")?;

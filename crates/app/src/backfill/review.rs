@@ -280,7 +280,8 @@ pub fn compare_with(ws: &Workspace, store: &dyn Store, actor: &Actor, request: &
     let id = request.id.as_str();
     let (record, spec) = load(store, id)?;
     if !matches!(record.status, BackfillStatus::Staged | BackfillStatus::Approved) {
-        bail!(
+        crate::refuse!(
+            Conflict,
             "backfill {} is {}; only a staged backfill can be compared{}",
             record.id,
             record.status,
@@ -328,7 +329,8 @@ pub fn approve(ws: &Workspace, store: &dyn Store, actor: &Actor, id: &str) -> Re
     let (record, spec) = load(store, id)?;
     let approver = actor.name.clone();
     if actor.is(&record.requester) && !ws.spec.project.allow_self_approval {
-        bail!(
+        crate::refuse!(
+            Forbidden,
             "{} requested backfill {} and cannot also approve it{}; another person approves it as \
              themselves (their OS account, or a token an admin minted for them with `tidegate token create`), \
              or set allow_self_approval = true in [project] of {}",
@@ -343,10 +345,20 @@ pub fn approve(ws: &Workspace, store: &dyn Store, actor: &Actor, id: &str) -> Re
         );
     }
     if record.status != BackfillStatus::Staged {
-        bail!("backfill {} is {}; only a staged, compared backfill can be approved", record.id, record.status);
+        crate::refuse!(
+            Conflict,
+            "backfill {} is {}; only a staged, compared backfill can be approved",
+            record.id,
+            record.status
+        );
     }
     let Some(recorded) = record.comparison_hash.clone() else {
-        bail!("backfill {} has no comparison yet; review `tidegate backfill compare {}` first", record.id, record.id);
+        crate::refuse!(
+            Conflict,
+            "backfill {} has no comparison yet; review `tidegate backfill compare {}` first",
+            record.id,
+            record.id
+        );
     };
     ensure_spec_unchanged(ws, &record, &spec)?;
     let current = runtime()?.block_on(async {

@@ -9,7 +9,7 @@ pub use unit::{DatasetUndo, UndoRequest, Undone, Unit, undo};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use serde::Serialize;
 use tidegate_core::actor::Actor;
 use tidegate_lake::Advance;
@@ -61,12 +61,12 @@ pub fn rollback(
 ) -> Result<RolledBack> {
     require(actor, Access::ChangeTables)?;
     let Some(dataset) = ws.spec.datasets.get(&request.dataset) else {
-        bail!("no dataset named {:?} in {}", request.dataset, ws.spec.file);
+        crate::refuse!(NotFound, "no dataset named {:?} in {}", request.dataset, ws.spec.file);
     };
     // Before anything is read or committed: a key the partitioning cannot have would restore
     // nothing and still record a release.
     if let Err(e) = tidegate_core::plan::partitions_of(dataset, &request.partitions) {
-        bail!("{e}; nothing was restored");
+        crate::refuse!(Invalid, "{e}; nothing was restored");
     }
     let mut release_id = format!("rollback-{}", uuid::Uuid::now_v7());
     let mut partitions = request.partitions.clone();
@@ -90,28 +90,27 @@ pub fn rollback(
             adopted = true;
             return anyhow::Ok((made.to_version, made.version));
         }
-        let current = lake
-            .table_version(&request.dataset)
-            .await?
-            .with_context(|| format!("{} has no published version", request.dataset))?;
+        let Some(current) = lake.table_version(&request.dataset).await? else {
+            crate::refuse!(Conflict, "{} has no published version", request.dataset);
+        };
         let target = match (&request.to_release, request.to_version) {
             (_, Some(v)) => v,
             (Some(r), None) => {
-                let rel = store.release(r)?.with_context(|| format!("no release {r:?}"))?;
-                let item = rel
-                    .items
-                    .iter()
-                    .find(|i| i.dataset == request.dataset)
-                    .with_context(|| format!("release {r} did not publish {}", request.dataset))?;
+                let Some(rel) = store.release(r)? else { crate::refuse!(NotFound, "no release {r:?}") };
+                let Some(item) = rel.items.iter().find(|i| i.dataset == request.dataset) else {
+                    crate::refuse!(Invalid, "release {r} did not publish {}", request.dataset);
+                };
                 u64::try_from(item.delta_version - 1)
                     .context("the release created the table; there is nothing before it")?
             }
-            (None, None) => {
-                current.checked_sub(1).context("the table has a single version; there is nothing to restore")?
-            }
+            (None, None) => match current.checked_sub(1) {
+                Some(previous) => previous,
+                None => crate::refuse!(Conflict, "the table has a single version; there is nothing to restore"),
+            },
         };
         if target >= current {
-            bail!(
+            crate::refuse!(
+                Invalid,
                 "dataset {:?}: version {target} is not older than its current version {current}; nothing was restored",
                 request.dataset
             );

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use serde::Serialize;
 use tidegate_core::actor::Actor;
 use tidegate_core::spec::model::{DatasetKind, WriteMode};
@@ -110,7 +110,8 @@ fn plan(ws: &Workspace, store: &dyn Store, request: &UndoRequest) -> Result<Undo
         (_, None) => format!("rb-{}", unit.iter().next().context("a unit has a release")?),
     };
     if let Some(done) = store.release(&release_id)? {
-        bail!(
+        crate::refuse!(
+            Conflict,
             "{} was already rolled back (release {}, {} by {}); nothing was restored",
             describe(&request.unit),
             done.id,
@@ -134,7 +135,12 @@ fn plan(ws: &Workspace, store: &dyn Store, request: &UndoRequest) -> Result<Undo
         }
     }
     if datasets.is_empty() {
-        bail!("{} published nothing in {}; nothing was restored", describe(&request.unit), scope.join(", "));
+        crate::refuse!(
+            Conflict,
+            "{} published nothing in {}; nothing was restored",
+            describe(&request.unit),
+            scope.join(", ")
+        );
     }
     sort_downstream_first(ws, &mut datasets);
     Ok(Undone { run_id, releases: unit.into_iter().collect(), datasets, release_id, dry_run: request.dry_run })
@@ -150,7 +156,7 @@ fn datasets_in_scope(ws: &Workspace, request: &UndoRequest) -> Result<Vec<String
     }
     for name in &names {
         if !ws.spec.datasets.contains_key(name) {
-            bail!("no dataset named {name:?} in {}", ws.spec.file);
+            crate::refuse!(NotFound, "no dataset named {name:?} in {}", ws.spec.file);
         }
     }
     if names.is_empty() {
@@ -180,16 +186,17 @@ fn resolve(
     };
     match unit {
         Unit::Release(id) => {
-            let release = store.release(id)?.with_context(|| format!("no release {id:?}"))?;
+            let Some(release) = store.release(id)? else { crate::refuse!(NotFound, "no release {id:?}") };
             if release.kind != ReleaseKind::Publish {
-                bail!(
+                crate::refuse!(
+                    Conflict,
                     "release {id} is itself a rollback; restore a version with `tidegate rollback DATASET --to-version N`"
                 );
             }
             Ok((release.run_id, BTreeSet::from([id.clone()])))
         }
         Unit::Run(id) => {
-            store.run(id)?.with_context(|| format!("no run {id:?}; `tidegate status` lists the recent ones"))?;
+            crate::run::find(store, id)?;
             Ok((Some(id.clone()), of_run(id)))
         }
         Unit::LatestRun(dataset) => {
@@ -249,7 +256,8 @@ fn dataset_undo(
         })
         .collect();
     if let Some(r) = later.first() {
-        bail!(
+        crate::refuse!(
+            Conflict,
             "{dataset} was changed after the unit by release {} ({}{}), in a partition the unit published; undoing the \
              unit would undo that too. Roll that back first, or restore versions explicitly with `tidegate rollback \
              {dataset} --to-version N`",

@@ -1,5 +1,7 @@
-//! `tidegate serve`: the long-lived scheduler (`tidegate_app::serve`) until SIGTERM or Ctrl-C.
+//! `tidegate serve`: the long-lived scheduler (`tidegate_app::serve`) until SIGTERM or Ctrl-C,
+//! with the HTTP API (`tidegate_server`) beside it when `--http` is given.
 
+use std::net::SocketAddr;
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -19,9 +21,14 @@ use crate::logging::LogFormat;
 /// Each tick does what `tidegate tick` does, then drains every unfinished run, including runs
 /// and backfills submitted by other processes. On SIGTERM no new attempt starts, attempts in
 /// flight finish and are recorded, and the process exits 0.
+///
+/// With `--http ADDR` the same process serves the HTTP API (bearer tokens from `tidegate token
+/// create`; the OpenAPI document at /api/openapi.json). With `--no-scheduler` it serves the API
+/// without scheduling (runs wait for a `tidegate serve`; a started backfill runs in this
+/// process); with `--read-only` it is a read-only replica: nothing runs and changes are refused.
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Examples:\n  tidegate serve\n  tidegate serve --tick-every-s 10 --workers 8\n  tidegate serve --workers 0   # attempts run in `tidegate worker` processes"
+    after_help = "Examples:\n  tidegate serve\n  tidegate serve --tick-every-s 10 --workers 8\n  tidegate serve --workers 0   # attempts run in `tidegate worker` processes\n  tidegate serve --http 127.0.0.1:8080\n  tidegate serve --http 127.0.0.1:8081 --read-only   # a read-only replica"
 )]
 pub struct Args {
     /// Seconds between schedule evaluations.
@@ -34,22 +41,59 @@ pub struct Args {
     /// How log lines are written (standard error; `RUST_LOG` filters them: by default tidegate's at info, others' at warn).
     #[arg(long, value_enum, default_value_t = LogFormat::Human)]
     pub log_format: LogFormat,
+    /// Also serve the HTTP API on this address (e.g. 127.0.0.1:8080; port 0 picks a free one).
+    /// Give an address other than 127.0.0.1 only behind a TLS proxy.
+    #[arg(long, value_name = "ADDR")]
+    pub http: Option<SocketAddr>,
+    /// Serve the HTTP API without scheduling: runs wait for a `tidegate serve`.
+    #[arg(long, requires = "http")]
+    pub no_scheduler: bool,
+    /// Serve the HTTP API only, as a read-only replica: no scheduling, no work, changes refused.
+    #[arg(long, requires = "http")]
+    pub read_only: bool,
 }
 
 pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
     crate::logging::init(args.log_format);
-    let ws = workspace::load(ws)?;
+    let ws = Arc::new(workspace::load(ws)?);
     let store = ws.open_store()?;
     let options = ServeOptions { tick_every: Duration::from_secs(args.tick_every_s), workers: args.workers.into() };
     runtime()?.block_on(async {
         let stop = stop_on_signal("tidegate serve: stopping; attempts in flight will finish")?;
-        let lake = open_lake(&ws).await?;
         let project = &ws.spec.project.name;
-        info!(project, tick_every_s = args.tick_every_s, "tidegate serve: {project} (SIGTERM or Ctrl-C stops)");
-        serve(&ws, store, lake, actor, options, stop, &mut print_event).await
+        let http = match args.http {
+            None => None,
+            Some(addr) => {
+                let server = tidegate_server::Options { writable: !args.read_only, workers: options.workers };
+                let router = tidegate_server::router(ws.clone(), store.clone(), server);
+                let listener = tidegate_server::bind(addr).await?;
+                let local = listener.local_addr().context("reading the HTTP server's address")?;
+                info!(addr = %local, read_only = args.read_only, "tidegate serve: HTTP API on http://{local}");
+                Some(tokio::spawn(tidegate_server::serve(listener, router, stopped(stop.clone()))))
+            }
+        };
+        if args.no_scheduler || args.read_only {
+            let what = if args.read_only { "a read-only replica" } else { "no scheduler" };
+            info!(project, "tidegate serve: {project}, HTTP only ({what}; SIGTERM or Ctrl-C stops)");
+        } else {
+            let lake = open_lake(&ws).await?;
+            info!(project, tick_every_s = args.tick_every_s, "tidegate serve: {project} (SIGTERM or Ctrl-C stops)");
+            serve(&ws, store, lake, actor, options, stop.clone(), &mut print_event).await?;
+        }
+        if let Some(http) = http {
+            http.await.context("the HTTP server's task")??;
+        }
+        anyhow::Ok(())
     })?;
     info!("tidegate serve: stopped cleanly");
     Ok(ExitCode::SUCCESS)
+}
+
+/// Resolves once `stop` is set.
+async fn stopped(stop: Arc<AtomicBool>) {
+    while !stop.load(Ordering::SeqCst) {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 fn print_event(event: Event) {

@@ -1,0 +1,84 @@
+#![warn(missing_docs, unreachable_pub)]
+//! Tidegate's HTTP API: the only crate that knows HTTP. Every route authenticates its caller's
+//! bearer token into an [`Actor`](tidegate_core::actor::Actor) (`tidegate_app::actor::
+//! authenticate`), calls one operation of the application layer on a blocking thread, and
+//! renders its result as JSON or its refusal as an RFC 9457 problem. No route decides anything
+//! itself: who may do what is each operation's own `require`, and the rules are the operations'.
+//!
+//! Start at [`router`] (the routes and the OpenAPI document they generate) and [`serve`].
+
+mod auth;
+mod extract;
+mod openapi;
+mod problem;
+mod routes;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use axum::Router;
+use tidegate_app::workspace::Workspace;
+use tidegate_store::Store;
+
+pub use openapi::document;
+pub use problem::Problem;
+
+/// The largest request body accepted, in bytes: every request body is a small JSON object.
+pub const BODY_BYTES_MAX: usize = 64 * 1024;
+
+/// How the server runs.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    /// False for a read-only replica (`serve --read-only`): every state-changing route is
+    /// refused (405), and nothing runs work in this process.
+    pub writable: bool,
+    /// Attempts a started backfill's drain runs at once in this process.
+    pub workers: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self { writable: true, workers: 4 }
+    }
+}
+
+/// What every handler shares: the workspace, its store, and how the server runs.
+#[derive(Debug, Clone)]
+pub(crate) struct State {
+    pub(crate) ws: Arc<Workspace>,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) options: Options,
+}
+
+/// The API's routes over `ws` and `store`, with the OpenAPI document they generate served at
+/// `/api/openapi.json`, bodies limited to [`BODY_BYTES_MAX`] and no CORS headers (browsers on
+/// other origins cannot call it).
+pub fn router(ws: Arc<Workspace>, store: Arc<dyn Store>, options: Options) -> Router {
+    let state = State { ws, store, options };
+    let (router, api) = routes::api().split_for_parts();
+    let api = Arc::new(api);
+    router
+        .route("/api/openapi.json", axum::routing::get(move || openapi::serve(api.clone())))
+        .fallback(problem::not_found)
+        .method_not_allowed_fallback(problem::method_not_allowed)
+        .layer(axum::extract::DefaultBodyLimit::max(BODY_BYTES_MAX))
+        .with_state(state)
+}
+
+/// Binds `addr` (an explicit address: the CLI defaults to 127.0.0.1, never every interface).
+pub async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding the HTTP server to {addr}"))
+}
+
+/// Serves `router` on `listener` until `shutdown` resolves; requests in flight finish.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    axum::serve(listener, router.into_make_service_with_connect_info::<SocketAddr>())
+        .with_graceful_shutdown(shutdown)
+        .await
+        .context("serving HTTP")
+}

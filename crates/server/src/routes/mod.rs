@@ -1,0 +1,190 @@
+//! The routes: one handler per operation of the application layer, each annotated for the
+//! OpenAPI document. A handler authenticates its caller ([`Caller`]), turns the request into the
+//! operation's arguments, runs the operation on a blocking thread ([`call`]) and returns its
+//! result as JSON. The operation checks the caller's role itself.
+
+mod backfills;
+mod data;
+mod journal;
+mod runs;
+mod status;
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::http::StatusCode;
+use serde::{Deserialize, Serialize};
+use tidegate_app::workspace::Workspace;
+use tidegate_store::Store;
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::State;
+use crate::auth::Caller;
+use crate::problem::Problem;
+
+/// The API routes with their OpenAPI annotations.
+pub(crate) fn api() -> OpenApiRouter<State> {
+    OpenApiRouter::with_openapi(crate::openapi::base())
+        .routes(routes!(healthz))
+        .routes(routes!(readyz))
+        .routes(routes!(status::status))
+        .routes(routes!(status::debt))
+        .routes(routes!(status::tokens))
+        .routes(routes!(runs::list, runs::submit))
+        .routes(routes!(runs::get))
+        .routes(routes!(runs::steps))
+        .routes(routes!(runs::failures))
+        .routes(routes!(runs::logs))
+        .routes(routes!(runs::cancel))
+        .routes(routes!(runs::rollback))
+        .routes(routes!(data::releases))
+        .routes(routes!(data::release))
+        .routes(routes!(data::rollback_release))
+        .routes(routes!(data::rows))
+        .routes(routes!(data::rollback_dataset))
+        .routes(routes!(data::sql))
+        .routes(routes!(journal::history))
+        .routes(routes!(journal::entries))
+        .routes(routes!(backfills::list, backfills::plan))
+        .routes(routes!(backfills::status))
+        .routes(routes!(backfills::start))
+        .routes(routes!(backfills::resume))
+        .routes(routes!(backfills::compare))
+        .routes(routes!(backfills::approve))
+        .routes(routes!(backfills::publish))
+        .routes(routes!(backfills::rollback))
+        .routes(routes!(backfills::pause))
+        .routes(routes!(backfills::cancel))
+}
+
+/// Whether the server answers.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct Health {
+    /// `ok` (the process answers) or `ready` (its store answers too).
+    status: String,
+}
+
+/// The process answers (no token needed).
+#[utoipa::path(get, path = "/healthz", tag = "health", security(()),
+    responses((status = 200, description = "the process answers", body = Health)))]
+pub(crate) async fn healthz() -> Json<Health> {
+    Json(Health { status: "ok".to_owned() })
+}
+
+/// The process and its state store answer (no token needed).
+#[utoipa::path(get, path = "/readyz", tag = "health", security(()),
+    responses((status = 200, description = "the store answers", body = Health),
+        (status = 503, description = "the store does not answer", body = Problem, content_type = "application/problem+json")))]
+pub(crate) async fn readyz(axum::extract::State(state): axum::extract::State<State>) -> Result<Json<Health>, Problem> {
+    let store = state.store.clone();
+    let ready = tokio::task::spawn_blocking(move || store.journal_head()).await;
+    match ready {
+        Ok(Ok(_)) => Ok(Json(Health { status: "ready".to_owned() })),
+        _ => Err(Problem::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "the state store does not answer")),
+    }
+}
+
+/// Runs `operation` on a blocking thread (operations block on the store) with the workspace and
+/// the store, and renders its result or its refusal.
+pub(crate) async fn call<T: Serialize + Send + 'static>(
+    state: &State,
+    operation: impl FnOnce(&Workspace, &Arc<dyn Store>) -> anyhow::Result<T> + Send + 'static,
+) -> Result<Json<T>, Problem> {
+    let (ws, store) = (state.ws.clone(), state.store.clone());
+    match tokio::task::spawn_blocking(move || operation(&ws, &store)).await {
+        Ok(Ok(value)) => Ok(Json(value)),
+        Ok(Err(e)) => Err(Problem::from_operation(&e)),
+        Err(e) => Err(Problem::internal(&format!("the operation's thread failed: {e}"))),
+    }
+}
+
+/// Refuses a state-changing request on a read-only replica (after authentication, so an
+/// anonymous caller still gets a 401).
+pub(crate) fn writable(state: &State, _caller: &Caller) -> Result<(), Problem> {
+    if state.options.writable {
+        return Ok(());
+    }
+    Err(Problem::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "read_only",
+        "this server is a read-only replica (started with --read-only); send changes to the server that schedules",
+    ))
+}
+
+/// A page's size and where it starts.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct PageQuery {
+    /// Items per page (1 to 1000; 50 by default).
+    #[param(minimum = 1, maximum = 1000)]
+    limit: Option<u32>,
+    /// The `next_cursor` of the previous page.
+    cursor: Option<String>,
+}
+
+impl PageQuery {
+    fn limit(&self) -> u32 {
+        self.limit.unwrap_or(PAGE_DEFAULT)
+    }
+
+    fn cursor(&self) -> Option<String> {
+        crate::extract::given(self.cursor.clone())
+    }
+}
+
+/// Items per page unless asked.
+const PAGE_DEFAULT: u32 = 50;
+
+/// One page of a list; the items are the operation's records, newest first unless the route says.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct PageSchema {
+    /// The items.
+    items: Vec<serde_json::Value>,
+    /// The cursor of the next page; absent on the last page.
+    next_cursor: Option<String>,
+}
+
+/// Why, for the journal (optional where a default reason exists).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ReasonBody {
+    /// Why, in words; recorded in the journal.
+    reason: Option<String>,
+}
+
+/// The common error responses of an authenticated route.
+pub(crate) struct Errors;
+
+impl utoipa::IntoResponses for Errors {
+    fn responses() -> std::collections::BTreeMap<String, utoipa::openapi::RefOr<utoipa::openapi::response::Response>> {
+        use utoipa::openapi::content::ContentBuilder;
+        use utoipa::openapi::response::ResponseBuilder;
+        let problem = |description: &str| {
+            ResponseBuilder::new()
+                .description(description)
+                .content(
+                    crate::problem::PROBLEM_JSON,
+                    ContentBuilder::new().schema(Some(utoipa::openapi::Ref::from_schema_name("Problem"))).build(),
+                )
+                .build()
+                .into()
+        };
+        [
+            ("400", "the request is malformed (a query string, a path or a body that does not parse)"),
+            ("401", "no token, or a token that is unknown, revoked or expired"),
+            ("403", "the token's role may not do this"),
+            ("404", "what the request names does not exist"),
+            ("405", "a read-only replica refuses changes"),
+            ("409", "the request collides with the current state"),
+            ("413", "the body is larger than 64 KiB"),
+            ("415", "the body is not JSON"),
+            ("422", "the request cannot be carried out as asked"),
+            ("503", "the store or the lake is unavailable"),
+        ]
+        .into_iter()
+        .map(|(status, description)| (status.to_owned(), problem(description)))
+        .collect()
+    }
+}

@@ -1,0 +1,210 @@
+//! Runs: submit, list, get, steps, failures, logs, cancel, and undo as a unit.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State as Shared;
+use axum::http::StatusCode;
+use serde::Deserialize;
+use tidegate_app::listing::Page;
+use tidegate_app::target::{Partitions, Target};
+use tidegate_store::{Priority, StepRecord, Trigger};
+use utoipa::{IntoParams, ToSchema};
+
+use super::{Errors, PageQuery, call, writable};
+use crate::State;
+use crate::auth::Caller;
+use crate::extract::{Body, Path, Query};
+use crate::problem::Problem;
+
+/// How long a rollback waits for another holder of a dataset's maintenance lock.
+pub(crate) const LOCK_WAIT: Duration = Duration::from_secs(30);
+
+/// A run to submit: a target and its partitions. It is queued; the scheduler runs it.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SubmitBody {
+    /// A task, or a dataset standing for the task that writes it.
+    target: String,
+    /// The first partition (with `to`), e.g. `2024-01-01`.
+    from: Option<String>,
+    /// The last partition, included.
+    to: Option<String>,
+    /// These partition keys (instead of `from` and `to`).
+    keys: Option<Vec<String>>,
+    /// Plan only the target, not the upstream tasks it reads from.
+    #[serde(default)]
+    only: bool,
+    /// Also plan every task downstream of what the plan rebuilds.
+    #[serde(default)]
+    downstream: bool,
+}
+
+impl SubmitBody {
+    fn target(self) -> Result<Target, Problem> {
+        let partitions = match (self.from, self.to, self.keys) {
+            (Some(from), Some(to), None) => Partitions::Range { from, to },
+            (None, None, Some(keys)) if !keys.is_empty() => Partitions::Keys(keys),
+            (None, None, None) => Partitions::All,
+            _ => {
+                return Err(Problem::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "invalid",
+                    "give `from` and `to`, or `keys`, or neither (every key of a statically partitioned target)",
+                ));
+            }
+        };
+        Ok(Target { target: self.target, partitions, only: self.only, downstream: self.downstream })
+    }
+}
+
+/// Runs, newest first, each with its steps counted by status.
+#[utoipa::path(get, path = "/api/runs", tag = "runs", params(PageQuery),
+    responses((status = 200, description = "a page of tidegate_app::status::RunStatusLine", body = super::PageSchema), Errors))]
+pub(crate) async fn list(
+    Shared(state): Shared<State>,
+    Caller(actor): Caller,
+    Query(q): Query<PageQuery>,
+) -> Result<Json<Page<tidegate_app::status::RunStatusLine>>, Problem> {
+    call(&state, move |_, store| tidegate_app::run::list(store.as_ref(), &actor, q.limit(), q.cursor().as_deref()))
+        .await
+}
+
+/// Queues a run of a target's partitions (as `tidegate submit`); 201 when created.
+#[utoipa::path(post, path = "/api/runs", tag = "runs", request_body = SubmitBody,
+    responses((status = 201, description = "tidegate_app::submit::Submitted", body = serde_json::Value), Errors))]
+pub(crate) async fn submit(
+    Shared(state): Shared<State>,
+    caller: Caller,
+    Body(body): Body<SubmitBody>,
+) -> Result<(StatusCode, Json<tidegate_app::submit::Submitted>), Problem> {
+    writable(&state, &caller)?;
+    let target = body.target()?;
+    let actor = caller.0;
+    let request = tidegate_app::submit::SubmitRequest {
+        target,
+        idempotency_key: None,
+        trigger: Trigger::Manual,
+        priority: Priority::Live,
+    };
+    let submitted =
+        call(&state, move |ws, store| tidegate_app::submit::submit(ws, store.as_ref(), &actor, &request)).await?;
+    Ok((StatusCode::CREATED, submitted))
+}
+
+/// One run, with its steps counted by status.
+#[utoipa::path(get, path = "/api/runs/{id}", tag = "runs", params(("id" = String, Path, description = "a run id")),
+    responses((status = 200, description = "tidegate_app::status::RunStatusLine", body = serde_json::Value), Errors))]
+pub(crate) async fn get(
+    Shared(state): Shared<State>,
+    Caller(actor): Caller,
+    Path(id): Path<String>,
+) -> Result<Json<tidegate_app::status::RunStatusLine>, Problem> {
+    call(&state, move |_, store| tidegate_app::run::get(store.as_ref(), &actor, &id)).await
+}
+
+/// A run's steps with their state: status, attempts, lease epoch, pinned inputs.
+#[utoipa::path(get, path = "/api/runs/{id}/steps", tag = "runs", params(("id" = String, Path, description = "a run id")),
+    responses((status = 200, description = "tidegate_store::StepRecord, in plan order", body = Vec<serde_json::Value>), Errors))]
+pub(crate) async fn steps(
+    Shared(state): Shared<State>,
+    Caller(actor): Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Vec<StepRecord>>, Problem> {
+    call(&state, move |_, store| tidegate_app::run::steps(store.as_ref(), &actor, &id)).await
+}
+
+/// A run's failed steps, with why and where their logs are.
+#[utoipa::path(get, path = "/api/runs/{id}/failures", tag = "runs", params(("id" = String, Path, description = "a run id")),
+    responses((status = 200, description = "tidegate_app::logs::StepFailure", body = Vec<serde_json::Value>), Errors))]
+pub(crate) async fn failures(
+    Shared(state): Shared<State>,
+    Caller(actor): Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Vec<tidegate_app::logs::StepFailure>>, Problem> {
+    call(&state, move |ws, store| {
+        tidegate_app::run::find(store.as_ref(), &id)?;
+        tidegate_app::logs::failures(ws, store.as_ref(), &actor, &id)
+    })
+    .await
+}
+
+/// Which attempt's logs.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct LogsQuery {
+    /// Only this attempt number (from 1).
+    #[param(minimum = 1)]
+    attempt: Option<u32>,
+}
+
+/// The attempts of a run's steps and their log files.
+#[utoipa::path(get, path = "/api/runs/{id}/logs", tag = "runs", params(("id" = String, Path, description = "a run id"), LogsQuery),
+    responses((status = 200, description = "tidegate_app::logs::AttemptLogs, oldest first", body = Vec<serde_json::Value>), Errors))]
+pub(crate) async fn logs(
+    Shared(state): Shared<State>,
+    Caller(actor): Caller,
+    Path(id): Path<String>,
+    Query(q): Query<LogsQuery>,
+) -> Result<Json<Vec<tidegate_app::logs::AttemptLogs>>, Problem> {
+    let selector = tidegate_app::logs::Selector::Run(id);
+    call(&state, move |ws, store| tidegate_app::logs::attempts(ws, store.as_ref(), &actor, &selector, q.attempt)).await
+}
+
+/// Cancels a run's unfinished steps; what it published stays.
+#[utoipa::path(post, path = "/api/runs/{id}/cancel", tag = "runs", params(("id" = String, Path, description = "a run id")),
+    request_body = super::ReasonBody,
+    responses((status = 200, description = "tidegate_app::run::Cancelled", body = serde_json::Value), Errors))]
+pub(crate) async fn cancel(
+    Shared(state): Shared<State>,
+    caller: Caller,
+    Path(id): Path<String>,
+    Body(body): Body<super::ReasonBody>,
+) -> Result<Json<tidegate_app::run::Cancelled>, Problem> {
+    writable(&state, &caller)?;
+    let actor = caller.0;
+    let reason = body.reason.unwrap_or_else(|| "cancelled over HTTP".to_owned());
+    call(&state, move |ws, store| tidegate_app::run::cancel(ws, store.as_ref(), &actor, &id, &reason)).await
+}
+
+/// An undo of a run or a release as a unit.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct UndoBody {
+    /// Why, for the journal.
+    reason: String,
+    /// Only these datasets (every dataset the unit published by default).
+    #[serde(default)]
+    datasets: Vec<String>,
+    /// Plan only: say what would be restored, change nothing.
+    #[serde(default)]
+    dry_run: bool,
+}
+
+impl UndoBody {
+    pub(crate) fn request(self, unit: tidegate_app::rollback::Unit) -> tidegate_app::rollback::UndoRequest {
+        tidegate_app::rollback::UndoRequest {
+            unit,
+            datasets: self.datasets,
+            reason: self.reason,
+            lock_wait: LOCK_WAIT,
+            dry_run: self.dry_run,
+        }
+    }
+}
+
+/// Undoes everything a run published, in every dataset it wrote, as one rollback release.
+#[utoipa::path(post, path = "/api/runs/{id}/rollback", tag = "runs", params(("id" = String, Path, description = "a run id")),
+    request_body = UndoBody,
+    responses((status = 200, description = "tidegate_app::rollback::Undone", body = serde_json::Value), Errors))]
+pub(crate) async fn rollback(
+    Shared(state): Shared<State>,
+    caller: Caller,
+    Path(id): Path<String>,
+    Body(body): Body<UndoBody>,
+) -> Result<Json<tidegate_app::rollback::Undone>, Problem> {
+    writable(&state, &caller)?;
+    let actor = caller.0;
+    let request = body.request(tidegate_app::rollback::Unit::Run(id));
+    call(&state, move |ws, store| tidegate_app::rollback::undo(ws, store, &actor, &request)).await
+}

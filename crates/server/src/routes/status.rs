@@ -1,0 +1,56 @@
+//! The workspace's status and debt, and its tokens (for admins).
+
+use axum::Json;
+use axum::extract::State as Shared;
+use serde::Deserialize;
+use utoipa::IntoParams;
+
+use super::{Errors, call};
+use crate::State;
+use crate::auth::Caller;
+use crate::extract::Query;
+use crate::problem::Problem;
+
+/// How many recent runs the status shows.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct StatusQuery {
+    /// Recent runs shown (1 to 1000; 20 by default).
+    #[param(minimum = 1, maximum = 1000)]
+    limit: Option<u32>,
+}
+
+/// The newest runs with their steps by status, and the debt (as `tidegate status --json`).
+#[utoipa::path(get, path = "/api/status", tag = "status", params(StatusQuery),
+    responses((status = 200, description = "tidegate_app::status::Status", body = serde_json::Value), Errors))]
+pub(crate) async fn status(
+    Shared(state): Shared<State>,
+    Caller(actor): Caller,
+    Query(q): Query<StatusQuery>,
+) -> Result<Json<tidegate_app::status::Status>, Problem> {
+    let limit = q.limit.unwrap_or(20);
+    if limit == 0 || limit > tidegate_app::listing::PAGE_ITEMS_MAX {
+        return Err(Problem::new(axum::http::StatusCode::UNPROCESSABLE_ENTITY, "invalid", "limit: must be 1 to 1000"));
+    }
+    call(&state, move |ws, store| tidegate_app::status::status(ws, store.as_ref(), &actor, limit, ws.now())).await
+}
+
+/// What is owed: queues per priority class, missed intervals, freshness, the scheduler's gauge.
+#[utoipa::path(get, path = "/api/debt", tag = "status",
+    responses((status = 200, description = "tidegate_app::status::Debt", body = serde_json::Value), Errors))]
+pub(crate) async fn debt(
+    Shared(state): Shared<State>,
+    Caller(actor): Caller,
+) -> Result<Json<tidegate_app::status::Debt>, Problem> {
+    call(&state, move |ws, store| tidegate_app::status::debt(ws, store.as_ref(), &actor, ws.now())).await
+}
+
+/// Every token with its state (never the token itself); admins only.
+#[utoipa::path(get, path = "/api/tokens", tag = "status",
+    responses((status = 200, description = "tidegate_app::token::Listed, oldest first", body = Vec<serde_json::Value>), Errors))]
+pub(crate) async fn tokens(
+    Shared(state): Shared<State>,
+    Caller(actor): Caller,
+) -> Result<Json<Vec<tidegate_app::token::Listed>>, Problem> {
+    call(&state, move |ws, store| tidegate_app::token::list(ws, store.as_ref(), &actor)).await
+}

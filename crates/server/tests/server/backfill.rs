@@ -1,0 +1,87 @@
+//! Invariant 9 over HTTP: a backfill planned by one token's holder (an operator) is approved by
+//! another's (an approver); its requester cannot approve it under any spelling of their name.
+//! Plan, start, compare, approve, publish, then readers see the corrected data.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tidegate_core::actor::Role;
+
+use crate::common::{Server, published_workspace, spec};
+
+fn totals(server: &Server, token: &str) -> Value {
+    let query = json!({ "query": "SELECT tg_partition, total FROM summary ORDER BY tg_partition" });
+    let r = server.call("POST", "/api/sql", Some(token), Some(&query));
+    assert_eq!(r.status, 200, "{}", r.body);
+    r.json()["rows"].clone()
+}
+
+#[test]
+fn two_tokens_take_a_backfill_from_plan_to_publication_and_one_person_cannot_approve_their_own() {
+    let dir = published_workspace();
+    // The fix the backfill publishes: totals were half of the truth.
+    dir.set_spec(spec("SUM(v) * 2"));
+    let server = Server::start(&dir);
+    let ana = server.token("ana", Role::Operator);
+    let ana_again = server.token("ana", Role::Approver);
+    let bo = server.token("bo", Role::Approver);
+    assert_eq!(
+        totals(&server, &bo),
+        json!([{ "tg_partition": "2024-01-01", "total": 30 }, { "tg_partition": "2024-01-02", "total": 30 }])
+    );
+
+    let body = json!({ "target": "summarize", "from": "2024-01-01", "to": "2024-01-02", "reason": "total was half of the truth" });
+    let planned = server.call("POST", "/api/backfills", Some(&ana), Some(&body));
+    assert_eq!(planned.status, 201, "{}", planned.body);
+    let id = planned.json()["id"].as_str().expect("an id").to_owned();
+    assert_eq!(planned.json()["spec"]["requester"], "ana");
+
+    let started = server.call("POST", &format!("/api/backfills/{id}/start"), Some(&ana), None);
+    assert_eq!(started.status, 202, "{}", started.body);
+    assert_eq!(started.json()["outcome"], "running");
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let status = loop {
+        let r = server.call("GET", &format!("/api/backfills/{id}"), Some(&bo), None);
+        assert_eq!(r.status, 200, "{}", r.body);
+        let status = r.json()["status"].as_str().expect("a status").to_owned();
+        if status != "running" || Instant::now() > deadline {
+            break status;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(status, "staged");
+    // Staged output is invisible until published.
+    assert_eq!(totals(&server, &bo)[0]["total"], 30);
+
+    let compared = server.call("POST", &format!("/api/backfills/{id}/compare"), Some(&ana), None);
+    assert_eq!(compared.status, 200, "{}", compared.body);
+    let early = server.call("POST", &format!("/api/backfills/{id}/publish"), Some(&ana), None);
+    assert_eq!((early.status, early.json()["code"].clone()), (409, json!("conflict")), "{}", early.body);
+
+    // The operator may not approve at all; the same person under an approver's token may not
+    // approve their own backfill.
+    let as_operator = server.call("POST", &format!("/api/backfills/{id}/approve"), Some(&ana), None);
+    assert_eq!(as_operator.status, 403, "{}", as_operator.body);
+    let own = server.call("POST", &format!("/api/backfills/{id}/approve"), Some(&ana_again), None);
+    assert_eq!(own.status, 403, "{}", own.body);
+    assert!(own.json()["detail"].as_str().is_some_and(|d| d.contains("cannot also approve it")), "{}", own.body);
+
+    let approved = server.call("POST", &format!("/api/backfills/{id}/approve"), Some(&bo), None);
+    assert_eq!(approved.status, 200, "{}", approved.body);
+    assert_eq!(approved.json()["approval"]["by"], "bo");
+    assert!(approved.json()["approval"]["authenticated_as"].as_str().is_some_and(|a| a.contains("approver")));
+
+    let published = server.call("POST", &format!("/api/backfills/{id}/publish"), Some(&ana), None);
+    assert_eq!(published.status, 200, "{}", published.body);
+    assert_eq!(
+        totals(&server, &bo),
+        json!([{ "tg_partition": "2024-01-01", "total": 60 }, { "tg_partition": "2024-01-02", "total": 60 }])
+    );
+
+    // The journal says who asked and who approved, and how each was authenticated.
+    let entries = server.call("GET", "/api/journal/entries?limit=1000", Some(&bo), None);
+    let entries = entries.json()["items"].as_array().cloned().unwrap_or_default();
+    let actor_of = |kind: &str| entries.iter().find(|e| e["kind"] == kind).map(|e| e["actor"].clone());
+    assert_eq!(actor_of("backfill_planned"), Some(json!("ana")));
+    assert_eq!(actor_of("backfill_approved"), Some(json!("bo")));
+}

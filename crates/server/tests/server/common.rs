@@ -1,0 +1,195 @@
+//! A live server on a temp workspace, tokens for people, and a small HTTP client (HTTP/1.1 over a
+//! TCP stream, `Connection: close`): what a curl user sees, status, headers and body.
+
+use std::io::{Read as _, Write as _};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tidegate_app::actor::os_account;
+use tidegate_app::workspace::Workspace;
+use tidegate_core::actor::Role;
+use tidegate_store::Store;
+use tidegate_testkit::TestWorkspace;
+
+/// Two daily datasets: `raw` from a command, `summary` from SQL over it. `{TOTAL}` is replaced by
+/// the summary's total expression, so a test can change the code between a run and a backfill.
+pub const SPEC: &str = r#"
+[project]
+name = "server_test"
+lease_ttl_s = 5
+heartbeat_s = 1
+
+[datasets.raw]
+partitioning = { grain = "day", start = "2024-01-01" }
+write = { mode = "replace" }
+columns = [{ name = "id", type = "int64", nullable = false }, { name = "day", type = "string" }, { name = "v", type = "int64" }]
+
+[datasets.summary]
+partitioning = { grain = "day", start = "2024-01-01" }
+write = { mode = "replace" }
+
+[tasks.extract]
+command = ["sh", "-c", "printf 'id,day,v\n1,%s,10\n2,%s,20\n' \"$TIDEGATE_PARTITION\" \"$TIDEGATE_PARTITION\" > \"$TIDEGATE_OUTPUT_DIR/raw.csv\""]
+outputs = ["raw"]
+timeout_s = 60
+
+[tasks.summarize]
+sql = "SELECT day, COUNT(*) AS n, {TOTAL} AS total FROM raw GROUP BY day"
+inputs = ["raw"]
+outputs = ["summary"]
+timeout_s = 60
+"#;
+
+/// The spec with `total` as the summary's total.
+pub fn spec(total: &str) -> String {
+    SPEC.replace("{TOTAL}", total)
+}
+
+/// A workspace whose `summary` was run and published for 2024-01-01 and 2024-01-02.
+pub fn published_workspace() -> TestWorkspace {
+    let dir = TestWorkspace::new(spec("SUM(v)"));
+    let ws = tidegate_app::workspace::load(Some(dir.path())).expect("the test spec loads");
+    let store = ws.open_store().expect("the store opens");
+    let actor = os_account();
+    let target = tidegate_app::target::Target {
+        target: "summarize".to_owned(),
+        partitions: tidegate_app::target::Partitions::Range {
+            from: "2024-01-01".to_owned(),
+            to: "2024-01-02".to_owned(),
+        },
+        only: false,
+        downstream: false,
+    };
+    let request = tidegate_app::submit::SubmitRequest {
+        target,
+        idempotency_key: None,
+        trigger: tidegate_store::Trigger::Manual,
+        priority: tidegate_store::Priority::Live,
+    };
+    let submitted = tidegate_app::submit::submit(&ws, store.as_ref(), &actor, &request).expect("submitted");
+    let summary =
+        tidegate_app::run::execute(&ws, store, &actor, 2, None, tidegate_app::run::Scope::Run(&submitted.run.id))
+            .expect("the run executes");
+    assert_eq!(summary.failed, 0, "{summary:?}");
+    dir
+}
+
+/// A server on 127.0.0.1 (a free port) over a workspace, stopped on drop.
+pub struct Server {
+    pub addr: SocketAddr,
+    pub ws: Arc<Workspace>,
+    pub store: Arc<dyn Store>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl Server {
+    /// Starts a writable server over the workspace in `dir`.
+    pub fn start(dir: &TestWorkspace) -> Server {
+        Server::start_with(dir, tidegate_server::Options::default())
+    }
+
+    /// Starts a server with `options` over the workspace in `dir`.
+    pub fn start_with(dir: &TestWorkspace, options: tidegate_server::Options) -> Server {
+        let ws = Arc::new(tidegate_app::workspace::load(Some(dir.path())).expect("the workspace loads"));
+        let store = ws.open_store().expect("the store opens");
+        let runtime =
+            tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("a runtime");
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let router = tidegate_server::router(ws.clone(), store.clone(), options);
+        let listener = runtime
+            .block_on(tidegate_server::bind(SocketAddr::from(([127, 0, 0, 1], 0))))
+            .expect("binding a free port");
+        let addr = listener.local_addr().expect("the bound address");
+        runtime.spawn(tidegate_server::serve(listener, router, async move {
+            let _ = rx.await;
+        }));
+        Server { addr, ws, store, stop: Some(tx), runtime: Some(runtime) }
+    }
+
+    /// A token for `name` with `role`, minted by the workspace's admin (the OS account).
+    pub fn token(&self, name: &str, role: Role) -> String {
+        tidegate_app::token::mint(&self.ws, self.store.as_ref(), &os_account(), name, role, 1).expect("minted").token
+    }
+
+    /// `method path` with `token` and a JSON `body`.
+    pub fn call(&self, method: &str, path: &str, token: Option<&str>, body: Option<&Value>) -> Response {
+        request(self.addr, method, path, token, body)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_timeout(Duration::from_secs(5));
+        }
+    }
+}
+
+/// What came back.
+#[derive(Debug)]
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl Response {
+    /// The body as JSON.
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
+    }
+
+    /// A header's value (names compared without case).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+}
+
+/// One HTTP/1.1 request over a fresh connection.
+pub fn request(addr: SocketAddr, method: &str, path: &str, token: Option<&str>, body: Option<&Value>) -> Response {
+    let mut stream = TcpStream::connect(addr).expect("connecting to the server");
+    stream.set_read_timeout(Some(Duration::from_secs(120))).expect("a read timeout");
+    let body = body.map(Value::to_string).unwrap_or_default();
+    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    if let Some(token) = token {
+        head.push_str(&format!("Authorization: Bearer {token}\r\n"));
+    }
+    if !body.is_empty() || method == "POST" {
+        head.push_str(&format!("Content-Type: application/json\r\nContent-Length: {}\r\n", body.len()));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes()).expect("sending the request");
+    stream.write_all(body.as_bytes()).expect("sending the body");
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).expect("reading the response");
+    let text = String::from_utf8(raw).expect("a UTF-8 response");
+    let (head, body) = text.split_once("\r\n\r\n").expect("a response head");
+    let mut lines = head.lines();
+    let status = lines.next().and_then(|l| l.split(' ').nth(1)).and_then(|s| s.parse().ok()).expect("a status line");
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_owned(), v.trim().to_owned()))
+        .collect::<Vec<_>>();
+    let chunked = headers.iter().any(|(n, v)| n.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
+    let body = if chunked { dechunk(body) } else { body.to_owned() };
+    Response { status, headers, body }
+}
+
+fn dechunk(mut text: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = text.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        text = rest[n..].trim_start_matches("\r\n");
+    }
+    out
+}
