@@ -6,7 +6,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeSet, HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
-use tidegate_core::state::{Step, StepStatus};
+use tidegate_core::state::{RunEvent, RunStatus, Step, StepStatus, StepTally, apply_run};
 use tidegate_store::{Priority, Result, StepRecord, Store, Trigger, VersionRecord};
 
 /// One step as the scheduler sees it.
@@ -418,16 +418,18 @@ impl View {
             .sum()
     }
 
-    /// Whether every step of `run_id` has settled and none failed: the run succeeded.
+    /// Whether `run_id` succeeded: the run status `core::state::apply_run` derives from its steps
+    /// here. Stops at the first step that keeps the run active (the common case mid-run).
     pub fn run_succeeded(&self, run_id: &str) -> bool {
-        let mut steps = self.steps.values().filter(|e| e.record.run_id == run_id).peekable();
-        steps.peek().is_some()
-            && steps.all(|e| {
-                matches!(
-                    e.status(),
-                    StepStatus::Published | StepStatus::Skipped | StepStatus::Superseded | StepStatus::Cancelled
-                )
-            })
+        let mut tally = StepTally::default();
+        for e in self.steps.values().filter(|e| e.record.run_id == run_id) {
+            if e.status().keeps_run_active() {
+                return false;
+            }
+            tally.add(e.status());
+        }
+        tally != StepTally::default()
+            && matches!(apply_run(RunStatus::Running, &RunEvent::StepsChanged { tally }), Ok(RunStatus::Succeeded))
     }
 
     /// Drops runs whose steps are all terminal, to keep the view small in a long-lived server.
