@@ -121,7 +121,9 @@ fn lake_kind(e: &tidegate_lake::Error) -> Option<Kind> {
         E::Conflict { .. }
         | E::MovedSinceApproval { .. }
         | E::ChangedSinceCommit { .. }
-        | E::VacuumedVersion { .. } => Some(Kind::Conflict),
+        | E::VacuumedVersion { .. }
+        | E::SchemaNeedsRewrite { .. }
+        | E::SchemaChangedSince { .. } => Some(Kind::Conflict),
         _ => None,
     }
 }

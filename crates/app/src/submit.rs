@@ -8,13 +8,14 @@ use serde::Serialize;
 use tidegate_core::actor::Actor;
 use tidegate_core::idempotency::{self, FileContent, PinnedInput, StepIdentity};
 use tidegate_core::plan::Plan;
+use tidegate_core::spec::model::{Dataset, DatasetKind, WriteMode};
 use tidegate_core::spec::{Spec, TaskRun};
 use tidegate_core::state::Step;
 use tidegate_store::{JournalMeta, NewStep, Priority, RunRecord, RunRequest, Store, Trigger};
 
 use crate::actor::{Access, require};
 use crate::target::Target;
-use crate::workspace::Workspace;
+use crate::workspace::{Workspace, open_lake, runtime};
 
 /// A run, as submitted: whether this submission created it (or found it under its idempotency
 /// key), and how many steps it has.
@@ -70,6 +71,7 @@ fn create_run(ws: &Workspace, store: &dyn Store, actor: &Actor, submit: &SubmitR
     // Plan first, then submit in one transaction: a crash between the two leaves nothing behind,
     // and a replay under the same key returns the run the first submission created.
     let plan = target.plan(&ws.spec)?;
+    refuse_rewrites(ws, &plan)?;
     let steps = new_steps(ws, &plan, &BTreeMap::new(), false)?;
     let meta = JournalMeta {
         actor: request.requester.clone(),
@@ -79,6 +81,35 @@ fn create_run(ws: &Workspace, store: &dyn Store, actor: &Actor, submit: &SubmitR
     };
     let submission = store.submit_run(&request, &steps, &meta)?;
     Ok((submission.run, submission.created))
+}
+
+/// Refuses a run that would publish a schema change readers cannot follow in place (a column
+/// dropped, renamed, retyped or made not null) to a partitioned dataset: one step's commit cannot
+/// replace every file of the table, so every step would fail at publication. A governed backfill
+/// of every partition publishes it (the lake's error says so). A snapshot replaces the whole
+/// table each time, so any change is its to make.
+fn refuse_rewrites(ws: &Workspace, plan: &Plan) -> Result<()> {
+    let outputs: std::collections::BTreeSet<&str> =
+        plan.steps.iter().flat_map(|s| ws.spec.tasks[&s.task].outputs.iter().map(String::as_str)).collect();
+    let checked: Vec<&Dataset> = outputs
+        .into_iter()
+        .filter_map(|name| ws.spec.datasets.get(name))
+        .filter(|d| !d.columns.is_empty())
+        .filter(|d| !matches!(d.kind, DatasetKind::Managed { write: WriteMode::Snapshot }))
+        .collect();
+    if checked.is_empty() {
+        return Ok(());
+    }
+    runtime()?.block_on(async {
+        let lake = open_lake(ws).await?;
+        for dataset in checked {
+            let pending = lake.schema_change(dataset).await?;
+            if let Some(refusal) = pending.change.rewrite_refusal(&dataset.name) {
+                return Err(refusal.into());
+            }
+        }
+        Ok(())
+    })
 }
 
 /// Code versions per task: the command or SQL text plus the declared files' contents.

@@ -65,7 +65,7 @@ impl Lake {
         if dataset.checks.is_empty() {
             return Ok(results);
         }
-        let schema = table_schema(&table)?;
+        let schema = crate::evolution::staged_schema(&table, dataset, staged).await?;
         let rows = self.read_staged(&table, &dataset.name, &staged.files, &schema).await?;
         // The built-in rules run Tidegate's own SQL in a session of their own; custom queries run
         // in a user session, read-only and bounded, over the same rows.
@@ -231,6 +231,10 @@ async fn aggregate_tolerance(
     let sql = |from: &str| format!("SELECT CAST({expr} AS DOUBLE), count(*) FROM {from}");
     let now = df::query(ctx, &sql("staged")).await?;
     let schema = table_schema(table)?;
+    if schema.field_with_name(column).is_err() {
+        // A column this publication adds: nothing published to compare with yet.
+        return Ok((true, 0, format!("column {column} is new: no published values to compare with")));
+    }
     let published = read::scan(table, Some(&staged.partition_keys()), &schema).await?;
     let before_ctx = df::session();
     df::register_batches(&before_ctx, "published", &schema, published)?;

@@ -224,7 +224,14 @@ impl Lake {
                 let published_schema = table_schema(&published)?;
                 let published_hash = schema_hash(&published_schema);
                 for version in staged.iter().filter(|v| v.schema_hash != published_hash) {
-                    let change = schema_change(&published_schema, version, &column.name);
+                    // Column by column, with types, when the staged schema can be rebuilt from
+                    // the dataset's spec (and its files); by column names otherwise.
+                    let rebuilt = crate::evolution::staged_schema(&table, spec.dataset, version).await?;
+                    let change = if schema_hash(&rebuilt) == version.schema_hash {
+                        crate::evolution::diff(&published_schema, &rebuilt).to_string()
+                    } else {
+                        schema_change(&published_schema, version, &column.name)
+                    };
                     for key in version.partition_keys() {
                         schema_flags.entry(key).or_default().push(format!("schema changed: {change}"));
                     }

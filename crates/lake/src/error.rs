@@ -163,6 +163,40 @@ pub enum Error {
         staging_id: String,
     },
 
+    /// A schema change readers cannot follow in place, published by a release that would leave
+    /// files written in the old schema in the table (see `evolution`).
+    #[error(
+        "dataset {dataset:?}: {change}; Delta readers cannot follow that change in place, so every file of the \
+         table must be rewritten in one commit: publish it with a governed backfill of every partition \
+         (tidegate backfill plan <task> --from <first> --to <last> --reprocess all), whose blast radius and \
+         comparison show the change before it is approved. Until then the table keeps its schema{also}"
+    )]
+    SchemaNeedsRewrite {
+        /// The dataset whose declared columns changed.
+        dataset: String,
+        /// The first change that needs a rewrite, naming the column.
+        change: String,
+        /// The other changes, if any (`; also ...`).
+        also: String,
+    },
+
+    /// A rollback of some partitions to a version whose schema the table has since changed in a
+    /// way the restored files do not fit.
+    #[error(
+        "dataset {dataset:?}: the table's schema changed after version {version} ({change}), so that version's \
+         files of these partitions do not fit the table any more; restore the whole table instead (tidegate \
+         rollback {dataset} --to-version {version}), which brings back its schema too, or roll back the release \
+         that changed the schema"
+    )]
+    SchemaChangedSince {
+        /// The dataset rolled back.
+        dataset: String,
+        /// The version the rollback targets.
+        version: u64,
+        /// How the schema changed since, naming the column.
+        change: String,
+    },
+
     /// A rollback target whose files vacuum has deleted (no kept release needed them).
     #[error(
         "dataset {dataset:?}: version {version} references {path}, which vacuum removed; roll back to a \

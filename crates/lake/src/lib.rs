@@ -24,6 +24,7 @@ mod checks;
 mod compare;
 mod df;
 mod error;
+mod evolution;
 pub mod failpoint;
 mod layout;
 mod local;
@@ -46,11 +47,12 @@ pub use compare::{
 };
 pub use df::{QueryLimits, USER_QUERY_MEMORY_LIMIT_MB, USER_QUERY_TIME_LIMIT_S};
 pub use error::{Error, FileLocation, Result};
+pub use evolution::{ChangeKind, ColumnChange, PendingChange, SchemaChange};
 pub use layout::{PARTITIONING_PROPERTY, PartitionColumn, PartitionKind};
 pub use pointer::{Advance, CURRENT_POINTER, POINTER_DIR, Pointer};
 pub use publish::{
     APP_ID_PREFIX, DUPLICATES_DROPPED_KEY, MAX_COMMIT_ATTEMPTS, Publication, PublishedItem, Release, ReleaseItem,
-    TXN_UNDONE, app_id,
+    SCHEMA_CHANGE_KEY, TXN_UNDONE, app_id,
 };
 pub use query::InputTable;
 pub use read::{Commit, DIFF_SAMPLE_ROWS, Diff};

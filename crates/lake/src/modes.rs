@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::layout::PartitionColumn;
 use crate::read;
 use crate::stage::{StagedFile, StagedVersion};
-use crate::table::{Lake, active_files, check_layout, remove_of, table_schema};
+use crate::table::{Lake, active_files, check_layout, remove_of};
 
 /// The actions of one publication commit and what they amount to.
 #[derive(Debug)]
@@ -45,7 +45,15 @@ pub(crate) fn write_mode(dataset: &Dataset) -> Result<&WriteMode> {
 }
 
 /// Plans the commit that publishes `staged` onto `table` (the version just loaded).
-pub(crate) async fn plan(lake: &Lake, table: &DeltaTable, dataset: &Dataset, staged: &StagedVersion) -> Result<Plan> {
+/// `schema` is the one `staged` was written in: the table's, or the declared one the commit
+/// evolves the table to (merged and filtered rows are written in it).
+pub(crate) async fn plan(
+    lake: &Lake,
+    table: &DeltaTable,
+    dataset: &Dataset,
+    staged: &StagedVersion,
+    schema: &SchemaRef,
+) -> Result<Plan> {
     let keys = staged.partition_keys();
     write_mode(dataset)?;
     check_layout(dataset, table)?;
@@ -79,7 +87,7 @@ pub(crate) async fn plan(lake: &Lake, table: &DeltaTable, dataset: &Dataset, sta
             swap(&column, removed, &staged.files, None, Vec::new())
         }
         WriteMode::Merge { keys: merge_keys, order_by, delete_marker } => {
-            let schema = table_schema(table)?;
+            let schema = schema.clone();
             let source = lake.read_staged(table, &dataset.name, &staged.files, &schema).await?;
             let keys_unique =
                 reject_ties(&dataset.name, merge_keys, order_by.as_deref(), &schema, source.clone()).await?;
@@ -97,7 +105,7 @@ pub(crate) async fn plan(lake: &Lake, table: &DeltaTable, dataset: &Dataset, sta
             swap(&column, removed, &files, predicate, written)
         }
         WriteMode::Append { dedup_key, dedup_lookback } => {
-            let schema = table_schema(table)?;
+            let schema = schema.clone();
             // The delivery in order: partitions by key, each partition's files as staged.
             let mut files = staged.files.clone();
             files.sort_by(|a, b| a.partition.cmp(&b.partition));

@@ -4,6 +4,7 @@
 //! are retried against a freshly loaded table, and a release that fails part-way restores the
 //! datasets it had already committed (their partitions, unless a newer commit touched them).
 
+use arrow::datatypes::SchemaRef;
 use deltalake_core::DeltaTable;
 use deltalake_core::DeltaTableError;
 use deltalake_core::kernel::Action;
@@ -19,6 +20,7 @@ use tidegate_core::spec::model::{Dataset, WriteMode};
 use crate::anchor::Anchor;
 use crate::approved::ApprovedAt;
 use crate::error::{Error, Result};
+use crate::evolution;
 use crate::layout::PartitionColumn;
 use crate::modes;
 use crate::stage::{StagedVersion, schema_hash};
@@ -151,15 +153,17 @@ impl Lake {
                 continue;
             }
             let keys = item.staged.partition_keys();
-            let fits = |(name, _, taken): &&mut (String, Vec<usize>, std::collections::BTreeSet<String>)| {
-                *name == item.dataset.name && keys.iter().all(|k| !taken.contains(k))
+            // One commit carries one schema: items staged in another go to another wave.
+            let wave_key = format!("{}/{}", item.dataset.name, item.staged.schema_hash);
+            let fits = |(key, _, taken): &&mut (String, Vec<usize>, std::collections::BTreeSet<String>)| {
+                *key == wave_key && keys.iter().all(|k| !taken.contains(k))
             };
             match waves.iter_mut().find(|w| fits(w)) {
                 Some((_, members, taken)) => {
                     members.push(i);
                     taken.extend(keys);
                 }
-                None => waves.push((item.dataset.name.clone(), vec![i], keys.into_iter().collect())),
+                None => waves.push((wave_key, vec![i], keys.into_iter().collect())),
             }
         }
         for (_, members, _) in waves {
@@ -213,6 +217,12 @@ impl Lake {
                 .find(|i| i.dataset.name == item.dataset && i.step_identity == item.step_identity)
                 .filter(|i| !matches!(modes::write_mode(&i.dataset), Ok(WriteMode::Snapshot) | Err(_)))
                 .map(|i| i.staged.partition_keys());
+            // A commit that changed the schema is undone whole (schema included), still only if
+            // nothing committed since.
+            let scope = match self.schema_changed(&item.dataset, previous, item.table_version).await {
+                Ok(false) => scope,
+                Ok(true) | Err(_) => None,
+            };
             let mut metadata = vec![
                 ("tidegate.operation".to_owned(), Value::from("restore")),
                 ("tidegate.release_id".to_owned(), Value::from(release.release_id.clone())),
@@ -235,6 +245,13 @@ impl Lake {
             restored,
             not_restored,
         }
+    }
+
+    /// Whether `dataset`'s schema differs between two versions.
+    async fn schema_changed(&self, dataset: &str, from: u64, to: u64) -> Result<bool> {
+        let before = table_schema(&self.load_at(dataset, Some(from)).await?)?;
+        let after = table_schema(&self.load_at(dataset, Some(to)).await?)?;
+        Ok(schema_hash(&before) != schema_hash(&after))
     }
 
     /// Publishes one item: replay check, plan, commit; re-planned on a conflict.
@@ -265,7 +282,10 @@ impl Lake {
         for _ in 0..MAX_COMMIT_ATTEMPTS {
             let table = self.load(name).await?;
             let version = loaded_version(&table)?;
-            let table_hash = schema_hash(&table_schema(&table)?);
+            let schema_now = table_schema(&table)?;
+            // The schema the wave's items were staged in (the same for all: `publish_many` groups
+            // by it), when it is not the table's: the commit then evolves the table.
+            let mut evolved: Option<SchemaRef> = None;
             let mut outcomes: Vec<Option<Result<PublishedItem>>> = Vec::with_capacity(wave.len());
             let mut planned: Vec<(usize, modes::Plan)> = Vec::new();
             for (i, (_, item)) in wave.iter().enumerate() {
@@ -297,14 +317,20 @@ impl Lake {
                     outcomes.push(Some(Err(e)));
                     continue;
                 }
-                if item.staged.schema_hash != table_hash {
+                let target = evolution::staged_schema(&table, &item.dataset, &item.staged).await?;
+                let target_hash = schema_hash(&target);
+                let other_wave_schema = evolved.as_ref().is_some_and(|s| schema_hash(s) != target_hash);
+                if item.staged.schema_hash != target_hash || other_wave_schema {
                     outcomes.push(Some(Err(Error::StagedForOtherSchema {
                         dataset: name.clone(),
                         staging_id: item.staged.staging_id.clone(),
                     })));
                     continue;
                 }
-                match modes::plan(self, &table, &item.dataset, &item.staged).await {
+                if target_hash != schema_hash(&schema_now) {
+                    evolved = Some(target.clone());
+                }
+                match modes::plan(self, &table, &item.dataset, &item.staged, &target).await {
                     Ok(plan) => {
                         outcomes.push(None);
                         planned.push((i, plan));
@@ -339,7 +365,33 @@ impl Lake {
                 predicate: (!predicates.is_empty()).then(|| predicates.join(" OR ")),
             };
             let written: Vec<String> = planned.iter().flat_map(|(_, p)| p.written.iter().cloned()).collect();
-            let actions = planned.iter_mut().flat_map(|(_, p)| std::mem::take(&mut p.actions)).collect();
+            let mut actions: Vec<Action> =
+                planned.iter_mut().flat_map(|(_, p)| std::mem::take(&mut p.actions)).collect();
+            if let Some(target) = &evolved {
+                let remaining = remaining_files(&table, &actions).await?;
+                match evolution::metadata_action(name, &table, target, remaining) {
+                    Ok(Some((action, change))) => {
+                        actions.push(action);
+                        metadata.push((SCHEMA_CHANGE_KEY.to_owned(), Value::from(change.to_string())));
+                    }
+                    Ok(None) => {}
+                    Err(Error::SchemaNeedsRewrite { dataset, change, also }) => {
+                        discard(&table, &written).await;
+                        for (i, _) in planned {
+                            outcomes[i] = Some(Err(Error::SchemaNeedsRewrite {
+                                dataset: dataset.clone(),
+                                change: change.clone(),
+                                also: also.clone(),
+                            }));
+                        }
+                        return Ok(outcomes
+                            .into_iter()
+                            .map(|o| o.unwrap_or_else(|| Err(Error::internal("unplanned"))))
+                            .collect());
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
             if approved.is_some() {
                 crate::failpoint::pause("before-backfill-commit").await;
                 crate::failpoint::hit("before-backfill-commit");
@@ -374,6 +426,22 @@ impl Lake {
         }
         Err(Error::Conflict { dataset: name.clone(), n_attempts: MAX_COMMIT_ATTEMPTS })
     }
+}
+
+/// The commit metadata key naming how a publication changed the table's schema (`column note
+/// added (string, nullable)`), on the commits that did.
+pub const SCHEMA_CHANGE_KEY: &str = "tidegate.schema_change";
+
+/// How many of `table`'s files a commit of `actions` leaves in place (neither removed by it).
+async fn remaining_files(table: &DeltaTable, actions: &[Action]) -> Result<usize> {
+    let removed: std::collections::HashSet<&str> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Remove(r) => Some(r.path.as_str()),
+            _ => None,
+        })
+        .collect();
+    Ok(crate::table::active_files(table, None).await?.iter().filter(|a| !removed.contains(a.path.as_str())).count())
 }
 
 /// The commit metadata of a publication: the release, run and step of a single item as plain

@@ -23,7 +23,7 @@ use serde_json::Value;
 use crate::error::{Error, Result};
 use crate::publish::{MAX_COMMIT_ATTEMPTS, commit};
 use crate::stage::StagedVersion;
-use crate::table::{Lake, STAGING_DIR, active_files, remove_of};
+use crate::table::{Lake, STAGING_DIR, active_files, partitions_with_files, remove_of, table_schema};
 
 /// What [`Lake::reconcile`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -270,7 +270,10 @@ impl Lake {
     /// `to_version`, add back what was active then and is not now. A whole-table restore also
     /// brings back that version's schema and table metadata (properties, description), so readers
     /// see the table as it was; a restore of some partitions keeps the current ones, which the
-    /// other partitions' files were written for. The protocol is never lowered.
+    /// other partitions' files were written for (one that covers every partition holding files,
+    /// then and now, is a whole-table restore; one that does not is refused with
+    /// [`Error::SchemaChangedSince`] when the schema changed since in a way the restored files do
+    /// not fit). The protocol is never lowered.
     /// With `unmoved_since`, refused
     /// ([`Error::ChangedSinceCommit`]) if a commit after that version touched what it would
     /// restore, checked on the version the restore is built on.
@@ -290,6 +293,28 @@ impl Lake {
             let table = self.load(dataset).await?;
             if let Some(since) = unmoved_since {
                 ensure_unchanged_since(dataset, &table, since, partitions).await?;
+            }
+            // A restore of partitions that covers every partition holding files, then and now,
+            // is a restore of the whole table, schema included.
+            let whole = match partitions {
+                None => true,
+                Some(keys) => {
+                    let keys: BTreeSet<&str> = keys.iter().map(String::as_str).collect();
+                    let covered = |held: BTreeSet<String>| held.iter().all(|k| keys.contains(k.as_str()));
+                    covered(partitions_with_files(&target).await?) && covered(partitions_with_files(&table).await?)
+                }
+            };
+            if !whole {
+                // Some partitions' files of `to_version` go back into the table as it is now: only
+                // if they fit its schema (columns added since read as null; anything else does not).
+                let since = crate::evolution::diff(table_schema(&target)?.as_ref(), table_schema(&table)?.as_ref());
+                if let Some(change) = since.first_rewrite() {
+                    return Err(Error::SchemaChangedSince {
+                        dataset: dataset.to_owned(),
+                        version: to_version,
+                        change: change.to_string(),
+                    });
+                }
             }
             let current = active_files(&table, partitions).await?;
             let current_paths: HashSet<&str> = current.iter().map(|a| a.path.as_str()).collect();
@@ -318,7 +343,7 @@ impl Lake {
                 wanted.iter().filter(|a| !current_paths.contains(a.path.as_str())).map(|a| Action::Add(a.clone())),
             );
             let then = target.snapshot()?.metadata();
-            if partitions.is_none() && then != table.snapshot()?.metadata() {
+            if whole && then != table.snapshot()?.metadata() {
                 actions.push(Action::Metadata(then.clone()));
             }
             let operation = DeltaOperation::Restore { version: Some(to_version), datetime: None };

@@ -26,6 +26,7 @@ use url::Url;
 
 use crate::df;
 use crate::error::{Error, FileLocation, Result};
+use crate::evolution::{staged_schema, staging_schema, target_schema};
 use crate::layout::{PartitionColumn, file_name};
 use crate::modes;
 use crate::table::{Lake, STAGING_DIR, check_segment, file_schema, table_schema};
@@ -131,7 +132,8 @@ impl Lake {
         check_partitions(dataset, partitions)?;
         let first = batches.first().map(|b| b.schema());
         let table = self.ensure_table(dataset, first.as_ref()).await?;
-        let schema = table_schema(&table)?;
+        let data: Vec<SchemaRef> = batches.iter().map(RecordBatch::schema).collect();
+        let schema = staging_schema(dataset, &table_schema(&table)?, &data)?;
         let column = PartitionColumn::of_table(&table)?;
         let keys: Vec<String> = partitions.iter().map(|p| p.key.clone()).collect();
         let mut rows = Vec::with_capacity(batches.len());
@@ -183,7 +185,14 @@ impl Lake {
             _ => None,
         };
         let table = self.ensure_table(dataset, first_schema.as_ref()).await?;
-        let schema = table_schema(&table)?;
+        // A dataset without declared columns takes new columns from its files (their headers).
+        let mut data = Vec::new();
+        if dataset.columns.is_empty() {
+            for file in files {
+                data.push(native_schema_of_head(&dataset.name, file)?);
+            }
+        }
+        let schema = staging_schema(dataset, &table_schema(&table)?, &data)?;
         let column = PartitionColumn::of_table(&table)?;
         let keys: Vec<String> = partitions.iter().map(|p| p.key.clone()).collect();
         let mut rows = Vec::new();
@@ -214,7 +223,10 @@ impl Lake {
         check_segment("staging id", staging_id)?;
         check_partitions(dataset, partitions)?;
         let table = self.ensure_table(dataset, None).await?;
-        let schema = table_schema(&table)?;
+        let schema = match parts.first() {
+            Some(part) => staged_schema(&table, dataset, part).await?,
+            None => target_schema(dataset, &table_schema(&table)?)?,
+        };
         let hash = schema_hash(&schema);
         if let Some(part) = parts.iter().find(|p| p.schema_hash != hash || p.dataset != dataset.name) {
             return Err(Error::internal(format!(
@@ -760,6 +772,19 @@ fn unreadable(dataset: &str, file: &FsPath, e: impl std::fmt::Display) -> Error 
 
 /// The schema a file carries or implies, used when the first staged file defines the table.
 fn native_schema(dataset: &str, file: &FsPath) -> Result<SchemaRef> {
+    native_schema_from(dataset, file, None)
+}
+
+/// The rows that [`native_schema_of_head`] infers CSV and JSON-lines types from.
+const SCHEMA_INFERENCE_ROWS: usize = 1_000;
+
+/// [`native_schema`] from a text file's first [`SCHEMA_INFERENCE_ROWS`] rows: the columns a file
+/// holds, and their likely types, without reading it whole.
+fn native_schema_of_head(dataset: &str, file: &FsPath) -> Result<SchemaRef> {
+    native_schema_from(dataset, file, Some(SCHEMA_INFERENCE_ROWS))
+}
+
+fn native_schema_from(dataset: &str, file: &FsPath, max_rows: Option<usize>) -> Result<SchemaRef> {
     let handle = open(dataset, file)?;
     match input_format(dataset, file)? {
         InputFormat::Parquet => Ok(ParquetRecordBatchReaderBuilder::try_new(handle)
@@ -768,11 +793,11 @@ fn native_schema(dataset: &str, file: &FsPath) -> Result<SchemaRef> {
             .clone()),
         InputFormat::Csv => {
             let format = arrow::csv::reader::Format::default().with_header(true);
-            let (schema, _) = format.infer_schema(handle, None).map_err(|e| unreadable(dataset, file, e))?;
+            let (schema, _) = format.infer_schema(handle, max_rows).map_err(|e| unreadable(dataset, file, e))?;
             Ok(Arc::new(schema))
         }
         InputFormat::JsonLines => {
-            let (schema, _) = arrow::json::reader::infer_json_schema_from_seekable(BufReader::new(handle), None)
+            let (schema, _) = arrow::json::reader::infer_json_schema_from_seekable(BufReader::new(handle), max_rows)
                 .map_err(|e| unreadable(dataset, file, e))?;
             Ok(Arc::new(schema))
         }

@@ -292,6 +292,10 @@ impl Lake {
     /// plus the partition column ([`PartitionColumn::of_dataset`]); with no declared columns it is `first_data` (the first staged
     /// rows), normalised to types Delta can store.
     ///
+    /// A table whose declared columns changed is returned as it is: staging writes the declared
+    /// schema ([`crate::evolution::target_schema`]) and publication decides whether the change
+    /// may be published (`evolution`).
+    ///
     /// Staging needs the table's schema, not its latest version: a table this handle has loaded
     /// before is used as it was, without looking for newer commits (on a busy table that was a
     /// log update per staging). Publication checks each staged version's schema hash against the
@@ -304,7 +308,6 @@ impl Lake {
         };
         if let Some(table) = known {
             check_layout(dataset, &table)?;
-            check_declared_matches_table(dataset, &table_schema(&table)?)?;
             return Ok(table);
         }
         let schema = match (declared_schema(dataset)?, first_data) {
@@ -353,7 +356,6 @@ impl Lake {
             Err(_) if self.try_load(&dataset.name).await?.is_some() => {
                 let table = self.load(&dataset.name).await?;
                 check_layout(dataset, &table)?;
-                check_declared_matches_table(dataset, &table_schema(&table)?)?;
                 Ok(table)
             }
             Err(e) => Err(e.into()),
@@ -480,7 +482,7 @@ fn schema_from_data(dataset: &Dataset, data: &SchemaRef) -> Result<SchemaRef> {
 }
 
 /// The Delta-storable type closest to an Arrow type, for schemas inferred from data.
-fn delta_type(data_type: &DataType) -> Option<DataType> {
+pub(crate) fn delta_type(data_type: &DataType) -> Option<DataType> {
     Some(match data_type {
         DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => DataType::Utf8,
         DataType::Int8 | DataType::Int16 | DataType::UInt8 | DataType::UInt16 => DataType::Int32,
@@ -497,37 +499,12 @@ fn delta_type(data_type: &DataType) -> Option<DataType> {
     })
 }
 
-/// Refuses a table whose schema no longer matches the declared columns: Tidegate does not evolve
-/// schemas silently, so a changed contract must be migrated on purpose.
-fn check_declared_matches_table(dataset: &Dataset, table: &SchemaRef) -> Result<()> {
-    let Some(declared) = declared_schema(dataset)? else { return Ok(()) };
-    for field in declared.fields() {
-        let mismatch = |detail: String| Error::SchemaMismatch {
-            dataset: dataset.name.clone(),
-            location: FileLocation::Table,
-            column: field.name().clone(),
-            detail,
-        };
-        let Ok(existing) = table.field_with_name(field.name()) else {
-            return Err(mismatch("declared but absent from the existing table".to_owned()));
-        };
-        if existing.data_type() != field.data_type() {
-            return Err(mismatch(format!(
-                "declared as {} but the table stores {}",
-                field.data_type(),
-                existing.data_type()
-            )));
-        }
-    }
-    if let Some(extra) = table.fields().iter().find(|f| declared.field_with_name(f.name()).is_err()) {
-        return Err(Error::SchemaMismatch {
-            dataset: dataset.name.clone(),
-            location: FileLocation::Table,
-            column: extra.name().clone(),
-            detail: "present in the existing table but not declared".to_owned(),
-        });
-    }
-    Ok(())
+/// The partitions (as keys) that hold at least one active file of the loaded version.
+pub(crate) async fn partitions_with_files(table: &DeltaTable) -> Result<std::collections::BTreeSet<String>> {
+    let column = PartitionColumn::of_table(table)?;
+    let files = active_files(table, None).await?;
+    let values = files.iter().filter_map(|a| a.partition_values.get(&column.name).cloned().flatten());
+    Ok(values.filter_map(|v| column.key_of(&v)).collect())
 }
 
 /// Checks that `value` can be one path segment that is neither hidden nor special.

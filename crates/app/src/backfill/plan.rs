@@ -10,6 +10,7 @@ use tidegate_core::actor::Actor;
 use tidegate_core::idempotency::Canonical;
 use tidegate_core::plan::{self, Plan};
 use tidegate_core::state::StepStatus;
+use tidegate_lake::PendingChange;
 use tidegate_store::{BackfillRecord, BackfillStatus, JournalQuery, NewStep, Store, Throttle};
 
 use super::meta;
@@ -150,6 +151,10 @@ pub struct Impact {
     pub current_bytes: u64,
     /// The median duration of the task's past steps.
     pub median_step_s: Option<f64>,
+    /// How publishing it changes the table's schema (the declared columns against the table's),
+    /// one entry per column; empty when it does not.
+    #[serde(default)]
+    pub schema_changes: Vec<String>,
 }
 
 /// A backfill planned: its id, and the frozen spec with the hash an approval will bind.
@@ -283,7 +288,9 @@ fn refuse_commands_reading_staged_output(ws: &Workspace, plan: &Plan, written: &
         if let Some(input) = task.inputs.iter().find(|i| written.contains(&i.dataset)) {
             crate::refuse!(
                 Invalid,
-                "task {} is a command that reads {}, which this backfill rewrites; command tasks cannot read a                  backfill's staged output yet (SQL tasks can). Plan {} without --include-downstream and backfill {}                  after publishing, or make {} a SQL task",
+                "task {} is a command that reads {}, which this backfill rewrites; command tasks cannot read a \
+                 backfill's staged output yet (SQL tasks can). Plan {} without --include-downstream and backfill {} \
+                 after publishing, or make {} a SQL task",
                 task.name,
                 input.dataset,
                 input.dataset,
@@ -398,6 +405,8 @@ async fn blast_radius(
         let partitions: Vec<String> = partitions.iter().cloned().collect();
         let sizes = lake.partition_sizes(&dataset, &partitions).await?;
         let median_step_s = median_duration_s(store, task)?;
+        let pending = lake.schema_change(&ws.spec.datasets[&dataset]).await?;
+        refuse_partial_rewrite(&dataset, &pending, &partitions)?;
         #[allow(clippy::cast_precision_loss, reason = "a count, size or duration far below 2^52, exact as f64")]
         let n = partitions.len() as f64;
         compute_s = match (compute_s, median_step_s) {
@@ -413,6 +422,7 @@ async fn blast_radius(
             current_bytes: sizes.iter().map(|p| p.n_bytes).sum(),
             partitions,
             median_step_s,
+            schema_changes: pending.change.columns.iter().map(ToString::to_string).collect(),
         });
     }
     let estimated_wall_s = compute_s.map(|c| c / f64::from(throttle.max_active.max(1)));
@@ -423,6 +433,27 @@ async fn blast_radius(
         estimated_compute_s: compute_s,
         estimated_wall_s,
     })
+}
+
+/// A schema change readers cannot follow in place is published only by a release that replaces
+/// every file of the table: refused at plan time when the backfill leaves partitions that hold
+/// data, naming them, rather than after every step ran.
+fn refuse_partial_rewrite(dataset: &str, pending: &PendingChange, partitions: &[String]) -> Result<()> {
+    let Some(first) = pending.change.first_rewrite() else { return Ok(()) };
+    let left: Vec<String> = pending.partitions_with_data.iter().filter(|p| !partitions.contains(p)).cloned().collect();
+    if left.is_empty() {
+        return Ok(());
+    }
+    let (first_key, last_key) =
+        (&pending.partitions_with_data[0], &pending.partitions_with_data[pending.partitions_with_data.len() - 1]);
+    crate::refuse!(
+        Conflict,
+        "dataset {dataset}: {first}, which Delta readers cannot follow in place, so this backfill must rewrite every \
+         partition that holds data; it leaves {} of them ({}). Plan it from {first_key} to {last_key} with \
+         --reprocess all",
+        left.len(),
+        if left.len() > 5 { format!("{}, and {} more", left[..5].join(", "), left.len() - 5) } else { left.join(", ") }
+    )
 }
 
 /// The median time from claim to staged output of a task's recent attempts, from the journal.

@@ -17,6 +17,7 @@ mod reconcile;
 mod retries;
 mod runs;
 mod s3;
+mod schema;
 mod serve;
 mod snapshots;
 mod standby;

@@ -7,6 +7,7 @@ mod approved;
 mod checks;
 mod compare;
 mod dedup;
+mod evolution;
 mod interop;
 mod modes;
 mod publication;
