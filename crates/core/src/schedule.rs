@@ -234,12 +234,16 @@ impl RateLimit {
     }
 
     fn refill(&mut self, now: chrono::DateTime<chrono::Utc>) {
-        if let Some(last) = self.last {
-            #[allow(clippy::cast_precision_loss, reason = "a count, size or duration far below 2^52, exact as f64")]
-            let elapsed_s = (now - last).num_microseconds().unwrap_or(i64::MAX).max(0) as f64 / 1e6;
-            self.tokens = (self.tokens + elapsed_s * self.current_per_s).min(self.current_per_s.max(1.0));
-        }
+        self.tokens = self.tokens_at(now);
         self.last = Some(now);
+    }
+
+    /// The tokens the bucket holds at `now`: what it held at the last start, plus what accrued since.
+    fn tokens_at(&self, now: chrono::DateTime<chrono::Utc>) -> f64 {
+        let Some(last) = self.last else { return self.tokens };
+        #[allow(clippy::cast_precision_loss, reason = "a count, size or duration far below 2^52, exact as f64")]
+        let elapsed_s = (now - last).num_microseconds().unwrap_or(i64::MAX).max(0) as f64 / 1e6;
+        (self.tokens + elapsed_s * self.current_per_s).min(self.current_per_s.max(1.0))
     }
 
     /// Takes a token to start one attempt at `now`; false when the start must wait.
@@ -256,15 +260,19 @@ impl RateLimit {
         }
     }
 
-    /// When the next token will be available, for the scheduler's timer.
-    pub fn next_token_at(&self, now: chrono::DateTime<chrono::Utc>) -> chrono::DateTime<chrono::Utc> {
-        if self.current_per_s.is_infinite() || self.tokens >= 1.0 {
-            return now;
+    /// When the next token will be available, for the scheduler's timer; `None` when a start
+    /// need not wait for one (no limit, or a token is there): then only a freed slot or new work
+    /// can let a ready step start, and those wake the scheduler themselves (a timer due `now`
+    /// made it spin every millisecond while a full pool's steps ran).
+    pub fn next_token_at(&self, now: chrono::DateTime<chrono::Utc>) -> Option<chrono::DateTime<chrono::Utc>> {
+        let tokens = self.tokens_at(now);
+        if self.current_per_s.is_infinite() || tokens >= 1.0 {
+            return None;
         }
-        let wait_s = (1.0 - self.tokens) / self.current_per_s;
+        let wait_s = (1.0 - tokens) / self.current_per_s;
         #[allow(clippy::cast_possible_truncation, reason = "a wait of at most one token's interval, in ms")]
         let wait_ms = (wait_s * 1000.0).ceil() as i64;
-        now + chrono::Duration::milliseconds(wait_ms.max(1))
+        Some(now + chrono::Duration::milliseconds(wait_ms.max(1)))
     }
 
     /// Records an attempt's outcome and adjusts the rate; returns the new rate when it changed.
@@ -459,8 +467,12 @@ mod tests {
         let mut r = RateLimit::new(Some(2.0));
         assert!(r.try_start(at(0)));
         assert!(!r.try_start(at(100)));
-        assert_eq!(r.next_token_at(at(100)), at(500));
+        assert_eq!(r.next_token_at(at(100)), Some(at(500)));
         assert!(r.try_start(at(500)));
+        assert_eq!(r.next_token_at(at(500)), Some(at(1000)));
+        assert_eq!(r.next_token_at(at(800)), Some(at(1000)), "the token accrues from the last start");
+        assert_eq!(r.next_token_at(at(1000)), None, "a token is there: nothing to wait for");
+        assert_eq!(RateLimit::new(None).next_token_at(at(0)), None, "no limit: nothing to wait for");
     }
 
     #[test]

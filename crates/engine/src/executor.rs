@@ -626,8 +626,8 @@ impl Engine {
             }
         }
         if view.count(StepStatus::Ready) > 0 {
-            for p in pools.values() {
-                wake = wake.min(p.rate.next_token_at(now));
+            for at in pools.values().filter_map(|p| p.rate.next_token_at(now)) {
+                wake = wake.min(at);
             }
         }
         (wake - now).to_std().unwrap_or(Duration::from_millis(1)).max(Duration::from_millis(1))
