@@ -1,5 +1,19 @@
 //! The `tidegate` command: the only crate that prints for humans.
 
+/// Prints `format!`'s text for people, wrapped to the output's width (`output::say`).
+macro_rules! say {
+    ($($arg:tt)*) => {
+        $crate::output::say(&format!($($arg)*))
+    };
+}
+
+/// [`say!`] on stderr (`output::say_err`).
+macro_rules! say_err {
+    ($($arg:tt)*) => {
+        $crate::output::say_err(&format!($($arg)*))
+    };
+}
+
 mod actor;
 mod cmd;
 mod logging;
@@ -10,7 +24,6 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory as _, Parser, Subcommand};
 use tidegate_app::workspace;
-use tidegate_core::actor::Actor;
 
 /// mimalloc instead of the C library's allocator: the scheduler allocates and frees small
 /// records on several threads at once (the loop, the store's thread, the attempts), and glibc's
@@ -42,10 +55,10 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    Init(cmd::init::Args),
-    Validate(cmd::validate::Args),
+    Init(cmd::workspace::InitArgs),
+    Validate(cmd::workspace::ValidateArgs),
     Plan(cmd::plan::Args),
-    Submit(cmd::submit::Args),
+    Submit(cmd::run::SubmitArgs),
     Run(cmd::run::Args),
     Cancel(cmd::run::CancelArgs),
     Logs(cmd::logs::Args),
@@ -60,7 +73,7 @@ enum Command {
     History(cmd::history::Args),
     Tick(cmd::tick::Args),
     Serve(cmd::serve::Args),
-    Worker(cmd::worker::Args),
+    Worker(cmd::serve::WorkerArgs),
     #[command(subcommand)]
     Token(cmd::token::Command),
     Demo(cmd::demo::Args),
@@ -73,47 +86,7 @@ enum Command {
 
 fn main() -> ExitCode {
     quiet_on_closed_pipe();
-    let cli = Cli::parse();
-    let ws = cli.workspace.as_deref();
-    // Commands that act on a workspace's store act as an established actor; each operation checks
-    // the actor's role itself (`tidegate_app::actor::Access`). The others act as no one.
-    let mut actor = None;
-    if acts_on_store(&cli.command) {
-        match actor::establish(|| workspace::load(ws)?.open_store()) {
-            Ok(a) => actor = Some(a),
-            Err(e) => {
-                eprintln!("error: {e:#}");
-                return ExitCode::from(1);
-            }
-        }
-    }
-    let actor = || -> &Actor { actor.as_ref().expect("every command acting on a store has an established actor") };
-    let result = match cli.command {
-        Command::Init(args) => cmd::init::run(args),
-        Command::Validate(args) => cmd::validate::run(ws, args),
-        Command::Plan(args) => cmd::plan::run(ws, args),
-        Command::Submit(args) => cmd::submit::run(ws, actor(), args),
-        Command::Run(args) => cmd::run::run(ws, actor(), args),
-        Command::Cancel(args) => cmd::run::cancel(ws, actor(), args),
-        Command::Logs(args) => cmd::logs::run(ws, actor(), args),
-        Command::Backfill(command) => cmd::backfill::run(ws, actor(), command),
-        Command::Read(args) => cmd::data::read(ws, actor(), args),
-        Command::Sql(args) => cmd::data::sql(ws, actor(), args),
-        Command::Rollback(args) => cmd::rollback::rollback(ws, actor(), args),
-        Command::Reconcile(args) => cmd::rollback::reconcile(ws, actor(), args),
-        Command::Vacuum(args) => cmd::vacuum::run(ws, actor(), args),
-        Command::Status(args) => cmd::status::run(ws, actor(), args),
-        Command::History(args) => cmd::history::run(ws, actor(), args),
-        Command::Tick(args) => cmd::tick::run(ws, actor(), args),
-        Command::Serve(args) => cmd::serve::run(ws, actor(), args),
-        Command::Worker(args) => cmd::worker::run(ws, actor(), args),
-        Command::Token(command) => cmd::token::run(ws, actor(), command),
-        Command::Demo(args) => cmd::demo::run(args),
-        Command::Completions(args) => cmd::docs::completions(Cli::command(), &args),
-        Command::Man(args) => cmd::docs::man(Cli::command(), &args),
-        Command::DemoFeed(args) => cmd::demo::feed::run(args),
-    };
-    match result {
+    match run(Cli::parse()) {
         Ok(code) => code,
         Err(e) if is_closed_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
@@ -123,19 +96,37 @@ fn main() -> ExitCode {
     }
 }
 
-/// Whether a command acts on a workspace's store, and so as an established actor (init,
-/// validate, plan and the demo do not).
-fn acts_on_store(command: &Command) -> bool {
-    !matches!(
-        command,
-        Command::Init(_)
-            | Command::Validate(_)
-            | Command::Plan(_)
-            | Command::Demo(_)
-            | Command::DemoFeed(_)
-            | Command::Completions(_)
-            | Command::Man(_)
-    )
+/// Runs the command. Commands that act on a workspace's store act as an established actor, each
+/// operation checking the actor's role itself (`tidegate_app::actor::Access`); init, validate,
+/// plan, the demo and the documentation act as no one.
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let ws = cli.workspace.as_deref();
+    let actor = || actor::establish(|| workspace::load(ws)?.open_store());
+    match cli.command {
+        Command::Init(args) => cmd::workspace::init(args),
+        Command::Validate(args) => cmd::workspace::validate(ws, args),
+        Command::Plan(args) => cmd::plan::run(ws, args),
+        Command::Submit(args) => cmd::run::submit(ws, &actor()?, args),
+        Command::Run(args) => cmd::run::run(ws, &actor()?, args),
+        Command::Cancel(args) => cmd::run::cancel(ws, &actor()?, args),
+        Command::Logs(args) => cmd::logs::run(ws, &actor()?, args),
+        Command::Backfill(command) => cmd::backfill::run(ws, &actor()?, command),
+        Command::Read(args) => cmd::data::read(ws, &actor()?, args),
+        Command::Sql(args) => cmd::data::sql(ws, &actor()?, args),
+        Command::Rollback(args) => cmd::rollback::rollback(ws, &actor()?, args),
+        Command::Reconcile(args) => cmd::rollback::reconcile(ws, &actor()?, args),
+        Command::Vacuum(args) => cmd::vacuum::run(ws, &actor()?, args),
+        Command::Status(args) => cmd::status::run(ws, &actor()?, args),
+        Command::History(args) => cmd::history::run(ws, &actor()?, args),
+        Command::Tick(args) => cmd::tick::run(ws, &actor()?, args),
+        Command::Serve(args) => cmd::serve::run(ws, &actor()?, args),
+        Command::Worker(args) => cmd::serve::worker(ws, &actor()?, args),
+        Command::Token(command) => cmd::token::run(ws, &actor()?, command),
+        Command::Demo(args) => cmd::demo::run(args),
+        Command::Completions(args) => cmd::docs::completions(Cli::command(), &args),
+        Command::Man(args) => cmd::docs::man(Cli::command(), &args),
+        Command::DemoFeed(args) => cmd::demo::feed::run(args),
+    }
 }
 
 /// A reader that stops reading (`tidegate history | head -1`) is not an error: the command ends

@@ -33,7 +33,7 @@ pub struct ReadArgs {
     #[arg(long, short = 'p')]
     pub partition: Vec<String>,
     /// A Delta table version (see `tidegate history DATASET:PARTITION` or the table's log).
-    #[arg(long, conflicts_with = "release", value_parser = crate::cmd::table_version, allow_negative_numbers = true)]
+    #[arg(long, conflicts_with = "release", value_parser = tidegate_app::input::table_version, allow_negative_numbers = true)]
     pub version: Option<u64>,
     /// The table version a release published, or for a dataset it did not publish the one its
     /// pointer names; `latest` for the newest release pointer (see docs/reading-tables.md).
