@@ -161,67 +161,11 @@ fn is_closed_pipe(e: &anyhow::Error) -> bool {
 mod tests {
     use clap::CommandFactory;
 
-    /// clap's own consistency checks over every subcommand (duplicate flags, bad defaults).
+    /// clap's own consistency checks over every subcommand (duplicate flags, bad defaults). That
+    /// every `--help` fits 100 columns and ends with examples is checked on the binary's output
+    /// (`tests/cli/output.rs`).
     #[test]
     fn the_command_line_definition_is_consistent() {
         super::Cli::command().debug_assert();
-    }
-
-    /// Every command a user can call, with its path (`backfill plan`), depth first.
-    fn commands(command: &clap::Command, path: &str, out: &mut Vec<(String, clap::Command)>) {
-        for sub in command.get_subcommands().filter(|s| !s.is_hide_set() && s.get_name() != "help") {
-            let name = format!("{path} {}", sub.get_name()).trim().to_owned();
-            out.push((name.clone(), sub.clone()));
-            commands(sub, &name, out);
-        }
-    }
-
-    /// Every command's `--help` ends with examples whose lines fit the 100-column help, so a new
-    /// command cannot forget them and clap never wraps an example in the middle of a command.
-    #[test]
-    fn every_command_has_examples_that_fit() {
-        let mut all = Vec::new();
-        commands(&super::Cli::command(), "", &mut all);
-        assert!(all.len() > 30, "the walk finds the commands: {}", all.len());
-        let mut missing = Vec::new();
-        for (name, command) in &all {
-            let after = command.get_after_help().map(ToString::to_string).unwrap_or_default();
-            let Some(examples) = after.split_once("Examples:\n").map(|(_, e)| e) else {
-                missing.push(name.clone());
-                continue;
-            };
-            let lines: Vec<&str> = examples.lines().filter(|l| !l.trim().is_empty()).collect();
-            assert!(!lines.is_empty(), "`tidegate {name} --help` has an empty Examples section");
-            for line in lines {
-                assert!(line.starts_with("  "), "`tidegate {name}` example not indented: {line:?}");
-                assert!(
-                    line.chars().count() <= crate::output::WIDTH,
-                    "`tidegate {name}` example wider than {} columns: {line:?}",
-                    crate::output::WIDTH
-                );
-            }
-        }
-        assert!(missing.is_empty(), "commands without an Examples section in --help: {missing:?}");
-    }
-
-    /// Every command's `--help` and `-h`, usage line included (clap wraps the rest, not that),
-    /// fits 100 columns.
-    #[test]
-    fn every_help_fits_100_columns() {
-        let mut root = super::Cli::command();
-        root.build();
-        let mut all = vec![(String::new(), root.clone())];
-        commands(&root, "", &mut all);
-        for (name, mut command) in all {
-            for help in [command.render_long_help().to_string(), command.render_help().to_string()] {
-                for line in help.lines() {
-                    assert!(
-                        line.chars().count() <= crate::output::WIDTH,
-                        "`tidegate {name} --help` has a line wider than {} columns: {line:?}",
-                        crate::output::WIDTH
-                    );
-                }
-            }
-        }
     }
 }
