@@ -47,6 +47,17 @@ pub fn table(header: &[&str], rows: &[Vec<String>], whole: &[usize]) -> String {
     table_at(0, header, rows, whole)
 }
 
+/// Prints `items` as a [`table`], each row as `row` makes it.
+pub fn print_table<T>(
+    header: &[&str],
+    whole: &[usize],
+    items: impl IntoIterator<Item = T>,
+    row: impl FnMut(T) -> Vec<String>,
+) {
+    let rows: Vec<Vec<String>> = items.into_iter().map(row).collect();
+    print!("{}", table(header, &rows, whole));
+}
+
 /// [`table`], each line indented by `indent` spaces (and the table that much narrower).
 pub fn table_at(indent: usize, header: &[&str], rows: &[Vec<String>], whole: &[usize]) -> String {
     let mut t = comfy_table::Table::new();

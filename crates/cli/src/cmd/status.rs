@@ -43,24 +43,19 @@ fn print_status(status: &Status) {
     }
     // Four columns fit 100: the id whole (it is what `history` and `logs` take), the time, the
     // status over its trigger, and what the run covers over its steps, wrapped at spaces.
-    let rows: Vec<Vec<String>> = status
-        .runs
-        .iter()
-        .map(|r| {
-            let steps = r.steps.iter().map(|(s, n)| format!("{n} {s}")).collect::<Vec<_>>().join(", ");
-            let request = &r.run.request;
-            vec![
-                r.run.id.clone(),
-                r.run.created_at.format("%Y-%m-%d %H:%M").to_string(),
-                format!("{}\n{}", r.run.status, format!("{:?}", request.trigger).to_lowercase()),
-                // Several tasks (a tick's run) wrap at their commas.
-                format!("{} {}\n{steps}", request.target.replace(',', ", "), view::requested(&request.partitions, 2)),
-            ]
-        })
-        .collect();
     println!();
     let header = ["RUN", "CREATED (UTC)", "STATUS", "TARGET, PARTITIONS AND STEPS"];
-    print!("{}", output::table(&header, &rows, &[0, 1, 2]));
+    output::print_table(&header, &[0, 1, 2], &status.runs, |r| {
+        let steps = r.steps.iter().map(|(s, n)| format!("{n} {s}")).collect::<Vec<_>>().join(", ");
+        let request = &r.run.request;
+        vec![
+            r.run.id.clone(),
+            r.run.created_at.format("%Y-%m-%d %H:%M").to_string(),
+            format!("{}\n{}", r.run.status, format!("{:?}", request.trigger).to_lowercase()),
+            // Several tasks (a tick's run) wrap at their commas.
+            format!("{} {}\n{steps}", request.target.replace(',', ", "), view::requested(&request.partitions, 2)),
+        ]
+    });
 }
 
 fn print_debt(debt: &Debt) {

@@ -90,16 +90,12 @@ pub fn run(ws: Option<&Path>, actor: &Actor, command: Command) -> Result<ExitCod
                 println!("No tokens; mint one with `tidegate token create --name NAME --role ROLE`.");
                 return;
             }
-            let rows: Vec<Vec<String>> = tokens
-                .iter()
-                .map(|t| {
-                    let r = &t.record;
-                    let state = format!("{:?}", t.state).to_lowercase();
-                    vec![r.id.clone(), r.name.clone(), r.role.to_string(), state, fmt_expiry(r), r.created_by.clone()]
-                })
-                .collect();
             let header = ["id", "name", "role", "state", "expires", "minted by"];
-            print!("{}", output::table(&header, &rows, &[0]));
+            output::print_table(&header, &[0], tokens, |t| {
+                let r = &t.record;
+                let state = format!("{:?}", t.state).to_lowercase();
+                vec![r.id.clone(), r.name.clone(), r.role.to_string(), state, fmt_expiry(r), r.created_by.clone()]
+            });
         }),
         Command::Revoke(args) => {
             output::emit(args.out.json, &token::revoke(&ws, store.as_ref(), actor, &args.id)?, |r| {

@@ -178,21 +178,17 @@ pub fn list(ws: Option<&Path>, actor: &Actor, args: ListArgs) -> Result<ExitCode
             println!("  tidegate backfill plan TARGET --from A --to B --reprocess all --reason \"...\"");
             return;
         }
-        let rows: Vec<Vec<String>> = backfills
-            .iter()
-            .map(|b| {
-                let partitions: usize = b.footprint.values().map(Vec::len).sum();
-                vec![
-                    b.id.clone(),
-                    b.status.to_string(),
-                    b.requester.clone(),
-                    b.created_at.format("%Y-%m-%d %H:%M").to_string(),
-                    format!("{} datasets, {partitions} partitions", b.footprint.len()),
-                    b.reason.clone(),
-                ]
-            })
-            .collect();
         let header = ["id", "status", "requester", "planned", "footprint", "reason"];
-        print!("{}", output::table(&header, &rows, &[0]));
+        output::print_table(&header, &[0], backfills, |b| {
+            let partitions: usize = b.footprint.values().map(Vec::len).sum();
+            vec![
+                b.id.clone(),
+                b.status.to_string(),
+                b.requester.clone(),
+                b.created_at.format("%Y-%m-%d %H:%M").to_string(),
+                format!("{} datasets, {partitions} partitions", b.footprint.len()),
+                b.reason.clone(),
+            ]
+        });
     })
 }

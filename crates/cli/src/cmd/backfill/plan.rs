@@ -103,23 +103,18 @@ pub(crate) fn print_plan(planned: &Planned) {
     );
     println!();
     println!("Blast radius:");
-    let rows: Vec<Vec<String>> = br
-        .datasets
-        .iter()
-        .map(|d| {
-            // The task only when it is not named as its dataset; the cell wraps at its spaces.
-            let task = if d.task == d.dataset { String::new() } else { format!(" (task {})", d.task) };
-            vec![
-                format!("{}{task}{}", d.dataset, if d.downstream { " (downstream)" } else { "" }),
-                view::keys(&d.partitions, 2),
-                d.current_rows.to_string(),
-                output::human_bytes(d.current_bytes),
-                if d.consumers.is_empty() { "-".to_owned() } else { d.consumers.join(", ") },
-            ]
-        })
-        .collect();
     let header = ["dataset", "partitions", "rows now", "bytes now", "consumers"];
-    print!("{}", output::table(&header, &rows, &[1]));
+    output::print_table(&header, &[1], &br.datasets, |d| {
+        // The task only when it is not named as its dataset; the cell wraps at its spaces.
+        let task = if d.task == d.dataset { String::new() } else { format!(" (task {})", d.task) };
+        vec![
+            format!("{}{task}{}", d.dataset, if d.downstream { " (downstream)" } else { "" }),
+            view::keys(&d.partitions, 2),
+            d.current_rows.to_string(),
+            output::human_bytes(d.current_bytes),
+            if d.consumers.is_empty() { "-".to_owned() } else { d.consumers.join(", ") },
+        ]
+    });
     match (br.estimated_compute_s, br.estimated_wall_s) {
         (Some(c), Some(w)) => {
             println!("Estimated compute {c:.1} s (about {w:.1} s under the throttle), from step history")

@@ -155,33 +155,29 @@ fn print_review(review: &Review, hash: &str) {
             d.published_version.map_or_else(|| "none".to_owned(), |v| v.to_string()),
         );
         let shown: Vec<_> = d.partitions.iter().take(MAX_PARTITIONS_SHOWN).collect();
-        let rows: Vec<Vec<String>> = shown
-            .iter()
-            .map(|p| {
-                let moved: Vec<String> = p
-                    .columns
-                    .iter()
-                    .filter_map(|c| match (c.mean_before, c.mean_after) {
-                        (Some(a), Some(b)) if (a - b).abs() > f64::EPSILON * a.abs().max(1.0) => {
-                            Some(format!("{} {a:.4}->{b:.4}", c.column))
-                        }
-                        _ => None,
-                    })
-                    .collect();
-                vec![
-                    p.partition.clone(),
-                    p.rows_before.to_string(),
-                    p.rows_after.to_string(),
-                    p.n_added.to_string(),
-                    p.n_removed.to_string(),
-                    p.n_changed.to_string(),
-                    if moved.is_empty() { "-".to_owned() } else { moved.join("; ") },
-                    if p.flagged.is_empty() { String::new() } else { "FLAG".to_owned() },
-                ]
-            })
-            .collect();
         let header = ["partition", "before", "after", "added", "removed", "changed", "column means", "flag"];
-        print!("{}", output::table(&header, &rows, &[0]));
+        output::print_table(&header, &[0], &shown, |p| {
+            let moved: Vec<String> = p
+                .columns
+                .iter()
+                .filter_map(|c| match (c.mean_before, c.mean_after) {
+                    (Some(a), Some(b)) if (a - b).abs() > f64::EPSILON * a.abs().max(1.0) => {
+                        Some(format!("{} {a:.4}->{b:.4}", c.column))
+                    }
+                    _ => None,
+                })
+                .collect();
+            vec![
+                p.partition.clone(),
+                p.rows_before.to_string(),
+                p.rows_after.to_string(),
+                p.n_added.to_string(),
+                p.n_removed.to_string(),
+                p.n_changed.to_string(),
+                if moved.is_empty() { "-".to_owned() } else { moved.join("; ") },
+                if p.flagged.is_empty() { String::new() } else { "FLAG".to_owned() },
+            ]
+        });
         if d.partitions.len() > shown.len() {
             println!("  ... and {} more partitions (see --json or --html)", d.partitions.len() - shown.len());
         }
