@@ -94,13 +94,7 @@ pub fn sql(ws: Option<&Path>, actor: &Actor, args: SqlArgs) -> Result<ExitCode> 
 pub fn print_batches(batches: &[RecordBatch], format: &Format) -> Result<()> {
     use tidegate_lake::arrow;
     if format.json {
-        let mut w = arrow::json::ArrayWriter::new(Vec::new());
-        for b in batches {
-            w.write(b)?;
-        }
-        w.finish()?;
-        let bytes = w.into_inner();
-        println!("{}", if bytes.is_empty() { "[]" } else { std::str::from_utf8(&bytes)? });
+        println!("{}", std::str::from_utf8(&data::json_rows(batches)?)?);
     } else if format.csv {
         let mut w = arrow::csv::Writer::new(std::io::stdout());
         for b in batches {
