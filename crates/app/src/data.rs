@@ -119,6 +119,18 @@ async fn release_version(ws: &Workspace, lake: &Lake, release: &str, dataset: &s
     }
 }
 
+/// `batches` as a JSON array of objects, one a row, each column a key in the table's order; `[]`
+/// when there are no rows.
+pub fn json_rows(batches: &[RecordBatch]) -> Result<Vec<u8>> {
+    let mut writer = tidegate_lake::arrow::json::ArrayWriter::new(Vec::new());
+    for b in batches {
+        writer.write(b)?;
+    }
+    writer.finish()?;
+    let bytes = writer.into_inner();
+    Ok(if bytes.is_empty() { b"[]".to_vec() } else { bytes })
+}
+
 /// The first `n` rows of `batches`.
 fn limit(batches: Vec<RecordBatch>, mut n: usize) -> Vec<RecordBatch> {
     let mut out = Vec::new();

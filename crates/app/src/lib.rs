@@ -10,6 +10,7 @@ pub mod anchor;
 pub mod backfill;
 pub mod data;
 pub mod history;
+pub mod input;
 pub mod listing;
 pub mod lock;
 pub mod logs;
@@ -25,6 +26,7 @@ pub mod submit;
 pub mod target;
 pub mod token;
 pub mod vacuum;
+pub mod view;
 pub mod worker;
 pub mod workspace;
 

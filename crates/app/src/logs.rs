@@ -2,8 +2,9 @@
 //! the engine), found by run, by step, or by task and partition, and the failures of a run with
 //! their reasons and where their logs are.
 
-use std::io::{Read as _, Seek as _, SeekFrom};
-use std::path::PathBuf;
+use std::io::{Read as _, Seek as _, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use serde::Serialize;
@@ -17,6 +18,9 @@ use crate::workspace::Workspace;
 
 /// The most a single read of a log returns, so a huge log is followed in pieces.
 pub const READ_BYTES_MAX: u64 = 1 << 20;
+
+/// How often [`follow`] looks for new output and whether the step finished.
+pub const FOLLOW_EVERY: Duration = Duration::from_millis(500);
 
 /// Whose logs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,13 +105,43 @@ pub fn attempts(
 }
 
 /// Up to [`READ_BYTES_MAX`] bytes of `path` from byte `from`, and the offset to read on from.
-pub fn read(path: &std::path::Path, from: u64) -> Result<(Vec<u8>, u64)> {
+pub fn read(path: &Path, from: u64) -> Result<(Vec<u8>, u64)> {
     let mut file = std::fs::File::open(path).with_context(|| format!("opening the log {}", path.display()))?;
     file.seek(SeekFrom::Start(from))?;
     let mut bytes = Vec::new();
     file.take(READ_BYTES_MAX).read_to_end(&mut bytes)?;
     let next = from + u64::try_from(bytes.len()).unwrap_or(u64::MAX);
     Ok((bytes, next))
+}
+
+/// Writes what `files` (logs of `attempt`, one of the attempts `selector` names) gain past their
+/// current ends to `out` as it is written, looking every [`FOLLOW_EVERY`], until the attempt's
+/// step is finished.
+pub fn follow(
+    ws: &Workspace,
+    store: &dyn Store,
+    actor: &Actor,
+    selector: &Selector,
+    attempt: &AttemptLogs,
+    files: &[&Path],
+    out: &mut dyn Write,
+) -> Result<()> {
+    let mut offsets: Vec<u64> = files.iter().map(|p| std::fs::metadata(p).map_or(0, |m| m.len())).collect();
+    loop {
+        let now = attempts(ws, store, actor, selector, Some(attempt.attempt))?;
+        let finished = now.iter().find(|a| a.step_id == attempt.step_id).is_none_or(|a| a.status.is_terminal());
+        for (path, offset) in files.iter().zip(offsets.iter_mut()) {
+            if let Ok((bytes, next)) = read(path, *offset) {
+                out.write_all(&bytes)?;
+                out.flush()?;
+                *offset = next;
+            }
+        }
+        if finished {
+            return Ok(());
+        }
+        std::thread::sleep(FOLLOW_EVERY);
+    }
 }
 
 /// The failed steps of `run_id`, in step order, with their last reason and log.

@@ -19,6 +19,9 @@ use tidegate_store::{ActiveStep, Decision, JournalMeta, Store};
 use crate::actor::{Access, require};
 use crate::workspace::{Workspace, open_lake, runtime};
 
+/// How long finished attempts' logs are kept unless a reconcile is told otherwise.
+pub const DEFAULT_KEEP_LOGS: &str = "30d";
+
 /// The most releases read to learn which table versions the store knows.
 pub const MAX_RELEASES_RECONCILED: u32 = 1_000_000;
 

@@ -2,8 +2,9 @@
 //! run until it settles.
 
 use std::sync::Arc;
+use std::time::Instant;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use tidegate_core::actor::Actor;
 use tidegate_core::state::StepEvent;
 use tidegate_engine::executor::ProgressFn;
@@ -12,6 +13,8 @@ use tidegate_lake::Lake;
 use tidegate_store::{JournalMeta, RunRecord, StepEventRecord, StepRecord, Store};
 
 use crate::actor::{Access, require};
+use crate::logs::{StepFailure, failures};
+use crate::submit::Submitted;
 use crate::workspace::{Workspace, open_lake, runtime};
 
 /// The in-process engine for a workspace, on the workspace's clock.
@@ -62,6 +65,53 @@ pub fn execute(
             Scope::RunAndQueue(run_id) => engine.drain_until(run_id).await?,
         })
     })
+}
+
+/// A submitted run executed in this process: where it ended, and what failed.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Outcome {
+    /// The run.
+    pub run_id: String,
+    /// False when the submission found the run already created (and this resumed it).
+    pub created: bool,
+    /// The run's status when the execution stopped.
+    pub status: String,
+    /// What the execution did.
+    pub summary: Summary,
+    /// How long it took, in seconds.
+    pub elapsed_s: f64,
+    /// The run's failed steps, with their reasons and logs.
+    pub failures: Vec<StepFailure>,
+}
+
+impl Outcome {
+    /// Whether every step that settled succeeded (none failed).
+    pub fn succeeded(&self) -> bool {
+        self.summary.failed == 0
+    }
+}
+
+/// Executes the `submitted` run in this process with `workers` slots until it settles (and every
+/// other unfinished run meanwhile when `with_queue`, as `tidegate serve` would), and reports
+/// where it ended. `progress` is told the steps by status as they change.
+pub fn execute_submitted(
+    ws: &Workspace,
+    store: Arc<dyn Store>,
+    actor: &Actor,
+    submitted: &Submitted,
+    workers: usize,
+    with_queue: bool,
+    progress: Option<ProgressFn>,
+) -> Result<Outcome> {
+    let started = Instant::now();
+    let run_id = submitted.run.id.as_str();
+    let scope = if with_queue { Scope::RunAndQueue(run_id) } else { Scope::Run(run_id) };
+    let summary = execute(ws, store.clone(), actor, workers, progress, scope)?;
+    let elapsed_s = started.elapsed().as_secs_f64();
+    let run = store.run(run_id)?.context("the run vanished from the store")?;
+    let failures = failures(ws, store.as_ref(), actor, run_id)?;
+    let (created, status) = (submitted.created, run.status.to_string());
+    Ok(Outcome { run_id: run.id, created, status, summary, elapsed_s, failures })
 }
 
 /// A run cancelled.

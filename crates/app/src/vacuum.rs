@@ -210,6 +210,17 @@ pub enum Keep {
     Since(DateTime<Utc>),
 }
 
+impl Keep {
+    /// The releases made within `age` before `now` when given, else the `newest` N of each dataset
+    /// ([`DEFAULT_RETAIN_RELEASES`] unless given).
+    pub fn of(age: Option<chrono::Duration>, newest: Option<u32>, now: DateTime<Utc>) -> Keep {
+        match age {
+            Some(age) => Keep::Since(now - age),
+            None => Keep::Newest(newest.unwrap_or(DEFAULT_RETAIN_RELEASES)),
+        }
+    }
+}
+
 /// The table versions of `dataset` that kept releases need: each kept release's version and the
 /// one before it (the target of `rollback --to-release`).
 fn kept_versions(store: &dyn Store, dataset: &str, keep: Keep) -> Result<BTreeSet<u64>> {

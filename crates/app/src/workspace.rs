@@ -35,6 +35,9 @@ pub struct Workspace {
 pub const EXAMPLE_FILES: &[(&str, &str)] =
     &[(SPEC_FILE, spec::EXAMPLE), ("tasks/clean_events.py", include_str!("../assets/clean_events.py"))];
 
+/// The example's final task, suggested as the first thing to plan and run.
+pub const EXAMPLE_TARGET: &str = "daily_stats";
+
 /// The ignore file a new workspace gets unless it has one: local state stays out of git.
 pub const GITIGNORE: &str = ".gitignore";
 const GITIGNORE_TEXT: &str = "# Local state and tables written by tidegate.\n.tidegate/\n";
@@ -269,6 +272,8 @@ mod tests {
         assert_eq!(written, ["tidegate.toml", "tasks/clean_events.py", GITIGNORE]);
         let validation = validate(Some(dir.path())).expect("its spec is read");
         assert!(validation.valid && validation.n_tasks > 0, "{validation:?}");
+        let spec = spec::parse(SPEC_FILE, spec::EXAMPLE).expect("the example parses");
+        assert!(spec.tasks.contains_key(EXAMPLE_TARGET), "the suggested target is a task of the example");
         let again = create(dir.path(), true).expect_err("a second init overwrites nothing");
         assert!(again.to_string().contains("already exist"), "{again}");
     }

@@ -1,5 +1,19 @@
 //! The `tidegate` command: the only crate that prints for humans.
 
+/// Prints `format!`'s text for people, wrapped to the output's width (`output::say`).
+macro_rules! say {
+    ($($arg:tt)*) => {
+        $crate::output::say(&format!($($arg)*))
+    };
+}
+
+/// [`say!`] on stderr (`output::say_err`).
+macro_rules! say_err {
+    ($($arg:tt)*) => {
+        $crate::output::say_err(&format!($($arg)*))
+    };
+}
+
 mod actor;
 mod cmd;
 mod logging;
@@ -10,7 +24,6 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory as _, Parser, Subcommand};
 use tidegate_app::workspace;
-use tidegate_core::actor::Actor;
 
 /// mimalloc instead of the C library's allocator: the scheduler allocates and frees small
 /// records on several threads at once (the loop, the store's thread, the attempts), and glibc's
@@ -42,10 +55,10 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    Init(cmd::init::Args),
-    Validate(cmd::validate::Args),
+    Init(cmd::workspace::InitArgs),
+    Validate(cmd::workspace::ValidateArgs),
     Plan(cmd::plan::Args),
-    Submit(cmd::submit::Args),
+    Submit(cmd::run::SubmitArgs),
     Run(cmd::run::Args),
     Cancel(cmd::run::CancelArgs),
     Logs(cmd::logs::Args),
@@ -60,7 +73,7 @@ enum Command {
     History(cmd::history::Args),
     Tick(cmd::tick::Args),
     Serve(cmd::serve::Args),
-    Worker(cmd::worker::Args),
+    Worker(cmd::serve::WorkerArgs),
     #[command(subcommand)]
     Token(cmd::token::Command),
     Demo(cmd::demo::Args),
@@ -73,47 +86,7 @@ enum Command {
 
 fn main() -> ExitCode {
     quiet_on_closed_pipe();
-    let cli = Cli::parse();
-    let ws = cli.workspace.as_deref();
-    // Commands that act on a workspace's store act as an established actor; each operation checks
-    // the actor's role itself (`tidegate_app::actor::Access`). The others act as no one.
-    let mut actor = None;
-    if acts_on_store(&cli.command) {
-        match actor::establish(|| workspace::load(ws)?.open_store()) {
-            Ok(a) => actor = Some(a),
-            Err(e) => {
-                eprintln!("error: {e:#}");
-                return ExitCode::from(1);
-            }
-        }
-    }
-    let actor = || -> &Actor { actor.as_ref().expect("every command acting on a store has an established actor") };
-    let result = match cli.command {
-        Command::Init(args) => cmd::init::run(args),
-        Command::Validate(args) => cmd::validate::run(ws, args),
-        Command::Plan(args) => cmd::plan::run(ws, args),
-        Command::Submit(args) => cmd::submit::run(ws, actor(), args),
-        Command::Run(args) => cmd::run::run(ws, actor(), args),
-        Command::Cancel(args) => cmd::run::cancel(ws, actor(), args),
-        Command::Logs(args) => cmd::logs::run(ws, actor(), args),
-        Command::Backfill(command) => cmd::backfill::run(ws, actor(), command),
-        Command::Read(args) => cmd::data::read(ws, actor(), args),
-        Command::Sql(args) => cmd::data::sql(ws, actor(), args),
-        Command::Rollback(args) => cmd::rollback::rollback(ws, actor(), args),
-        Command::Reconcile(args) => cmd::rollback::reconcile(ws, actor(), args),
-        Command::Vacuum(args) => cmd::vacuum::run(ws, actor(), args),
-        Command::Status(args) => cmd::status::run(ws, actor(), args),
-        Command::History(args) => cmd::history::run(ws, actor(), args),
-        Command::Tick(args) => cmd::tick::run(ws, actor(), args),
-        Command::Serve(args) => cmd::serve::run(ws, actor(), args),
-        Command::Worker(args) => cmd::worker::run(ws, actor(), args),
-        Command::Token(command) => cmd::token::run(ws, actor(), command),
-        Command::Demo(args) => cmd::demo::run(args),
-        Command::Completions(args) => cmd::docs::completions(Cli::command(), &args),
-        Command::Man(args) => cmd::docs::man(Cli::command(), &args),
-        Command::DemoFeed(args) => cmd::demo::feed::run(args),
-    };
-    match result {
+    match run(Cli::parse()) {
         Ok(code) => code,
         Err(e) if is_closed_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
@@ -123,19 +96,37 @@ fn main() -> ExitCode {
     }
 }
 
-/// Whether a command acts on a workspace's store, and so as an established actor (init,
-/// validate, plan and the demo do not).
-fn acts_on_store(command: &Command) -> bool {
-    !matches!(
-        command,
-        Command::Init(_)
-            | Command::Validate(_)
-            | Command::Plan(_)
-            | Command::Demo(_)
-            | Command::DemoFeed(_)
-            | Command::Completions(_)
-            | Command::Man(_)
-    )
+/// Runs the command. Commands that act on a workspace's store act as an established actor, each
+/// operation checking the actor's role itself (`tidegate_app::actor::Access`); init, validate,
+/// plan, the demo and the documentation act as no one.
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let ws = cli.workspace.as_deref();
+    let actor = || actor::establish(|| workspace::load(ws)?.open_store());
+    match cli.command {
+        Command::Init(args) => cmd::workspace::init(args),
+        Command::Validate(args) => cmd::workspace::validate(ws, args),
+        Command::Plan(args) => cmd::plan::run(ws, args),
+        Command::Submit(args) => cmd::run::submit(ws, &actor()?, args),
+        Command::Run(args) => cmd::run::run(ws, &actor()?, args),
+        Command::Cancel(args) => cmd::run::cancel(ws, &actor()?, args),
+        Command::Logs(args) => cmd::logs::run(ws, &actor()?, args),
+        Command::Backfill(command) => cmd::backfill::run(ws, &actor()?, command),
+        Command::Read(args) => cmd::data::read(ws, &actor()?, args),
+        Command::Sql(args) => cmd::data::sql(ws, &actor()?, args),
+        Command::Rollback(args) => cmd::rollback::rollback(ws, &actor()?, args),
+        Command::Reconcile(args) => cmd::rollback::reconcile(ws, &actor()?, args),
+        Command::Vacuum(args) => cmd::vacuum::run(ws, &actor()?, args),
+        Command::Status(args) => cmd::status::run(ws, &actor()?, args),
+        Command::History(args) => cmd::history::run(ws, &actor()?, args),
+        Command::Tick(args) => cmd::tick::run(ws, &actor()?, args),
+        Command::Serve(args) => cmd::serve::run(ws, &actor()?, args),
+        Command::Worker(args) => cmd::serve::worker(ws, &actor()?, args),
+        Command::Token(command) => cmd::token::run(ws, &actor()?, command),
+        Command::Demo(args) => cmd::demo::run(args),
+        Command::Completions(args) => cmd::docs::completions(Cli::command(), &args),
+        Command::Man(args) => cmd::docs::man(Cli::command(), &args),
+        Command::DemoFeed(args) => cmd::demo::feed::run(args),
+    }
 }
 
 /// A reader that stops reading (`tidegate history | head -1`) is not an error: the command ends
@@ -170,67 +161,11 @@ fn is_closed_pipe(e: &anyhow::Error) -> bool {
 mod tests {
     use clap::CommandFactory;
 
-    /// clap's own consistency checks over every subcommand (duplicate flags, bad defaults).
+    /// clap's own consistency checks over every subcommand (duplicate flags, bad defaults). That
+    /// every `--help` fits 100 columns and ends with examples is checked on the binary's output
+    /// (`tests/cli/output.rs`).
     #[test]
     fn the_command_line_definition_is_consistent() {
         super::Cli::command().debug_assert();
-    }
-
-    /// Every command a user can call, with its path (`backfill plan`), depth first.
-    fn commands(command: &clap::Command, path: &str, out: &mut Vec<(String, clap::Command)>) {
-        for sub in command.get_subcommands().filter(|s| !s.is_hide_set() && s.get_name() != "help") {
-            let name = format!("{path} {}", sub.get_name()).trim().to_owned();
-            out.push((name.clone(), sub.clone()));
-            commands(sub, &name, out);
-        }
-    }
-
-    /// Every command's `--help` ends with examples whose lines fit the 100-column help, so a new
-    /// command cannot forget them and clap never wraps an example in the middle of a command.
-    #[test]
-    fn every_command_has_examples_that_fit() {
-        let mut all = Vec::new();
-        commands(&super::Cli::command(), "", &mut all);
-        assert!(all.len() > 30, "the walk finds the commands: {}", all.len());
-        let mut missing = Vec::new();
-        for (name, command) in &all {
-            let after = command.get_after_help().map(ToString::to_string).unwrap_or_default();
-            let Some(examples) = after.split_once("Examples:\n").map(|(_, e)| e) else {
-                missing.push(name.clone());
-                continue;
-            };
-            let lines: Vec<&str> = examples.lines().filter(|l| !l.trim().is_empty()).collect();
-            assert!(!lines.is_empty(), "`tidegate {name} --help` has an empty Examples section");
-            for line in lines {
-                assert!(line.starts_with("  "), "`tidegate {name}` example not indented: {line:?}");
-                assert!(
-                    line.chars().count() <= crate::output::WIDTH,
-                    "`tidegate {name}` example wider than {} columns: {line:?}",
-                    crate::output::WIDTH
-                );
-            }
-        }
-        assert!(missing.is_empty(), "commands without an Examples section in --help: {missing:?}");
-    }
-
-    /// Every command's `--help` and `-h`, usage line included (clap wraps the rest, not that),
-    /// fits 100 columns.
-    #[test]
-    fn every_help_fits_100_columns() {
-        let mut root = super::Cli::command();
-        root.build();
-        let mut all = vec![(String::new(), root.clone())];
-        commands(&root, "", &mut all);
-        for (name, mut command) in all {
-            for help in [command.render_long_help().to_string(), command.render_help().to_string()] {
-                for line in help.lines() {
-                    assert!(
-                        line.chars().count() <= crate::output::WIDTH,
-                        "`tidegate {name} --help` has a line wider than {} columns: {line:?}",
-                        crate::output::WIDTH
-                    );
-                }
-            }
-        }
     }
 }

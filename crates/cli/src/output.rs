@@ -2,13 +2,15 @@
 //!
 //! Human output fits [`WIDTH`] columns (or a narrower terminal): tables wrap their widest cells
 //! ([`table`]), long sentences wrap with a hanging indent ([`say`]), and long lists of partitions
-//! become ranges ([`keys`]). `--json` output is never shaped for people. The rows `read` and `sql`
-//! print are the user's data and are printed whole, however wide (`cmd::data`).
+//! become ranges (`tidegate_app::view::keys`). `--json` output is never shaped for people. The
+//! rows `read` and `sql` print are the user's data and are printed whole, however wide
+//! (`cmd::data`).
+
+use std::process::ExitCode;
 
 use anyhow::Result;
 use comfy_table::{ColumnConstraint, ContentArrangement, presets};
 use serde::Serialize;
-use tidegate_core::partition::{Grain, TimeAxis};
 
 /// The widest human output, in columns (clap's help uses the same).
 pub const WIDTH: usize = 100;
@@ -17,6 +19,17 @@ pub const WIDTH: usize = 100;
 pub fn json<T: Serialize>(value: &T) -> Result<()> {
     println!("{}", serde_json::to_string_pretty(value)?);
     Ok(())
+}
+
+/// A command's result: `value` as JSON with `--json`, else as `human` prints it for people;
+/// the command succeeded.
+pub fn emit<T: Serialize>(json: bool, value: &T, human: impl FnOnce(&T)) -> Result<ExitCode> {
+    if json {
+        self::json(value)?;
+    } else {
+        human(value);
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The columns human output may use: [`WIDTH`], or the terminal's width when stdout is a
@@ -32,6 +45,17 @@ pub fn width() -> usize {
 /// (identifiers a user copies).
 pub fn table(header: &[&str], rows: &[Vec<String>], whole: &[usize]) -> String {
     table_at(0, header, rows, whole)
+}
+
+/// Prints `items` as a [`table`], each row as `row` makes it.
+pub fn print_table<T>(
+    header: &[&str],
+    whole: &[usize],
+    items: impl IntoIterator<Item = T>,
+    row: impl FnMut(T) -> Vec<String>,
+) {
+    let rows: Vec<Vec<String>> = items.into_iter().map(row).collect();
+    print!("{}", table(header, &rows, whole));
 }
 
 /// [`table`], each line indented by `indent` spaces (and the table that much narrower).
@@ -106,142 +130,9 @@ pub fn human_bytes(n: u64) -> String {
     bytesize::ByteSize::b(n).display().iec().to_string()
 }
 
-/// How many groups (ranges or single keys) [`keys`] shows before "and N more".
-pub const MAX_GROUPS: usize = 4;
-
-/// Partition keys for people: runs of consecutive keys as `A..B (N)`, other keys as they are,
-/// at most `max_groups` of them, then `and N more` (N counting keys). Keys are consecutive when
-/// each is the next interval of the one before (`2024-01-05`, `2024-W05`, `2024-01`,
-/// `2024-01-05T07`) or the next whole number (table versions); static keys are never ranges.
-pub fn keys(keys: &[String], max_groups: usize) -> String {
-    summarize(groups("", keys), max_groups)
-}
-
-/// Step names (`task@partition`) for people, as [`keys`] shows partitions: each task's
-/// consecutive partitions as `task@A..B (N)`, in the order the tasks first appear.
-pub fn steps(names: &[String], max_groups: usize) -> String {
-    let mut tasks: Vec<(&str, Vec<String>)> = Vec::new();
-    for name in names {
-        let (task, key) = name.split_once('@').unwrap_or(("", name.as_str()));
-        match tasks.iter_mut().find(|(t, _)| *t == task) {
-            Some((_, keys)) => keys.push(key.to_owned()),
-            None => tasks.push((task, vec![key.to_owned()])),
-        }
-    }
-    let all = tasks
-        .iter()
-        .flat_map(|(task, keys)| groups(&if task.is_empty() { String::new() } else { format!("{task}@") }, keys));
-    summarize(all.collect(), max_groups)
-}
-
-/// A run of consecutive keys: its first and last, with a prefix, and how many.
-struct Group {
-    first: String,
-    last: String,
-    n: usize,
-}
-
-/// `keys` grouped into runs of consecutive keys, each key prefixed by `prefix`.
-fn groups(prefix: &str, keys: &[String]) -> Vec<Group> {
-    let mut out: Vec<(&str, &str, usize)> = Vec::new();
-    for key in keys {
-        match out.last_mut() {
-            Some((_, last, n)) if next_key(last).as_deref() == Some(key.as_str()) => {
-                *last = key;
-                *n += 1;
-            }
-            _ => out.push((key, key, 1)),
-        }
-    }
-    out.into_iter()
-        .map(|(first, last, n)| Group { first: format!("{prefix}{first}"), last: last.to_owned(), n })
-        .collect()
-}
-
-/// At most `max_groups` groups (one key, two keys, or `A..B (N)`), then `and N more`.
-fn summarize(groups: Vec<Group>, max_groups: usize) -> String {
-    let shown = groups.len().min(max_groups.max(1));
-    let mut parts: Vec<String> = Vec::new();
-    for g in &groups[..shown] {
-        match g.n {
-            1 => parts.push(g.first.clone()),
-            2 => {
-                let prefix = g.first.split_once('@').map(|(t, _)| format!("{t}@")).unwrap_or_default();
-                parts.extend([g.first.clone(), format!("{prefix}{}", g.last)]);
-            }
-            n => parts.push(format!("{}..{} ({n})", g.first, g.last)),
-        }
-    }
-    let left: usize = groups[shown..].iter().map(|g| g.n).sum();
-    if left > 0 {
-        parts.push(format!("and {left} more"));
-    }
-    parts.join(", ")
-}
-
-/// The key after `key`: the next interval of a time key of any grain (read as UTC), or the next
-/// whole number; `None` for anything else.
-fn next_key(key: &str) -> Option<String> {
-    if let Ok(n) = key.parse::<u64>() {
-        return n.checked_add(1).map(|n| n.to_string());
-    }
-    let origin = chrono::DateTime::UNIX_EPOCH - chrono::Duration::days(365 * 70);
-    Grain::ALL.into_iter().find_map(|grain| {
-        let axis = TimeAxis::new(grain, origin, None);
-        let start = axis.parse_key(key).ok()?;
-        Some(axis.key(axis.shift(start, 1)))
-    })
-}
-
-/// Partition keys for people, named: `partition A`, or `partitions ` and the list as [`keys`]
-/// shows it (`A..B (N)` for consecutive keys, `and N more` past [`MAX_GROUPS`]).
-pub fn partition_list(list: &[String]) -> String {
-    match list {
-        [] => "no partitions".to_owned(),
-        [one] => format!("partition {one}"),
-        _ => format!("partitions {}", keys(list, MAX_GROUPS)),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn owned(keys: &[&str]) -> Vec<String> {
-        keys.iter().map(|k| (*k).to_owned()).collect()
-    }
-
-    #[test]
-    fn consecutive_partitions_become_ranges() {
-        let days = owned(&["2024-01-01", "2024-01-02", "2024-01-03", "2024-01-05", "2024-01-07", "2024-01-08"]);
-        assert_eq!(keys(&days, 4), "2024-01-01..2024-01-03 (3), 2024-01-05, 2024-01-07, 2024-01-08");
-        let weeks: Vec<String> = (5..=52).map(|w| format!("2024-W{w:02}")).chain(["2025-W01".to_owned()]).collect();
-        assert_eq!(keys(&weeks, 4), "2024-W05..2025-W01 (49)");
-        let months = owned(&["2023-11", "2023-12", "2024-01"]);
-        assert_eq!(keys(&months, 4), "2023-11..2024-01 (3)");
-        let hours = owned(&["2024-01-01T22", "2024-01-01T23", "2024-01-02T00"]);
-        assert_eq!(keys(&hours, 4), "2024-01-01T22..2024-01-02T00 (3)");
-        let versions = owned(&["0", "1", "2", "3", "7"]);
-        assert_eq!(keys(&versions, 4), "0..3 (4), 7");
-    }
-
-    #[test]
-    fn long_lists_end_with_how_many_more() {
-        let scattered = owned(&["2024-01-01", "2024-01-03", "2024-01-05", "2024-01-07", "2024-01-09", "2024-01-11"]);
-        assert_eq!(keys(&scattered, 4), "2024-01-01, 2024-01-03, 2024-01-05, 2024-01-07, and 2 more");
-        let statics = owned(&["eu", "us", "apac"]);
-        assert_eq!(keys(&statics, 2), "eu, us, and 1 more");
-        assert_eq!(keys(&[], 4), "");
-        assert_eq!(partition_list(&scattered[..1]), "partition 2024-01-01");
-        assert_eq!(partition_list(&scattered[..2]), "partitions 2024-01-01, 2024-01-03");
-    }
-
-    #[test]
-    fn steps_are_grouped_by_task() {
-        let names = owned(&["a@2024-01-01", "a@2024-01-02", "a@2024-01-03", "b@2024-W01", "b@2024-W02", "c@eu"]);
-        assert_eq!(steps(&names, 4), "a@2024-01-01..2024-01-03 (3), b@2024-W01, b@2024-W02, c@eu");
-        assert_eq!(steps(&names, 1), "a@2024-01-01..2024-01-03 (3), and 3 more");
-    }
 
     #[test]
     fn tables_wrap_to_the_width_and_keep_identifiers_whole() {

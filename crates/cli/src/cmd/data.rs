@@ -33,7 +33,7 @@ pub struct ReadArgs {
     #[arg(long, short = 'p')]
     pub partition: Vec<String>,
     /// A Delta table version (see `tidegate history DATASET:PARTITION` or the table's log).
-    #[arg(long, conflicts_with = "release", value_parser = crate::cmd::table_version, allow_negative_numbers = true)]
+    #[arg(long, conflicts_with = "release", value_parser = tidegate_app::input::table_version, allow_negative_numbers = true)]
     pub version: Option<u64>,
     /// The table version a release published, or for a dataset it did not publish the one its
     /// pointer names; `latest` for the newest release pointer (see docs/reading-tables.md).
@@ -94,13 +94,7 @@ pub fn sql(ws: Option<&Path>, actor: &Actor, args: SqlArgs) -> Result<ExitCode> 
 pub fn print_batches(batches: &[RecordBatch], format: &Format) -> Result<()> {
     use tidegate_lake::arrow;
     if format.json {
-        let mut w = arrow::json::ArrayWriter::new(Vec::new());
-        for b in batches {
-            w.write(b)?;
-        }
-        w.finish()?;
-        let bytes = w.into_inner();
-        println!("{}", if bytes.is_empty() { "[]" } else { std::str::from_utf8(&bytes)? });
+        println!("{}", std::str::from_utf8(&data::json_rows(batches)?)?);
     } else if format.csv {
         let mut w = arrow::csv::Writer::new(std::io::stdout());
         for b in batches {

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use tidegate_app::workspace;
+use tidegate_app::history::History;
 use tidegate_core::actor::Actor;
 use tidegate_store::JournalEntry;
 
@@ -35,35 +35,34 @@ pub struct Args {
 }
 
 pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
-    let ws = workspace::load(ws)?;
-    let store = ws.open_store()?;
+    let (ws, store) = crate::cmd::open(ws)?;
     let history = tidegate_app::history::history(&ws, store.as_ref(), actor, args.subject.as_deref(), args.limit)?;
+    output::emit(args.json, &history, print_history)?;
+    Ok(if history.tampered() { ExitCode::from(2) } else { ExitCode::SUCCESS })
+}
+
+/// The verification's findings (on stderr), then the story for people.
+fn print_history(history: &History) {
     let (chain, anchors) = (&history.chain, &history.anchors);
-    let tampered = history.tampered();
-    let code = if tampered { ExitCode::from(2) } else { ExitCode::SUCCESS };
-    if args.json {
-        output::json(&history)?;
-        return Ok(code);
-    }
     for problem in &history.unreadable {
         output::say_err(&problem.to_string());
     }
     for m in anchors {
-        output::say_err(&format!("Journal does not match the lake: {}", m.problem));
+        say_err!("Journal does not match the lake: {}", m.problem);
     }
     match &chain.break_at {
-        None if !anchors.is_empty() => output::say_err(&format!(
+        None if !anchors.is_empty() => say_err!(
             "The hash chain of the {} entries is intact, but the lake's commits contradict it: restore the state store \
              from a backup or investigate who replaced it.",
             chain.n_entries
-        )),
+        ),
         None => println!("Journal: {} entries, hash chain verified intact.", chain.n_entries),
         Some(b) => {
-            output::say_err(&format!("Journal hash chain BROKEN at entry {}: {}", b.seq, b.problem));
-            output::say_err(&format!(
+            say_err!("Journal hash chain BROKEN at entry {}: {}", b.seq, b.problem);
+            say_err!(
                 "Entries from {} on cannot be trusted; restore the state store from a backup or investigate who edited it.",
                 b.seq
-            ));
+            );
         }
     }
     for (title, list) in [
@@ -80,7 +79,6 @@ pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
             println!("{}", output::wrap_indent(&format!("  {}", line(e)), Some(ENTRY_INDENT)));
         }
     }
-    Ok(code)
 }
 
 /// Where a journal entry's time starts: after two spaces, `#`, and a sequence number five wide.

@@ -4,17 +4,12 @@
 use std::io::Write as _;
 use std::path::Path;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anyhow::{Result, bail};
-use tidegate_app::logs::{self, AttemptLogs, Selector};
-use tidegate_app::workspace;
+use tidegate_app::logs::{self, Selector};
 use tidegate_core::actor::Actor;
 
 use crate::output;
-
-/// How often `--follow` looks for new output and whether the step finished.
-const FOLLOW_EVERY: Duration = Duration::from_millis(500);
 
 /// Show what attempts printed (standard output and error, secrets redacted).
 ///
@@ -55,8 +50,7 @@ pub struct Args {
 }
 
 pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
-    let ws = workspace::load(ws)?;
-    let store = ws.open_store()?;
+    let (ws, store) = crate::cmd::open(ws)?;
     let selector = match (args.task, args.partition, args.run, args.step) {
         (Some(task), Some(partition), None, None) => Selector::TaskPartition { task, partition },
         (None, None, Some(run), None) => Selector::Run(run),
@@ -70,63 +64,24 @@ pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
     }
     if attempts.is_empty() {
         println!("No attempts yet.");
-        return Ok(ExitCode::SUCCESS);
     }
-    let streams = |a: &AttemptLogs| -> Vec<(&'static str, Option<std::path::PathBuf>)> {
-        let mut out = Vec::new();
-        if !args.stderr {
-            out.push(("stdout", a.stdout.clone()));
-        }
-        if !args.stdout {
-            out.push(("stderr", a.stderr.clone()));
-        }
-        out
-    };
-    let newest = attempts.len() - 1;
+    let mut stdout = std::io::stdout();
     for (i, a) in attempts.iter().enumerate() {
-        for (name, path) in streams(a) {
+        let streams = [("stdout", &a.stdout, !args.stderr), ("stderr", &a.stderr, !args.stdout)];
+        let shown: Vec<_> = streams.into_iter().filter(|(_, _, shown)| *shown).collect();
+        for (name, path, _) in &shown {
             println!("== {} attempt {} ({}), {name}", a.step, a.attempt, a.status);
-            let Some(path) = path else {
-                println!("(no {name} log: the attempt ran no command, or its log was swept by `tidegate reconcile`)");
-                continue;
-            };
-            let (bytes, _) = logs::read(&path, 0)?;
-            std::io::stdout().write_all(&bytes)?;
+            match path {
+                Some(path) => stdout.write_all(&logs::read(path, 0)?.0)?,
+                None => println!(
+                    "(no {name} log: the attempt ran no command, or its log was swept by `tidegate reconcile`)"
+                ),
+            }
         }
-        if args.follow && i == newest {
-            follow(&ws, store.as_ref(), actor, &selector, a, &streams(a))?;
+        if args.follow && i + 1 == attempts.len() {
+            let files: Vec<&Path> = shown.iter().filter_map(|(_, path, _)| path.as_deref()).collect();
+            logs::follow(&ws, store.as_ref(), actor, &selector, a, &files, &mut stdout)?;
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// Prints what `attempt` writes after what was already printed, until its step finishes.
-fn follow(
-    ws: &workspace::Workspace,
-    store: &dyn tidegate_store::Store,
-    actor: &Actor,
-    selector: &Selector,
-    attempt: &AttemptLogs,
-    streams: &[(&'static str, Option<std::path::PathBuf>)],
-) -> Result<()> {
-    let mut offsets: Vec<u64> = streams
-        .iter()
-        .map(|(_, p)| p.as_ref().and_then(|p| std::fs::metadata(p).ok()).map_or(0, |m| m.len()))
-        .collect();
-    loop {
-        let now = logs::attempts(ws, store, actor, selector, Some(attempt.attempt))?;
-        let finished = now.iter().find(|a| a.step_id == attempt.step_id).is_none_or(|a| a.status.is_terminal());
-        for ((_, path), offset) in streams.iter().zip(offsets.iter_mut()) {
-            let Some(path) = path else { continue };
-            if let Ok((bytes, next)) = logs::read(path, *offset) {
-                std::io::stdout().write_all(&bytes)?;
-                std::io::stdout().flush()?;
-                *offset = next;
-            }
-        }
-        if finished {
-            return Ok(());
-        }
-        std::thread::sleep(FOLLOW_EVERY);
-    }
 }

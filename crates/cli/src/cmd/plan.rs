@@ -5,9 +5,12 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{Result, bail};
+use tidegate_app::submit::SubmitRequest;
 use tidegate_app::target::{Partitions, Target};
+use tidegate_app::view::{self, MAX_GROUPS};
 use tidegate_app::{plan, workspace};
 use tidegate_core::plan::Plan;
+use tidegate_store::{Priority, Trigger};
 
 use crate::output;
 
@@ -67,6 +70,16 @@ impl TargetArgs {
         };
         Ok(Target { target: self.target.clone(), partitions, only: self.only, downstream: self.downstream })
     }
+
+    /// A person's submission of the target (manual, live), retried safely under `idempotency_key`.
+    pub fn submit_request(&self, idempotency_key: Option<String>) -> Result<SubmitRequest> {
+        Ok(SubmitRequest {
+            target: self.target()?,
+            idempotency_key,
+            trigger: Trigger::Manual,
+            priority: Priority::Live,
+        })
+    }
 }
 
 pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
@@ -100,7 +113,7 @@ pub fn text(plan: &Plan) -> String {
         let waits = if s.upstream.is_empty() {
             String::new()
         } else {
-            format!("  <- {}", output::steps(&s.upstream, output::MAX_GROUPS))
+            format!("  <- {}", view::steps(&s.upstream, MAX_GROUPS))
         };
         let _ = writeln!(out, "{}", output::wrap_indent(&format!("  {}{waits}", s.name), Some(6)));
     }

@@ -6,14 +6,13 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{Result, bail};
-use tidegate_app::reconcile::{delete_reported, reconciled};
+use tidegate_app::reconcile::{DEFAULT_KEEP_LOGS, Reconciled, delete_reported, reconciled};
 use tidegate_app::rollback::{RollbackRequest, UndoRequest, Undone, Unit, undo};
-use tidegate_app::workspace;
+use tidegate_app::view;
 use tidegate_core::actor::Actor;
 use tidegate_lake::Reconciliation;
 
-use crate::cmd::lock::LockWait;
-use crate::cmd::vacuum::parse_duration;
+use crate::cmd::{Json, LockWait};
 use crate::output;
 
 /// Undo a run or a release as a unit, or restore a dataset to an explicit earlier version.
@@ -44,7 +43,7 @@ pub struct RollbackArgs {
     #[arg(long, conflicts_with = "to_version", requires = "dataset")]
     pub to_release: Option<String>,
     /// Restore DATASET to exactly this table version.
-    #[arg(long, value_parser = crate::cmd::table_version, allow_negative_numbers = true, requires = "dataset")]
+    #[arg(long, value_parser = tidegate_app::input::table_version, allow_negative_numbers = true, requires = "dataset")]
     pub to_version: Option<u64>,
     /// With --to-version or --to-release: only these partitions (repeatable); a key that does not
     /// fit the dataset's partitioning is refused before anything is restored.
@@ -54,10 +53,10 @@ pub struct RollbackArgs {
     #[arg(long, conflicts_with_all = ["to_release", "to_version"])]
     pub dry_run: bool,
     /// Why (recorded in the journal).
-    #[arg(long, default_value = "manual rollback", value_parser = crate::cmd::reason)]
+    #[arg(long, default_value = "manual rollback", value_parser = tidegate_app::input::reason)]
     pub reason: String,
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub out: Json,
     #[command(flatten)]
     pub lock: LockWait,
 }
@@ -66,8 +65,7 @@ pub fn rollback(ws: Option<&Path>, actor: &Actor, args: RollbackArgs) -> Result<
     if args.to_version.is_none() && args.to_release.is_none() {
         return rollback_unit(ws, actor, args);
     }
-    let ws = workspace::load(ws)?;
-    let store = ws.open_store()?;
+    let (ws, store) = crate::cmd::open(ws)?;
     let request = RollbackRequest {
         dataset: args.dataset.unwrap_or_default(),
         to_release: args.to_release,
@@ -77,23 +75,21 @@ pub fn rollback(ws: Option<&Path>, actor: &Actor, args: RollbackArgs) -> Result<
         lock_wait: args.lock.duration(),
     };
     let out = tidegate_app::rollback::rollback(&ws, &store, actor, &request)?;
-    let (target, new_version) = (out.restored_version, out.new_version);
-    if args.json {
-        output::json(&out)?;
-    } else if out.adopted {
-        println!(
-            "Found a rollback of {} to its version {} that a killed process committed as version {} without \
-             recording it; recorded it (release {}). Nothing else was rolled back: run the command again to roll \
-             back further.",
-            out.dataset, target, new_version, out.release_id
-        );
-    } else {
-        println!(
-            "Restored {} to its version {} as new version {} (release {})",
-            out.dataset, target, new_version, out.release_id
-        );
-    }
-    Ok(ExitCode::SUCCESS)
+    output::emit(args.out.json, &out, |o| {
+        if o.adopted {
+            println!(
+                "Found a rollback of {} to its version {} that a killed process committed as version {} without \
+                 recording it; recorded it (release {}). Nothing else was rolled back: run the command again to roll \
+                 back further.",
+                o.dataset, o.restored_version, o.new_version, o.release_id
+            );
+        } else {
+            println!(
+                "Restored {} to its version {} as new version {} (release {})",
+                o.dataset, o.restored_version, o.new_version, o.release_id
+            );
+        }
+    })
 }
 
 /// A run or release undone as a unit: the plan printed first, then carried out unless a dry run.
@@ -101,8 +97,7 @@ fn rollback_unit(ws: Option<&Path>, actor: &Actor, args: RollbackArgs) -> Result
     if !args.partition.is_empty() {
         bail!("--partition limits --to-version or --to-release; a run or release is undone as a whole");
     }
-    let ws = workspace::load(ws)?;
-    let store = ws.open_store()?;
+    let (ws, store) = crate::cmd::open(ws)?;
     let (unit, datasets) = match (args.run, args.release, args.dataset) {
         (Some(run), _, dataset) => (Unit::Run(run), dataset.into_iter().collect()),
         (None, Some(release), dataset) => (Unit::Release(release), dataset.into_iter().collect()),
@@ -112,29 +107,21 @@ fn rollback_unit(ws: Option<&Path>, actor: &Actor, args: RollbackArgs) -> Result
     let mut request =
         UndoRequest { unit, datasets, reason: args.reason, lock_wait: args.lock.duration(), dry_run: true };
     let plan = undo(&ws, &store, actor, &request)?;
-    if !args.json {
+    let json = args.out.json;
+    if !json {
         print_undo(&plan);
     }
     if args.dry_run {
-        if args.json {
-            output::json(&plan)?;
-        } else {
-            println!("Dry run: nothing was restored.");
-        }
-        return Ok(ExitCode::SUCCESS);
+        return output::emit(json, &plan, |_| println!("Dry run: nothing was restored."));
     }
     request.dry_run = false;
-    let done = undo(&ws, &store, actor, &request)?;
-    if args.json {
-        output::json(&done)?;
-    } else {
+    output::emit(json, &undo(&ws, &store, actor, &request)?, |done| {
         for d in &done.datasets {
             let new = d.new_version.map_or_else(|| "-".to_owned(), |v| v.to_string());
             println!("Restored {} as new version {new}", d.dataset);
         }
         println!("Recorded as release {}", done.release_id);
-    }
-    Ok(ExitCode::SUCCESS)
+    })
 }
 
 /// What an undo restores, for people.
@@ -142,11 +129,11 @@ fn print_undo(plan: &Undone) {
     let what =
         plan.run_id.as_ref().map_or_else(|| format!("release {}", plan.releases.join(", ")), |r| format!("run {r}"));
     let n = plan.releases.len();
-    output::say(&format!("Rolling back {what} ({n} release{}):", if n == 1 { "" } else { "s" }));
+    say!("Rolling back {what} ({n} release{}):", if n == 1 { "" } else { "s" });
     for d in &plan.datasets {
         let scope = if d.whole_table { " (the whole table: schema and properties too)" } else { "" };
-        let partitions = output::partition_list(&d.partitions);
-        output::say(&format!("  {}: {partitions} to version {}{scope}", d.dataset, d.to_version));
+        let partitions = view::partition_list(&d.partitions);
+        say!("  {}: {partitions} to version {}{scope}", d.dataset, d.to_version);
     }
 }
 
@@ -184,7 +171,7 @@ pub struct ReconcileArgs {
     pub json: bool,
     /// Keep the logs of finished attempts this long (`36h`, `30d`, `0s` for none); output folders
     /// that failed attempts left are removed once the attempt is not running.
-    #[arg(long, value_name = "DURATION", default_value = DEFAULT_KEEP_LOGS, value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = DEFAULT_KEEP_LOGS, value_parser = tidegate_app::input::duration)]
     pub keep_logs: chrono::Duration,
     /// Delete this file that reconcile reports as not provably Tidegate's, written as reconcile
     /// prints it (repeatable); nothing else is deleted or swept. A file it does not report (a
@@ -194,32 +181,22 @@ pub struct ReconcileArgs {
     pub delete: Vec<String>,
 }
 
-/// How long `reconcile` keeps finished attempts' logs unless told otherwise.
-pub const DEFAULT_KEEP_LOGS: &str = "30d";
-
 pub fn reconcile(ws: Option<&Path>, actor: &Actor, args: ReconcileArgs) -> Result<ExitCode> {
-    let ws = workspace::load(ws)?;
-    let store = ws.open_store()?;
+    let (ws, store) = crate::cmd::open(ws)?;
     if !args.delete.is_empty() {
         let report = delete_reported(&ws, store.as_ref(), actor, &args.delete)?;
-        if args.json {
-            output::json(&report)?;
-        } else {
-            for path in &report.deleted {
-                println!("Deleted {path}");
-            }
-        }
-        return Ok(ExitCode::SUCCESS);
+        return output::emit(args.json, &report, |r| r.deleted.iter().for_each(|path| println!("Deleted {path}")));
     }
     let report = reconciled(&ws, store.as_ref(), actor, args.keep_logs)?;
-    let code = if report.differences.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(2) };
-    if args.json {
-        output::json(&report)?;
-        return Ok(code);
-    }
+    output::emit(args.json, &report, print_reconciled)?;
+    Ok(if report.differences.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(2) })
+}
+
+/// What reconcile removed and found, for people.
+fn print_reconciled(report: &Reconciled) {
     print_cleaned(&report.cleaned);
     let swept = &report.attempts;
-    output::say(&format!(
+    say!(
         "Removed {} output folder(s) and {} log file(s) of finished attempts ({}); kept {} of running attempts and {} \
          log file(s) newer than --keep-logs",
         swept.folders_removed.len(),
@@ -227,7 +204,7 @@ pub fn reconcile(ws: Option<&Path>, actor: &Actor, args: ReconcileArgs) -> Resul
         output::human_bytes(swept.n_bytes_removed),
         swept.n_kept_live,
         swept.n_logs_kept
-    ));
+    );
     let d = &report.differences;
     if d.is_empty() {
         println!("The store and the lake agree");
@@ -244,35 +221,31 @@ pub fn reconcile(ws: Option<&Path>, actor: &Actor, args: ReconcileArgs) -> Resul
                 many.join(", ")
             ),
         };
-        output::say(&format!(
+        say!(
             "  unknown to the store: {} version {} ({}) {what}",
             v.dataset,
             v.version,
             v.operation.as_deref().unwrap_or("unknown operation")
-        ));
+        );
     }
     for v in &d.missing_versions {
-        output::say(&format!(
-            "  missing version: the store records {} version {}, which the table does not have",
-            v.dataset, v.version
-        ));
+        say!("  missing version: the store records {} version {}, which the table does not have", v.dataset, v.version);
     }
     for f in &d.missing_files {
         println!("  missing file: {}/{} (needed by {})", f.dataset, f.path, f.needed_by);
     }
-    Ok(code)
 }
 
 /// The human report of what reconcile deleted, kept and left alone in the lake.
 fn print_cleaned(cleaned: &Reconciliation) {
-    output::say(&format!(
+    say!(
         "Deleted {} abandoned staging file(s); kept {} referenced by table versions, {} owned by unfinished attempts \
          and {} written since reconcile started",
         cleaned.deleted.len(),
         cleaned.n_kept_referenced,
         cleaned.n_kept_known,
         cleaned.n_kept_recent
-    ));
+    );
     // A line naming a file is printed whole, path and all, to be found and copied as it is.
     for path in &cleaned.deleted {
         println!("  deleted {path}");
@@ -286,6 +259,6 @@ fn print_cleaned(cleaned: &Reconciliation) {
     }
     for folder in &cleaned.tables_left_alone {
         let what = if folder.is_delta_table { "table" } else { "folder" };
-        output::say(&format!("  left alone: {what} {} (not a dataset this workspace writes)", folder.dataset));
+        say!("  left alone: {what} {} (not a dataset this workspace writes)", folder.dataset);
     }
 }

@@ -1,25 +1,44 @@
-//! `tidegate run`: submit a run and execute it in the foreground until everything is published,
-//! failed or waiting for approval, with a progress bar on a terminal and plain lines otherwise.
+//! `tidegate submit`, `run` and `cancel`: create a run (queued, not executed) idempotently; submit
+//! one and execute it in the foreground until everything is published, failed or waiting for
+//! approval, with a progress bar on a terminal and plain lines otherwise; cancel one.
 
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::Path;
 use std::process::ExitCode;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
-use serde::Serialize;
-use tidegate_app::logs::{StepFailure, failures};
-use tidegate_app::run::Scope;
-use tidegate_app::submit::{SubmitRequest, submit};
+use anyhow::Result;
+use tidegate_app::run::Outcome;
+use tidegate_app::submit::{self, SubmitRequest};
+use tidegate_app::view;
 use tidegate_app::workspace::{self, Workspace};
 use tidegate_core::actor::Actor;
-use tidegate_engine::Summary;
-use tidegate_store::{Priority, Trigger};
+use tidegate_engine::executor::ProgressFn;
 
+use crate::cmd::Json;
 use crate::cmd::plan::TargetArgs;
 use crate::output;
+
+/// Create a queued run for a target and partition range, without executing it.
+///
+/// With --idempotency-key, submitting the same request again returns the run already created
+/// and creates nothing; the same key with a different request is an error naming what differs.
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Examples:\n  tidegate submit daily_stats --from 2024-01-01 --to 2024-01-07\n  tidegate submit daily_stats --partition 2024-01-03 --idempotency-key nightly-2024-01-03 --json"
+)]
+pub struct SubmitArgs {
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// A client key that makes the submission safe to retry (kept 24 h by default).
+    #[arg(long, value_name = "KEY")]
+    pub idempotency_key: Option<String>,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
 
 /// Plan, run, check and publish a target's partitions in the foreground.
 ///
@@ -51,16 +70,6 @@ pub struct Args {
     pub json: bool,
 }
 
-#[derive(Serialize)]
-struct RunReport<'a> {
-    run_id: &'a str,
-    created: bool,
-    status: String,
-    summary: &'a Summary,
-    elapsed_s: f64,
-    failures: Vec<StepFailure>,
-}
-
 /// Cancel a run: its unfinished steps stop being scheduled; what it published stays.
 ///
 /// Attempts running when it is cancelled finish, and their outcome is refused (the steps are
@@ -74,33 +83,38 @@ pub struct CancelArgs {
     /// The run (see `tidegate status`).
     pub run: String,
     /// Why (recorded in the journal).
-    #[arg(long, default_value = "cancelled by operator", value_parser = crate::cmd::reason)]
+    #[arg(long, default_value = "cancelled by operator", value_parser = tidegate_app::input::reason)]
     pub reason: String,
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub out: Json,
+}
+
+pub fn submit(ws: Option<&Path>, actor: &Actor, args: SubmitArgs) -> Result<ExitCode> {
+    let (ws, store) = crate::cmd::open(ws)?;
+    let submitted = submit::submit(&ws, store.as_ref(), actor, &args.target.submit_request(args.idempotency_key)?)?;
+    output::emit(args.json, &submitted, |s| {
+        if s.created {
+            println!("Created run {} ({} steps, queued)", s.run.id, s.n_steps);
+        } else {
+            println!(
+                "Run {} already exists for this idempotency key ({} steps, {}); nothing new was created",
+                s.run.id, s.n_steps, s.run.status
+            );
+        }
+    })
 }
 
 pub fn cancel(ws: Option<&Path>, actor: &Actor, args: CancelArgs) -> Result<ExitCode> {
-    let ws = workspace::load(ws)?;
-    let store = ws.open_store()?;
+    let (ws, store) = crate::cmd::open(ws)?;
     let cancelled = tidegate_app::run::cancel(&ws, store.as_ref(), actor, &args.run, &args.reason)?;
-    if args.json {
-        output::json(&cancelled)?;
-    } else {
-        println!("Cancelled run {} ({} unfinished steps cancelled)", cancelled.run_id, cancelled.n_steps_cancelled);
-    }
-    Ok(ExitCode::SUCCESS)
+    output::emit(args.out.json, &cancelled, |c| {
+        println!("Cancelled run {} ({} unfinished steps cancelled)", c.run_id, c.n_steps_cancelled);
+    })
 }
 
 pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
-    let ws = workspace::load(ws)?;
-    let request = SubmitRequest {
-        target: args.target.target()?,
-        idempotency_key: args.idempotency_key,
-        trigger: Trigger::Manual,
-        priority: Priority::Live,
-    };
-    submit_and_run(&ws, actor, &request, args.workers.into(), args.drain_queue, args.json)
+    let request = args.target.submit_request(args.idempotency_key)?;
+    submit_and_run(&workspace::load(ws)?, actor, &request, args.workers.into(), args.drain_queue, args.json)
 }
 
 /// Submits a run and drains it in this process with `workers` slots, printing its outcome (as
@@ -110,97 +124,58 @@ pub(crate) fn submit_and_run(
     actor: &Actor,
     request: &SubmitRequest,
     workers: usize,
-    drain_queue: bool,
+    with_queue: bool,
     json: bool,
 ) -> Result<ExitCode> {
     let store = ws.open_store()?;
-    let submitted = submit(ws, store.as_ref(), actor, request)?;
-    let (run, created, n_steps) = (submitted.run, submitted.created, submitted.n_steps);
+    let submitted = submit::submit(ws, store.as_ref(), actor, request)?;
     if !json {
-        let verb = if created { "Created" } else { "Resuming" };
-        eprintln!("{verb} run {} ({n_steps} steps)", run.id);
+        let verb = if submitted.created { "Created" } else { "Resuming" };
+        eprintln!("{verb} run {} ({} steps)", submitted.run.id, submitted.n_steps);
     }
-    let started = Instant::now();
-    let scope = if drain_queue { Scope::RunAndQueue(&run.id) } else { Scope::Run(&run.id) };
-    let summary = execute(ws, store.clone(), actor, workers, !json, scope)?;
-    let run = store.run(&run.id)?.context("the run vanished from the store")?;
-    let failures = failures(ws, store.as_ref(), actor, &run.id)?;
-    let report = RunReport {
-        run_id: &run.id,
-        created,
-        status: run.status.to_string(),
-        summary: &summary,
-        elapsed_s: started.elapsed().as_secs_f64(),
-        failures,
-    };
-    if json {
-        output::json(&report)?;
-    } else {
-        output::say(&format!(
-            "Run {} {}: {} published, {} failed, {} skipped, {} retries, {} rejected stale reports in {:.1} s",
-            run.id,
-            report.status,
-            summary.published,
-            summary.failed,
-            summary.skipped,
-            summary.retried,
-            summary.rejected,
-            report.elapsed_s
-        ));
-        for f in &report.failures {
-            let log = f.log.as_ref().map(|p| format!("\n    log: {}", p.display())).unwrap_or_default();
-            output::say(&format!("  {} failed after {} attempt(s): {}{log}", f.step, f.attempts, f.reason));
-        }
-        if !report.failures.is_empty() {
-            // One command a line, each whole, to copy.
-            println!("Logs: tidegate logs --run {}", run.id);
-            println!("The whole story: tidegate history {}", run.id);
-        }
-    }
-    Ok(if summary.failed > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })
+    let outcome = with_progress(!json, |progress| {
+        tidegate_app::run::execute_submitted(ws, store, actor, &submitted, workers, with_queue, progress)
+    })?;
+    output::emit(json, &outcome, print_outcome)?;
+    Ok(if outcome.succeeded() { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
-/// Executes the runs `scope` names (see `tidegate_app::run::execute`), with a progress line on
-/// stderr when `show_progress`.
-pub fn execute(
-    ws: &Workspace,
-    store: Arc<dyn tidegate_store::Store>,
-    actor: &Actor,
-    workers: usize,
-    show_progress: bool,
-    scope: Scope<'_>,
-) -> Result<Summary> {
-    let progress = show_progress.then(Progress::new);
-    let printer = progress.as_ref().map(Progress::printer);
-    let summary = tidegate_app::run::execute(ws, store, actor, workers, printer, scope)?;
+/// A run's outcome for people, with where to look when steps failed.
+fn print_outcome(outcome: &Outcome) {
+    let (s, id) = (&outcome.summary, &outcome.run_id);
+    say!(
+        "Run {id} {}: {} published, {} failed, {} skipped, {} retries, {} rejected stale reports in {:.1} s",
+        outcome.status,
+        s.published,
+        s.failed,
+        s.skipped,
+        s.retried,
+        s.rejected,
+        outcome.elapsed_s
+    );
+    for f in &outcome.failures {
+        let log = f.log.as_ref().map(|p| format!("\n    log: {}", p.display())).unwrap_or_default();
+        say!("  {} failed after {} attempt(s): {}{log}", f.step, f.attempts, f.reason);
+    }
+    if !outcome.failures.is_empty() {
+        // One command a line, each whole, to copy.
+        println!("Logs: tidegate logs --run {id}");
+        println!("The whole story: tidegate history {id}");
+    }
+}
+
+/// Calls `f` with a progress printer for the executor when `show` (on stderr), and leaves the
+/// last state on screen when it returns.
+pub fn with_progress<T>(show: bool, f: impl FnOnce(Option<ProgressFn>) -> Result<T>) -> Result<T> {
+    let progress = show.then(Progress::new);
+    let out = f(progress.as_ref().map(Progress::printer))?;
     if let Some(Progress::Bar(bar)) = progress {
         // The last state stays on screen; what follows starts on a line of its own.
         bar.finish();
         eprintln!();
     }
-    Ok(summary)
+    Ok(out)
 }
-
-/// The states a step ends in, counted as done.
-const SETTLED: [&str; 7] =
-    ["published", "failed", "upstream_failed", "skipped", "superseded", "cancelled", "awaiting_approval"];
-
-/// The order states are listed in, the most telling first (a long line is cut at its end).
-const SHOWN_ORDER: [&str; 13] = [
-    "published",
-    "failed",
-    "upstream_failed",
-    "awaiting_approval",
-    "running",
-    "retry_wait",
-    "staged",
-    "validating",
-    "validated",
-    "ready",
-    "skipped",
-    "superseded",
-    "cancelled",
-];
 
 /// Progress on stderr: an `indicatif` bar redrawn in place on a terminal, a plain line every few
 /// seconds otherwise (a log keeps a readable record).
@@ -223,15 +198,15 @@ impl Progress {
     }
 
     /// The callback the executor calls with each tally of steps by state.
-    fn printer(&self) -> tidegate_engine::executor::ProgressFn {
+    fn printer(&self) -> ProgressFn {
         match self {
             Progress::Bar(bar) => {
                 let bar = bar.clone();
                 Box::new(move |tally: &BTreeMap<String, usize>| {
-                    let (done, total) = counts(tally);
-                    bar.set_length(u64::try_from(total).unwrap_or(u64::MAX));
-                    bar.set_position(u64::try_from(done).unwrap_or(u64::MAX));
-                    bar.set_message(detail(tally));
+                    let p = view::Progress::of(tally, 0.0);
+                    bar.set_length(u64::try_from(p.total).unwrap_or(u64::MAX));
+                    bar.set_position(u64::try_from(p.done).unwrap_or(u64::MAX));
+                    bar.set_message(view::states(tally));
                 })
             }
             Progress::Lines => {
@@ -250,31 +225,11 @@ impl Progress {
     }
 }
 
-/// Steps settled and steps in all.
-fn counts(tally: &BTreeMap<String, usize>) -> (usize, usize) {
-    let done = SETTLED.iter().filter_map(|s| tally.get(*s)).sum();
-    (done, tally.values().sum())
-}
-
-/// The steps by state, the most telling first: `30 published, 1 failed, 4 running, 20 pending`.
-fn detail(tally: &BTreeMap<String, usize>) -> String {
-    let known = SHOWN_ORDER.iter().filter_map(|s| tally.get_key_value(*s));
-    let others = tally.iter().filter(|(s, _)| !SHOWN_ORDER.contains(&s.as_str()));
-    known.chain(others).filter(|(_, n)| **n > 0).map(|(s, n)| format!("{n} {s}")).collect::<Vec<_>>().join(", ")
-}
-
 /// The plain progress line: `[33/78] ETA 3 s: 30 published, ...`, cut to the output's width.
 fn plain_line(tally: &BTreeMap<String, usize>, elapsed_s: f64) -> String {
-    let (done, total) = counts(tally);
-    let eta = if done > 0 && done < total {
-        #[allow(clippy::cast_precision_loss, reason = "a count, size or duration far below 2^52, exact as f64")]
-        let left = (total - done) as f64 * elapsed_s.max(0.001) / done as f64;
-        format!(" ETA {left:.0} s:")
-    } else {
-        String::new()
-    };
-    let line = format!("[{done}/{total}]{eta} {}", detail(tally));
-    cut(&line, output::WIDTH)
+    let p = view::Progress::of(tally, elapsed_s);
+    let eta = p.eta_s.map(|left| format!(" ETA {left:.0} s:")).unwrap_or_default();
+    cut(&format!("[{}/{}]{eta} {}", p.done, p.total, view::states(tally)), output::WIDTH)
 }
 
 /// `line` cut to `width` characters, ending in `…` when cut.

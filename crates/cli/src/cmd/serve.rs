@@ -1,5 +1,6 @@
-//! `tidegate serve`: the long-lived scheduler (`tidegate_app::serve`) until SIGTERM or Ctrl-C,
-//! with the HTTP API (`tidegate_server`) beside it when `--http` is given.
+//! The long-lived processes, until SIGTERM or Ctrl-C: `tidegate serve`, the scheduler
+//! (`tidegate_app::serve`) with the HTTP API (`tidegate_server`) beside it when `--http` is given,
+//! and `tidegate worker`, which runs leased attempts (`tidegate_app::worker`).
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -10,11 +11,13 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use tidegate_app::serve::{Event, ServeOptions, serve};
+use tidegate_app::worker::{self, WorkerRequest};
 use tidegate_app::workspace::{self, open_lake, runtime};
 use tidegate_core::actor::Actor;
 use tracing::info;
 
 use crate::logging::LogFormat;
+use crate::output;
 
 /// Run the schedules and execute runs until stopped (SIGTERM or Ctrl-C stop it cleanly).
 ///
@@ -87,6 +90,62 @@ pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
     })?;
     info!("tidegate serve: stopped cleanly");
     Ok(ExitCode::SUCCESS)
+}
+
+/// Run attempts leased to this worker by the scheduler, until stopped.
+///
+/// Start it beside `tidegate serve` (give serve `--workers 0` to run every attempt in worker
+/// processes) on the same workspace and state store. The scheduler leases a step to a worker with
+/// a free slot; if the worker dies, its leases expire and the steps are retried elsewhere.
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Examples:\n  tidegate worker\n  tidegate worker --slots 8 --name gpu-box-1\n  tidegate serve --workers 0 & tidegate worker --slots 4"
+)]
+pub struct WorkerArgs {
+    /// Attempts this worker runs at once.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1024), allow_negative_numbers = true)]
+    pub slots: u32,
+    /// The worker's name in leases and the journal (default: worker-<host>-<pid>).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Print what the worker did as JSON when it stops.
+    #[arg(long)]
+    pub json: bool,
+    /// How log lines are written (standard error; `RUST_LOG` filters them: by default tidegate's at info, others' at warn).
+    #[arg(long, value_enum, default_value_t = LogFormat::Human)]
+    pub log_format: LogFormat,
+}
+
+pub fn worker(ws: Option<&Path>, actor: &Actor, args: WorkerArgs) -> Result<ExitCode> {
+    crate::logging::init(args.log_format);
+    let ws = workspace::load(ws)?;
+    let store = ws.open_store()?;
+    let name = worker::name(&WorkerRequest { slots: args.slots, name: args.name })?;
+    let summary = runtime()?.block_on(async {
+        let stop = stop_on_signal("tidegate worker: stopping; attempts in flight will finish")?;
+        let lake = open_lake(&ws).await?;
+        let project = &ws.spec.project.name;
+        info!(
+            worker = name,
+            slots = args.slots,
+            project,
+            "tidegate worker {name}: {} slot(s) (SIGTERM or Ctrl-C stops)",
+            args.slots
+        );
+        worker::work(&ws, store, lake, actor, name.clone(), args.slots, stop).await
+    })?;
+    output::emit(args.json, &summary, |s| {
+        info!(
+            worker = name,
+            staged = s.staged,
+            failed = s.failed,
+            rejected = s.rejected,
+            "tidegate worker {name}: stopped cleanly ({} staged, {} failed, {} refused as stale)",
+            s.staged,
+            s.failed,
+            s.rejected
+        );
+    })
 }
 
 /// Resolves once `stop` is set.

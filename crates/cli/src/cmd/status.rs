@@ -5,11 +5,10 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use tidegate_app::status::Debt;
-use tidegate_app::workspace;
+use tidegate_app::status::{Debt, Status};
+use tidegate_app::view::{self, MAX_GROUPS};
 use tidegate_core::actor::Actor;
 
-use crate::cmd::tick;
 use crate::output;
 
 /// Show recent runs with their step counts by status.
@@ -28,44 +27,35 @@ pub struct Args {
 }
 
 pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
-    let ws = workspace::load(ws)?;
-    let store = ws.open_store()?;
-    let now = match &args.now {
-        Some(text) => tick::parse_instant(text)?,
-        None => ws.now(),
-    };
+    let (ws, store) = crate::cmd::open(ws)?;
+    let now = crate::cmd::now(&ws, args.now.as_deref())?;
     let status = tidegate_app::status::status(&ws, store.as_ref(), actor, args.limit, now)?;
-    if args.json {
-        output::json(&status)?;
-        return Ok(ExitCode::SUCCESS);
-    }
-    output::say(&format!("Project {} (state: {})", status.project, status.state));
+    output::emit(args.json, &status, print_status)
+}
+
+/// The status for people: the debt, then the recent runs.
+fn print_status(status: &Status) {
+    say!("Project {} (state: {})", status.project, status.state);
     print_debt(&status.debt);
     if status.runs.is_empty() {
         println!("\nNo runs yet. Create one with `tidegate run TARGET --from A --to B`.");
-        return Ok(ExitCode::SUCCESS);
+        return;
     }
     // Four columns fit 100: the id whole (it is what `history` and `logs` take), the time, the
     // status over its trigger, and what the run covers over its steps, wrapped at spaces.
-    let rows: Vec<Vec<String>> = status
-        .runs
-        .iter()
-        .map(|r| {
-            let steps = r.steps.iter().map(|(s, n)| format!("{n} {s}")).collect::<Vec<_>>().join(", ");
-            let request = &r.run.request;
-            vec![
-                r.run.id.clone(),
-                r.run.created_at.format("%Y-%m-%d %H:%M").to_string(),
-                format!("{}\n{}", r.run.status, format!("{:?}", request.trigger).to_lowercase()),
-                // Several tasks (a tick's run) wrap at their commas.
-                format!("{} {}\n{steps}", request.target.replace(',', ", "), partitions(&request.partitions)),
-            ]
-        })
-        .collect();
     println!();
     let header = ["RUN", "CREATED (UTC)", "STATUS", "TARGET, PARTITIONS AND STEPS"];
-    print!("{}", output::table(&header, &rows, &[0, 1, 2]));
-    Ok(ExitCode::SUCCESS)
+    output::print_table(&header, &[0, 1, 2], &status.runs, |r| {
+        let steps = r.steps.iter().map(|(s, n)| format!("{n} {s}")).collect::<Vec<_>>().join(", ");
+        let request = &r.run.request;
+        vec![
+            r.run.id.clone(),
+            r.run.created_at.format("%Y-%m-%d %H:%M").to_string(),
+            format!("{}\n{}", r.run.status, format!("{:?}", request.trigger).to_lowercase()),
+            // Several tasks (a tick's run) wrap at their commas.
+            format!("{} {}\n{steps}", request.target.replace(',', ", "), view::requested(&request.partitions, 2)),
+        ]
+    });
 }
 
 fn print_debt(debt: &Debt) {
@@ -98,18 +88,7 @@ fn print_debt(debt: &Debt) {
     }
     for d in &debt.missed {
         let (first, last) = (d.debt.first().map_or("-", String::as_str), d.debt.last().map_or("-", String::as_str));
-        output::say(&format!(
-            "Debt {}: {} missed intervals not run: {}",
-            d.task,
-            d.debt.len(),
-            output::keys(&d.debt, output::MAX_GROUPS)
-        ));
-        output::say(&format!("  run them with `tidegate run {} --from {first} --to {last}`", d.task));
+        say!("Debt {}: {} missed intervals not run: {}", d.task, d.debt.len(), view::keys(&d.debt, MAX_GROUPS));
+        say!("  run them with `tidegate run {} --from {first} --to {last}`", d.task);
     }
-}
-
-/// A run's requested partitions for people: keys (or `from..to` ranges) as ranges, step names
-/// grouped by task.
-fn partitions(requested: &[String]) -> String {
-    if requested.iter().all(|p| p.contains('@')) { output::steps(requested, 2) } else { output::keys(requested, 2) }
 }

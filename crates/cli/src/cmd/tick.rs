@@ -3,14 +3,15 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use chrono::{DateTime, Utc};
 use tidegate_app::run::Scope;
 use tidegate_app::schedule::{TaskDecision, tick};
+use tidegate_app::view::{self, MAX_GROUPS};
 use tidegate_app::workspace::{self, Workspace};
 use tidegate_core::actor::Actor;
 
-use crate::cmd::run::execute;
+use crate::cmd::run::with_progress;
 use crate::output;
 
 /// Run the schedules once: start what is due, and report what catch-up leaves as debt.
@@ -43,10 +44,7 @@ pub struct Args {
 
 pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
-    let now = match &args.now {
-        Some(text) => parse_instant(text)?,
-        None => ws.now(),
-    };
+    let now = crate::cmd::now(&ws, args.now.as_deref())?;
     tick_at(&ws, actor, now, args.dry_run, args.workers.into(), args.json)
 }
 
@@ -65,28 +63,16 @@ pub(crate) fn tick_at(
     if !json {
         print_decisions(&tick.decisions, now);
         for s in &tick.superseded {
-            output::say(&format!(
-                "  {}@{}: superseded by run {}, which already covers it",
-                s.task, s.partition, s.by_run
-            ));
+            say!("  {}@{}: superseded by run {}, which already covers it", s.task, s.partition, s.by_run);
         }
     }
     if !tick.runs.is_empty() {
-        execute(ws, store.clone(), actor, workers, !json, Scope::Everything)?;
+        with_progress(!json, |p| tidegate_app::run::execute(ws, store.clone(), actor, workers, p, Scope::Everything))?;
     }
     if json {
         output::json(&tick)?;
     }
     Ok(ExitCode::SUCCESS)
-}
-
-pub fn parse_instant(text: &str) -> Result<DateTime<Utc>> {
-    if let Ok(t) = DateTime::parse_from_rfc3339(text) {
-        return Ok(t.with_timezone(&Utc));
-    }
-    let day = chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d")
-        .with_context(|| format!("--now {text:?} is neither an RFC 3339 instant nor a date"))?;
-    Ok(day.and_hms_opt(0, 0, 0).unwrap_or_default().and_utc())
 }
 
 fn print_decisions(decisions: &[TaskDecision], now: DateTime<Utc>) {
@@ -100,23 +86,15 @@ fn print_decisions(decisions: &[TaskDecision], now: DateTime<Utc>) {
             continue;
         }
         let mode = if d.catchup { "catch-up on" } else { "catch-up off" };
-        output::say(&format!(
+        say!(
             "  {}: {} due ({}); {mode} -> running {}",
             d.task,
             d.due.len(),
-            span(&d.due),
-            output::keys(&d.run, output::MAX_GROUPS)
-        ));
+            view::span(&d.due),
+            view::keys(&d.run, MAX_GROUPS)
+        );
         if !d.debt.is_empty() {
-            output::say(&format!("    debt (missed, not run): {}", output::keys(&d.debt, output::MAX_GROUPS)));
+            say!("    debt (missed, not run): {}", view::keys(&d.debt, MAX_GROUPS));
         }
-    }
-}
-
-fn span(keys: &[String]) -> String {
-    match keys {
-        [] => String::new(),
-        [one] => one.clone(),
-        [first, .., last] => format!("{first}..{last}"),
     }
 }

@@ -6,11 +6,12 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use tidegate_app::{token, workspace};
+use tidegate_app::token::{self, Minted};
 use tidegate_core::actor::{Actor, Role};
 use tidegate_store::TokenRecord;
 
 use crate::actor::TOKEN_VAR;
+use crate::cmd::Json;
 use crate::output;
 
 /// Mint, list and revoke the tokens that establish people's identities.
@@ -45,18 +46,16 @@ pub struct CreateArgs {
     /// Days until the token stops working (at most 3650).
     #[arg(long, default_value_t = 90, value_name = "DAYS")]
     pub expires_in_days: u32,
-    /// Print the result as JSON, for scripts.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub out: Json,
 }
 
 /// Every token with its identity, role and state (never the token itself).
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Examples:\n  tidegate token list\n  tidegate token list --json")]
 pub struct ListArgs {
-    /// Print the result as JSON, for scripts.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub out: Json,
 }
 
 /// Stop a token from working.
@@ -65,9 +64,8 @@ pub struct ListArgs {
 pub struct RevokeArgs {
     /// The token's id (`tk-...`, see `tidegate token list`).
     pub id: String,
-    /// Print the result as JSON, for scripts.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub out: Json,
 }
 
 fn parse_role(text: &str) -> Result<Role, String> {
@@ -76,59 +74,35 @@ fn parse_role(text: &str) -> Result<Role, String> {
 }
 
 pub fn run(ws: Option<&Path>, actor: &Actor, command: Command) -> Result<ExitCode> {
-    let ws = workspace::load(ws)?;
-    let store = ws.open_store()?;
+    let (ws, store) = crate::cmd::open(ws)?;
     match command {
         Command::Create(args) => {
             let minted = token::mint(&ws, store.as_ref(), actor, &args.name, args.role, args.expires_in_days)?;
-            let (record, token) = (&minted.record, &minted.token);
-            let name = &record.name;
-            if args.json {
-                output::json(&minted)?;
-            } else {
+            output::emit(args.out.json, &minted, |Minted { record, token }| {
+                let name = &record.name;
                 println!("Token {} for {name} ({}), valid until {}:", record.id, record.role, fmt_expiry(record));
                 println!("\n  {token}\n");
-                output::say(&format!(
-                    "It is shown only now. Hand it to {name}, who acts as {name} with {TOKEN_VAR}={token}"
-                ));
-            }
+                say!("It is shown only now. Hand it to {name}, who acts as {name} with {TOKEN_VAR}={token}");
+            })
         }
-        Command::List(args) => {
-            let tokens = token::list(&ws, store.as_ref(), actor)?;
-            if args.json {
-                output::json(&tokens)?;
-            } else if tokens.is_empty() {
+        Command::List(args) => output::emit(args.out.json, &token::list(&ws, store.as_ref(), actor)?, |tokens| {
+            if tokens.is_empty() {
                 println!("No tokens; mint one with `tidegate token create --name NAME --role ROLE`.");
-            } else {
-                let rows: Vec<Vec<String>> = tokens
-                    .iter()
-                    .map(|t| {
-                        let r = &t.record;
-                        let state = format!("{:?}", t.state).to_lowercase();
-                        vec![
-                            r.id.clone(),
-                            r.name.clone(),
-                            r.role.to_string(),
-                            state,
-                            fmt_expiry(r),
-                            r.created_by.clone(),
-                        ]
-                    })
-                    .collect();
-                let header = ["id", "name", "role", "state", "expires", "minted by"];
-                print!("{}", output::table(&header, &rows, &[0]));
+                return;
             }
-        }
+            let header = ["id", "name", "role", "state", "expires", "minted by"];
+            output::print_table(&header, &[0], tokens, |t| {
+                let r = &t.record;
+                let state = format!("{:?}", t.state).to_lowercase();
+                vec![r.id.clone(), r.name.clone(), r.role.to_string(), state, fmt_expiry(r), r.created_by.clone()]
+            });
+        }),
         Command::Revoke(args) => {
-            let record = token::revoke(&ws, store.as_ref(), actor, &args.id)?;
-            if args.json {
-                output::json(&record)?;
-            } else {
-                println!("Token {} of {} is revoked.", record.id, record.name);
-            }
+            output::emit(args.out.json, &token::revoke(&ws, store.as_ref(), actor, &args.id)?, |r| {
+                println!("Token {} of {} is revoked.", r.id, r.name);
+            })
         }
     }
-    Ok(ExitCode::SUCCESS)
 }
 
 fn fmt_expiry(t: &TokenRecord) -> String {

@@ -1,6 +1,7 @@
 //! Output for people: every command's human output fits a 100-column terminal on a real
-//! workspace (the demo's: a month of runs, failures, a backfill, debt), and the shell completions
-//! and man page generated from the command line's definition cover every command.
+//! workspace (the demo's: a month of runs, failures, a backfill, debt), every command's help fits
+//! it too and ends with examples, and the shell completions and man page generated from the
+//! command line's definition cover every command.
 //!
 //! Not checked for width: the rows `read` and `sql` print and the task output `logs` shows, which
 //! are the user's data, printed whole (a cut value could mislead; `--csv`, `--json` or fewer
@@ -134,6 +135,50 @@ fn subcommands(dir: &Path, args: &[&str]) -> Vec<String> {
         .filter(|name| *name != "help")
         .map(str::to_owned)
         .collect()
+}
+
+/// Every command under `path` a user can call (`backfill plan` as `["backfill", "plan"]`), depth
+/// first, with its `--help`.
+fn commands(dir: &Path, path: &[String], out: &mut Vec<(Vec<String>, String)>) {
+    let args: Vec<&str> = path.iter().map(String::as_str).chain(["--help"]).collect();
+    let help = both(dir, &args);
+    let subcommands = if help.contains("Commands:\n") { subcommands(dir, &args) } else { Vec::new() };
+    out.push((path.to_vec(), help));
+    for name in subcommands {
+        commands(dir, &[path, &[name]].concat(), out);
+    }
+}
+
+/// Every command's `--help` and `-h`, usage line included (clap wraps the rest, not that), fits
+/// 100 columns; and every command's `--help` ends with examples, each line indented, so a new
+/// command cannot forget them and clap never wraps an example in the middle of a command.
+#[test]
+fn every_help_fits_100_columns_and_ends_with_examples() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut all = Vec::new();
+    commands(dir.path(), &[], &mut all);
+    assert!(all.len() > 30, "the walk finds the commands: {}", all.len());
+    let (mut wide, mut missing) = (Vec::new(), Vec::new());
+    for (path, help) in &all {
+        let name = path.join(" ");
+        let short: Vec<&str> = path.iter().map(String::as_str).chain(["-h"]).collect();
+        wide.extend(too_wide(&format!("tidegate {name} --help"), help));
+        wide.extend(too_wide(&format!("tidegate {name} -h"), &both(dir.path(), &short)));
+        if path.is_empty() {
+            continue; // the top level starts people off instead
+        }
+        let Some((_, examples)) = help.split_once("Examples:\n") else {
+            missing.push(name);
+            continue;
+        };
+        let lines: Vec<&str> = examples.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert!(!lines.is_empty(), "`tidegate {name} --help` has an empty Examples section");
+        for line in lines {
+            assert!(line.starts_with("  "), "`tidegate {name}` example not indented: {line:?}");
+        }
+    }
+    assert!(wide.is_empty(), "help lines wider than {WIDTH} columns:\n{}", wide.join("\n"));
+    assert!(missing.is_empty(), "commands without an Examples section in --help: {missing:?}");
 }
 
 #[test]

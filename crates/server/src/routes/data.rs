@@ -161,14 +161,7 @@ pub(crate) async fn sql(
 }
 
 fn to_rows(batches: &[RecordBatch]) -> anyhow::Result<Rows> {
-    let mut writer = tidegate_lake::arrow::json::ArrayWriter::new(Vec::new());
-    for b in batches {
-        writer.write(b)?;
-    }
-    writer.finish()?;
-    let bytes = writer.into_inner();
-    let rows = if bytes.is_empty() { Vec::new() } else { serde_json::from_slice(&bytes)? };
-    Ok(Rows { rows })
+    Ok(Rows { rows: serde_json::from_slice(&tidegate_app::data::json_rows(batches)?)? })
 }
 
 /// A dataset restored to an earlier version.

@@ -9,11 +9,13 @@ use std::time::Duration;
 
 use anyhow::Result;
 use tidegate_app::backfill::{Begun, Report, short};
-use tidegate_app::workspace::{self, Workspace};
+use tidegate_app::run::Scope;
+use tidegate_app::workspace::Workspace;
 use tidegate_core::actor::Actor;
 use tidegate_store::{BackfillStatus, Store};
 
-use crate::cmd::run::execute;
+use crate::cmd::Json;
+use crate::cmd::run::with_progress;
 use crate::output;
 
 /// A backfill to run into staging (`start` and `resume`, which say what they do).
@@ -24,9 +26,8 @@ pub struct StartArgs {
     /// Attempts this process runs at once, 1 to 4096 (the backfill's own throttle still applies).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=4096), allow_negative_numbers = true)]
     pub workers: u16,
-    /// Print the result as JSON, for scripts.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub out: Json,
 }
 
 /// A backfill to steer (`pause` and `cancel`, which say what they do).
@@ -35,11 +36,10 @@ pub struct IdArgs {
     /// The backfill's id (`bf-...`, see `tidegate backfill list`).
     pub id: String,
     /// Why (recorded in the journal).
-    #[arg(long, value_parser = crate::cmd::reason)]
+    #[arg(long, value_parser = tidegate_app::input::reason)]
     pub reason: Option<String>,
-    /// Print the result as JSON, for scripts.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub out: Json,
 }
 
 /// Progress, throughput, ETA and failures of a backfill.
@@ -50,9 +50,8 @@ pub struct StatusArgs {
     /// Redraw every second until the backfill stops moving.
     #[arg(long)]
     pub watch: bool,
-    /// Print the result as JSON, for scripts.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub out: Json,
 }
 
 /// The known backfills, newest first.
@@ -61,20 +60,14 @@ pub struct ListArgs {
     /// How many backfills to show, newest first.
     #[arg(long, default_value_t = 20, allow_negative_numbers = true)]
     pub limit: u32,
-    /// Print the result as JSON, for scripts.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub out: Json,
 }
 
 pub fn start(ws: Option<&Path>, actor: &Actor, args: StartArgs, resume: bool) -> Result<ExitCode> {
-    let ws = workspace::load(ws)?;
-    let store = ws.open_store()?;
-    let report = start_and_wait(&ws, &store, actor, &args.id, resume, usize::from(args.workers), !args.json)?;
-    if args.json {
-        output::json(&report)?;
-    } else {
-        print_report(&report);
-    }
+    let (ws, store) = crate::cmd::open(ws)?;
+    let report = start_and_wait(&ws, &store, actor, &args.id, resume, usize::from(args.workers), !args.out.json)?;
+    output::emit(args.out.json, &report, print_report)?;
     Ok(if report.status == BackfillStatus::Failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }
 
@@ -93,50 +86,44 @@ pub(crate) fn start_and_wait(
         Begun::AlreadyRan { report } => *report,
         Begun::Running { id, run_id, n_steps, max_active } => {
             if talk {
-                output::say_err(&format!(
+                say_err!(
                     "Backfill {id} running as run {run_id}: {n_steps} steps into staging, at most {max_active} at once"
-                ));
+                );
             }
             // A backfill runs below live work, never in its way: its process executes the queue
             // too, live runs first.
-            execute(ws, store.clone(), actor, workers, talk, tidegate_app::run::Scope::RunAndQueue(&run_id))?;
+            let scope = Scope::RunAndQueue(&run_id);
+            with_progress(talk, |p| tidegate_app::run::execute(ws, store.clone(), actor, workers, p, scope))?;
             tidegate_app::backfill::settle(ws, store.as_ref(), actor, &id)?
         }
     })
 }
 
 pub fn pause(ws: Option<&Path>, actor: &Actor, args: IdArgs) -> Result<ExitCode> {
-    let ws = workspace::load(ws)?;
-    let store = ws.open_store()?;
+    let (ws, store) = crate::cmd::open(ws)?;
     let record = tidegate_app::backfill::pause(&ws, store.as_ref(), actor, &args.id, args.reason.as_deref())?;
-    if args.json {
-        output::json(&record)?;
-    } else {
-        println!("Paused backfill {}: no new step starts; running attempts finish.", record.id);
-        println!("Resume with: tidegate backfill resume {}", record.id);
-    }
-    Ok(ExitCode::SUCCESS)
+    output::emit(args.out.json, &record, |r| {
+        println!("Paused backfill {}: no new step starts; running attempts finish.", r.id);
+        println!("Resume with: tidegate backfill resume {}", r.id);
+    })
 }
 
 pub fn cancel(ws: Option<&Path>, actor: &Actor, args: IdArgs) -> Result<ExitCode> {
-    let ws = workspace::load(ws)?;
-    let store = ws.open_store()?;
+    let (ws, store) = crate::cmd::open(ws)?;
     let cancelled = tidegate_app::backfill::cancel(&ws, store.as_ref(), actor, &args.id, args.reason.as_deref())?;
-    if args.json {
-        output::json(&cancelled.record)?;
-    } else {
-        output::say(&format!(
+    output::emit(args.out.json, &cancelled.record, |r| {
+        say!(
             "Cancelled backfill {} ({} unfinished steps cancelled). Nothing it staged was published; \
              `tidegate reconcile` removes the staged files.",
-            cancelled.record.id, cancelled.n_steps_cancelled
-        ));
-    }
-    Ok(ExitCode::SUCCESS)
+            r.id,
+            cancelled.n_steps_cancelled
+        );
+    })
 }
 
 pub(crate) fn print_report(r: &Report) {
     println!("Backfill {} is {} (spec {}), requested by {}", r.id, r.status, short(&r.spec_hash), r.requester);
-    output::say(&format!("  reason: {}", r.reason));
+    say!("  reason: {}", r.reason);
     let detail: Vec<String> = r.steps.iter().map(|(s, n)| format!("{n} {s}")).collect();
     println!(
         "  steps: {}/{} settled ({})",
@@ -149,7 +136,7 @@ pub(crate) fn print_report(r: &Report) {
         println!("  {e:.1} s elapsed, {rate:.2} steps/s{eta}");
     }
     for f in &r.failures {
-        output::say(&format!("  failed: {} after {} attempts: {}", f.step, f.attempts, f.reason));
+        say!("  failed: {} after {} attempts: {}", f.step, f.attempts, f.reason);
     }
     if let Some(a) = &r.approval {
         println!(
@@ -163,23 +150,18 @@ pub(crate) fn print_report(r: &Report) {
     if let Some(rel) = &r.release_id {
         println!("  published as release {rel}");
     }
-    output::say(&format!("Next: {}", r.next));
+    say!("Next: {}", r.next);
 }
 
 pub fn status(ws: Option<&Path>, actor: &Actor, args: StatusArgs) -> Result<ExitCode> {
-    let ws = workspace::load(ws)?;
-    let store = ws.open_store()?;
-    let tty = std::io::stdout().is_terminal();
+    let (ws, store) = crate::cmd::open(ws)?;
+    let redraw = args.watch && !args.out.json && std::io::stdout().is_terminal();
     loop {
         let report = tidegate_app::backfill::status(&ws, store.as_ref(), actor, &args.id)?;
-        if args.json {
-            output::json(&report)?;
-        } else {
-            if args.watch && tty {
-                print!("\x1b[2J\x1b[H");
-            }
-            print_report(&report);
+        if redraw {
+            print!("\x1b[2J\x1b[H");
         }
+        output::emit(args.out.json, &report, print_report)?;
         if !args.watch || !matches!(report.status, BackfillStatus::Running | BackfillStatus::Paused) {
             return Ok(ExitCode::SUCCESS);
         }
@@ -188,21 +170,16 @@ pub fn status(ws: Option<&Path>, actor: &Actor, args: StatusArgs) -> Result<Exit
 }
 
 pub fn list(ws: Option<&Path>, actor: &Actor, args: ListArgs) -> Result<ExitCode> {
-    let ws = workspace::load(ws)?;
-    let store = ws.open_store()?;
+    let (_, store) = crate::cmd::open(ws)?;
     let backfills = tidegate_app::backfill::list(store.as_ref(), actor, args.limit)?;
-    if args.json {
-        output::json(&backfills)?;
-        return Ok(ExitCode::SUCCESS);
-    }
-    if backfills.is_empty() {
-        println!("No backfills yet. Plan one with:");
-        println!("  tidegate backfill plan TARGET --from A --to B --reprocess all --reason \"...\"");
-        return Ok(ExitCode::SUCCESS);
-    }
-    let rows: Vec<Vec<String>> = backfills
-        .iter()
-        .map(|b| {
+    output::emit(args.out.json, &backfills, |backfills| {
+        if backfills.is_empty() {
+            println!("No backfills yet. Plan one with:");
+            println!("  tidegate backfill plan TARGET --from A --to B --reprocess all --reason \"...\"");
+            return;
+        }
+        let header = ["id", "status", "requester", "planned", "footprint", "reason"];
+        output::print_table(&header, &[0], backfills, |b| {
             let partitions: usize = b.footprint.values().map(Vec::len).sum();
             vec![
                 b.id.clone(),
@@ -212,9 +189,6 @@ pub fn list(ws: Option<&Path>, actor: &Actor, args: ListArgs) -> Result<ExitCode
                 format!("{} datasets, {partitions} partitions", b.footprint.len()),
                 b.reason.clone(),
             ]
-        })
-        .collect();
-    let header = ["id", "status", "requester", "planned", "footprint", "reason"];
-    print!("{}", output::table(&header, &rows, &[0]));
-    Ok(ExitCode::SUCCESS)
+        });
+    })
 }

@@ -7,9 +7,10 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::builder::TypedValueParser as _;
 use tidegate_app::backfill::{PlanRequest, Planned, Reprocess, short};
-use tidegate_app::workspace;
+use tidegate_app::view;
 use tidegate_core::actor::Actor;
 
+use crate::cmd::Json;
 use crate::output;
 
 /// Freeze a backfill and show its blast radius; nothing runs yet.
@@ -35,7 +36,7 @@ pub struct PlanArgs {
     #[arg(long, value_parser = reprocess_parser())]
     pub reprocess: Reprocess,
     /// The intended change, in words (recorded in the frozen spec and the journal).
-    #[arg(long, value_parser = crate::cmd::reason)]
+    #[arg(long, value_parser = tidegate_app::input::reason)]
     pub reason: String,
     /// At most this many of the backfill's steps run at once.
     #[arg(long, default_value_t = 2, value_name = "K", allow_negative_numbers = true)]
@@ -51,9 +52,8 @@ pub struct PlanArgs {
     /// datasets' review_flags; `backfill compare --flag-...` still overrides it.
     #[arg(long, value_name = "PCT")]
     pub flag_change_pct: Option<f64>,
-    /// Print the result as JSON, for scripts.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub out: Json,
 }
 
 /// `--reprocess`, with each value's meaning in `--help`.
@@ -84,22 +84,16 @@ impl PlanArgs {
 }
 
 pub fn plan(ws: Option<&Path>, actor: &Actor, args: PlanArgs) -> Result<ExitCode> {
-    let ws = workspace::load(ws)?;
-    let store = ws.open_store()?;
+    let (ws, store) = crate::cmd::open(ws)?;
     let planned = tidegate_app::backfill::plan(&ws, store.as_ref(), actor, &args.request())?;
-    if args.json {
-        output::json(&planned)?;
-    } else {
-        print_plan(&planned);
-    }
-    Ok(ExitCode::SUCCESS)
+    output::emit(args.out.json, &planned, print_plan)
 }
 
 pub(crate) fn print_plan(planned: &Planned) {
     let (id, spec_hash, spec) = (&planned.id, &planned.spec_hash, &planned.spec);
     let br = &spec.blast_radius;
     println!("Planned backfill {id} (spec {}), requested by {}", short(spec_hash), spec.requester);
-    output::say(&format!("  reason: {}", spec.reason));
+    say!("  reason: {}", spec.reason);
     println!(
         "  {} steps, reprocess {:?}, at most {} at once{}",
         br.n_steps,
@@ -109,23 +103,18 @@ pub(crate) fn print_plan(planned: &Planned) {
     );
     println!();
     println!("Blast radius:");
-    let rows: Vec<Vec<String>> = br
-        .datasets
-        .iter()
-        .map(|d| {
-            // The task only when it is not named as its dataset; the cell wraps at its spaces.
-            let task = if d.task == d.dataset { String::new() } else { format!(" (task {})", d.task) };
-            vec![
-                format!("{}{task}{}", d.dataset, if d.downstream { " (downstream)" } else { "" }),
-                output::keys(&d.partitions, 2),
-                d.current_rows.to_string(),
-                output::human_bytes(d.current_bytes),
-                if d.consumers.is_empty() { "-".to_owned() } else { d.consumers.join(", ") },
-            ]
-        })
-        .collect();
     let header = ["dataset", "partitions", "rows now", "bytes now", "consumers"];
-    print!("{}", output::table(&header, &rows, &[1]));
+    output::print_table(&header, &[1], &br.datasets, |d| {
+        // The task only when it is not named as its dataset; the cell wraps at its spaces.
+        let task = if d.task == d.dataset { String::new() } else { format!(" (task {})", d.task) };
+        vec![
+            format!("{}{task}{}", d.dataset, if d.downstream { " (downstream)" } else { "" }),
+            view::keys(&d.partitions, 2),
+            d.current_rows.to_string(),
+            output::human_bytes(d.current_bytes),
+            if d.consumers.is_empty() { "-".to_owned() } else { d.consumers.join(", ") },
+        ]
+    });
     match (br.estimated_compute_s, br.estimated_wall_s) {
         (Some(c), Some(w)) => {
             println!("Estimated compute {c:.1} s (about {w:.1} s under the throttle), from step history")

@@ -5,12 +5,10 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use serde::Serialize;
 use tidegate_app::backfill::{Published, RolledBack};
-use tidegate_app::workspace;
 use tidegate_core::actor::Actor;
 
-use crate::cmd::lock::LockWait;
+use crate::cmd::{Json, LockWait};
 use crate::output;
 
 /// Publish an approved backfill: one atomic commit per dataset, upstream first.
@@ -24,9 +22,8 @@ use crate::output;
 pub struct PublishArgs {
     /// The backfill's id (`bf-...`, see `tidegate backfill list`).
     pub id: String,
-    /// Print the result as JSON, for scripts.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub out: Json,
 }
 
 /// Undo a published backfill: restore the exact previous version of every partition it changed.
@@ -35,25 +32,18 @@ pub struct RollbackArgs {
     /// The backfill's id (`bf-...`, see `tidegate backfill list`).
     pub id: String,
     /// Why (recorded in the journal).
-    #[arg(long, default_value = "backfill rolled back by operator", value_parser = crate::cmd::reason)]
+    #[arg(long, default_value = "backfill rolled back by operator", value_parser = tidegate_app::input::reason)]
     pub reason: String,
-    /// Print the result as JSON, for scripts.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub out: Json,
     #[command(flatten)]
     pub lock: LockWait,
 }
 
 pub fn publish(ws: Option<&Path>, actor: &Actor, args: PublishArgs) -> Result<ExitCode> {
-    let ws = workspace::load(ws)?;
-    let store = ws.open_store()?;
+    let (ws, store) = crate::cmd::open(ws)?;
     let published = tidegate_app::backfill::publish(&ws, &store, actor, &args.id)?;
-    if args.json {
-        output::json(&published)?;
-    } else {
-        print_published(&published);
-    }
-    Ok(ExitCode::SUCCESS)
+    output::emit(args.out.json, &published, print_published)
 }
 
 /// A publication for people, with how to undo it.
@@ -67,28 +57,10 @@ pub(crate) fn print_published(published: &Published) {
     println!("Undo with: tidegate backfill rollback {}", published.backfill_id);
 }
 
-/// What `backfill rollback --json` prints: each dataset with the version it was restored to.
-#[derive(Serialize)]
-struct RolledBackJson<'a> {
-    backfill_id: &'a str,
-    release_id: &'a str,
-    restored: Vec<(&'a str, u64)>,
-}
-
 pub fn rollback(ws: Option<&Path>, actor: &Actor, args: RollbackArgs) -> Result<ExitCode> {
-    let ws = workspace::load(ws)?;
-    let store = ws.open_store()?;
+    let (ws, store) = crate::cmd::open(ws)?;
     let done = tidegate_app::backfill::rollback(&ws, &store, actor, &args.id, &args.reason, args.lock.duration())?;
-    if args.json {
-        output::json(&RolledBackJson {
-            backfill_id: &done.backfill_id,
-            release_id: &done.release_id,
-            restored: done.restored.iter().map(|r| (r.dataset.as_str(), r.version)).collect(),
-        })?;
-    } else {
-        print_rolled_back(&done);
-    }
-    Ok(ExitCode::SUCCESS)
+    output::emit(args.out.json, &done, print_rolled_back)
 }
 
 /// A backfill rollback for people.

@@ -6,11 +6,11 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use tidegate_app::backfill::{CompareRequest, Compared, FlagOverrides, Review, short};
-use tidegate_app::workspace;
 use tidegate_core::actor::Actor;
 use tidegate_core::spec::model::{Limit, ReviewFlags};
 use tidegate_store::BackfillRecord;
 
+use crate::cmd::Json;
 use crate::output;
 
 /// How many partitions per dataset the terminal table shows (all are in --json and --html).
@@ -36,9 +36,8 @@ pub struct CompareArgs {
     /// Also write a self-contained HTML report to this file.
     #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,
-    /// Print the result as JSON, for scripts.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub out: Json,
     /// Set every percentage limit below to PCT at once (the single ones still win).
     #[arg(long, value_name = "PCT", value_parser = percent)]
     pub flag_change_pct: Option<f64>,
@@ -105,25 +104,18 @@ pub struct ApproveArgs {
     /// Refused: an approver is established, not named. Run the command as the approver.
     #[arg(long = "as", value_name = "NAME", hide = true)]
     pub approver: Option<String>,
-    /// Print the result as JSON, for scripts.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub out: Json,
 }
 
 pub fn compare(ws: Option<&Path>, actor: &Actor, args: CompareArgs) -> Result<ExitCode> {
-    let ws = workspace::load(ws)?;
-    let store = ws.open_store()?;
+    let (ws, store) = crate::cmd::open(ws)?;
     let request = CompareRequest { id: args.id.clone(), flags: args.overrides() };
     let compared = tidegate_app::backfill::compare_with(&ws, store.as_ref(), actor, &request)?;
     if let Some(path) = &args.html {
         write_html(&compared, path)?;
     }
-    if args.json {
-        output::json(&compared)?;
-    } else {
-        print_compared(&compared, args.html.as_deref());
-    }
-    Ok(ExitCode::SUCCESS)
+    output::emit(args.out.json, &compared, |c| print_compared(c, args.html.as_deref()))
 }
 
 /// Writes the comparison's self-contained HTML review page to `path`.
@@ -143,10 +135,7 @@ pub(crate) fn print_compared(compared: &Compared, html: Option<&Path>) {
     if compared.approval_withdrawn {
         println!("The comparison changed since it was approved: the approval no longer holds.");
     }
-    output::say(&format!(
-        "Approve (someone other than {}, as themselves): tidegate backfill approve {}",
-        record.requester, record.id
-    ));
+    say!("Approve (someone other than {}, as themselves): tidegate backfill approve {}", record.requester, record.id);
 }
 
 fn print_review(review: &Review, hash: &str) {
@@ -154,7 +143,7 @@ fn print_review(review: &Review, hash: &str) {
     for d in &review.datasets {
         let t = &d.totals;
         println!();
-        output::say(&format!(
+        say!(
             "{}: {} -> {} rows; {} added, {} removed, {} changed{}; compared with table version {}",
             d.dataset,
             t.rows_before,
@@ -164,40 +153,36 @@ fn print_review(review: &Review, hash: &str) {
             t.n_changed,
             if t.n_flagged > 0 { format!("; {} partitions flagged", t.n_flagged) } else { String::new() },
             d.published_version.map_or_else(|| "none".to_owned(), |v| v.to_string()),
-        ));
+        );
         let shown: Vec<_> = d.partitions.iter().take(MAX_PARTITIONS_SHOWN).collect();
-        let rows: Vec<Vec<String>> = shown
-            .iter()
-            .map(|p| {
-                let moved: Vec<String> = p
-                    .columns
-                    .iter()
-                    .filter_map(|c| match (c.mean_before, c.mean_after) {
-                        (Some(a), Some(b)) if (a - b).abs() > f64::EPSILON * a.abs().max(1.0) => {
-                            Some(format!("{} {a:.4}->{b:.4}", c.column))
-                        }
-                        _ => None,
-                    })
-                    .collect();
-                vec![
-                    p.partition.clone(),
-                    p.rows_before.to_string(),
-                    p.rows_after.to_string(),
-                    p.n_added.to_string(),
-                    p.n_removed.to_string(),
-                    p.n_changed.to_string(),
-                    if moved.is_empty() { "-".to_owned() } else { moved.join("; ") },
-                    if p.flagged.is_empty() { String::new() } else { "FLAG".to_owned() },
-                ]
-            })
-            .collect();
         let header = ["partition", "before", "after", "added", "removed", "changed", "column means", "flag"];
-        print!("{}", output::table(&header, &rows, &[0]));
+        output::print_table(&header, &[0], &shown, |p| {
+            let moved: Vec<String> = p
+                .columns
+                .iter()
+                .filter_map(|c| match (c.mean_before, c.mean_after) {
+                    (Some(a), Some(b)) if (a - b).abs() > f64::EPSILON * a.abs().max(1.0) => {
+                        Some(format!("{} {a:.4}->{b:.4}", c.column))
+                    }
+                    _ => None,
+                })
+                .collect();
+            vec![
+                p.partition.clone(),
+                p.rows_before.to_string(),
+                p.rows_after.to_string(),
+                p.n_added.to_string(),
+                p.n_removed.to_string(),
+                p.n_changed.to_string(),
+                if moved.is_empty() { "-".to_owned() } else { moved.join("; ") },
+                if p.flagged.is_empty() { String::new() } else { "FLAG".to_owned() },
+            ]
+        });
         if d.partitions.len() > shown.len() {
             println!("  ... and {} more partitions (see --json or --html)", d.partitions.len() - shown.len());
         }
         for p in shown.iter().filter(|p| !p.flagged.is_empty()) {
-            output::say(&format!("  {} flagged: {}", p.partition, p.flagged.join("; ")));
+            say!("  {} flagged: {}", p.partition, p.flagged.join("; "));
         }
         if let Some(p) = d.partitions.iter().find(|p| !p.sample_changed.is_empty()) {
             println!("  sample of changed rows in {}:", p.partition);
@@ -244,8 +229,7 @@ fn sample_rows(sample: &[serde_json::Value]) -> Vec<Vec<String>> {
 }
 
 pub fn approve(ws: Option<&Path>, actor: &Actor, args: ApproveArgs) -> Result<ExitCode> {
-    let ws = workspace::load(ws)?;
-    let store = ws.open_store()?;
+    let (ws, store) = crate::cmd::open(ws)?;
     // An unknown id first, as every backfill command answers it.
     tidegate_app::backfill::load(store.as_ref(), &args.id)?;
     if let Some(name) = &args.approver {
@@ -257,7 +241,7 @@ pub fn approve(ws: Option<&Path>, actor: &Actor, args: ApproveArgs) -> Result<Ex
         );
     }
     let updated = tidegate_app::backfill::approve(&ws, store.as_ref(), actor, &args.id)?;
-    if args.json {
+    if args.out.json {
         output::json(&updated)?;
     } else {
         print_approved(&updated)?;

@@ -18,7 +18,6 @@ use tidegate_store::{BackfillStatus, JournalQuery, Priority, Store, Trigger};
 
 use crate::cmd::backfill;
 use crate::cmd::data::print_batches;
-use crate::cmd::rollback;
 use crate::cmd::{run, tick};
 use crate::output;
 use tidegate_app::backfill::{self as app_backfill, PlanRequest, Reprocess};
@@ -125,7 +124,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         "The scheduler comes back on {} after {DOWNTIME_DAYS} missed days. Only the newest interval runs;\nthe missed ones are reported as debt instead of stampeding the warehouse.",
         day(last + 1)
     ));
-    let back = tick::parse_instant(&format!("{}T00:05:00Z", day(last + 1)))?;
+    let back = tidegate_app::input::instant(&format!("{}T00:05:00Z", day(last + 1))).map_err(anyhow::Error::msg)?;
     tick::tick_at(&workspace::load(ws)?, &you, back, false, 4, false)?;
     say("Filling the debt on purpose, when it suits us:");
     let _ = run_target(ws, &you, "user_features", &day(history_end + 1), &day(last - 1), false)?;
@@ -207,7 +206,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
 
     chapter(12, "Reconcile: nothing left behind");
     say("tidegate reconcile");
-    let keep_logs = crate::cmd::vacuum::parse_duration(rollback::DEFAULT_KEEP_LOGS).map_err(anyhow::Error::msg)?;
+    let keep_logs =
+        tidegate_app::input::duration(tidegate_app::reconcile::DEFAULT_KEEP_LOGS).map_err(anyhow::Error::msg)?;
     let reconciled = tidegate_app::reconcile::reconciled(&workspace, store.as_ref(), &you, keep_logs)?;
     say(&format!(
         "  removed {} staged file(s) that no table version references (failed and superseded attempts'); kept {} \

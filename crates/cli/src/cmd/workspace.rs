@@ -1,10 +1,14 @@
-//! `tidegate init`: a small working example workspace with comments explaining each setting.
+//! `tidegate init` and `tidegate validate` (`tidegate_app::workspace`): a small working example
+//! workspace with comments explaining each setting, and tidegate.toml parsed and checked, every
+//! problem reported at once.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Result;
-use tidegate_app::workspace;
+use tidegate_app::workspace::{self, EXAMPLE_TARGET};
+
+use crate::output;
 
 /// Create a workspace with a commented example pipeline.
 ///
@@ -13,7 +17,7 @@ use tidegate_app::workspace;
 /// exists, nothing is written and the command names them; an existing .gitignore is kept as it is.
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Examples:\n  tidegate init my-pipeline\n  tidegate init .            # in the current folder")]
-pub struct Args {
+pub struct InitArgs {
     /// Folder to create the workspace in (created if missing).
     #[arg(default_value = ".")]
     dir: PathBuf,
@@ -22,10 +26,7 @@ pub struct Args {
     force: bool,
 }
 
-/// The example's final task, suggested as the first thing to plan.
-pub const EXAMPLE_TARGET: &str = "daily_stats";
-
-pub fn run(args: Args) -> Result<ExitCode> {
+pub fn init(args: InitArgs) -> Result<ExitCode> {
     let written = workspace::create(&args.dir, args.force)?;
     let shown = args.dir.display();
     println!("Created a Tidegate workspace in {shown}");
@@ -51,16 +52,35 @@ pub fn run(args: Args) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Writes the example workspace into `dir`; returns the files written. Writes nothing when any
-/// file the example needs exists (named in the error), and never replaces a file: each is created
-/// exclusively, so a file appearing meanwhile is an error too, not overwritten.
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// Check tidegate.toml and report every problem, each with file:line:col and the setting.
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Examples:\n  tidegate validate\n  tidegate validate --json | jq '.errors[].setting'\n  tidegate -C path/to/workspace validate"
+)]
+pub struct ValidateArgs {
+    /// Print the result as JSON.
+    #[arg(long)]
+    json: bool,
+}
 
-    #[test]
-    fn the_suggested_target_is_a_task_of_the_example() {
-        let spec = tidegate_core::spec::parse("tidegate.toml", tidegate_core::spec::EXAMPLE).expect("example parses");
-        assert!(spec.tasks.contains_key(EXAMPLE_TARGET));
-    }
+pub fn validate(ws: Option<&Path>, args: ValidateArgs) -> Result<ExitCode> {
+    let report = workspace::validate(ws)?;
+    output::emit(args.json, &report, |report| {
+        if report.valid {
+            println!(
+                "{} is valid: {} datasets, {} external, {} tasks, {} pools (spec hash {})",
+                report.file,
+                report.n_datasets,
+                report.n_external,
+                report.n_tasks,
+                report.n_pools,
+                report.spec_hash.as_deref().map_or("", |h| &h[..12])
+            );
+        } else {
+            let n = report.errors.len();
+            eprintln!("{}", tidegate_core::spec::Diagnostics(report.errors.clone()));
+            eprintln!("\n{n} error{} in {}", if n == 1 { "" } else { "s" }, report.file);
+        }
+    })?;
+    Ok(if report.valid { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
