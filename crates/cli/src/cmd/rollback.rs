@@ -115,17 +115,20 @@ fn rollback_unit(ws: Option<&Path>, actor: &Actor, args: RollbackArgs) -> Result
         return output::emit(json, &plan, |_| println!("Dry run: nothing was restored."));
     }
     request.dry_run = false;
-    output::emit(json, &undo(&ws, &store, actor, &request)?, |done| {
-        for d in &done.datasets {
-            let new = d.new_version.map_or_else(|| "-".to_owned(), |v| v.to_string());
-            println!("Restored {} as new version {new}", d.dataset);
-        }
-        println!("Recorded as release {}", done.release_id);
-    })
+    output::emit(json, &undo(&ws, &store, actor, &request)?, print_undone)
+}
+
+/// What an undo restored, for people.
+pub(crate) fn print_undone(done: &Undone) {
+    for d in &done.datasets {
+        let new = d.new_version.map_or_else(|| "-".to_owned(), |v| v.to_string());
+        println!("Restored {} as new version {new}", d.dataset);
+    }
+    println!("Recorded as release {}", done.release_id);
 }
 
 /// What an undo restores, for people.
-fn print_undo(plan: &Undone) {
+pub(crate) fn print_undo(plan: &Undone) {
     let what =
         plan.run_id.as_ref().map_or_else(|| format!("release {}", plan.releases.join(", ")), |r| format!("run {r}"));
     let n = plan.releases.len();

@@ -210,11 +210,13 @@ outputs = ["raw"]
     assert_eq!(report["status"], "succeeded", "{report}");
 }
 
-/// The README's first command: the whole demo runs to its end and its story's claims hold: the
-/// consumer's query is unchanged while the backfill waits in staging, changes when it is
-/// published and is back to the first answer after the rollback; a failed check blocked a day;
-/// the store and the lake agree; the journal verifies. A second run over the same folder starts
-/// over cleanly.
+/// The README's first command: the whole demo runs to its end and its story's claims hold: clicks
+/// holds each event once though the feed repeats them; a run is undone as a unit and published
+/// again; the consumer's query is unchanged while the backfill waits in staging, changes when it
+/// is published and is back to the first answer after the rollback; the column the backfill adds
+/// is there once it is published and gone after its rollback; a failed check blocked a day; the
+/// store and the lake agree; the journal verifies. A second run over the same folder starts over
+/// cleanly.
 #[test]
 fn the_demo_tells_its_whole_story() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -224,15 +226,34 @@ fn the_demo_tells_its_whole_story() {
         assert!(out.status.success(), "demo round {round} failed:\n{stdout}\n{}", stderr(&out));
         for line in [
             "1 retried after a transient failure, 1 blocked by a failed check",
-            "1 rollbacks",
+            "2 rollbacks",
+            "Rolling back run ",
+            "schema change: column n_purchases added (int64, nullable)",
             "the store and the lake agree",
             "its hash chain verifies",
             "Done in",
         ] {
             assert!(stdout.contains(line), "demo round {round} does not say {line:?}:\n{stdout}");
         }
-        // The consumer's answer in chapters 5 (before), 7 (backfill staged), 10 (published) and
-        // 11 (rolled back).
+        let said = |prefix: &str| {
+            let line = stdout.lines().find(|l| l.contains(prefix));
+            line.unwrap_or_else(|| panic!("demo round {round} does not say {prefix:?}:\n{stdout}")).to_owned()
+        };
+        // Dedup: as many rows as distinct event ids, and some duplicates dropped.
+        let dedup = said("distinct event_id");
+        let numbers: Vec<u64> = dedup.split(' ').filter_map(|w| w.parse().ok()).collect();
+        assert!(numbers.len() >= 3 && numbers[0] == numbers[1] && numbers[2] > 0, "{dedup}");
+        // The run undone as a unit took its days away.
+        let undone = said("user_features had ");
+        let days: Vec<u64> = undone.split(' ').filter_map(|w| w.trim_end_matches(';').parse().ok()).collect();
+        assert!(days.len() == 2 && days[1] < days[0], "{undone}");
+        // The column the backfill adds: there once published, gone after the rollback (the
+        // sentences as said, whatever their wrapping).
+        let flat = stdout.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(flat.contains("columns now: user_id, n_sessions, n_events, purchase_rate, tg_partition, n_purchases"));
+        assert!(flat.contains("before it): user_id, n_sessions, n_events, purchase_rate, tg_partition ━━"), "{flat}");
+        // The consumer's answer in chapters 6 (before), 8 (backfill staged), 11 (published) and
+        // 12 (rolled back).
         let answers: Vec<&str> =
             stdout.lines().filter(|l| l.starts_with("| ") && !l.contains("avg_purchase_rate")).collect();
         assert_eq!(answers.len(), 4, "four consumer queries:\n{stdout}");

@@ -115,6 +115,9 @@ pub(crate) fn print_plan(planned: &Planned) {
             if d.consumers.is_empty() { "-".to_owned() } else { d.consumers.join(", ") },
         ]
     });
+    for d in br.datasets.iter().filter(|d| !d.schema_changes.is_empty()) {
+        say!("Schema change of {}: {}", d.dataset, d.schema_changes.join("; "));
+    }
     match (br.estimated_compute_s, br.estimated_wall_s) {
         (Some(c), Some(w)) => {
             println!("Estimated compute {c:.1} s (about {w:.1} s under the throttle), from step history")

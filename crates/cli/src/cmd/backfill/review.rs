@@ -154,6 +154,9 @@ fn print_review(review: &Review, hash: &str) {
             if t.n_flagged > 0 { format!("; {} partitions flagged", t.n_flagged) } else { String::new() },
             d.published_version.map_or_else(|| "none".to_owned(), |v| v.to_string()),
         );
+        for change in &d.schema_changes {
+            say!("  schema change: {change}");
+        }
         let shown: Vec<_> = d.partitions.iter().take(MAX_PARTITIONS_SHOWN).collect();
         let header = ["partition", "before", "after", "added", "removed", "changed", "column means", "flag"];
         output::print_table(&header, &[0], &shown, |p| {

@@ -1,8 +1,9 @@
 //! `tidegate demo`: the whole story on built-in data, offline and deterministic. It creates a
 //! workspace with an ML feature pipeline (click events -> sessions -> daily user features ->
-//! weekly training snapshot), runs a month of it with one transient and one bad-data failure,
-//! shows catch-up off after an outage, then takes a bug fix through a governed backfill and back
-//! out again, and ends with a summary built from the journal.
+//! weekly training snapshot), runs a month of it with one transient and one bad-data failure and
+//! a feed full of duplicates, shows catch-up off after an outage and a run undone as a unit, then
+//! takes a bug fix that also adds a column through a governed backfill and back out again, and
+//! ends with a summary built from the journal.
 
 pub mod feed;
 
@@ -18,9 +19,10 @@ use tidegate_store::{BackfillStatus, JournalQuery, Priority, Store, Trigger};
 
 use crate::cmd::backfill;
 use crate::cmd::data::print_batches;
-use crate::cmd::{run, tick};
+use crate::cmd::{rollback, run, tick};
 use crate::output;
 use tidegate_app::backfill::{self as app_backfill, PlanRequest, Reprocess};
+use tidegate_app::rollback::{UndoRequest, Unit};
 use tidegate_app::submit::SubmitRequest;
 use tidegate_app::target::{Partitions, Target};
 use tidegate_app::workspace;
@@ -41,9 +43,10 @@ const DOWNTIME_DAYS: u32 = 3;
 /// Show the whole story on built-in sample data, in a fresh workspace.
 ///
 /// Creates the workspace (default ./tidegate-demo), runs a month of a click -> sessions ->
-/// features -> training-snapshot pipeline with injected failures, shows catch-up after an
-/// outage, and takes a bug fix through a governed backfill: plan, throttled run, comparison,
-/// approval by a second person, publication, and rollback. Runs offline in well under a minute.
+/// features -> training-snapshot pipeline with injected failures and duplicate events, shows
+/// catch-up after an outage and a run rolled back as a unit, and takes a bug fix that adds a
+/// column through a governed backfill: plan, throttled run, comparison, approval by a second
+/// person, publication, and rollback. Runs offline in well under a minute.
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Examples:\n  tidegate demo\n  tidegate demo --dir /tmp/demo --days 14")]
 pub struct Args {
@@ -113,6 +116,14 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let _ = run_target(ws, &you, "ingest_clicks", &day(3), &day(3), true)?;
     let after = count(&dir, &format!("SELECT COUNT(*) AS n FROM clicks WHERE tg_partition = '{}'", day(3)))?;
     say(&format!("...after: {after} rows. Append de-duplicates by event_id, so a replay is a no-op."));
+    let rows = count(&dir, "SELECT COUNT(*) AS n FROM clicks")?;
+    let distinct = count(&dir, "SELECT COUNT(DISTINCT event_id) AS n FROM clicks")?;
+    say(&format!(
+        "clicks: {rows} rows, {distinct} distinct event_id, {} duplicates dropped by dedup_key (the feed repeats \
+         events within a delivery and re-delivers late ones the next day; each publication's count is in its commit, \
+         tidegate.duplicates_dropped, and in the journal).",
+        duplicates_dropped(&dir, "clicks")?
+    ));
 
     chapter(3, "Weekly training snapshots");
     let weeks_end = day(((history_end) / 7) * 7);
@@ -129,13 +140,39 @@ pub fn run(args: Args) -> Result<ExitCode> {
     say("Filling the debt on purpose, when it suits us:");
     let _ = run_target(ws, &you, "user_features", &day(history_end + 1), &day(last - 1), false)?;
 
-    chapter(5, "A consumer's view before the fix");
+    chapter(5, "A run undone as a unit");
+    let days_query = "SELECT COUNT(DISTINCT tg_partition) AS n FROM user_features";
+    let days_before = count(&dir, days_query)?;
+    say("The debt-filling run turns out to have read a bad feed. Undo it as a unit, after seeing what that restores:");
+    say("tidegate rollback user_features --dry-run");
+    let workspace = workspace::load(ws)?;
+    let store = workspace.open_store()?;
+    let wait = std::time::Duration::from_secs(tidegate_app::lock::DEFAULT_LOCK_WAIT_S);
+    let mut undo = UndoRequest {
+        unit: Unit::LatestRun("user_features".to_owned()),
+        datasets: Vec::new(),
+        reason: "demo: the debt-filling run read a bad feed".to_owned(),
+        lock_wait: wait,
+        dry_run: true,
+    };
+    rollback::print_undo(&tidegate_app::rollback::undo(&workspace, &store, &you, &undo)?);
+    say("tidegate rollback user_features");
+    undo.dry_run = false;
+    rollback::print_undone(&tidegate_app::rollback::undo(&workspace, &store, &you, &undo)?);
+    say(&format!(
+        "user_features had {days_before} days; it has {} now. Once the feed is fixed, running it again publishes them again:",
+        count(&dir, days_query)?
+    ));
+    let _ = run_target(ws, &you, "user_features", &day(history_end + 1), &day(last - 1), false)?;
+
+    chapter(6, "A consumer's view before the fix");
     let consumer = "SELECT ROUND(AVG(purchase_rate), 4) AS avg_purchase_rate, COUNT(*) AS user_days FROM user_features";
     say(&format!("tidegate sql \"{consumer}\""));
     show_sql(ws, &you, consumer)?;
 
-    chapter(6, "A bug fix in the feature SQL becomes a governed backfill");
-    say("purchase_rate divided clicks, not purchases, by events. Fixing tidegate.toml:");
+    chapter(7, "A bug fix in the feature SQL becomes a governed backfill");
+    say("purchase_rate divided clicks, not purchases, by events. Fixing tidegate.toml, and adding the purchase count");
+    say("as a column (a schema change: it goes through the same review):");
     fix_feature_sql(&dir)?;
     say(&format!(
         "{}: tidegate backfill plan user_features --from {} --to {} --reprocess all --include-downstream --max-active-runs 2 --reason \"...\"",
@@ -143,6 +180,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         day(1),
         day(last)
     ));
+    // The workspace as it is now: the fixed spec is what the backfill freezes.
     let workspace = workspace::load(ws)?;
     let store = workspace.open_store()?;
     let request = PlanRequest {
@@ -160,19 +198,19 @@ pub fn run(args: Args) -> Result<ExitCode> {
     backfill::plan::print_plan(&planned);
     let id = planned.id;
 
-    chapter(7, "Run it into staging, throttled below live work");
+    chapter(8, "Run it into staging, throttled below live work");
     let report = backfill::exec::start_and_wait(&workspace, &store, &you, &id, false, 4, true)?;
     backfill::exec::print_report(&report);
     say("Published data is untouched while it waits for review:");
     show_sql(ws, &you, consumer)?;
 
-    chapter(8, "Compare with what is published");
+    chapter(9, "Compare with what is published");
     let html = dir.join("backfill-report.html");
     let compared = app_backfill::compare(&workspace, store.as_ref(), &you, &id)?;
     backfill::review::write_html(&compared, &html)?;
     backfill::review::print_compared(&compared, Some(&html));
 
-    chapter(9, "Approval by a second person");
+    chapter(10, "Approval by a second person");
     say(&format!(
         "{} (you: identities are established by the OS account running tidegate, never typed) tries to approve:",
         you.name
@@ -191,20 +229,24 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let approved = app_backfill::approve(&workspace, store.as_ref(), &reviewer, &id)?;
     backfill::review::print_approved(&approved)?;
 
-    chapter(10, "Publish: one atomic commit per dataset");
+    chapter(11, "Publish: one atomic commit per dataset");
     let published = app_backfill::publish(&workspace, &store, &reviewer, &id)?;
     backfill::release::print_published(&published);
     say("The consumer's query now:");
     show_sql(ws, &you, consumer)?;
+    say(&format!("user_features' columns now: {}", columns_of(&dir, "user_features")?.join(", ")));
 
-    chapter(11, "Rollback restores exactly what was there");
-    let wait = std::time::Duration::from_secs(tidegate_app::lock::DEFAULT_LOCK_WAIT_S);
+    chapter(12, "Rollback restores exactly what was there");
     let rolled_back = app_backfill::rollback(&workspace, &store, &reviewer, &id, "demo: undoing the backfill", wait)?;
     backfill::release::print_rolled_back(&rolled_back);
-    say("The consumer's query after the rollback (identical to chapter 5):");
+    say("The consumer's query after the rollback (identical to chapter 6):");
     show_sql(ws, &you, consumer)?;
+    say(&format!(
+        "user_features' columns after the rollback (the schema readers saw before it): {}",
+        columns_of(&dir, "user_features")?.join(", ")
+    ));
 
-    chapter(12, "Reconcile: nothing left behind");
+    chapter(13, "Reconcile: nothing left behind");
     say("tidegate reconcile");
     let keep_logs =
         tidegate_app::input::duration(tidegate_app::reconcile::DEFAULT_KEEP_LOGS).map_err(anyhow::Error::msg)?;
@@ -265,7 +307,7 @@ fn prepare(dir: &Path, exe: &Path, reuse: bool) -> Result<bool> {
 }
 
 const FEATURES_V1: &str = "CAST(SUM(n_clicks) AS DOUBLE) / CAST(SUM(n_events) AS DOUBLE) AS purchase_rate";
-const FEATURES_V2: &str = "CAST(SUM(n_purchases) AS DOUBLE) / CAST(SUM(n_events) AS DOUBLE) AS purchase_rate";
+const FEATURES_V2: &str = "CAST(SUM(n_purchases) AS DOUBLE) / CAST(SUM(n_events) AS DOUBLE) AS purchase_rate, SUM(n_purchases) AS n_purchases";
 
 fn fix_feature_sql(dir: &Path) -> Result<()> {
     let path = dir.join(workspace::SPEC_FILE);
@@ -403,6 +445,26 @@ fn show_sql(ws: Option<&Path>, actor: &Actor, query: &str) -> Result<()> {
     print_batches(&rows, &crate::cmd::data::Format { json: false, csv: false })
 }
 
+/// The columns of a dataset's latest version, in order.
+fn columns_of(dir: &Path, dataset: &str) -> Result<Vec<String>> {
+    let ws = workspace::load(Some(dir))?;
+    runtime()?.block_on(async {
+        let batches = open_lake(&ws).await?.read(dataset, None, None).await?;
+        let schema = batches.first().map(tidegate_lake::arrow::array::RecordBatch::schema);
+        Ok(schema.map(|s| s.fields().iter().map(|f| f.name().clone()).collect()).unwrap_or_default())
+    })
+}
+
+/// The duplicate rows `dedup_key` dropped across a dataset's publications, from their commits.
+fn duplicates_dropped(dir: &Path, dataset: &str) -> Result<u64> {
+    let ws = workspace::load(Some(dir))?;
+    runtime()?.block_on(async {
+        let history = open_lake(&ws).await?.history(dataset).await?;
+        let dropped = history.iter().filter_map(|c| c.metadata.get(tidegate_lake::DUPLICATES_DROPPED_KEY));
+        Ok(dropped.filter_map(serde_json::Value::as_u64).sum())
+    })
+}
+
 fn count(dir: &Path, query: &str) -> Result<u64> {
     let ws = workspace::load(Some(dir))?;
     runtime()?.block_on(async {
@@ -449,7 +511,7 @@ fn summary(dir: &Path, started: Instant) -> Result<ExitCode> {
     }
     let n = |k: &str| kinds.get(k).copied().unwrap_or(0);
     let chain = store.verify_journal()?;
-    chapter(13, "What the journal says");
+    chapter(14, "What the journal says");
     say("What was intended:");
     say(&format!("  {} runs requested; {} steps planned", n("run_created"), n("step_planned")));
     for b in store.backfills(10)? {
