@@ -9,6 +9,7 @@
 
 mod auth;
 mod extract;
+mod idempotency;
 mod openapi;
 mod problem;
 mod routes;
@@ -52,14 +53,17 @@ pub(crate) struct State {
 }
 
 /// The API's routes over `ws` and `store`, with the OpenAPI document they generate served at
-/// `/api/openapi.json`, bodies limited to [`BODY_BYTES_MAX`] and no CORS headers (browsers on
-/// other origins cannot call it).
+/// `/api/openapi.json`, `Idempotency-Key` on the routes the document gives it (decision 0009),
+/// bodies limited to [`BODY_BYTES_MAX`] and no CORS headers (browsers on other origins cannot
+/// call it).
 pub fn router(ws: Arc<Workspace>, store: Arc<dyn Store>, options: Options) -> Router {
     let state = State { ws, store, options };
     let (router, api) = routes::api().split_for_parts();
+    let keys = idempotency::Keys::new(state.clone(), &api);
     let api = Arc::new(api);
     router
         .route("/api/openapi.json", axum::routing::get(move || openapi::serve(api.clone())))
+        .route_layer(axum::middleware::from_fn_with_state(keys, idempotency::layer))
         .fallback(problem::not_found)
         .method_not_allowed_fallback(problem::method_not_allowed)
         .layer(axum::extract::DefaultBodyLimit::max(BODY_BYTES_MAX))

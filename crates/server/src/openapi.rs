@@ -13,7 +13,11 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
         title = "Tidegate",
         description = "Partitioned data pipelines where every run is a data release. Every route except \
                        /healthz, /readyz and this document needs `Authorization: Bearer TOKEN` (`tidegate token \
-                       create`); errors are RFC 9457 problems (application/problem+json) with a stable `code`."
+                       create`); errors are RFC 9457 problems (application/problem+json) with a stable `code`. \
+                       Every POST that changes state takes an `Idempotency-Key` header \
+                       (draft-ietf-httpapi-idempotency-key-header); those whose effect a retry would repeat \
+                       (submitting a run, planning a backfill, rolling a dataset back) require it. A retry with the \
+                       same key and request gets the first response again, marked `Idempotent-Replayed: true`."
     ),
     components(schemas(crate::problem::Problem)),
     modifiers(&Bearer),

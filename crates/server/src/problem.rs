@@ -25,7 +25,9 @@ pub struct Problem {
     /// What went wrong and what to do, in words.
     pub detail: String,
     /// A stable, machine-readable code: `unauthenticated`, `forbidden`, `not_found`, `conflict`,
-    /// `invalid`, `bad_request`, `read_only`, `method_not_allowed`, `unavailable` or `internal`.
+    /// `invalid`, `bad_request`, `read_only`, `method_not_allowed`, `unavailable`, `internal`, or
+    /// of an `Idempotency-Key`: `idempotency_key_missing`, `idempotency_key_invalid` (400),
+    /// `idempotency_key_in_use` (409), `idempotency_key_reused` (422).
     pub code: String,
     /// Set on a 401: the `WWW-Authenticate` challenge.
     #[serde(skip)]

@@ -20,6 +20,7 @@ mod migrate;
 mod model;
 mod postgres;
 mod releases;
+mod request_keys;
 mod runs;
 mod scheduler_role;
 mod sql;
@@ -252,6 +253,38 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn tokens(&self) -> Result<Vec<TokenRecord>>;
     /// Revokes a token, journaled as `token_revoked`; revoking one twice changes nothing more.
     fn revoke_token(&self, id: &str, meta: &JournalMeta) -> Result<TokenRecord>;
+
+    // ----- Idempotency keys of API requests. -----
+
+    /// Claims a client's idempotency key for `request` at `now`, atomically: of two concurrent
+    /// claims of one key in one scope, exactly one gets it.
+    ///
+    /// - key unknown in its scope, or expired: recorded as in progress, held until
+    ///   `now + hold_s` and forgotten after `now + ttl_h`; returns [`RequestKeyClaim::Claimed`].
+    /// - key in progress for an equal request (method, path and body hash) whose hold lapsed
+    ///   (its holder died without completing or releasing it): taken over the same way.
+    /// - otherwise (in progress and held, complete, or first used for a different request):
+    ///   [`RequestKeyClaim::Taken`] with the record, for the caller to compare and answer.
+    fn claim_request_key(
+        &self,
+        request: &RequestKey,
+        now: DateTime<Utc>,
+        hold_s: u32,
+        ttl_h: u32,
+    ) -> Result<RequestKeyClaim>;
+    /// Extends an in-progress claim's hold to `now + hold_s`; false when the claim no longer
+    /// holds its key (completed, released, or taken over after its hold lapsed).
+    fn renew_request_key(&self, claim_id: &str, now: DateTime<Utc>, hold_s: u32) -> Result<bool>;
+    /// Completes an in-progress claim with the response to replay to every later claim of its
+    /// key until the key expires; false (and nothing stored) when the claim no longer holds it.
+    fn complete_request_key(&self, claim_id: &str, response: &StoredResponse, now: DateTime<Utc>) -> Result<bool>;
+    /// Gives an in-progress claim up, forgetting its key (the request failed and may run again);
+    /// false when the claim no longer holds its key.
+    fn release_request_key(&self, claim_id: &str) -> Result<bool>;
+    /// The record of `key` in `scope`, expired or not; `None` when there is none.
+    fn request_key(&self, scope: &str, key: &str) -> Result<Option<RequestKeyRecord>>;
+    /// Deletes the request keys that expired at or before `now`; returns how many.
+    fn purge_request_keys(&self, now: DateTime<Utc>) -> Result<u64>;
 
     // ----- Backfills. -----
 

@@ -711,6 +711,68 @@ impl TokenRecord {
     }
 }
 
+/// An API request made under a client's idempotency key (`Idempotency-Key` over HTTP), to
+/// claim: whose key it is, the key, and what the request was. The store compares requests by
+/// these fields only; what they hold is the front end's choice.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestKey {
+    /// Whose key it is: the caller's identity. A key is unique within its scope only, so two
+    /// callers' keys never collide.
+    pub scope: String,
+    /// The client's key.
+    pub key: String,
+    /// The request's method, such as `POST`.
+    pub method: String,
+    /// The request's path, such as `/api/runs`.
+    pub path: String,
+    /// A hash of the request's body in a canonical form.
+    pub body_hash: String,
+}
+
+/// The response to a request made under an idempotency key, kept to replay.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredResponse {
+    /// The status code.
+    pub status: u16,
+    /// The media type of the body, if it had one.
+    pub content_type: Option<String>,
+    /// The body (text: every response of the API is JSON).
+    pub body: String,
+}
+
+/// A request key as the store keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestKeyRecord {
+    /// The request that claimed the key.
+    pub request: RequestKey,
+    /// The claim holding the key: what renews, completes or releases it.
+    pub claim_id: String,
+    /// When the key was claimed.
+    pub created_at: DateTime<Utc>,
+    /// When the key is forgotten: a later claim of it is a new request.
+    pub expires_at: DateTime<Utc>,
+    /// While the request is in progress: until when its claim holds unless renewed. `None` once
+    /// complete.
+    pub held_until: Option<DateTime<Utc>>,
+    /// Once complete: the response to replay.
+    pub response: Option<StoredResponse>,
+}
+
+/// What claiming a request key found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RequestKeyClaim {
+    /// The key was free (unknown, expired, or held by a claim of an equal request whose holder
+    /// stopped renewing it): the caller carries the request out, then completes or releases
+    /// the claim `claim_id`.
+    Claimed {
+        /// The new claim.
+        claim_id: String,
+    },
+    /// A live record holds the key: a request in progress or complete, equal to this one or
+    /// not. The caller compares it with its request and answers.
+    Taken(Box<RequestKeyRecord>),
+}
+
 /// The newest journal entry: its sequence number and hash. Every Delta commit Tidegate makes
 /// carries the head as of just before the commit (`tidegate.journal_seq`, `tidegate.journal_hash`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

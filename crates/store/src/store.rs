@@ -2,7 +2,7 @@
 //! options, and its [`Store`] implementation. Each method is one transaction whose body is a
 //! function of the module of its area: `runs` (and idempotency keys), `steps` (and applying step
 //! events), `claims` (and leases), `staging`, `releases`, `checkpoints`, `backfill`, `locks`,
-//! `workers`, `tokens`, `scheduler_role`, `metrics` and `journal`.
+//! `workers`, `tokens`, `request_keys`, `scheduler_role`, `metrics` and `journal`.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -18,12 +18,13 @@ use crate::sqlite::Sqlite;
 use crate::{
     ActiveStep, AttemptRecord, Backend, BackfillRecord, BackfillStatus, ChainReport, CheckpointRecord, Claim,
     ClaimRequest, Claimed, Decision, Error, JournalEntry, JournalHead, JournalMeta, JournalQuery, Lease, LockOutcome,
-    NewStep, NewToken, Outcome, ReleaseRecord, Result, RunRecord, RunRequest, StagedRecord, StepEventRecord,
-    StepRecord, Store, Submission, TokenRecord, VersionRecord, WorkerRecord,
+    NewStep, NewToken, Outcome, ReleaseRecord, RequestKey, RequestKeyClaim, RequestKeyRecord, Result, RunRecord,
+    RunRequest, StagedRecord, StepEventRecord, StepRecord, Store, StoredResponse, Submission, TokenRecord,
+    VersionRecord, WorkerRecord,
 };
 use crate::{
-    backfill, checkpoints, claims, journal, locks, metrics, releases, runs, scheduler_role, staging, steps, tokens,
-    workers,
+    backfill, checkpoints, claims, journal, locks, metrics, releases, request_keys, runs, scheduler_role, staging,
+    steps, tokens, workers,
 };
 
 /// Store settings.
@@ -465,6 +466,46 @@ impl<D: Driver> Store for SqlStore<D> {
 
     fn revoke_token(&self, id: &str, meta: &JournalMeta) -> Result<TokenRecord> {
         self.driver.write(|tx| tokens::revoke(tx, id, meta)).map_err(|e| e.context(&format!("revoking token {id}")))
+    }
+
+    fn claim_request_key(
+        &self,
+        request: &RequestKey,
+        now: DateTime<Utc>,
+        hold_s: u32,
+        ttl_h: u32,
+    ) -> Result<RequestKeyClaim> {
+        self.driver
+            .write(|tx| request_keys::claim(tx, request, now, hold_s, ttl_h))
+            .map_err(|e| e.context(&format!("claiming request key {:?}", request.key)))
+    }
+
+    fn renew_request_key(&self, claim_id: &str, now: DateTime<Utc>, hold_s: u32) -> Result<bool> {
+        self.driver
+            .write(|tx| request_keys::renew(tx, claim_id, now, hold_s))
+            .map_err(|e| e.context(&format!("renewing request key claim {claim_id}")))
+    }
+
+    fn complete_request_key(&self, claim_id: &str, response: &StoredResponse, now: DateTime<Utc>) -> Result<bool> {
+        self.driver
+            .write(|tx| request_keys::complete(tx, claim_id, response, now))
+            .map_err(|e| e.context(&format!("completing request key claim {claim_id}")))
+    }
+
+    fn release_request_key(&self, claim_id: &str) -> Result<bool> {
+        self.driver
+            .write(|tx| request_keys::release(tx, claim_id))
+            .map_err(|e| e.context(&format!("releasing request key claim {claim_id}")))
+    }
+
+    fn request_key(&self, scope: &str, key: &str) -> Result<Option<RequestKeyRecord>> {
+        self.driver
+            .read(|tx| request_keys::load(tx, scope, key))
+            .map_err(|e| e.context(&format!("reading request key {key:?}")))
+    }
+
+    fn purge_request_keys(&self, now: DateTime<Utc>) -> Result<u64> {
+        self.driver.write(|tx| request_keys::purge(tx, now)).map_err(|e| e.context("purging expired request keys"))
     }
 
     fn create_backfill(&self, record: &BackfillRecord, meta: &JournalMeta) -> Result<()> {

@@ -16,6 +16,7 @@ use super::{Errors, PageQuery, ReasonBody, call, writable};
 use crate::State;
 use crate::auth::Caller;
 use crate::extract::{Body, Path, Query};
+use crate::idempotency::{KeyOptional, KeyRequired};
 use crate::problem::Problem;
 
 /// The most backfills a listing reads.
@@ -66,7 +67,8 @@ pub(crate) struct PlanBody {
 }
 
 /// Freezes a backfill and sizes its blast radius; nothing runs (as `tidegate backfill plan`). 201.
-#[utoipa::path(post, path = "/api/backfills", tag = "backfills", request_body = PlanBody,
+/// Needs `Idempotency-Key`.
+#[utoipa::path(post, path = "/api/backfills", tag = "backfills", params(KeyRequired), request_body = PlanBody,
     responses((status = 201, description = "tidegate_app::backfill::Planned", body = serde_json::Value), Errors))]
 pub(crate) async fn plan(
     Shared(state): Shared<State>,
@@ -106,7 +108,7 @@ pub(crate) async fn status(
 }
 
 /// Starts a planned backfill into staging; 202: it runs in the background (poll its status).
-#[utoipa::path(post, path = "/api/backfills/{id}/start", tag = "backfills", params(("id" = String, Path, description = "a backfill id")),
+#[utoipa::path(post, path = "/api/backfills/{id}/start", tag = "backfills", params(("id" = String, Path, description = "a backfill id"), KeyOptional),
     responses((status = 202, description = "tidegate_app::backfill::Begun", body = serde_json::Value), Errors))]
 pub(crate) async fn start(
     Shared(state): Shared<State>,
@@ -117,7 +119,7 @@ pub(crate) async fn start(
 }
 
 /// Resumes a paused backfill; 202: it runs in the background.
-#[utoipa::path(post, path = "/api/backfills/{id}/resume", tag = "backfills", params(("id" = String, Path, description = "a backfill id")),
+#[utoipa::path(post, path = "/api/backfills/{id}/resume", tag = "backfills", params(("id" = String, Path, description = "a backfill id"), KeyOptional),
     responses((status = 202, description = "tidegate_app::backfill::Begun", body = serde_json::Value), Errors))]
 pub(crate) async fn resume(
     Shared(state): Shared<State>,
@@ -154,7 +156,7 @@ fn drain(state: &State, actor: Actor, id: String, run_id: String) {
 }
 
 /// Compares a staged backfill with the published data and records the comparison.
-#[utoipa::path(post, path = "/api/backfills/{id}/compare", tag = "backfills", params(("id" = String, Path, description = "a backfill id")),
+#[utoipa::path(post, path = "/api/backfills/{id}/compare", tag = "backfills", params(("id" = String, Path, description = "a backfill id"), KeyOptional),
     responses((status = 200, description = "tidegate_app::backfill::Compared", body = serde_json::Value), Errors))]
 pub(crate) async fn compare(
     Shared(state): Shared<State>,
@@ -168,7 +170,7 @@ pub(crate) async fn compare(
 
 /// Approves a compared backfill as the caller: another identity than its requester, with the
 /// approver role; bound to its spec and comparison hashes.
-#[utoipa::path(post, path = "/api/backfills/{id}/approve", tag = "backfills", params(("id" = String, Path, description = "a backfill id")),
+#[utoipa::path(post, path = "/api/backfills/{id}/approve", tag = "backfills", params(("id" = String, Path, description = "a backfill id"), KeyOptional),
     responses((status = 200, description = "tidegate_store::BackfillRecord", body = serde_json::Value), Errors))]
 pub(crate) async fn approve(
     Shared(state): Shared<State>,
@@ -181,7 +183,7 @@ pub(crate) async fn approve(
 }
 
 /// Publishes an approved backfill as one release (one atomic commit per dataset).
-#[utoipa::path(post, path = "/api/backfills/{id}/publish", tag = "backfills", params(("id" = String, Path, description = "a backfill id")),
+#[utoipa::path(post, path = "/api/backfills/{id}/publish", tag = "backfills", params(("id" = String, Path, description = "a backfill id"), KeyOptional),
     responses((status = 200, description = "tidegate_app::backfill::Published", body = serde_json::Value), Errors))]
 pub(crate) async fn publish(
     Shared(state): Shared<State>,
@@ -194,7 +196,7 @@ pub(crate) async fn publish(
 }
 
 /// Rolls a published backfill back: restores exactly what it replaced.
-#[utoipa::path(post, path = "/api/backfills/{id}/rollback", tag = "backfills", params(("id" = String, Path, description = "a backfill id")),
+#[utoipa::path(post, path = "/api/backfills/{id}/rollback", tag = "backfills", params(("id" = String, Path, description = "a backfill id"), KeyOptional),
     request_body = ReasonBody,
     responses((status = 200, description = "tidegate_app::backfill::RolledBack", body = serde_json::Value), Errors))]
 pub(crate) async fn rollback(
@@ -210,7 +212,7 @@ pub(crate) async fn rollback(
 }
 
 /// Pauses a backfill: no new step starts; running attempts finish.
-#[utoipa::path(post, path = "/api/backfills/{id}/pause", tag = "backfills", params(("id" = String, Path, description = "a backfill id")),
+#[utoipa::path(post, path = "/api/backfills/{id}/pause", tag = "backfills", params(("id" = String, Path, description = "a backfill id"), KeyOptional),
     request_body = ReasonBody,
     responses((status = 200, description = "tidegate_store::BackfillRecord", body = serde_json::Value), Errors))]
 pub(crate) async fn pause(
@@ -225,7 +227,7 @@ pub(crate) async fn pause(
 }
 
 /// Cancels a backfill and its unfinished steps; nothing it staged is published.
-#[utoipa::path(post, path = "/api/backfills/{id}/cancel", tag = "backfills", params(("id" = String, Path, description = "a backfill id")),
+#[utoipa::path(post, path = "/api/backfills/{id}/cancel", tag = "backfills", params(("id" = String, Path, description = "a backfill id"), KeyOptional),
     request_body = ReasonBody,
     responses((status = 200, description = "tidegate_app::backfill::Cancelled", body = serde_json::Value), Errors))]
 pub(crate) async fn cancel(

@@ -16,6 +16,7 @@ use super::{Errors, PageQuery, call, writable};
 use crate::State;
 use crate::auth::Caller;
 use crate::extract::{Body, Path, Query};
+use crate::idempotency::{KeyOptional, KeyRequired};
 use crate::problem::Problem;
 
 /// Which releases.
@@ -65,7 +66,7 @@ pub(crate) async fn release(
 }
 
 /// Undoes everything one release published, as one rollback release.
-#[utoipa::path(post, path = "/api/releases/{id}/rollback", tag = "data", params(("id" = String, Path, description = "a release id")),
+#[utoipa::path(post, path = "/api/releases/{id}/rollback", tag = "data", params(("id" = String, Path, description = "a release id"), KeyOptional),
     request_body = UndoBody,
     responses((status = 200, description = "tidegate_app::rollback::Undone", body = serde_json::Value), Errors))]
 pub(crate) async fn rollback_release(
@@ -182,7 +183,9 @@ pub(crate) struct DatasetRollbackBody {
 }
 
 /// Restores a dataset to an earlier version in a new commit (as `tidegate rollback DATASET`).
-#[utoipa::path(post, path = "/api/datasets/{name}/rollback", tag = "data", params(("name" = String, Path, description = "a dataset")),
+/// Needs `Idempotency-Key`: by default it restores the version before the newest, so a repeat
+/// would go further back.
+#[utoipa::path(post, path = "/api/datasets/{name}/rollback", tag = "data", params(("name" = String, Path, description = "a dataset"), KeyRequired),
     request_body = DatasetRollbackBody,
     responses((status = 200, description = "tidegate_app::rollback::RolledBack", body = serde_json::Value), Errors))]
 pub(crate) async fn rollback_dataset(

@@ -172,15 +172,22 @@ impl utoipa::IntoResponses for Errors {
                 .into()
         };
         [
-            ("400", "the request is malformed (a query string, a path or a body that does not parse)"),
+            (
+                "400",
+                "the request is malformed (a query string, a path or a body that does not parse), or its \
+                 Idempotency-Key is missing where required or is not 1 to 255 visible ASCII characters",
+            ),
             ("401", "no token, or a token that is unknown, revoked or expired"),
             ("403", "the token's role may not do this"),
             ("404", "what the request names does not exist"),
             ("405", "a read-only replica refuses changes"),
-            ("409", "the request collides with the current state"),
+            ("409", "the request collides with the current state, or one with its Idempotency-Key is still running"),
             ("413", "the body is larger than 64 KiB"),
             ("415", "the body is not JSON"),
-            ("422", "the request cannot be carried out as asked"),
+            (
+                "422",
+                "the request cannot be carried out as asked, or its Idempotency-Key was first used for another request",
+            ),
             ("503", "the store or the lake is unavailable"),
         ]
         .into_iter()

@@ -15,6 +15,7 @@ use super::{Errors, PageQuery, call, writable};
 use crate::State;
 use crate::auth::Caller;
 use crate::extract::{Body, Path, Query};
+use crate::idempotency::{KeyOptional, KeyRequired};
 use crate::problem::Problem;
 
 /// How long a rollback waits for another holder of a dataset's maintenance lock.
@@ -70,8 +71,9 @@ pub(crate) async fn list(
         .await
 }
 
-/// Queues a run of a target's partitions (as `tidegate submit`); 201 when created.
-#[utoipa::path(post, path = "/api/runs", tag = "runs", request_body = SubmitBody,
+/// Queues a run of a target's partitions (as `tidegate submit`); 201 when created. Needs
+/// `Idempotency-Key`.
+#[utoipa::path(post, path = "/api/runs", tag = "runs", params(KeyRequired), request_body = SubmitBody,
     responses((status = 201, description = "tidegate_app::submit::Submitted", body = serde_json::Value), Errors))]
 pub(crate) async fn submit(
     Shared(state): Shared<State>,
@@ -152,7 +154,7 @@ pub(crate) async fn logs(
 }
 
 /// Cancels a run's unfinished steps; what it published stays.
-#[utoipa::path(post, path = "/api/runs/{id}/cancel", tag = "runs", params(("id" = String, Path, description = "a run id")),
+#[utoipa::path(post, path = "/api/runs/{id}/cancel", tag = "runs", params(("id" = String, Path, description = "a run id"), KeyOptional),
     request_body = super::ReasonBody,
     responses((status = 200, description = "tidegate_app::run::Cancelled", body = serde_json::Value), Errors))]
 pub(crate) async fn cancel(
@@ -194,7 +196,7 @@ impl UndoBody {
 }
 
 /// Undoes everything a run published, in every dataset it wrote, as one rollback release.
-#[utoipa::path(post, path = "/api/runs/{id}/rollback", tag = "runs", params(("id" = String, Path, description = "a run id")),
+#[utoipa::path(post, path = "/api/runs/{id}/rollback", tag = "runs", params(("id" = String, Path, description = "a run id"), KeyOptional),
     request_body = UndoBody,
     responses((status = 200, description = "tidegate_app::rollback::Undone", body = serde_json::Value), Errors))]
 pub(crate) async fn rollback(

@@ -31,7 +31,7 @@ fn two_tokens_take_a_backfill_from_plan_to_publication_and_one_person_cannot_app
     );
 
     let body = json!({ "target": "summarize", "from": "2024-01-01", "to": "2024-01-02", "reason": "total was half of the truth" });
-    let planned = server.call("POST", "/api/backfills", Some(&ana), Some(&body));
+    let planned = server.call_keyed("POST", "/api/backfills", &ana, "plan-the-fix", Some(&body));
     assert_eq!(planned.status, 201, "{}", planned.body);
     let id = planned.json()["id"].as_str().expect("an id").to_owned();
     assert_eq!(planned.json()["spec"]["requester"], "ana");

@@ -93,7 +93,12 @@ impl Server {
 
     /// Starts a server with `options` over the workspace in `dir`.
     pub fn start_with(dir: &TestWorkspace, options: tidegate_server::Options) -> Server {
-        let ws = Arc::new(tidegate_app::workspace::load(Some(dir.path())).expect("the workspace loads"));
+        Server::start_on(tidegate_app::workspace::load(Some(dir.path())).expect("the workspace loads"), options)
+    }
+
+    /// Starts a server with `options` over a loaded workspace (with the clock it was given).
+    pub fn start_on(ws: Workspace, options: tidegate_server::Options) -> Server {
+        let ws = Arc::new(ws);
         let store = ws.open_store().expect("the store opens");
         let runtime =
             tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("a runtime");
@@ -117,6 +122,11 @@ impl Server {
     /// `method path` with `token` and a JSON `body`.
     pub fn call(&self, method: &str, path: &str, token: Option<&str>, body: Option<&Value>) -> Response {
         request(self.addr, method, path, token, body)
+    }
+
+    /// `method path` with `token`, `Idempotency-Key: key` and a JSON `body`.
+    pub fn call_keyed(&self, method: &str, path: &str, token: &str, key: &str, body: Option<&Value>) -> Response {
+        request_with(self.addr, method, path, Some(token), &[("Idempotency-Key", key)], body)
     }
 }
 
@@ -153,19 +163,45 @@ impl Response {
 
 /// One HTTP/1.1 request over a fresh connection.
 pub fn request(addr: SocketAddr, method: &str, path: &str, token: Option<&str>, body: Option<&Value>) -> Response {
+    request_with(addr, method, path, token, &[], body)
+}
+
+/// One HTTP/1.1 request over a fresh connection, with more `headers`.
+pub fn request_with(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    headers: &[(&str, &str)],
+    body: Option<&Value>,
+) -> Response {
+    send(addr, method, path, token, headers, body.map(Value::to_string).unwrap_or_default().as_bytes())
+}
+
+/// One HTTP/1.1 request over a fresh connection, with more `headers` and `body` as it is.
+pub fn send(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Response {
     let mut stream = TcpStream::connect(addr).expect("connecting to the server");
     stream.set_read_timeout(Some(Duration::from_secs(120))).expect("a read timeout");
-    let body = body.map(Value::to_string).unwrap_or_default();
     let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
     if let Some(token) = token {
         head.push_str(&format!("Authorization: Bearer {token}\r\n"));
+    }
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
     }
     if !body.is_empty() || method == "POST" {
         head.push_str(&format!("Content-Type: application/json\r\nContent-Length: {}\r\n", body.len()));
     }
     head.push_str("\r\n");
     stream.write_all(head.as_bytes()).expect("sending the request");
-    stream.write_all(body.as_bytes()).expect("sending the body");
+    stream.write_all(body).expect("sending the body");
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw).expect("reading the response");
     let text = String::from_utf8(raw).expect("a UTF-8 response");

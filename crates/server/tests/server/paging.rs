@@ -46,7 +46,7 @@ fn a_whole_number_written_with_a_fraction_of_zero_is_accepted_and_a_fraction_is_
     let operator = server.token("op", Role::Operator);
     let plan = |max: serde_json::Value| {
         let body = json!({ "target": "summarize", "from": "2024-01-01", "to": "2024-01-01", "reason": "r", "max_active_runs": max });
-        server.call("POST", "/api/backfills", Some(&operator), Some(&body))
+        server.call_keyed("POST", "/api/backfills", &operator, &format!("plan-{max}"), Some(&body))
     };
     let whole = plan(json!(2.0));
     assert_eq!(whole.status, 201, "{}", whole.body);

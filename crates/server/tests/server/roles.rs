@@ -12,7 +12,7 @@ use tidegate_app::actor::Access;
 use tidegate_core::actor::{Role, token_hash};
 use tidegate_store::{JournalMeta, NewToken};
 
-use crate::common::{Server, published_workspace};
+use crate::common::{Response, Server, published_workspace, request_with};
 
 /// A route, a request that reaches its operation (unknown ids: the operation checks access
 /// first, then answers 404), and the access its operation requires (`None`: no token needed).
@@ -63,6 +63,14 @@ fn routes() -> Vec<(&'static str, &'static str, Option<Value>, Option<Access>)> 
         ("POST", "/api/backfills/bf-none/pause", Some(reason.clone()), Some(Access::ChangeBackfill)),
         ("POST", "/api/backfills/bf-none/cancel", Some(reason), Some(Access::ChangeBackfill)),
     ]
+}
+
+/// A request as the matrix sends it: every POST that changes state with an `Idempotency-Key` of
+/// its own (some require one), so that each reaches its operation.
+fn call(server: &Server, method: &str, path: &str, token: Option<&str>, body: Option<&Value>) -> Response {
+    let key = format!("matrix:{method}:{path}");
+    let headers = if method == "POST" && path != "/api/sql" { vec![("Idempotency-Key", key.as_str())] } else { vec![] };
+    request_with(server.addr, method, path, token, &headers, body)
 }
 
 /// `/api/runs/no-such-run/steps` -> `/api/runs/{id}/steps`, as the OpenAPI document names it.
@@ -141,7 +149,7 @@ fn every_route_answers_401_and_403_exactly_where_access_puts_them() {
             ("unknown", Some("tgt_nobody")),
         ];
         for (who, token) in unauthenticated {
-            let r = server.call(method, path, token, body.as_ref());
+            let r = call(&server, method, path, token, body.as_ref());
             match access {
                 None => assert_eq!(r.status, 200, "{method} {path} ({who}) needs no token: {}", r.body),
                 Some(_) => {
@@ -154,7 +162,7 @@ fn every_route_answers_401_and_403_exactly_where_access_puts_them() {
             checked += 1;
         }
         for (role, token) in &holders {
-            let r = server.call(method, path, Some(token), body.as_ref());
+            let r = call(&server, method, path, Some(token), body.as_ref());
             let forbidden = access.is_some_and(|a| *role < a.role());
             if forbidden {
                 assert_eq!(r.status, 403, "{method} {path} as {role}: {}", r.body);

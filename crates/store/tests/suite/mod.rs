@@ -83,9 +83,17 @@ macro_rules! all_backend_tests {
             a_run_stays_running_while_any_step_is_active_and_then_takes_its_outcome,
             a_token_is_found_by_its_hash_one_person_has_one_name_and_revocation_is_journaled,
             a_step_awaiting_approval_holds_no_lease,
+            a_request_key_is_claimed_once_then_its_response_is_found_by_every_later_claim,
+            a_released_request_key_is_claimed_anew,
+            a_lapsed_hold_is_taken_over_by_an_equal_request_only,
+            an_expired_request_key_is_forgotten_and_purged,
+            racing_claims_of_one_request_key_let_exactly_one_through,
         );
     };
 }
+
+mod request_keys;
+pub use request_keys::*;
 
 // ---- helpers ---------------------------------------------------------------------------------
 
