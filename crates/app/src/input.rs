@@ -31,6 +31,15 @@ pub fn reason(text: &str) -> Result<String, String> {
     Ok(trimmed.to_owned())
 }
 
+/// Refuses (as invalid input) a reason that says nothing: what every operation that journals a
+/// reason checks, whichever adapter (CLI, HTTP) it came through.
+pub fn require_reason(text: &str) -> anyhow::Result<()> {
+    match reason(text) {
+        Ok(_) => Ok(()),
+        Err(e) => crate::refusal::refuse(crate::refusal::Kind::Invalid, e),
+    }
+}
+
 /// A Delta table version: a whole number, never negative, at most `i64::MAX`.
 pub fn table_version(text: &str) -> Result<u64, String> {
     match text.parse::<i64>().ok().and_then(|v| u64::try_from(v).ok()) {

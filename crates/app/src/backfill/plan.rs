@@ -173,6 +173,7 @@ pub struct Planned {
 /// backfill of the same datasets is refused with a conflict naming it.
 pub fn plan(ws: &Workspace, store: &dyn Store, actor: &Actor, args: &PlanRequest) -> Result<Planned> {
     require(actor, Access::ChangeBackfill)?;
+    crate::input::require_reason(&args.reason)?;
     if args.max_active_runs == 0 {
         crate::refuse!(
             Invalid,

@@ -60,6 +60,7 @@ pub fn rollback(
     request: &RollbackRequest,
 ) -> Result<RolledBack> {
     require(actor, Access::ChangeTables)?;
+    crate::input::require_reason(&request.reason)?;
     let Some(dataset) = ws.spec.datasets.get(&request.dataset) else {
         crate::refuse!(NotFound, "no dataset named {:?} in {}", request.dataset, ws.spec.file);
     };

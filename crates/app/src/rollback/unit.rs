@@ -87,6 +87,7 @@ pub struct Undone {
 /// and records one rollback release. Running it again after a crash finishes the same undo.
 pub fn undo(ws: &Workspace, store: &Arc<dyn Store>, actor: &Actor, request: &UndoRequest) -> Result<Undone> {
     require(actor, Access::ChangeTables)?;
+    crate::input::require_reason(&request.reason)?;
     let mut plan = plan(ws, store.as_ref(), request)?;
     if request.dry_run {
         return Ok(plan);

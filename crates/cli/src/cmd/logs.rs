@@ -72,7 +72,20 @@ pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
         for (name, path, _) in &shown {
             println!("== {} attempt {} ({}), {name}", a.step, a.attempt, a.status);
             match path {
-                Some(path) => stdout.write_all(&logs::read(path, 0)?.0)?,
+                Some(path) => {
+                    // A long log shows its end, where a failure is, and says where the rest is.
+                    let size = std::fs::metadata(path).map_or(0, |m| m.len());
+                    let from = size.saturating_sub(logs::READ_BYTES_MAX);
+                    if from > 0 {
+                        say!(
+                            "(the last {} of {}; the whole log is {})",
+                            output::human_bytes(logs::READ_BYTES_MAX),
+                            output::human_bytes(size),
+                            path.display()
+                        );
+                    }
+                    stdout.write_all(&logs::read(path, from)?.0)?;
+                }
                 None => println!(
                     "(no {name} log: the attempt ran no command, or its log was swept by `tidegate reconcile`)"
                 ),

@@ -198,3 +198,29 @@ outputs = ["out"]
     assert!(followed.contains("first") && followed.contains("second"), "{followed}");
     assert!(running.wait_with_output().expect("run finished").status.success());
 }
+
+#[test]
+fn a_log_longer_than_logs_shows_ends_with_its_end_and_says_where_the_rest_is() {
+    let spec = r#"
+[project]
+name = "chatty"
+
+[datasets.out]
+partitioning = { grain = "day", start = "2024-01-01" }
+write = { mode = "replace" }
+
+[tasks.chatty]
+command = ["sh", "-c", "yes 'a line of progress' | head -c 2200000; echo; echo 'THE REAL ERROR'; exit 3"]
+outputs = ["out"]
+"#;
+    let dir = TestWorkspace::new(spec);
+    let ws = dir.path();
+    assert!(
+        !tidegate(ws).args(["run", "chatty", "--partition", "2024-01-01"]).output().expect("runs").status.success()
+    );
+    let logs = ok(ws, &["logs", "chatty", "2024-01-01", "--stdout"]);
+    assert!(logs.contains("THE REAL ERROR"), "the end of the log, where the failure is, is shown");
+    let flat = logs[..400.min(logs.len())].split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(flat.contains("(the last 1.0 MiB of 2.1 MiB; the whole log is /"), "{flat}");
+    assert!(logs.len() < 1_200_000, "about 1 MiB shown, not the whole log");
+}

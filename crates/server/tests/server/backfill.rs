@@ -30,6 +30,12 @@ fn two_tokens_take_a_backfill_from_plan_to_publication_and_one_person_cannot_app
         json!([{ "tg_partition": "2024-01-01", "total": 30 }, { "tg_partition": "2024-01-02", "total": 30 }])
     );
 
+    // A reason that says nothing is refused by the operation, as the CLI refuses it.
+    let blank = json!({ "target": "summarize", "from": "2024-01-01", "to": "2024-01-02", "reason": "  " });
+    let refused = server.call_keyed("POST", "/api/backfills", &ana, "plan-without-a-reason", Some(&blank));
+    assert_eq!(refused.status, 422, "{}", refused.body);
+    assert!(refused.json()["detail"].as_str().is_some_and(|d| d.contains("a reason must say why")), "{}", refused.body);
+
     let body = json!({ "target": "summarize", "from": "2024-01-01", "to": "2024-01-02", "reason": "total was half of the truth" });
     let planned = server.call_keyed("POST", "/api/backfills", &ana, "plan-the-fix", Some(&body));
     assert_eq!(planned.status, 201, "{}", planned.body);
