@@ -1,8 +1,12 @@
 //! Who calls: the identity of the bearer token a request presents, established by the
 //! application layer's `authenticate` (the store finds the token by its hash, so no secret is
-//! ever compared here), with the peer's address as the actor's origin.
+//! ever compared here), with the peer's address as the actor's origin; failed authentications
+//! are rate-limited per address ([`FailedAuth`]).
 
-use std::net::SocketAddr;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::http::header::AUTHORIZATION;
@@ -24,19 +28,76 @@ impl FromRequestParts<State> for Caller {
         if let Some(caller) = parts.extensions.get::<Caller>() {
             return Ok(caller.clone());
         }
+        let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(peer)| *peer);
+        if let Some(wait) = peer.and_then(|p| state.failed_auth.locked_out(p.ip(), Instant::now())) {
+            // Whole seconds, rounded up: a client that waits that long is let in.
+            let wait_s = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+            let wait_s = u16::try_from(wait_s.max(1)).unwrap_or(u16::MAX);
+            return Err(Problem::too_many_failures(wait_s));
+        }
         let token = bearer(parts)?;
-        let origin = parts
-            .extensions
-            .get::<ConnectInfo<SocketAddr>>()
-            .map_or_else(|| "unknown".to_owned(), |ConnectInfo(peer)| format!("http {peer}"));
+        let origin = peer.map_or_else(|| "unknown".to_owned(), |peer| format!("http {peer}"));
         let (store, ws) = (state.store.clone(), state.ws.clone());
-        let actor = tokio::task::spawn_blocking(move || {
+        let authenticated = tokio::task::spawn_blocking(move || {
             tidegate_app::actor::authenticate(store.as_ref(), &token, &origin, "the Authorization header", ws.now())
         })
         .await
-        .map_err(|e| Problem::internal(&format!("authentication task: {e}")))?
-        .map_err(|e| Problem::from_operation(&e))?;
-        Ok(Caller(actor))
+        .map_err(|e| Problem::internal(&format!("authentication task: {e}")))?;
+        match authenticated {
+            Ok(actor) => Ok(Caller(actor)),
+            Err(e) => {
+                if let Some(peer) = peer
+                    && tidegate_app::refusal::kind(&e) == Some(tidegate_app::Kind::Unauthenticated)
+                {
+                    state.failed_auth.failed(peer.ip(), Instant::now());
+                }
+                Err(Problem::from_operation(&e))
+            }
+        }
+    }
+}
+
+/// Failed authentications (an unknown, revoked or expired token) counted per peer address: once
+/// an address has failed [`Options::auth_failures`](crate::Options) times within
+/// `auth_failure_window`, every request from it is refused (429, `Retry-After`) until that window
+/// ends, good tokens included, so a guesser gets that many guesses per window. A missing or
+/// malformed header is not counted (it guesses nothing). Addresses whose window ended are
+/// forgotten as new ones arrive, so the table stays as small as the set of recent guessers.
+#[derive(Debug)]
+pub(crate) struct FailedAuth {
+    limit: u32,
+    window: Duration,
+    by_peer: Mutex<HashMap<IpAddr, Failures>>,
+}
+
+/// One address's failures in its current window.
+#[derive(Debug, Clone, Copy)]
+struct Failures {
+    since: Instant,
+    n: u32,
+}
+
+impl FailedAuth {
+    /// `limit` failures per `window` for each address.
+    pub(crate) fn new(limit: u32, window: Duration) -> Self {
+        Self { limit: limit.max(1), window, by_peer: Mutex::new(HashMap::new()) }
+    }
+
+    /// How long `peer` must still wait, if it is locked out at `now`.
+    fn locked_out(&self, peer: IpAddr, now: Instant) -> Option<Duration> {
+        let by_peer = self.by_peer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let f = by_peer.get(&peer)?;
+        let ends = f.since + self.window;
+        (f.n >= self.limit && now < ends).then(|| ends - now)
+    }
+
+    /// Counts a failure of `peer` at `now`.
+    fn failed(&self, peer: IpAddr, now: Instant) {
+        let mut by_peer = self.by_peer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let window = self.window;
+        by_peer.retain(|_, f| now < f.since + window);
+        let f = by_peer.entry(peer).or_insert(Failures { since: now, n: 0 });
+        f.n = f.n.saturating_add(1);
     }
 }
 

@@ -36,11 +36,16 @@ pub struct Options {
     pub writable: bool,
     /// Attempts a started backfill's drain runs at once in this process.
     pub workers: usize,
+    /// Failed authentications an address may make per `auth_failure_window` before its
+    /// requests are refused (429) for the rest of that window.
+    pub auth_failures: u32,
+    /// The window failed authentications are counted in.
+    pub auth_failure_window: std::time::Duration,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Self { writable: true, workers: 4 }
+        Self { writable: true, workers: 4, auth_failures: 10, auth_failure_window: std::time::Duration::from_secs(60) }
     }
 }
 
@@ -50,6 +55,8 @@ pub(crate) struct State {
     pub(crate) ws: Arc<Workspace>,
     pub(crate) store: Arc<dyn Store>,
     pub(crate) options: Options,
+    /// Failed authentications per address (`auth::FailedAuth`).
+    pub(crate) failed_auth: Arc<auth::FailedAuth>,
 }
 
 /// The API's routes over `ws` and `store`, with the OpenAPI document they generate served at
@@ -57,7 +64,8 @@ pub(crate) struct State {
 /// bodies limited to [`BODY_BYTES_MAX`] and no CORS headers (browsers on other origins cannot
 /// call it).
 pub fn router(ws: Arc<Workspace>, store: Arc<dyn Store>, options: Options) -> Router {
-    let state = State { ws, store, options };
+    let failed_auth = Arc::new(auth::FailedAuth::new(options.auth_failures, options.auth_failure_window));
+    let state = State { ws, store, options, failed_auth };
     let (router, api) = routes::api().split_for_parts();
     let keys = idempotency::Keys::new(state.clone(), &api);
     let api = Arc::new(api);

@@ -25,13 +25,17 @@ pub struct Problem {
     /// What went wrong and what to do, in words.
     pub detail: String,
     /// A stable, machine-readable code: `unauthenticated`, `forbidden`, `not_found`, `conflict`,
-    /// `invalid`, `bad_request`, `read_only`, `method_not_allowed`, `unavailable`, `internal`, or
+    /// `invalid`, `bad_request`, `read_only`, `method_not_allowed`, `unavailable`, `internal`,
+    /// `too_many_failed_authentications` (429), or
     /// of an `Idempotency-Key`: `idempotency_key_missing`, `idempotency_key_invalid` (400),
     /// `idempotency_key_in_use` (409), `idempotency_key_reused` (422).
     pub code: String,
     /// Set on a 401: the `WWW-Authenticate` challenge.
     #[serde(skip)]
     pub challenge: Option<&'static str>,
+    /// Set on a 429: the `Retry-After` seconds.
+    #[serde(skip)]
+    pub retry_after_s: Option<u16>,
 }
 
 impl Problem {
@@ -44,6 +48,7 @@ impl Problem {
             detail: detail.into(),
             code: code.to_owned(),
             challenge: None,
+            retry_after_s: None,
         }
     }
 
@@ -55,6 +60,20 @@ impl Problem {
         } else {
             r#"Bearer realm="tidegate""#
         });
+        p
+    }
+
+    /// 429: too many failed authentications from the caller's address; retry after `wait_s`.
+    pub(crate) fn too_many_failures(wait_s: u16) -> Self {
+        let mut p = Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too_many_failed_authentications",
+            format!(
+                "too many requests from this address presented an unknown, revoked or expired token; retry in {wait_s} s \
+                 with a valid token (an admin mints one with `tidegate token create`)"
+            ),
+        );
+        p.retry_after_s = Some(wait_s);
         p
     }
 
@@ -100,6 +119,9 @@ impl IntoResponse for Problem {
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
         if let Some(challenge) = self.challenge {
             headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(challenge));
+        }
+        if let Some(wait_s) = self.retry_after_s {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(wait_s));
         }
         response
     }

@@ -67,7 +67,11 @@ pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
         let http = match args.http {
             None => None,
             Some(addr) => {
-                let server = tidegate_server::Options { writable: !args.read_only, workers: options.workers };
+                let server = tidegate_server::Options {
+                    writable: !args.read_only,
+                    workers: options.workers,
+                    ..tidegate_server::Options::default()
+                };
                 let router = tidegate_server::router(ws.clone(), store.clone(), server);
                 let listener = tidegate_server::bind(addr).await?;
                 let local = listener.local_addr().context("reading the HTTP server's address")?;

@@ -47,3 +47,31 @@ fn a_read_only_replica_serves_reads_and_refuses_changes() {
     let runs = server.call("GET", "/api/runs", Some(&admin), None).json();
     assert_eq!(runs["items"].as_array().map(Vec::len), Some(1), "nothing was submitted");
 }
+
+#[test]
+fn an_address_that_keeps_presenting_bad_tokens_is_refused_for_the_rest_of_the_window() {
+    let dir = published_workspace();
+    let window = std::time::Duration::from_secs(2);
+    let options = tidegate_server::Options { auth_failures: 3, auth_failure_window: window, ..Default::default() };
+    let server = Server::start_with(&dir, options);
+    let good = server.token("vi", Role::Viewer);
+    // No token at all guesses nothing and is not counted.
+    for _ in 0..5 {
+        assert_eq!(server.call("GET", "/api/status", None, None).status, 401);
+    }
+    assert_eq!(server.call("GET", "/api/status", Some(&good), None).status, 200);
+    for guess in 0..3 {
+        let r = server.call("GET", "/api/status", Some(&format!("tgt_guess{guess}")), None);
+        assert_eq!(r.status, 401, "{}", r.body);
+    }
+    // The fourth request is refused whatever it carries, with when to come back.
+    for token in ["tgt_guess3", good.as_str()] {
+        let r = server.call("GET", "/api/status", Some(token), None);
+        assert_eq!((r.status, r.json()["code"].clone()), (429, json!("too_many_failed_authentications")), "{}", r.body);
+        let wait: u64 = r.header("retry-after").and_then(|s| s.parse().ok()).expect("a Retry-After in seconds");
+        assert!((1..=2).contains(&wait), "{wait}");
+        assert!(!r.body.contains(good.as_str()), "no token in the answer");
+    }
+    std::thread::sleep(window);
+    assert_eq!(server.call("GET", "/api/status", Some(&good), None).status, 200, "the window ended");
+}
