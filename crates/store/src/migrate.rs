@@ -24,6 +24,7 @@ const WORKERS: &str = include_str!("../migrations/0005_workers_and_metrics.sql")
 const STEPS_BY_RUN_STATUS: &str = include_str!("../migrations/0006_steps_by_run_status.sql");
 const DATASET_LOCKS: &str = include_str!("../migrations/0007_dataset_locks.sql");
 const TOKENS: &str = include_str!("../migrations/0008_tokens.sql");
+const LINEAGE_CURSORS: &str = include_str!("../migrations/0010_lineage_cursors.sql");
 
 /// Every migration, in order. Never edit one that has shipped: add the next number instead.
 const MIGRATIONS: &[Migration] = &[
@@ -40,6 +41,7 @@ const MIGRATIONS: &[Migration] = &[
     Migration { version: 6, name: "steps_by_run_status", sqlite: STEPS_BY_RUN_STATUS, postgres: STEPS_BY_RUN_STATUS },
     Migration { version: 7, name: "dataset_locks", sqlite: DATASET_LOCKS, postgres: DATASET_LOCKS },
     Migration { version: 8, name: "tokens", sqlite: TOKENS, postgres: TOKENS },
+    Migration { version: 10, name: "lineage_cursors", sqlite: LINEAGE_CURSORS, postgres: LINEAGE_CURSORS },
 ];
 
 /// Applies the migrations the database has not seen; returns how many it applied.

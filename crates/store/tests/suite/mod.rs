@@ -83,6 +83,7 @@ macro_rules! all_backend_tests {
             a_run_stays_running_while_any_step_is_active_and_then_takes_its_outcome,
             a_token_is_found_by_its_hash_one_person_has_one_name_and_revocation_is_journaled,
             a_step_awaiting_approval_holds_no_lease,
+            lineage_cursors_are_per_transport_and_never_move_back,
         );
     };
 }
@@ -1688,4 +1689,18 @@ pub fn a_step_awaiting_approval_holds_no_lease(t: &StoreUnderTest) {
     .expect("checks");
     assert_eq!(s.step(&step.id).expect("step").expect("exists").state.status, StepStatus::AwaitingApproval);
     assert!(s.expired_leases(t0() + secs(3_600)).expect("leases").is_empty(), "no lease outlives the attempt's work");
+}
+
+/// The OpenLineage export's cursor of one transport is independent of another's, and an exporter
+/// that delivered an older batch late cannot move it back (events would be sent twice more).
+pub fn lineage_cursors_are_per_transport_and_never_move_back(t: &StoreUnderTest) {
+    let s = t.store.as_ref();
+    assert_eq!(s.lineage_cursor("file").expect("reading"), None, "no delivery yet");
+    s.advance_lineage_cursor("file", 7, t0()).expect("advancing");
+    s.advance_lineage_cursor("http", 3, t0()).expect("advancing");
+    s.advance_lineage_cursor("file", 5, t0() + secs(1)).expect("a late, older batch");
+    assert_eq!(s.lineage_cursor("file").expect("reading"), Some(7));
+    assert_eq!(s.lineage_cursor("http").expect("reading"), Some(3));
+    s.advance_lineage_cursor("http", 12, t0() + secs(2)).expect("advancing");
+    assert_eq!(s.lineage_cursor("http").expect("reading"), Some(12));
 }
