@@ -334,3 +334,49 @@ fn the_http_receiver_gets_every_event_even_those_emitted_while_it_was_down() {
     let all = std::fs::read_to_string(&log).expect("log") + &std::fs::read_to_string(event_file(ws)).expect("events");
     assert!(!all.contains(CANARY));
 }
+
+#[test]
+fn serve_sends_events_as_work_happens_beside_its_scheduler() {
+    let port = free_port();
+    let spec = format!("{SPEC}\n[lineage]\nurl = \"http://127.0.0.1:{port}\"\nfile = false\n");
+    let dir = TestWorkspace::new(spec);
+    let ws = dir.path();
+    let log = ws.join("received.jsonl");
+    let _receiver = Receiver::start(port, &log, ws);
+    let (code, submitted) = json(ws, &["submit", "extract", "--partition", "2024-01-01"]);
+    assert_eq!(code, 0, "{submitted}");
+    let run_id = submitted["run"]["id"].as_str().expect("a run id").to_owned();
+    let stderr = std::fs::File::create(ws.join("serve.log")).expect("serve's log");
+    let mut serve = tidegate(ws)
+        .args(["serve", "--tick-every-s", "1"])
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .expect("serve starts");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let complete = loop {
+        let received = lines(&log);
+        let done = received.iter().any(|r| {
+            r["body"]["eventType"] == "COMPLETE"
+                && r["body"]["job"]["name"] == "run.extract"
+                && r["body"]["run"]["runId"] == run_id.as_str()
+        });
+        if done || Instant::now() > deadline {
+            break done;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let _ = Command::new("kill").args(["-TERM", &serve.id().to_string()]).status();
+    let status = serve.wait().expect("serve stops");
+    let serve_log = std::fs::read_to_string(ws.join("serve.log")).unwrap_or_default();
+    assert!(complete, "serve never sent the run's COMPLETE; its log:\n{serve_log}");
+    assert!(status.success(), "{serve_log}");
+    assert!(!ws.join(".tidegate/openlineage.jsonl").exists(), "file = false writes no file");
+    let kinds: Vec<String> = lines(&log)
+        .iter()
+        .filter(|r| r["body"]["job"]["name"] == "extract")
+        .map(|r| r["body"]["eventType"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(kinds, ["START", "FAIL", "START", "COMPLETE"], "the retried attempt too");
+}
