@@ -11,6 +11,7 @@ pub mod backfill;
 pub mod data;
 pub mod history;
 pub mod input;
+pub mod lineage;
 pub mod listing;
 pub mod lock;
 pub mod logs;

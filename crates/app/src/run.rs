@@ -43,8 +43,23 @@ pub enum Scope<'a> {
 
 /// Executes the runs `scope` names with an in-process engine of `workers` slots. For one run,
 /// waits for it to settle, following it when another process holds the scheduler role instead of
-/// competing for it. `progress` is told the steps by status as they change.
+/// competing for it. `progress` is told the steps by status as they change. Then exports the
+/// OpenLineage events of what it did (events a transport could not take wait for the next export).
 pub fn execute(
+    ws: &Workspace,
+    store: Arc<dyn Store>,
+    actor: &Actor,
+    workers: usize,
+    progress: Option<ProgressFn>,
+    scope: Scope<'_>,
+) -> Result<Summary> {
+    let summary = execute_only(ws, store.clone(), actor, workers, progress, scope)?;
+    crate::lineage::export(ws, store.as_ref());
+    Ok(summary)
+}
+
+/// [`execute`] without the lineage export.
+fn execute_only(
     ws: &Workspace,
     store: Arc<dyn Store>,
     actor: &Actor,
@@ -82,6 +97,8 @@ pub struct Outcome {
     pub elapsed_s: f64,
     /// The run's failed steps, with their reasons and logs.
     pub failures: Vec<StepFailure>,
+    /// Where the OpenLineage events of the execution went, or why they wait.
+    pub lineage: crate::lineage::Delivery,
 }
 
 impl Outcome {
@@ -106,12 +123,13 @@ pub fn execute_submitted(
     let started = Instant::now();
     let run_id = submitted.run.id.as_str();
     let scope = if with_queue { Scope::RunAndQueue(run_id) } else { Scope::Run(run_id) };
-    let summary = execute(ws, store.clone(), actor, workers, progress, scope)?;
+    let summary = execute_only(ws, store.clone(), actor, workers, progress, scope)?;
     let elapsed_s = started.elapsed().as_secs_f64();
     let run = store.run(run_id)?.context("the run vanished from the store")?;
     let failures = failures(ws, store.as_ref(), actor, run_id)?;
     let (created, status) = (submitted.created, run.status.to_string());
-    Ok(Outcome { run_id: run.id, created, status, summary, elapsed_s, failures })
+    let lineage = crate::lineage::export(ws, store.as_ref());
+    Ok(Outcome { run_id: run.id, created, status, summary, elapsed_s, failures, lineage })
 }
 
 /// A run cancelled.
@@ -156,6 +174,7 @@ pub fn cancel(ws: &Workspace, store: &dyn Store, actor: &Actor, run_id: &str, re
         .collect();
     let n_steps_cancelled = events.len();
     store.commit(&events)?;
+    crate::lineage::export(ws, store);
     Ok(Cancelled { run_id: run_id.to_owned(), n_steps_cancelled })
 }
 

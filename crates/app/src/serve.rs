@@ -8,6 +8,8 @@
 //! (journaled) and stands by.
 //! Setting the stop flag ends it cleanly: no new attempt starts, attempts in flight finish and
 //! report, the scheduler role is given up.
+//! Beside the loop, a task exports OpenLineage events as the journal grows (`lineage::follow`),
+//! backing off while a receiver is down; the loop never waits for it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -72,6 +74,9 @@ pub enum Event {
     Active,
     /// This one found the role taken while it meant to hold it, and stepped down (journaled).
     SteppedDown,
+    /// The OpenLineage export delivered events, or events started or stopped waiting for a
+    /// transport (the export runs beside the scheduler and never holds it up).
+    Lineage(crate::lineage::Delivery),
 }
 
 /// Runs the scheduler until `stop` is set: one tick per `options.tick_every`, each followed by a
@@ -91,8 +96,14 @@ pub async fn serve(
         .with_owner(scheduler_name())
         .with_stop(stop.clone());
     let heartbeat = Duration::from_secs(u64::from(ws.spec.project.heartbeat_s));
+    let (lineage_tx, mut lineage) = tokio::sync::mpsc::unbounded_channel();
+    let exporter = crate::lineage::Exporter::new(ws);
+    let follower = tokio::spawn(crate::lineage::follow(exporter, store.clone(), stop.clone(), lineage_tx));
     let (mut standing_by, mut first) = (false, true);
     while !stop.load(Ordering::SeqCst) {
+        while let Ok(delivery) = lineage.try_recv() {
+            observe(Event::Lineage(delivery));
+        }
         let started = Instant::now();
         if !engine.try_scheduler_role().await? {
             if !standing_by {
@@ -139,6 +150,11 @@ pub async fn serve(
         pause(&stop, next.saturating_duration_since(Instant::now())).await;
     }
     engine.give_up_scheduler_role().await?;
+    // The follower exports once more after the stop flag, so the last drain's events go out.
+    let _ = follower.await;
+    while let Ok(delivery) = lineage.try_recv() {
+        observe(Event::Lineage(delivery));
+    }
     Ok(())
 }
 

@@ -177,6 +177,7 @@ pub fn new_steps(
                 upstream: s.upstream.clone(),
                 inputs,
                 state: Step::new(task.retry, needs_approval),
+                code_version: Some(versions[&s.task].clone()),
             }
         })
         .collect())

@@ -279,6 +279,7 @@ fn day_steps(days: impl Iterator<Item = u32>, retry: RetryPolicy) -> Vec<NewStep
             upstream: Vec::new(),
             inputs: Vec::new(),
             state: Step::new(retry, true),
+            code_version: None,
         }
     })
     .collect()

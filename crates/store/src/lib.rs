@@ -14,6 +14,7 @@ mod claims;
 mod codec;
 mod error;
 mod journal;
+mod lineage;
 mod locks;
 mod metrics;
 mod migrate;
@@ -240,6 +241,15 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     ) -> Result<LockOutcome>;
     /// Gives `dataset`'s lock up if `owner` holds it, journaled as `dataset_unlocked`.
     fn unlock_dataset(&self, dataset: &str, owner: &str, now: DateTime<Utc>) -> Result<()>;
+
+    // ----- The OpenLineage export. -----
+
+    /// The sequence number of the last journal entry whose OpenLineage events `transport` (`file`,
+    /// `http`) accepted; `None` before its first delivery. Not journaled.
+    fn lineage_cursor(&self, transport: &str) -> Result<Option<u64>>;
+    /// Records that `transport` accepted the events of every journal entry up to `seq`. A cursor
+    /// never moves back: an exporter that delivered an older batch late leaves it where it is.
+    fn advance_lineage_cursor(&self, transport: &str, seq: u64, now: DateTime<Utc>) -> Result<()>;
 
     // ----- Identities. -----
 

@@ -95,6 +95,10 @@ pub struct NewStep {
     pub inputs: Vec<PinnedInput>,
     /// The step's initial state-machine state, normally pending.
     pub state: Step,
+    /// The task's code version when the step was planned (part of `step_key`), recorded in the
+    /// step's `step_planned` journal entry for lineage; `None` in entries older than the field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code_version: Option<String>,
 }
 
 /// A stored run.

@@ -23,8 +23,8 @@ use crate::{
     VersionRecord, WorkerRecord,
 };
 use crate::{
-    backfill, checkpoints, claims, journal, locks, metrics, releases, request_keys, runs, scheduler_role, staging,
-    steps, tokens, workers,
+    backfill, checkpoints, claims, journal, lineage, locks, metrics, releases, request_keys, runs, scheduler_role,
+    staging, steps, tokens, workers,
 };
 
 /// Store settings.
@@ -417,6 +417,18 @@ impl<D: Driver> Store for SqlStore<D> {
 
     fn metrics(&self) -> Result<Vec<(String, serde_json::Value, DateTime<Utc>)>> {
         self.driver.read(metrics::list).map_err(|e| e.context("reading metrics"))
+    }
+
+    fn lineage_cursor(&self, transport: &str) -> Result<Option<u64>> {
+        self.driver
+            .read(|tx| lineage::cursor(tx, transport))
+            .map_err(|e| e.context(&format!("reading the lineage cursor of {transport}")))
+    }
+
+    fn advance_lineage_cursor(&self, transport: &str, seq: u64, now: DateTime<Utc>) -> Result<()> {
+        self.driver
+            .write(|tx| lineage::advance(tx, transport, seq, now))
+            .map_err(|e| e.context(&format!("advancing the lineage cursor of {transport}")))
     }
 
     fn acquire_scheduler(&self, owner: &str, now: DateTime<Utc>, ttl_s: u32) -> Result<bool> {

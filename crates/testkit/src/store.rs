@@ -49,6 +49,7 @@ pub fn new_steps(n: usize) -> Vec<NewStep> {
             upstream: Vec::new(),
             inputs: Vec::new(),
             state: Step::new(RetryPolicy::default(), false),
+            code_version: Some(format!("code-{i}")),
         })
         .collect()
 }

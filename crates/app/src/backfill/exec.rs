@@ -211,6 +211,7 @@ pub fn cancel(ws: &Workspace, store: &dyn Store, actor: &Actor, id: &str, reason
         n_cancelled = events.len();
         store.commit(&events)?;
     }
+    crate::lineage::export(ws, store);
     Ok(Cancelled { record, n_steps_cancelled: n_cancelled })
 }
 

@@ -6,7 +6,6 @@
 //! a replay commit nothing, and the store records the release once.
 
 use std::collections::BTreeMap;
-use std::io::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,9 +33,9 @@ pub struct Published {
     pub release_id: String,
     /// What each dataset's commit made visible.
     pub publication: Publication,
-    /// Where the OpenLineage event went (relative to the workspace).
-    #[serde(skip)]
-    pub lineage: String,
+    /// Where its OpenLineage events went (the backfill's COMPLETE names the versions it
+    /// published), or why they wait for the next export.
+    pub lineage: crate::lineage::Delivery,
 }
 
 /// Publishes an approved backfill: one atomic commit per dataset, upstream first. Refused unless
@@ -132,7 +131,7 @@ pub fn publish(ws: &Workspace, store: &Arc<dyn Store>, actor: &Actor, id: &str) 
         &|b: &mut BackfillRecord| b.status = BackfillStatus::Published,
         &meta(ws, actor, format!("published as release {release_id}, approved by {}", approval.by), &record.id),
     )?;
-    let lineage = openlineage_event(ws, &record, &spec, &publication)?;
+    let lineage = crate::lineage::export(ws, store.as_ref());
     Ok(Published { backfill_id: record.id.clone(), release_id, publication, lineage })
 }
 
@@ -301,53 +300,6 @@ fn merge(versions: &[StagedVersion]) -> Option<StagedVersion> {
     Some(merged)
 }
 
-/// Appends an OpenLineage COMPLETE run event for the release; returns where it went.
-fn openlineage_event(
-    ws: &Workspace,
-    record: &BackfillRecord,
-    spec: &FrozenSpec,
-    publication: &Publication,
-) -> Result<String> {
-    let path = ws.root.join(".tidegate").join("openlineage.jsonl");
-    let outputs: Vec<serde_json::Value> = publication
-        .items
-        .iter()
-        .map(|i| {
-            serde_json::json!({
-                "namespace": format!("tidegate://{}", ws.spec.project.name),
-                "name": i.dataset,
-                "facets": { "version": { "datasetVersion": i.table_version.to_string() } },
-            })
-        })
-        .collect();
-    let event = serde_json::json!({
-        "eventType": "COMPLETE",
-        "eventTime": ws.now().to_rfc3339(),
-        "producer": "https://github.com/tidegate/tidegate",
-        "schemaURL": "https://openlineage.io/spec/2-0-2/OpenLineage.json#/definitions/RunEvent",
-        "run": {
-            "runId": uuid::Uuid::now_v7().to_string(),
-            "facets": { "tidegate": {
-                "backfill_id": record.id,
-                "release_id": publication.release_id,
-                "spec_hash": record.spec_hash,
-                "reason": spec.reason,
-                "approved_by": record.approval.as_ref().map(|a| a.by.clone()),
-            } },
-        },
-        "job": { "namespace": format!("tidegate://{}", ws.spec.project.name), "name": format!("backfill.{}", spec.target) },
-        "inputs": [],
-        "outputs": outputs,
-    });
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
-        .with_context(|| format!("opening {}", path.display()))?;
-    writeln!(file, "{event}").with_context(|| format!("writing {}", path.display()))?;
-    Ok(path.strip_prefix(&ws.root).unwrap_or(&path).display().to_string())
-}
-
 /// A dataset a backfill rollback restored.
 #[derive(Debug, Clone, Serialize)]
 pub struct Restored {
@@ -370,6 +322,9 @@ pub struct RolledBack {
     pub release_id: String,
     /// Each dataset restored, downstream first.
     pub restored: Vec<Restored>,
+    /// Where its OpenLineage events went (a rollback run naming the versions it restored), or
+    /// why they wait for the next export.
+    pub lineage: crate::lineage::Delivery,
 }
 
 /// Undoes a published backfill: restores the exact previous version of every partition it
@@ -497,5 +452,6 @@ pub fn rollback(
         },
         &meta(ws, actor, reason.to_owned(), &record.id),
     )?;
-    Ok(RolledBack { backfill_id: record.id.clone(), release_id, restored })
+    let lineage = crate::lineage::export(ws, store.as_ref());
+    Ok(RolledBack { backfill_id: record.id.clone(), release_id, restored, lineage })
 }

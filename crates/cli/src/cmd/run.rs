@@ -162,6 +162,10 @@ fn print_outcome(outcome: &Outcome) {
         println!("Logs: tidegate logs --run {id}");
         println!("The whole story: tidegate history {id}");
     }
+    // Lineage is quiet while it keeps up; a receiver that is down is worth a line.
+    if outcome.lineage.is_pending() {
+        eprintln!("Note: {}", outcome.lineage);
+    }
 }
 
 /// Calls `f` with a progress printer for the executor when `show` (on stderr), and leaves the

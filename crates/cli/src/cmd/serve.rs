@@ -14,7 +14,7 @@ use tidegate_app::serve::{Event, ServeOptions, serve};
 use tidegate_app::worker::{self, WorkerRequest};
 use tidegate_app::workspace::{self, open_lake, runtime};
 use tidegate_core::actor::Actor;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::logging::LogFormat;
 use crate::output;
@@ -172,6 +172,8 @@ fn print_event(event: Event) {
         Event::StandingBy => info!("another scheduler holds the role on this store: standing by"),
         Event::Active => info!("this scheduler holds the role"),
         Event::SteppedDown => info!("another scheduler took the role while this one was not renewing it: stepped down"),
+        Event::Lineage(d) if d.is_pending() => warn!(n_events = d.n_events(), "lineage: {d}"),
+        Event::Lineage(d) => info!(n_events = d.n_events(), "lineage: {} events delivered ({d})", d.n_events()),
         Event::Drained(s) => info!(
             published = s.published,
             failed = s.failed,

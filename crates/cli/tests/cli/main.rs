@@ -11,6 +11,7 @@ mod data;
 mod failpoints;
 mod fencing;
 mod guarantees;
+mod lineage;
 mod output;
 mod pointer;
 mod reconcile;

@@ -36,6 +36,8 @@ pub struct Spec {
     pub datasets: BTreeMap<String, Dataset>,
     /// `[tasks]` by name.
     pub tasks: BTreeMap<String, Task>,
+    /// `[lineage]`: where OpenLineage events go.
+    pub lineage: Lineage,
 }
 
 /// `[project]`: names and where state and tables live.
@@ -59,6 +61,31 @@ pub struct Project {
     /// for tasks that set none.
     pub log_max_bytes: u64,
 }
+
+/// `[lineage]`: where the OpenLineage events derived from the journal go. A file by default; an
+/// HTTP endpoint (Marquez, or any OpenLineage receiver) when `url` is set.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Lineage {
+    /// `namespace` (default: the project's name): the OpenLineage namespace of Tidegate's jobs.
+    pub namespace: String,
+    /// `file` (default [`DEFAULT_LINEAGE_FILE`], relative to the workspace): where events are
+    /// appended as JSON lines; `None` when the spec says `file = false`.
+    pub file: Option<String>,
+    /// `url` (optional): an OpenLineage receiver's base URL, `http://` or `https://`.
+    pub url: Option<String>,
+    /// `endpoint` (default [`DEFAULT_LINEAGE_ENDPOINT`]): the path under `url` events are POSTed to.
+    pub endpoint: String,
+    /// `timeout_s` (default 5, at most 300): how long one POST may take.
+    pub timeout_s: u32,
+    /// `api_key_env` (optional): the environment variable holding the receiver's API key, sent as
+    /// a bearer token. The key itself never appears in the spec, the journal or a message.
+    pub api_key_env: Option<String>,
+}
+
+/// Where OpenLineage events are appended unless `[lineage] file` says otherwise.
+pub const DEFAULT_LINEAGE_FILE: &str = ".tidegate/openlineage.jsonl";
+/// The path OpenLineage receivers (Marquez) accept events on, as the OpenLineage clients use it.
+pub const DEFAULT_LINEAGE_ENDPOINT: &str = "api/v1/lineage";
 
 /// The cap on each of an attempt's logs when neither the task nor the project sets one: 10 MiB.
 pub const DEFAULT_LOG_MAX_BYTES: u64 = 10 * 1024 * 1024;

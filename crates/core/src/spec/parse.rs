@@ -4,6 +4,7 @@
 
 mod dataset;
 mod graph;
+mod lineage;
 mod project;
 mod reader;
 mod review;
@@ -18,7 +19,7 @@ pub(super) use self::reader::did_you_mean;
 use self::reader::{Ctx, Obj, Path};
 use super::{Diagnostic, Diagnostics, Spec};
 
-const TOP_LEVEL_KEYS: &[&str] = &["project", "pools", "datasets", "external", "tasks"];
+const TOP_LEVEL_KEYS: &[&str] = &["project", "pools", "datasets", "external", "tasks", "lineage"];
 
 /// Parses and validates a spec; `file` is only used in messages. Never panics, whatever the text.
 pub fn parse(file: &str, text: &str) -> Result<Spec, Diagnostics> {
@@ -40,6 +41,7 @@ pub fn parse(file: &str, text: &str) -> Result<Spec, Diagnostics> {
     let pools = project::pools(&mut ctx, &root);
     let datasets = dataset::datasets(&mut ctx, &root);
     let tasks = task::tasks(&mut ctx, &root);
+    let lineage = lineage::lineage(&mut ctx, &root, &project.project.name);
     let drafts = graph::Drafts {
         top_level_ok,
         heartbeat_s: project.heartbeat_s,
@@ -59,6 +61,7 @@ pub fn parse(file: &str, text: &str) -> Result<Spec, Diagnostics> {
         pools: pools.into_iter().map(|(name, pool)| pool.map(|p| (name, p))).collect::<Option<_>>(),
         datasets: datasets.into_iter().map(|(name, d)| d.finish().map(|d| (name, d))).collect::<Option<_>>(),
         tasks: tasks.into_iter().map(|(name, t)| (name, with_project_log_cap(t, log_max_bytes))).collect(),
+        lineage,
     };
     spec.ok_or_else(|| Diagnostics(vec![internal_error(file)]))
 }
@@ -76,13 +79,16 @@ struct PartialSpec {
     pools: Option<BTreeMap<String, crate::spec::Pool>>,
     datasets: Option<BTreeMap<String, crate::spec::Dataset>>,
     tasks: BTreeMap<String, crate::spec::Task>,
+    lineage: crate::spec::Lineage,
 }
 
 impl PartialSpec {
     fn ok_or_else(self, err: impl FnOnce() -> Diagnostics) -> Result<Spec, Diagnostics> {
         match (self.pools, self.datasets) {
             (Some(pools), Some(datasets)) => {
-                Ok(Spec { file: self.file, hash: self.hash, project: self.project, pools, datasets, tasks: self.tasks })
+                let (file, hash, project, tasks, lineage) =
+                    (self.file, self.hash, self.project, self.tasks, self.lineage);
+                Ok(Spec { file, hash, project, pools, datasets, tasks, lineage })
             }
             _ => Err(err()),
         }

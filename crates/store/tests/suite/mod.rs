@@ -88,6 +88,7 @@ macro_rules! all_backend_tests {
             a_lapsed_hold_is_taken_over_by_an_equal_request_only,
             an_expired_request_key_is_forgotten_and_purged,
             racing_claims_of_one_request_key_let_exactly_one_through,
+            lineage_cursors_are_per_transport_and_never_move_back,
         );
     };
 }
@@ -1696,4 +1697,18 @@ pub fn a_step_awaiting_approval_holds_no_lease(t: &StoreUnderTest) {
     .expect("checks");
     assert_eq!(s.step(&step.id).expect("step").expect("exists").state.status, StepStatus::AwaitingApproval);
     assert!(s.expired_leases(t0() + secs(3_600)).expect("leases").is_empty(), "no lease outlives the attempt's work");
+}
+
+/// The OpenLineage export's cursor of one transport is independent of another's, and an exporter
+/// that delivered an older batch late cannot move it back (events would be sent twice more).
+pub fn lineage_cursors_are_per_transport_and_never_move_back(t: &StoreUnderTest) {
+    let s = t.store.as_ref();
+    assert_eq!(s.lineage_cursor("file").expect("reading"), None, "no delivery yet");
+    s.advance_lineage_cursor("file", 7, t0()).expect("advancing");
+    s.advance_lineage_cursor("http", 3, t0()).expect("advancing");
+    s.advance_lineage_cursor("file", 5, t0() + secs(1)).expect("a late, older batch");
+    assert_eq!(s.lineage_cursor("file").expect("reading"), Some(7));
+    assert_eq!(s.lineage_cursor("http").expect("reading"), Some(3));
+    s.advance_lineage_cursor("http", 12, t0() + secs(2)).expect("advancing");
+    assert_eq!(s.lineage_cursor("http").expect("reading"), Some(12));
 }

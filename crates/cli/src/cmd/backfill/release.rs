@@ -16,8 +16,8 @@ use crate::output;
 /// Refused unless the approval still matches the backfill's spec hash and a freshly computed
 /// comparison; and each dataset's commit is refused if, meanwhile, a live run changed one of its
 /// partitions after the table version the approved comparison read (the refusal names them, and
-/// the approval is withdrawn). Consumers are told through the journal and an OpenLineage event
-/// appended to .tidegate/openlineage.jsonl.
+/// the approval is withdrawn). Consumers are told through the journal and OpenLineage events
+/// (to .tidegate/openlineage.jsonl unless [lineage] in tidegate.toml says otherwise).
 #[derive(Debug, clap::Args)]
 pub struct PublishArgs {
     /// The backfill's id (`bf-...`, see `tidegate backfill list`).
