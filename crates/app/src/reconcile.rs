@@ -158,6 +158,7 @@ pub fn delete_reported(ws: &Workspace, store: &dyn Store, actor: &Actor, files: 
         payload: serde_json::json!({ "deleted": report.deleted }),
     };
     let meta = JournalMeta {
+        via: Some(actor.via()),
         actor: actor.name.clone(),
         correlation_id: format!("reconcile-{}", uuid::Uuid::now_v7()),
         reason: "tidegate reconcile --delete".to_owned(),

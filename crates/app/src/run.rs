@@ -157,6 +157,7 @@ pub fn cancel(ws: &Workspace, store: &dyn Store, actor: &Actor, run_id: &str, re
         crate::refuse!(Conflict, "run {run_id} is already {}; there is nothing to cancel", run.status);
     }
     let meta = JournalMeta {
+        via: Some(actor.via()),
         actor: actor.name.clone(),
         correlation_id: run_id.to_owned(),
         reason: reason.to_owned(),

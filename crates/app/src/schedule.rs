@@ -190,6 +190,7 @@ pub fn start_due(
             payload: serde_json::json!({ "by_run": s.by_run, "tick": now }),
         };
         let meta = JournalMeta {
+            via: Some(actor.via()),
             actor: actor.name.clone(),
             correlation_id: format!("tick-{}", now.timestamp()),
             reason: format!(
@@ -249,6 +250,7 @@ fn submit_due(
         idempotency_key: Some(format!("tick:{}:{}", format!("{trigger:?}").to_lowercase(), now.to_rfc3339())),
     };
     let meta = JournalMeta {
+        via: Some(actor.via()),
         actor: actor.name.clone(),
         correlation_id: format!("tick-{}", now.timestamp()),
         reason: format!("{} tick at {now}", format!("{trigger:?}").to_lowercase()),

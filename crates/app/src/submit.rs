@@ -74,6 +74,7 @@ fn create_run(ws: &Workspace, store: &dyn Store, actor: &Actor, submit: &SubmitR
     refuse_rewrites(ws, &plan)?;
     let steps = new_steps(ws, &plan, &BTreeMap::new(), false)?;
     let meta = JournalMeta {
+        via: Some(actor.via()),
         actor: request.requester.clone(),
         correlation_id: uuid::Uuid::now_v7().to_string(),
         reason: format!("{} run of {}", format!("{trigger:?}").to_lowercase(), target.target),

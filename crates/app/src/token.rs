@@ -70,6 +70,7 @@ pub fn mint(
         expires_at: Some(ws.now() + Duration::days(expires_in_days.into())),
     };
     let meta = JournalMeta {
+        via: Some(minter.via()),
         actor: minter.name.clone(),
         correlation_id: new.id.clone(),
         reason: format!("token minted for {name} ({role})"),
@@ -100,6 +101,7 @@ pub fn list(ws: &Workspace, store: &dyn Store, actor: &Actor) -> Result<Vec<List
 pub fn revoke(ws: &Workspace, store: &dyn Store, actor: &Actor, id: &str) -> Result<TokenRecord> {
     require(actor, Access::ManageTokens)?;
     let meta = JournalMeta {
+        via: Some(actor.via()),
         actor: actor.name.clone(),
         correlation_id: uuid::Uuid::now_v7().to_string(),
         reason: format!("token {id} revoked"),

@@ -191,6 +191,7 @@ impl VacuumJournal<'_> {
         payload["dataset"] = serde_json::json!(dataset);
         let decision = Decision { kind: kind.to_owned(), run_id: None, task: None, partition: None, payload };
         let meta = JournalMeta {
+            via: Some(self.actor.via()),
             actor: self.actor.name.clone(),
             correlation_id: self.correlation_id.clone(),
             reason,

@@ -6,6 +6,7 @@
 //! Everything happens in a fresh folder under the system temp folder, removed at the end.
 
 mod engine;
+mod http;
 mod lake;
 
 use std::path::PathBuf;
@@ -38,12 +39,15 @@ enum Command {
     /// The engine: no-op step throughput, a chain of `/bin/true`, many independent `/bin/true`
     /// against `xargs -P2`, planning a 5,000-task DAG.
     Engine(EngineArgs),
+    /// The HTTP service: 200 clients reading status and runs while W(200) runs, and idle memory.
+    Http(http::HttpArgs),
 }
 
 fn main() -> ExitCode {
     let result = match Cli::parse().command {
         Command::Lake(args) => lake::run(args),
         Command::Engine(args) => engine::run(args),
+        Command::Http(args) => http::run(&args),
     };
     result.unwrap_or_else(|e| {
         eprintln!("error: {e:#}");

@@ -100,6 +100,15 @@ impl Actor {
         same_person(&self.name, name)
     }
 
+    /// How the actor was established and from where, as the journal records it beside the name:
+    /// `OS account uid 1000, local` or `token tk-0193... (approver), http 127.0.0.1:53012`.
+    pub fn via(&self) -> String {
+        match &self.authentication {
+            Authentication::OsAccount { uid } => format!("OS account uid {uid}, {}", self.origin),
+            Authentication::Token { token_id, role } => format!("token {token_id} ({role}), {}", self.origin),
+        }
+    }
+
     /// `ana (OS account, uid 1000)` or `bo (token tk-0193..., approver)`: for messages and the journal.
     pub fn describe(&self) -> String {
         match &self.authentication {

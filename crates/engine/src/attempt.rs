@@ -143,6 +143,26 @@ pub fn logs_dir(workspace: &std::path::Path) -> PathBuf {
 }
 
 impl Report {
+    /// One log line saying how the attempt ended (in the attempt's span, which names it).
+    pub fn log(&self) {
+        match self {
+            Report::Staged { versions, checks, .. } => {
+                let n_rows: u64 = versions.iter().map(|v| v.n_rows).sum();
+                let failed: Vec<&str> = checks.iter().filter(|c| c.blocks()).map(|c| c.name.as_str()).collect();
+                if failed.is_empty() {
+                    tracing::info!(n_rows, "attempt staged its output; its checks passed");
+                } else {
+                    tracing::warn!(
+                        n_rows,
+                        failed = failed.join(", "),
+                        "attempt staged its output; blocking checks failed"
+                    );
+                }
+            }
+            Report::Failed { class, reason, .. } => tracing::warn!(class = ?class, reason, "attempt failed"),
+        }
+    }
+
     /// The step this report is about.
     pub fn step_id(&self) -> &str {
         match self {

@@ -199,6 +199,7 @@ impl<'a> Checkpoints<'a> {
             created_at: a.clock.now(),
         };
         let meta = JournalMeta {
+            via: None,
             actor: a.lease.worker.clone(),
             correlation_id: a.run_id.clone(),
             reason: self

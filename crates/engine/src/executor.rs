@@ -348,6 +348,7 @@ impl Engine {
 
     fn meta(&self, reason: impl Into<String>, correlation_id: &str) -> JournalMeta {
         JournalMeta {
+            via: None,
             actor: self.opts.worker_id.clone(),
             correlation_id: correlation_id.to_owned(),
             reason: reason.into(),

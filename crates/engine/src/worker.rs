@@ -88,7 +88,13 @@ impl Worker {
     }
 
     fn meta(&self, reason: String, correlation_id: &str) -> JournalMeta {
-        JournalMeta { actor: self.id.clone(), correlation_id: correlation_id.to_owned(), reason, at: self.clock.now() }
+        JournalMeta {
+            actor: self.id.clone(),
+            correlation_id: correlation_id.to_owned(),
+            reason,
+            at: self.clock.now(),
+            via: None,
+        }
     }
 
     async fn register(&self) -> Result<()> {

@@ -75,7 +75,34 @@ pub fn router(ws: Arc<Workspace>, store: Arc<dyn Store>, options: Options) -> Ro
         .fallback(problem::not_found)
         .method_not_allowed_fallback(problem::method_not_allowed)
         .layer(axum::extract::DefaultBodyLimit::max(BODY_BYTES_MAX))
+        .layer(axum::middleware::from_fn(request_span))
         .with_state(state)
+}
+
+/// The response header naming a request's id, which every log line of the request carries.
+pub const REQUEST_ID_HEADER: &str = "x-request-id";
+
+/// Gives each request an id (the caller's `X-Request-Id` when it is a short visible token, a new
+/// UUID otherwise), runs it in a `request` span naming the id, method and path, so that every
+/// line logged while it is answered (the operation's included: `routes::call` carries the span
+/// onto its blocking thread) carries them, logs one line when it is answered, and returns the id
+/// in `X-Request-Id`.
+async fn request_span(request: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {
+    use tracing::Instrument as _;
+    let given = request.headers().get(REQUEST_ID_HEADER).and_then(|v| v.to_str().ok());
+    let id = given
+        .filter(|v| !v.is_empty() && v.len() <= 64 && v.bytes().all(|b| b.is_ascii_graphic()))
+        .map_or_else(|| uuid::Uuid::now_v7().to_string(), str::to_owned);
+    let span =
+        tracing::info_span!("request", request_id = %id, method = %request.method(), path = %request.uri().path());
+    let started = std::time::Instant::now();
+    let mut response = next.run(request).instrument(span.clone()).await;
+    let status = response.status().as_u16();
+    span.in_scope(|| tracing::info!(status, elapsed_ms = started.elapsed().as_millis(), "answered"));
+    if let Ok(value) = axum::http::HeaderValue::from_str(&id) {
+        response.headers_mut().insert(REQUEST_ID_HEADER, value);
+    }
+    response
 }
 
 /// Binds `addr` (an explicit address: the CLI defaults to 127.0.0.1, never every interface).

@@ -20,7 +20,7 @@ const VERIFY_PAGE_ROWS: i64 = 1_000;
 pub(crate) const QUERY_ROWS_MAX: u32 = 100_000;
 
 const COLUMNS: &str = "seq, prev_hash, hash, at, actor, correlation_id, kind, run_id, step_id, task, partition_key, \
-                       interval_start, interval_end, from_status, to_status, reason, payload";
+                       interval_start, interval_end, from_status, to_status, reason, payload, via";
 
 /// A journal row as stored: every field in the text form that is hashed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,6 +42,7 @@ struct Stored {
     to_status: Option<String>,
     reason: String,
     payload: String,
+    via: Option<String>,
 }
 
 impl Stored {
@@ -64,6 +65,7 @@ impl Stored {
             to_status: row.opt_text(14)?,
             reason: row.text(15)?,
             payload: row.text(16)?,
+            via: row.opt_text(17)?,
         })
     }
 
@@ -93,6 +95,11 @@ impl Stored {
             };
         }
         c.str("reason", &self.reason).str("payload", &self.payload);
+        // Recorded since migration 0011: hashed when present, so entries written before keep
+        // their hashes and a `via` added or altered later breaks the chain.
+        if let Some(via) = &self.via {
+            c.str("via", via);
+        }
         c.finish()
     }
 
@@ -130,6 +137,7 @@ impl Stored {
             from_status: self.from_status,
             to_status: self.to_status,
             reason: self.reason,
+            via: self.via,
         })
     }
 }
@@ -216,12 +224,13 @@ impl Appender {
             to_status: owned(draft.to_status),
             reason: draft.reason.to_owned(),
             payload: draft.payload,
+            via: draft.meta.via.clone(),
         };
         entry.hash = entry.compute_hash();
         tx.execute(
             &format!(
                 "INSERT INTO journal ({COLUMNS}) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)"
             ),
             &[
                 Value::Int(entry.seq),
@@ -241,6 +250,7 @@ impl Appender {
                 entry.to_status.into(),
                 entry.reason.into(),
                 entry.payload.into(),
+                entry.via.into(),
             ],
         )?;
         self.head = Some((entry.seq, entry.hash));

@@ -48,7 +48,8 @@ pub(crate) fn lock(
         None => format!("{dataset} was not locked; {owner} locks it to {purpose}"),
         Some(p) => format!("the lock {} took to {} expired at {}", p.owner, p.purpose, fmt_ts(p.expires_at)),
     };
-    let meta = JournalMeta { actor: owner.to_owned(), correlation_id: correlation_id(dataset), reason, at: now };
+    let meta =
+        JournalMeta { actor: owner.to_owned(), correlation_id: correlation_id(dataset), reason, at: now, via: None };
     let payload = serde_json::json!({
         "dataset": dataset,
         "owner": owner,
@@ -67,6 +68,7 @@ pub(crate) fn unlock(tx: &mut dyn Tx, dataset: &str, owner: &str, now: DateTime<
         return Ok(());
     }
     let meta = JournalMeta {
+        via: None,
         actor: owner.to_owned(),
         correlation_id: correlation_id(dataset),
         reason: "released by its holder".to_owned(),

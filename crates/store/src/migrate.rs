@@ -26,6 +26,7 @@ const DATASET_LOCKS: &str = include_str!("../migrations/0007_dataset_locks.sql")
 const TOKENS: &str = include_str!("../migrations/0008_tokens.sql");
 const REQUEST_KEYS: &str = include_str!("../migrations/0009_request_keys.sql");
 const LINEAGE_CURSORS: &str = include_str!("../migrations/0010_lineage_cursors.sql");
+const JOURNAL_VIA: &str = include_str!("../migrations/0011_journal_via.sql");
 
 /// Every migration, in order. Never edit one that has shipped: add the next number instead.
 const MIGRATIONS: &[Migration] = &[
@@ -44,6 +45,7 @@ const MIGRATIONS: &[Migration] = &[
     Migration { version: 8, name: "tokens", sqlite: TOKENS, postgres: TOKENS },
     Migration { version: 9, name: "request_keys", sqlite: REQUEST_KEYS, postgres: REQUEST_KEYS },
     Migration { version: 10, name: "lineage_cursors", sqlite: LINEAGE_CURSORS, postgres: LINEAGE_CURSORS },
+    Migration { version: 11, name: "journal_via", sqlite: JOURNAL_VIA, postgres: JOURNAL_VIA },
 ];
 
 /// Applies the migrations the database has not seen; returns how many it applied.

@@ -184,6 +184,30 @@ pub struct JournalMeta {
     pub reason: String,
     /// The wall-clock time of the decision.
     pub at: DateTime<Utc>,
+    /// How the actor was established and from where (`token tk-... (approver), http
+    /// 127.0.0.1:53012`), when a person acted through a front end; `None` for the engine's own
+    /// decisions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub via: Option<String>,
+}
+
+impl JournalMeta {
+    /// What the journal records of `actor` acting: its name, and how it was established and
+    /// from where.
+    pub fn of(
+        actor: &tidegate_core::actor::Actor,
+        correlation_id: impl Into<String>,
+        reason: impl Into<String>,
+        at: DateTime<Utc>,
+    ) -> Self {
+        Self {
+            actor: actor.name.clone(),
+            correlation_id: correlation_id.into(),
+            reason: reason.into(),
+            at,
+            via: Some(actor.via()),
+        }
+    }
 }
 
 /// A step event to commit.
@@ -333,6 +357,10 @@ pub struct JournalEntry {
     pub reason: String,
     /// Event details as JSON.
     pub payload: serde_json::Value,
+    /// How the actor was established and from where, when a person acted through a front end
+    /// (entries written before this was recorded have none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub via: Option<String>,
 }
 
 /// Which journal entries to return.

@@ -47,8 +47,13 @@ pub(crate) fn acquire(tx: &mut dyn Tx, owner: &str, now: DateTime<Utc>, ttl_s: u
         None => "the scheduler role was free".to_owned(),
         Some((holder, at)) => format!("the hold of {holder} expired at {}", fmt_ts(*at)),
     };
-    let meta =
-        JournalMeta { actor: owner.to_owned(), correlation_id: SCHEDULER_CORRELATION_ID.to_owned(), reason, at: now };
+    let meta = JournalMeta {
+        actor: owner.to_owned(),
+        correlation_id: SCHEDULER_CORRELATION_ID.to_owned(),
+        reason,
+        at: now,
+        via: None,
+    };
     let payload = serde_json::json!({
         "owner": owner,
         "expires_at": expires_text,
@@ -67,6 +72,7 @@ pub(crate) fn release(tx: &mut dyn Tx, owner: &str) -> Result<()> {
     // The trait passes no instant here; the journal records the wall-clock time of
     // the decision.
     let meta = JournalMeta {
+        via: None,
         actor: owner.to_owned(),
         correlation_id: SCHEDULER_CORRELATION_ID.to_owned(),
         reason: "released by its holder".to_owned(),

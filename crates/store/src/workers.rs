@@ -61,7 +61,8 @@ pub(crate) fn live(tx: &mut dyn Tx, now: DateTime<Utc>) -> Result<Vec<WorkerReco
 }
 
 fn journal(tx: &mut dyn Tx, id: &str, kind: &str, reason: &str, at: DateTime<Utc>, slots: u32) -> Result<()> {
-    let meta = JournalMeta { actor: id.to_owned(), correlation_id: id.to_owned(), reason: reason.to_owned(), at };
+    let meta =
+        JournalMeta { actor: id.to_owned(), correlation_id: id.to_owned(), reason: reason.to_owned(), at, via: None };
     let payload = serde_json::json!({ "worker": id, "slots": to_i64("worker slots", u64::from(slots))? });
     Appender::default().append(tx, Draft::new(&meta, kind, payload.to_string()))?;
     Ok(())

@@ -56,7 +56,13 @@ pub fn new_steps(n: usize) -> Vec<NewStep> {
 
 /// Journal metadata for a test decision at `at`.
 pub fn meta(at: DateTime<Utc>) -> JournalMeta {
-    JournalMeta { actor: "test".to_owned(), correlation_id: "corr-test".to_owned(), reason: "test".to_owned(), at }
+    JournalMeta {
+        actor: "test".to_owned(),
+        correlation_id: "corr-test".to_owned(),
+        reason: "test".to_owned(),
+        at,
+        via: None,
+    }
 }
 
 /// A step event at `at`.

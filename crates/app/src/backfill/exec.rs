@@ -105,6 +105,7 @@ fn ensure_run(ws: &Workspace, store: &dyn Store, record: &BackfillRecord, spec: 
         idempotency_key: Some(format!("backfill:{}", record.id)),
     };
     let meta = JournalMeta {
+        via: None,
         actor: spec.requester.clone(),
         correlation_id: record.id.clone(),
         reason: format!("backfill {}: {}", record.id, spec.reason),

@@ -49,6 +49,7 @@ pub fn ensure_spec_unchanged(ws: &Workspace, record: &BackfillRecord, spec: &Fro
 
 fn meta(ws: &Workspace, actor: &Actor, reason: impl Into<String>, correlation_id: &str) -> JournalMeta {
     JournalMeta {
+        via: Some(actor.via()),
         actor: actor.name.clone(),
         correlation_id: correlation_id.to_owned(),
         reason: reason.into(),

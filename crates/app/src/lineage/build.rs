@@ -805,6 +805,7 @@ mod tests {
             to_status: Some(to.to_owned()),
             reason: String::new(),
             payload,
+            via: None,
         }
     }
 

@@ -162,7 +162,7 @@ pub fn rollback(
     } else {
         format!("{} (restored table version {target})", request.reason)
     };
-    let meta = JournalMeta { actor: actor.name.clone(), correlation_id: release_id.clone(), reason, at: ws.now() };
+    let meta = JournalMeta::of(actor, release_id.clone(), reason, ws.now());
     store.record_release(&record, &[], &meta)?;
     Ok(RolledBack { dataset: request.dataset.clone(), restored_version: target, new_version, release_id, adopted })
 }

@@ -412,6 +412,7 @@ fn record(ws: &Workspace, store: &dyn Store, actor: &Actor, plan: &Undone, reaso
     };
     let what = plan.run_id.as_ref().map_or_else(|| plan.releases.join(", "), |r| format!("run {r}"));
     let meta = JournalMeta {
+        via: Some(actor.via()),
         actor: actor.name.clone(),
         correlation_id: plan.release_id.clone(),
         reason: format!("{reason} (undoing {what})"),

@@ -136,6 +136,7 @@ fn prepare(dir: &Path, sizes: Sizes) -> Result<(Workspace, Arc<dyn Store>, Vec<S
 
 fn meta(reason: &str) -> JournalMeta {
     JournalMeta {
+        via: None,
         actor: ACTOR.to_owned(),
         correlation_id: "bench-b1".to_owned(),
         reason: reason.to_owned(),

@@ -99,8 +99,11 @@ fn line(e: &JournalEntry) -> String {
         _ => String::new(),
     };
     let reason = if e.reason.is_empty() { String::new() } else { format!(": {}", e.reason) };
+    // How an actor was established is shown when it was not the local OS account, the usual case
+    // (`--json` has it always).
+    let via = e.via.as_ref().filter(|v| !v.starts_with("OS account")).map(|v| format!(" [{v}]")).unwrap_or_default();
     format!(
-        "#{:<5} {} {:<ACTOR_WIDTH$} {}{what}{change}{reason}",
+        "#{:<5} {} {:<ACTOR_WIDTH$} {}{what}{change}{reason}{via}",
         e.seq,
         e.at.format("%Y-%m-%d %H:%M:%S"),
         e.actor,

@@ -121,3 +121,73 @@ fn on_postgresql_serve_and_a_worker_run_the_schedule_and_stop_cleanly_on_sigterm
     assert!(claimed >= 1, "the worker ran the attempt, not serve");
     assert_eq!(published(&mut db), 1, "the newest due day, once");
 }
+
+/// Item 7 of issue 22: with `--log-format json`, every line logged while a request is answered
+/// carries its request id (the caller's `X-Request-Id`, echoed in the response), and every line
+/// of an attempt its run, step and attempt; a publication's line names the run and the step.
+#[test]
+fn every_log_line_of_a_request_or_an_attempt_names_it() {
+    use std::io::{Read as _, Write as _};
+    let start = (chrono::Utc::now() - chrono::Duration::days(2)).format("%Y-%m-%d").to_string();
+    let dir = TestWorkspace::new(spec(&start));
+    let token = crate::common::token_of(dir.path(), "vi");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port").local_addr().expect("addr").port();
+    let log = dir.path().join("serve.log");
+    let serve = Command::new(env!("CARGO_BIN_EXE_tidegate"))
+        .args(["serve", "--tick-every-s", "1", "--log-format", "json", "--http", &format!("127.0.0.1:{port}")])
+        .current_dir(dir.path())
+        .env_remove("TIDEGATE_TOKEN")
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log file"))
+        .spawn()
+        .expect("spawn serve");
+    let db_path = dir.path().join(".tidegate/state.db");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let answer = loop {
+        assert!(Instant::now() < deadline, "serve never answered and published: {}", read(&log));
+        let published = rusqlite::Connection::open(&db_path).is_ok_and(|db| count(&db, "published") > 0);
+        if let Ok(mut http) = std::net::TcpStream::connect(("127.0.0.1", port))
+            && published
+        {
+            let request = format!(
+                "GET /api/status HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {token}\r\n\
+                 X-Request-Id: req-trace-1\r\nConnection: close\r\n\r\n"
+            );
+            http.write_all(request.as_bytes()).expect("request");
+            let mut answer = String::new();
+            http.read_to_string(&mut answer).expect("answer");
+            break answer;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.to_lowercase().contains("x-request-id: req-trace-1"), "the id is echoed: {answer}");
+    assert!(Command::new("kill").args(["-TERM", &serve.id().to_string()]).status().expect("kill").success());
+    assert!(serve.wait_with_output().expect("serve exits").status.success(), "{}", read(&log));
+
+    let lines: Vec<serde_json::Value> = read(&log).lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let with = |message: &str| -> Vec<&serde_json::Value> {
+        lines.iter().filter(|l| l["message"] == message || l["fields"]["message"] == message).collect()
+    };
+    let answered = with("answered");
+    assert!(!answered.is_empty(), "one line per answered request: {}", read(&log));
+    for line in &answered {
+        assert_eq!(line["span"]["request_id"], "req-trace-1", "{line}");
+        assert_eq!(line["span"]["path"], "/api/status", "{line}");
+    }
+    let started = with("attempt started");
+    assert!(!started.is_empty(), "{}", read(&log));
+    for line in started.iter().chain(&with("attempt staged its output; its checks passed")) {
+        let span = &line["span"];
+        assert!(span["run_id"].is_string() && span["step_id"].is_string() && span["attempt"] == 1, "{line}");
+        assert!(span["step"].as_str().is_some_and(|s| s.starts_with("extract@")), "{line}");
+    }
+    let published = with("published");
+    assert!(!published.is_empty(), "{}", read(&log));
+    assert!(published.iter().all(|l| l["run_id"].is_string() && l["step_id"].is_string()), "{published:?}");
+}
+
+fn read(path: &std::path::Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}

@@ -10,6 +10,7 @@ use tidegate_core::rng::SplitMix64;
 use tidegate_core::state::{StepEvent, StepStatus};
 use tidegate_store::{StepEventRecord, WorkerRecord};
 use tokio::sync::mpsc;
+use tracing::Instrument as _;
 
 use super::publication::{self, InPublication};
 use super::{
@@ -243,10 +244,23 @@ impl<'e> Drain<'e> {
             self.in_flight += 1;
             let (store, lake, tx, runner) =
                 (engine.store.clone(), engine.lake.clone(), self.tx.clone(), engine.runner.clone());
-            tokio::spawn(async move {
-                let report = runner.run(attempt, store, lake).await;
-                let _ = tx.send(report);
-            });
+            // Every line the attempt logs carries its run, step and attempt.
+            let span = tracing::info_span!(
+                "attempt",
+                run_id = %attempt.step.run_id,
+                step_id = %attempt.step.id,
+                step = %attempt.step.name,
+                attempt = attempt.lease.attempt,
+            );
+            tokio::spawn(
+                async move {
+                    tracing::info!("attempt started");
+                    let report = runner.run(attempt, store, lake).await;
+                    report.log();
+                    let _ = tx.send(report);
+                }
+                .instrument(span),
+            );
         }
         Ok(())
     }

@@ -216,6 +216,17 @@ impl Engine {
         let mut recorded: Vec<Recorded> = Vec::new();
         let mut events: Vec<StepEventRecord> = Vec::new();
         for (p, outcome) in publication.pending.into_iter().zip(outcomes) {
+            let run_id = view.get(&p.step_id).map(|e| e.record.run_id.clone()).unwrap_or_default();
+            match &outcome {
+                Ok(publication) => tracing::info!(
+                    run_id,
+                    step_id = p.step_id,
+                    release_id = publication.release_id,
+                    tables = ?publication.items.iter().map(|i| (&i.dataset, i.table_version)).collect::<Vec<_>>(),
+                    "published"
+                ),
+                Err(e) => tracing::warn!(run_id, step_id = p.step_id, error = %e, "publication failed"),
+            }
             match outcome {
                 Ok(publication) => recorded.push(self.recorded(p, &publication)),
                 Err(tidegate_lake::Error::SupersededSnapshot { dataset, staged, published }) => {

@@ -93,7 +93,9 @@ pub(crate) async fn call<T: Serialize + Send + 'static>(
     operation: impl FnOnce(&Workspace, &Arc<dyn Store>) -> anyhow::Result<T> + Send + 'static,
 ) -> Result<Json<T>, Problem> {
     let (ws, store) = (state.ws.clone(), state.store.clone());
-    match tokio::task::spawn_blocking(move || operation(&ws, &store)).await {
+    // The request's span goes along to the blocking thread, so the operation's lines carry its id.
+    let span = tracing::Span::current();
+    match tokio::task::spawn_blocking(move || span.in_scope(|| operation(&ws, &store))).await {
         Ok(Ok(value)) => Ok(Json(value)),
         Ok(Err(e)) => Err(Problem::from_operation(&e)),
         Err(e) => Err(Problem::internal(&format!("the operation's thread failed: {e}"))),

@@ -90,4 +90,14 @@ fn two_tokens_take_a_backfill_from_plan_to_publication_and_one_person_cannot_app
     let actor_of = |kind: &str| entries.iter().find(|e| e["kind"] == kind).map(|e| e["actor"].clone());
     assert_eq!(actor_of("backfill_planned"), Some(json!("ana")));
     assert_eq!(actor_of("backfill_approved"), Some(json!("bo")));
+    // ... with which token and role, from where.
+    let via_of =
+        |kind: &str| entries.iter().find(|e| e["kind"] == kind).and_then(|e| e["via"].as_str()).map(str::to_owned);
+    let approved_via = via_of("backfill_approved").expect("the approval says how bo was established");
+    assert!(
+        approved_via.starts_with("token ") && approved_via.contains("(approver), http 127.0.0.1:"),
+        "{approved_via}"
+    );
+    let planned_via = via_of("backfill_planned").expect("the plan says how ana was established");
+    assert!(planned_via.contains("(operator), http 127.0.0.1:"), "{planned_via}");
 }

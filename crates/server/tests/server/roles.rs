@@ -135,6 +135,7 @@ fn every_route_answers_401_and_403_exactly_where_access_puts_them() {
                 expires_at: Some(now - Duration::days(1)),
             },
             &JournalMeta {
+                via: None,
                 actor: "test".to_owned(),
                 correlation_id: "tk-expired".to_owned(),
                 reason: "test".to_owned(),

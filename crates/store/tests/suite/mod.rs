@@ -89,6 +89,7 @@ macro_rules! all_backend_tests {
             an_expired_request_key_is_forgotten_and_purged,
             racing_claims_of_one_request_key_let_exactly_one_through,
             lineage_cursors_are_per_transport_and_never_move_back,
+            how_and_from_where_an_actor_acted_is_journaled_and_chained,
         );
     };
 }
@@ -374,6 +375,40 @@ pub fn tampered_reason_is_reported_at_its_seq(t: &StoreUnderTest) {
     let broken = report.break_at.expect("the chain is broken");
     assert_eq!(broken.seq, 17);
     assert_eq!(broken.problem, "entry 17 was altered after it was written: its contents no longer match its hash");
+}
+
+/// How an actor was established and from where is journaled beside its name, hashed into the
+/// chain; entries without it (the engine's, and those written before it was recorded) verify as
+/// before, and a `via` altered afterwards breaks the chain at its entry.
+pub fn how_and_from_where_an_actor_acted_is_journaled_and_chained(t: &StoreUnderTest) {
+    let store = &*t.store;
+    journal_of_22(store);
+    let bo = tidegate_core::actor::Actor {
+        name: "bo".to_owned(),
+        authentication: tidegate_core::actor::Authentication::Token {
+            token_id: "tk-1".to_owned(),
+            role: tidegate_core::actor::Role::Approver,
+        },
+        origin: "http 127.0.0.1:53012".to_owned(),
+    };
+    let decision = tidegate_store::Decision {
+        kind: "files_deleted".to_owned(),
+        run_id: None,
+        task: None,
+        partition: None,
+        payload: serde_json::json!({}),
+    };
+    let meta = tidegate_store::JournalMeta::of(&bo, "corr-bo", "tidying", t0() + secs(3));
+    store.record_decision(&decision, &meta).expect("journaling");
+    let e = last_entry(store);
+    assert_eq!((e.actor.as_str(), e.via.as_deref()), ("bo", Some("token tk-1 (approver), http 127.0.0.1:53012")));
+    assert!(all_entries(store)[..22].iter().all(|e| e.via.is_none()), "the engine's entries name no front end");
+    assert_eq!(store.verify_journal().expect("verifying").break_at, None);
+
+    t.drop_journal_guard();
+    t.raw_execute("UPDATE journal SET via = 'OS account uid 0, local' WHERE seq = 23").expect("tampering");
+    let broken = store.verify_journal().expect("verifying").break_at.expect("the chain is broken");
+    assert_eq!(broken.seq, 23);
 }
 
 pub fn deleted_entry_is_reported_as_a_gap(t: &StoreUnderTest) {

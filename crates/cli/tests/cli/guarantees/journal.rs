@@ -91,6 +91,7 @@ fn a_rewritten_journal_with_a_recomputed_chain_is_caught_by_the_lake() {
     assert_eq!(head.seq, u64::try_from(cut).expect("positive"));
     for i in 0..200 {
         let meta = tidegate_store::JournalMeta {
+            via: None,
             actor: "forger".into(),
             correlation_id: "forged".into(),
             reason: format!("nothing happened {i}"),
