@@ -88,11 +88,15 @@ macro_rules! all_backend_tests {
             a_lapsed_hold_is_taken_over_by_an_equal_request_only,
             an_expired_request_key_is_forgotten_and_purged,
             racing_claims_of_one_request_key_let_exactly_one_through,
+            step_counts_count_every_step_by_status_and_queues_by_class,
+            the_schema_is_current_until_a_migration_is_missing_or_unknown,
         );
     };
 }
 
+mod counts;
 mod request_keys;
+pub use counts::*;
 pub use request_keys::*;
 
 // ---- helpers ---------------------------------------------------------------------------------
