@@ -14,6 +14,7 @@ pub mod input;
 pub mod listing;
 pub mod lock;
 pub mod logs;
+pub mod monitor;
 pub mod plan;
 pub mod reconcile;
 pub mod refusal;

@@ -10,6 +10,7 @@
 mod auth;
 mod extract;
 mod idempotency;
+mod metrics;
 mod openapi;
 mod problem;
 mod routes;
@@ -19,6 +20,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use axum::Router;
+use tidegate_app::monitor::Monitor;
 use tidegate_app::workspace::Workspace;
 use tidegate_store::Store;
 
@@ -50,6 +52,10 @@ pub(crate) struct State {
     pub(crate) ws: Arc<Workspace>,
     pub(crate) store: Arc<dyn Store>,
     pub(crate) options: Options,
+    /// What `/metrics` and `/readyz` read, kept between requests.
+    pub(crate) monitor: Arc<Monitor>,
+    /// Failed store and lake calls that requests met.
+    pub(crate) request_errors: Arc<metrics::RequestErrors>,
 }
 
 /// The API's routes over `ws` and `store`, with the OpenAPI document they generate served at
@@ -57,7 +63,9 @@ pub(crate) struct State {
 /// bodies limited to [`BODY_BYTES_MAX`] and no CORS headers (browsers on other origins cannot
 /// call it).
 pub fn router(ws: Arc<Workspace>, store: Arc<dyn Store>, options: Options) -> Router {
-    let state = State { ws, store, options };
+    let monitor = Arc::new(Monitor::default());
+    let request_errors = Arc::<metrics::RequestErrors>::default();
+    let state = State { ws, store, options, monitor, request_errors: request_errors.clone() };
     let (router, api) = routes::api().split_for_parts();
     let keys = idempotency::Keys::new(state.clone(), &api);
     let api = Arc::new(api);
@@ -66,6 +74,7 @@ pub fn router(ws: Arc<Workspace>, store: Arc<dyn Store>, options: Options) -> Ro
         .route_layer(axum::middleware::from_fn_with_state(keys, idempotency::layer))
         .fallback(problem::not_found)
         .method_not_allowed_fallback(problem::method_not_allowed)
+        .layer(axum::middleware::from_fn_with_state(request_errors, metrics::count_failed_calls))
         .layer(axum::extract::DefaultBodyLimit::max(BODY_BYTES_MAX))
         .with_state(state)
 }

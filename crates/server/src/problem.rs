@@ -32,6 +32,10 @@ pub struct Problem {
     /// Set on a 401: the `WWW-Authenticate` challenge.
     #[serde(skip)]
     pub challenge: Option<&'static str>,
+    /// Set on a 503 or a 500 whose cause is a failed store or lake call, for the error counters
+    /// of `/metrics` (carried to them in the response's extensions).
+    #[serde(skip)]
+    pub(crate) failed: Option<crate::metrics::Dependency>,
 }
 
 impl Problem {
@@ -44,6 +48,7 @@ impl Problem {
             detail: detail.into(),
             code: code.to_owned(),
             challenge: None,
+            failed: None,
         }
     }
 
@@ -62,7 +67,16 @@ impl Problem {
     /// kind explains is internal, logged with its whole chain and answered without it.
     pub(crate) fn from_operation(error: &anyhow::Error) -> Self {
         let detail = format!("{error:#}");
-        match tidegate_app::refusal::kind(error) {
+        let kind = tidegate_app::refusal::kind(error);
+        let mut problem = Self::from_kind(kind, detail);
+        if matches!(kind, None | Some(Kind::Unavailable)) {
+            problem.failed = crate::metrics::Dependency::of(error);
+        }
+        problem
+    }
+
+    fn from_kind(kind: Option<Kind>, detail: String) -> Self {
+        match kind {
             Some(Kind::Invalid) => Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid", detail),
             Some(Kind::Unauthenticated) => Self::unauthenticated(detail, true),
             Some(Kind::Forbidden) => Self::new(StatusCode::FORBIDDEN, "forbidden", detail),
@@ -100,6 +114,9 @@ impl IntoResponse for Problem {
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
         if let Some(challenge) = self.challenge {
             headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(challenge));
+        }
+        if let Some(failed) = self.failed {
+            response.extensions_mut().insert(failed);
         }
         response
     }
