@@ -1,12 +1,14 @@
 //! `tidegate-bench`: developers' benchmarks, each a median over several runs with a baseline
 //! measured in the same invocation; the results go to BENCHMARKS.md. `lake` measures the data
-//! plane against DuckDB, `engine` the scheduler, the store and the planner (issue 4). A binary of
+//! plane against DuckDB, `engine` the scheduler, the store and the planner (issue 4), `monitor`
+//! a `/metrics` scrape on a store with many steps. A binary of
 //! its own, not a subcommand of `tidegate`, so that none of it ships to users.
 //!
 //! Everything happens in a fresh folder under the system temp folder, removed at the end.
 
 mod engine;
 mod lake;
+mod monitor;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -17,6 +19,7 @@ use serde_json::{Value, json};
 
 use engine::EngineArgs;
 use lake::LakeArgs;
+use monitor::MonitorArgs;
 
 /// The allocator `tidegate` uses (see its `main.rs`), so that B1, which runs the engine in this
 /// process, measures it as the binary runs it.
@@ -38,12 +41,15 @@ enum Command {
     /// The engine: no-op step throughput, a chain of `/bin/true`, many independent `/bin/true`
     /// against `xargs -P2`, planning a 5,000-task DAG.
     Engine(EngineArgs),
+    /// `/metrics`: one scrape's cost on a store with many steps, against `status::debt`.
+    Monitor(MonitorArgs),
 }
 
 fn main() -> ExitCode {
     let result = match Cli::parse().command {
         Command::Lake(args) => lake::run(args),
         Command::Engine(args) => engine::run(args),
+        Command::Monitor(args) => monitor::run(args),
     };
     result.unwrap_or_else(|e| {
         eprintln!("error: {e:#}");
