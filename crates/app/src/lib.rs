@@ -15,6 +15,7 @@ pub mod lineage;
 pub mod listing;
 pub mod lock;
 pub mod logs;
+pub mod monitor;
 pub mod plan;
 pub mod reconcile;
 pub mod refusal;

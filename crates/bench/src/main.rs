@@ -1,6 +1,7 @@
 //! `tidegate-bench`: developers' benchmarks, each a median over several runs with a baseline
 //! measured in the same invocation; the results go to BENCHMARKS.md. `lake` measures the data
-//! plane against DuckDB, `engine` the scheduler, the store and the planner (issue 4). A binary of
+//! plane against DuckDB, `engine` the scheduler, the store and the planner (issue 4), `monitor`
+//! a `/metrics` scrape on a store with many steps. A binary of
 //! its own, not a subcommand of `tidegate`, so that none of it ships to users.
 //!
 //! Everything happens in a fresh folder under the system temp folder, removed at the end.
@@ -8,6 +9,7 @@
 mod engine;
 mod http;
 mod lake;
+mod monitor;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -18,6 +20,7 @@ use serde_json::{Value, json};
 
 use engine::EngineArgs;
 use lake::LakeArgs;
+use monitor::MonitorArgs;
 
 /// The allocator `tidegate` uses (see its `main.rs`), so that B1, which runs the engine in this
 /// process, measures it as the binary runs it.
@@ -41,6 +44,8 @@ enum Command {
     Engine(EngineArgs),
     /// The HTTP service: 200 clients reading status and runs while W(200) runs, and idle memory.
     Http(http::HttpArgs),
+    /// `/metrics`: one scrape's cost on a store with many steps, against `status::debt`.
+    Monitor(MonitorArgs),
 }
 
 fn main() -> ExitCode {
@@ -48,6 +53,7 @@ fn main() -> ExitCode {
         Command::Lake(args) => lake::run(args),
         Command::Engine(args) => engine::run(args),
         Command::Http(args) => http::run(&args),
+        Command::Monitor(args) => monitor::run(args),
     };
     result.unwrap_or_else(|e| {
         eprintln!("error: {e:#}");

@@ -10,6 +10,7 @@
 mod auth;
 mod extract;
 mod idempotency;
+mod metrics;
 mod openapi;
 mod problem;
 mod routes;
@@ -19,6 +20,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use axum::Router;
+use tidegate_app::monitor::Monitor;
 use tidegate_app::workspace::Workspace;
 use tidegate_store::Store;
 
@@ -57,6 +59,10 @@ pub(crate) struct State {
     pub(crate) options: Options,
     /// Failed authentications per address (`auth::FailedAuth`).
     pub(crate) failed_auth: Arc<auth::FailedAuth>,
+    /// What `/metrics` and `/readyz` read, kept between requests.
+    pub(crate) monitor: Arc<Monitor>,
+    /// Failed store and lake calls that requests met.
+    pub(crate) request_errors: Arc<metrics::RequestErrors>,
 }
 
 /// The API's routes over `ws` and `store`, with the OpenAPI document they generate served at
@@ -65,7 +71,9 @@ pub(crate) struct State {
 /// call it).
 pub fn router(ws: Arc<Workspace>, store: Arc<dyn Store>, options: Options) -> Router {
     let failed_auth = Arc::new(auth::FailedAuth::new(options.auth_failures, options.auth_failure_window));
-    let state = State { ws, store, options, failed_auth };
+    let monitor = Arc::new(Monitor::default());
+    let request_errors = Arc::<metrics::RequestErrors>::default();
+    let state = State { ws, store, options, failed_auth, monitor, request_errors: request_errors.clone() };
     let (router, api) = routes::api().split_for_parts();
     let keys = idempotency::Keys::new(state.clone(), &api);
     let api = Arc::new(api);
@@ -74,6 +82,7 @@ pub fn router(ws: Arc<Workspace>, store: Arc<dyn Store>, options: Options) -> Ro
         .route_layer(axum::middleware::from_fn_with_state(keys, idempotency::layer))
         .fallback(problem::not_found)
         .method_not_allowed_fallback(problem::method_not_allowed)
+        .layer(axum::middleware::from_fn_with_state(request_errors, metrics::count_failed_calls))
         .layer(axum::extract::DefaultBodyLimit::max(BODY_BYTES_MAX))
         .layer(axum::middleware::from_fn(request_span))
         .with_state(state)

@@ -36,6 +36,10 @@ pub struct Problem {
     /// Set on a 429: the `Retry-After` seconds.
     #[serde(skip)]
     pub retry_after_s: Option<u16>,
+    /// Set on a 503 or a 500 whose cause is a failed store or lake call, for the error counters
+    /// of `/metrics` (carried to them in the response's extensions).
+    #[serde(skip)]
+    pub(crate) failed: Option<crate::metrics::Dependency>,
 }
 
 impl Problem {
@@ -49,6 +53,7 @@ impl Problem {
             code: code.to_owned(),
             challenge: None,
             retry_after_s: None,
+            failed: None,
         }
     }
 
@@ -81,7 +86,16 @@ impl Problem {
     /// kind explains is internal, logged with its whole chain and answered without it.
     pub(crate) fn from_operation(error: &anyhow::Error) -> Self {
         let detail = format!("{error:#}");
-        match tidegate_app::refusal::kind(error) {
+        let kind = tidegate_app::refusal::kind(error);
+        let mut problem = Self::from_kind(kind, detail);
+        if matches!(kind, None | Some(Kind::Unavailable)) {
+            problem.failed = crate::metrics::Dependency::of(error);
+        }
+        problem
+    }
+
+    fn from_kind(kind: Option<Kind>, detail: String) -> Self {
+        match kind {
             Some(Kind::Invalid) => Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid", detail),
             Some(Kind::Unauthenticated) => Self::unauthenticated(detail, true),
             Some(Kind::Forbidden) => Self::new(StatusCode::FORBIDDEN, "forbidden", detail),
@@ -122,6 +136,9 @@ impl IntoResponse for Problem {
         }
         if let Some(wait_s) = self.retry_after_s {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(wait_s));
+        }
+        if let Some(failed) = self.failed {
+            response.extensions_mut().insert(failed);
         }
         response
     }

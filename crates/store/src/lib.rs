@@ -221,6 +221,12 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn put_metric(&self, name: &str, value: &serde_json::Value, now: DateTime<Utc>) -> Result<()>;
     /// Every gauge with when it was last set, by name.
     fn metrics(&self) -> Result<Vec<(String, serde_json::Value, DateTime<Utc>)>>;
+    /// Steps counted for monitoring, with two grouped counts (no step is read): every step by
+    /// status, and the queues of unfinished runs per priority class.
+    fn step_counts(&self) -> Result<StepCounts>;
+    /// Whether the database holds exactly the migrations this build knows: false when one is
+    /// missing (the schema was dropped or replaced) or when a newer build migrated it further.
+    fn schema_current(&self) -> Result<bool>;
 
     /// Takes or renews the single scheduler role for `owner` until `now + ttl_s`; false when
     /// another live owner holds it. Only the holder promotes, expires leases and publishes.

@@ -83,6 +83,13 @@ fn applied_versions(tx: &mut dyn Tx) -> Result<Vec<i64>> {
     tx.query("SELECT version FROM schema_migrations ORDER BY version", &[])?.iter().map(|r| r.int(0)).collect()
 }
 
+/// The body of [`crate::Store::schema_current`]: the versions applied are exactly the ones this
+/// build knows.
+pub(crate) fn current(tx: &mut dyn Tx) -> Result<bool> {
+    let known: Vec<i64> = MIGRATIONS.iter().map(|m| m.version).collect();
+    Ok(applied_versions(tx)? == known)
+}
+
 /// How many migrations this build knows.
 pub(crate) fn n_known() -> usize {
     MIGRATIONS.len()

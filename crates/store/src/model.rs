@@ -453,6 +453,27 @@ pub struct ActiveStep {
     pub backfill_id: Option<String>,
 }
 
+/// Steps counted for monitoring ([`crate::Store::step_counts`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct StepCounts {
+    /// Every step the store holds, by status; a status no step is in is absent.
+    pub by_status: BTreeMap<StepStatus, u64>,
+    /// Per priority class, the steps of unfinished runs waiting for or holding a lease; a class
+    /// with neither is absent.
+    pub queues: BTreeMap<Priority, QueueCount>,
+}
+
+/// One priority class's queue.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct QueueCount {
+    /// Steps ready to start.
+    pub ready: u64,
+    /// Steps whose attempt holds a lease (running, staged or validating).
+    pub running: u64,
+    /// When the longest-waiting ready step became ready.
+    pub oldest_ready_since: Option<DateTime<Utc>>,
+}
+
 /// The staged output of one attempt for one dataset partition.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct VersionRecord {

@@ -19,7 +19,7 @@ use crate::{
     ActiveStep, AttemptRecord, Backend, BackfillRecord, BackfillStatus, ChainReport, CheckpointRecord, Claim,
     ClaimRequest, Claimed, Decision, Error, JournalEntry, JournalHead, JournalMeta, JournalQuery, Lease, LockOutcome,
     NewStep, NewToken, Outcome, ReleaseRecord, RequestKey, RequestKeyClaim, RequestKeyRecord, Result, RunRecord,
-    RunRequest, StagedRecord, StepEventRecord, StepRecord, Store, StoredResponse, Submission, TokenRecord,
+    RunRequest, StagedRecord, StepCounts, StepEventRecord, StepRecord, Store, StoredResponse, Submission, TokenRecord,
     VersionRecord, WorkerRecord,
 };
 use crate::{
@@ -429,6 +429,14 @@ impl<D: Driver> Store for SqlStore<D> {
         self.driver
             .write(|tx| lineage::advance(tx, transport, seq, now))
             .map_err(|e| e.context(&format!("advancing the lineage cursor of {transport}")))
+    }
+
+    fn step_counts(&self) -> Result<StepCounts> {
+        self.driver.read(metrics::step_counts).map_err(|e| e.context("counting steps"))
+    }
+
+    fn schema_current(&self) -> Result<bool> {
+        self.driver.read(migrate::current).map_err(|e| e.context("reading the schema's migrations"))
     }
 
     fn acquire_scheduler(&self, owner: &str, now: DateTime<Utc>, ttl_s: u32) -> Result<bool> {

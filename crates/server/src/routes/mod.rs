@@ -5,6 +5,7 @@
 
 mod backfills;
 mod data;
+mod health;
 mod journal;
 mod runs;
 mod status;
@@ -27,8 +28,9 @@ use crate::problem::Problem;
 /// The API routes with their OpenAPI annotations.
 pub(crate) fn api() -> OpenApiRouter<State> {
     OpenApiRouter::with_openapi(crate::openapi::base())
-        .routes(routes!(healthz))
-        .routes(routes!(readyz))
+        .routes(routes!(health::healthz))
+        .routes(routes!(health::readyz))
+        .routes(routes!(health::metrics))
         .routes(routes!(status::status))
         .routes(routes!(status::debt))
         .routes(routes!(status::tokens))
@@ -57,33 +59,6 @@ pub(crate) fn api() -> OpenApiRouter<State> {
         .routes(routes!(backfills::rollback))
         .routes(routes!(backfills::pause))
         .routes(routes!(backfills::cancel))
-}
-
-/// Whether the server answers.
-#[derive(Debug, Serialize, ToSchema)]
-pub(crate) struct Health {
-    /// `ok` (the process answers) or `ready` (its store answers too).
-    status: String,
-}
-
-/// The process answers (no token needed).
-#[utoipa::path(get, path = "/healthz", tag = "health", security(()),
-    responses((status = 200, description = "the process answers", body = Health)))]
-pub(crate) async fn healthz() -> Json<Health> {
-    Json(Health { status: "ok".to_owned() })
-}
-
-/// The process and its state store answer (no token needed).
-#[utoipa::path(get, path = "/readyz", tag = "health", security(()),
-    responses((status = 200, description = "the store answers", body = Health),
-        (status = 503, description = "the store does not answer", body = Problem, content_type = "application/problem+json")))]
-pub(crate) async fn readyz(axum::extract::State(state): axum::extract::State<State>) -> Result<Json<Health>, Problem> {
-    let store = state.store.clone();
-    let ready = tokio::task::spawn_blocking(move || store.journal_head()).await;
-    match ready {
-        Ok(Ok(_)) => Ok(Json(Health { status: "ready".to_owned() })),
-        _ => Err(Problem::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "the state store does not answer")),
-    }
 }
 
 /// Runs `operation` on a blocking thread (operations block on the store) with the workspace and

@@ -21,6 +21,7 @@ fn routes() -> Vec<(&'static str, &'static str, Option<Value>, Option<Access>)> 
     vec![
         ("GET", "/healthz", None, None),
         ("GET", "/readyz", None, None),
+        ("GET", "/metrics", None, Some(Access::Read)),
         ("GET", "/api/openapi.json", None, None),
         ("GET", "/api/status", None, Some(Access::Read)),
         ("GET", "/api/debt", None, Some(Access::Read)),

@@ -90,11 +90,15 @@ macro_rules! all_backend_tests {
             racing_claims_of_one_request_key_let_exactly_one_through,
             lineage_cursors_are_per_transport_and_never_move_back,
             how_and_from_where_an_actor_acted_is_journaled_and_chained,
+            step_counts_count_every_step_by_status_and_queues_by_class,
+            the_schema_is_current_until_a_migration_is_missing_or_unknown,
         );
     };
 }
 
+mod counts;
 mod request_keys;
+pub use counts::*;
 pub use request_keys::*;
 
 // ---- helpers ---------------------------------------------------------------------------------
