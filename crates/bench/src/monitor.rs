@@ -189,6 +189,7 @@ fn add_run(ws: &Workspace, store: &dyn Store, first: usize, finish: bool) -> Res
 
 fn meta() -> JournalMeta {
     JournalMeta {
+        via: None,
         actor: ACTOR.to_owned(),
         correlation_id: ACTOR.to_owned(),
         reason: "bench".to_owned(),
