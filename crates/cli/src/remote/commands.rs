@@ -5,7 +5,7 @@
 
 use std::path::Path;
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use serde::Deserialize;
@@ -25,6 +25,10 @@ use crate::output;
 const POLL_EVERY: Duration = Duration::from_secs(1);
 /// The most backfills a search for one reads (the server lists at most this many per page).
 const BACKFILLS_PAGE_MAX: u32 = 1000;
+/// How long a backfill whose steps have all settled may stay running before a waiting command
+/// stops waiting (the server settles it as soon as its run drains; if it does not, its log says
+/// why).
+const SETTLE_WAIT: Duration = Duration::from_secs(30);
 
 /// Runs `command` on the server at `url`, as the holder of the token this process was given.
 pub fn run(url: &str, token_file: Option<&Path>, command: Command) -> Result<ExitCode> {
@@ -295,9 +299,17 @@ fn start(server: &Server, args: backfill::exec::StartArgs, action: &str) -> Resu
                      {max_active} at once"
                 );
             }
+            let mut settled_since = None;
             loop {
                 let report: Report = server.get(&["api", "backfills", &id], &[])?;
                 if report.status != BackfillStatus::Running {
+                    break report;
+                }
+                let settled = *settled_since.get_or_insert_with(Instant::now);
+                if report.n_done < report.n_steps {
+                    settled_since = None;
+                } else if settled.elapsed() > SETTLE_WAIT {
+                    say_err!("Backfill {id}'s steps have settled but the server has not settled it; its log says why");
                     break report;
                 }
                 std::thread::sleep(POLL_EVERY);

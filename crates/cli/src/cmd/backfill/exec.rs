@@ -23,7 +23,8 @@ use crate::output;
 pub struct StartArgs {
     /// The backfill's id (`bf-...`, see `tidegate backfill list`).
     pub id: String,
-    /// Attempts this process runs at once, 1 to 4096 (the backfill's own throttle still applies).
+    /// Attempts this process runs at once, 1 to 4096 (the backfill's own throttle still applies;
+    /// with --server, the server's workers run it).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=4096), allow_negative_numbers = true)]
     pub workers: u16,
     #[command(flatten)]
