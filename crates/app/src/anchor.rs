@@ -7,14 +7,14 @@
 //! vouched for them yet), and a store and lake replaced together.
 
 use anyhow::{Context, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tidegate_lake::{Anchor, AnchoredVersion, Lake};
 use tidegate_store::Store;
 
 use crate::workspace::Workspace;
 
 /// A table version that vouches for a journal entry the store does not hold as it was.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Mismatch {
     /// The table.
     pub dataset: String,

@@ -2,7 +2,7 @@
 //! its hash chain and checking it against the lake's anchors.
 
 use anyhow::Result;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tidegate_core::actor::Actor;
 use tidegate_store::{ChainReport, JournalEntry, JournalQuery, Store};
 
@@ -11,7 +11,7 @@ use crate::anchor::{Mismatch, mismatches};
 use crate::workspace::{Workspace, open_lake, runtime};
 
 /// The journal's story of a subject (or its newest entries), after verification.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct History {
     /// The hash chain's verification.
     pub chain: ChainReport,

@@ -3,13 +3,13 @@
 //! id, not an offset, so items added at the front between two pages shift nothing.
 
 use anyhow::Result;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The most items a page holds, whatever is asked.
 pub const PAGE_ITEMS_MAX: u32 = 1_000;
 
 /// One page of a list.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Page<T> {
     /// The items, in the list's order.
     pub items: Vec<T>,

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tidegate_core::actor::Actor;
 use tidegate_core::state::StepStatus;
 use tidegate_engine::attempt::{attempt_name, logs_dir};
@@ -39,7 +39,7 @@ pub enum Selector {
 }
 
 /// One attempt's logs.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct AttemptLogs {
     /// The step's id.
     pub step_id: String,
@@ -56,7 +56,7 @@ pub struct AttemptLogs {
 }
 
 /// A failed step of a run, with why and where to look.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StepFailure {
     /// The step's name.
     pub step: String,

@@ -133,7 +133,7 @@ pub fn execute_submitted(
 }
 
 /// A run cancelled.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Cancelled {
     /// The run.
     pub run_id: String,

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use anyhow::Result;
 use chrono::{DateTime, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tidegate_core::actor::Actor;
 use tidegate_core::plan;
 use tidegate_core::state::StepStatus;
@@ -15,7 +15,7 @@ use crate::actor::{Access, require};
 use crate::workspace::{Workspace, open_lake, redact, runtime};
 
 /// A run and its steps counted by status.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunStatusLine {
     /// The run.
     #[serde(flatten)]
@@ -25,7 +25,7 @@ pub struct RunStatusLine {
 }
 
 /// The workspace's recent runs and what it owes.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Status {
     /// The project's name.
     pub project: String,
@@ -39,7 +39,7 @@ pub struct Status {
 
 /// What is owed: queued work per priority class, missed schedule intervals, and how stale each
 /// scheduled dataset is.
-#[derive(Debug, Clone, Serialize, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
 pub struct Debt {
     /// Per priority class (live, catchup, backfill): steps ready and running, and how long the
     /// oldest ready step has waited.
@@ -58,7 +58,7 @@ pub struct Debt {
 const GAUGE_STALE_S: f64 = 10.0;
 
 /// A scheduled task's missed intervals.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Missed {
     /// The task.
     pub task: String,
@@ -70,7 +70,7 @@ pub struct Missed {
 }
 
 /// One priority class's queue.
-#[derive(Debug, Clone, Serialize, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
 pub struct Queue {
     /// Steps ready to start.
     pub ready: usize,
@@ -81,7 +81,7 @@ pub struct Queue {
 }
 
 /// How stale a scheduled task's dataset is.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Freshness {
     /// The task.
     pub task: String,

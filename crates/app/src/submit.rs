@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use anyhow::{Context, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tidegate_core::actor::Actor;
 use tidegate_core::idempotency::{self, FileContent, PinnedInput, StepIdentity};
 use tidegate_core::plan::Plan;
@@ -19,7 +19,7 @@ use crate::workspace::{Workspace, open_lake, runtime};
 
 /// A run, as submitted: whether this submission created it (or found it under its idempotency
 /// key), and how many steps it has.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Submitted {
     /// False when the idempotency key named a run already created with the same request.
     pub created: bool,

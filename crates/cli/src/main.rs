@@ -18,6 +18,7 @@ mod actor;
 mod cmd;
 mod logging;
 mod output;
+mod remote;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -48,6 +49,17 @@ struct Cli {
     /// parent that has one.
     #[arg(long, short = 'C', global = true, value_name = "DIR")]
     workspace: Option<PathBuf>,
+
+    /// Act on the Tidegate server at URL (`tidegate serve --http`) instead of on local files
+    /// (default: the TIDEGATE_SERVER variable). Its token comes from TIDEGATE_TOKEN or
+    /// --token-file. Commands without a route on the server refuse to run.
+    #[arg(long, global = true, value_name = "URL")]
+    server: Option<String>,
+
+    /// Read your token from the first line of this file (instead of TIDEGATE_TOKEN; a token is
+    /// never a flag's value, which `ps` would show).
+    #[arg(long, global = true, value_name = "PATH")]
+    token_file: Option<PathBuf>,
 
     #[command(subcommand)]
     command: Command,
@@ -98,10 +110,24 @@ fn main() -> ExitCode {
 
 /// Runs the command. Commands that act on a workspace's store act as an established actor, each
 /// operation checking the actor's role itself (`tidegate_app::actor::Access`); init, validate,
-/// plan, the demo and the documentation act as no one.
+/// plan, the demo and the documentation act as no one. With `--server` (or `TIDEGATE_SERVER`)
+/// the command acts on that server instead (`remote`), as its token's holder.
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let server = cli.server.clone().or_else(|| std::env::var(remote::SERVER_VAR).ok().filter(|s| !s.trim().is_empty()));
+    // The documentation is the same wherever the command acts.
+    let documentation = matches!(cli.command, Command::Completions(_) | Command::Man(_));
+    if let Some(url) = server.filter(|_| !documentation) {
+        if cli.workspace.is_some() {
+            anyhow::bail!(
+                "--workspace names local files and --server a server: give one (unset {} to act on local files)",
+                remote::SERVER_VAR
+            );
+        }
+        return remote::commands::run(&url, cli.token_file.as_deref(), cli.command);
+    }
     let ws = cli.workspace.as_deref();
-    let actor = || actor::establish(|| workspace::load(ws)?.open_store());
+    let token_file = cli.token_file.as_deref();
+    let actor = || actor::establish(token_file, || workspace::load(ws)?.open_store());
     match cli.command {
         Command::Init(args) => cmd::workspace::init(args),
         Command::Validate(args) => cmd::workspace::validate(ws, args),

@@ -381,7 +381,7 @@ pub struct JournalQuery {
 }
 
 /// The outcome of verifying the hash chain.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChainReport {
     /// How many entries were verified.
     pub n_entries: u64,
@@ -390,7 +390,7 @@ pub struct ChainReport {
 }
 
 /// Where and how the chain breaks.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChainBreak {
     /// The sequence number of the first entry that does not verify.
     pub seq: u64,

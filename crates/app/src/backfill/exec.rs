@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use anyhow::{Context, Result};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tidegate_core::actor::Actor;
 use tidegate_core::state::{RunStatus, StepEvent, StepStatus};
 use tidegate_store::{
@@ -18,7 +18,7 @@ use crate::logs::StepFailure;
 use crate::workspace::Workspace;
 
 /// How a start found the backfill.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum Begun {
     /// It had already finished running: starting again changes nothing (a script retrying
@@ -169,7 +169,7 @@ pub fn pause(
 }
 
 /// A backfill cancelled, with how many of its unfinished steps were cancelled.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Cancelled {
     /// The backfill as it now stands.
     #[serde(flatten)]
@@ -217,7 +217,7 @@ pub fn cancel(ws: &Workspace, store: &dyn Store, actor: &Actor, id: &str, reason
 }
 
 /// What `status` shows.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {
     /// The backfill.
     pub id: String,

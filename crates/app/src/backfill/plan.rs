@@ -158,7 +158,7 @@ pub struct Impact {
 }
 
 /// A backfill planned: its id, and the frozen spec with the hash an approval will bind.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Planned {
     /// The backfill's id.
     pub id: String,

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tidegate_core::actor::Actor;
 use tidegate_core::spec::model::{DatasetKind, WriteMode};
 use tidegate_core::state::{StepEvent, StepStatus};
@@ -25,7 +25,7 @@ use crate::lock::DatasetLockGuard;
 use crate::workspace::{Workspace, open_lake, runtime};
 
 /// A backfill published.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Published {
     /// The backfill.
     pub backfill_id: String,
@@ -301,7 +301,7 @@ fn merge(versions: &[StagedVersion]) -> Option<StagedVersion> {
 }
 
 /// A dataset a backfill rollback restored.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Restored {
     /// The dataset.
     pub dataset: String,
@@ -314,7 +314,7 @@ pub struct Restored {
 }
 
 /// A backfill rolled back.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RolledBack {
     /// The backfill.
     pub backfill_id: String,

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tidegate_core::clock::Clock;
 use tidegate_core::spec::{DatasetKind, TaskRun};
 use tidegate_store::{JournalQuery, Store};
@@ -31,17 +31,17 @@ const FOLLOW_BACKOFF_MAX: Duration = Duration::from_secs(60);
 const STOP_POLL: Duration = Duration::from_millis(200);
 
 /// What one export delivered, per transport.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Delivery {
     /// Each configured transport, file first.
     pub transports: Vec<Sent>,
 }
 
 /// What one transport took in one export.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Sent {
     /// `file` or `http`.
-    pub transport: &'static str,
+    pub transport: String,
     /// The file (relative to the workspace when inside it) or the receiver's URL (a password in
     /// it hidden).
     pub target: String,
@@ -68,7 +68,7 @@ impl Delivery {
         let transports = transports
             .iter()
             .map(|(transport, target)| Sent {
-                transport,
+                transport: (*transport).to_owned(),
                 target: target.clone(),
                 n_events: 0,
                 n_rejected: 0,
@@ -152,7 +152,7 @@ impl Exporter {
             };
             let pending = self.http_error.as_ref().filter(|_| *key == "http" && self.http.is_none());
             let sent = Sent {
-                transport: key,
+                transport: (*key).to_owned(),
                 target: target.clone(),
                 n_events: 0,
                 n_rejected: 0,

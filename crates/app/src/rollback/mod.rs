@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tidegate_core::actor::Actor;
 use tidegate_lake::Advance;
 use tidegate_store::{JournalMeta, ReleaseItem, ReleaseKind, ReleaseRecord, Store};
@@ -37,7 +37,7 @@ pub struct RollbackRequest {
 }
 
 /// A rollback done.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RolledBack {
     /// The dataset.
     pub dataset: String,

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tidegate_core::actor::Actor;
 use tidegate_core::spec::model::{DatasetKind, WriteMode};
 use tidegate_engine::executor::acquire_scheduler_role;
@@ -52,7 +52,7 @@ pub struct UndoRequest {
 }
 
 /// One dataset's part of an undo.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct DatasetUndo {
     /// The dataset.
     pub dataset: String,
@@ -68,7 +68,7 @@ pub struct DatasetUndo {
 }
 
 /// An undo, planned or done.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Undone {
     /// The run undone, when the unit was a run's.
     pub run_id: Option<String>,

@@ -25,13 +25,13 @@ use crate::output;
 )]
 pub struct Args {
     /// A run id, step id, task@partition, or DATASET:PARTITION.
-    subject: Option<String>,
+    pub subject: Option<String>,
     /// At most this many entries.
     #[arg(long, default_value_t = 200, allow_negative_numbers = true)]
-    limit: u32,
+    pub limit: u32,
     /// Print the verification and entries as JSON.
     #[arg(long)]
-    json: bool,
+    pub json: bool,
 }
 
 pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
@@ -42,7 +42,7 @@ pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
 }
 
 /// The verification's findings (on stderr), then the story for people.
-fn print_history(history: &History) {
+pub(crate) fn print_history(history: &History) {
     let (chain, anchors) = (&history.chain, &history.anchors);
     for problem in &history.unreadable {
         output::say_err(&problem.to_string());

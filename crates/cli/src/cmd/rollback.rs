@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::{Result, bail};
 use tidegate_app::reconcile::{DEFAULT_KEEP_LOGS, Reconciled, delete_reported, reconciled};
-use tidegate_app::rollback::{RollbackRequest, UndoRequest, Undone, Unit, undo};
+use tidegate_app::rollback::{RollbackRequest, RolledBack, UndoRequest, Undone, Unit, undo};
 use tidegate_app::view;
 use tidegate_core::actor::Actor;
 use tidegate_lake::Reconciliation;
@@ -75,21 +75,24 @@ pub fn rollback(ws: Option<&Path>, actor: &Actor, args: RollbackArgs) -> Result<
         lock_wait: args.lock.duration(),
     };
     let out = tidegate_app::rollback::rollback(&ws, &store, actor, &request)?;
-    output::emit(args.out.json, &out, |o| {
-        if o.adopted {
-            println!(
-                "Found a rollback of {} to its version {} that a killed process committed as version {} without \
-                 recording it; recorded it (release {}). Nothing else was rolled back: run the command again to roll \
-                 back further.",
-                o.dataset, o.restored_version, o.new_version, o.release_id
-            );
-        } else {
-            println!(
-                "Restored {} to its version {} as new version {} (release {})",
-                o.dataset, o.restored_version, o.new_version, o.release_id
-            );
-        }
-    })
+    output::emit(args.out.json, &out, print_rolled_back)
+}
+
+/// A dataset restored to an earlier version, for people.
+pub(crate) fn print_rolled_back(o: &RolledBack) {
+    if o.adopted {
+        println!(
+            "Found a rollback of {} to its version {} that a killed process committed as version {} without \
+             recording it; recorded it (release {}). Nothing else was rolled back: run the command again to roll \
+             back further.",
+            o.dataset, o.restored_version, o.new_version, o.release_id
+        );
+    } else {
+        println!(
+            "Restored {} to its version {} as new version {} (release {})",
+            o.dataset, o.restored_version, o.new_version, o.release_id
+        );
+    }
 }
 
 /// A run or release undone as a unit: the plan printed first, then carried out unless a dry run.

@@ -10,8 +10,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use tidegate_app::run::Outcome;
-use tidegate_app::submit::{self, SubmitRequest};
+use tidegate_app::run::{Cancelled, Outcome};
+use tidegate_app::submit::{self, SubmitRequest, Submitted};
 use tidegate_app::view;
 use tidegate_app::workspace::{self, Workspace};
 use tidegate_core::actor::Actor;
@@ -92,24 +92,30 @@ pub struct CancelArgs {
 pub fn submit(ws: Option<&Path>, actor: &Actor, args: SubmitArgs) -> Result<ExitCode> {
     let (ws, store) = crate::cmd::open(ws)?;
     let submitted = submit::submit(&ws, store.as_ref(), actor, &args.target.submit_request(args.idempotency_key)?)?;
-    output::emit(args.json, &submitted, |s| {
-        if s.created {
-            println!("Created run {} ({} steps, queued)", s.run.id, s.n_steps);
-        } else {
-            println!(
-                "Run {} already exists for this idempotency key ({} steps, {}); nothing new was created",
-                s.run.id, s.n_steps, s.run.status
-            );
-        }
-    })
+    output::emit(args.json, &submitted, print_submitted)
+}
+
+/// A submission for people.
+pub(crate) fn print_submitted(s: &Submitted) {
+    if s.created {
+        println!("Created run {} ({} steps, queued)", s.run.id, s.n_steps);
+    } else {
+        println!(
+            "Run {} already exists for this idempotency key ({} steps, {}); nothing new was created",
+            s.run.id, s.n_steps, s.run.status
+        );
+    }
 }
 
 pub fn cancel(ws: Option<&Path>, actor: &Actor, args: CancelArgs) -> Result<ExitCode> {
     let (ws, store) = crate::cmd::open(ws)?;
     let cancelled = tidegate_app::run::cancel(&ws, store.as_ref(), actor, &args.run, &args.reason)?;
-    output::emit(args.out.json, &cancelled, |c| {
-        println!("Cancelled run {} ({} unfinished steps cancelled)", c.run_id, c.n_steps_cancelled);
-    })
+    output::emit(args.out.json, &cancelled, print_cancelled)
+}
+
+/// A run cancelled, for people.
+pub(crate) fn print_cancelled(c: &Cancelled) {
+    println!("Cancelled run {} ({} unfinished steps cancelled)", c.run_id, c.n_steps_cancelled);
 }
 
 pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {

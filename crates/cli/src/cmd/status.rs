@@ -17,13 +17,13 @@ use crate::output;
 pub struct Args {
     /// How many recent runs to show.
     #[arg(long, default_value_t = 20, allow_negative_numbers = true)]
-    limit: u32,
+    pub limit: u32,
     /// Print the status as JSON.
     #[arg(long)]
-    json: bool,
+    pub json: bool,
     /// Judge schedule debt and freshness at this instant (RFC 3339 or a date); default now.
     #[arg(long)]
-    now: Option<String>,
+    pub now: Option<String>,
 }
 
 pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
@@ -34,7 +34,7 @@ pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
 }
 
 /// The status for people: the debt, then the recent runs.
-fn print_status(status: &Status) {
+pub(crate) fn print_status(status: &Status) {
     say!("Project {} (state: {})", status.project, status.state);
     print_debt(&status.debt);
     if status.runs.is_empty() {

@@ -15,6 +15,7 @@ mod lineage;
 mod output;
 mod pointer;
 mod reconcile;
+mod remote;
 mod retries;
 mod runs;
 mod s3;

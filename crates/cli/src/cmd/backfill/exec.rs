@@ -8,11 +8,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
-use tidegate_app::backfill::{Begun, Report, short};
+use tidegate_app::backfill::{Begun, Cancelled, Report, short};
 use tidegate_app::run::Scope;
 use tidegate_app::workspace::Workspace;
 use tidegate_core::actor::Actor;
-use tidegate_store::{BackfillStatus, Store};
+use tidegate_store::{BackfillRecord, BackfillStatus, Store};
 
 use crate::cmd::Json;
 use crate::cmd::run::with_progress;
@@ -23,7 +23,8 @@ use crate::output;
 pub struct StartArgs {
     /// The backfill's id (`bf-...`, see `tidegate backfill list`).
     pub id: String,
-    /// Attempts this process runs at once, 1 to 4096 (the backfill's own throttle still applies).
+    /// Attempts this process runs at once, 1 to 4096 (the backfill's own throttle still applies;
+    /// with --server, the server's workers run it).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=4096), allow_negative_numbers = true)]
     pub workers: u16,
     #[command(flatten)]
@@ -102,23 +103,29 @@ pub(crate) fn start_and_wait(
 pub fn pause(ws: Option<&Path>, actor: &Actor, args: IdArgs) -> Result<ExitCode> {
     let (ws, store) = crate::cmd::open(ws)?;
     let record = tidegate_app::backfill::pause(&ws, store.as_ref(), actor, &args.id, args.reason.as_deref())?;
-    output::emit(args.out.json, &record, |r| {
-        println!("Paused backfill {}: no new step starts; running attempts finish.", r.id);
-        println!("Resume with: tidegate backfill resume {}", r.id);
-    })
+    output::emit(args.out.json, &record, print_paused)
+}
+
+/// A backfill paused, for people.
+pub(crate) fn print_paused(r: &BackfillRecord) {
+    println!("Paused backfill {}: no new step starts; running attempts finish.", r.id);
+    println!("Resume with: tidegate backfill resume {}", r.id);
 }
 
 pub fn cancel(ws: Option<&Path>, actor: &Actor, args: IdArgs) -> Result<ExitCode> {
     let (ws, store) = crate::cmd::open(ws)?;
     let cancelled = tidegate_app::backfill::cancel(&ws, store.as_ref(), actor, &args.id, args.reason.as_deref())?;
-    output::emit(args.out.json, &cancelled.record, |r| {
-        say!(
-            "Cancelled backfill {} ({} unfinished steps cancelled). Nothing it staged was published; \
-             `tidegate reconcile` removes the staged files.",
-            r.id,
-            cancelled.n_steps_cancelled
-        );
-    })
+    output::emit(args.out.json, &cancelled.record, |r| print_cancelled(r, &cancelled))
+}
+
+/// A backfill cancelled, for people.
+pub(crate) fn print_cancelled(r: &BackfillRecord, cancelled: &Cancelled) {
+    say!(
+        "Cancelled backfill {} ({} unfinished steps cancelled). Nothing it staged was published; \
+         `tidegate reconcile` removes the staged files.",
+        r.id,
+        cancelled.n_steps_cancelled
+    );
 }
 
 pub(crate) fn print_report(r: &Report) {
@@ -172,23 +179,26 @@ pub fn status(ws: Option<&Path>, actor: &Actor, args: StatusArgs) -> Result<Exit
 pub fn list(ws: Option<&Path>, actor: &Actor, args: ListArgs) -> Result<ExitCode> {
     let (_, store) = crate::cmd::open(ws)?;
     let backfills = tidegate_app::backfill::list(store.as_ref(), actor, args.limit)?;
-    output::emit(args.out.json, &backfills, |backfills| {
-        if backfills.is_empty() {
-            println!("No backfills yet. Plan one with:");
-            println!("  tidegate backfill plan TARGET --from A --to B --reprocess all --reason \"...\"");
-            return;
-        }
-        let header = ["id", "status", "requester", "planned", "footprint", "reason"];
-        output::print_table(&header, &[0], backfills, |b| {
-            let partitions: usize = b.footprint.values().map(Vec::len).sum();
-            vec![
-                b.id.clone(),
-                b.status.to_string(),
-                b.requester.clone(),
-                b.created_at.format("%Y-%m-%d %H:%M").to_string(),
-                format!("{} datasets, {partitions} partitions", b.footprint.len()),
-                b.reason.clone(),
-            ]
-        });
-    })
+    output::emit(args.out.json, &backfills, |b| print_list(b))
+}
+
+/// Backfills for people, newest first.
+pub(crate) fn print_list(backfills: &[BackfillRecord]) {
+    if backfills.is_empty() {
+        println!("No backfills yet. Plan one with:");
+        println!("  tidegate backfill plan TARGET --from A --to B --reprocess all --reason \"...\"");
+        return;
+    }
+    let header = ["id", "status", "requester", "planned", "footprint", "reason"];
+    output::print_table(&header, &[0], backfills, |b| {
+        let partitions: usize = b.footprint.values().map(Vec::len).sum();
+        vec![
+            b.id.clone(),
+            b.status.to_string(),
+            b.requester.clone(),
+            b.created_at.format("%Y-%m-%d %H:%M").to_string(),
+            format!("{} datasets, {partitions} partitions", b.footprint.len()),
+            b.reason.clone(),
+        ]
+    });
 }

@@ -68,7 +68,7 @@ fn reprocess_parser() -> impl clap::builder::TypedValueParser<Value = Reprocess>
 }
 
 impl PlanArgs {
-    fn request(&self) -> PlanRequest {
+    pub(crate) fn request(&self) -> PlanRequest {
         PlanRequest {
             target: self.target.clone(),
             from: self.from.clone(),

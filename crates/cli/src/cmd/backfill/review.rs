@@ -74,6 +74,17 @@ fn percent(text: &str) -> Result<f64, String> {
 }
 
 impl CompareArgs {
+    /// Whether a flag limit was given on the command line.
+    pub(crate) fn has_flags(&self) -> bool {
+        let o = self.overrides();
+        o.change_pct.is_some()
+            || o.row_count_pct.is_some()
+            || o.rows_changed_pct.is_some()
+            || o.mean_pct.is_some()
+            || o.null_rise_points.is_some()
+            || o.schema_change.is_some()
+    }
+
     /// The flag limits given on the command line.
     fn overrides(&self) -> FlagOverrides {
         FlagOverrides {
@@ -236,12 +247,7 @@ pub fn approve(ws: Option<&Path>, actor: &Actor, args: ApproveArgs) -> Result<Ex
     // An unknown id first, as every backfill command answers it.
     tidegate_app::backfill::load(store.as_ref(), &args.id)?;
     if let Some(name) = &args.approver {
-        bail!(
-            "--as {name:?} is refused: an approver is established, not named. The approver runs \
-             `tidegate backfill approve {}` as themselves (their OS account, or their token in {})",
-            args.id,
-            crate::actor::TOKEN_VAR
-        );
+        bail!(approver_named(name, &args.id));
     }
     let updated = tidegate_app::backfill::approve(&ws, store.as_ref(), actor, &args.id)?;
     if args.out.json {
@@ -250,6 +256,15 @@ pub fn approve(ws: Option<&Path>, actor: &Actor, args: ApproveArgs) -> Result<Ex
         print_approved(&updated)?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The refusal of `--as NAME`.
+pub(crate) fn approver_named(name: &str, id: &str) -> String {
+    format!(
+        "--as {name:?} is refused: an approver is established, not named. The approver runs `tidegate backfill \
+         approve {id}` as themselves (their OS account, or their token in {})",
+        crate::actor::TOKEN_VAR
+    )
 }
 
 /// An approval for people, with what to do next.
