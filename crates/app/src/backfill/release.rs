@@ -21,7 +21,7 @@ use tidegate_store::{BackfillRecord, BackfillStatus, ReleaseItem, ReleaseKind, R
 use super::review::{approved_review, publishable, review, staged_versions};
 use super::{FrozenSpec, ensure_spec_unchanged, load, meta, short};
 use crate::actor::{Access, require};
-use crate::lock::DatasetLockGuard;
+use crate::rollback::restore::{Target, Undoing, restore_all};
 use crate::workspace::{Workspace, open_lake, runtime};
 
 /// A backfill published.
@@ -357,66 +357,36 @@ pub fn rollback(
         let entry = before.entry(item.dataset.clone()).or_insert((u64::try_from(item.delta_version - 1)?, Vec::new()));
         entry.1.push(item.partition.clone());
     }
-    let owner = format!("backfill-rollback-{}", std::process::id());
-    let restored = runtime()?.block_on(async {
-        let lake = open_lake(ws).await?;
-        acquire_scheduler_role(store, &owner, ws.clock.as_ref(), ws.spec.project.lease_ttl_s).await?;
-        let mut restored = Vec::new();
-        let mut result = Ok(());
-        for name in spec.datasets.iter().rev() {
-            let Some((version, partitions)) = before.get(name) else { continue };
+    // Restored newest first: downstream datasets before what they read.
+    let targets: Vec<(Target<'_>, &Vec<String>)> = spec
+        .datasets
+        .iter()
+        .rev()
+        .filter_map(|name| {
+            let (version, partitions) = before.get(name)?;
             // A snapshot's publication replaced the whole table, so its rollback restores the
             // whole table; other modes touched only the backfill's partitions.
             let snapshot = matches!(
                 ws.spec.datasets.get(name).map(|d| &d.kind),
                 Some(DatasetKind::Managed { write: WriteMode::Snapshot })
             );
-            let scope = (!snapshot).then_some(partitions.as_slice());
-            // Vacuum must not delete the files this adds back between its check and its commit.
-            let lock = match DatasetLockGuard::acquire(store, &ws.clock, actor, name, "rollback", lock_wait).await {
-                Ok(lock) => lock,
-                Err(e) => {
-                    result = Err(e);
-                    break;
-                }
-            };
-            let anchor = match crate::anchor::head(ws, store.as_ref()) {
-                Ok(anchor) => anchor,
-                Err(e) => {
-                    result = Err(e);
-                    break;
-                }
-            };
-            let rolled_back = lake.rollback(name, *version, scope, &release_id, anchor.as_ref()).await;
-            drop(lock);
-            match rolled_back {
-                Ok(new_version) => restored.push(Restored {
-                    dataset: name.clone(),
-                    version: *version,
-                    new_version,
-                    partitions: partitions.clone(),
-                }),
-                Err(e) => {
-                    result = Err(anyhow::Error::from(e).context(format!("restoring {name} to version {version}")));
-                    break;
-                }
-            }
-        }
-        if result.is_ok() {
-            let advance = Advance {
-                release: release_id.clone(),
-                run_id: record.run_id.clone(),
-                backfill_id: Some(record.id.clone()),
-                at: ws.now(),
-                tables: restored.iter().map(|r| (r.dataset.clone(), r.new_version)).collect(),
-            };
-            result = lake.advance_pointer(advance).await.map(|_| ()).map_err(|e| {
-                anyhow::Error::from(e).context("moving the release pointer (rolling back again retries it)")
-            });
-        }
-        let _ = store.release_scheduler(&owner);
-        result.map(|()| restored)
-    })?;
+            let target = Target { dataset: name, to_version: *version, partitions: (!snapshot).then_some(partitions) };
+            Some((target, partitions))
+        })
+        .collect();
+    let undoing = Undoing { release_id: &release_id, run_id: record.run_id.as_deref(), backfill_id: Some(&record.id) };
+    let only: Vec<Target<'_>> = targets.iter().map(|(t, _)| t.clone()).collect();
+    let new_versions = restore_all(ws, store, actor, &undoing, &only, lock_wait)?;
+    let restored: Vec<Restored> = targets
+        .iter()
+        .zip(new_versions)
+        .map(|((t, partitions), new_version)| Restored {
+            dataset: t.dataset.to_owned(),
+            version: t.to_version,
+            new_version,
+            partitions: (*partitions).clone(),
+        })
+        .collect();
     if store.release(&release_id)?.is_none() {
         let items = restored
             .iter()

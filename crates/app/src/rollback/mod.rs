@@ -2,6 +2,7 @@
 //! explicit earlier version (here): an earlier version's files (and, for the whole table, its
 //! schema and properties) restored in a new, journaled commit. Nothing is deleted.
 
+pub(crate) mod restore;
 pub mod unit;
 
 pub use unit::{DatasetUndo, UndoRequest, Undone, Unit, undo};

@@ -11,12 +11,10 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use tidegate_core::actor::Actor;
 use tidegate_core::spec::model::{DatasetKind, WriteMode};
-use tidegate_engine::executor::acquire_scheduler_role;
-use tidegate_lake::{Advance, Lake};
 use tidegate_store::{JournalMeta, ReleaseItem, ReleaseKind, ReleaseRecord, Store};
 
+use super::restore::{Target, Undoing, restore_all};
 use crate::actor::{Access, require};
-use crate::lock::DatasetLockGuard;
 use crate::workspace::{Workspace, open_lake, runtime};
 
 /// How many of a dataset's newest releases an undo reads to find a unit's releases and what
@@ -337,46 +335,20 @@ fn restore(
     plan: &mut Undone,
     lock_wait: Duration,
 ) -> Result<()> {
-    let owner = format!("rollback-{}-{}", plan.release_id, std::process::id());
-    runtime()?.block_on(async {
-        let lake = open_lake(ws).await?;
-        acquire_scheduler_role(store, &owner, ws.clock.as_ref(), ws.spec.project.lease_ttl_s).await?;
-        let result = restore_each(ws, store, actor, &lake, plan, lock_wait).await;
-        let _ = store.release_scheduler(&owner);
-        result
-    })
-}
-
-async fn restore_each(
-    ws: &Workspace,
-    store: &Arc<dyn Store>,
-    actor: &Actor,
-    lake: &Lake,
-    plan: &mut Undone,
-    lock_wait: Duration,
-) -> Result<()> {
-    for d in &mut plan.datasets {
-        // Vacuum must not delete the files this adds back between its check and its commit.
-        let _lock = DatasetLockGuard::acquire(store, &ws.clock, actor, &d.dataset, "rollback", lock_wait).await?;
-        lake.check_commits(&d.dataset).await?;
-        let anchor = crate::anchor::head(ws, store.as_ref())?;
-        let scope = (!d.whole_table).then_some(d.partitions.as_slice());
-        let new_version = lake
-            .rollback(&d.dataset, d.to_version, scope, &plan.release_id, anchor.as_ref())
-            .await
-            .with_context(|| format!("restoring {} to version {}", d.dataset, d.to_version))?;
-        d.new_version = Some(new_version);
+    let targets: Vec<Target<'_>> = plan
+        .datasets
+        .iter()
+        .map(|d| Target {
+            dataset: &d.dataset,
+            to_version: d.to_version,
+            partitions: (!d.whole_table).then_some(d.partitions.as_slice()),
+        })
+        .collect();
+    let undoing = Undoing { release_id: &plan.release_id, run_id: plan.run_id.as_deref(), backfill_id: None };
+    let new_versions = restore_all(ws, store, actor, &undoing, &targets, lock_wait)?;
+    for (d, v) in plan.datasets.iter_mut().zip(new_versions) {
+        d.new_version = Some(v);
     }
-    // After every dataset's commit: pointer readers see the undo whole or not at all.
-    let tables = plan.datasets.iter().filter_map(|d| Some((d.dataset.clone(), d.new_version?))).collect();
-    let advance = Advance {
-        release: plan.release_id.clone(),
-        run_id: plan.run_id.clone(),
-        backfill_id: None,
-        at: ws.now(),
-        tables,
-    };
-    lake.advance_pointer(advance).await.context("moving the release pointer (rolling back again retries it)")?;
     Ok(())
 }
 
