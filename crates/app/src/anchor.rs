@@ -15,6 +15,7 @@ use crate::workspace::Workspace;
 
 /// A table version that vouches for a journal entry the store does not hold as it was.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Mismatch {
     /// The table.
     pub dataset: String,

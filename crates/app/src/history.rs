@@ -12,6 +12,7 @@ use crate::workspace::{Workspace, open_lake, runtime};
 
 /// The journal's story of a subject (or its newest entries), after verification.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct History {
     /// The hash chain's verification.
     pub chain: ChainReport,

@@ -10,6 +10,7 @@ pub const PAGE_ITEMS_MAX: u32 = 1_000;
 
 /// One page of a list.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Page<T> {
     /// The items, in the list's order.
     pub items: Vec<T>,

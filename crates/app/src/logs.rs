@@ -40,6 +40,7 @@ pub enum Selector {
 
 /// One attempt's logs.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AttemptLogs {
     /// The step's id.
     pub step_id: String,
@@ -50,13 +51,16 @@ pub struct AttemptLogs {
     /// The step's status now.
     pub status: StepStatus,
     /// What the task wrote to standard output, if it ran a command.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
     pub stdout: Option<PathBuf>,
     /// What it wrote to standard error.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
     pub stderr: Option<PathBuf>,
 }
 
 /// A failed step of a run, with why and where to look.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct StepFailure {
     /// The step's name.
     pub step: String,
@@ -65,6 +69,7 @@ pub struct StepFailure {
     /// Why its last attempt failed (or which upstream step failed).
     pub reason: String,
     /// Its last attempt's standard error, when there is one.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
     pub log: Option<PathBuf>,
 }
 

@@ -134,6 +134,8 @@ pub fn execute_submitted(
 
 /// A run cancelled.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", schema(as = RunCancelled))]
 pub struct Cancelled {
     /// The run.
     pub run_id: String,

@@ -16,6 +16,7 @@ use crate::workspace::{Workspace, open_lake, redact, runtime};
 
 /// A run and its steps counted by status.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RunStatusLine {
     /// The run.
     #[serde(flatten)]
@@ -26,6 +27,7 @@ pub struct RunStatusLine {
 
 /// The workspace's recent runs and what it owes.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Status {
     /// The project's name.
     pub project: String,
@@ -40,6 +42,7 @@ pub struct Status {
 /// What is owed: queued work per priority class, missed schedule intervals, and how stale each
 /// scheduled dataset is.
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Debt {
     /// Per priority class (live, catchup, backfill): steps ready and running, and how long the
     /// oldest ready step has waited.
@@ -59,6 +62,7 @@ const GAUGE_STALE_S: f64 = 10.0;
 
 /// A scheduled task's missed intervals.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Missed {
     /// The task.
     pub task: String,
@@ -71,6 +75,7 @@ pub struct Missed {
 
 /// One priority class's queue.
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Queue {
     /// Steps ready to start.
     pub ready: usize,
@@ -82,6 +87,7 @@ pub struct Queue {
 
 /// How stale a scheduled task's dataset is.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Freshness {
     /// The task.
     pub task: String,

@@ -20,6 +20,7 @@ use crate::workspace::{Workspace, open_lake, runtime};
 /// A run, as submitted: whether this submission created it (or found it under its idempotency
 /// key), and how many steps it has.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Submitted {
     /// False when the idempotency key named a run already created with the same request.
     pub created: bool,

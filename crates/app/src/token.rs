@@ -25,6 +25,7 @@ pub struct Minted {
 
 /// Whether a token can be used now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum TokenState {
     /// It establishes its identity.
@@ -37,6 +38,7 @@ pub enum TokenState {
 
 /// A token as listed: its record and its state now (never the token itself).
 #[derive(Debug, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Listed {
     /// Its identity, role and expiry.
     #[serde(flatten)]

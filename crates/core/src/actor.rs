@@ -17,6 +17,7 @@ pub const NAME_CHARS_MAX: usize = 64;
 
 /// What an actor may do. Ordered: each role may do what the ones before it may.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
     /// Reads status, history and data.

@@ -76,6 +76,7 @@ pub fn code_version(run: &TaskRun, files: &[FileContent<'_>]) -> String {
 
 /// An input version pinned when the step was planned.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PinnedInput {
     /// The input dataset's name.
     pub dataset: String,

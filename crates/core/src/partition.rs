@@ -54,6 +54,7 @@ impl fmt::Display for Grain {
 
 /// A half-open logical interval `[start, end)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Interval {
     /// The first instant inside the interval.
     pub start: DateTime<Utc>,

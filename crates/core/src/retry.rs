@@ -8,6 +8,7 @@ use crate::spec::{ExitCodes, RetryPolicy};
 
 /// Whether trying again can help.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorClass {
     /// Infrastructure trouble: a crash, a signal, a timeout, an expired lease, exit code 75.

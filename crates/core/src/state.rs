@@ -19,6 +19,7 @@ macro_rules! status_enum {
     ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $variant:ident = $text:literal,)* }) => {
         $(#[$m])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
         #[serde(rename_all = "snake_case")]
         pub enum $name { $($(#[$vm])* $variant,)* }
 
@@ -112,6 +113,7 @@ impl StepStatus {
 
 /// Why an attempt ended badly.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Failure {
     /// Whether trying again can help.
     pub class: ErrorClass,
@@ -121,6 +123,7 @@ pub struct Failure {
 
 /// A step's state-machine state: its status and the bookkeeping transitions depend on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Step {
     /// Where the step is in its life.
     pub status: StepStatus,

@@ -46,6 +46,7 @@ pub struct CompareSpec<'a> {
 
 /// The difference a backfill would make to a dataset, partition by partition (sorted by key).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Comparison {
     /// The name of the compared dataset.
     pub dataset: String,
@@ -69,6 +70,7 @@ pub struct Comparison {
 
 /// The sums over every compared partition.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ComparisonTotals {
     /// Published rows of the compared partitions.
     pub rows_before: u64,
@@ -86,6 +88,7 @@ pub struct ComparisonTotals {
 
 /// One partition: the published rows ("before") against the staged rows ("after").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PartitionComparison {
     /// The partition key (the value of the partition column).
     pub partition: String,
@@ -117,6 +120,7 @@ pub struct PartitionComparison {
 /// How one column moved in one partition. The numbers are `None` for non-numeric columns and for
 /// a side with no non-null value.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ColumnDelta {
     /// The column's name.
     pub column: String,
@@ -145,6 +149,7 @@ pub struct ColumnDelta {
 /// The rows of one partition with one value of a slice column. A changed row counts under its
 /// staged value, a removed row under its published value.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SliceDelta {
     /// The slice column.
     pub column: String,

@@ -65,6 +65,7 @@ pub struct ReleaseItem {
 
 /// What a release made visible.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Publication {
     /// The id of the release that was published.
     pub release_id: String,
@@ -74,6 +75,7 @@ pub struct Publication {
 
 /// One dataset's commit in a release.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PublishedItem {
     /// The dataset that was committed to.
     pub dataset: String,

@@ -22,6 +22,7 @@ pub const DIFF_SAMPLE_ROWS: usize = 5;
 
 /// One commit of a dataset's table, newest first in [`Lake::history`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Commit {
     /// The table version this commit made.
     pub version: u64,

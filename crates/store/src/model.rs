@@ -20,6 +20,7 @@ pub enum Backend {
 
 /// What started a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Trigger {
     /// A scheduled tick of a task's `schedule`.
@@ -34,6 +35,7 @@ pub enum Trigger {
 
 /// Scheduling class; live work runs first, lower classes keep a guaranteed minimum share.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Priority {
     /// Current intervals: first to get a slot.
@@ -47,6 +49,7 @@ pub enum Priority {
 /// A request to materialize a set of (task, partition) pairs. Its fields (all but
 /// `idempotency_key`) are what an idempotent replay must repeat exactly.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RunRequest {
     /// The task or dataset asked for, as given.
     pub target: String,
@@ -75,6 +78,7 @@ pub struct RunRequest {
 
 /// A step to create with a run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct NewStep {
     /// Unique within the run; `task@partition` by convention.
     pub name: String,
@@ -103,6 +107,7 @@ pub struct NewStep {
 
 /// A stored run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RunRecord {
     /// The run's id, a UUID v7 (time-ordered), assigned by the store.
     pub id: String,
@@ -118,6 +123,7 @@ pub struct RunRecord {
 
 /// A stored step.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct StepRecord {
     /// The step's id, a UUID v7 assigned by the store when its run was created.
     pub id: String,
@@ -324,6 +330,7 @@ pub enum Claim {
 
 /// One journal entry.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct JournalEntry {
     /// The entry's sequence number: 1 for the first entry, then consecutive.
     pub seq: u64,
@@ -382,6 +389,7 @@ pub struct JournalQuery {
 
 /// The outcome of verifying the hash chain.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ChainReport {
     /// How many entries were verified.
     pub n_entries: u64,
@@ -391,6 +399,7 @@ pub struct ChainReport {
 
 /// Where and how the chain breaks.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ChainBreak {
     /// The sequence number of the first entry that does not verify.
     pub seq: u64,
@@ -503,6 +512,7 @@ pub struct VersionRecord {
 
 /// What kind of publication a release is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ReleaseKind {
     /// Makes newly staged versions visible.
@@ -513,6 +523,7 @@ pub enum ReleaseKind {
 
 /// A set of versions made visible together.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ReleaseRecord {
     /// The release's id, chosen by its creator and unique among releases.
     pub id: String,
@@ -534,6 +545,7 @@ pub struct ReleaseRecord {
 
 /// One dataset partition made visible by a release.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ReleaseItem {
     /// The dataset whose partition became visible.
     pub dataset: String,
@@ -582,6 +594,7 @@ pub struct Submission {
 /// Where a backfill is in its life. A backfill holds its partitions (no other backfill may
 /// rewrite them) until it is published, rolled back, cancelled or failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum BackfillStatus {
     /// Frozen and sized; nothing has run.
@@ -654,6 +667,7 @@ impl std::fmt::Display for BackfillStatus {
 
 /// An approval, bound to exactly what the approver saw.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Approval {
     /// The name of the approver.
     pub by: String,
@@ -671,6 +685,7 @@ pub struct Approval {
 /// A governed backfill: a frozen spec (opaque to the store, hashed by its creator), the
 /// partitions it rewrites, and what happened to it since.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct BackfillRecord {
     /// The backfill's id, chosen by its creator.
     pub id: String,
@@ -708,6 +723,7 @@ pub struct BackfillRecord {
 
 /// How hard a backfill may push: it always runs below live work, and within these limits.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Throttle {
     /// At most this many of its steps hold a lease at once.
     pub max_active: u32,
@@ -734,6 +750,7 @@ pub struct NewToken {
 
 /// A minted token as the store keeps it, without its hash.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TokenRecord {
     /// `tk-` and a UUID: how messages, the journal and `revoke` name the token.
     pub id: String,

@@ -19,6 +19,7 @@ use crate::workspace::Workspace;
 
 /// How a start found the backfill.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum Begun {
     /// It had already finished running: starting again changes nothing (a script retrying
@@ -170,6 +171,8 @@ pub fn pause(
 
 /// A backfill cancelled, with how many of its unfinished steps were cancelled.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", schema(as = BackfillCancelled))]
 pub struct Cancelled {
     /// The backfill as it now stands.
     #[serde(flatten)]
@@ -218,6 +221,7 @@ pub fn cancel(ws: &Workspace, store: &dyn Store, actor: &Actor, id: &str, reason
 
 /// What `status` shows.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Report {
     /// The backfill.
     pub id: String,

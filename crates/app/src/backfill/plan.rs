@@ -21,6 +21,7 @@ use crate::workspace::{Workspace, open_lake, runtime};
 
 /// Which partitions a backfill rebuilds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Reprocess {
     /// Only partitions that were never published.
@@ -75,6 +76,7 @@ pub struct PlanRequest {
 
 /// Everything a backfill will do, fixed when it is planned. Its hash is what an approval binds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct FrozenSpec {
     /// A task, or a dataset written by a task.
     pub target: String,
@@ -119,6 +121,7 @@ impl FrozenSpec {
 
 /// What a backfill touches, sized from current versions and history.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct BlastRadius {
     /// Each dataset it rewrites, upstream first.
     pub datasets: Vec<Impact>,
@@ -134,6 +137,7 @@ pub struct BlastRadius {
 
 /// One dataset's share of the blast radius.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Impact {
     /// The dataset.
     pub dataset: String,
@@ -159,6 +163,7 @@ pub struct Impact {
 
 /// A backfill planned: its id, and the frozen spec with the hash an approval will bind.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Planned {
     /// The backfill's id.
     pub id: String,

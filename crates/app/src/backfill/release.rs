@@ -26,6 +26,7 @@ use crate::workspace::{Workspace, open_lake, runtime};
 
 /// A backfill published.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Published {
     /// The backfill.
     pub backfill_id: String,
@@ -302,6 +303,7 @@ fn merge(versions: &[StagedVersion]) -> Option<StagedVersion> {
 
 /// A dataset a backfill rollback restored.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Restored {
     /// The dataset.
     pub dataset: String,
@@ -315,6 +317,8 @@ pub struct Restored {
 
 /// A backfill rolled back.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", schema(as = BackfillRolledBack))]
 pub struct RolledBack {
     /// The backfill.
     pub backfill_id: String,

@@ -21,6 +21,7 @@ const SAMPLE_ROWS: usize = 5;
 
 /// A backfill's comparison: one report per dataset, upstream first.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Review {
     /// The backfill.
     pub backfill_id: String,
@@ -246,6 +247,7 @@ pub fn staged_versions(store: &dyn Store, record: &BackfillRecord) -> Result<Vec
 
 /// A comparison recorded.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Compared {
     /// What an approval binds.
     pub comparison_hash: String,

@@ -32,6 +32,7 @@ const STOP_POLL: Duration = Duration::from_millis(200);
 
 /// What one export delivered, per transport.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Delivery {
     /// Each configured transport, file first.
     pub transports: Vec<Sent>,
@@ -39,6 +40,7 @@ pub struct Delivery {
 
 /// What one transport took in one export.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Sent {
     /// `file` or `http`.
     pub transport: String,

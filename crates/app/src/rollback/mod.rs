@@ -39,6 +39,8 @@ pub struct RollbackRequest {
 
 /// A rollback done.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", schema(as = DatasetRolledBack))]
 pub struct RolledBack {
     /// The dataset.
     pub dataset: String,

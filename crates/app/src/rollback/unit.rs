@@ -51,6 +51,7 @@ pub struct UndoRequest {
 
 /// One dataset's part of an undo.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DatasetUndo {
     /// The dataset.
     pub dataset: String,
@@ -67,6 +68,7 @@ pub struct DatasetUndo {
 
 /// An undo, planned or done.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Undone {
     /// The run undone, when the unit was a run's.
     pub run_id: Option<String>,

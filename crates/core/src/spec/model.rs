@@ -140,19 +140,24 @@ pub type Limit = Option<f64>;
 /// statistic passes its limit; a partition with no published rows has nothing to move from and is
 /// flagged only for a schema change.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ReviewFlags {
     /// `row_count_pct` (default 10): the row count moved (up or down) by more than this percentage
     /// of the published rows.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<f64>))]
     pub row_count_pct: Limit,
     /// `rows_changed_pct` (default off): rows added, removed or changed, together, exceed this
     /// percentage of the published rows. Off by default: rewriting rows is what most backfills are
     /// for.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<f64>))]
     pub rows_changed_pct: Limit,
     /// `mean_pct` (default 10): a numeric column's mean moved (up or down) by more than this
     /// percentage of its published mean.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<f64>))]
     pub mean_pct: Limit,
     /// `null_rise_points` (default 5): a column's null rate rose by more than this many percentage
     /// points. Only a rise flags: a falling null rate is data filled in, what backfills are for.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<f64>))]
     pub null_rise_points: Limit,
     /// `schema_change` (default true): the staged data's schema differs from the published one.
     pub schema_change: bool,
@@ -489,6 +494,7 @@ pub struct Catchup {
 
 /// `retry = { attempts = 3, backoff_base_ms = 1000, backoff_max_ms = 60000 }`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RetryPolicy {
     /// Total attempts including the first (>= 1; default 3).
     pub attempts: u32,

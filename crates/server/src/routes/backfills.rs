@@ -24,7 +24,7 @@ const BACKFILLS_LISTED_MAX: u32 = 10_000;
 
 /// Backfills, newest first.
 #[utoipa::path(get, path = "/api/backfills", tag = "backfills", params(PageQuery),
-    responses((status = 200, description = "a page of tidegate_store::BackfillRecord", body = super::PageSchema), Errors))]
+    responses((status = 200, description = "a page of backfills, newest first", body = Page<BackfillRecord>), Errors))]
 pub(crate) async fn list(
     Shared(state): Shared<State>,
     Caller(actor): Caller,
@@ -69,7 +69,7 @@ pub(crate) struct PlanBody {
 /// Freezes a backfill and sizes its blast radius; nothing runs (as `tidegate backfill plan`). 201.
 /// Needs `Idempotency-Key`.
 #[utoipa::path(post, path = "/api/backfills", tag = "backfills", params(KeyRequired), request_body = PlanBody,
-    responses((status = 201, description = "tidegate_app::backfill::Planned", body = serde_json::Value), Errors))]
+    responses((status = 201, description = "the backfill, planned", body = backfill::Planned), Errors))]
 pub(crate) async fn plan(
     Shared(state): Shared<State>,
     caller: Caller,
@@ -98,7 +98,7 @@ pub(crate) async fn plan(
 
 /// Where a backfill stands: steps by status, pace, ETA, failures, approval, release.
 #[utoipa::path(get, path = "/api/backfills/{id}", tag = "backfills", params(("id" = String, Path, description = "a backfill id")),
-    responses((status = 200, description = "tidegate_app::backfill::Report", body = serde_json::Value), Errors))]
+    responses((status = 200, description = "where the backfill stands", body = backfill::Report), Errors))]
 pub(crate) async fn status(
     Shared(state): Shared<State>,
     Caller(actor): Caller,
@@ -109,7 +109,7 @@ pub(crate) async fn status(
 
 /// Starts a planned backfill into staging; 202: it runs in the background (poll its status).
 #[utoipa::path(post, path = "/api/backfills/{id}/start", tag = "backfills", params(("id" = String, Path, description = "a backfill id"), KeyOptional),
-    responses((status = 202, description = "tidegate_app::backfill::Begun", body = serde_json::Value), Errors))]
+    responses((status = 202, description = "how the start found the backfill", body = Begun), Errors))]
 pub(crate) async fn start(
     Shared(state): Shared<State>,
     caller: Caller,
@@ -120,7 +120,7 @@ pub(crate) async fn start(
 
 /// Resumes a paused backfill; 202: it runs in the background.
 #[utoipa::path(post, path = "/api/backfills/{id}/resume", tag = "backfills", params(("id" = String, Path, description = "a backfill id"), KeyOptional),
-    responses((status = 202, description = "tidegate_app::backfill::Begun", body = serde_json::Value), Errors))]
+    responses((status = 202, description = "how the start found the backfill", body = Begun), Errors))]
 pub(crate) async fn resume(
     Shared(state): Shared<State>,
     caller: Caller,
@@ -157,7 +157,7 @@ fn drain(state: &State, actor: Actor, id: String, run_id: String) {
 
 /// Compares a staged backfill with the published data and records the comparison.
 #[utoipa::path(post, path = "/api/backfills/{id}/compare", tag = "backfills", params(("id" = String, Path, description = "a backfill id"), KeyOptional),
-    responses((status = 200, description = "tidegate_app::backfill::Compared", body = serde_json::Value), Errors))]
+    responses((status = 200, description = "the comparison, recorded", body = backfill::Compared), Errors))]
 pub(crate) async fn compare(
     Shared(state): Shared<State>,
     caller: Caller,
@@ -171,7 +171,7 @@ pub(crate) async fn compare(
 /// Approves a compared backfill as the caller: another identity than its requester, with the
 /// approver role; bound to its spec and comparison hashes.
 #[utoipa::path(post, path = "/api/backfills/{id}/approve", tag = "backfills", params(("id" = String, Path, description = "a backfill id"), KeyOptional),
-    responses((status = 200, description = "tidegate_store::BackfillRecord", body = serde_json::Value), Errors))]
+    responses((status = 200, description = "the backfill", body = BackfillRecord), Errors))]
 pub(crate) async fn approve(
     Shared(state): Shared<State>,
     caller: Caller,
@@ -184,7 +184,7 @@ pub(crate) async fn approve(
 
 /// Publishes an approved backfill as one release (one atomic commit per dataset).
 #[utoipa::path(post, path = "/api/backfills/{id}/publish", tag = "backfills", params(("id" = String, Path, description = "a backfill id"), KeyOptional),
-    responses((status = 200, description = "tidegate_app::backfill::Published", body = serde_json::Value), Errors))]
+    responses((status = 200, description = "the backfill, published", body = backfill::Published), Errors))]
 pub(crate) async fn publish(
     Shared(state): Shared<State>,
     caller: Caller,
@@ -198,7 +198,7 @@ pub(crate) async fn publish(
 /// Rolls a published backfill back: restores exactly what it replaced.
 #[utoipa::path(post, path = "/api/backfills/{id}/rollback", tag = "backfills", params(("id" = String, Path, description = "a backfill id"), KeyOptional),
     request_body = ReasonBody,
-    responses((status = 200, description = "tidegate_app::backfill::RolledBack", body = serde_json::Value), Errors))]
+    responses((status = 200, description = "the backfill, rolled back", body = backfill::RolledBack), Errors))]
 pub(crate) async fn rollback(
     Shared(state): Shared<State>,
     caller: Caller,
@@ -214,7 +214,7 @@ pub(crate) async fn rollback(
 /// Pauses a backfill: no new step starts; running attempts finish.
 #[utoipa::path(post, path = "/api/backfills/{id}/pause", tag = "backfills", params(("id" = String, Path, description = "a backfill id"), KeyOptional),
     request_body = ReasonBody,
-    responses((status = 200, description = "tidegate_store::BackfillRecord", body = serde_json::Value), Errors))]
+    responses((status = 200, description = "the backfill", body = BackfillRecord), Errors))]
 pub(crate) async fn pause(
     Shared(state): Shared<State>,
     caller: Caller,
@@ -229,7 +229,7 @@ pub(crate) async fn pause(
 /// Cancels a backfill and its unfinished steps; nothing it staged is published.
 #[utoipa::path(post, path = "/api/backfills/{id}/cancel", tag = "backfills", params(("id" = String, Path, description = "a backfill id"), KeyOptional),
     request_body = ReasonBody,
-    responses((status = 200, description = "tidegate_app::backfill::Cancelled", body = serde_json::Value), Errors))]
+    responses((status = 200, description = "the backfill, cancelled", body = backfill::Cancelled), Errors))]
 pub(crate) async fn cancel(
     Shared(state): Shared<State>,
     caller: Caller,

@@ -34,7 +34,7 @@ pub(crate) struct ReleasesQuery {
 
 /// Releases (publications and rollbacks), newest first, with the table version of each partition.
 #[utoipa::path(get, path = "/api/releases", tag = "data", params(ReleasesQuery),
-    responses((status = 200, description = "a page of tidegate_store::ReleaseRecord", body = super::PageSchema), Errors))]
+    responses((status = 200, description = "a page of releases, newest first", body = Page<ReleaseRecord>), Errors))]
 pub(crate) async fn releases(
     Shared(state): Shared<State>,
     Caller(actor): Caller,
@@ -56,7 +56,7 @@ pub(crate) async fn releases(
 
 /// One release.
 #[utoipa::path(get, path = "/api/releases/{id}", tag = "data", params(("id" = String, Path, description = "a release id")),
-    responses((status = 200, description = "tidegate_store::ReleaseRecord", body = serde_json::Value), Errors))]
+    responses((status = 200, description = "the release", body = ReleaseRecord), Errors))]
 pub(crate) async fn release(
     Shared(state): Shared<State>,
     Caller(actor): Caller,
@@ -68,7 +68,7 @@ pub(crate) async fn release(
 /// Undoes everything one release published, as one rollback release.
 #[utoipa::path(post, path = "/api/releases/{id}/rollback", tag = "data", params(("id" = String, Path, description = "a release id"), KeyOptional),
     request_body = UndoBody,
-    responses((status = 200, description = "tidegate_app::rollback::Undone", body = serde_json::Value), Errors))]
+    responses((status = 200, description = "the undo, planned or done", body = tidegate_app::rollback::Undone), Errors))]
 pub(crate) async fn rollback_release(
     Shared(state): Shared<State>,
     caller: Caller,
@@ -187,7 +187,7 @@ pub(crate) struct DatasetRollbackBody {
 /// would go further back.
 #[utoipa::path(post, path = "/api/datasets/{name}/rollback", tag = "data", params(("name" = String, Path, description = "a dataset"), KeyRequired),
     request_body = DatasetRollbackBody,
-    responses((status = 200, description = "tidegate_app::rollback::RolledBack", body = serde_json::Value), Errors))]
+    responses((status = 200, description = "the rollback, done", body = tidegate_app::rollback::RolledBack), Errors))]
 pub(crate) async fn rollback_dataset(
     Shared(state): Shared<State>,
     caller: Caller,

@@ -36,7 +36,7 @@ fn limit(asked: Option<u32>, default: u32) -> Result<u32, Problem> {
 /// What was intended, what happened and what became visible, after verifying the journal's
 /// chain and checking it against the lake (as `tidegate history --json`).
 #[utoipa::path(get, path = "/api/journal", tag = "journal", params(HistoryQuery),
-    responses((status = 200, description = "tidegate_app::history::History", body = serde_json::Value), Errors))]
+    responses((status = 200, description = "the verified story", body = tidegate_app::history::History), Errors))]
 pub(crate) async fn history(
     Shared(state): Shared<State>,
     Caller(actor): Caller,
@@ -61,7 +61,7 @@ pub(crate) struct EntriesQuery {
 
 /// The journal's entries, oldest first, page by page.
 #[utoipa::path(get, path = "/api/journal/entries", tag = "journal", params(EntriesQuery),
-    responses((status = 200, description = "a page of tidegate_store::JournalEntry", body = super::PageSchema), Errors))]
+    responses((status = 200, description = "a page of journal entries, oldest first", body = Page<JournalEntry>), Errors))]
 pub(crate) async fn entries(
     Shared(state): Shared<State>,
     Caller(actor): Caller,

@@ -114,15 +114,6 @@ impl PageQuery {
 /// Items per page unless asked.
 const PAGE_DEFAULT: u32 = 50;
 
-/// One page of a list; the items are the operation's records, newest first unless the route says.
-#[derive(Debug, Serialize, ToSchema)]
-pub(crate) struct PageSchema {
-    /// The items.
-    items: Vec<serde_json::Value>,
-    /// The cursor of the next page; absent on the last page.
-    next_cursor: Option<String>,
-}
-
 /// Why, for the journal (optional where a default reason exists).
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -165,6 +156,7 @@ impl utoipa::IntoResponses for Errors {
                 "422",
                 "the request cannot be carried out as asked, or its Idempotency-Key was first used for another request",
             ),
+            ("429", "too many unknown, revoked or expired tokens came from this address; retry after Retry-After"),
             ("503", "the store or the lake is unavailable"),
         ]
         .into_iter()

@@ -61,7 +61,7 @@ impl SubmitBody {
 
 /// Runs, newest first, each with its steps counted by status.
 #[utoipa::path(get, path = "/api/runs", tag = "runs", params(PageQuery),
-    responses((status = 200, description = "a page of tidegate_app::status::RunStatusLine", body = super::PageSchema), Errors))]
+    responses((status = 200, description = "a page of runs, newest first", body = Page<tidegate_app::status::RunStatusLine>), Errors))]
 pub(crate) async fn list(
     Shared(state): Shared<State>,
     Caller(actor): Caller,
@@ -74,7 +74,7 @@ pub(crate) async fn list(
 /// Queues a run of a target's partitions (as `tidegate submit`); 201 when created. Needs
 /// `Idempotency-Key`.
 #[utoipa::path(post, path = "/api/runs", tag = "runs", params(KeyRequired), request_body = SubmitBody,
-    responses((status = 201, description = "tidegate_app::submit::Submitted", body = serde_json::Value), Errors))]
+    responses((status = 201, description = "the run, queued", body = tidegate_app::submit::Submitted), Errors))]
 pub(crate) async fn submit(
     Shared(state): Shared<State>,
     caller: Caller,
@@ -96,7 +96,7 @@ pub(crate) async fn submit(
 
 /// One run, with its steps counted by status.
 #[utoipa::path(get, path = "/api/runs/{id}", tag = "runs", params(("id" = String, Path, description = "a run id")),
-    responses((status = 200, description = "tidegate_app::status::RunStatusLine", body = serde_json::Value), Errors))]
+    responses((status = 200, description = "the run", body = tidegate_app::status::RunStatusLine), Errors))]
 pub(crate) async fn get(
     Shared(state): Shared<State>,
     Caller(actor): Caller,
@@ -107,7 +107,7 @@ pub(crate) async fn get(
 
 /// A run's steps with their state: status, attempts, lease epoch, pinned inputs.
 #[utoipa::path(get, path = "/api/runs/{id}/steps", tag = "runs", params(("id" = String, Path, description = "a run id")),
-    responses((status = 200, description = "tidegate_store::StepRecord, in plan order", body = Vec<serde_json::Value>), Errors))]
+    responses((status = 200, description = "the run's steps, in plan order", body = Vec<StepRecord>), Errors))]
 pub(crate) async fn steps(
     Shared(state): Shared<State>,
     Caller(actor): Caller,
@@ -118,7 +118,7 @@ pub(crate) async fn steps(
 
 /// A run's failed steps, with why and where their logs are.
 #[utoipa::path(get, path = "/api/runs/{id}/failures", tag = "runs", params(("id" = String, Path, description = "a run id")),
-    responses((status = 200, description = "tidegate_app::logs::StepFailure", body = Vec<serde_json::Value>), Errors))]
+    responses((status = 200, description = "the run's failed steps", body = Vec<tidegate_app::logs::StepFailure>), Errors))]
 pub(crate) async fn failures(
     Shared(state): Shared<State>,
     Caller(actor): Caller,
@@ -142,7 +142,7 @@ pub(crate) struct LogsQuery {
 
 /// The attempts of a run's steps and their log files.
 #[utoipa::path(get, path = "/api/runs/{id}/logs", tag = "runs", params(("id" = String, Path, description = "a run id"), LogsQuery),
-    responses((status = 200, description = "tidegate_app::logs::AttemptLogs, oldest first", body = Vec<serde_json::Value>), Errors))]
+    responses((status = 200, description = "the attempts and their log files, oldest first", body = Vec<tidegate_app::logs::AttemptLogs>), Errors))]
 pub(crate) async fn logs(
     Shared(state): Shared<State>,
     Caller(actor): Caller,
@@ -156,7 +156,7 @@ pub(crate) async fn logs(
 /// Cancels a run's unfinished steps; what it published stays.
 #[utoipa::path(post, path = "/api/runs/{id}/cancel", tag = "runs", params(("id" = String, Path, description = "a run id"), KeyOptional),
     request_body = super::ReasonBody,
-    responses((status = 200, description = "tidegate_app::run::Cancelled", body = serde_json::Value), Errors))]
+    responses((status = 200, description = "the run, cancelled", body = tidegate_app::run::Cancelled), Errors))]
 pub(crate) async fn cancel(
     Shared(state): Shared<State>,
     caller: Caller,
@@ -198,7 +198,7 @@ impl UndoBody {
 /// Undoes everything a run published, in every dataset it wrote, as one rollback release.
 #[utoipa::path(post, path = "/api/runs/{id}/rollback", tag = "runs", params(("id" = String, Path, description = "a run id"), KeyOptional),
     request_body = UndoBody,
-    responses((status = 200, description = "tidegate_app::rollback::Undone", body = serde_json::Value), Errors))]
+    responses((status = 200, description = "the undo, planned or done", body = tidegate_app::rollback::Undone), Errors))]
 pub(crate) async fn rollback(
     Shared(state): Shared<State>,
     caller: Caller,

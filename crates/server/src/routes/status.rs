@@ -22,7 +22,7 @@ pub(crate) struct StatusQuery {
 
 /// The newest runs with their steps by status, and the debt (as `tidegate status --json`).
 #[utoipa::path(get, path = "/api/status", tag = "status", params(StatusQuery),
-    responses((status = 200, description = "tidegate_app::status::Status", body = serde_json::Value), Errors))]
+    responses((status = 200, description = "the recent runs and the debt", body = tidegate_app::status::Status), Errors))]
 pub(crate) async fn status(
     Shared(state): Shared<State>,
     Caller(actor): Caller,
@@ -37,7 +37,7 @@ pub(crate) async fn status(
 
 /// What is owed: queues per priority class, missed intervals, freshness, the scheduler's gauge.
 #[utoipa::path(get, path = "/api/debt", tag = "status",
-    responses((status = 200, description = "tidegate_app::status::Debt", body = serde_json::Value), Errors))]
+    responses((status = 200, description = "the debt", body = tidegate_app::status::Debt), Errors))]
 pub(crate) async fn debt(
     Shared(state): Shared<State>,
     Caller(actor): Caller,
@@ -47,7 +47,7 @@ pub(crate) async fn debt(
 
 /// Every token with its state (never the token itself); admins only.
 #[utoipa::path(get, path = "/api/tokens", tag = "status",
-    responses((status = 200, description = "tidegate_app::token::Listed, oldest first", body = Vec<serde_json::Value>), Errors))]
+    responses((status = 200, description = "every token, oldest first", body = Vec<tidegate_app::token::Listed>), Errors))]
 pub(crate) async fn tokens(
     Shared(state): Shared<State>,
     Caller(actor): Caller,

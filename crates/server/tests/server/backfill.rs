@@ -1,6 +1,7 @@
 //! Invariant 9 over HTTP: a backfill planned by one token's holder (an operator) is approved by
 //! another's (an approver); its requester cannot approve it under any spelling of their name.
-//! Plan, start, compare, approve, publish, then readers see the corrected data.
+//! Plan, start, compare, approve, publish, then readers see the corrected data; each success body
+//! matches the schema the OpenAPI document declares for it.
 
 use std::time::{Duration, Instant};
 
@@ -8,11 +9,13 @@ use serde_json::{Value, json};
 use tidegate_core::actor::Role;
 
 use crate::common::{Server, published_workspace, spec};
+use crate::openapi::assert_conforms;
 
 fn totals(server: &Server, token: &str) -> Value {
     let query = json!({ "query": "SELECT tg_partition, total FROM summary ORDER BY tg_partition" });
     let r = server.call("POST", "/api/sql", Some(token), Some(&query));
     assert_eq!(r.status, 200, "{}", r.body);
+    assert_conforms("POST", "/api/sql", &r);
     r.json()["rows"].clone()
 }
 
@@ -39,16 +42,19 @@ fn two_tokens_take_a_backfill_from_plan_to_publication_and_one_person_cannot_app
     let body = json!({ "target": "summarize", "from": "2024-01-01", "to": "2024-01-02", "reason": "total was half of the truth" });
     let planned = server.call_keyed("POST", "/api/backfills", &ana, "plan-the-fix", Some(&body));
     assert_eq!(planned.status, 201, "{}", planned.body);
+    assert_conforms("POST", "/api/backfills", &planned);
     let id = planned.json()["id"].as_str().expect("an id").to_owned();
     assert_eq!(planned.json()["spec"]["requester"], "ana");
 
     let started = server.call("POST", &format!("/api/backfills/{id}/start"), Some(&ana), None);
     assert_eq!(started.status, 202, "{}", started.body);
+    assert_conforms("POST", "/api/backfills/{id}/start", &started);
     assert_eq!(started.json()["outcome"], "running");
     let deadline = Instant::now() + Duration::from_secs(90);
     let status = loop {
         let r = server.call("GET", &format!("/api/backfills/{id}"), Some(&bo), None);
         assert_eq!(r.status, 200, "{}", r.body);
+        assert_conforms("GET", "/api/backfills/{id}", &r);
         let status = r.json()["status"].as_str().expect("a status").to_owned();
         if status != "running" || Instant::now() > deadline {
             break status;
@@ -61,6 +67,7 @@ fn two_tokens_take_a_backfill_from_plan_to_publication_and_one_person_cannot_app
 
     let compared = server.call("POST", &format!("/api/backfills/{id}/compare"), Some(&ana), None);
     assert_eq!(compared.status, 200, "{}", compared.body);
+    assert_conforms("POST", "/api/backfills/{id}/compare", &compared);
     let early = server.call("POST", &format!("/api/backfills/{id}/publish"), Some(&ana), None);
     assert_eq!((early.status, early.json()["code"].clone()), (409, json!("conflict")), "{}", early.body);
 
@@ -74,11 +81,13 @@ fn two_tokens_take_a_backfill_from_plan_to_publication_and_one_person_cannot_app
 
     let approved = server.call("POST", &format!("/api/backfills/{id}/approve"), Some(&bo), None);
     assert_eq!(approved.status, 200, "{}", approved.body);
+    assert_conforms("POST", "/api/backfills/{id}/approve", &approved);
     assert_eq!(approved.json()["approval"]["by"], "bo");
     assert!(approved.json()["approval"]["authenticated_as"].as_str().is_some_and(|a| a.contains("approver")));
 
     let published = server.call("POST", &format!("/api/backfills/{id}/publish"), Some(&ana), None);
     assert_eq!(published.status, 200, "{}", published.body);
+    assert_conforms("POST", "/api/backfills/{id}/publish", &published);
     assert_eq!(
         totals(&server, &bo),
         json!([{ "tg_partition": "2024-01-01", "total": 60 }, { "tg_partition": "2024-01-02", "total": 60 }])
@@ -86,6 +95,7 @@ fn two_tokens_take_a_backfill_from_plan_to_publication_and_one_person_cannot_app
 
     // The journal says who asked and who approved, and how each was authenticated.
     let entries = server.call("GET", "/api/journal/entries?limit=1000", Some(&bo), None);
+    assert_conforms("GET", "/api/journal/entries", &entries);
     let entries = entries.json()["items"].as_array().cloned().unwrap_or_default();
     let actor_of = |kind: &str| entries.iter().find(|e| e["kind"] == kind).map(|e| e["actor"].clone());
     assert_eq!(actor_of("backfill_planned"), Some(json!("ana")));
@@ -100,4 +110,35 @@ fn two_tokens_take_a_backfill_from_plan_to_publication_and_one_person_cannot_app
     );
     let planned_via = via_of("backfill_planned").expect("the plan says how ana was established");
     assert!(planned_via.contains("(operator), http 127.0.0.1:"), "{planned_via}");
+
+    // What the readers' routes say after it, each body as the document declares it.
+    let run_id = server.call("GET", &format!("/api/backfills/{id}"), Some(&bo), None).json()["run_id"].clone();
+    let run_id = run_id.as_str().expect("the backfill's run");
+    let release_id = published.json()["release_id"].as_str().expect("its release").to_owned();
+    for (path, template) in [
+        ("/api/status".to_owned(), "/api/status"),
+        ("/api/debt".to_owned(), "/api/debt"),
+        ("/api/runs".to_owned(), "/api/runs"),
+        (format!("/api/runs/{run_id}"), "/api/runs/{id}"),
+        (format!("/api/runs/{run_id}/steps"), "/api/runs/{id}/steps"),
+        (format!("/api/runs/{run_id}/failures"), "/api/runs/{id}/failures"),
+        (format!("/api/runs/{run_id}/logs"), "/api/runs/{id}/logs"),
+        ("/api/backfills".to_owned(), "/api/backfills"),
+        ("/api/releases".to_owned(), "/api/releases"),
+        (format!("/api/releases/{release_id}"), "/api/releases/{id}"),
+        (format!("/api/journal?subject={run_id}"), "/api/journal"),
+        ("/api/datasets/summary/rows".to_owned(), "/api/datasets/{name}/rows"),
+    ] {
+        let r = server.call("GET", &path, Some(&bo), None);
+        assert_eq!(r.status, 200, "{path}: {}", r.body);
+        assert_conforms("GET", template, &r);
+    }
+    let reason = json!({ "reason": "undo the fix to check the rollback's body" });
+    let dry_run = json!({ "reason": "what would an undo restore", "dry_run": true });
+    let undo = server.call("POST", &format!("/api/releases/{release_id}/rollback"), Some(&ana), Some(&dry_run));
+    assert_eq!(undo.status, 200, "{}", undo.body);
+    assert_conforms("POST", "/api/releases/{id}/rollback", &undo);
+    let rolled_back = server.call("POST", &format!("/api/backfills/{id}/rollback"), Some(&ana), Some(&reason));
+    assert_eq!(rolled_back.status, 200, "{}", rolled_back.body);
+    assert_conforms("POST", "/api/backfills/{id}/rollback", &rolled_back);
 }
