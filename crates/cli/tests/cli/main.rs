@@ -3,6 +3,7 @@
 //! (linking once); each module is what was once a binary of its own.
 
 mod backfill;
+mod canary;
 mod catchup;
 mod checkpoints;
 mod common;
