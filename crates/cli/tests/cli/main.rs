@@ -12,6 +12,7 @@ mod failpoints;
 mod fencing;
 mod guarantees;
 mod lineage;
+mod machines;
 mod output;
 mod pointer;
 mod reconcile;
