@@ -145,8 +145,9 @@ impl Worker {
                 next_look = Instant::now() + poll_every;
                 self.start_leased(&mut running, &tx).await?;
             }
-            let renewal = renew_every.saturating_sub(last_registration.elapsed());
-            let wait = STOP_POLL.min(next_look.saturating_duration_since(Instant::now())).min(renewal);
+            // A stopping worker looks for no lease: it only waits for its attempts to report.
+            let look = if stopping { STOP_POLL } else { next_look.saturating_duration_since(Instant::now()) };
+            let wait = STOP_POLL.min(look).min(renew_every.saturating_sub(last_registration.elapsed()));
             tokio::select! {
                 Some((lease, report)) = rx.recv() => {
                     running.remove(&(lease.step_id.clone(), lease.epoch));

@@ -94,9 +94,7 @@ pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
                     }
                     stdout.write_all(&reader.read(file, from)?.0)?;
                 }
-                None => println!(
-                    "(no {name} log: the attempt ran no command, or its log was swept by `tidegate reconcile`)"
-                ),
+                None => println!("(no {name} log: nothing written, no command run, or swept by `tidegate reconcile`)"),
             }
         }
         if args.follow && i + 1 == attempts.len() {
