@@ -22,12 +22,21 @@ pub(crate) struct LogCopies<'a> {
     attempt: u32,
     /// Each stream, its local file, and the size of its last copy.
     logs: [(&'static str, PathBuf, Option<u64>); 2],
+    /// Whether a failed copy was logged already (once per attempt is enough to say the lake is
+    /// out of reach).
+    warned: bool,
 }
 
 impl<'a> LogCopies<'a> {
     pub(crate) fn new(a: &'a Attempt, lake: &'a Lake) -> Self {
         let log = |stream: &'static str| (stream, a.file(&format!("{stream}.log")), None);
-        Self { lake, step_id: &a.step.id, attempt: a.lease.attempt, logs: [log("stdout"), log("stderr")] }
+        Self {
+            lake,
+            step_id: &a.step.id,
+            attempt: a.lease.attempt,
+            logs: [log("stdout"), log("stderr")],
+            warned: false,
+        }
     }
 
     /// Copies each log that exists and changed since its last copy.
@@ -41,8 +50,13 @@ impl<'a> LogCopies<'a> {
             }
             let Ok(bytes) = tokio::fs::read(&*path).await else { continue };
             let len = bytes.len() as u64;
-            if self.lake.put_log(self.step_id, self.attempt, stream, bytes).await.is_ok() {
-                *copied = Some(len);
+            match self.lake.put_log(self.step_id, self.attempt, stream, bytes).await {
+                Ok(()) => *copied = Some(len),
+                Err(e) if !self.warned => {
+                    self.warned = true;
+                    tracing::warn!(error = %e, log = %path.display(), "copying an attempt's log to the lake failed");
+                }
+                Err(_) => {}
             }
         }
     }
