@@ -59,10 +59,33 @@ outputs = ["summary"]
     )
 }
 
+/// A long-lived `tidegate` process, killed if the test ends (or fails) before stopping it.
+struct Process(Option<Child>);
+
+impl Process {
+    /// Stops it with SIGTERM and waits for it to exit.
+    fn terminate(mut self) -> std::process::ExitStatus {
+        let mut child = self.0.take().expect("running");
+        assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill").success());
+        child.wait().expect("exits")
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 /// A long-lived `tidegate` process in `dir`, logging to `log` (a pipe nobody reads would stall it).
-fn spawn(dir: &Path, log: &Path, args: &[&str], canary: &str) -> Child {
+fn spawn(dir: &Path, log: &Path, args: &[&str], canary: &str) -> Process {
     let log = std::fs::File::create(log).expect("a log file");
-    tidegate(dir).args(args).env(CANARY_VAR, canary).stdout(Stdio::null()).stderr(log).spawn().expect("spawn")
+    Process(Some(
+        tidegate(dir).args(args).env(CANARY_VAR, canary).stdout(Stdio::null()).stderr(log).spawn().expect("spawn"),
+    ))
 }
 
 fn count(db: &mut postgres::Client, sql: &str) -> i64 {
@@ -235,9 +258,8 @@ fn workers_on_other_machines_share_only_the_store_and_the_lake() {
     assert!(stdout.starts_with(&lake) && stdout.ends_with("attempt-1.stdout.log"), "read from the lake: {listed}");
     assert!(!desk.path().join(".tidegate/logs").exists(), "read from the lake, not copied here");
 
-    for (name, mut child) in [("one", w1), ("two", w2), ("serve", serve)] {
-        assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill").success());
-        let status = child.wait().expect("exits");
+    for (name, process) in [("one", w1), ("two", w2), ("serve", serve)] {
+        let status = process.terminate();
         let log = std::fs::read_to_string(logs.path().join(format!("{name}.log"))).unwrap_or_default();
         assert!(status.success() && log.contains("stopped cleanly"), "{name}: {status:?}\n{log}");
         assert!(!log.contains(&canary), "{name}'s own log holds the secret");
@@ -275,9 +297,8 @@ fn sqlite_count(ws: &Path, sql: &str) -> i64 {
         .unwrap_or(-1)
 }
 
-fn stop(mut child: Child, name: &str, log: &Path) {
-    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill").success());
-    let status = child.wait().expect("exits");
+fn stop(process: Process, name: &str, log: &Path) {
+    let status = process.terminate();
     assert!(status.success(), "{name}: {status:?}\n{}", std::fs::read_to_string(log).unwrap_or_default());
 }
 
