@@ -1,6 +1,7 @@
 //! Reconciling the store with the lake: removing what Tidegate can prove is its own and abandoned
-//! (staged files of finished attempts, attempt folders and old logs), and reporting every other
-//! difference between what the store declares and what the tables hold.
+//! (staged files of finished attempts, attempt folders and old logs in the workspace's working
+//! folders, old log copies in the lake), and reporting every other difference between what the
+//! store declares and what the tables hold.
 
 use std::collections::{BTreeSet, HashSet};
 use std::time::SystemTime;
@@ -9,10 +10,11 @@ use anyhow::{Context, Result};
 use serde::Serialize;
 use tidegate_core::actor::Actor;
 use tidegate_core::spec::model::DatasetKind;
-use tidegate_engine::attempt::{attempt_name, staging_attempt, staging_id};
+use tidegate_engine::attempt::{attempt_name, default_work_dir, staging_attempt, staging_id};
 use tidegate_engine::leftovers::{self, Swept};
 use tidegate_lake::{
-    Declared, Deletion, Differences, FILE_TIME_GRANULARITY, Owner, Reconciliation, Scope, StagedVersion,
+    Declared, Deletion, Differences, FILE_TIME_GRANULARITY, OBJECT_STORE_CLOCK_SKEW, Owner, Reconciliation, Scope,
+    StagedVersion,
 };
 use tidegate_store::{ActiveStep, Decision, JournalMeta, Store};
 
@@ -34,8 +36,12 @@ pub struct Reconciled {
     #[serde(flatten)]
     /// Where the store and the lake disagree.
     pub differences: Differences,
-    /// What finished attempts left in the workspace, removed.
+    /// What finished attempts left in the workspace's working folders (its own and its
+    /// workers'), removed.
     pub attempts: Swept,
+    /// Copies of finished attempts' logs older than the logs are kept for, removed from the lake
+    /// (`<step>/attempt-<n>.<stream>.log` under `_tidegate/logs`).
+    pub log_copies_removed: Vec<String>,
 }
 
 /// Staging ids of attempts that may still publish: the current attempt of every step that is
@@ -115,7 +121,9 @@ pub fn reconciled(ws: &Workspace, store: &dyn Store, actor: &Actor, keep_logs: c
     let live: HashSet<String> = live_staging_ids(store, &active)?.into_iter().collect();
     let datasets = written_datasets(ws);
     let declared = declared(store, &active, &datasets)?;
-    let (cleaned, differences) = runtime()?.block_on(async {
+    let logs_before = ws.now() - keep_logs;
+    let unfinished: HashSet<&str> = active.iter().map(|a| a.step.id.as_str()).collect();
+    let (cleaned, differences, log_copies_removed) = runtime()?.block_on(async {
         let lake = open_lake(ws).await?;
         // Before anything loads a table: a broken commit is named, not misread.
         for dataset in datasets.iter().chain(declared.release_versions.keys()) {
@@ -128,15 +136,45 @@ pub fn reconciled(ws: &Workspace, store: &dyn Store, actor: &Actor, keep_logs: c
         let scope = Scope { datasets, known_as_of, held };
         let owner = |id: &str| owner_of(store, &live, id);
         let cleaned = lake.reconcile(&scope, owner, Deletion::Abandoned).await?;
-        anyhow::Ok((cleaned, differences))
+        // A step claimed after the store was read writes copies after it (by the lake's clock:
+        // an object store's may be behind or ahead of this machine's).
+        let skew = if lake.root().is_some() { FILE_TIME_GRANULARITY } else { OBJECT_STORE_CLOCK_SKEW };
+        let cutoff = logs_before.min(known_as_of - skew);
+        let copies = lake.sweep_logs(cutoff, &|step| unfinished.contains(step)).await?;
+        anyhow::Ok((cleaned, differences, copies))
     })?;
     // The workspace folders of the same unfinished attempts (named by step and attempt number).
     let running: HashSet<String> = active.iter().map(|a| attempt_name(&a.step.id, a.step.state.attempt)).collect();
     let folders_before = SystemTime::from(known_as_of - FILE_TIME_GRANULARITY);
-    let logs_before = folders_before.min(SystemTime::from(ws.now() - keep_logs));
-    let attempts = leftovers::sweep(&ws.root, &running, folders_before, logs_before)
-        .with_context(|| format!("removing what finished attempts left in {}", ws.root.join(".tidegate").display()))?;
-    Ok(Reconciled { cleaned, differences, attempts })
+    let logs_before = folders_before.min(SystemTime::from(logs_before));
+    let mut attempts = Swept::default();
+    for work_dir in work_dirs(ws)? {
+        let swept = leftovers::sweep(&work_dir, &running, folders_before, logs_before)
+            .with_context(|| format!("removing what finished attempts left in {}", work_dir.display()))?;
+        attempts.absorb(swept);
+    }
+    Ok(Reconciled { cleaned, differences, attempts, log_copies_removed })
+}
+
+/// The workspace's working folders: its own `.tidegate`, and the folder of each worker started in
+/// it without one of its own (`.tidegate/workers/<name>`).
+fn work_dirs(ws: &Workspace) -> Result<Vec<std::path::PathBuf>> {
+    let own = default_work_dir(&ws.root);
+    let mut dirs = vec![own.clone()];
+    let workers = own.join("workers");
+    match std::fs::read_dir(&workers) {
+        Ok(entries) => {
+            for entry in entries {
+                let entry = entry.with_context(|| format!("listing {}", workers.display()))?;
+                if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    dirs.push(entry.path());
+                }
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("listing {}", workers.display())),
+    }
+    Ok(dirs)
 }
 
 /// Deletes exactly `files` (`DATASET/PATH`), each of which reconcile must report as not provably

@@ -6,6 +6,10 @@
 //! stands by while the role is held and takes it when it is free or its holder's lease expired (it
 //! died, or was stopped or cut off). A holder that finds its role taken mid-drain steps down
 //! (journaled) and stands by.
+//! Between ticks it sleeps until the next one, or until another process submits a run where the
+//! store announces it (PostgreSQL's `LISTEN/NOTIFY`), so that a run submitted to an idle
+//! scheduler starts at once without the scheduler polling the store; on SQLite it waits for the
+//! tick as it always has.
 //! Setting the stop flag ends it cleanly: no new attempt starts, attempts in flight finish and
 //! report, the scheduler role is given up.
 //! Beside the loop, a task exports OpenLineage events as the journal grows (`lineage::follow`),
@@ -19,9 +23,9 @@ use anyhow::Result;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use tidegate_core::actor::Actor;
-use tidegate_engine::Summary;
+use tidegate_engine::{Summary, Wakeups};
 use tidegate_lake::Lake;
-use tidegate_store::Store;
+use tidegate_store::{Change, Store};
 
 use crate::actor::{Access, require};
 use crate::schedule::{Superseded, decide, start_due};
@@ -96,10 +100,13 @@ pub async fn serve(
         .with_owner(scheduler_name())
         .with_stop(stop.clone());
     let heartbeat = Duration::from_secs(u64::from(ws.spec.project.heartbeat_s));
+    // Watching before the first drain reads the store: a run submitted after that wakes a pause.
+    let mut submitted = Wakeups::start(store.clone(), &[Change::RunSubmitted]).await?;
     let (lineage_tx, mut lineage) = tokio::sync::mpsc::unbounded_channel();
     let exporter = crate::lineage::Exporter::new(ws);
     let follower = tokio::spawn(crate::lineage::follow(exporter, store.clone(), stop.clone(), lineage_tx));
     let (mut standing_by, mut first) = (false, true);
+    let mut next_tick = Instant::now();
     while !stop.load(Ordering::SeqCst) {
         while let Ok(delivery) = lineage.try_recv() {
             observe(Event::Lineage(delivery));
@@ -117,19 +124,9 @@ pub async fn serve(
             observe(Event::Active);
             (standing_by, first) = (false, false);
         }
-        let now = ws.now();
-        let decisions = decide(&ws.spec, &lake, now).await?;
-        // The store's calls block (a PostgreSQL client waits on the network); they leave the
-        // runtime's thread for the call instead of blocking it.
-        let due = tokio::task::block_in_place(|| start_due(ws, store.as_ref(), actor, &decisions, now))?;
-        for run_id in due.runs {
-            observe(Event::Started { at: now, run_id });
-        }
-        for interval in due.superseded {
-            observe(Event::Superseded { at: now, interval });
-        }
-        for d in decisions.into_iter().filter(|d| !d.debt.is_empty()) {
-            observe(Event::Debt { at: now, task: d.task, n_intervals: d.debt.len() });
+        if started >= next_tick {
+            tick(ws, store.as_ref(), &lake, actor, observe).await?;
+            next_tick = started + options.tick_every;
         }
         match engine.drain_holding_role().await {
             Ok(summary) if summary.published + summary.failed + summary.skipped > 0 => {
@@ -146,14 +143,61 @@ pub async fn serve(
         // Between ticks the role is free: a backfill's publication or a rollback (which take it
         // to publish) go ahead, and a standby may take over; the next tick takes it if it can.
         engine.give_up_scheduler_role().await?;
-        let next = started + options.tick_every;
-        pause(&stop, next.saturating_duration_since(Instant::now())).await;
+        wait_for_work(&stop, &mut submitted, store.as_ref(), next_tick).await?;
     }
     engine.give_up_scheduler_role().await?;
     // The follower exports once more after the stop flag, so the last drain's events go out.
     let _ = follower.await;
     while let Ok(delivery) = lineage.try_recv() {
         observe(Event::Lineage(delivery));
+    }
+    Ok(())
+}
+
+/// One evaluation of the schedules: starts what is due, and tells `observe` what it started,
+/// what it found superseded and the debt it left.
+async fn tick(
+    ws: &Workspace,
+    store: &dyn Store,
+    lake: &Lake,
+    actor: &Actor,
+    observe: &mut (dyn FnMut(Event) + Send),
+) -> Result<()> {
+    let now = ws.now();
+    let decisions = decide(&ws.spec, lake, now).await?;
+    // The store's calls block (a PostgreSQL client waits on the network); they leave the
+    // runtime's thread for the call instead of blocking it.
+    let due = tokio::task::block_in_place(|| start_due(ws, store, actor, &decisions, now))?;
+    for run_id in due.runs {
+        observe(Event::Started { at: now, run_id });
+    }
+    for interval in due.superseded {
+        observe(Event::Superseded { at: now, interval });
+    }
+    for d in decisions.into_iter().filter(|d| !d.debt.is_empty()) {
+        observe(Event::Debt { at: now, task: d.task, n_intervals: d.debt.len() });
+    }
+    Ok(())
+}
+
+/// How many of the newest runs a woken scheduler reads to see whether one is unfinished.
+const RUNS_LOOKED_AT: u32 = 20;
+
+/// Sleeps until `until` (the next tick), waking early when `stop` is set or when a run was
+/// submitted that is not finished yet (a run the last tick submitted and the drain finished
+/// wakes it too, and is looked up and slept on: one read, no drain).
+async fn wait_for_work(stop: &AtomicBool, submitted: &mut Wakeups, store: &dyn Store, until: Instant) -> Result<()> {
+    while !stop.load(Ordering::SeqCst) && Instant::now() < until {
+        let slice = STOP_POLL.min(until.saturating_duration_since(Instant::now()));
+        tokio::select! {
+            () = submitted.changed() => {
+                let runs = tokio::task::block_in_place(|| store.runs(RUNS_LOOKED_AT))?;
+                if runs.iter().any(|r| !r.status.is_terminal()) {
+                    return Ok(());
+                }
+            }
+            () = tokio::time::sleep(slice) => {}
+        }
     }
     Ok(())
 }

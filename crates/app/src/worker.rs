@@ -2,12 +2,18 @@
 //! registered workers within pools, rate limits and priority shares; each worker runs what is
 //! leased in its name and records the outcome. Setting the stop flag ends it cleanly: no new lease
 //! is taken, attempts in flight finish and are recorded, and the registration is removed.
+//!
+//! A worker needs nothing from the scheduler's machine: the store and the lake are reached by
+//! URL, its attempts write in a working folder of its own ([`work_dir`]), and their logs are
+//! copied to the lake for `tidegate logs` anywhere.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use anyhow::{Result, bail};
 use tidegate_core::actor::Actor;
+use tidegate_engine::attempt::{Site, worker_work_dir};
 use tidegate_engine::{Worker, WorkerSummary};
 use tidegate_lake::Lake;
 use tidegate_store::Store;
@@ -25,6 +31,9 @@ pub struct WorkerRequest {
     pub slots: u32,
     /// Its name in leases and the journal; `None` for `worker-<host>-<pid>`.
     pub name: Option<String>,
+    /// The folder its attempts write their output, logs and checkpoint files in; `None` for
+    /// `.tidegate/workers/<name>` in the workspace.
+    pub work_dir: Option<PathBuf>,
 }
 
 /// The name a worker runs under: the one asked for, if it is 1 to 64 letters, digits, '-', '_'
@@ -39,19 +48,27 @@ pub fn name(request: &WorkerRequest) -> Result<String> {
     }
 }
 
-/// Runs attempts leased to the worker `name` until `stop` is set; returns what it did.
+/// The working folder of the worker `name`: the one asked for, else its own folder in the
+/// workspace's `.tidegate`.
+pub fn work_dir(ws: &Workspace, request: &WorkerRequest, name: &str) -> PathBuf {
+    request.work_dir.clone().unwrap_or_else(|| worker_work_dir(&ws.root, name))
+}
+
+/// Runs attempts leased to the worker `name` (see [`name`]) until `stop` is set; returns what it
+/// did.
 pub async fn work(
     ws: &Workspace,
     store: Arc<dyn Store>,
     lake: Arc<Lake>,
     actor: &Actor,
+    request: &WorkerRequest,
     name: String,
-    slots: u32,
     stop: Arc<AtomicBool>,
 ) -> Result<WorkerSummary> {
     require(actor, Access::RunWork)?;
     let spec = Arc::new(ws.spec.clone());
-    let worker = Worker::new(store, lake, spec, ws.root.clone(), ws.lake_url(), ws.clock.clone(), name, slots, stop);
+    let site = Site::new(ws.root.clone(), ws.lake_url()).with_work_dir(work_dir(ws, request, &name));
+    let worker = Worker::new(store, lake, spec, site, ws.clock.clone(), name, request.slots, stop);
     Ok(worker.run().await?)
 }
 
@@ -75,12 +92,12 @@ mod tests {
 
     #[test]
     fn worker_names_are_short_and_plain() {
-        let named = |n: &str| name(&WorkerRequest { slots: 1, name: Some(n.to_owned()) });
+        let named = |n: &str| name(&WorkerRequest { slots: 1, name: Some(n.to_owned()), work_dir: None });
         assert_eq!(named("gpu-box_1.a").expect("a plain name"), "gpu-box_1.a");
         for bad in ["", "a b", "../x", &"x".repeat(65)] {
             assert!(named(bad).is_err(), "{bad:?} was accepted");
         }
-        let default = name(&WorkerRequest { slots: 1, name: None }).expect("a default name");
+        let default = name(&WorkerRequest { slots: 1, name: None, work_dir: None }).expect("a default name");
         assert!(default.starts_with("worker-") && default.ends_with(&std::process::id().to_string()), "{default}");
     }
 }

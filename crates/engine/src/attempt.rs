@@ -14,6 +14,7 @@ use tidegate_core::spec::{Dataset, Task, TaskRun};
 use tidegate_lake::{CheckResult, Lake, StagedVersion};
 use tidegate_store::{CheckpointRecord, Lease, StepRecord, Store};
 
+use crate::log_copy::{COPY_EVERY, LogCopies};
 use crate::process;
 use crate::secrets::Secrets;
 
@@ -32,9 +33,11 @@ pub struct Attempt {
     pub partition: Partition,
     /// The workspace folder: commands run here.
     pub workspace: PathBuf,
-    /// `.tidegate/attempts/<step>.attempt-<n>`: the attempt's output folder (one subfolder per
+    /// The working folder of the process running it ([`Site::work_dir`]).
+    pub work_dir: PathBuf,
+    /// `<work dir>/attempts/<step>.attempt-<n>`: the attempt's output folder (one subfolder per
     /// dataset when the task has several outputs). Its logs and checkpoint file are files in
-    /// `.tidegate/logs` named after it ([`Attempt::file`]). One new folder per attempt: creating
+    /// `<work dir>/logs` named after it ([`Attempt::file`]). One new folder per attempt: creating
     /// folders (ext4 allocates each inode by a scan) was a third of Tidegate's own CPU per no-op
     /// task when an attempt made three.
     pub dir: PathBuf,
@@ -84,15 +87,55 @@ pub enum Report {
 }
 
 impl Attempt {
-    /// `.tidegate/logs/<step>.attempt-<n>.<suffix>`: a file of this attempt's beside the others'
+    /// `<work dir>/logs/<step>.attempt-<n>.<suffix>`: a file of this attempt's beside the others'
     /// (`stdout.log`, `stderr.log`, `checkpoints.jsonl`).
     pub fn file(&self, suffix: &str) -> PathBuf {
         let name = attempt_name(&self.step.id, self.lease.attempt);
-        logs_dir(&self.workspace).join(format!("{name}.{suffix}"))
+        logs_dir(&self.work_dir).join(format!("{name}.{suffix}"))
     }
 }
 
-/// `<step>.attempt-<n>`: what an attempt's output folder and its files in `.tidegate/logs` are
+/// Where a process runs its attempts: the workspace folder (commands run there), its working
+/// folder (what attempts write locally) and the lake.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Site {
+    /// The workspace folder: commands run here, and their relative paths are read from it.
+    pub workspace: PathBuf,
+    /// The folder attempts write their output (`attempts/`), logs and checkpoint files (`logs/`)
+    /// in before staging: the workspace's `.tidegate` for a scheduler ([`default_work_dir`]), a
+    /// folder of its own for each worker, so that a worker needs no disk shared with anyone.
+    pub work_dir: PathBuf,
+    /// The lake's URL, for the task's environment.
+    pub lake_uri: String,
+}
+
+impl Site {
+    /// Attempts run from `workspace`, writing in its `.tidegate` folder, for the lake at
+    /// `lake_uri`.
+    pub fn new(workspace: PathBuf, lake_uri: String) -> Self {
+        Self { work_dir: default_work_dir(&workspace), workspace, lake_uri }
+    }
+
+    /// The same site, writing in `work_dir` instead.
+    #[must_use]
+    pub fn with_work_dir(mut self, work_dir: PathBuf) -> Self {
+        self.work_dir = work_dir;
+        self
+    }
+}
+
+/// `<workspace>/.tidegate`: the working folder of a scheduler (`serve`, `run`) in `workspace`.
+pub fn default_work_dir(workspace: &std::path::Path) -> PathBuf {
+    workspace.join(".tidegate")
+}
+
+/// `<workspace>/.tidegate/workers/<name>`: the working folder of worker `name` started in
+/// `workspace` without one of its own.
+pub fn worker_work_dir(workspace: &std::path::Path, name: &str) -> PathBuf {
+    default_work_dir(workspace).join("workers").join(name)
+}
+
+/// `<step>.attempt-<n>`: what an attempt's output folder and its files in `<work dir>/logs` are
 /// named after.
 pub fn attempt_name(step_id: &str, attempt: u32) -> String {
     format!("{step_id}.attempt-{attempt}")
@@ -132,14 +175,14 @@ fn is_uuid(text: &str) -> bool {
         && text.bytes().enumerate().all(|(i, b)| if hyphens.contains(&i) { b == b'-' } else { b.is_ascii_hexdigit() })
 }
 
-/// `.tidegate/attempts`: the attempts' output folders.
-pub fn attempts_dir(workspace: &std::path::Path) -> PathBuf {
-    workspace.join(".tidegate").join("attempts")
+/// `<work dir>/attempts`: the attempts' output folders.
+pub fn attempts_dir(work_dir: &std::path::Path) -> PathBuf {
+    work_dir.join("attempts")
 }
 
-/// `.tidegate/logs`: the attempts' logs and checkpoint files.
-pub fn logs_dir(workspace: &std::path::Path) -> PathBuf {
-    workspace.join(".tidegate").join("logs")
+/// `<work dir>/logs`: the attempts' logs and checkpoint files.
+pub fn logs_dir(work_dir: &std::path::Path) -> PathBuf {
+    work_dir.join("logs")
 }
 
 impl Report {
@@ -367,7 +410,7 @@ async fn run_command(
     staging_id: &str,
 ) -> Result<Vec<StagedVersion>, Failure> {
     // The output folders, and the folder the task appends its checkpoints in (made once per
-    // workspace). Made on this thread: the workspace holds the SQLite store, so it is on a local
+    // working folder). Made on this thread: the working folder is the process's own, on a local
     // disk, where a `mkdir` takes microseconds, less than a hand-off to a blocking thread and
     // back.
     let mut folders: Vec<PathBuf> = a.outputs.iter().map(|d| output_dir(a, &d.name)).collect();
@@ -394,15 +437,21 @@ async fn run_command(
     let mut process = tokio::spawn(async move { process::run(&spec).await });
     let mut checkpoints = Checkpoints::new(a, store.clone(), lake, task.redactor);
     let mut poll = tokio::time::interval(CHECKPOINT_POLL);
+    let mut copies = LogCopies::new(a, lake);
+    let mut copy = tokio::time::interval_at(tokio::time::Instant::now() + COPY_EVERY, COPY_EVERY);
+    copy.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let finished = loop {
         tokio::select! {
             done = &mut process => break done,
             _ = poll.tick() => checkpoints.poll().await,
+            _ = copy.tick() => copies.copy().await,
         }
     };
     // Granules completed before the process ended count even when it failed: a retry resumes
     // after them.
     checkpoints.poll().await;
+    // The logs are complete: their last copy is what `tidegate logs` shows elsewhere.
+    copies.copy().await;
     let finished = finished
         .map_err(|e| (ErrorClass::Transient, format!("the task's supervisor failed: {e}")))?
         .map_err(|e| match e {
@@ -552,12 +601,12 @@ pub fn step_env(a: &Attempt) -> Vec<(String, String)> {
     env
 }
 
-/// The attempt a lease starts: the step's task, outputs, partition and folders, from the spec.
-/// `None` when the spec no longer has the step's task (the worker runs another spec version).
+/// The attempt a lease starts at `site`: the step's task, outputs, partition and folders, from the
+/// spec. `None` when the spec no longer has the step's task (the worker runs another spec
+/// version).
 pub fn prepare(
     spec: &tidegate_core::spec::Spec,
-    workspace: &std::path::Path,
-    lake_uri: &str,
+    site: &Site,
     step: StepRecord,
     lease: Lease,
     resume_from: Option<CheckpointRecord>,
@@ -566,15 +615,16 @@ pub fn prepare(
     let task = spec.tasks.get(&step.task)?.clone();
     let outputs = task.outputs.iter().filter_map(|o| spec.datasets.get(o).cloned()).collect();
     Some(Attempt {
-        dir: attempts_dir(workspace).join(attempt_name(&step.id, lease.attempt)),
+        dir: attempts_dir(&site.work_dir).join(attempt_name(&step.id, lease.attempt)),
         run_id: step.run_id.clone(),
         partition: Partition { key: step.partition.clone(), interval: step.interval },
         lease,
         step,
         task,
         outputs,
-        workspace: workspace.to_path_buf(),
-        lake_uri: lake_uri.to_owned(),
+        workspace: site.workspace.clone(),
+        work_dir: site.work_dir.clone(),
+        lake_uri: site.lake_uri.clone(),
         heartbeat: Duration::from_secs(u64::from(spec.project.heartbeat_s)),
         lease_ttl_s: spec.project.lease_ttl_s,
         resume_from,

@@ -171,8 +171,12 @@ impl Throughput {
     }
 }
 
-/// How often the loop re-reads the steps of attempts in flight in worker processes.
+/// How often the loop re-reads the steps of attempts in flight in worker processes, on a store
+/// that does not announce their end.
 const REMOTE_POLL: Duration = Duration::from_millis(50);
+/// How often it re-reads them anyway on a store that announces their end (PostgreSQL), in case
+/// an announcement was lost; the loop's own timers ([`IDLE_TICK`]) usually come first.
+const REMOTE_POLL_WHEN_WOKEN: Duration = Duration::from_secs(1);
 
 /// Where claimed attempts can run: this process's slots not in use, and live worker processes.
 struct Dispatch<'a> {
@@ -236,8 +240,7 @@ pub struct Engine {
     store: Arc<dyn Store>,
     lake: Arc<Lake>,
     spec: Arc<Spec>,
-    workspace: PathBuf,
-    lake_uri: String,
+    site: attempt::Site,
     clock: Arc<dyn Clock>,
     opts: Options,
     progress: Option<ProgressFn>,
@@ -251,7 +254,7 @@ pub struct Engine {
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Engine").field("workspace", &self.workspace).field("opts", &self.opts).finish_non_exhaustive()
+        f.debug_struct("Engine").field("site", &self.site).field("opts", &self.opts).finish_non_exhaustive()
     }
 }
 
@@ -299,7 +302,8 @@ impl Engine {
         opts: Options,
     ) -> Self {
         let runner = Arc::new(attempt::TaskRunner);
-        Self { store, lake, spec, workspace, lake_uri, clock, opts, progress: None, stop: None, runner, only_run: None }
+        let site = attempt::Site::new(workspace, lake_uri);
+        Self { store, lake, spec, site, clock, opts, progress: None, stop: None, runner, only_run: None }
     }
 
     /// Runs attempts with `runner` instead of the task's command or SQL (a benchmark's no-op).
@@ -907,9 +911,8 @@ impl Engine {
                 continue;
             }
             let clock = self.clock.clone();
-            let attempt =
-                attempt::prepare(&self.spec, &self.workspace, &self.lake_uri, step, lease, resume_from, clock)
-                    .ok_or_else(|| Error::Internal(format!("claimed step {step_id} has a task the spec lacks")))?;
+            let attempt = attempt::prepare(&self.spec, &self.site, step, lease, resume_from, clock)
+                .ok_or_else(|| Error::Internal(format!("claimed step {step_id} has a task the spec lacks")))?;
             attempts.push(attempt);
         }
         Ok(attempts)

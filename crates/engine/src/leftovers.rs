@@ -1,8 +1,9 @@
-//! What attempts leave in the workspace, and sweeping it away once nobody needs it.
+//! What attempts leave in a working folder (the workspace's `.tidegate`, or a worker's own), and
+//! sweeping it away once nobody needs it.
 //!
 //! A staged attempt's output folder is removed as soon as its files are in the lake; a failed
 //! attempt's stays for investigation, and every attempt's logs and checkpoint file stay in
-//! `.tidegate/logs`. [`sweep`] removes the output folders of attempts that are no longer running
+//! `<work dir>/logs`. [`sweep`] removes the output folders of attempts that are no longer running
 //! and the log files of those that ended longer ago than the caller keeps logs for. An attempt is
 //! running when it is the current attempt of a step that is not finished (the caller reads that
 //! from the store) or when its files are newer than that read (it may have been claimed after).
@@ -31,17 +32,31 @@ pub struct Swept {
     pub n_logs_kept: usize,
 }
 
-/// Removes from `workspace` the output folders of attempts not in `live` (attempt names, see
-/// [`crate::attempt::attempt_name`]) last modified before `folders_before`, and their log files
-/// last modified before `logs_before`. Entries that are not an attempt's are left alone.
+impl Swept {
+    /// Adds what a sweep of another working folder removed and kept.
+    pub fn absorb(&mut self, other: Swept) {
+        self.folders_removed.extend(other.folders_removed);
+        self.logs_removed.extend(other.logs_removed);
+        self.folders_removed.sort();
+        self.logs_removed.sort();
+        self.n_bytes_removed += other.n_bytes_removed;
+        self.n_kept_live += other.n_kept_live;
+        self.n_logs_kept += other.n_logs_kept;
+    }
+}
+
+/// Removes from the working folder `work_dir` the output folders of attempts not in `live`
+/// (attempt names, see [`crate::attempt::attempt_name`]) last modified before `folders_before`,
+/// and their log files last modified before `logs_before`. Entries that are not an attempt's are
+/// left alone.
 pub fn sweep(
-    workspace: &Path,
+    work_dir: &Path,
     live: &HashSet<String>,
     folders_before: SystemTime,
     logs_before: SystemTime,
 ) -> io::Result<Swept> {
     let mut swept = Swept::default();
-    for entry in entries(&attempts_dir(workspace))? {
+    for entry in entries(&attempts_dir(work_dir))? {
         let name = entry.file_name().to_string_lossy().into_owned();
         if attempt_of(&name) != Some(name.as_str()) {
             continue;
@@ -59,7 +74,7 @@ pub fn sweep(
             swept.folders_removed.push(name);
         }
     }
-    for entry in entries(&logs_dir(workspace))? {
+    for entry in entries(&logs_dir(work_dir))? {
         let name = entry.file_name().to_string_lossy().into_owned();
         let Some(attempt) = attempt_of(&name) else { continue };
         let Some(meta) = gone_is_none(entry.metadata())? else { continue };

@@ -12,12 +12,15 @@ pub mod checkpoint;
 pub mod executor;
 pub mod failpoint;
 pub mod leftovers;
+pub mod log_copy;
 pub mod process;
 pub mod secrets;
 pub mod view;
+pub mod wake;
 pub mod worker;
 
 pub use executor::{Engine, Options, Summary};
+pub use wake::Wakeups;
 pub use worker::{Worker, WorkerSummary};
 
 /// What went wrong while running steps.

@@ -1,14 +1,21 @@
 //! A worker process (`tidegate worker`): runs the attempts the scheduler leased in its name, and
-//! nothing else. It registers its slots in the store and renews the registration; it polls for
-//! leases in its name, runs each attempt (heartbeating the lease as any attempt does), and writes
-//! the outcome itself (staged versions, then the checks' verdict, or the failure), fenced by the
-//! lease epoch. It never promotes, retries or publishes: those stay with the single scheduler.
+//! nothing else. It registers its slots in the store and renews the registration; it looks for
+//! leases in its name when the store announces a lease ([`Change::StepLeased`], on PostgreSQL)
+//! and otherwise every [`POLL_EVERY`] (SQLite) or [`POLL_EVERY_WHEN_WOKEN`] (a safety net where
+//! leases are announced), runs each attempt (heartbeating the lease as any attempt does), and
+//! writes the outcome itself (staged versions, then the checks' verdict, or the failure), fenced
+//! by the lease epoch. It never promotes, retries or publishes: those stay with the single
+//! scheduler.
+//!
+//! It shares nothing with the scheduler but the store and the lake: attempts write their output,
+//! logs and checkpoint files in the worker's own working folder ([`Site::work_dir`]), read their
+//! inputs from the lake, stage into the lake, and copy their logs to the lake for `tidegate logs`
+//! on any machine.
 //!
 //! A worker that dies stops heartbeating: its leases expire, the scheduler retries the attempts
 //! elsewhere, and whatever the dead worker might still write is rejected by the epoch.
 
 use std::collections::HashSet;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -16,14 +23,20 @@ use std::time::{Duration, Instant};
 use tidegate_core::clock::Clock;
 use tidegate_core::spec::Spec;
 use tidegate_lake::Lake;
-use tidegate_store::{JournalMeta, Lease, Outcome, StagedRecord, Store};
+use tidegate_store::{Change, JournalMeta, Lease, Outcome, StagedRecord, Store};
 use tokio::sync::mpsc;
 
-use crate::attempt::{self, Report};
+use crate::attempt::{self, Report, Site};
+use crate::wake::Wakeups;
 use crate::{Error, Result};
 
-/// How often a worker looks for new leases in its name.
+/// How often a worker looks for new leases in its name on a store that does not announce them.
 pub const POLL_EVERY: Duration = Duration::from_millis(100);
+/// How often it looks anyway on a store that announces leases: a lease announced while the
+/// worker's listener was reconnecting is found within this, well inside a lease's life.
+pub const POLL_EVERY_WHEN_WOKEN: Duration = Duration::from_secs(5);
+/// How often a waiting worker looks at its stop flag.
+const STOP_POLL: Duration = Duration::from_millis(200);
 
 /// What a worker did before it stopped.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -41,8 +54,7 @@ pub struct Worker {
     store: Arc<dyn Store>,
     lake: Arc<Lake>,
     spec: Arc<Spec>,
-    workspace: PathBuf,
-    lake_uri: String,
+    site: Site,
     clock: Arc<dyn Clock>,
     id: String,
     slots: u32,
@@ -61,19 +73,19 @@ impl Worker {
         clippy::too_many_arguments,
         reason = "each is a separate collaborator the caller owns; a builder would only rename them"
     )]
-    /// A worker over the store and lake, registered as `id` with `slots` attempt slots.
+    /// A worker over the store and lake, running attempts at `site`, registered as `id` with
+    /// `slots` attempt slots.
     pub fn new(
         store: Arc<dyn Store>,
         lake: Arc<Lake>,
         spec: Arc<Spec>,
-        workspace: PathBuf,
-        lake_uri: String,
+        site: Site,
         clock: Arc<dyn Clock>,
         id: String,
         slots: u32,
         stop: Arc<AtomicBool>,
     ) -> Self {
-        Self { store, lake, spec, workspace, lake_uri, clock, id, slots, seed: 0x5eed, stop }
+        Self { store, lake, spec, site, clock, id, slots, seed: 0x5eed, stop }
     }
 
     async fn db<T: Send + 'static>(
@@ -105,10 +117,14 @@ impl Worker {
     /// Runs until the stop flag is set, then lets the attempts in flight finish, deregisters and
     /// returns.
     pub async fn run(&self) -> Result<WorkerSummary> {
+        // Watching before the first look for leases: a lease made after that look wakes it.
+        let mut leased = Wakeups::start(self.store.clone(), &[Change::StepLeased]).await?;
+        let poll_every = if leased.wakes() { POLL_EVERY_WHEN_WOKEN } else { POLL_EVERY };
         self.register().await?;
         let mut summary = WorkerSummary::default();
         let mut last_registration = Instant::now();
         let renew_every = Duration::from_secs(u64::from(self.spec.project.heartbeat_s));
+        let mut next_look = Instant::now();
         // (step, epoch) of the attempts running here.
         let mut running: HashSet<(String, u64)> = HashSet::new();
         let (tx, mut rx) = mpsc::unbounded_channel::<(Lease, Report)>();
@@ -125,24 +141,40 @@ impl Worker {
                 self.register().await?;
                 last_registration = Instant::now();
             }
-            if !stopping {
-                let id = self.id.clone();
-                for lease in self.db(move |s| s.leases_of(&id)).await? {
-                    if running.contains(&(lease.step_id.clone(), lease.epoch)) {
-                        continue;
-                    }
-                    running.insert((lease.step_id.clone(), lease.epoch));
-                    self.start(lease, tx.clone()).await?;
-                }
+            if !stopping && Instant::now() >= next_look {
+                next_look = Instant::now() + poll_every;
+                self.start_leased(&mut running, &tx).await?;
             }
-            if let Ok(Some((lease, report))) = tokio::time::timeout(POLL_EVERY, rx.recv()).await {
-                running.remove(&(lease.step_id.clone(), lease.epoch));
-                self.settle(lease, report, &mut summary).await?;
+            // A stopping worker looks for no lease: it only waits for its attempts to report.
+            let look = if stopping { STOP_POLL } else { next_look.saturating_duration_since(Instant::now()) };
+            let wait = STOP_POLL.min(look).min(renew_every.saturating_sub(last_registration.elapsed()));
+            tokio::select! {
+                Some((lease, report)) = rx.recv() => {
+                    running.remove(&(lease.step_id.clone(), lease.epoch));
+                    self.settle(lease, report, &mut summary).await?;
+                }
+                () = leased.changed() => next_look = Instant::now(),
+                () = tokio::time::sleep(wait) => {}
             }
         }
         let (id, now) = (self.id.clone(), self.clock.now());
         self.db(move |s| s.deregister_worker(&id, now)).await?;
         Ok(summary)
+    }
+
+    /// Starts the attempts of the leases in this worker's name that are not running yet.
+    async fn start_leased(
+        &self,
+        running: &mut HashSet<(String, u64)>,
+        tx: &mpsc::UnboundedSender<(Lease, Report)>,
+    ) -> Result<()> {
+        let id = self.id.clone();
+        for lease in self.db(move |s| s.leases_of(&id)).await? {
+            if running.insert((lease.step_id.clone(), lease.epoch)) {
+                self.start(lease, tx.clone()).await?;
+            }
+        }
+        Ok(())
     }
 
     /// Starts the attempt a lease names, on its own task.
@@ -151,15 +183,9 @@ impl Worker {
         let (step, resume_from) = self.db(move |s| Ok((s.step(&sid)?, s.last_checkpoint(&sid)?))).await?;
         let Some(step) = step else { return Ok(()) };
         let epoch = lease.epoch;
-        let Some(attempt) = attempt::prepare(
-            &self.spec,
-            &self.workspace,
-            &self.lake_uri,
-            step,
-            lease.clone(),
-            resume_from,
-            self.clock.clone(),
-        ) else {
+        let Some(attempt) =
+            attempt::prepare(&self.spec, &self.site, step, lease.clone(), resume_from, self.clock.clone())
+        else {
             let report = Report::Failed {
                 step_id: lease.step_id.clone(),
                 epoch,

@@ -28,6 +28,7 @@ mod evolution;
 pub mod failpoint;
 mod layout;
 mod local;
+mod logs;
 mod modes;
 mod pointer;
 mod publish;
@@ -49,6 +50,7 @@ pub use df::{QueryLimits, USER_QUERY_MEMORY_LIMIT_MB, USER_QUERY_TIME_LIMIT_S};
 pub use error::{Error, FileLocation, Result};
 pub use evolution::{ChangeKind, ColumnChange, PendingChange, SchemaChange};
 pub use layout::{PARTITIONING_PROPERTY, PartitionColumn, PartitionKind};
+pub use logs::{LOG_STREAMS, LOGS_DIR, LogCopy};
 pub use pointer::{Advance, CURRENT_POINTER, POINTER_DIR, Pointer};
 pub use publish::{
     APP_ID_PREFIX, DUPLICATES_DROPPED_KEY, MAX_COMMIT_ATTEMPTS, Publication, PublishedItem, Release, ReleaseItem,

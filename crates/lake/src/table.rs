@@ -115,6 +115,14 @@ impl Lake {
         }
     }
 
+    /// The bucket's store and the lake's prefix in it; `None` for a folder lake.
+    pub(crate) fn object_root(&self) -> Option<(Arc<dyn ObjectStore>, ObjectPath)> {
+        match &self.root {
+            Root::Folder(_) => None,
+            Root::Objects { store, prefix } => Some((store.clone(), prefix.clone())),
+        }
+    }
+
     /// Creates the folder of one dataset's table (or a folder inside it): the local object store
     /// refuses to write under a root that does not exist. Object stores have no folders.
     pub(crate) async fn ensure_folder(&self, dataset: &str, inside: Option<&str>) -> Result<()> {

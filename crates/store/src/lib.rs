@@ -19,6 +19,7 @@ mod locks;
 mod metrics;
 mod migrate;
 mod model;
+mod notify;
 mod postgres;
 mod releases;
 mod request_keys;
@@ -34,6 +35,7 @@ mod workers;
 
 pub use error::{Error, Result};
 pub use model::*;
+pub use notify::{Change, ChangeWatch};
 pub use postgres::Postgres;
 pub use sqlite::Sqlite;
 pub use store::{Options, PgStore, SqlStore, SqliteStore, open, open_with};
@@ -233,6 +235,13 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn acquire_scheduler(&self, owner: &str, now: DateTime<Utc>, ttl_s: u32) -> Result<bool>;
     /// Gives the scheduler role up (clean shutdown).
     fn release_scheduler(&self, owner: &str) -> Result<()>;
+
+    /// Starts watching for `changes` that any process (this one included) commits from now on:
+    /// [`ChangeWatch::wait`] returns when one has. Runs submitted, steps leased to a worker
+    /// process and attempts ended are announced by the transactions that make them. On
+    /// PostgreSQL the first watch of a handle opens a connection that `LISTEN`s; on SQLite a
+    /// watch's waits only sleep ([`ChangeWatch::wakes`] is false) and callers keep polling.
+    fn watch(&self, changes: &[Change]) -> Result<ChangeWatch>;
 
     /// Takes or renews `dataset`'s maintenance lock for `owner` until `now + ttl_s`, for
     /// `purpose`; [`LockOutcome::HeldBy`] names another live holder. Taking it is journaled

@@ -4,12 +4,13 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use postgres::error::SqlState;
 use postgres::types::{ToSql, Type};
 use postgres::{Client, GenericClient, NoTls, Statement};
 
+use crate::notify::{CHANNEL_SQL, Change, ChangeWatch, Feed};
 use crate::sql::{Driver, Row, Tx, Value, to_dollar_placeholders};
 use crate::{Backend, Error, Result};
 
@@ -20,10 +21,12 @@ pub(crate) const WRITE_LOCK_KEY: i64 = 0x7469_6465_6761_7465;
 /// Idle clients kept for reuse; threads beyond this connect their own and close them after use.
 const POOL_IDLE_MAX: usize = 8;
 
-/// A PostgreSQL database and a small pool of clients to it.
+/// A PostgreSQL database, a small pool of clients to it, and, once something watches for changes,
+/// the feed its listener connection fills (`notify`).
 pub struct Postgres {
     config: postgres::Config,
     idle: Mutex<Vec<PgConn>>,
+    feed: Mutex<Option<Arc<Feed>>>,
 }
 
 impl fmt::Debug for Postgres {
@@ -39,6 +42,10 @@ impl Drop for Postgres {
     /// async tasks; the last handle to a store is often dropped on one (the end of `tidegate
     /// serve` or `tidegate worker`, inside their runtime).
     fn drop(&mut self) {
+        // The listener, if one was started, stops within a second and closes its own client.
+        if let Some(feed) = self.feed.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner).take() {
+            feed.close();
+        }
         let idle = std::mem::take(self.idle.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner));
         if !idle.is_empty() {
             let _ = std::thread::spawn(move || drop(idle)).join();
@@ -58,7 +65,7 @@ impl Postgres {
     pub(crate) fn connect(url: &str) -> Result<Self> {
         let config: postgres::Config =
             url.parse().map_err(|e: postgres::Error| Error::BadUrl { url: redact(url), reason: describe(&e) })?;
-        let driver = Self { config, idle: Mutex::new(Vec::new()) };
+        let driver = Self { config, idle: Mutex::new(Vec::new()), feed: Mutex::new(None) };
         let conn = driver.open_client()?;
         driver.give_back(conn);
         Ok(driver)
@@ -114,6 +121,21 @@ impl Driver for Postgres {
         let result = f(&mut PgTx { client, statements });
         self.give_back(conn);
         result
+    }
+
+    /// One listener connection per handle, started by the first watch; it listens before this
+    /// returns, so the watch hears every change committed afterwards.
+    fn watch(&self, changes: &[Change]) -> Result<ChangeWatch> {
+        let mut feed = self.feed.lock().expect("postgres feed mutex poisoned");
+        let feed = match &*feed {
+            Some(f) => f.clone(),
+            None => {
+                let f = Arc::new(Feed::default());
+                crate::notify::start_listener(&self.config, f.clone())?;
+                feed.insert(f).clone()
+            }
+        };
+        Ok(ChangeWatch::on(feed, changes))
     }
 }
 
@@ -207,6 +229,11 @@ impl<C: GenericClient> Tx for PgTx<'_, C> {
     fn execute_batch(&mut self, sql: &str) -> Result<()> {
         self.client.batch_execute(sql).map_err(map_err)
     }
+
+    fn notify(&mut self, change: Change) -> Result<()> {
+        // `execute`, not `query`: pg_notify returns `void`, a type no row of the store decodes.
+        self.execute(&format!("SELECT pg_notify({CHANNEL_SQL}, ?1)"), &[change.as_str().into()]).map(|_| ())
+    }
 }
 
 /// The message of a PostgreSQL error with its server-side detail; `postgres::Error`'s Display
@@ -232,7 +259,7 @@ fn describe(e: &postgres::Error) -> String {
 /// Sorts PostgreSQL's errors by who must act: serialization failures, deadlocks and lost
 /// connections are worth retrying, a unique violation is a conflict, anything else is a database
 /// error.
-fn map_err(e: postgres::Error) -> Error {
+pub(crate) fn map_err(e: postgres::Error) -> Error {
     const TRANSIENT: &[SqlState] = &[
         SqlState::T_R_SERIALIZATION_FAILURE,
         SqlState::T_R_DEADLOCK_DETECTED,

@@ -6,6 +6,7 @@
 
 use std::fmt;
 
+use crate::notify::{Change, ChangeWatch};
 use crate::{Backend, Error, Result};
 
 /// A parameter or column value: the four types both backends share.
@@ -108,6 +109,11 @@ pub trait Tx {
     fn query(&mut self, sql: &str, params: &[Value]) -> Result<Vec<Row>>;
     /// Runs several statements without parameters (migrations).
     fn execute_batch(&mut self, sql: &str) -> Result<()>;
+    /// Announces `change` to other processes' watches, delivered when (and only if) the
+    /// transaction commits; nothing on a backend that cannot (SQLite).
+    fn notify(&mut self, _change: Change) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// A backend: hands out connections and runs closures in transactions.
@@ -122,6 +128,12 @@ pub trait Driver: Send + Sync + fmt::Debug + 'static {
 
     /// Runs `f` on a connection for reading; each statement sees committed data.
     fn read<T>(&self, f: impl FnOnce(&mut dyn Tx) -> Result<T>) -> Result<T>;
+
+    /// A watch for `changes` announced by [`Tx::notify`] from now on; on a backend that announces
+    /// nothing (SQLite), one whose waits only sleep.
+    fn watch(&self, changes: &[Change]) -> Result<ChangeWatch> {
+        Ok(ChangeWatch::sleeping(changes))
+    }
 }
 
 /// Rewrites `?N` placeholders to PostgreSQL's `$N`, leaving string literals alone.

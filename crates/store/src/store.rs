@@ -12,6 +12,7 @@ use tidegate_core::state::StepEvent;
 
 use crate::codec::{fmt_ts, parse_ts};
 use crate::migrate;
+use crate::notify::{Change, ChangeWatch};
 use crate::postgres::Postgres;
 use crate::sql::Driver;
 use crate::sqlite::Sqlite;
@@ -152,14 +153,26 @@ impl<D: Driver> Store for SqlStore<D> {
     fn create_run(&self, request: &RunRequest, steps: &[NewStep], meta: &JournalMeta) -> Result<RunRecord> {
         let what = format!("creating a run of {:?}", request.target);
         runs::validate_steps(steps).map_err(|e| e.context(&what))?;
-        self.driver.write(|tx| runs::create(tx, request, steps, meta)).map_err(|e| e.context(&what))
+        self.driver
+            .write(|tx| {
+                let run = runs::create(tx, request, steps, meta)?;
+                tx.notify(Change::RunSubmitted)?;
+                Ok(run)
+            })
+            .map_err(|e| e.context(&what))
     }
 
     fn submit_run(&self, request: &RunRequest, steps: &[NewStep], meta: &JournalMeta) -> Result<Submission> {
         let what = format!("submitting a run of {:?}", request.target);
         runs::validate_steps(steps).map_err(|e| e.context(&what))?;
         self.driver
-            .write(|tx| runs::submit(tx, request, steps, meta, self.idempotency_ttl))
+            .write(|tx| {
+                let submission = runs::submit(tx, request, steps, meta, self.idempotency_ttl)?;
+                if submission.created {
+                    tx.notify(Change::RunSubmitted)?;
+                }
+                Ok(submission)
+            })
             .map_err(|e| e.context(&what))
     }
 
@@ -191,8 +204,16 @@ impl<D: Driver> Store for SqlStore<D> {
         if events.is_empty() {
             return Ok(Vec::new());
         }
+        // A worker process reports a failed attempt this way: the scheduler follows it.
+        let ends_attempt = events.iter().any(|e| matches!(e.event, StepEvent::AttemptFailed { .. }));
         self.driver
-            .write(|tx| steps::apply_events(tx, &mut journal::Appender::default(), events, None))
+            .write(|tx| {
+                let outcomes = steps::apply_events(tx, &mut journal::Appender::default(), events, None)?;
+                if ends_attempt {
+                    tx.notify(Change::AttemptEnded)?;
+                }
+                Ok(outcomes)
+            })
             .map_err(|e| e.context(&format!("committing {} step events", events.len())))
     }
 
@@ -206,7 +227,13 @@ impl<D: Driver> Store for SqlStore<D> {
     ) -> Result<Option<Lease>> {
         let claim = ClaimRequest { step_id: step_id.to_owned(), worker: worker.to_owned(), meta: meta.clone() };
         self.driver
-            .write(|tx| claims::claim_one(tx, &claim, now, ttl_s))
+            .write(|tx| {
+                let lease = claims::claim_one(tx, &claim, now, ttl_s)?;
+                if lease.is_some() {
+                    tx.notify(Change::StepLeased)?;
+                }
+                Ok(lease)
+            })
             .map_err(|e| e.context(&format!("claiming step {step_id}")))
     }
 
@@ -257,7 +284,13 @@ impl<D: Driver> Store for SqlStore<D> {
             return Ok(Vec::new());
         }
         self.driver
-            .write(|tx| claims::claim(tx, claims, now, ttl_s))
+            .write(|tx| {
+                let leases = claims::claim(tx, claims, now, ttl_s)?;
+                if leases.iter().any(Option::is_some) {
+                    tx.notify(Change::StepLeased)?;
+                }
+                Ok(leases)
+            })
             .map_err(|e| e.context(&format!("claiming {} steps", claims.len())))
     }
 
@@ -272,7 +305,14 @@ impl<D: Driver> Store for SqlStore<D> {
             return Ok(Vec::new());
         }
         self.driver
-            .write(|tx| claims::claim_to_start(tx, claims, local, now, ttl_s))
+            .write(|tx| {
+                let claimed = claims::claim_to_start(tx, claims, local, now, ttl_s)?;
+                // Only worker processes wait for leases: the scheduler starts its own at once.
+                if claimed.iter().flatten().any(|c| c.lease.worker != local) {
+                    tx.notify(Change::StepLeased)?;
+                }
+                Ok(claimed)
+            })
             .map_err(|e| e.context(&format!("claiming {} steps to start", claims.len())))
     }
 
@@ -295,12 +335,26 @@ impl<D: Driver> Store for SqlStore<D> {
             meta: meta.clone(),
             then: Vec::new(),
         };
-        self.driver.write(|tx| staging::record(tx, &staged)).map_err(|e| e.context(&what))
+        self.driver
+            .write(|tx| {
+                let outcome = staging::record(tx, &staged)?;
+                tx.notify(Change::AttemptEnded)?;
+                Ok(outcome)
+            })
+            .map_err(|e| e.context(&what))
     }
 
     fn record_staged_many(&self, staged: &[StagedRecord]) -> Result<Vec<Outcome>> {
         let what = format!("recording the staged versions of {} attempts", staged.len());
-        self.driver.write(|tx| staging::record_many(tx, staged)).map_err(|e| e.context(&what))
+        self.driver
+            .write(|tx| {
+                let outcomes = staging::record_many(tx, staged)?;
+                if !staged.is_empty() {
+                    tx.notify(Change::AttemptEnded)?;
+                }
+                Ok(outcomes)
+            })
+            .map_err(|e| e.context(&what))
     }
 
     fn versions(&self, step_id: &str) -> Result<Vec<VersionRecord>> {
@@ -449,6 +503,10 @@ impl<D: Driver> Store for SqlStore<D> {
         self.driver
             .write(|tx| scheduler_role::release(tx, owner))
             .map_err(|e| e.context(&format!("releasing the scheduler role of {owner}")))
+    }
+
+    fn watch(&self, changes: &[Change]) -> Result<ChangeWatch> {
+        self.driver.watch(changes).map_err(|e| e.context("watching the store for changes"))
     }
 
     fn lock_dataset(

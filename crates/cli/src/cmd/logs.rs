@@ -16,6 +16,10 @@ use crate::output;
 /// Name a run (every step's attempts), a step, or a task and partition (the newest run's step).
 /// Without --attempt every attempt is shown, oldest first. --follow prints the newest attempt's
 /// output as it is written, until its step finishes.
+///
+/// A log is read where the attempt wrote it when that is on this machine (the workspace's
+/// .tidegate folder, a worker's folder in it, or TIDEGATE_WORK_DIR), else from its copy in the
+/// lake, which attempts on every machine write: so a worker's logs are read from anywhere.
 #[derive(Debug, clap::Args)]
 #[command(
     after_help = "Examples:\n  tidegate logs clean_events 2024-01-03\n  tidegate logs clean_events 2024-01-03 --attempt 2 --stderr\n  tidegate logs --run 0193a5c2-...\n  tidegate logs --step 0193a5c3-... --follow"
@@ -57,7 +61,11 @@ pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
         (None, None, None, Some(step)) => Selector::Step(step),
         _ => bail!("say whose logs: TASK PARTITION, --run RUN or --step STEP"),
     };
-    let attempts = logs::attempts(&ws, store.as_ref(), actor, &selector, args.attempt)?;
+    // A worker started here with its own folder elsewhere left its logs there.
+    let work_dirs: Vec<std::path::PathBuf> =
+        std::env::var_os(crate::cmd::serve::WORK_DIR_VAR).map(Into::into).into_iter().collect();
+    let mut reader = logs::Logs::new(&ws, work_dirs);
+    let attempts = reader.attempts(store.as_ref(), actor, &selector, args.attempt)?;
     if args.json {
         output::json(&attempts)?;
         return Ok(ExitCode::SUCCESS);
@@ -69,31 +77,29 @@ pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
     for (i, a) in attempts.iter().enumerate() {
         let streams = [("stdout", &a.stdout, !args.stderr), ("stderr", &a.stderr, !args.stdout)];
         let shown: Vec<_> = streams.into_iter().filter(|(_, _, shown)| *shown).collect();
-        for (name, path, _) in &shown {
+        for (name, file, _) in &shown {
             println!("== {} attempt {} ({}), {name}", a.step, a.attempt, a.status);
-            match path {
-                Some(path) => {
+            match file {
+                Some(file) => {
                     // A long log shows its end, where a failure is, and says where the rest is.
-                    let size = std::fs::metadata(path).map_or(0, |m| m.len());
+                    let size = file.size();
                     let from = size.saturating_sub(logs::READ_BYTES_MAX);
                     if from > 0 {
                         say!(
                             "(the last {} of {}; the whole log is {})",
                             output::human_bytes(logs::READ_BYTES_MAX),
                             output::human_bytes(size),
-                            path.display()
+                            file.location()
                         );
                     }
-                    stdout.write_all(&logs::read(path, from)?.0)?;
+                    stdout.write_all(&reader.read(file, from)?.0)?;
                 }
-                None => println!(
-                    "(no {name} log: the attempt ran no command, or its log was swept by `tidegate reconcile`)"
-                ),
+                None => println!("(no {name} log: nothing written, no command run, or swept by `tidegate reconcile`)"),
             }
         }
         if args.follow && i + 1 == attempts.len() {
-            let files: Vec<&Path> = shown.iter().filter_map(|(_, path, _)| path.as_deref()).collect();
-            logs::follow(&ws, store.as_ref(), actor, &selector, a, &files, &mut stdout)?;
+            let streams: Vec<&str> = shown.iter().map(|(name, _, _)| *name).collect();
+            reader.follow(store.as_ref(), actor, &selector, a, &streams, &mut stdout)?;
         }
     }
     Ok(ExitCode::SUCCESS)

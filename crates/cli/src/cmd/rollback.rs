@@ -211,6 +211,9 @@ fn print_reconciled(report: &Reconciled) {
         swept.n_kept_live,
         swept.n_logs_kept
     );
+    if !report.log_copies_removed.is_empty() {
+        say!("Removed {} copies of finished attempts' logs from the lake", report.log_copies_removed.len());
+    }
     let d = &report.differences;
     if d.is_empty() {
         println!("The store and the lake agree");

@@ -99,11 +99,15 @@ pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
 /// Run attempts leased to this worker by the scheduler, until stopped.
 ///
 /// Start it beside `tidegate serve` (give serve `--workers 0` to run every attempt in worker
-/// processes) on the same workspace and state store. The scheduler leases a step to a worker with
-/// a free slot; if the worker dies, its leases expire and the steps are retried elsewhere.
+/// processes) on the same state store and lake, on this machine or another: a worker needs a copy
+/// of tidegate.toml (and the files its tasks run), the PostgreSQL store and an s3:// lake, and no
+/// disk shared with the scheduler. The scheduler leases a step to a worker with a free slot; if the
+/// worker dies, its leases expire and the steps are retried elsewhere. Attempts write in the
+/// worker's own folder; their logs are copied to the lake, where `tidegate logs` finds them from
+/// any machine.
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Examples:\n  tidegate worker\n  tidegate worker --slots 8 --name gpu-box-1\n  tidegate serve --workers 0 & tidegate worker --slots 4"
+    after_help = "Examples:\n  tidegate worker\n  tidegate worker --slots 8 --name gpu-box-1 --work-dir /var/lib/tidegate\n  tidegate serve --workers 0 & tidegate worker --slots 4"
 )]
 pub struct WorkerArgs {
     /// Attempts this worker runs at once.
@@ -112,6 +116,10 @@ pub struct WorkerArgs {
     /// The worker's name in leases and the journal (default: worker-<host>-<pid>).
     #[arg(long)]
     pub name: Option<String>,
+    /// The folder attempts write their output, logs and checkpoint files in (default: the
+    /// TIDEGATE_WORK_DIR variable, else .tidegate/workers/<name> in the workspace).
+    #[arg(long, value_name = "DIR")]
+    pub work_dir: Option<std::path::PathBuf>,
     /// Print what the worker did as JSON when it stops.
     #[arg(long)]
     pub json: bool,
@@ -124,19 +132,26 @@ pub fn worker(ws: Option<&Path>, actor: &Actor, args: WorkerArgs) -> Result<Exit
     crate::logging::init(args.log_format);
     let ws = workspace::load(ws)?;
     let store = ws.open_store()?;
-    let name = worker::name(&WorkerRequest { slots: args.slots, name: args.name })?;
+    let work_dir = match args.work_dir.or_else(|| std::env::var_os(WORK_DIR_VAR).map(Into::into)) {
+        Some(dir) => Some(std::path::absolute(&dir).with_context(|| format!("resolving {}", dir.display()))?),
+        None => None,
+    };
+    let request = WorkerRequest { slots: args.slots, name: args.name, work_dir };
+    let name = worker::name(&request)?;
     let summary = runtime()?.block_on(async {
         let stop = stop_on_signal("tidegate worker: stopping; attempts in flight will finish")?;
         let lake = open_lake(&ws).await?;
         let project = &ws.spec.project.name;
+        let work_dir = worker::work_dir(&ws, &request, &name);
         info!(
             worker = name,
             slots = args.slots,
             project,
+            work_dir = %work_dir.display(),
             "tidegate worker {name}: {} slot(s) (SIGTERM or Ctrl-C stops)",
             args.slots
         );
-        worker::work(&ws, store, lake, actor, name.clone(), args.slots, stop).await
+        worker::work(&ws, store, lake, actor, &request, name.clone(), stop).await
     })?;
     output::emit(args.json, &summary, |s| {
         info!(
@@ -151,6 +166,10 @@ pub fn worker(ws: Option<&Path>, actor: &Actor, args: WorkerArgs) -> Result<Exit
         );
     })
 }
+
+/// The variable naming a worker's working folder when `--work-dir` is not given (`tidegate logs`
+/// reads logs there too).
+pub const WORK_DIR_VAR: &str = "TIDEGATE_WORK_DIR";
 
 /// Resolves once `stop` is set.
 async fn stopped(stop: Arc<AtomicBool>) {

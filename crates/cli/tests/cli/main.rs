@@ -13,6 +13,7 @@ mod failpoints;
 mod fencing;
 mod guarantees;
 mod lineage;
+mod machines;
 mod output;
 mod pointer;
 mod reconcile;

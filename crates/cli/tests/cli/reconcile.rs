@@ -187,6 +187,12 @@ fn reconcile_removes_what_finished_attempts_left_in_the_workspace() {
     assert_eq!(code, 0, "{report}");
     assert_eq!(report["attempts"]["logs_removed"], j!(log_files), "{report}");
     assert_eq!(names_in(&logs), waiting, "the waiting step's logs stay");
+    // So do their copies in the lake; the finished attempts' copies go.
+    let copies = ws.join(".tidegate/lake/_tidegate/logs");
+    let removed: Vec<String> = serde_json::from_value(report["log_copies_removed"].clone()).expect("copies removed");
+    assert_eq!(removed.len(), 3, "stdout of both attempts and stderr of the failed one: {report}");
+    let kept: Vec<String> = names_in(&copies).iter().flat_map(|step| names_in(&copies.join(step))).collect();
+    assert_eq!(kept, ["attempt-1.stdout.log"], "the waiting step's copy stays");
     let text = ok(ws, &["reconcile"]);
     assert!(text.contains("Removed 0 output folder(s) and 0 log file(s) of finished attempts (0 B)"), "{text}");
 

@@ -8,17 +8,18 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use tidegate_core::rng::SplitMix64;
 use tidegate_core::state::{StepEvent, StepStatus};
-use tidegate_store::{StepEventRecord, WorkerRecord};
+use tidegate_store::{Change, StepEventRecord, WorkerRecord};
 use tokio::sync::mpsc;
 use tracing::Instrument as _;
 
 use super::publication::{self, InPublication};
 use super::{
-    BackfillGate, Dispatch, Engine, GAUGE_EVERY, PoolState, REFRESH_EVERY, REMOTE_POLL, Remote, SCHEDULER_GAUGE,
-    Summary, Throughput, class_of,
+    BackfillGate, Dispatch, Engine, GAUGE_EVERY, PoolState, REFRESH_EVERY, REMOTE_POLL, REMOTE_POLL_WHEN_WOKEN, Remote,
+    SCHEDULER_GAUGE, Summary, Throughput, class_of,
 };
 use crate::attempt::Report;
 use crate::view::{Dependency, View};
+use crate::wake::Wakeups;
 use crate::{Error, Result};
 
 /// Backfills in the view whose steps must not start now: paused, or no longer holding their
@@ -31,6 +32,7 @@ fn blocked_backfills(view: &View, gates: &HashMap<String, BackfillGate>) -> Vec<
 enum Woke {
     Report(Report),
     Published(std::result::Result<publication::Outcomes, tokio::task::JoinError>),
+    /// A timer, or an attempt elsewhere ended: the next turn looks.
     Timer,
 }
 
@@ -67,11 +69,15 @@ pub(super) struct Drain<'e> {
     last_gauge: Option<Instant>,
     publishing: Option<InPublication>,
     pacer: publication::Pacer,
+    /// Attempts that ended in worker processes, announced by the store (on PostgreSQL).
+    ended_elsewhere: Wakeups,
 }
 
 impl<'e> Drain<'e> {
     /// Loads the view and counts the attempts found holding leases against their pools.
     pub(super) async fn start(engine: &'e Engine) -> Result<Self> {
+        // Before the view is read: an attempt that ends after that read wakes the loop.
+        let ended_elsewhere = Wakeups::start(engine.store.clone(), &[Change::AttemptEnded]).await?;
         let only = engine.only_run.clone();
         let view = engine.db(move |s| View::load(s, only.as_deref())).await?;
         let (tx, rx) = mpsc::unbounded_channel::<Report>();
@@ -95,6 +101,7 @@ impl<'e> Drain<'e> {
             last_gauge: None,
             publishing: None,
             pacer: publication::Pacer::default(),
+            ended_elsewhere,
         };
         for e in drain.view.entries().filter(|e| e.status().holds_lease()) {
             let class = class_of(e.priority);
@@ -336,12 +343,16 @@ impl<'e> Drain<'e> {
         Ok(())
     }
 
-    /// 7. Sleeps until an attempt reports, the publication finishes or a timer is due, and
-    ///    settles what woke it.
+    /// 7. Sleeps until an attempt reports, the publication finishes, an attempt in a worker
+    ///    process ends (where the store announces it) or a timer is due, and settles what woke
+    ///    it. Attempts elsewhere are followed through the store: every [`REMOTE_POLL`] where
+    ///    nothing announces their end, every [`REMOTE_POLL_WHEN_WOKEN`] as a safety net where
+    ///    something does.
     pub(super) async fn wait(&mut self, now: DateTime<Utc>, publish_at: Option<Instant>) -> Result<()> {
         let mut wait = self.engine.next_wake(&self.view, &self.pools, now);
-        if !self.remote.is_empty() {
-            wait = wait.min(REMOTE_POLL);
+        let following = !self.remote.is_empty();
+        if following {
+            wait = wait.min(if self.ended_elsewhere.wakes() { REMOTE_POLL_WHEN_WOKEN } else { REMOTE_POLL });
         }
         if let Some(at) = publish_at {
             wait = wait.min(at.saturating_duration_since(Instant::now()).max(Duration::from_millis(1)));
@@ -349,6 +360,7 @@ impl<'e> Drain<'e> {
         let woke = tokio::select! {
             Some(report) = self.rx.recv() => Woke::Report(report),
             outcomes = publication::finished(&mut self.publishing) => Woke::Published(outcomes),
+            () = self.ended_elsewhere.changed(), if following => Woke::Timer,
             () = tokio::time::sleep(wait) => Woke::Timer,
         };
         match woke {

@@ -9,6 +9,7 @@ mod compare;
 mod dedup;
 mod evolution;
 mod interop;
+mod logs;
 mod modes;
 mod publication;
 mod readers;

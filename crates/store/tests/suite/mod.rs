@@ -92,13 +92,16 @@ macro_rules! all_backend_tests {
             how_and_from_where_an_actor_acted_is_journaled_and_chained,
             step_counts_count_every_step_by_status_and_queues_by_class,
             the_schema_is_current_until_a_migration_is_missing_or_unknown,
+            watches_hear_what_other_handles_commit_and_nothing_rolled_back,
         );
     };
 }
 
 mod counts;
+mod notify;
 mod request_keys;
 pub use counts::*;
+pub use notify::*;
 pub use request_keys::*;
 
 // ---- helpers ---------------------------------------------------------------------------------

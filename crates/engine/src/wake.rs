@@ -1,0 +1,75 @@
+//! Wake-ups for the engine's loops: an async view of a store's [`ChangeWatch`], so that an idle
+//! scheduler or worker awaits a change (a run submitted, a step leased, an attempt ended) beside
+//! its reports and timers instead of polling the store. The watch blocks, so a thread of its own
+//! waits on it and passes each change on; it ends within [`WAIT_SLICE`] of the [`Wakeups`] being
+//! dropped. On a store whose watches only sleep (SQLite) there is no thread, [`Wakeups::changed`]
+//! never resolves, and the loops poll at the pace they always had ([`Wakeups::wakes`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tidegate_store::{Change, ChangeWatch, Store};
+use tokio::sync::watch;
+
+use crate::{Error, Result};
+
+/// How long the waiting thread blocks at a time before it looks whether anyone still listens.
+pub const WAIT_SLICE: Duration = Duration::from_secs(1);
+
+/// Changes of the store, as an async loop awaits them.
+#[derive(Debug)]
+pub struct Wakeups {
+    /// Counts the changes heard; `None` when the store announces none.
+    heard: Option<watch::Receiver<u64>>,
+}
+
+impl Wakeups {
+    /// Watches the store for `changes` committed from now on (the watch is in place when this
+    /// returns, so nothing committed afterwards is missed).
+    pub async fn start(store: Arc<dyn Store>, changes: &[Change]) -> Result<Self> {
+        let changes = changes.to_vec();
+        // Opening the watch may connect to the database, which must not block the runtime.
+        let watch = tokio::task::spawn_blocking(move || store.watch(&changes))
+            .await
+            .map_err(|e| Error::Internal(e.to_string()))?
+            .map_err(Error::Store)?;
+        Self::from_watch(watch)
+    }
+
+    fn from_watch(mut store_watch: ChangeWatch) -> Result<Self> {
+        if !store_watch.wakes() {
+            return Ok(Self { heard: None });
+        }
+        let (tx, rx) = watch::channel(0u64);
+        std::thread::Builder::new()
+            .name("tidegate-wakeups".to_owned())
+            .spawn(move || {
+                while !tx.is_closed() && !store_watch.is_closed() {
+                    if store_watch.wait(WAIT_SLICE) {
+                        tx.send_modify(|n| *n = n.wrapping_add(1));
+                    }
+                }
+            })
+            .map_err(|e| Error::Internal(format!("starting the wake-up thread: {e}")))?;
+        Ok(Self { heard: Some(rx) })
+    }
+
+    /// Whether [`Wakeups::changed`] resolves when a watched change commits; when false the
+    /// caller keeps polling.
+    pub fn wakes(&self) -> bool {
+        self.heard.is_some()
+    }
+
+    /// Resolves once a watched change was committed since the last time it resolved (or since
+    /// the start); never, on a store that announces nothing. Cancel-safe: a change heard while
+    /// nobody awaited is reported by the next call.
+    pub async fn changed(&mut self) {
+        if let Some(rx) = &mut self.heard
+            && rx.changed().await.is_ok()
+        {
+            return;
+        }
+        // No announcements, or the store handle is gone: nothing will ever wake this.
+        std::future::pending().await
+    }
+}

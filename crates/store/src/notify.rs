@@ -1,0 +1,259 @@
+//! Wake-ups across processes: the changes a write transaction announces ([`Change`]: a run
+//! submitted, a step leased to a worker, an attempt ended) and [`ChangeWatch`], which waits for
+//! them, so that an idle scheduler or worker sleeps until there is something to do instead of
+//! polling the store.
+//!
+//! On PostgreSQL a write transaction announces its change with `pg_notify`, which the server
+//! delivers only when (and if) the transaction commits, and each store handle that is watched
+//! keeps one connection that `LISTEN`s on the schema's channel (`tidegate.<schema>`, so schemas
+//! sharing a database do not wake each other). The listener's thread counts what it hears in a
+//! [`Feed`] shared by the handle's watches. On SQLite nothing is announced: a watch only sleeps,
+//! and callers keep polling at their own pace ([`ChangeWatch::wakes`] says which).
+
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+/// A change another process may be waiting for. Announced by the store's write transactions and
+/// delivered only when they commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Change {
+    /// A run was created: a scheduler has work (`create_run`, `submit_run`).
+    RunSubmitted,
+    /// A step was leased to a worker process: that worker has an attempt to start.
+    StepLeased,
+    /// An attempt ended (staged output or failed), so its pool slot and its worker's slot are
+    /// free: the scheduler has an outcome to follow.
+    AttemptEnded,
+}
+
+impl Change {
+    /// Every change, in the order of their counters.
+    pub const ALL: [Change; 3] = [Change::RunSubmitted, Change::StepLeased, Change::AttemptEnded];
+
+    /// Its name, the notification's payload.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Change::RunSubmitted => "run_submitted",
+            Change::StepLeased => "step_leased",
+            Change::AttemptEnded => "attempt_ended",
+        }
+    }
+
+    /// The change a payload names.
+    pub(crate) fn parse(payload: &str) -> Option<Change> {
+        Change::ALL.into_iter().find(|c| c.as_str() == payload)
+    }
+
+    fn index(self) -> usize {
+        match self {
+            Change::RunSubmitted => 0,
+            Change::StepLeased => 1,
+            Change::AttemptEnded => 2,
+        }
+    }
+}
+
+/// How many of each change a listener has heard, shared by the watches of one store handle.
+#[derive(Debug, Default)]
+pub(crate) struct Feed {
+    state: Mutex<FeedState>,
+    heard: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct FeedState {
+    counts: [u64; Change::ALL.len()],
+    /// The store handle was dropped: the listener stops, and waits return at once.
+    closed: bool,
+}
+
+impl Feed {
+    /// Counts a change the listener heard; `None` when any change may have been missed (the
+    /// listener reconnected), which wakes every watch.
+    pub(crate) fn heard(&self, change: Option<Change>) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        match change {
+            Some(c) => state.counts[c.index()] += 1,
+            None => state.counts.iter_mut().for_each(|n| *n += 1),
+        }
+        self.heard.notify_all();
+    }
+
+    /// Stops the listener and every wait (the store handle is gone).
+    pub(crate) fn close(&self) {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner).closed = true;
+        self.heard.notify_all();
+    }
+
+    /// Whether the store handle is gone.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner).closed
+    }
+
+    fn counts(&self) -> [u64; Change::ALL.len()] {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner).counts
+    }
+}
+
+/// Waits for some kinds of [`Change`] committed by any process (this one included) after the
+/// watch began or after its last wait returned. Made by `Store::watch`.
+#[derive(Debug)]
+pub struct ChangeWatch {
+    /// `None` on a store that announces nothing (SQLite): waits only sleep.
+    feed: Option<Arc<Feed>>,
+    watched: Vec<Change>,
+    /// The counts already seen.
+    seen: [u64; Change::ALL.len()],
+}
+
+impl ChangeWatch {
+    /// A watch on a store that announces nothing: [`ChangeWatch::wait`] sleeps its timeout.
+    pub(crate) fn sleeping(changes: &[Change]) -> Self {
+        Self { feed: None, watched: changes.to_vec(), seen: [0; Change::ALL.len()] }
+    }
+
+    /// A watch on `feed`, seeing only what it hears from now on.
+    pub(crate) fn on(feed: Arc<Feed>, changes: &[Change]) -> Self {
+        let seen = feed.counts();
+        Self { feed: Some(feed), watched: changes.to_vec(), seen }
+    }
+
+    /// Whether a wait wakes when a watched change commits (PostgreSQL), rather than only sleeping
+    /// its timeout (SQLite), in which case the caller polls as it would without a watch.
+    pub fn wakes(&self) -> bool {
+        self.feed.is_some()
+    }
+
+    /// Whether the store handle this watch listens through is gone (its waits return at once).
+    pub fn is_closed(&self) -> bool {
+        self.feed.as_ref().is_some_and(|f| f.is_closed())
+    }
+
+    /// Blocks until a watched change committed since the watch began or its last wait returned,
+    /// or until `timeout`; true when a change woke it. On a store that announces nothing, sleeps
+    /// `timeout` and returns false.
+    pub fn wait(&mut self, timeout: Duration) -> bool {
+        let Some(feed) = &self.feed else {
+            std::thread::sleep(timeout);
+            return false;
+        };
+        let deadline = Instant::now() + timeout;
+        let mut state = feed.state.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            if self.watched.iter().any(|c| state.counts[c.index()] != self.seen[c.index()]) {
+                self.seen = state.counts;
+                return true;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if state.closed || left.is_zero() {
+                self.seen = state.counts;
+                return false;
+            }
+            state = feed.heard.wait_timeout(state, left).unwrap_or_else(PoisonError::into_inner).0;
+        }
+    }
+}
+
+/// The SQL expression naming the schema's channel, the same in `pg_notify` and `LISTEN` (cut to
+/// PostgreSQL's 63-byte limit on names, as `LISTEN` would cut it).
+pub(crate) const CHANNEL_SQL: &str = "left('tidegate.' || current_schema(), 63)";
+/// How long a listener waits for a notification before it looks whether its store handle is gone.
+const LISTEN_SLICE: Duration = Duration::from_secs(1);
+/// The first and the longest pause between attempts to reconnect a lost listener.
+const RECONNECT_MIN: Duration = Duration::from_secs(1);
+const RECONNECT_MAX: Duration = Duration::from_secs(30);
+/// A listener's connection carries nothing while the cluster is idle: TCP keepalive probes after
+/// this long find a server that vanished without closing it.
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(30);
+
+/// Connects a listener to the database `config` names and has it `LISTEN` before returning (so a
+/// change committed after this returns is heard), then follows the channel on a thread of its own
+/// until `feed` is closed, counting what it hears. A lost connection is reopened with backoff;
+/// whatever was announced meanwhile is lost, so every watch is woken once it is back.
+pub(crate) fn start_listener(config: &postgres::Config, feed: Arc<Feed>) -> crate::Result<()> {
+    let mut config = config.clone();
+    config.keepalives(true).keepalives_idle(KEEPALIVE_IDLE);
+    let client = listen(&config)?;
+    std::thread::Builder::new()
+        .name("tidegate-store-listener".to_owned())
+        .spawn(move || follow(&config, client, &feed))
+        .map_err(|e| crate::Error::Unavailable(format!("starting the store's listener thread: {e}")))?;
+    Ok(())
+}
+
+/// A new connection listening on the schema's channel.
+fn listen(config: &postgres::Config) -> crate::Result<postgres::Client> {
+    let fail = |e: postgres::Error| crate::postgres::map_err(e).context("listening for changes on PostgreSQL");
+    let mut client = config.connect(postgres::NoTls).map_err(fail)?;
+    let channel: String = client.query_one(&format!("SELECT {CHANNEL_SQL}"), &[]).map_err(fail)?.get(0);
+    client.batch_execute(&format!("LISTEN \"{}\"", channel.replace('"', "\"\""))).map_err(fail)?;
+    Ok(client)
+}
+
+/// The listener's loop (see [`start_listener`]).
+fn follow(config: &postgres::Config, mut client: postgres::Client, feed: &Feed) {
+    use postgres::fallible_iterator::FallibleIterator as _;
+    while !feed.is_closed() {
+        let next = client.notifications().timeout_iter(LISTEN_SLICE).next();
+        match next {
+            // A payload this build does not know (a newer version's) may be any change.
+            Ok(Some(n)) => feed.heard(Change::parse(n.payload())),
+            Ok(None) if !client.is_closed() => {}
+            _ => match reconnect(config, feed) {
+                Some(again) => {
+                    client = again;
+                    feed.heard(None);
+                }
+                None => return,
+            },
+        }
+    }
+}
+
+/// A listening connection again, after pauses that double up to [`RECONNECT_MAX`]; `None` when
+/// the feed was closed meanwhile.
+fn reconnect(config: &postgres::Config, feed: &Feed) -> Option<postgres::Client> {
+    let mut pause = RECONNECT_MIN;
+    loop {
+        let until = Instant::now() + pause;
+        while Instant::now() < until {
+            if feed.is_closed() {
+                return None;
+            }
+            std::thread::sleep(LISTEN_SLICE.min(until.saturating_duration_since(Instant::now())));
+        }
+        if let Ok(client) = listen(config) {
+            return Some(client);
+        }
+        pause = (pause * 2).min(RECONNECT_MAX);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_watch_wakes_for_what_it_watches_and_only_once_per_change() {
+        let feed = Arc::new(Feed::default());
+        let mut runs = ChangeWatch::on(feed.clone(), &[Change::RunSubmitted]);
+        let mut leases = ChangeWatch::on(feed.clone(), &[Change::StepLeased]);
+        feed.heard(Some(Change::RunSubmitted));
+        assert!(runs.wait(Duration::ZERO), "a change heard before the wait wakes it");
+        assert!(!runs.wait(Duration::from_millis(1)), "and only once");
+        assert!(!leases.wait(Duration::from_millis(1)), "another kind of change does not wake it");
+        feed.heard(None);
+        assert!(runs.wait(Duration::ZERO) && leases.wait(Duration::ZERO), "a reconnection wakes every watch");
+
+        let waiter = std::thread::spawn(move || leases.wait(Duration::from_secs(30)));
+        std::thread::sleep(Duration::from_millis(20));
+        feed.heard(Some(Change::StepLeased));
+        assert!(waiter.join().expect("the waiter"), "a waiting watch wakes when its change is heard");
+
+        feed.close();
+        let started = Instant::now();
+        assert!(!runs.wait(Duration::from_secs(30)) && runs.is_closed());
+        assert!(started.elapsed() < Duration::from_secs(5), "a closed feed returns at once");
+        assert_eq!(Change::ALL.map(|c| Change::parse(c.as_str())), Change::ALL.map(Some));
+    }
+}
