@@ -33,6 +33,10 @@ pub(crate) struct HttpArgs {
     /// Concurrent clients reading status and runs.
     #[arg(long, default_value_t = 200)]
     clients: usize,
+    /// Each client's pause between two requests, in milliseconds (0: as fast as answers come;
+    /// a dashboard polls about once a second).
+    #[arg(long, default_value_t = 0)]
+    think_ms: u64,
     /// Rounds (each: W(N) without the load, then with it).
     #[arg(long, default_value_t = 3)]
     repeats: usize,
@@ -65,8 +69,8 @@ pub(crate) fn run(args: &HttpArgs) -> Result<std::process::ExitCode> {
         let stop = Arc::new(AtomicBool::new(false));
         let clients: Vec<_> = (0..args.clients)
             .map(|i| {
-                let (stop, token) = (stop.clone(), token.clone());
-                std::thread::spawn(move || client(addr, &token, i, &stop))
+                let (stop, token, think) = (stop.clone(), token.clone(), Duration::from_millis(args.think_ms));
+                std::thread::spawn(move || client(addr, &token, i, think, &stop))
             })
             .collect();
         std::thread::sleep(Duration::from_millis(500));
@@ -100,6 +104,7 @@ pub(crate) fn run(args: &HttpArgs) -> Result<std::process::ExitCode> {
         "benchmark": "http_load",
         "n": args.n,
         "clients": args.clients,
+        "think_ms": args.think_ms,
         "w_quiet_s": q,
         "w_loaded_s": l,
         "w_quiet_tasks_per_s": tasks / q,
@@ -224,7 +229,7 @@ struct ClientStats {
 
 /// Reads `/api/status` and `/api/runs` in turn over one kept-alive connection until `stop`;
 /// a connection the server closes is reopened (and the request counted as failed).
-fn client(addr: SocketAddr, token: &str, i: usize, stop: &AtomicBool) -> ClientStats {
+fn client(addr: SocketAddr, token: &str, i: usize, think: Duration, stop: &AtomicBool) -> ClientStats {
     let mut stats = ClientStats::default();
     let mut conn: Option<BufReader<TcpStream>> = None;
     let mut k = i;
@@ -246,6 +251,9 @@ fn client(addr: SocketAddr, token: &str, i: usize, stop: &AtomicBool) -> ClientS
                 conn = Some(c);
             }
             None => stats.failed += 1,
+        }
+        if !think.is_zero() {
+            std::thread::sleep(think);
         }
     }
     stats

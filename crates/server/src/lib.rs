@@ -12,6 +12,7 @@ mod extract;
 mod idempotency;
 mod metrics;
 mod openapi;
+mod polled;
 mod problem;
 mod routes;
 
@@ -25,6 +26,7 @@ use tidegate_app::workspace::Workspace;
 use tidegate_store::Store;
 
 pub use openapi::document;
+pub use polled::POLLED_TTL;
 pub use problem::Problem;
 
 /// The largest request body accepted, in bytes: every request body is a small JSON object.
@@ -59,6 +61,8 @@ pub(crate) struct State {
     pub(crate) options: Options,
     /// Failed authentications per address (`auth::FailedAuth`).
     pub(crate) failed_auth: Arc<auth::FailedAuth>,
+    /// The answers dashboards poll, shared for a second (`polled`).
+    pub(crate) polled: Arc<polled::Polled>,
     /// What `/metrics` and `/readyz` read, kept between requests.
     pub(crate) monitor: Arc<Monitor>,
     /// Failed store and lake calls that requests met.
@@ -73,7 +77,16 @@ pub fn router(ws: Arc<Workspace>, store: Arc<dyn Store>, options: Options) -> Ro
     let failed_auth = Arc::new(auth::FailedAuth::new(options.auth_failures, options.auth_failure_window));
     let monitor = Arc::new(Monitor::default());
     let request_errors = Arc::<metrics::RequestErrors>::default();
-    let state = State { ws, store, options, failed_auth, monitor, request_errors: request_errors.clone() };
+    let polled = Arc::<polled::Polled>::default();
+    let state = State {
+        ws,
+        store,
+        options,
+        failed_auth,
+        polled: polled.clone(),
+        monitor,
+        request_errors: request_errors.clone(),
+    };
     let (router, api) = routes::api().split_for_parts();
     let keys = idempotency::Keys::new(state.clone(), &api);
     let api = Arc::new(api);
@@ -83,6 +96,7 @@ pub fn router(ws: Arc<Workspace>, store: Arc<dyn Store>, options: Options) -> Ro
         .fallback(problem::not_found)
         .method_not_allowed_fallback(problem::method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(request_errors, metrics::count_failed_calls))
+        .layer(axum::middleware::from_fn_with_state(polled, polled::forget_on_change))
         .layer(axum::extract::DefaultBodyLimit::max(BODY_BYTES_MAX))
         .layer(axum::middleware::from_fn(request_span))
         .with_state(state)

@@ -77,6 +77,30 @@ pub(crate) async fn call<T: Serialize + Send + 'static>(
     }
 }
 
+/// [`call`] for the routes dashboards poll (`crate::polled`): `access` checked for this caller,
+/// then the answer computed at most once per [`crate::polled::POLLED_TTL`] for `key` (the route
+/// and its query string), shared by every request meanwhile, and sent as JSON.
+pub(crate) async fn polled<T: Serialize + Send + 'static>(
+    state: &State,
+    actor: &tidegate_core::actor::Actor,
+    access: tidegate_app::actor::Access,
+    key: &str,
+    operation: impl FnOnce(&Workspace, &Arc<dyn Store>) -> anyhow::Result<T> + Send + 'static,
+) -> Result<axum::response::Response, Problem> {
+    use axum::response::IntoResponse as _;
+    tidegate_app::actor::require(actor, access).map_err(|e| Problem::from_operation(&e))?;
+    let cell = state.polled.cell(key, std::time::Instant::now());
+    let body = cell
+        .get_or_try_init(|| async {
+            let Json(value) = call(state, operation).await?;
+            serde_json::to_vec(&value)
+                .map(axum::body::Bytes::from)
+                .map_err(|e| Problem::internal(&format!("serializing an answer: {e}")))
+        })
+        .await?;
+    Ok(([(axum::http::header::CONTENT_TYPE, "application/json")], body.clone()).into_response())
+}
+
 /// Refuses a state-changing request on a read-only replica (after authentication, so an
 /// anonymous caller still gets a 401).
 pub(crate) fn writable(state: &State, _caller: &Caller) -> Result<(), Problem> {

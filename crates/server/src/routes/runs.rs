@@ -11,7 +11,9 @@ use tidegate_app::target::{Partitions, Target};
 use tidegate_store::{Priority, StepRecord, Trigger};
 use utoipa::{IntoParams, ToSchema};
 
-use super::{Errors, PageQuery, call, writable};
+use tidegate_app::actor::Access;
+
+use super::{Errors, PageQuery, call, polled, writable};
 use crate::State;
 use crate::auth::Caller;
 use crate::extract::{Body, Path, Query};
@@ -66,9 +68,13 @@ pub(crate) async fn list(
     Shared(state): Shared<State>,
     Caller(actor): Caller,
     Query(q): Query<PageQuery>,
-) -> Result<Json<Page<tidegate_app::status::RunStatusLine>>, Problem> {
-    call(&state, move |_, store| tidegate_app::run::list(store.as_ref(), &actor, q.limit(), q.cursor().as_deref()))
-        .await
+) -> Result<axum::response::Response, Problem> {
+    let key = format!("/api/runs?limit={}&cursor={}", q.limit(), q.cursor().unwrap_or_default());
+    let me = actor.clone();
+    polled(&state, &actor, Access::Read, &key, move |_, store| {
+        tidegate_app::run::list(store.as_ref(), &me, q.limit(), q.cursor().as_deref())
+    })
+    .await
 }
 
 /// Queues a run of a target's partitions (as `tidegate submit`); 201 when created. Needs

@@ -5,7 +5,9 @@ use axum::extract::State as Shared;
 use serde::Deserialize;
 use utoipa::IntoParams;
 
-use super::{Errors, call};
+use tidegate_app::actor::Access;
+
+use super::{Errors, call, polled};
 use crate::State;
 use crate::auth::Caller;
 use crate::extract::Query;
@@ -27,12 +29,17 @@ pub(crate) async fn status(
     Shared(state): Shared<State>,
     Caller(actor): Caller,
     Query(q): Query<StatusQuery>,
-) -> Result<Json<tidegate_app::status::Status>, Problem> {
+) -> Result<axum::response::Response, Problem> {
     let limit = q.limit.unwrap_or(20);
     if limit == 0 || limit > tidegate_app::listing::PAGE_ITEMS_MAX {
         return Err(Problem::new(axum::http::StatusCode::UNPROCESSABLE_ENTITY, "invalid", "limit: must be 1 to 1000"));
     }
-    call(&state, move |ws, store| tidegate_app::status::status(ws, store.as_ref(), &actor, limit, ws.now())).await
+    let key = format!("/api/status?limit={limit}");
+    let me = actor.clone();
+    polled(&state, &actor, Access::Read, &key, move |ws, store| {
+        tidegate_app::status::status(ws, store.as_ref(), &me, limit, ws.now())
+    })
+    .await
 }
 
 /// What is owed: queues per priority class, missed intervals, freshness, the scheduler's gauge.
@@ -41,8 +48,12 @@ pub(crate) async fn status(
 pub(crate) async fn debt(
     Shared(state): Shared<State>,
     Caller(actor): Caller,
-) -> Result<Json<tidegate_app::status::Debt>, Problem> {
-    call(&state, move |ws, store| tidegate_app::status::debt(ws, store.as_ref(), &actor, ws.now())).await
+) -> Result<axum::response::Response, Problem> {
+    let me = actor.clone();
+    polled(&state, &actor, Access::Read, "/api/debt", move |ws, store| {
+        tidegate_app::status::debt(ws, store.as_ref(), &me, ws.now())
+    })
+    .await
 }
 
 /// Every token with its state (never the token itself); admins only.
