@@ -57,15 +57,42 @@ pub async fn pointer(lake: &Lake, release: &str) -> Result<Pointer> {
 /// The release name that means the newest pointer.
 pub const LATEST: &str = "latest";
 
-/// Reads `request`'s rows of a dataset.
-pub fn read(ws: &Workspace, actor: &Actor, request: &ReadRequest) -> Result<Vec<RecordBatch>> {
-    require(actor, Access::Read)?;
-    let dataset = &request.dataset;
+/// Refuses a dataset the spec does not declare, suggesting the nearest name.
+fn declared(ws: &Workspace, dataset: &str) -> Result<()> {
     if !ws.spec.datasets.contains_key(dataset) {
         let names = ws.spec.datasets.keys().map(String::as_str);
         let hint = tidegate_core::spec::did_you_mean(dataset, names).map(|h| format!(" ({h})")).unwrap_or_default();
         crate::refuse!(NotFound, "no dataset named {dataset:?} in {}{hint}", ws.spec.file);
     }
+    Ok(())
+}
+
+/// A dataset's table versions, newest first, each with the metadata Tidegate wrote on its commit
+/// (release, run, step, schema change); none before its first publication.
+pub fn versions(ws: &Workspace, actor: &Actor, dataset: &str) -> Result<Vec<tidegate_lake::Commit>> {
+    require(actor, Access::Read)?;
+    declared(ws, dataset)?;
+    runtime()?.block_on(async {
+        let lake = open_lake(ws).await?;
+        if lake.table_version(dataset).await?.is_none() {
+            return Ok(Vec::new());
+        }
+        anyhow::Ok(lake.history(dataset).await?)
+    })
+}
+
+/// Every partition a dataset's latest version holds, with its rows, bytes and files, by key.
+pub fn partitions(ws: &Workspace, actor: &Actor, dataset: &str) -> Result<Vec<tidegate_lake::PartitionSize>> {
+    require(actor, Access::Read)?;
+    declared(ws, dataset)?;
+    runtime()?.block_on(async { anyhow::Ok(open_lake(ws).await?.partition_sizes(dataset, &[]).await?) })
+}
+
+/// Reads `request`'s rows of a dataset.
+pub fn read(ws: &Workspace, actor: &Actor, request: &ReadRequest) -> Result<Vec<RecordBatch>> {
+    require(actor, Access::Read)?;
+    let dataset = &request.dataset;
+    declared(ws, dataset)?;
     // A key the dataset's partitioning cannot have is a mistake, not a partition without rows.
     tidegate_core::plan::partitions_of(&ws.spec.datasets[dataset], &request.partitions)?;
     let batches = runtime()?.block_on(async {

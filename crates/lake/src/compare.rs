@@ -169,6 +169,7 @@ pub struct SliceDelta {
 
 /// How much data one partition of a table holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PartitionSize {
     /// The partition key.
     pub partition: String,

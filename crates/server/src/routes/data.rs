@@ -104,6 +104,28 @@ pub(crate) struct Rows {
     rows: Vec<serde_json::Value>,
 }
 
+/// A dataset's table versions, newest first, with the metadata Tidegate wrote on each commit.
+#[utoipa::path(get, path = "/api/datasets/{name}/versions", tag = "data", params(("name" = String, Path, description = "a dataset")),
+    responses((status = 200, description = "the table's versions, newest first", body = Vec<tidegate_lake::Commit>), Errors))]
+pub(crate) async fn versions(
+    Shared(state): Shared<State>,
+    Caller(actor): Caller,
+    Path(name): Path<String>,
+) -> Result<Json<Vec<tidegate_lake::Commit>>, Problem> {
+    call(&state, move |ws, _| tidegate_app::data::versions(ws, &actor, &name)).await
+}
+
+/// The partitions a dataset's latest version holds: rows, bytes and files of each.
+#[utoipa::path(get, path = "/api/datasets/{name}/partitions", tag = "data", params(("name" = String, Path, description = "a dataset")),
+    responses((status = 200, description = "each partition with data, by key", body = Vec<tidegate_lake::PartitionSize>), Errors))]
+pub(crate) async fn partitions(
+    Shared(state): Shared<State>,
+    Caller(actor): Caller,
+    Path(name): Path<String>,
+) -> Result<Json<Vec<tidegate_lake::PartitionSize>>, Problem> {
+    call(&state, move |ws, _| tidegate_app::data::partitions(ws, &actor, &name)).await
+}
+
 /// The most rows a read returns.
 const ROWS_MAX: usize = 10_000;
 

@@ -45,6 +45,8 @@ pub(crate) fn api() -> OpenApiRouter<State> {
         .routes(routes!(data::release))
         .routes(routes!(data::rollback_release))
         .routes(routes!(data::rows))
+        .routes(routes!(data::versions))
+        .routes(routes!(data::partitions))
         .routes(routes!(data::rollback_dataset))
         .routes(routes!(data::sql))
         .routes(routes!(journal::history))

@@ -128,11 +128,27 @@ fn two_tokens_take_a_backfill_from_plan_to_publication_and_one_person_cannot_app
         (format!("/api/releases/{release_id}"), "/api/releases/{id}"),
         (format!("/api/journal?subject={run_id}"), "/api/journal"),
         ("/api/datasets/summary/rows".to_owned(), "/api/datasets/{name}/rows"),
+        ("/api/datasets/summary/versions".to_owned(), "/api/datasets/{name}/versions"),
+        ("/api/datasets/summary/partitions".to_owned(), "/api/datasets/{name}/partitions"),
     ] {
         let r = server.call("GET", &path, Some(&bo), None);
         assert_eq!(r.status, 200, "{path}: {}", r.body);
         assert_conforms("GET", template, &r);
     }
+    // The table's versions, newest first: the backfill's publication on top, naming its release.
+    let versions = server.call("GET", "/api/datasets/summary/versions", Some(&bo), None).json();
+    let newest = &versions[0];
+    assert!(newest["metadata"]["tidegate.release_id"].as_str().is_some_and(|r| r.contains(&id)), "{newest}");
+    assert!(
+        versions.as_array().is_some_and(|v| v.windows(2).all(|w| w[0]["version"].as_u64() > w[1]["version"].as_u64()))
+    );
+    // The partitions it holds, one row each.
+    let partitions = server.call("GET", "/api/datasets/summary/partitions", Some(&bo), None).json();
+    let keys: Vec<&str> = partitions.as_array().into_iter().flatten().filter_map(|p| p["partition"].as_str()).collect();
+    assert_eq!(keys, ["2024-01-01", "2024-01-02"], "{partitions}");
+    assert!(partitions.as_array().into_iter().flatten().all(|p| p["n_rows"] == 1 && p["n_files"].as_u64() >= Some(1)));
+    let unknown = server.call("GET", "/api/datasets/no_such/versions", Some(&bo), None);
+    assert_eq!(unknown.status, 404, "{}", unknown.body);
     let reason = json!({ "reason": "undo the fix to check the rollback's body" });
     let dry_run = json!({ "reason": "what would an undo restore", "dry_run": true });
     let undo = server.call("POST", &format!("/api/releases/{release_id}/rollback"), Some(&ana), Some(&dry_run));

@@ -19,6 +19,8 @@ const FREE_FORM: &[&str] = &[
     "BackfillRecord.spec",
     "Page_BackfillRecord.items[].comparison",
     "Page_BackfillRecord.items[].spec",
+    // The metadata a commit carries: Tidegate's keys, and whatever other writers of the table put.
+    "Commit.metadata{}",
     // The scheduler's last gauge, as the scheduler wrote it.
     "Debt.scheduler",
     // An event's details: each kind of entry has its own.

@@ -43,6 +43,8 @@ fn routes() -> Vec<(&'static str, &'static str, Option<Value>, Option<Access>)> 
         ("GET", "/api/releases/no-such-release", None, Some(Access::Read)),
         ("POST", "/api/releases/no-such-release/rollback", Some(reason.clone()), Some(Access::ChangeTables)),
         ("GET", "/api/datasets/no_such_dataset/rows", None, Some(Access::Read)),
+        ("GET", "/api/datasets/no_such_dataset/versions", None, Some(Access::Read)),
+        ("GET", "/api/datasets/no_such_dataset/partitions", None, Some(Access::Read)),
         ("POST", "/api/datasets/no_such_dataset/rollback", Some(reason.clone()), Some(Access::ChangeTables)),
         ("POST", "/api/sql", Some(json!({ "query": "SELECT 1 AS one" })), Some(Access::Read)),
         ("GET", "/api/journal", None, Some(Access::Read)),
