@@ -285,6 +285,7 @@ impl Lake {
             let table = self.load(name).await?;
             let version = loaded_version(&table)?;
             let schema_now = table_schema(&table)?;
+            let table_hash = schema_hash(&schema_now);
             // The schema the wave's items were staged in (the same for all: `publish_many` groups
             // by it), when it is not the table's: the commit then evolves the table.
             let mut evolved: Option<SchemaRef> = None;
@@ -329,7 +330,7 @@ impl Lake {
                     })));
                     continue;
                 }
-                if target_hash != schema_hash(&schema_now) {
+                if target_hash != table_hash {
                     evolved = Some(target.clone());
                 }
                 match modes::plan(self, &table, &item.dataset, &item.staged, &target).await {

@@ -289,21 +289,21 @@ impl Lake {
         let target = self.load_at(dataset, Some(to_version)).await?;
         let wanted = active_files(&target, partitions).await?;
         let wanted_paths: HashSet<&str> = wanted.iter().map(|a| a.path.as_str()).collect();
+        // A restore of partitions that covers every partition holding files, then and now, is a
+        // restore of the whole table, schema included. "Then" is fixed; "now" is each attempt's.
+        let keys: Option<BTreeSet<&str>> = partitions.map(|p| p.iter().map(String::as_str).collect());
+        let covered =
+            |held: &BTreeSet<String>| keys.as_ref().is_none_or(|k| held.iter().all(|h| k.contains(h.as_str())));
+        let covers_then = match partitions {
+            None => true,
+            Some(_) => covered(&partitions_with_files(&target).await?),
+        };
         for _ in 0..MAX_COMMIT_ATTEMPTS {
             let table = self.load(dataset).await?;
             if let Some(since) = unmoved_since {
                 ensure_unchanged_since(dataset, &table, since, partitions).await?;
             }
-            // A restore of partitions that covers every partition holding files, then and now,
-            // is a restore of the whole table, schema included.
-            let whole = match partitions {
-                None => true,
-                Some(keys) => {
-                    let keys: BTreeSet<&str> = keys.iter().map(String::as_str).collect();
-                    let covered = |held: BTreeSet<String>| held.iter().all(|k| keys.contains(k.as_str()));
-                    covered(partitions_with_files(&target).await?) && covered(partitions_with_files(&table).await?)
-                }
-            };
+            let whole = partitions.is_none() || (covers_then && covered(&partitions_with_files(&table).await?));
             if !whole {
                 // Some partitions' files of `to_version` go back into the table as it is now: only
                 // if they fit its schema (columns added since read as null; anything else does not).

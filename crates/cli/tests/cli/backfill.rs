@@ -59,12 +59,7 @@ const FIXED: &str = "SUM(v) * 2 AS total FROM raw";
 const REQUESTER: &str = "ana";
 
 fn tidegate(dir: &Path, user: &str) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tidegate"));
-    cmd.current_dir(dir).env_remove("TIDEGATE_TOKEN");
-    if user != REQUESTER {
-        cmd.env("TIDEGATE_TOKEN", common::token_of(dir, user));
-    }
-    cmd
+    common::tidegate_as(dir, (user != REQUESTER).then_some(user))
 }
 
 fn run(dir: &Path, user: &str, args: &[&str]) -> Output {

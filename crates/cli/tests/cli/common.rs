@@ -39,6 +39,16 @@ pub fn tidegate(dir: &Path) -> Command {
     cmd
 }
 
+/// A command running the built `tidegate` in `dir` as a second person: the holder of `user`'s
+/// approver token ([`token_of`]); `None` is the OS account running the tests (the workspace's admin).
+pub fn tidegate_as(dir: &Path, user: Option<&str>) -> Command {
+    let mut cmd = tidegate(dir);
+    if let Some(user) = user {
+        cmd.env("TIDEGATE_TOKEN", token_of(dir, user));
+    }
+    cmd
+}
+
 /// Runs `tidegate ARGS` and returns its stdout, failing the test if it does not succeed.
 pub fn ok(dir: &Path, args: &[&str]) -> String {
     let out = tidegate(dir).args(args).output().expect("runs");

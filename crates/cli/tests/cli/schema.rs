@@ -32,13 +32,10 @@ const ADD_NOTE: (&str, &str) =
 const WIDEN_ID: (&str, &str) =
     (r#"{ name = "id", type = "int32", nullable = false }"#, r#"{ name = "id", type = "int64", nullable = false }"#);
 
+/// `tidegate ARGS` as `user`: ana is the OS account running the tests, anyone else a token holder.
 fn run_as(dir: &Path, user: &str, args: &[&str]) -> Output {
-    let mut cmd = common::tidegate(dir);
-    cmd.env_remove("TIDEGATE_TOKEN");
-    if user != "ana" {
-        cmd.env("TIDEGATE_TOKEN", common::token_of(dir, user));
-    }
-    cmd.args(args).output().expect("the tidegate binary runs")
+    let person = (user != "ana").then_some(user);
+    common::tidegate_as(dir, person).args(args).output().expect("the tidegate binary runs")
 }
 
 fn ok_as(dir: &Path, user: &str, args: &[&str]) -> String {
