@@ -37,6 +37,12 @@ pub use error::{Error, Result};
 pub use model::*;
 pub use notify::{Change, ChangeWatch};
 pub use postgres::Postgres;
+
+/// The PostgreSQL driver's session settings and write lock, for tests that stand in for a store
+/// session (a frozen writer).
+pub mod pg {
+    pub use crate::postgres::{SESSION_SETTINGS, WRITE_LOCK};
+}
 pub use sqlite::Sqlite;
 pub use store::{Options, PgStore, SqlStore, SqliteStore, open, open_with};
 

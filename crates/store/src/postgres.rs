@@ -14,10 +14,18 @@ use crate::notify::{CHANNEL_SQL, Change, ChangeWatch, Feed};
 use crate::sql::{Driver, Row, Tx, Value, to_dollar_placeholders};
 use crate::{Backend, Error, Result};
 
-/// The advisory lock every write transaction holds ("tidegate" in ASCII). One constant for the
-/// whole database: schemas sharing a database serialize their writes against each other, which
-/// costs throughput but never correctness.
-pub(crate) const WRITE_LOCK_KEY: i64 = 0x7469_6465_6761_7465;
+/// The advisory lock every write transaction takes first: one per schema (the schema's name hashed
+/// with "tidegate" in ASCII as the seed), so that the journal's appends in a schema are totally
+/// ordered while Tidegate deployments in other schemas of the database never wait for it.
+pub const WRITE_LOCK: &str =
+    "SELECT pg_advisory_xact_lock(hashtextextended(coalesce(current_schema(), ''), 8388346167643173989))";
+
+/// What every store session sets when it connects. A session left idle inside a transaction for
+/// this long is a process frozen (SIGSTOP, a stalled machine) or lost in the middle of a write; it
+/// holds the write lock, so PostgreSQL ends it, rolling its write back, and the other writers go
+/// on. Tidegate's own transactions never wait on anything outside the database, so a live one is
+/// never idle this long.
+pub const SESSION_SETTINGS: &str = "SET idle_in_transaction_session_timeout = '5s'";
 /// Idle clients kept for reuse; threads beyond this connect their own and close them after use.
 const POOL_IDLE_MAX: usize = 8;
 
@@ -72,7 +80,8 @@ impl Postgres {
     }
 
     fn open_client(&self) -> Result<PgConn> {
-        let client = self.config.connect(NoTls).map_err(|e| map_err(e).context("connecting to PostgreSQL"))?;
+        let mut client = self.config.connect(NoTls).map_err(|e| map_err(e).context("connecting to PostgreSQL"))?;
+        client.batch_execute(SESSION_SETTINGS).map_err(map_err)?;
         Ok(PgConn { client, statements: HashMap::new() })
     }
 
@@ -105,7 +114,7 @@ impl Driver for Postgres {
         let result = (|| {
             let PgConn { client, statements } = &mut conn;
             let mut tx = client.transaction().map_err(map_err)?;
-            tx.batch_execute(&format!("SELECT pg_advisory_xact_lock({WRITE_LOCK_KEY})")).map_err(map_err)?;
+            tx.batch_execute(WRITE_LOCK).map_err(map_err)?;
             let value = f(&mut PgTx { client: &mut tx, statements })?;
             tx.commit().map_err(map_err)?;
             Ok(value)
@@ -266,6 +275,7 @@ pub(crate) fn map_err(e: postgres::Error) -> Error {
         SqlState::LOCK_NOT_AVAILABLE,
         SqlState::QUERY_CANCELED,
         SqlState::ADMIN_SHUTDOWN,
+        SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT,
         SqlState::CRASH_SHUTDOWN,
         SqlState::CANNOT_CONNECT_NOW,
         SqlState::TOO_MANY_CONNECTIONS,
