@@ -1,6 +1,7 @@
-//! The scheduler loop in process, on a manual clock: an [`Engine`] over a SQLite store in a temp
-//! folder and a folder lake, with attempts run by a scripted runner, so that the time the loop
-//! acts on (backoffs, lease expiry) moves only when a test moves it. Catch-up's bound
+//! The scheduler loop in process, on a manual clock: an [`Engine`] over a SQLite store and a folder
+//! lake, and again over a PostgreSQL schema and an `s3://` lake, with attempts run by a scripted
+//! runner, so that the time the loop acts on (backoffs, lease expiry) moves only when a test moves
+//! it. Catch-up's bound
 //! (`max_active_runs`) is read back from the journal.
 
 use std::collections::BTreeSet;
@@ -80,6 +81,70 @@ fn empty_version(dataset: &str, staging_id: &str, attempt: &Attempt) -> StagedVe
     }
 }
 
+/// Where a test's engine keeps its state and data: a SQLite file and a lake folder, or a fresh
+/// PostgreSQL schema and an `s3://` lake (`.ci/run` starts both). Every test runs on each
+/// ([`on_both_backends`]).
+#[derive(Debug, Clone, Copy)]
+enum Backend {
+    SqliteAndFolder,
+    PostgresAndS3,
+}
+
+impl Backend {
+    /// The store under test and the lake's URI; `None` (after saying so, or failing under CI)
+    /// when PostgreSQL or S3 is missing.
+    fn open(self, dir: &std::path::Path) -> Option<(StoreUnderTest, String)> {
+        match self {
+            Self::SqliteAndFolder => Some((StoreUnderTest::sqlite(), dir.join("lake").display().to_string())),
+            Self::PostgresAndS3 => {
+                let store = StoreUnderTest::postgres()?;
+                let Some(s3) = std::env::var("TIDEGATE_TEST_S3_URL").ok().filter(|s| !s.is_empty()) else {
+                    tidegate_testkit::service_missing("the engine suite on S3", "TIDEGATE_TEST_S3_URL (and AWS_*)");
+                    return None;
+                };
+                let unique = dir.file_name().expect("a temp folder's name").to_string_lossy().into_owned();
+                Some((store, format!("{}/engine-{}", s3.trim_end_matches('/'), unique.trim_start_matches('.'))))
+            }
+        }
+    }
+}
+
+/// Runs `f`, a call to the store, where it may block: PostgreSQL's synchronous client may not
+/// start (or drop) its connection on a thread driving async tasks, so tests call the store as the
+/// engine does, off the async scheduler.
+fn sync<T>(f: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(f)
+}
+
+/// Each named test body (an `async fn(Backend)`) as two tests, one per [`Backend`].
+macro_rules! on_both_backends {
+    ($($test:ident),* $(,)?) => {
+        mod on_sqlite_and_a_folder {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test(super::Backend::SqliteAndFolder).await;
+                }
+            )*
+        }
+        mod on_postgresql_and_s3 {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test(super::Backend::PostgresAndS3).await;
+                }
+            )*
+        }
+    };
+}
+
+on_both_backends!(
+    a_transient_failure_is_retried_only_once_the_clock_passes_its_backoff,
+    a_lease_whose_heartbeat_stopped_is_reclaimed_once_the_clock_passes_its_ttl,
+    catch_up_keeps_at_most_max_active_runs_intervals_active_newest_first,
+    an_interval_waiting_for_a_retry_still_counts_against_max_active_runs,
+);
+
 /// A store with one run of one step (`task_0` for 2024-01-01, stopping at `awaiting_approval`
 /// so that nothing is published), a folder lake, and an engine over them on a manual clock.
 struct Setup {
@@ -92,31 +157,30 @@ struct Setup {
     _dir: tempfile::TempDir,
 }
 
-async fn setup(runner: Scripted) -> Setup {
+async fn setup(runner: Scripted, backend: Backend) -> Option<Setup> {
     let dir = tempfile::tempdir().expect("a temp folder for the workspace");
     let spec = Arc::new(tidegate_core::spec::parse("tidegate.toml", SPEC).expect("the test spec is valid"));
-    let store = StoreUnderTest::sqlite();
+    let (store, lake_uri) = sync(|| backend.open(dir.path()))?;
     let clock = Arc::new(ManualClock::new(fixed_instant()));
     let mut steps = new_steps(1);
     // A backoff long enough that the loop's real-time ticks never reach it by themselves.
     let retry = RetryPolicy { attempts: 3, backoff_base_ms: 60_000, backoff_max_ms: 60_000 };
     steps[0].state = Step::new(retry, true);
-    let submission =
-        store.store.submit_run(&run_request("task_0"), &steps, &meta(clock.now())).expect("submitting the run");
-    let step_id = store.store.steps(&submission.run.id).expect("reading the steps")[0].id.clone();
-    let lake_uri = dir.path().join("lake").display().to_string();
-    let lake = Arc::new(Lake::open(&lake_uri).await.expect("opening the folder lake"));
+    let submission = sync(|| store.store.submit_run(&run_request("task_0"), &steps, &meta(clock.now())))
+        .expect("submitting the run");
+    let step_id = sync(|| store.store.steps(&submission.run.id)).expect("reading the steps")[0].id.clone();
+    let lake = Arc::new(Lake::open(&lake_uri).await.expect("opening the lake"));
     let runner = Arc::new(runner);
     let opts = Options { worker_id: "scheduler-test".to_owned(), max_parallel: 1, ..Options::default() };
     let engine =
         Engine::new(store.store.clone(), lake, spec.clone(), dir.path().to_path_buf(), lake_uri, clock.clone(), opts)
             .with_runner(runner.clone());
-    Setup { store, clock, runner, spec, step_id, engine, _dir: dir }
+    Some(Setup { store, clock, runner, spec, step_id, engine, _dir: dir })
 }
 
 impl Setup {
     fn step(&self) -> StepRecord {
-        self.store.store.step(&self.step_id).expect("reading the step").expect("the step exists")
+        sync(|| self.store.store.step(&self.step_id)).expect("reading the step").expect("the step exists")
     }
 
     /// Waits (in real time) until the step satisfies `done`.
@@ -142,9 +206,8 @@ impl Setup {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_transient_failure_is_retried_only_once_the_clock_passes_its_backoff() {
-    let t = setup(Scripted { fail_first: true, ..Scripted::default() }).await;
+async fn a_transient_failure_is_retried_only_once_the_clock_passes_its_backoff(backend: Backend) {
+    let Some(t) = setup(Scripted { fail_first: true, ..Scripted::default() }, backend).await else { return };
     let failed_at = t.clock.now();
     let summary = t
         .drain_while(async {
@@ -167,16 +230,18 @@ async fn a_transient_failure_is_retried_only_once_the_clock_passes_its_backoff()
     let step = t.step();
     assert_eq!((step.status(), step.state.attempt), (StepStatus::AwaitingApproval, 2));
     assert_eq!(t.runner.n_runs.load(Ordering::SeqCst), 2);
+    // The PostgreSQL store's connections close where they may block.
+    sync(|| drop(t));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lease_whose_heartbeat_stopped_is_reclaimed_once_the_clock_passes_its_ttl() {
-    let t = setup(Scripted::default()).await;
+async fn a_lease_whose_heartbeat_stopped_is_reclaimed_once_the_clock_passes_its_ttl(backend: Backend) {
+    let Some(t) = setup(Scripted::default(), backend).await else { return };
     // Another process claimed the step and then stopped heartbeating (it died).
     let now = t.clock.now();
-    t.store.store.commit(&[event(&t.step_id, StepEvent::DepsMet { inputs: vec![] }, now)]).expect("making it ready");
+    sync(|| t.store.store.commit(&[event(&t.step_id, StepEvent::DepsMet { inputs: vec![] }, now)]))
+        .expect("making it ready");
     let claims = [claim_request(&t.step_id, "gone-worker", now)];
-    let lease = t.store.store.claim_steps(&claims, now, t.spec.project.lease_ttl_s).expect("claiming")[0]
+    let lease = sync(|| t.store.store.claim_steps(&claims, now, t.spec.project.lease_ttl_s)).expect("claiming")[0]
         .clone()
         .expect("the claim is granted");
     assert_eq!(lease.expires_at, now + chrono::Duration::seconds(i64::from(t.spec.project.lease_ttl_s)));
@@ -205,6 +270,8 @@ async fn a_lease_whose_heartbeat_stopped_is_reclaimed_once_the_clock_passes_its_
     let step = t.step();
     assert_eq!((step.status(), step.state.attempt, step.state.epoch), (StepStatus::AwaitingApproval, 2, 2));
     assert_eq!(t.runner.n_runs.load(Ordering::SeqCst), 1, "only the reclaimed attempt ran here");
+    // The PostgreSQL store's connections close where they may block.
+    sync(|| drop(t));
 }
 
 /// A scheduled daily task with catch-up on, bounded by `max_active_runs`; the pool and the
@@ -296,11 +363,11 @@ struct Catchup {
     _dir: tempfile::TempDir,
 }
 
-async fn catchup_setup(max_active_runs: u32, runner: Timed) -> Catchup {
+async fn catchup_setup(max_active_runs: u32, runner: Timed, backend: Backend) -> Option<Catchup> {
     let dir = tempfile::tempdir().expect("a temp folder for the workspace");
     let spec = tidegate_core::spec::parse("tidegate.toml", &catchup_spec(max_active_runs)).expect("a valid spec");
     let spec = Arc::new(spec);
-    let store = StoreUnderTest::sqlite();
+    let (store, lake_uri) = sync(|| backend.open(dir.path()))?;
     let clock = Arc::new(ManualClock::new(fixed_instant() + chrono::Duration::days(10)));
     let retry = RetryPolicy { attempts: 3, backoff_base_ms: 60_000, backoff_max_ms: 60_000 };
     let live = RunRequest {
@@ -309,21 +376,20 @@ async fn catchup_setup(max_active_runs: u32, runner: Timed) -> Catchup {
         partitions: vec!["extract@2024-01-10".to_owned()],
         ..run_request("extract")
     };
-    store.store.submit_run(&live, &day_steps(10..=10, retry), &meta(clock.now())).expect("the live run");
+    sync(|| store.store.submit_run(&live, &day_steps(10..=10, retry), &meta(clock.now()))).expect("the live run");
     let missed = RunRequest {
         trigger: Trigger::Catchup,
         priority: Priority::Catchup,
         partitions: (1..=9).map(|d| format!("extract@2024-01-{d:02}")).collect(),
         ..run_request("extract")
     };
-    store.store.submit_run(&missed, &day_steps(1..=9, retry), &meta(clock.now())).expect("the catch-up run");
-    let lake_uri = dir.path().join("lake").display().to_string();
-    let lake = Arc::new(Lake::open(&lake_uri).await.expect("opening the folder lake"));
+    sync(|| store.store.submit_run(&missed, &day_steps(1..=9, retry), &meta(clock.now()))).expect("the catch-up run");
+    let lake = Arc::new(Lake::open(&lake_uri).await.expect("opening the lake"));
     let runner = Arc::new(runner);
     let opts = Options { worker_id: "catchup-test".to_owned(), max_parallel: 8, ..Options::default() };
     let engine = Engine::new(store.store.clone(), lake, spec, dir.path().to_path_buf(), lake_uri, clock.clone(), opts)
         .with_runner(runner.clone());
-    Catchup { store, clock, runner, engine, _dir: dir }
+    Some(Catchup { store, clock, runner, engine, _dir: dir })
 }
 
 /// Replays the journal in order: the partitions in the order they were first claimed, and the
@@ -331,7 +397,7 @@ async fn catchup_setup(max_active_runs: u32, runner: Timed) -> Catchup {
 fn journal_concurrency(store: &dyn Store) -> (Vec<String>, usize) {
     let query = JournalQuery { limit: Some(100_000), ..JournalQuery::default() };
     let (mut order, mut active, mut most) = (Vec::new(), BTreeSet::new(), 0);
-    for e in store.journal(&query).expect("reading the journal") {
+    for e in sync(|| store.journal(&query)).expect("reading the journal") {
         let Some(partition) = e.partition else { continue };
         if e.kind == "claimed" {
             if !order.contains(&partition) {
@@ -350,15 +416,16 @@ fn days_newest_first(days: impl DoubleEndedIterator<Item = u32>) -> Vec<String> 
     days.rev().map(|d| format!("2024-01-{d:02}")).collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn catch_up_keeps_at_most_max_active_runs_intervals_active_newest_first() {
-    let t = catchup_setup(2, Timed::default()).await;
+async fn catch_up_keeps_at_most_max_active_runs_intervals_active_newest_first(backend: Backend) {
+    let Some(t) = catchup_setup(2, Timed::default(), backend).await else { return };
     let summary = tokio::time::timeout(PATIENCE, t.engine.drain()).await.expect("the drain ends").expect("drains");
     assert_eq!(summary.awaiting_approval, 10, "every interval ran: {summary:?}");
     let (order, most) = journal_concurrency(t.store.store.as_ref());
     assert_eq!(most, 2, "the journal shows exactly max_active_runs intervals active at once, at most");
     assert_eq!(t.runner.most_at_once.load(Ordering::SeqCst), 2, "attempts running at once");
     assert_newest_first(&order, 2);
+    // The PostgreSQL store's connections close where they may block.
+    sync(|| drop(t));
 }
 
 /// The missed days (1-9) were claimed newest first, and the live day (10) among the first
@@ -372,10 +439,9 @@ fn assert_newest_first(order: &[String], max_active_runs: usize) {
     assert!(live_at.is_some_and(|i| i < max_active_runs), "the live day starts first: {order:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_interval_waiting_for_a_retry_still_counts_against_max_active_runs() {
+async fn an_interval_waiting_for_a_retry_still_counts_against_max_active_runs(backend: Backend) {
     let runner = Timed { fail_first: vec!["2024-01-09".to_owned()], ..Timed::default() };
-    let t = catchup_setup(1, runner).await;
+    let Some(t) = catchup_setup(1, runner, backend).await else { return };
     let summary = async {
         let drain = async { t.engine.drain().await.expect("the drain succeeds") };
         let drive = async {
@@ -384,7 +450,8 @@ async fn an_interval_waiting_for_a_retry_still_counts_against_max_active_runs() 
             let give_up = std::time::Instant::now() + PATIENCE;
             loop {
                 let (order, _) = journal_concurrency(t.store.store.as_ref());
-                let waiting = t.store.store.journal(&JournalQuery { limit: Some(100_000), ..JournalQuery::default() });
+                let query = JournalQuery { limit: Some(100_000), ..JournalQuery::default() };
+                let waiting = sync(|| t.store.store.journal(&query));
                 let retry_wait =
                     waiting.expect("reading the journal").iter().any(|e| e.to_status.as_deref() == Some("retry_wait"));
                 if retry_wait {
@@ -406,4 +473,6 @@ async fn an_interval_waiting_for_a_retry_still_counts_against_max_active_runs() 
     assert_eq!(most, 1);
     assert_eq!(t.runner.most_at_once.load(Ordering::SeqCst), 1);
     assert_eq!(order, days_newest_first(1..=10), "one at a time: the live day, then the missed ones");
+    // The PostgreSQL store's connections close where they may block.
+    sync(|| drop(t));
 }

@@ -80,9 +80,11 @@ impl Postgres {
     }
 
     fn open_client(&self) -> Result<PgConn> {
-        let mut client = self.config.connect(NoTls).map_err(|e| map_err(e).context("connecting to PostgreSQL"))?;
-        client.batch_execute(SESSION_SETTINGS).map_err(map_err)?;
-        Ok(PgConn { client, statements: HashMap::new() })
+        off_the_runtime(|| {
+            let mut client = self.config.connect(NoTls).map_err(|e| map_err(e).context("connecting to PostgreSQL"))?;
+            client.batch_execute(SESSION_SETTINGS).map_err(map_err)?;
+            Ok(PgConn { client, statements: HashMap::new() })
+        })
     }
 
     fn take(&self) -> Result<PgConn> {
@@ -109,7 +111,50 @@ impl Driver for Postgres {
         Backend::Postgres
     }
 
-    fn write<T>(&self, f: impl FnOnce(&mut dyn Tx) -> Result<T>) -> Result<T> {
+    fn write<T: Send>(&self, f: impl FnOnce(&mut dyn Tx) -> Result<T> + Send) -> Result<T> {
+        off_the_runtime(|| self.write_here(f))
+    }
+
+    fn read<T: Send>(&self, f: impl FnOnce(&mut dyn Tx) -> Result<T> + Send) -> Result<T> {
+        off_the_runtime(|| {
+            let mut conn = self.take()?;
+            let PgConn { client, statements } = &mut conn;
+            let result = f(&mut PgTx { client, statements });
+            self.give_back(conn);
+            result
+        })
+    }
+
+    /// One listener connection per handle, started by the first watch; it listens before this
+    /// returns, so the watch hears every change committed afterwards.
+    fn watch(&self, changes: &[Change]) -> Result<ChangeWatch> {
+        let mut feed = self.feed.lock().expect("postgres feed mutex poisoned");
+        let feed = match &*feed {
+            Some(f) => f.clone(),
+            None => {
+                let f = Arc::new(Feed::default());
+                off_the_runtime(|| crate::notify::start_listener(&self.config, f.clone()))?;
+                feed.insert(f).clone()
+            }
+        };
+        Ok(ChangeWatch::on(feed, changes))
+    }
+}
+
+/// Runs `op`, which blocks on PostgreSQL's synchronous client, where it may block. That client
+/// waits on a private runtime, which panics ("Cannot start a runtime from within a runtime") on a
+/// thread that drives async tasks or is inside `block_on`; the application layer calls the store
+/// from such places (a rollback's restore, a publication). There, `op` runs on a scoped thread of
+/// its own; elsewhere, here.
+fn off_the_runtime<R: Send>(op: impl FnOnce() -> R + Send) -> R {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return op();
+    }
+    std::thread::scope(|scope| scope.spawn(op).join()).unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+}
+
+impl Postgres {
+    fn write_here<T>(&self, f: impl FnOnce(&mut dyn Tx) -> Result<T>) -> Result<T> {
         let mut conn = self.take()?;
         let result = (|| {
             let PgConn { client, statements } = &mut conn;
@@ -122,29 +167,6 @@ impl Driver for Postgres {
         // A failed transaction was rolled back when it was dropped; a broken client is discarded.
         self.give_back(conn);
         result
-    }
-
-    fn read<T>(&self, f: impl FnOnce(&mut dyn Tx) -> Result<T>) -> Result<T> {
-        let mut conn = self.take()?;
-        let PgConn { client, statements } = &mut conn;
-        let result = f(&mut PgTx { client, statements });
-        self.give_back(conn);
-        result
-    }
-
-    /// One listener connection per handle, started by the first watch; it listens before this
-    /// returns, so the watch hears every change committed afterwards.
-    fn watch(&self, changes: &[Change]) -> Result<ChangeWatch> {
-        let mut feed = self.feed.lock().expect("postgres feed mutex poisoned");
-        let feed = match &*feed {
-            Some(f) => f.clone(),
-            None => {
-                let f = Arc::new(Feed::default());
-                crate::notify::start_listener(&self.config, f.clone())?;
-                feed.insert(f).clone()
-            }
-        };
-        Ok(ChangeWatch::on(feed, changes))
     }
 }
 

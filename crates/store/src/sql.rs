@@ -124,10 +124,11 @@ pub trait Driver: Send + Sync + fmt::Debug + 'static {
     /// Runs `f` in a write transaction. Write transactions are totally ordered (SQLite's
     /// `BEGIN IMMEDIATE`, PostgreSQL's advisory lock), which is what lets the journal compute
     /// `seq = max + 1` and chain hashes without races. Commits when `f` returns `Ok`.
-    fn write<T>(&self, f: impl FnOnce(&mut dyn Tx) -> Result<T>) -> Result<T>;
+    /// `f` and its result are `Send`: a driver may run `f` on a thread of its own.
+    fn write<T: Send>(&self, f: impl FnOnce(&mut dyn Tx) -> Result<T> + Send) -> Result<T>;
 
     /// Runs `f` on a connection for reading; each statement sees committed data.
-    fn read<T>(&self, f: impl FnOnce(&mut dyn Tx) -> Result<T>) -> Result<T>;
+    fn read<T: Send>(&self, f: impl FnOnce(&mut dyn Tx) -> Result<T> + Send) -> Result<T>;
 
     /// A watch for `changes` announced by [`Tx::notify`] from now on; on a backend that announces
     /// nothing (SQLite), one whose waits only sleep.

@@ -112,7 +112,7 @@ impl Driver for Sqlite {
         Backend::Sqlite
     }
 
-    fn write<T>(&self, f: impl FnOnce(&mut dyn Tx) -> Result<T>) -> Result<T> {
+    fn write<T: Send>(&self, f: impl FnOnce(&mut dyn Tx) -> Result<T> + Send) -> Result<T> {
         let mut conn = self.take()?;
         let result = (|| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(map_err)?;
@@ -125,7 +125,7 @@ impl Driver for Sqlite {
         result
     }
 
-    fn read<T>(&self, f: impl FnOnce(&mut dyn Tx) -> Result<T>) -> Result<T> {
+    fn read<T: Send>(&self, f: impl FnOnce(&mut dyn Tx) -> Result<T> + Send) -> Result<T> {
         let conn = self.take()?;
         let result = f(&mut SqliteTx(&conn));
         self.give_back(conn);

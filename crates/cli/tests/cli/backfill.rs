@@ -105,10 +105,7 @@ fn commits_with(table: &Path, app_id: &str) -> usize {
 
 /// The most steps of `run_id` holding a lease at once, replayed from the journal.
 fn max_concurrent(dir: &Path, run_id: &str) -> i64 {
-    let db = rusqlite::Connection::open(dir.join(".tidegate/state.db")).expect("state db");
-    let mut stmt = db.prepare("SELECT kind FROM journal WHERE run_id = ?1 ORDER BY seq").expect("query");
-    let kinds: Vec<String> =
-        stmt.query_map([run_id], |r| r.get(0)).expect("rows").collect::<Result<_, _>>().expect("kinds");
+    let kinds = common::state(dir).texts("SELECT kind FROM journal WHERE run_id = ?1 ORDER BY seq", &[run_id]);
     let (mut now, mut max) = (0i64, 0i64);
     for kind in kinds {
         match kind.as_str() {
@@ -240,7 +237,7 @@ fn a_backfill_goes_from_plan_to_rollback_without_readers_seeing_anything_unappro
         assert_eq!(after["total"].as_i64(), before["total"].as_i64().map(|t| t * 2), "{after}");
     }
     assert_ne!(read_report(ws), report_before, "the downstream dataset was published too");
-    let table = ws.join(".tidegate/lake/summary");
+    let table = common::table(ws, "summary");
     assert_eq!(commits_with(&table, &format!("tidegate:backfill:{id}:summary")), 1, "one atomic commit");
 
     // Publishing again is refused by status, and changes nothing.
@@ -347,8 +344,8 @@ fn live_work_submitted_during_a_backfill_finishes_first() {
     let report: Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(report["status"], "staged");
 
-    let db = rusqlite::Connection::open(ws.join(".tidegate/state.db")).expect("db");
-    let seq_of = |sql: &str, arg: &str| -> i64 { db.query_row(sql, [arg], |r| r.get(0)).expect("seq") };
+    let db = common::state(ws);
+    let seq_of = |sql: &str, arg: &str| -> i64 { db.int(sql, &[arg]) };
     let live_published = seq_of(
         "SELECT MAX(seq) FROM journal WHERE run_id = ?1 AND kind = 'published'",
         live["run_id"].as_str().expect("id"),

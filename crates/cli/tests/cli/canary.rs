@@ -46,8 +46,8 @@ secrets = ["{CANARY_VAR}"]
 }
 
 fn tidegate(dir: &Path) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tidegate"));
-    cmd.current_dir(dir).env_remove("TIDEGATE_TOKEN").env(CANARY_VAR, CANARY);
+    let mut cmd = crate::common::tidegate(dir);
+    cmd.env(CANARY_VAR, CANARY);
     cmd
 }
 

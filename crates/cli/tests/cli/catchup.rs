@@ -5,10 +5,11 @@
 //! interval ends, in the dataset's zone.
 
 use std::path::Path;
-use std::process::Command;
 
 use serde_json::Value;
 use tidegate_testkit::TestWorkspace;
+
+use crate::common;
 
 /// The task's command: one row into its output.
 const WRITE_ONE_ROW: &str = r#"["sh", "-c", "printf 'id\n1\n' > \"$TIDEGATE_OUTPUT_DIR/raw.csv\""]"#;
@@ -38,12 +39,7 @@ catchup = {catchup}
 }
 
 fn tidegate(dir: &Path, args: &[&str]) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_tidegate"))
-        .args(args)
-        .current_dir(dir)
-        .env_remove("TIDEGATE_TOKEN")
-        .output()
-        .expect("runs");
+    let out = common::tidegate(dir).args(args).output().expect("runs");
     assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).expect("json")
 }
@@ -125,34 +121,23 @@ fn catch_up_skips_intervals_a_wider_run_already_covers_and_journals_them_as_supe
         published(dir.path()),
         ["2024-01-01", "2024-01-02", "2024-01-03", "2024-01-04", "2024-01-05", "2024-01-06"]
     );
-    let db = rusqlite::Connection::open(dir.path().join(".tidegate/state.db")).expect("db");
-    let n: i64 = db
-        .query_row("SELECT COUNT(*) FROM journal WHERE kind = 'interval_superseded' AND run_id = ?1", [by], |r| {
-            r.get(0)
-        })
-        .expect("count");
+    let db = common::state(dir.path());
+    let n = db.int("SELECT COUNT(*) FROM journal WHERE kind = 'interval_superseded' AND run_id = ?1", &[by]);
     assert_eq!(n, 3);
-    let twice: i64 = db
-        .query_row(
-            "SELECT COUNT(*) FROM (SELECT partition_key FROM steps WHERE status = 'published' GROUP BY partition_key HAVING COUNT(*) > 1)",
-            [],
-            |r| r.get(0),
-        )
-        .expect("count");
+    let twice = db.int(
+        "SELECT COUNT(*) FROM (SELECT partition_key FROM steps WHERE status = 'published' GROUP BY partition_key HAVING COUNT(*) > 1) AS twice",
+        &[],
+    );
     assert_eq!(twice, 0, "no interval was built twice");
 }
 
 /// Replays the journal in order: the partitions in the order they were first claimed, and the
 /// most intervals active at once (from a step's claim until it settles).
 fn journal_concurrency(dir: &Path, task: &str) -> (Vec<String>, usize) {
-    let db = rusqlite::Connection::open(dir.join(".tidegate/state.db")).expect("db");
-    let mut rows =
-        db.prepare("SELECT kind, partition_key, to_status FROM journal WHERE task = ?1 ORDER BY seq").expect("query");
-    let entries: Vec<(String, Option<String>, Option<String>)> = rows
-        .query_map([task], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-        .expect("rows")
-        .collect::<Result<_, _>>()
-        .expect("journal rows");
+    let entries = common::state(dir)
+        .rows("SELECT kind, partition_key, to_status FROM journal WHERE task = ?1 ORDER BY seq", &[task])
+        .into_iter()
+        .map(|row| (row[0].text().expect("a kind"), row[1].text(), row[2].text()));
     let settled = ["published", "failed", "upstream_failed", "skipped", "superseded", "cancelled", "awaiting_approval"];
     let (mut order, mut active, mut most) = (Vec::new(), std::collections::BTreeSet::new(), 0);
     for (kind, partition, to_status) in entries {

@@ -4,7 +4,6 @@
 //! partition holds every granule exactly once.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use serde_json::Value;
 use tidegate_testkit::TestWorkspace;
@@ -79,7 +78,7 @@ fn workspace(script: &str) -> TestWorkspace {
 }
 
 fn tidegate(dir: &Path, args: &[&str]) -> (i32, Value) {
-    let out = Command::new(env!("CARGO_BIN_EXE_tidegate")).args(args).current_dir(dir).output().expect("runs");
+    let out = crate::common::tidegate(dir).args(args).output().expect("runs");
     let json = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
         panic!("no JSON on stdout: {}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
     });
@@ -146,8 +145,8 @@ fn a_malformed_checkpoint_line_fails_the_attempt_deterministically_with_its_line
     let (code, report) = tidegate(dir.path(), &["run", "load", "--partition", "2024-01-01", "--json"]);
     assert_eq!(code, 1, "{report}");
     assert_eq!(report["summary"]["retried"], 0, "a deterministic failure is not retried: {report}");
-    let db = rusqlite::Connection::open(dir.path().join(".tidegate/state.db")).expect("db");
-    let reason: String = db.query_row("SELECT reason FROM attempts", [], |r| r.get(0)).expect("one attempt");
+    let reasons = crate::common::state(dir.path()).texts("SELECT reason FROM attempts", &[]);
+    let [reason] = &reasons[..] else { panic!("one attempt: {reasons:?}") };
     assert!(
         reason.contains("checkpoint file") && reason.contains("line 1") && reason.contains("missing field"),
         "{reason}"

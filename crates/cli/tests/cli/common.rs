@@ -8,7 +8,35 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
-pub use tidegate_testkit::delta::{adds, commits_per_app_id, latest_version, release_of, staged_files};
+pub(crate) use crate::backend;
+pub use crate::backend::StateDb;
+
+use tidegate_testkit::delta;
+
+/// The newest version of the Delta table at `table` ([`table`]'s folder), read as it is now.
+pub fn latest_version(table: &Path) -> u64 {
+    delta::latest_version(&backend::fresh(table))
+}
+
+/// The `add` actions of `table`'s commit `version`, read as the table is now.
+pub fn adds(table: &Path, version: u64) -> Vec<Value> {
+    delta::adds(&backend::fresh(table), version)
+}
+
+/// The release id in `table`'s commit `version`, read as the table is now.
+pub fn release_of(table: &Path, version: u64) -> String {
+    delta::release_of(&backend::fresh(table), version)
+}
+
+/// How many commits of `table` carry each Tidegate step identity (`txn` appId), read as it is now.
+pub fn commits_per_app_id(table: &Path) -> std::collections::BTreeMap<String, usize> {
+    delta::commits_per_app_id(&backend::fresh(table))
+}
+
+/// The files under `table`'s staging area, read as the table is now.
+pub fn staged_files(table: &Path) -> Vec<String> {
+    delta::staged_files(&backend::fresh(table))
+}
 
 /// The datasets and tasks of a two-step daily pipeline, to follow a `[project]` table: `extract`
 /// writes two rows per day into `raw` with a command, `summarize` counts them into `summary` with SQL.
@@ -32,11 +60,18 @@ inputs = ["raw"]
 outputs = ["summary"]
 "#;
 
-/// A command running the built `tidegate` in `dir`.
+/// A command running the built `tidegate` in `dir`, on the workspace's state and lake
+/// ([`crate::backend`]: the defaults, or PostgreSQL and S3 in the shared binary).
 pub fn tidegate(dir: &Path) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tidegate"));
     cmd.current_dir(dir).env_remove("TIDEGATE_TOKEN").env_remove("TIDEGATE_USER").env_remove("TIDEGATE_FAILPOINT");
+    cmd.envs(backend::env(dir));
     cmd
+}
+
+/// The workspace's state database, read and written past Tidegate.
+pub fn state(dir: &Path) -> StateDb {
+    backend::state(dir)
 }
 
 /// A command running the built `tidegate` in `dir` as a second person: the holder of `user`'s
@@ -82,10 +117,47 @@ pub fn abort_at(dir: &Path, failpoint: &str, args: &[&str]) -> Output {
 /// The signal `std::process::abort` raises.
 const SIGABRT: i32 = 6;
 
-/// The Delta table of `dataset` in the workspace's default lake.
+/// The Delta table of `dataset` in the workspace's lake, as a local folder (on S3, a fresh copy).
 pub fn table(dir: &Path, dataset: &str) -> PathBuf {
-    dir.join(".tidegate/lake").join(dataset)
+    backend::table(dir, dataset)
 }
+
+/// The workspace's lake as a Python reader opens it: its folder, or its `s3://` URL.
+pub fn lake(dir: &Path) -> String {
+    backend::lake(dir)
+}
+
+/// Python that opens a lake given as a folder or an `s3://` URL (on the test S3 server the
+/// `AWS_*` variables name): `Lake(root)` with `.table(name, version)`, `.exists(rel)` and
+/// `.read_text(rel)`. Prepended to the tests' Python readers.
+pub const PYTHON_LAKE: &str = r#"
+import os
+import pyarrow.fs as pafs
+from deltalake import DeltaTable
+
+class Lake:
+    def __init__(self, root):
+        self.root = root.rstrip("/")
+        if root.startswith("s3://"):
+            env = os.environ
+            self.options = {k: env[k] for k in ["AWS_ENDPOINT_URL", "AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"]}
+            self.options["AWS_ALLOW_HTTP"] = "true"
+            self.fs = pafs.S3FileSystem(endpoint_override=env["AWS_ENDPOINT_URL"], access_key=env["AWS_ACCESS_KEY_ID"],
+                                        secret_key=env["AWS_SECRET_ACCESS_KEY"], region=env["AWS_REGION"])
+            self.base = self.root[len("s3://"):]
+        else:
+            self.options, self.fs, self.base = None, pafs.LocalFileSystem(), self.root
+
+    def table(self, name, version=None):
+        return DeltaTable(f"{self.root}/{name}", version=version, storage_options=self.options)
+
+    def exists(self, rel):
+        return self.fs.get_file_info(f"{self.base}/{rel}").type != pafs.FileType.NotFound
+
+    def read_text(self, rel):
+        with self.fs.open_input_stream(f"{self.base}/{rel}") as f:
+            return f.read().decode()
+"#;
 
 /// Sets `path`'s modification time an hour back: a file (or folder) some long-dead attempt left.
 pub fn make_old(path: &Path) {
@@ -100,15 +172,15 @@ pub fn token_of(dir: &Path, user: &str) -> String {
     if let Ok(token) = std::fs::read_to_string(&kept) {
         return token;
     }
-    let out = Command::new(env!("CARGO_BIN_EXE_tidegate"))
-        .current_dir(dir)
-        .env_remove("TIDEGATE_TOKEN")
+    let out = tidegate(dir)
         .args(["token", "create", "--name", user, "--role", "approver", "--json"])
         .output()
         .expect("tidegate runs");
     assert!(out.status.success(), "minting {user}'s token: {}", String::from_utf8_lossy(&out.stderr));
     let minted: Value = serde_json::from_slice(&out.stdout).expect("token JSON");
     let token = minted["token"].as_str().expect("token").to_owned();
+    // On PostgreSQL and S3 the workspace has no `.tidegate/` of its own.
+    std::fs::create_dir_all(dir.join(".tidegate")).expect("a folder to keep the token in");
     std::fs::write(&kept, &token).expect("keep the token");
     token
 }

@@ -49,17 +49,15 @@ timeout_s = 60
 const READER: &str = r#"
 import json, os, sys, time
 from collections import Counter
-from deltalake import DeltaTable
 
-lake, stop = sys.argv[1], sys.argv[2]
+lake, stop = Lake(sys.argv[1]), sys.argv[2]
 reads, violations = 0, []
 parent = os.getppid()  # a test that panicked never writes `stop`: end with it
 
 def table(name):
-    path = os.path.join(lake, name)
-    if not os.path.isdir(os.path.join(path, "_delta_log")):
+    if not lake.exists(f"{name}/_delta_log"):
         return None
-    return DeltaTable(path).to_pyarrow_table()
+    return lake.table(name).to_pyarrow_table()
 
 def check():
     global reads
@@ -97,10 +95,10 @@ fn python_has_deltalake() -> bool {
 #[test]
 fn killing_a_run_at_any_moment_and_rerunning_publishes_every_step_exactly_once() {
     let dir = TestWorkspace::new(SPEC);
-    let lake = dir.path().join(".tidegate/lake");
+    let lake = crate::common::lake(dir.path());
     let stop = dir.path().join("reader.stop");
     let reader = if python_has_deltalake() {
-        dir.write("reader.py", READER);
+        dir.write("reader.py", format!("{}{READER}", crate::common::PYTHON_LAKE));
         let reader = Command::new("python3")
             .arg(dir.path().join("reader.py"))
             .arg(&lake)
@@ -130,12 +128,9 @@ fn killing_a_run_at_any_moment_and_rerunning_publishes_every_step_exactly_once()
     }
 
     // Every step of every run is published, and each step's identity appears in exactly one commit.
-    let db = rusqlite::Connection::open(dir.path().join(".tidegate/state.db")).expect("state db");
-    let (n_steps, n_published): (i64, i64) = db
-        .query_row("SELECT COUNT(*), SUM(CASE WHEN status = 'published' THEN 1 ELSE 0 END) FROM steps", [], |r| {
-            Ok((r.get(0)?, r.get(1)?))
-        })
-        .expect("count steps");
+    let counts = crate::common::state(dir.path())
+        .rows("SELECT COUNT(*), SUM(CASE WHEN status = 'published' THEN 1 ELSE 0 END) FROM steps", &[]);
+    let (n_steps, n_published) = (counts[0][0].int(), counts[0][1].int());
     assert_eq!(n_steps, n_published, "every step ends published");
     assert_eq!(
         n_steps,
@@ -144,7 +139,7 @@ fn killing_a_run_at_any_moment_and_rerunning_publishes_every_step_exactly_once()
     );
     let mut app_ids = BTreeMap::new();
     for table in ["raw", "summary"] {
-        for (app, n) in commits_per_app_id(&lake.join(table)) {
+        for (app, n) in commits_per_app_id(&crate::common::table(dir.path(), table)) {
             assert_eq!(n, 1, "{table}: step {app} was committed {n} times");
             app_ids.insert(app, n);
         }

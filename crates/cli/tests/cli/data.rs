@@ -2,7 +2,6 @@
 //! published, as a user would from the shell.
 
 use std::path::Path;
-use std::process::Command;
 
 use serde_json::Value;
 use tidegate_testkit::TestWorkspace;
@@ -31,7 +30,7 @@ outputs = ["totals"]
 "#;
 
 fn tidegate(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_tidegate")).args(args).current_dir(dir).output().expect("runs");
+    let out = crate::common::tidegate(dir).args(args).output().expect("runs");
     assert!(out.status.success(), "tidegate {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8(out.stdout).expect("utf-8")
 }

@@ -129,7 +129,6 @@ fn check(point: &str, committed: bool) {
 }
 
 fn n_releases(ws: &std::path::Path) -> usize {
-    let db = rusqlite::Connection::open(ws.join(".tidegate/state.db")).expect("state db");
-    let n: i64 = db.query_row("SELECT COUNT(*) FROM releases", [], |r| r.get(0)).expect("count releases");
+    let n = crate::common::state(ws).int("SELECT COUNT(*) FROM releases", &[]);
     usize::try_from(n).expect("small")
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tidegate_testkit::TestWorkspace;
 
-use crate::common::tidegate;
+use crate::common::{state, table, tidegate};
 
 const SPEC: &str = r#"
 [project]
@@ -39,15 +39,10 @@ fn a_paused_worker_past_its_lease_cannot_publish() {
         tidegate(dir.path()).args(args).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("spawn first");
 
     // Wait until the first process's attempt is running, then freeze the process.
-    let db_path = dir.path().join(".tidegate/state.db");
+    let db = state(dir.path());
     let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    while db.int_or_missing("SELECT COUNT(*) FROM attempts") <= 0 {
         assert!(Instant::now() < deadline, "the first attempt never started");
-        if let Ok(db) = rusqlite::Connection::open(&db_path)
-            && db.query_row("SELECT COUNT(*) FROM attempts", [], |r| r.get::<_, i64>(0)).unwrap_or(0) > 0
-        {
-            break;
-        }
         std::thread::sleep(Duration::from_millis(50));
     }
     signal(first.id(), "-STOP");
@@ -66,17 +61,13 @@ fn a_paused_worker_past_its_lease_cannot_publish() {
     assert_eq!(first_report["summary"]["published"], 0, "the paused process published nothing");
     assert_eq!(first_report["summary"]["rejected"], 1, "its stale report was rejected");
 
-    let db = rusqlite::Connection::open(&db_path).expect("db");
-    let rejected: String = db
-        .query_row("SELECT reason FROM journal WHERE kind = 'rejected'", [], |r| r.get(0))
-        .expect("the rejection is journaled");
-    assert!(rejected.contains("fenced"), "{rejected}");
-    let (attempts, epoch): (i64, i64) =
-        db.query_row("SELECT attempt, epoch FROM steps", [], |r| Ok((r.get(0)?, r.get(1)?))).expect("step");
-    assert_eq!((attempts, epoch), (2, 2));
+    let rejected = db.texts("SELECT reason FROM journal WHERE kind = 'rejected'", &[]);
+    assert!(rejected.len() == 1 && rejected[0].contains("fenced"), "the rejection is journaled: {rejected:?}");
+    let step = db.rows("SELECT attempt, epoch FROM steps", &[]);
+    assert_eq!((step[0][0].int(), step[0][1].int()), (2, 2));
 
     // Exactly one commit for the step, and the published row comes from attempt 2.
-    let log = dir.path().join(".tidegate/lake/slow/_delta_log");
+    let log = table(dir.path(), "slow").join("_delta_log");
     let commits_with_txn = std::fs::read_dir(&log)
         .expect("delta log")
         .flatten()

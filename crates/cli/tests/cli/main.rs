@@ -2,6 +2,10 @@
 //! real SQLite stores and Delta tables, read back as an outside reader would. One test binary
 //! (linking once); each module is what was once a binary of its own.
 
+/// Whether every workspace runs on PostgreSQL and S3 (the `cli_shared` binary) or on the defaults.
+const SHARED: bool = false;
+
+mod backend;
 mod backfill;
 mod canary;
 mod catchup;

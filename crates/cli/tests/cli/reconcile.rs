@@ -188,7 +188,7 @@ fn reconcile_removes_what_finished_attempts_left_in_the_workspace() {
     assert_eq!(report["attempts"]["logs_removed"], j!(log_files), "{report}");
     assert_eq!(names_in(&logs), waiting, "the waiting step's logs stay");
     // So do their copies in the lake; the finished attempts' copies go.
-    let copies = ws.join(".tidegate/lake/_tidegate/logs");
+    let copies = table(ws, "_tidegate/logs");
     let removed: Vec<String> = serde_json::from_value(report["log_copies_removed"].clone()).expect("copies removed");
     assert_eq!(removed.len(), 3, "stdout of both attempts and stderr of the failed one: {report}");
     let kept: Vec<String> = names_in(&copies).iter().flat_map(|step| names_in(&copies.join(step))).collect();

@@ -3,14 +3,12 @@
 //! attempt stops retrying once its retry budget is spent.
 
 use std::path::Path;
-use std::process::Command;
 
 use serde_json::Value;
 use tidegate_testkit::TestWorkspace;
 
 fn run(dir: &Path, args: &[&str]) -> (i32, Value) {
-    let out =
-        Command::new(env!("CARGO_BIN_EXE_tidegate")).args(args).arg("--json").current_dir(dir).output().expect("runs");
+    let out = crate::common::tidegate(dir).args(args).arg("--json").output().expect("runs");
     let code = out.status.code().unwrap_or(-1);
     let json = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|_| panic!("no JSON on stdout; stderr:\n{}", String::from_utf8_lossy(&out.stderr)));
@@ -18,11 +16,11 @@ fn run(dir: &Path, args: &[&str]) -> (i32, Value) {
 }
 
 fn attempts(dir: &Path) -> Vec<(String, i64, Option<String>)> {
-    let db = rusqlite::Connection::open(dir.join(".tidegate/state.db")).expect("db");
-    let mut stmt = db
-        .prepare("SELECT s.partition_key, a.attempt, a.reason FROM attempts a JOIN steps s ON s.id = a.step_id ORDER BY 1, 2")
-        .expect("query");
-    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).expect("rows").map(|r| r.expect("row")).collect()
+    crate::common::state(dir)
+        .rows("SELECT s.partition_key, a.attempt, a.reason FROM attempts a JOIN steps s ON s.id = a.step_id ORDER BY 1, 2", &[])
+        .into_iter()
+        .map(|row| (row[0].text().expect("a partition"), row[1].int(), row[2].text()))
+        .collect()
 }
 
 fn spec(command: &str, pool: &str, retry: &str) -> String {
@@ -88,9 +86,7 @@ fn a_pool_failing_every_attempt_stops_at_its_retry_budget() {
     // At most the burst plus the ratio's share of first attempts, far below 10 x 4 possible retries.
     assert!((1..=2).contains(&retries), "{retries} retries: {a:?}");
     assert_eq!(report["summary"]["failed"], 10);
-    let db = rusqlite::Connection::open(dir.path().join(".tidegate/state.db")).expect("db");
-    let denied: i64 =
-        db.query_row("SELECT COUNT(*) FROM journal WHERE kind = 'retry_denied'", [], |r| r.get(0)).expect("count");
+    let denied = crate::common::state(dir.path()).int("SELECT COUNT(*) FROM journal WHERE kind = 'retry_denied'", &[]);
     assert_eq!(denied, 10, "every step ends with a journaled retry denial naming the spent budget");
 
     // `status` shows the spent budget from the scheduler's last gauge, and an empty backlog.

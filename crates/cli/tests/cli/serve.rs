@@ -6,6 +6,8 @@ use std::time::{Duration, Instant};
 
 use tidegate_testkit::TestWorkspace;
 
+use crate::common::{StateDb, state, tidegate};
+
 fn spec(start: &str) -> String {
     format!(
         r#"
@@ -28,18 +30,16 @@ timeout_s = 60
     )
 }
 
-fn count(db: &rusqlite::Connection, kind: &str) -> i64 {
-    db.query_row("SELECT COUNT(*) FROM journal WHERE kind = ?1", [kind], |r| r.get(0)).unwrap_or(0)
+fn count(db: &StateDb, kind: &str) -> i64 {
+    db.try_rows("SELECT COUNT(*) FROM journal WHERE kind = ?1", &[kind]).map_or(0, |rows| rows[0][0].int())
 }
 
 #[test]
 fn serve_runs_what_is_due_and_sigterm_lets_the_attempt_in_flight_finish() {
     let start = (chrono::Utc::now() - chrono::Duration::days(5)).format("%Y-%m-%d").to_string();
     let dir = TestWorkspace::new(spec(&start));
-    let serve = Command::new(env!("CARGO_BIN_EXE_tidegate"))
+    let serve = tidegate(dir.path())
         .args(["serve", "--tick-every-s", "1"])
-        .current_dir(dir.path())
-        .env_remove("TIDEGATE_TOKEN")
         .env_remove("RUST_LOG")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -47,15 +47,10 @@ fn serve_runs_what_is_due_and_sigterm_lets_the_attempt_in_flight_finish() {
         .expect("spawn serve");
 
     // Wait until the scheduled attempt is running, then ask the server to stop.
-    let db_path = dir.path().join(".tidegate/state.db");
+    let db = state(dir.path());
     let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    while count(&db, "claimed") == 0 {
         assert!(Instant::now() < deadline, "serve never started the due interval");
-        if let Ok(db) = rusqlite::Connection::open(&db_path)
-            && count(&db, "claimed") > 0
-        {
-            break;
-        }
         std::thread::sleep(Duration::from_millis(100));
     }
     let pid = serve.id().to_string();
@@ -67,13 +62,11 @@ fn serve_runs_what_is_due_and_sigterm_lets_the_attempt_in_flight_finish() {
     // Without RUST_LOG, the libraries' info events (a Delta snapshot's, per table read) stay out.
     assert!(!stderr.contains("snap.build") && !stderr.contains("ScanMetadataCompleted"), "{stderr}");
 
-    let db = rusqlite::Connection::open(&db_path).expect("db");
     assert_eq!(count(&db, "claimed"), 1, "exactly one attempt: the newest due day, catch-up being off");
     assert_eq!(count(&db, "published"), 1, "the attempt in flight finished and was published");
     let yesterday = (chrono::Utc::now() - chrono::Duration::days(1)).format("%Y-%m-%d").to_string();
-    let partition: String =
-        db.query_row("SELECT partition_key FROM release_versions", [], |r| r.get(0)).expect("one release item");
-    assert_eq!(partition, yesterday, "the schedule ran the newest interval that ended");
+    let partition = db.texts("SELECT partition_key FROM release_versions", &[]);
+    assert_eq!(partition, [yesterday], "the schedule ran the newest interval that ended");
 }
 
 /// On PostgreSQL, `serve` (scheduling only) and a `worker` (running the attempts) share nothing
@@ -133,20 +126,18 @@ fn every_log_line_of_a_request_or_an_attempt_names_it() {
     let token = crate::common::token_of(dir.path(), "vi");
     let port = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port").local_addr().expect("addr").port();
     let log = dir.path().join("serve.log");
-    let serve = Command::new(env!("CARGO_BIN_EXE_tidegate"))
+    let serve = tidegate(dir.path())
         .args(["serve", "--tick-every-s", "1", "--log-format", "json", "--http", &format!("127.0.0.1:{port}")])
-        .current_dir(dir.path())
-        .env_remove("TIDEGATE_TOKEN")
         .env_remove("RUST_LOG")
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).expect("log file"))
         .spawn()
         .expect("spawn serve");
-    let db_path = dir.path().join(".tidegate/state.db");
+    let db = state(dir.path());
     let deadline = Instant::now() + Duration::from_secs(60);
     let answer = loop {
         assert!(Instant::now() < deadline, "serve never answered and published: {}", read(&log));
-        let published = rusqlite::Connection::open(&db_path).is_ok_and(|db| count(&db, "published") > 0);
+        let published = count(&db, "published") > 0;
         if let Ok(mut http) = std::net::TcpStream::connect(("127.0.0.1", port))
             && published
         {

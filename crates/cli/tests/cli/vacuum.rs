@@ -40,6 +40,11 @@ fn vacuum_entries(ws: &std::path::Path) -> Vec<Value> {
 
 #[test]
 fn vacuum_keeps_every_retained_release_restorable() {
+    if backend::is_shared() {
+        // It plants a file in a staging folder and ages it; an S3 server sets its own times.
+        println!("skipped on S3: the test ages a file it plants in the lake folder");
+        return;
+    }
     let dir = TestWorkspace::new(SPEC);
     let ws = dir.path();
     let nums = table(ws, "nums");
@@ -157,20 +162,17 @@ fn vacuum_refuses_bad_arguments() {
 
 /// Puts a maintenance lock on `dataset` as another process would, expiring `expires_in_s` from now.
 fn hold_lock(ws: &std::path::Path, dataset: &str, owner: &str, purpose: &str, expires_in_s: i64) {
-    let db = rusqlite::Connection::open(ws.join(".tidegate/state.db")).expect("state db");
     let at = |s: i64| {
         (chrono::Utc::now() + chrono::Duration::seconds(s)).to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
     };
-    db.execute(
+    state(ws).execute(
         "INSERT INTO dataset_locks (dataset, owner, purpose, acquired_at, expires_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-        [dataset, owner, purpose, &at(-5), &at(expires_in_s)],
-    )
-    .expect("lock");
+        &[dataset, owner, purpose, &at(-5), &at(expires_in_s)],
+    );
 }
 
 fn locks_held(ws: &std::path::Path) -> i64 {
-    let db = rusqlite::Connection::open(ws.join(".tidegate/state.db")).expect("state db");
-    db.query_row("SELECT COUNT(*) FROM dataset_locks", [], |r| r.get(0)).expect("count")
+    state(ws).int("SELECT COUNT(*) FROM dataset_locks", &[])
 }
 
 #[test]
@@ -204,16 +206,23 @@ fn rollback_and_vacuum_wait_for_the_dataset_lock_and_name_its_holder() {
     assert!(adds(&nums, 1).iter().all(|a| nums.join(path_of(a)).exists()), "nothing vacuumed");
 
     // The holder finishes while a rollback waits: the rollback goes ahead, then gives the lock up.
-    let db_path = ws.join(".tidegate/state.db");
-    let releaser = std::thread::spawn(move || {
-        std::thread::sleep(std::time::Duration::from_millis(1_500));
-        let db = rusqlite::Connection::open(db_path).expect("state db");
-        db.busy_timeout(std::time::Duration::from_secs(10)).expect("timeout");
-        db.execute("DELETE FROM dataset_locks", []).expect("unlock");
-    });
-    let out = tidegate(ws).args(["rollback", "nums", "--lock-wait", "30"]).output().expect("runs");
-    releaser.join().expect("releaser");
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let db = state(ws);
+    // The holder lets go once the rollback says it waits (however long the rollback takes to start).
+    let err_path = ws.join("rollback.stderr");
+    let rollback = tidegate(ws)
+        .args(["rollback", "nums", "--lock-wait", "30"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&err_path).expect("a file for stderr"))
+        .spawn()
+        .expect("runs");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(25);
+    while !std::fs::read_to_string(&err_path).unwrap_or_default().contains("Waiting up to 30s") {
+        assert!(std::time::Instant::now() < deadline, "the rollback never said it waits");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    db.execute("DELETE FROM dataset_locks", &[]);
+    let out = rollback.wait_with_output().expect("the rollback ends");
+    let stderr = std::fs::read_to_string(&err_path).expect("its stderr");
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("Waiting up to 30s for vacuum to finish (nums is locked by ops (pid 4242))"), "{stderr}");
     assert_eq!(value_of_day1(ws), "v\n10\n");

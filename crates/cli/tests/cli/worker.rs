@@ -35,9 +35,8 @@ retry = { attempts = 3, backoff_base_ms = 10, backoff_max_ms = 20 }
 }
 
 fn spawn(dir: &Path, args: &[&str]) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_tidegate"))
+    crate::common::tidegate(dir)
         .args(args)
-        .current_dir(dir)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -46,10 +45,7 @@ fn spawn(dir: &Path, args: &[&str]) -> Child {
 
 /// -1 until the state database exists (it is never created here, only by tidegate).
 fn query_i64(dir: &Path, sql: &str) -> i64 {
-    let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY;
-    rusqlite::Connection::open_with_flags(dir.join(".tidegate/state.db"), flags)
-        .and_then(|db| db.query_row(sql, [], |r| r.get(0)))
-        .unwrap_or(-1)
+    crate::common::state(dir).int_or_missing(sql)
 }
 
 fn wait_for(what: &str, secs: u64, mut done: impl FnMut() -> bool) {
@@ -73,16 +69,15 @@ fn stop(mut child: Child) -> std::process::Output {
 
 fn workspace() -> TestWorkspace {
     let dir = TestWorkspace::new(spec());
-    let init = Command::new(env!("CARGO_BIN_EXE_tidegate")).arg("validate").current_dir(dir.path()).output();
+    let init = crate::common::tidegate(dir.path()).arg("validate").output();
     assert!(init.expect("validate").status.success());
     dir
 }
 
 fn submit(dir: &Path) {
     let last = format!("2024-01-{N_DAYS:02}");
-    let out = Command::new(env!("CARGO_BIN_EXE_tidegate"))
+    let out = crate::common::tidegate(dir)
         .args(["submit", "extract", "--from", "2024-01-01", "--to", &last, "--json"])
-        .current_dir(dir)
         .output()
         .expect("submit");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -136,20 +131,7 @@ fn steps_of_a_worker_killed_mid_attempt_are_retried_on_another_worker() {
     assert_eq!(query_i64(dir.path(), "SELECT COUNT(*) FROM attempts WHERE worker = 'rescuer'"), N_DAYS as i64);
     assert_eq!(query_i64(dir.path(), "SELECT COUNT(*) FROM journal WHERE kind = 'lease_expired'"), N_DAYS as i64);
     // One Delta commit per step identity, whatever the crash.
-    let log = dir.table("raw").join("_delta_log");
-    let mut app_ids = std::collections::BTreeMap::<String, usize>::new();
-    for entry in std::fs::read_dir(&log).expect("delta log").flatten() {
-        if entry.path().extension().is_none_or(|e| e != "json") {
-            continue;
-        }
-        let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
-        for line in text.lines() {
-            let action: serde_json::Value = serde_json::from_str(line).expect("JSON action");
-            if let Some(app) = action["txn"]["appId"].as_str() {
-                *app_ids.entry(app.to_owned()).or_default() += 1;
-            }
-        }
-    }
+    let app_ids = crate::common::commits_per_app_id(&crate::common::table(dir.path(), "raw"));
     assert_eq!(app_ids.len(), N_DAYS, "{app_ids:?}");
     assert!(app_ids.values().all(|n| *n == 1), "{app_ids:?}");
     let out = stop(rescuer);

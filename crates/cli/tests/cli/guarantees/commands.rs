@@ -62,10 +62,9 @@ fn init_beside_an_existing_gitignore_keeps_it_as_it_was() {
 /// Replaces one column of one journal entry the way someone with write access to the file can:
 /// drop the append-only triggers, then update.
 fn tamper(ws: &Path, seq: i64, column: &str, value: &str) {
-    let db = rusqlite::Connection::open(ws.join(".tidegate/state.db")).expect("open store");
-    db.execute_batch("DROP TRIGGER journal_no_update; DROP TRIGGER journal_no_delete;").expect("drop triggers");
-    db.execute(&format!("UPDATE journal SET {column} = ?1 WHERE seq = ?2"), rusqlite::params![value, seq])
-        .expect("tamper");
+    let db = crate::common::state(ws);
+    db.drop_journal_guard();
+    db.execute(&format!("UPDATE journal SET {column} = ?1 WHERE seq = {seq}"), &[value]);
 }
 
 #[test]

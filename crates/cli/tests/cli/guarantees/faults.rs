@@ -291,9 +291,7 @@ fn backfill_status(ws: &Path, id: &str) -> Value {
 
 /// The kinds of the releases the store recorded for backfill `id`, sorted.
 fn releases_of(ws: &Path, id: &str) -> Vec<String> {
-    let db = rusqlite::Connection::open(ws.join(".tidegate/state.db")).expect("state db");
-    let mut stmt = db.prepare("SELECT kind FROM releases WHERE backfill_id = ?1 ORDER BY kind").expect("query");
-    stmt.query_map([id], |r| r.get(0)).expect("rows").collect::<Result<_, _>>().expect("kinds")
+    crate::common::state(ws).texts("SELECT kind FROM releases WHERE backfill_id = ?1 ORDER BY kind", &[id])
 }
 
 /// Publish crash points, with `@N` counting the two datasets' commits; a list of two is a crash

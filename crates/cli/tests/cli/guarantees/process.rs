@@ -68,9 +68,11 @@ fn run_day(dir: &Path, env: &[(&str, &str)]) -> (i32, Value) {
 
 /// The (attempt, reason) of every attempt of the workspace, in order.
 fn attempts(dir: &Path) -> Vec<(i64, Option<String>)> {
-    let db = rusqlite::Connection::open(dir.join(".tidegate/state.db")).expect("db");
-    let mut stmt = db.prepare("SELECT attempt, reason FROM attempts ORDER BY attempt").expect("query");
-    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).expect("rows").map(|r| r.expect("row")).collect()
+    crate::common::state(dir)
+        .rows("SELECT attempt, reason FROM attempts ORDER BY attempt", &[])
+        .into_iter()
+        .map(|row| (row[0].int(), row[1].text()))
+        .collect()
 }
 
 /// The processes whose command line holds `marker` (a number no other process uses).
@@ -109,30 +111,12 @@ fn files_containing(root: &Path, needle: &str) -> Vec<String> {
 /// staged file (`delta_stats`, the data's minimum and maximum, which its Delta commit needs as
 /// they are) are data like the staged file itself, not a message, and are left out.
 fn store_cells_containing(dir: &Path, needle: &str) -> Vec<String> {
-    let db = rusqlite::Connection::open(dir.join(".tidegate/state.db")).expect("db");
-    let tables: Vec<String> = db
-        .prepare("SELECT name FROM sqlite_master WHERE type = 'table'")
-        .expect("query")
-        .query_map([], |r| r.get(0))
-        .expect("rows")
-        .map(|r| r.expect("row"))
-        .collect();
+    let db = crate::common::state(dir);
     let mut found = Vec::new();
-    for table in tables {
-        let mut stmt = db.prepare(&format!("SELECT * FROM \"{table}\"")).expect("select");
-        let columns: Vec<String> = stmt.column_names().map(str::to_owned).collect();
-        let mut rows = stmt.query([]).expect("rows");
-        while let Some(row) = rows.next().expect("row") {
-            for (i, column) in columns.iter().enumerate() {
-                let text = match row.get_ref(i).expect("cell") {
-                    rusqlite::types::ValueRef::Text(t) | rusqlite::types::ValueRef::Blob(t) => {
-                        String::from_utf8_lossy(t).into_owned()
-                    }
-                    _ => continue,
-                };
-                if without_delta_stats(&text).contains(needle) {
-                    found.push(format!("{table}.{column}: {text}"));
-                }
+    for table in db.tables() {
+        for (column, text) in db.text_cells(&table) {
+            if without_delta_stats(&text).contains(needle) {
+                found.push(format!("{table}.{column}: {text}"));
             }
         }
     }

@@ -53,8 +53,7 @@ const PAUSE_WAIT: Duration = Duration::from_secs(120);
 /// `tidegate` run by `user`: the reviewer `bo` with a token minted for him, everyone else as the
 /// OS account running the tests.
 fn tidegate(dir: &Path, user: &str) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tidegate"));
-    cmd.current_dir(dir).env_remove("TIDEGATE_TOKEN").env_remove("TIDEGATE_FAILPOINT");
+    let mut cmd = crate::common::tidegate(dir);
     if user == "bo" {
         cmd.env("TIDEGATE_TOKEN", crate::common::token_of(dir, "bo"));
     }
@@ -164,9 +163,7 @@ fn resume(dir: &Path, child: Child) -> Output {
 
 /// The journal's reasons for `kind`, oldest first.
 fn journal_reasons(dir: &Path, kind: &str) -> Vec<String> {
-    let db = rusqlite::Connection::open(dir.join(".tidegate/state.db")).expect("state db");
-    let mut stmt = db.prepare("SELECT reason FROM journal WHERE kind = ?1 ORDER BY seq").expect("query");
-    stmt.query_map([kind], |r| r.get(0)).expect("rows").collect::<Result<_, _>>().expect("reasons")
+    crate::common::state(dir).texts("SELECT reason FROM journal WHERE kind = ?1 ORDER BY seq", &[kind])
 }
 
 /// What a refusal must say: the dataset, the partition and both table versions.

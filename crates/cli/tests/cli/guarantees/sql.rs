@@ -133,9 +133,7 @@ outputs = ["copied"]
 
 /// The reasons recorded for every attempt of the workspace.
 fn attempt_reasons(dir: &Path) -> Vec<String> {
-    let db = rusqlite::Connection::open(dir.join(".tidegate/state.db")).expect("db");
-    let mut stmt = db.prepare("SELECT reason FROM attempts WHERE reason IS NOT NULL").expect("query");
-    stmt.query_map([], |r| r.get(0)).expect("rows").map(|r| r.expect("row")).collect()
+    crate::common::state(dir).texts("SELECT reason FROM attempts WHERE reason IS NOT NULL", &[])
 }
 
 #[test]

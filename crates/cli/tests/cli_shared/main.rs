@@ -1,0 +1,49 @@
+//! The CLI suite of `tests/cli` again, with every workspace on a fresh PostgreSQL schema and an
+//! `s3://` lake (`.ci/run` starts both), given to each `tidegate` process through `TIDEGATE_STATE`
+//! and `TIDEGATE_LAKE` as a deployment gives them: one suite, two backends. The same test files,
+//! compiled into this second binary; they reach state and data only through `common::state` and
+//! `common::table` (see `tests/cli/backend.rs`).
+//!
+//! Left out, as about the defaults rather than the backends: the spec corpus and `init` (no state),
+//! help and snapshot output (which print the workspace's own paths), tampering by hand with a
+//! SQLite file (the store suite tampers on both backends) or with a lake folder's files (`reconcile`,
+//! and `reconcile` and `sql` of `guarantees`: what a folder holds beside Tidegate's tables, planted
+//! and aged by the test), and the tests already on PostgreSQL and S3 (`machines`, `standby`, `s3`).
+
+/// Whether every workspace runs on PostgreSQL and S3 (this binary) or on the defaults (`cli`).
+const SHARED: bool = true;
+
+use suite::{backend, common};
+
+#[path = "../cli"]
+#[allow(dead_code, reason = "helpers used only by the modules this binary leaves out")]
+mod suite {
+    pub(crate) mod backend;
+    pub(crate) mod common;
+
+    mod backfill;
+    mod canary;
+    mod catchup;
+    mod checkpoints;
+    mod crash;
+    mod data;
+    mod failpoints;
+    mod fencing;
+    mod lineage;
+    mod pointer;
+    mod remote;
+    mod retries;
+    mod runs;
+    mod schema;
+    mod serve;
+    mod vacuum;
+    mod worker;
+
+    mod guarantees {
+        mod faults;
+        mod identity;
+        mod process;
+        mod race;
+        mod roles;
+    }
+}
