@@ -78,6 +78,14 @@ pub enum Event {
     Active,
     /// This one found the role taken while it meant to hold it, and stepped down (journaled).
     SteppedDown,
+    /// The store or the lake was away (restarting, a connection cut): the turn is taken again
+    /// after a pause that doubles while the outage lasts.
+    Interrupted {
+        /// What failed.
+        reason: String,
+        /// The pause before the next try.
+        retry_in_ms: u128,
+    },
     /// The OpenLineage export delivered events, or events started or stopped waiting for a
     /// transport (the export runs beside the scheduler and never holds it up).
     Lineage(crate::lineage::Delivery),
@@ -99,34 +107,98 @@ pub async fn serve(
     let engine = crate::run::engine(ws, store.clone(), lake.clone(), options.workers)
         .with_owner(scheduler_name())
         .with_stop(stop.clone());
-    let heartbeat = Duration::from_secs(u64::from(ws.spec.project.heartbeat_s));
     // Watching before the first drain reads the store: a run submitted after that wakes a pause.
     let mut submitted = Wakeups::start(store.clone(), &[Change::RunSubmitted]).await?;
     let (lineage_tx, mut lineage) = tokio::sync::mpsc::unbounded_channel();
     let exporter = crate::lineage::Exporter::new(ws);
     let follower = tokio::spawn(crate::lineage::follow(exporter, store.clone(), stop.clone(), lineage_tx));
-    let (mut standing_by, mut first) = (false, true);
-    let mut next_tick = Instant::now();
+    let mut turns = Turns { standing_by: false, first: true, next_tick: Instant::now() };
+    let mut backoff = OUTAGE_RETRY_FIRST;
     while !stop.load(Ordering::SeqCst) {
         while let Ok(delivery) = lineage.try_recv() {
             observe(Event::Lineage(delivery));
         }
+        match turns.take(&engine, ws, store.as_ref(), &lake, actor, options, &stop, &mut submitted, observe).await {
+            Ok(()) => backoff = OUTAGE_RETRY_FIRST,
+            // The store or the lake is away for now (restarting, a connection cut): wait and take
+            // the turn again. What this turn did is in the store; what it had not done yet, the
+            // next one does (a publication is idempotent by its step's identity).
+            Err(e) if is_transient(&e) => {
+                observe(Event::Interrupted { reason: format!("{e:#}"), retry_in_ms: backoff.as_millis() });
+                pause(&stop, backoff).await;
+                backoff = (backoff * 2).min(OUTAGE_RETRY_MAX);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    // Best effort: a role not given up (the store is away) expires with its lease.
+    if let Err(e) = engine.give_up_scheduler_role().await
+        && !e.is_transient()
+    {
+        return Err(e.into());
+    }
+    // The follower exports once more after the stop flag, so the last drain's events go out.
+    let _ = follower.await;
+    while let Ok(delivery) = lineage.try_recv() {
+        observe(Event::Lineage(delivery));
+    }
+    Ok(())
+}
+
+/// The first and the longest pause before a turn the store or the lake interrupted is taken again.
+const OUTAGE_RETRY_FIRST: Duration = Duration::from_millis(250);
+const OUTAGE_RETRY_MAX: Duration = Duration::from_secs(10);
+
+/// Whether `e` is the store or the lake being away for now, worth waiting out, rather than a
+/// mistake or a bug that waiting does not mend.
+pub(crate) fn is_transient(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        cause.downcast_ref::<tidegate_engine::Error>().is_some_and(tidegate_engine::Error::is_transient)
+            || cause.downcast_ref::<tidegate_store::Error>().is_some_and(tidegate_store::Error::is_retryable)
+            || cause.downcast_ref::<tidegate_lake::Error>().is_some_and(tidegate_lake::Error::is_retryable)
+    })
+}
+
+/// The scheduler loop's state between turns.
+struct Turns {
+    standing_by: bool,
+    first: bool,
+    next_tick: Instant,
+}
+
+impl Turns {
+    /// One turn: take the role (or stand by), tick if a tick is due, drain, give the role up and
+    /// wait for the next tick or a submitted run.
+    #[allow(clippy::too_many_arguments, reason = "the loop's collaborators, passed through as serve got them")]
+    async fn take(
+        &mut self,
+        engine: &tidegate_engine::Engine,
+        ws: &Workspace,
+        store: &dyn Store,
+        lake: &Lake,
+        actor: &Actor,
+        options: ServeOptions,
+        stop: &AtomicBool,
+        submitted: &mut Wakeups,
+        observe: &mut (dyn FnMut(Event) + Send),
+    ) -> Result<()> {
         let started = Instant::now();
         if !engine.try_scheduler_role().await? {
-            if !standing_by {
+            if !self.standing_by {
                 observe(Event::StandingBy);
-                standing_by = true;
+                self.standing_by = true;
             }
-            pause(&stop, STANDBY_POLL.min(heartbeat)).await;
-            continue;
+            let heartbeat = Duration::from_secs(u64::from(ws.spec.project.heartbeat_s));
+            pause(stop, STANDBY_POLL.min(heartbeat)).await;
+            return Ok(());
         }
-        if standing_by || first {
+        if self.standing_by || self.first {
             observe(Event::Active);
-            (standing_by, first) = (false, false);
+            (self.standing_by, self.first) = (false, false);
         }
-        if started >= next_tick {
-            tick(ws, store.as_ref(), &lake, actor, observe).await?;
-            next_tick = started + options.tick_every;
+        if started >= self.next_tick {
+            tick(ws, store, lake, actor, observe).await?;
+            self.next_tick = started + options.tick_every;
         }
         match engine.drain_holding_role().await {
             Ok(summary) if summary.published + summary.failed + summary.skipped > 0 => {
@@ -136,22 +208,15 @@ pub async fn serve(
             Err(tidegate_engine::Error::SchedulerBusy) => {
                 // Journaled by the engine; stand by from the next turn.
                 observe(Event::SteppedDown);
-                continue;
+                return Ok(());
             }
             Err(e) => return Err(e.into()),
         }
         // Between ticks the role is free: a backfill's publication or a rollback (which take it
         // to publish) go ahead, and a standby may take over; the next tick takes it if it can.
         engine.give_up_scheduler_role().await?;
-        wait_for_work(&stop, &mut submitted, store.as_ref(), next_tick).await?;
+        wait_for_work(stop, submitted, store, self.next_tick).await
     }
-    engine.give_up_scheduler_role().await?;
-    // The follower exports once more after the stop flag, so the last drain's events go out.
-    let _ = follower.await;
-    while let Ok(delivery) = lineage.try_recv() {
-        observe(Event::Lineage(delivery));
-    }
-    Ok(())
 }
 
 /// One evaluation of the schedules: starts what is due, and tells `observe` what it started,

@@ -296,8 +296,11 @@ async fn heartbeat_loop(store: Arc<dyn Store>, clock: Arc<dyn Clock>, mut lease:
         let (l, now) = (lease.clone(), clock.now());
         match tokio::task::spawn_blocking(move || s.heartbeat(&l, now, ttl_s)).await {
             Ok(Ok(renewed)) => lease = renewed,
-            // Fenced or the store is unreachable: stop renewing. If the lease expires, the scheduler
-            // gives the step to another attempt and this one's report will be rejected.
+            // The store is away for now (restarting, a connection cut): try again at the next
+            // beat; a lease that outlives the outage was never lost.
+            Ok(Err(tidegate_store::Error::Unavailable(_))) => {}
+            // Fenced: stop renewing. The scheduler gave the step to another attempt, and this
+            // one's report will be rejected.
             _ => return,
         }
     }

@@ -41,5 +41,17 @@ pub enum Error {
     Internal(String),
 }
 
+impl Error {
+    /// Whether the store or the lake was away for now (restarting, a connection cut, busy), so
+    /// that the same work may succeed later; a long-lived process waits such errors out.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::Store(e) => e.is_retryable(),
+            Error::Lake(e) => e.is_retryable(),
+            Error::SchedulerBusy | Error::Internal(_) => false,
+        }
+    }
+}
+
 /// `Result` with the engine's error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -13,7 +13,8 @@
 //! on any machine.
 //!
 //! A worker that dies stops heartbeating: its leases expire, the scheduler retries the attempts
-//! elsewhere, and whatever the dead worker might still write is rejected by the epoch.
+//! elsewhere, and whatever the dead worker might still write is rejected by the epoch. A worker
+//! whose store goes away (restarted, connections cut) waits for it and goes on.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -37,6 +38,9 @@ pub const POLL_EVERY: Duration = Duration::from_millis(100);
 pub const POLL_EVERY_WHEN_WOKEN: Duration = Duration::from_secs(5);
 /// How often a waiting worker looks at its stop flag.
 const STOP_POLL: Duration = Duration::from_millis(200);
+/// The first and the longest pause before a store call the store could not make is made again.
+const STORE_RETRY_FIRST: Duration = Duration::from_millis(100);
+const STORE_RETRY_MAX: Duration = Duration::from_secs(5);
 
 /// What a worker did before it stopped.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -88,15 +92,37 @@ impl Worker {
         Self { store, lake, spec, site, clock, id, slots, seed: 0x5eed, stop }
     }
 
+    /// Runs a store call off the runtime's threads. A call the store could not make for now (the
+    /// database restarting, a connection cut) is made again, backing off, until it succeeds: a
+    /// worker outlives an outage of its store instead of exiting and leaving its attempts
+    /// unreported. A stopping worker tries for one lease time at most (its leases are gone by
+    /// then), then gives up with the error.
     async fn db<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&dyn Store) -> tidegate_store::Result<T> + Send + 'static,
+        f: impl Fn(&dyn Store) -> tidegate_store::Result<T> + Send + Sync + 'static,
     ) -> Result<T> {
-        let store = self.store.clone();
-        tokio::task::spawn_blocking(move || f(store.as_ref()))
-            .await
-            .map_err(|e| Error::Internal(e.to_string()))?
-            .map_err(Error::Store)
+        let f = Arc::new(f);
+        let mut backoff = STORE_RETRY_FIRST;
+        let mut stopping_since: Option<Instant> = None;
+        loop {
+            let (store, call) = (self.store.clone(), f.clone());
+            let result = tokio::task::spawn_blocking(move || call(store.as_ref()))
+                .await
+                .map_err(|e| Error::Internal(e.to_string()))?;
+            let e = match result {
+                Err(e @ tidegate_store::Error::Unavailable(_)) => e,
+                other => return other.map_err(Error::Store),
+            };
+            if self.stop.load(Ordering::SeqCst) {
+                let since = *stopping_since.get_or_insert_with(Instant::now);
+                if since.elapsed() > Duration::from_secs(u64::from(self.spec.project.lease_ttl_s)) {
+                    return Err(Error::Store(e));
+                }
+            }
+            tracing::warn!(worker = self.id, error = %e, retry_in_ms = backoff.as_millis(), "the store is unavailable; retrying");
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(STORE_RETRY_MAX);
+        }
     }
 
     fn meta(&self, reason: String, correlation_id: &str) -> JournalMeta {

@@ -43,7 +43,14 @@ pub(crate) fn register_batches(
 /// Runs a query written by Tidegate itself; a failure is a bug, not the user's mistake.
 pub(crate) async fn query(ctx: &SessionContext, sql: &str) -> Result<Vec<RecordBatch>> {
     let frame = ctx.sql(sql).await.map_err(|e| Error::internal(format!("planning `{sql}`: {e}")))?;
-    frame.collect().await.map_err(|e| Error::internal(format!("running `{sql}`: {e}")))
+    frame.collect().await.map_err(|e| {
+        // The lake away for a moment is worth trying again, not a bug.
+        if crate::error::storage_failure(&e) {
+            Error::from(e)
+        } else {
+            Error::internal(format!("running `{sql}`: {e}"))
+        }
+    })
 }
 
 /// The memory one user query may hold (`tidegate sql`, a custom SQL check, a SQL task), in MiB.

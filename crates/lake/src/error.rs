@@ -490,7 +490,8 @@ impl From<deltalake_core::DeltaTableError> for Error {
             D::ObjectStore { source } => source.into(),
             D::Io { source } => Error::Storage { detail: source.to_string() },
             // The first line only: the delta kernel appends a backtrace when one was captured.
-            other => Error::Internal(format!("delta: {}", other.to_string().lines().next().unwrap_or_default())),
+            other if storage_failure(&other) => Error::Storage { detail: first_line(&other) },
+            other => Error::Internal(format!("delta: {}", first_line(&other))),
         }
     }
 }
@@ -503,8 +504,47 @@ impl From<object_store::Error> for Error {
 
 impl From<datafusion::error::DataFusionError> for Error {
     fn from(e: datafusion::error::DataFusionError) -> Self {
+        if storage_failure(&e) {
+            return Error::Storage { detail: first_line(&e) };
+        }
         Error::Internal(format!("datafusion: {e}"))
     }
+}
+
+fn first_line(e: &dyn std::fmt::Display) -> String {
+    e.to_string().lines().next().unwrap_or_default().to_owned()
+}
+
+/// Whether a library's error is, somewhere in its chain, the object store or the network failing
+/// (a server restarting, a connection refused): worth trying again, unlike a missing file or a
+/// bad query. A query, the delta kernel and delta-rs each wrap such a failure their own way.
+pub(crate) fn storage_failure(e: &(dyn std::error::Error + 'static)) -> bool {
+    use datafusion::error::DataFusionError as F;
+    use delta_kernel::Error as K;
+    use deltalake_core::DeltaTableError as D;
+    let object_store = |e: &object_store::Error| !matches!(e, object_store::Error::NotFound { .. });
+    let mut next = Some(e);
+    while let Some(e) = next {
+        let failed = e.downcast_ref::<object_store::Error>().is_some_and(object_store)
+            || e.is::<std::io::Error>()
+            || match e.downcast_ref::<K>() {
+                Some(K::ObjectStore(inner)) => object_store(inner),
+                Some(K::IOError(_) | K::Reqwest(_)) => true,
+                _ => false,
+            }
+            || matches!(e.downcast_ref::<D>(), Some(D::ObjectStore { source }) if object_store(source))
+            || matches!(e.downcast_ref::<D>(), Some(D::Io { .. }))
+            || matches!(e.downcast_ref::<F>(), Some(F::ObjectStore(inner)) if object_store(inner))
+            || matches!(e.downcast_ref::<F>(), Some(F::IoError(_)))
+            // DataFusion's Parquet reader keeps only the text of a failed fetch.
+            || matches!(e.downcast_ref::<parquet::errors::ParquetError>(),
+                Some(parquet::errors::ParquetError::General(m)) if m.contains("Object Store error: ") && !m.contains(" not found"));
+        if failed {
+            return true;
+        }
+        next = e.source();
+    }
+    false
 }
 
 impl From<arrow::error::ArrowError> for Error {
@@ -522,5 +562,43 @@ impl From<parquet::errors::ParquetError> for Error {
 impl From<std::io::Error> for Error {
     fn from(e: std::io::Error) -> Self {
         Error::Storage { detail: e.to_string() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn generic(what: &str) -> object_store::Error {
+        object_store::Error::Generic { store: "S3", source: what.into() }
+    }
+
+    #[test]
+    fn an_object_store_failing_inside_the_kernel_or_a_query_is_worth_retrying() {
+        let kernel = deltalake_core::DeltaTableError::KernelError(delta_kernel::Error::ObjectStore(generic("refused")));
+        let e = Error::from(kernel);
+        assert!(matches!(e, Error::Storage { .. }) && e.is_retryable(), "{e:?}");
+        let query = datafusion::error::DataFusionError::External(Box::new(
+            deltalake_core::DeltaTableError::KernelError(delta_kernel::Error::ObjectStore(generic("reset"))),
+        ));
+        assert!(Error::from(query).is_retryable());
+        let io = datafusion::error::DataFusionError::ObjectStore(Box::new(generic("timed out")));
+        assert!(Error::from(io).is_retryable());
+        let fetch = parquet::errors::ParquetError::General(format!(
+            "Failed to fetch metadata for file raw/part-0.parquet: {}",
+            datafusion::error::DataFusionError::ObjectStore(Box::new(generic("refused")))
+        ));
+        assert!(Error::from(datafusion::error::DataFusionError::ParquetError(Box::new(fetch))).is_retryable());
+    }
+
+    #[test]
+    fn a_missing_file_or_a_bad_query_is_not() {
+        let missing = object_store::Error::NotFound { path: "raw/part-0.parquet".into(), source: "gone".into() };
+        let kernel = deltalake_core::DeltaTableError::KernelError(delta_kernel::Error::ObjectStore(missing));
+        assert!(!Error::from(kernel).is_retryable());
+        let plan = datafusion::error::DataFusionError::Plan("no column x".into());
+        assert!(!Error::from(plan).is_retryable());
+        let kernel = deltalake_core::DeltaTableError::KernelError(delta_kernel::Error::generic("bad schema"));
+        assert!(!Error::from(kernel).is_retryable());
     }
 }

@@ -37,6 +37,19 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+    /// The database was migrated by a newer Tidegate than this one: this binary would read and
+    /// write tables whose meaning it does not know.
+    #[error(
+        "the state store was migrated by a newer Tidegate: it has migration {version} ({name}), this binary knows up to {known}; run the newer tidegate here (every process on one store must be at least as new as its newest migration)"
+    )]
+    SchemaTooNew {
+        /// The newest migration the database has.
+        version: i64,
+        /// Its name.
+        name: String,
+        /// The newest migration this binary knows.
+        known: i64,
+    },
     /// The request contradicts itself (for example, a step waits for a step the run does not have).
     #[error("invalid request: {0}")]
     InvalidRequest(String),

@@ -7,7 +7,7 @@ use chrono::Utc;
 
 use crate::codec::fmt_ts;
 use crate::sql::{Driver, Tx, Value};
-use crate::{Backend, Result};
+use crate::{Backend, Error, Result};
 
 /// One migration: its number, its name, and its SQL for each backend.
 struct Migration {
@@ -60,6 +60,7 @@ pub(crate) fn migrate(driver: &impl Driver) -> Result<usize> {
                     applied_at TEXT NOT NULL
                 )",
             )?;
+            refuse_newer(tx)?;
             let applied = applied_versions(tx)?;
             let mut n_applied = 0;
             for m in MIGRATIONS.iter().filter(|m| !applied.contains(&m.version)) {
@@ -77,6 +78,19 @@ pub(crate) fn migrate(driver: &impl Driver) -> Result<usize> {
             Ok(n_applied)
         })
         .map_err(|e| e.context("migrating the state database"))
+}
+
+/// Refuses a database that holds a migration this build does not know: a newer binary migrated it.
+fn refuse_newer(tx: &mut dyn Tx) -> Result<()> {
+    let known = MIGRATIONS.last().map_or(0, |m| m.version);
+    let newest = tx.query(
+        "SELECT version, name FROM schema_migrations WHERE version > ?1 ORDER BY version DESC",
+        &[Value::Int(known)],
+    )?;
+    match newest.first() {
+        Some(row) => Err(Error::SchemaTooNew { version: row.int(0)?, name: row.text(1)?, known }),
+        None => Ok(()),
+    }
 }
 
 fn applied_versions(tx: &mut dyn Tx) -> Result<Vec<i64>> {

@@ -173,18 +173,23 @@ impl StoreUnderTest {
     /// Opens the same database again, as a second process would; returns the new handle and how
     /// many migrations opening it applied.
     pub fn reopen(&self) -> (Arc<dyn Store>, usize) {
-        match &self.place {
+        self.try_reopen().expect("reopening the store")
+    }
+
+    /// [`Self::reopen`], with the error opening it gave.
+    pub fn try_reopen(&self) -> tidegate_store::Result<(Arc<dyn Store>, usize)> {
+        Ok(match &self.place {
             Place::Sqlite { path, .. } => {
-                let store = SqliteStore::open(path).expect("reopening the SQLite store");
+                let store = SqliteStore::open(path)?;
                 let n = store.n_migrations_applied();
                 (Arc::new(store), n)
             }
             Place::Postgres { schema } => {
-                let store = PgStore::connect(&schema.url).expect("reopening the PostgreSQL store");
+                let store = PgStore::connect(&schema.url)?;
                 let n = store.n_migrations_applied();
                 (Arc::new(store), n)
             }
-        }
+        })
     }
 
     /// Runs `sql` (one or more statements) on a separate raw connection, bypassing the store.

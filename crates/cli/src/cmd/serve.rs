@@ -191,6 +191,9 @@ fn print_event(event: Event) {
         Event::StandingBy => info!("another scheduler holds the role on this store: standing by"),
         Event::Active => info!("this scheduler holds the role"),
         Event::SteppedDown => info!("another scheduler took the role while this one was not renewing it: stepped down"),
+        Event::Interrupted { reason, retry_in_ms } => {
+            warn!(retry_in_ms, "the store or the lake is unavailable ({reason}); trying again in {retry_in_ms} ms");
+        }
         Event::Lineage(d) if d.is_pending() => warn!(n_events = d.n_events(), "lineage: {d}"),
         Event::Lineage(d) => info!(n_events = d.n_events(), "lineage: {} events delivered ({d})", d.n_events()),
         Event::Drained(s) => info!(

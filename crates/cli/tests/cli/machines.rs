@@ -60,11 +60,15 @@ outputs = ["summary"]
 }
 
 /// A long-lived `tidegate` process, killed if the test ends (or fails) before stopping it.
-struct Process(Option<Child>);
+pub(crate) struct Process(pub(crate) Option<Child>);
 
 impl Process {
+    pub(crate) fn id(&self) -> u32 {
+        self.0.as_ref().expect("running").id()
+    }
+
     /// Stops it with SIGTERM and waits for it to exit.
-    fn terminate(mut self) -> std::process::ExitStatus {
+    pub(crate) fn terminate(mut self) -> std::process::ExitStatus {
         let mut child = self.0.take().expect("running");
         assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill").success());
         child.wait().expect("exits")
@@ -92,7 +96,7 @@ fn count(db: &mut postgres::Client, sql: &str) -> i64 {
     db.query_one(sql, &[]).map_or(-1, |r| r.get(0))
 }
 
-fn wait_until(what: &str, within: Duration, mut done: impl FnMut() -> bool) -> Duration {
+pub(crate) fn wait_until(what: &str, within: Duration, mut done: impl FnMut() -> bool) -> Duration {
     let started = Instant::now();
     while !done() {
         assert!(started.elapsed() < within, "{what}: not within {within:?}");
@@ -131,7 +135,7 @@ for table in ["raw", "summary"]:
     out["app_ids"][table] = counts
     rows = DeltaTable(f"{lake}/{table}", storage_options=options).to_pyarrow_table().to_pylist()
     out["rows"][table] = sorted(rows, key=lambda r: json.dumps(r, sort_keys=True, default=str))
-for info in fs.get_file_info(pafs.FileSelector(f"{root}/_tidegate/logs", recursive=True)):
+for info in fs.get_file_info(pafs.FileSelector(f"{root}/_tidegate/logs", recursive=True, allow_not_found=True)):
     if info.type == pafs.FileType.File:
         with fs.open_input_stream(info.path) as f:
             out["logs"][info.path[len(root) + 1:]] = f.read().decode()
@@ -141,13 +145,13 @@ sys.stdout.flush()
 os._exit(0)
 "#;
 
-fn read_lake(lake: &str) -> Value {
+pub(crate) fn read_lake(lake: &str) -> Value {
     let out = Command::new("python3").args(["-c", READER, lake]).output().expect("python3 runs");
     assert!(out.status.success(), "reading the lake with Python: {}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).expect("the reader prints JSON")
 }
 
-fn python_has_deltalake() -> bool {
+pub(crate) fn python_has_deltalake() -> bool {
     Command::new("python3").args(["-c", "import deltalake, pyarrow.fs"]).output().is_ok_and(|o| o.status.success())
 }
 

@@ -10,6 +10,7 @@ mod backfill;
 mod canary;
 mod catchup;
 mod checkpoints;
+mod cluster;
 mod common;
 mod crash;
 mod data;

@@ -224,3 +224,26 @@ outputs = ["out"]
     assert!(flat.contains("(the last 1.0 MiB of 2.1 MiB; the whole log is /"), "{flat}");
     assert!(logs.len() < 1_200_000, "about 1 MiB shown, not the whole log");
 }
+
+/// A tidegate older than its store (another machine was upgraded first and migrated it) refuses
+/// to run on it and says who must act, rather than writing rows whose meaning it does not know.
+#[test]
+fn a_tidegate_older_than_its_store_refuses_to_run_and_says_to_upgrade() {
+    let dir = TestWorkspace::new(format!("[project]\nname = \"older\"\n{EXTRACT_SUMMARIZE}"));
+    let ws = dir.path();
+    ok(ws, &["run", "extract", "--partition", "2024-01-01"]);
+    crate::common::state(ws).execute(
+        "INSERT INTO schema_migrations (version, name, applied_at) \
+         VALUES (9999, 'from_a_newer_tidegate', '2030-01-01T00:00:00.000Z')",
+        &[],
+    );
+    for args in [&["status"][..], &["run", "extract", "--partition", "2024-01-02"]] {
+        let out = tidegate(ws).args(args).output().expect("tidegate runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} ran on a newer store: {stderr}");
+        assert!(stderr.contains("migrated by a newer Tidegate"), "{args:?}: {stderr}");
+        assert!(stderr.contains("migration 9999 (from_a_newer_tidegate)") && stderr.contains("run the newer tidegate"));
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+    assert_eq!(commits_per_app_id(&table(ws, "raw")).len(), 1, "nothing more was published");
+}

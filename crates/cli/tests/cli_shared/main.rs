@@ -8,7 +8,7 @@
 //! help and snapshot output (which print the workspace's own paths), tampering by hand with a
 //! SQLite file (the store suite tampers on both backends) or with a lake folder's files (`reconcile`,
 //! and `reconcile` and `sql` of `guarantees`: what a folder holds beside Tidegate's tables, planted
-//! and aged by the test), and the tests already on PostgreSQL and S3 (`machines`, `standby`, `s3`).
+//! and aged by the test), and the tests already on PostgreSQL and S3 (`machines`, `standby`, `s3`, `cluster`).
 
 /// Whether every workspace runs on PostgreSQL and S3 (this binary) or on the defaults (`cli`).
 const SHARED: bool = true;

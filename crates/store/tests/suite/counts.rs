@@ -59,6 +59,14 @@ pub fn the_schema_is_current_until_a_migration_is_missing_or_unknown(t: &StoreUn
     ))
     .expect("recording a migration this build does not know");
     assert!(!t.store.schema_current().expect("reading the migrations"), "a newer build's schema");
+    // This build refuses to open (and so to run on) a store a newer build migrated, and says why.
+    match t.try_reopen() {
+        Err(tidegate_store::Error::SchemaTooNew { version, name, known }) => {
+            assert_eq!((version, name.as_str(), known), (n_known + 1, "from_a_newer_build", n_known));
+        }
+        Err(other) => panic!("opened a newer build's store with the wrong error: {other}"),
+        Ok(_) => panic!("this build opened a store a newer build migrated"),
+    }
     t.raw_execute(&format!("DELETE FROM schema_migrations WHERE version >= {n_known}")).expect("forgetting migrations");
     assert!(!t.store.schema_current().expect("reading the migrations"), "a migration missing");
 }

@@ -1,0 +1,213 @@
+#!/usr/bin/env bash
+# Tidegate as several machines (issue 23), measured on this one. Prints RESULT lines.
+#
+#   scripts/bench-machines.sh w N [REPEATS]     W(N) of ../shared/peers (a backfill of N days of three
+#                                               chained no-op tasks) on PostgreSQL + S3: one `serve
+#                                               --workers 0` and two `tidegate worker`s, each in a
+#                                               folder of its own; wall time from `submit` to the
+#                                               last step published, median of REPEATS.
+#   scripts/bench-machines.sh load STEPS [kill] 2 schedulers (`serve`, one active, one standby) and 4
+#                                               workers drain STEPS no-op steps (10 independent
+#                                               tasks) on PostgreSQL and a lake folder: steps per
+#                                               second, claim latency p50/p99 (a worker slot's wait
+#                                               from the end of one attempt to the start of its next,
+#                                               while work is queued), and duplicates (Delta commits
+#                                               per step identity > 1, published events per step > 1).
+#                                               With `kill`, the active scheduler is killed with
+#                                               kill -9 when half the steps have published.
+#
+# Needs a release build (cargo build --release --locked), PostgreSQL at $PG_URL (default the test
+# server), and for `w` an S3 server at $AWS_ENDPOINT_URL with bucket $S3_BUCKET (default moto on
+# 5055 and tidegate-test, as .ci/run starts them).
+set -euo pipefail
+MODE=${1:?w N [REPEATS] | load STEPS [kill]}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BIN=${TIDEGATE_BIN:-$ROOT/target/release/tidegate}
+PG_URL=${PG_URL:-postgres://postgres@127.0.0.1:5432/test}
+export AWS_ENDPOINT_URL=${AWS_ENDPOINT_URL:-http://127.0.0.1:5055} AWS_ALLOW_HTTP=true AWS_REGION=${AWS_REGION:-us-east-1}
+export AWS_ACCESS_KEY_ID=${AWS_ACCESS_KEY_ID:-test} AWS_SECRET_ACCESS_KEY=${AWS_SECRET_ACCESS_KEY:-test}
+S3_BUCKET=${S3_BUCKET:-tidegate-test}
+
+median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+now() { date +%s.%N; }
+psql_q() { psql "$PG_URL" -XAtq -c "$1"; }
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done; }
+trap cleanup EXIT
+
+# A fresh schema and its URL; every process gets it through TIDEGATE_STATE.
+new_schema() {
+  local name="tg_bench_$(date +%s%N)"
+  psql_q "CREATE SCHEMA $name" > /dev/null
+  echo "$name"
+}
+schema_url() { echo "${PG_URL}?options=-c%20search_path%3D$1"; }
+in_schema() { psql "$(schema_url "$1")" -XAtq -c "$2"; }
+
+# Waits until every step of the schema is published; fails after $2 seconds.
+wait_drained() {
+  local schema=$1 within=$2 total=$3 started
+  started=$(now)
+  while true; do
+    local n
+    n=$(in_schema "$schema" "SELECT COUNT(*) FROM steps WHERE status = 'published'" 2>/dev/null || echo 0)
+    [ "$n" -ge "$total" ] && return 0
+    if [ "$(echo "$(now) - $started > $within" | bc)" = 1 ]; then
+      echo "only $n of $total steps published after ${within}s" >&2
+      return 1
+    fi
+    sleep 0.05
+  done
+}
+
+case "$MODE" in
+w)
+  N=${2:-200}
+  REPEATS=${3:-3}
+  LAST=$(date -u -d "2024-01-01 + $((N - 1)) days" +%F)
+  times=()
+  for _ in $(seq 1 "$REPEATS"); do
+    schema=$(new_schema)
+    lake="s3://$S3_BUCKET/bench-w-$schema"
+    export TIDEGATE_STATE TIDEGATE_LAKE
+    TIDEGATE_STATE=$(schema_url "$schema") TIDEGATE_LAKE=$lake
+    tmp=$(mktemp -d)
+    for m in scheduler one two; do
+      mkdir -p "$tmp/$m"
+      {
+        printf '[project]\nname = "bench_w"\n'
+        for d in raw mid out; do
+          printf '[datasets.%s]\npartitioning = { grain = "day", start = "2024-01-01" }\nwrite = { mode = "replace" }\ncolumns = [{ name = "x", type = "int64" }]\n' "$d"
+        done
+        printf '[tasks.extract]\ncommand = ["true"]\noutputs = ["raw"]\n'
+        printf '[tasks.transform]\ncommand = ["true"]\ninputs = ["raw"]\noutputs = ["mid"]\n'
+        printf '[tasks.load]\ncommand = ["true"]\ninputs = ["mid"]\noutputs = ["out"]\n'
+      } > "$tmp/$m/tidegate.toml"
+    done
+    "$BIN" -C "$tmp/scheduler" serve --workers 0 --tick-every-s 60 2> "$tmp/serve.log" & PIDS+=($!)
+    for w in one two; do
+      "$BIN" -C "$tmp/$w" worker --name "$w" --slots 8 --work-dir "$tmp/$w/work" 2> "$tmp/$w.log" & PIDS+=($!)
+    done
+    until [ "$(in_schema "$schema" "SELECT COUNT(*) FROM workers" 2>/dev/null || echo 0)" -ge 2 ]; do sleep 0.1; done
+    sleep 1
+    start=$(now)
+    "$BIN" -C "$tmp/scheduler" submit load --from 2024-01-01 --to "$LAST" > /dev/null
+    wait_drained "$schema" 600 $((3 * N))
+    end=$(now)
+    times+=("$(echo "$end - $start" | bc -l)")
+    dups=$(in_schema "$schema" "SELECT COUNT(*) FROM (SELECT step_id FROM journal WHERE kind = 'published' GROUP BY step_id HAVING COUNT(*) > 1) d")
+    [ "$dups" = 0 ] || { echo "$dups steps published twice" >&2; exit 1; }
+    for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+    wait "${PIDS[@]}" 2>/dev/null || true
+    PIDS=()
+    psql_q "DROP SCHEMA $schema CASCADE" > /dev/null
+    rm -rf "$tmp"
+  done
+  t=$(printf '%s\n' "${times[@]}" | median)
+  printf 'RESULT system=tidegate-postgres-s3 scheduler=1 workers=2x8 N=%s tasks=%s wall_s=%.3f tasks_per_s=%.1f runs=%s\n' \
+    "$N" $((3 * N)) "$t" "$(echo "3 * $N / $t" | bc -l)" "${times[*]}"
+  ;;
+load)
+  STEPS=${2:-100000}
+  KILL=${3:-}
+  TASKS=10
+  DAYS=$((STEPS / TASKS))
+  LAST=$(date -u -d "1990-01-01 + $((DAYS - 1)) days" +%F)
+  schema=$(new_schema)
+  tmp=$(mktemp -d)
+  export TIDEGATE_STATE TIDEGATE_LAKE
+  TIDEGATE_STATE=$(schema_url "$schema") TIDEGATE_LAKE=$tmp/lake
+  for m in a b w1 w2 w3 w4; do
+    mkdir -p "$tmp/$m"
+    {
+      printf '[project]\nname = "bench_load"\nlease_ttl_s = 10\nheartbeat_s = 2\n'
+      for t in $(seq 1 $TASKS); do
+        printf '[datasets.d%s]\npartitioning = { grain = "day", start = "1990-01-01" }\nwrite = { mode = "replace" }\ncolumns = [{ name = "x", type = "int64" }]\n' "$t"
+        printf '[tasks.t%s]\ncommand = ["true"]\noutputs = ["d%s"]\n' "$t" "$t"
+      done
+    } > "$tmp/$m/tidegate.toml"
+  done
+  "$BIN" -C "$tmp/a" serve --workers 0 --tick-every-s 60 2> "$tmp/a.log" & A=$!; PIDS+=($A)
+  sleep 1
+  "$BIN" -C "$tmp/b" serve --workers 0 --tick-every-s 60 2> "$tmp/b.log" & B=$!; PIDS+=($B)
+  for w in w1 w2 w3 w4; do
+    "$BIN" -C "$tmp/$w" worker --name "$w" --slots 4 --work-dir "$tmp/$w/work" 2> "$tmp/$w.log" & PIDS+=($!)
+  done
+  until [ "$(in_schema "$schema" "SELECT COUNT(*) FROM workers" 2>/dev/null || echo 0)" -ge 4 ]; do sleep 0.1; done
+  start=$(now)
+  for t in $(seq 1 $TASKS); do
+    "$BIN" -C "$tmp/a" submit "t$t" --from 1990-01-01 --to "$LAST" > /dev/null
+  done
+  submitted=$(now)
+  killed=none
+  if [ "$KILL" = kill ]; then
+    wait_drained "$schema" 3600 $((STEPS / 2))
+    # The active scheduler is the one whose pid is in the newest scheduler_acquired owner.
+    owner=$(in_schema "$schema" "SELECT payload::json->>'owner' FROM journal WHERE kind = 'scheduler_acquired' ORDER BY seq DESC LIMIT 1")
+    if [[ "$owner" == *"-$A-"* ]]; then killed=a; kill -9 "$A"; else killed=b; kill -9 "$B"; fi
+    killed_at=$(now)
+  fi
+  wait_drained "$schema" 7200 "$STEPS"
+  end=$(now)
+  wall=$(echo "$end - $start" | bc -l)
+  # Claim latency: for each attempt, the wait of its worker's freed slot (end of the worker's
+  # previous attempt that ended before it started) while steps were queued.
+  latency=$(in_schema "$schema" "COPY (SELECT worker, started_at, ended_at FROM attempts) TO STDOUT" | python3 -c '
+import sys, bisect
+from datetime import datetime
+by = {}
+for line in sys.stdin:
+    w, s, e = line.rstrip("\n").split("\t")
+    p = lambda t: datetime.fromisoformat(t.replace("Z", "+00:00")).timestamp()
+    by.setdefault(w, []).append((p(s), p(e) if e != "\\N" else None))
+gaps = []
+for w, rows in by.items():
+    ends = sorted(e for _, e in rows if e is not None)
+    starts = sorted(s for s, _ in rows)
+    # Pair the k-th end with the first start after it not yet paired: the slot it freed.
+    j = 0
+    for e in ends:
+        j = max(j, bisect.bisect_left(starts, e))
+        if j < len(starts):
+            gaps.append(starts[j] - e)
+            j += 1
+gaps.sort()
+q = lambda f: gaps[min(len(gaps) - 1, int(f * len(gaps)))] * 1000
+print("%.1f %.1f %d" % (q(0.5), q(0.99), len(gaps)))
+')
+  read -r p50 p99 n_gaps <<< "$latency"
+  dup_published=$(in_schema "$schema" "SELECT COUNT(*) FROM (SELECT step_id FROM journal WHERE kind = 'published' GROUP BY step_id HAVING COUNT(*) > 1) d")
+  dup_commits=$(python3 - "$tmp/lake" <<'EOF'
+import json, os, sys, collections
+lake = sys.argv[1]
+dups = 0
+for table in os.listdir(lake):
+    log = os.path.join(lake, table, "_delta_log")
+    if not os.path.isdir(log):
+        continue
+    counts = collections.Counter()
+    for name in os.listdir(log):
+        if name.endswith(".json") and not name.startswith("_"):
+            with open(os.path.join(log, name)) as f:
+                for line in f:
+                    app = json.loads(line).get("txn", {}).get("appId")
+                    if app:
+                        counts[app] += 1
+    dups += sum(1 for n in counts.values() if n > 1)
+print(dups)
+EOF
+)
+  commits=$(find "$tmp/lake" -path '*_delta_log/*.json' | wc -l)
+  printf 'RESULT system=tidegate-postgres schedulers=2 workers=4x4 steps=%s killed=%s wall_s=%.1f steps_per_s=%.1f submit_s=%.1f claim_p50_ms=%s claim_p99_ms=%s slots_measured=%s dup_published=%s dup_commits=%s delta_commits=%s\n' \
+    "$STEPS" "$killed" "$wall" "$(echo "$STEPS / $wall" | bc -l)" "$(echo "$submitted - $start" | bc -l)" "$p50" "$p99" "$n_gaps" "$dup_published" "$dup_commits" "$commits"
+  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  PIDS=()
+  psql_q "DROP SCHEMA $schema CASCADE" > /dev/null
+  rm -rf "$tmp"
+  ;;
+*)
+  echo "usage: $0 w N [REPEATS] | load STEPS [kill]" >&2
+  exit 2
+  ;;
+esac
