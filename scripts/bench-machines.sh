@@ -68,7 +68,8 @@ w)
   times=()
   for _ in $(seq 1 "$REPEATS"); do
     schema=$(new_schema)
-    lake="s3://$S3_BUCKET/bench-w-$schema"
+    # W_LAKE=folder puts the lake in a local folder, to tell the store's share from the S3 server's.
+    if [ "${W_LAKE:-s3}" = folder ]; then lake=$(mktemp -d)/lake; else lake="s3://$S3_BUCKET/bench-w-$schema"; fi
     export TIDEGATE_STATE TIDEGATE_LAKE
     TIDEGATE_STATE=$(schema_url "$schema") TIDEGATE_LAKE=$lake
     tmp=$(mktemp -d)
@@ -100,12 +101,12 @@ w)
     for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
     wait "${PIDS[@]}" 2>/dev/null || true
     PIDS=()
-    psql_q "DROP SCHEMA $schema CASCADE" > /dev/null
+    psql_q "SET client_min_messages = warning; DROP SCHEMA $schema CASCADE" > /dev/null
     rm -rf "$tmp"
   done
   t=$(printf '%s\n' "${times[@]}" | median)
-  printf 'RESULT system=tidegate-postgres-s3 scheduler=1 workers=2x8 N=%s tasks=%s wall_s=%.3f tasks_per_s=%.1f runs=%s\n' \
-    "$N" $((3 * N)) "$t" "$(echo "3 * $N / $t" | bc -l)" "${times[*]}"
+  printf "RESULT system=tidegate-postgres-%s scheduler=1 workers=2x8 N=%s tasks=%s wall_s=%.3f tasks_per_s=%.1f runs=%s\n" \
+    "${W_LAKE:-s3}" "$N" $((3 * N)) "$t" "$(echo "3 * $N / $t" | bc -l)" "${times[*]}"
   ;;
 load)
   STEPS=${2:-100000}
@@ -203,7 +204,7 @@ EOF
   for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   PIDS=()
-  psql_q "DROP SCHEMA $schema CASCADE" > /dev/null
+  psql_q "SET client_min_messages = warning; DROP SCHEMA $schema CASCADE" > /dev/null
   rm -rf "$tmp"
   ;;
 *)

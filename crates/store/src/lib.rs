@@ -239,6 +239,11 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Takes or renews the single scheduler role for `owner` until `now + ttl_s`; false when
     /// another live owner holds it. Only the holder promotes, expires leases and publishes.
     fn acquire_scheduler(&self, owner: &str, now: DateTime<Utc>, ttl_s: u32) -> Result<bool>;
+    /// Renews the role `owner` holds until `now + ttl_s`; false when it no longer holds it (another
+    /// took it over, or took it and gave it up). Unlike [`Store::acquire_scheduler`] it never takes
+    /// a free role: a scheduler in the middle of a drain that lost the role must start again from
+    /// the store, not carry on with what it read before.
+    fn renew_scheduler(&self, owner: &str, now: DateTime<Utc>, ttl_s: u32) -> Result<bool>;
     /// Gives the scheduler role up (clean shutdown).
     fn release_scheduler(&self, owner: &str) -> Result<()>;
 

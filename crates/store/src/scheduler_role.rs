@@ -63,6 +63,16 @@ pub(crate) fn acquire(tx: &mut dyn Tx, owner: &str, now: DateTime<Utc>, ttl_s: u
     Ok(true)
 }
 
+/// The body of [`crate::Store::renew_scheduler`]: the holder's renewal, and nothing else.
+pub(crate) fn renew(tx: &mut dyn Tx, owner: &str, now: DateTime<Utc>, ttl_s: u32) -> Result<bool> {
+    let (expires_text, _) = expiry(now, ttl_s)?;
+    let n = tx.execute(
+        "UPDATE scheduler_role SET renewed_at = ?1, expires_at = ?2 WHERE id = 1 AND owner = ?3",
+        &[fmt_ts(now).into(), expires_text.into(), owner.into()],
+    )?;
+    Ok(n == 1)
+}
+
 /// The body of [`crate::Store::release_scheduler`].
 pub(crate) fn release(tx: &mut dyn Tx, owner: &str) -> Result<()> {
     let n = tx.execute("DELETE FROM scheduler_role WHERE id = 1 AND owner = ?1", &[owner.into()])?;

@@ -499,6 +499,12 @@ impl<D: Driver> Store for SqlStore<D> {
             .map_err(|e| e.context(&format!("acquiring the scheduler role for {owner}")))
     }
 
+    fn renew_scheduler(&self, owner: &str, now: DateTime<Utc>, ttl_s: u32) -> Result<bool> {
+        self.driver
+            .write(|tx| scheduler_role::renew(tx, owner, now, ttl_s))
+            .map_err(|e| e.context(&format!("renewing the scheduler role of {owner}")))
+    }
+
     fn release_scheduler(&self, owner: &str) -> Result<()> {
         self.driver
             .write(|tx| scheduler_role::release(tx, owner))

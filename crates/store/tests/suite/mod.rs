@@ -1348,9 +1348,14 @@ pub fn scheduler_role_is_held_by_one_owner_until_it_expires(t: &StoreUnderTest) 
     assert!(acquire("b", 51), "an expired hold is taken over");
     assert!(!acquire("a", 52), "the old holder has lost it");
 
+    let renew = |owner: &str, at_s: i64| store.renew_scheduler(owner, t0() + secs(at_s), 30).expect("renewing");
+    assert!(renew("b", 52), "the holder renews");
+    assert!(!renew("a", 52), "the old holder cannot renew what it lost");
+
     store.release_scheduler("a").expect("releasing a role a does not hold");
     assert!(!acquire("a", 53), "releasing by a non-holder changes nothing");
     store.release_scheduler("b").expect("releasing");
+    assert!(!renew("b", 54), "a renewal never takes a free role (a drain that lost it starts again)");
     assert!(acquire("a", 54), "a released role is free");
 
     let roles: Vec<(String, String, serde_json::Value)> =
