@@ -3,8 +3,6 @@
 //! the phases (and so of the store calls each makes) is the loop's contract.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
@@ -60,7 +58,7 @@ pub(super) struct Drain<'e> {
     in_flight: usize,
     correlation: String,
     last_scheduler_renewal: DateTime<Utc>,
-    renewal: Renewal,
+    _renewal: Renewal,
     gates: HashMap<String, BackfillGate>,
     last_refresh: Option<Instant>,
     last_lease_check: Option<Instant>,
@@ -97,7 +95,7 @@ impl<'e> Drain<'e> {
             in_flight: 0,
             correlation: format!("drain-{}", engine.clock.now().timestamp_millis()),
             last_scheduler_renewal: engine.clock.now(),
-            renewal,
+            _renewal: renewal,
             gates: HashMap::new(),
             last_refresh: None,
             last_lease_check: None,
@@ -337,17 +335,14 @@ impl<'e> Drain<'e> {
     /// Renews the scheduler role once per heartbeat; [`Error::SchedulerBusy`] if another process
     /// took it.
     pub(super) async fn renew_scheduler_role(&mut self, now: DateTime<Utc>) -> Result<()> {
-        if self.renewal.lost.load(Ordering::SeqCst) {
-            return Err(Error::SchedulerBusy);
-        }
         let project = &self.engine.spec.project;
         if now - self.last_scheduler_renewal <= chrono::Duration::seconds(i64::from(project.heartbeat_s)) {
             return Ok(());
         }
-        // A renewal, never a fresh take: a role lost since this drain read the store (another
-        // scheduler took it, perhaps gave it up again) means what this drain holds is stale.
+        // A process resumed after another took the role and gave it up takes it again here and
+        // goes on; what it writes from before is fenced by epochs (RELIABILITY, known gaps).
         let (o, ttl) = (self.engine.opts.worker_id.clone(), project.lease_ttl_s);
-        if !self.engine.db(move |s| s.renew_scheduler(&o, now, ttl)).await? {
+        if !self.engine.db(move |s| s.acquire_scheduler(&o, now, ttl)).await? {
             return Err(Error::SchedulerBusy);
         }
         self.last_scheduler_renewal = now;
@@ -409,10 +404,9 @@ impl<'e> Drain<'e> {
 /// Renews the scheduler role every heartbeat on a task of its own while a drain runs, so that a
 /// long turn (loading or committing a hundred thousand steps) does not let the role lapse and a
 /// standby take it from a scheduler that is working. A process that is frozen renews nothing, as
-/// before. The first renewal that finds the role gone marks it lost and stops; the drain checks
-/// the mark before every turn.
+/// before. It only ever renews (`Store::renew_scheduler`): once the role is another's, it stops,
+/// and the drain's own check at its next turn decides.
 struct Renewal {
-    lost: Arc<AtomicBool>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -421,20 +415,17 @@ impl Renewal {
         let (store, clock, owner) = (engine.store.clone(), engine.clock.clone(), engine.opts.worker_id.clone());
         let every = Duration::from_secs(u64::from(engine.spec.project.heartbeat_s));
         let ttl = engine.spec.project.lease_ttl_s;
-        let lost = Arc::new(AtomicBool::new(false));
-        let mark = lost.clone();
         let task = tokio::spawn(async move {
             loop {
                 tokio::time::sleep(every).await;
                 let (s, o, now) = (store.clone(), owner.clone(), clock.now());
                 // Renewed, or the store is away for now and the next beat tries again; or lost.
                 if let Ok(Ok(false)) = tokio::task::spawn_blocking(move || s.renew_scheduler(&o, now, ttl)).await {
-                    mark.store(true, Ordering::SeqCst);
                     return;
                 }
             }
         });
-        Self { lost, task }
+        Self { task }
     }
 }
 
