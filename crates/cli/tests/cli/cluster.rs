@@ -315,17 +315,24 @@ fn the_object_store_gone_and_back_mid_run_loses_and_repeats_nothing() {
     cluster.finish();
 }
 
-#[test]
-fn a_worker_killed_mid_attempt_loses_and_repeats_nothing() {
-    const TEST: &str = "a_worker_killed_mid_attempt_loses_and_repeats_nothing";
-    let Some(lake) = services(TEST) else { return };
-    let Some(schema) = PgSchema::create() else { return };
-    let mut cluster = Cluster::start(&schema.url, &lake, None);
+/// A cluster on the test PostgreSQL whose run has published a little and whose worker `one` is in
+/// the middle of an attempt (the schema is dropped when the first value is).
+fn worker_one_mid_attempt(test: &str) -> Option<(PgSchema, Cluster)> {
+    let lake = services(test)?;
+    let schema = PgSchema::create()?;
+    let cluster = Cluster::start(&schema.url, &lake, None);
     cluster.submit();
     cluster.wait_published(2, Duration::from_secs(60));
     wait_until("worker one is mid-attempt", Duration::from_secs(60), || {
         cluster.count("SELECT COUNT(*) FROM attempts WHERE worker = 'one' AND ended_at IS NULL") > 0
     });
+    Some((schema, cluster))
+}
+
+#[test]
+fn a_worker_killed_mid_attempt_loses_and_repeats_nothing() {
+    const TEST: &str = "a_worker_killed_mid_attempt_loses_and_repeats_nothing";
+    let Some((_schema, mut cluster)) = worker_one_mid_attempt(TEST) else { return };
     cluster.kill("one");
     cluster.finish();
     // finish() checked the lake; the killed worker's steps were taken over after their leases.
@@ -334,14 +341,7 @@ fn a_worker_killed_mid_attempt_loses_and_repeats_nothing() {
 #[test]
 fn a_worker_frozen_past_its_lease_and_resumed_loses_and_repeats_nothing() {
     const TEST: &str = "a_worker_frozen_past_its_lease_and_resumed_loses_and_repeats_nothing";
-    let Some(lake) = services(TEST) else { return };
-    let Some(schema) = PgSchema::create() else { return };
-    let mut cluster = Cluster::start(&schema.url, &lake, None);
-    cluster.submit();
-    cluster.wait_published(2, Duration::from_secs(60));
-    wait_until("worker one is mid-attempt", Duration::from_secs(60), || {
-        cluster.count("SELECT COUNT(*) FROM attempts WHERE worker = 'one' AND ended_at IS NULL") > 0
-    });
+    let Some((_schema, mut cluster)) = worker_one_mid_attempt(TEST) else { return };
     cluster.signal("one", "-STOP");
     wait_until("worker one's leases expire", Duration::from_secs(LEASE_TTL_S * 5), || {
         cluster.count("SELECT COUNT(*) FROM journal WHERE kind = 'lease_expired'") > 0
