@@ -91,10 +91,12 @@ fn written_datasets(ws: &Workspace) -> BTreeSet<String> {
     managed.map(|d| d.name.clone()).collect()
 }
 
-/// Who owns a staging id, as this workspace's store knows it: an attempt that may still publish
-/// (in `live`, or the current attempt of an unfinished step, claimed after `live` was read), a
-/// finished attempt the store recorded, or nobody it knows. Step ids are minted by the store
-/// (UUIDs), so another workspace's staging ids are never this store's.
+/// Who owns a staging id, as this workspace's store knows it now: an attempt of a step that may
+/// still publish (in `live`, or any attempt of a step not yet finished, asked after the lake was
+/// listed so a step claimed since `live` was read is seen), an attempt of a finished step, or
+/// nobody it knows. Any attempt of an unfinished step is kept, not only its current one: a
+/// checkpointing step carries earlier attempts' granules into its version. Step ids are minted by
+/// the store (UUIDs), so another workspace's staging ids are never this store's.
 fn owner_of(store: &dyn Store, live: &HashSet<String>, id: &str) -> Result<Owner> {
     if live.contains(id) {
         return Ok(Owner::Live);
@@ -104,7 +106,7 @@ fn owner_of(store: &dyn Store, live: &HashSet<String>, id: &str) -> Result<Owner
     if !store.attempts(step_id)?.iter().any(|a| a.attempt == attempt) {
         return Ok(Owner::Unknown);
     }
-    if !step.status().is_terminal() && attempt == step.state.attempt {
+    if !step.status().is_terminal() {
         return Ok(Owner::Live);
     }
     Ok(Owner::Finished)
@@ -114,7 +116,7 @@ fn owner_of(store: &dyn Store, live: &HashSet<String>, id: &str) -> Result<Owner
 /// than `keep_logs`), and compares what the store declares with what the tables hold.
 pub fn reconciled(ws: &Workspace, store: &dyn Store, actor: &Actor, keep_logs: chrono::Duration) -> Result<Reconciled> {
     require(actor, Access::ChangeTables)?;
-    // Taken before the store is read: files written after it may belong to an attempt the
+    // Taken before the store is read: log copies written after it may belong to an attempt the
     // read did not see, and are kept.
     let known_as_of = ws.now();
     let active = store.active_steps()?;
@@ -133,7 +135,7 @@ pub fn reconciled(ws: &Workspace, store: &dyn Store, actor: &Actor, keep_logs: c
         crate::anchor::refuse_unvouched(ws, store, &lake, "reconcile").await?;
         let differences = lake.differences(&declared).await?;
         let held = differences.missing_versions.iter().map(|m| m.dataset.clone()).collect();
-        let scope = Scope { datasets, known_as_of, held };
+        let scope = Scope { datasets, held };
         let owner = |id: &str| owner_of(store, &live, id);
         let cleaned = lake.reconcile(&scope, owner, Deletion::Abandoned).await?;
         // A step claimed after the store was read writes copies after it (by the lake's clock:
@@ -181,9 +183,8 @@ fn work_dirs(ws: &Workspace) -> Result<Vec<std::path::PathBuf>> {
 /// Tidegate's, and journals who deleted them.
 pub fn delete_reported(ws: &Workspace, store: &dyn Store, actor: &Actor, files: &[String]) -> Result<Reconciliation> {
     require(actor, Access::ChangeTables)?;
-    let known_as_of = ws.now();
     let live: HashSet<String> = live_staging_ids(store, &store.active_steps()?)?.into_iter().collect();
-    let scope = Scope { datasets: written_datasets(ws), known_as_of, held: BTreeSet::new() };
+    let scope = Scope { datasets: written_datasets(ws), held: BTreeSet::new() };
     let report = runtime()?.block_on(async {
         let owner = |id: &str| owner_of(store, &live, id);
         open_lake(ws).await?.reconcile(&scope, owner, Deletion::Named(files)).await

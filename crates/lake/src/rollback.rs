@@ -9,7 +9,6 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use chrono::{DateTime, Utc};
 use deltalake_core::DeltaTable;
 use deltalake_core::DeltaTableBuilder;
 use deltalake_core::kernel::{Action, Transaction};
@@ -32,12 +31,8 @@ pub struct Reconciliation {
     pub deleted: Vec<String>,
     /// Staging files kept because a table version references them.
     pub n_kept_referenced: usize,
-    /// Staging files kept because an attempt that may still publish owns them.
+    /// Staging files kept because a step that may still publish owns them.
     pub n_kept_known: usize,
-    /// Staging files kept because they were written after the store was read (an attempt that
-    /// started meanwhile); the next reconcile decides about them.
-    #[serde(default)]
-    pub n_kept_recent: usize,
     /// Data files (in partition folders or under `staging/`) that no version references and that
     /// Tidegate cannot prove are its own: kept, for a person to decide about (`tidegate reconcile
     /// --delete`).
@@ -72,10 +67,11 @@ pub struct LeftAlone {
 /// caller's store knows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Owner {
-    /// An attempt that may still publish: its files are kept.
+    /// An attempt of a step that may still publish (the step can carry an earlier attempt's
+    /// staged files into its version): its files are kept.
     Live,
-    /// A finished attempt this store recorded: the files it wrote that no version references
-    /// are abandoned.
+    /// An attempt this store recorded of a finished step (a terminal status is never left, so
+    /// it can never publish again): the files it wrote that no version references are abandoned.
     Finished,
     /// Not an attempt this store recorded (another workspace's, another tool's, a person's):
     /// never deleted, only reported.
@@ -97,14 +93,12 @@ pub enum Deletion<'a> {
 pub struct Scope {
     /// The datasets the workspace writes: only their tables' data files are cleaned.
     pub datasets: BTreeSet<String>,
-    /// When the caller read its store: files written since are kept whoever owns them.
-    pub known_as_of: DateTime<Utc>,
     /// Datasets whose tables lack versions the store recorded: a lost commit makes the files it
     /// added look abandoned, so nothing in them is deleted (their files are reported instead).
     pub held: BTreeSet<String>,
 }
 
-/// How far an object store's clock may run behind this machine's, for [`Lake::reconcile`].
+/// How far an object store's clock may run behind this machine's, for sweeping log copies.
 pub const OBJECT_STORE_CLOCK_SKEW: chrono::Duration = chrono::Duration::minutes(5);
 /// How far a local file's modification time may lag the instant it was written.
 pub const FILE_TIME_GRANULARITY: chrono::Duration = chrono::Duration::milliseconds(50);
@@ -363,11 +357,9 @@ impl Lake {
     /// Tidegate's writer names files, is deleted. With [`Deletion::Named`], exactly the named
     /// files are deleted instead, each of which must be reported as not owned.
     ///
-    /// A file written at or after `scope.known_as_of` is kept whatever its id: an attempt claimed
-    /// after the store was read may not be known, and deleting its output would make its
-    /// publication commit files that are gone. On an object store, whose clock is not this
-    /// machine's, the cutoff is moved back by [`OBJECT_STORE_CLOCK_SKEW`]; on a folder, by
-    /// [`FILE_TIME_GRANULARITY`] (the kernel stamps files with a clock read once per tick).
+    /// The lake is listed before `owner_of` is asked about any id in it, so the store's answer
+    /// is never older than the file: an attempt claimed after the caller first read its store is
+    /// known by then. No file's age is trusted (an object store's clock is not this machine's).
     ///
     /// An empty or unreadable commit in a table's log is an error before anything is deleted
     /// ([`Error::UnreadableCommit`]): the files it adds would look unreferenced.
@@ -377,9 +369,7 @@ impl Lake {
         mut owner_of: impl FnMut(&str) -> Result<Owner, E>,
         deletion: Deletion<'_>,
     ) -> Result<Reconciliation, E> {
-        let skew = if self.root().is_some() { FILE_TIME_GRANULARITY } else { OBJECT_STORE_CLOCK_SKEW };
         let mut survey = Survey {
-            cutoff: scope.known_as_of - skew,
             report: Reconciliation { tables_left_alone: self.left_alone(&scope.datasets).await?, ..Default::default() },
             owners: HashMap::new(),
             abandoned: Vec::new(),
@@ -398,7 +388,7 @@ impl Lake {
                     survey.report.n_kept_referenced += 1;
                 } else {
                     let held = scope.held.contains(dataset);
-                    survey.file(dataset, path, meta.last_modified, held, &mut owner_of)?;
+                    survey.file(dataset, path, held, &mut owner_of)?;
                 }
             }
         }
@@ -464,8 +454,6 @@ impl Lake {
 
 /// One reconciliation's findings as the staged files are listed.
 struct Survey {
-    /// Files modified at or after this are kept whoever owns them.
-    cutoff: DateTime<Utc>,
     report: Reconciliation,
     /// The owner of each staging id seen, asked once.
     owners: HashMap<String, Owner>,
@@ -479,7 +467,6 @@ impl Survey {
         &mut self,
         dataset: &str,
         path: String,
-        modified: DateTime<Utc>,
         held: bool,
         owner_of: &mut impl FnMut(&str) -> Result<Owner, E>,
     ) -> Result<(), E> {
@@ -494,10 +481,6 @@ impl Survey {
         let why = match owner {
             Owner::Live => {
                 self.report.n_kept_known += 1;
-                return Ok(());
-            }
-            _ if modified >= self.cutoff => {
-                self.report.n_kept_recent += 1;
                 return Ok(());
             }
             Owner::Finished if held => {

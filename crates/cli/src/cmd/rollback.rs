@@ -248,12 +248,10 @@ fn print_reconciled(report: &Reconciled) {
 /// The human report of what reconcile deleted, kept and left alone in the lake.
 fn print_cleaned(cleaned: &Reconciliation) {
     say!(
-        "Deleted {} abandoned staging file(s); kept {} referenced by table versions, {} owned by unfinished attempts \
-         and {} written since reconcile started",
+        "Deleted {} abandoned staging file(s); kept {} referenced by table versions and {} owned by unfinished steps",
         cleaned.deleted.len(),
         cleaned.n_kept_referenced,
-        cleaned.n_kept_known,
-        cleaned.n_kept_recent
+        cleaned.n_kept_known
     );
     // A line naming a file is printed whole, path and all, to be found and copied as it is.
     for path in &cleaned.deleted {

@@ -28,7 +28,7 @@ fn approved_at(version: u64) -> BTreeMap<String, Option<u64>> {
 async fn a_reviewed_release_is_refused_when_a_live_commit_moved_its_partition() {
     let (dir, lake) = lake().await;
     let (ds, backfill, approved) = staged_backfill(&lake).await;
-    let live = Lake::open(dir.path().join("lake").to_str().expect("utf-8")).await.expect("second handle");
+    let live = Lake::open(&dir.url).await.expect("second handle");
     put(&live, &ds, &[part("a")], rows(&[(1, Some(30), Some("x"))], Some(&["a"])), "live-2").await;
     let before = read_all(&lake, "events").await;
 
@@ -49,7 +49,7 @@ async fn a_reviewed_release_is_refused_when_a_live_commit_moved_its_partition() 
 async fn a_live_commit_to_other_partitions_does_not_block_a_reviewed_release() {
     let (dir, lake) = lake().await;
     let (ds, backfill, approved) = staged_backfill(&lake).await;
-    let live = Lake::open(dir.path().join("lake").to_str().expect("utf-8")).await.expect("second handle");
+    let live = Lake::open(&dir.url).await.expect("second handle");
     put(&live, &ds, &[part("b")], rows(&[(2, Some(30), Some("y"))], Some(&["b"])), "live-2").await;
 
     let publication = lake.publish_approved(&backfill, &approved_at(approved)).await.expect("publishes");
@@ -98,7 +98,7 @@ async fn a_refused_resume_restores_the_dataset_an_earlier_attempt_committed() {
     lake.publish_approved(&crashed, &approved).await.expect("the first dataset commits");
     assert_ne!(read_all(&lake, "first").await, before_first);
     // A live run publishes the second dataset's partition before the resume.
-    let live = Lake::open(dir.path().join("lake").to_str().expect("utf-8")).await.expect("second handle");
+    let live = Lake::open(&dir.url).await.expect("second handle");
     put(&live, &second, &[part("a")], rows(&[(1, Some(30), Some("x"))], Some(&["a"])), "live-second-2").await;
     let live_second = read_all(&live, "second").await;
 
@@ -149,7 +149,7 @@ async fn a_refusal_does_not_restore_a_dataset_over_a_newer_live_commit() {
     crashed.items.truncate(1);
     lake.publish_approved(&crashed, &approved).await.expect("the first dataset commits");
     // Live runs publish both datasets' partition after the crash.
-    let live = Lake::open(dir.path().join("lake").to_str().expect("utf-8")).await.expect("second handle");
+    let live = Lake::open(&dir.url).await.expect("second handle");
     put(&live, &first, &[part("a")], with(30), "live-first-2").await;
     put(&live, &second, &[part("a")], with(30), "live-second-2").await;
     let live_first = read_all(&live, "first").await;

@@ -103,7 +103,7 @@ async fn aggregate_tolerance_compares_with_what_another_handle_published() {
         tolerance_pct: 10.0,
     });
     put(&a, &ds, &[part("p")], rows(&[(1, Some(100), None)], None), "base").await;
-    let b = Lake::open(dir.path().join("lake").to_str().expect("utf-8")).await.expect("second handle");
+    let b = Lake::open(&dir.url).await.expect("second handle");
     put(&b, &ds, &[part("p")], rows(&[(1, Some(200), None)], None), "newer").await;
     // 205 is within 10% of the 200 published now, and 105% above the 100 `a` last saw.
     let result = check(&a, &ds, &part("p"), rows(&[(1, Some(205), None)], None), "the_check").await;

@@ -258,7 +258,8 @@ async fn readers_no_one_here_wrote_see_an_added_column_as_null_in_older_rows_and
         ("appended", WriteMode::Append { dedup_key: vec!["id".to_owned()], dedup_lookback: 0 }),
         ("merged", WriteMode::Merge { keys: vec!["id".to_owned()], order_by: None, delete_marker: None }),
     ] {
-        let (dir, lake) = lake().await;
+        // The Python readers are handed the table's folder.
+        let (dir, lake) = folder_lake().await;
         let before = dataset(name, write, basic_columns());
         let v1 = put(&lake, &before, &[part("a")], rows(&[(1, Some(10), None), (2, Some(20), None)], None), "a1").await;
         let after = with_columns(&before, plus_score());

@@ -111,7 +111,7 @@ async fn replaying_a_publication_is_a_no_op_returning_the_recorded_version() {
 /// Staged files are not referenced by the log, so a fresh read sees only published rows.
 #[tokio::test]
 async fn staged_files_are_invisible_until_published() {
-    let (_dir, lake) = lake().await;
+    let (dir, lake) = lake().await;
     let ds = dataset("events", WriteMode::Replace, basic_columns());
     put(&lake, &ds, &[part("eu")], rows(&[(1, Some(1), None)], None), "old").await;
     let before = read_all(&lake, "events").await;
@@ -125,7 +125,7 @@ async fn staged_files_are_invisible_until_published() {
     for file in &staged.files {
         // In its partition's folder, named with the staging id that proves whose it is.
         assert!(file.path.starts_with("tg_partition=eu/part-pending-"), "{}", file.path);
-        assert!(lake.root().expect("a folder lake").join("events").join(&file.path).exists());
+        assert!(dir.exists(&format!("events/{}", file.path)).await, "{}", file.path);
     }
     assert_eq!(read_all(&lake, "events").await, before);
     assert_eq!(lake.table_version("events").await.expect("version"), version);
@@ -176,7 +176,7 @@ async fn concurrent_publishers_are_serialised_by_conflict_retries() {
 /// release after the fault is fixed publishes both.
 #[tokio::test]
 async fn a_release_failing_on_its_second_dataset_restores_the_first() {
-    let (_dir, lake) = lake().await;
+    let (dir, lake) = lake().await;
     let first = dataset("first", WriteMode::Replace, basic_columns());
     let second = dataset("second", WriteMode::Replace, basic_columns());
     put(&lake, &first, &[part("x")], rows(&[(1, Some(1), Some("old"))], None), "seed-1").await;
@@ -193,9 +193,9 @@ async fn a_release_failing_on_its_second_dataset_restores_the_first() {
         .await
         .expect("stage");
     // The second dataset's staged file disappears before publication: its commit must fail.
-    let lost = lake.root().expect("a folder lake").join("second").join(&staged_second.files[0].path);
-    let saved = std::fs::read(&lost).expect("staged file");
-    std::fs::remove_file(&lost).expect("remove staged file");
+    let lost = format!("second/{}", staged_second.files[0].path);
+    let saved = dir.read(&lost).await;
+    dir.remove(&lost).await;
 
     let release = Release {
         release_id: "rel".to_owned(),
@@ -224,7 +224,7 @@ async fn a_release_failing_on_its_second_dataset_restores_the_first() {
 
     // After the fault is repaired the same release publishes both datasets: the restore marked
     // the first step's txn as undone, so it is not mistaken for a replay.
-    std::fs::write(&lost, saved).expect("restore staged file");
+    dir.write(&lost, &saved).await;
     let publication = lake.publish(&release).await.expect("retry");
     assert!(publication.items.iter().all(|i| !i.already_published));
     assert_eq!(read_all(&lake, "first").await, vec!["id=2|value=2|name=new|tg_partition=x"]);
@@ -237,7 +237,7 @@ async fn a_release_failing_on_its_second_dataset_restores_the_first() {
 /// that cannot publish (its staged file is gone) fails alone.
 #[tokio::test]
 async fn releases_published_together_share_commits_and_stay_replay_safe() {
-    let (_dir, lake) = lake().await;
+    let (dir, lake) = lake().await;
     let events = dataset("events", WriteMode::Replace, basic_columns());
     let other = dataset("other", WriteMode::Replace, basic_columns());
     let stage = |ds: &tidegate_core::spec::model::Dataset, id: &str, key: &str, value: i64| {
@@ -256,8 +256,7 @@ async fn releases_published_together_share_commits_and_stay_replay_safe() {
         release("r-o", &other, stage(&other, "s-o", "eu", 4).await, "step-o"),
     ];
     let gone = stage(&events, "s-gone", "ap", 5).await;
-    std::fs::remove_file(lake.root().expect("a folder lake").join("events").join(&gone.files[0].path))
-        .expect("delete a staged file");
+    dir.remove(&format!("events/{}", gone.files[0].path)).await;
     let mut all = releases.clone();
     all.push(release("r-gone", &events, gone, "step-gone"));
 
@@ -294,8 +293,7 @@ async fn releases_published_together_share_commits_and_stay_replay_safe() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn handles_with_cached_tables_never_publish_a_step_twice() {
     let (dir, a) = lake().await;
-    let root = dir.path().join("lake");
-    let b = Lake::open(root.to_str().expect("utf-8")).await.expect("second handle");
+    let b = Lake::open(&dir.url).await.expect("second handle");
     let ds = dataset("events", WriteMode::Replace, basic_columns());
     put(&a, &ds, &[part("p-seed")], rows(&[(0, None, None)], None), "seed").await;
     // Both handles have the table cached from here on.
@@ -329,7 +327,7 @@ async fn handles_with_cached_tables_never_publish_a_step_twice() {
     assert_eq!(b.table_version("events").await.expect("version"), before, "a replay commits nothing");
 
     // A fresh handle reads the map from the last checkpoint and the commits after it.
-    let cold = Lake::open(root.to_str().expect("utf-8")).await.expect("third handle");
+    let cold = Lake::open(&dir.url).await.expect("third handle");
     let (r, version) = &published[3];
     let replay = cold.publish(r).await.expect("replay on a cold handle");
     assert!(replay.items[0].already_published);
@@ -361,15 +359,16 @@ async fn handles_with_cached_tables_never_publish_a_step_twice() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_staged_for_a_replaced_table_is_not_published_into_it() {
     let (dir, a) = lake().await;
-    let root = dir.path().join("lake");
     let ds = dataset("events", WriteMode::Replace, basic_columns());
     put(&a, &ds, &[part("p-seed")], rows(&[(0, None, None)], None), "seed").await;
     let staged =
         a.stage_batches(&ds, "late", &[part("p1")], vec![rows(&[(1, Some(1), Some("x"))], None)]).await.expect("stage");
 
     // The staged files stay where they are; only the table's log goes.
-    std::fs::remove_dir_all(root.join("events").join("_delta_log")).expect("delete the table's log");
-    let b = Lake::open(root.to_str().expect("utf-8")).await.expect("second handle");
+    for file in dir.list("events/_delta_log").await {
+        dir.remove(&file).await;
+    }
+    let b = Lake::open(&dir.url).await.expect("second handle");
     let other = dataset("events", WriteMode::Replace, vec![col("id", "int64", false), col("note", "string", true)]);
     let seed = batch(vec![("id", ints(&[7])), ("note", strs(&["new table"])), ("tg_partition", strs(&["p-seed"]))]);
     put(&b, &other, &[part("p-seed")], seed, "seed-b").await;

@@ -145,7 +145,7 @@ fn owner(id: &str) -> Result<Owner, Error> {
 
 #[tokio::test]
 async fn reconcile_deletes_only_unreferenced_files_of_finished_attempts() {
-    let (_dir, lake) = lake().await;
+    let (dir, lake) = lake().await;
     let ds = dataset("rec", WriteMode::Replace, basic_columns());
     put(&lake, &ds, &[part("p")], rows(&[(1, None, None)], None), "published").await;
     // Replaced later: still referenced by version 1, so rollback can use it.
@@ -166,55 +166,51 @@ async fn reconcile_deletes_only_unreferenced_files_of_finished_attempts() {
 
     // Another tool's file in the same partition folder (named as delta-rs names its files), and a
     // finished attempt's file where an earlier Tidegate (or a crash before the move) left it.
-    let table_dir = lake.root().expect("a folder lake").join("rec");
     let tools = "tg_partition=p/part-00000-6f1c2a1e-0b7e-4e55-9d9c-0a1b2c3d4e5f-c000.snappy.parquet";
     let old_layout = "staging/dead/part-00000-0b7e.snappy.parquet";
     for file in [tools, old_layout] {
-        let path = table_dir.join(file);
-        std::fs::create_dir_all(path.parent().expect("a folder")).expect("mkdir");
-        std::fs::write(&path, b"not a file of this table's log").expect("write");
+        dir.write(&format!("rec/{file}"), b"not a file of this table's log").await;
     }
+    let in_rec = |path: &str| format!("rec/{path}");
     // Every staged file sits in its partition's folder, its name carrying the staging id.
     assert!(dead.files[0].path.starts_with("tg_partition=p/part-dead-"), "{}", dead.files[0].path);
 
-    // An attempt claimed after reconcile read the store stages while it runs: it may be unknown,
-    // and its files must survive all the same.
-    let known_as_of = chrono::Utc::now() + chrono::Duration::milliseconds(100);
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    // A file staged moments ago by an attempt its store calls finished is abandoned all the same:
+    // the store is asked after the listing, so no file's age is trusted.
     let late = stage("late", 5).await.expect("stage");
 
-    let scope = Scope { datasets: ["rec".to_owned()].into(), known_as_of, held: Default::default() };
+    let scope = Scope { datasets: ["rec".to_owned()].into(), held: Default::default() };
     let report = lake.reconcile(&scope, owner, Deletion::Abandoned).await.expect("reconcile");
-    assert_eq!(report.deleted, vec![format!("rec/{old_layout}"), format!("rec/{}", dead.files[0].path)]);
+    let mut deleted = vec![format!("rec/{old_layout}"), format!("rec/{}", dead.files[0].path)];
+    deleted.extend(late.files.iter().map(|f| format!("rec/{}", f.path)));
+    deleted.sort();
+    assert_eq!(report.deleted, deleted);
     assert_eq!(report.n_kept_known, live.files.len());
     assert_eq!(report.n_kept_referenced, 2);
-    assert_eq!(report.n_kept_recent, late.files.len(), "written after the store was read: kept");
     let not_owned: Vec<&str> = report.not_owned.iter().map(|f| f.path.as_str()).collect();
     assert_eq!(not_owned, [tools, foreign.files[0].path.as_str()], "another tool's, another store's: reported");
-    assert!(table_dir.join(tools).exists(), "another tool's file is left alone");
+    assert!(dir.exists(&in_rec(tools)).await, "another tool's file is left alone");
     let left: Vec<&str> = report.tables_left_alone.iter().map(|t| t.dataset.as_str()).collect();
     assert_eq!(left, ["other"]);
-    let root = lake.root().expect("a folder lake");
-    assert!(root.join("rec").join(&late.files[0].path).exists());
-    assert!(root.join("rec").join(&foreign.files[0].path).exists());
-    assert!(root.join("other").join(&elsewhere.files[0].path).exists());
-    // The next reconcile, reading the store a second later, decides about it.
-    let scope = Scope { known_as_of: chrono::Utc::now() + chrono::Duration::seconds(1), ..scope };
+    assert!(!dir.exists(&in_rec(&late.files[0].path)).await);
+    assert!(dir.exists(&in_rec(&foreign.files[0].path)).await);
+    assert!(dir.exists(&format!("other/{}", elsewhere.files[0].path)).await);
+    // Nothing is left for the next reconcile.
     let report = lake.reconcile(&scope, owner, Deletion::Abandoned).await.expect("reconcile");
-    assert_eq!(report.deleted, vec![format!("rec/{}", late.files[0].path)]);
-    assert!(root.join("rec").join(&live.files[0].path).exists());
-    assert!(!root.join("rec").join(&dead.files[0].path).exists());
+    assert_eq!(report.deleted, Vec::<String>::new());
+    assert!(dir.exists(&in_rec(&live.files[0].path)).await);
+    assert!(!dir.exists(&in_rec(&dead.files[0].path)).await);
     // Named, the reported file goes; a file the report does not list cannot be named.
     let published = lake.rollback("rec", 1, None, "rb", None).await.expect("rollback");
     assert!(published > 2);
     let named = [format!("rec/{}", foreign.files[0].path)];
     let report = lake.reconcile(&scope, owner, Deletion::Named(&named)).await.expect("delete named");
     assert_eq!(report.deleted, named);
-    assert!(!root.join("rec").join(&foreign.files[0].path).exists());
+    assert!(!dir.exists(&in_rec(&foreign.files[0].path)).await);
     let kept = [format!("rec/{}", live.files[0].path)];
     let err = lake.reconcile(&scope, owner, Deletion::Named(&kept)).await.expect_err("not reported");
     assert!(matches!(err, Error::NotReported { .. }), "{err}");
-    assert!(root.join("rec").join(&live.files[0].path).exists());
+    assert!(dir.exists(&in_rec(&live.files[0].path)).await);
     // Rolling back to the first version worked: its file was kept.
     assert_eq!(read_all(&lake, "rec").await, vec!["id=1|value=null|name=null|tg_partition=p"]);
 }

@@ -3,7 +3,6 @@
 //! references to missing files.
 
 use std::collections::BTreeSet;
-use std::path::Path;
 
 use crate::common::*;
 use tidegate_core::spec::model::WriteMode;
@@ -13,16 +12,29 @@ use tidegate_lake::Error;
 /// checkpoint (every 10 commits).
 const N_PUBLISHES: i64 = 12;
 
-fn log_entries(table: &Path) -> BTreeSet<String> {
-    std::fs::read_dir(table.join("_delta_log"))
-        .expect("log folder")
-        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-        .collect()
+/// Whether every one of `files` (paths in table `vac`) is in the lake.
+async fn all_exist(place: &Place, files: &[&String]) -> bool {
+    for file in files {
+        if !place.exists(&format!("vac/{file}")).await {
+            return false;
+        }
+    }
+    true
+}
+
+/// Whether none of `files` (paths in table `vac`) is in the lake.
+async fn none_exist(place: &Place, files: &[String]) -> bool {
+    for file in files {
+        if place.exists(&format!("vac/{file}")).await {
+            return false;
+        }
+    }
+    true
 }
 
 #[tokio::test]
 async fn vacuum_keeps_what_kept_versions_need_and_nothing_else() {
-    let (_dir, lake) = lake().await;
+    let (dir, lake) = lake().await;
     let ds = dataset("vac", WriteMode::Replace, basic_columns());
     let mut files = Vec::new(); // files[i] is the file version i + 1 published
     for i in 1..=N_PUBLISHES {
@@ -42,8 +54,7 @@ async fn vacuum_keeps_what_kept_versions_need_and_nothing_else() {
         lake.stage_batches(&ds, "live", &[part("p")], vec![rows(&[(7, None, None)], None)]).await.expect("stage");
     let dead =
         lake.stage_batches(&ds, "dead", &[part("p")], vec![rows(&[(8, None, None)], None)]).await.expect("stage");
-    let table = lake.root().expect("a folder lake").join("vac");
-    let log_before = log_entries(&table);
+    let log_before = dir.list("vac/_delta_log").await;
     let rows_before = read_all(&lake, "vac").await;
 
     // Keep version 5 (older than the checkpoint at 10) and the current one.
@@ -61,15 +72,15 @@ async fn vacuum_keeps_what_kept_versions_need_and_nothing_else() {
     assert_eq!(dry.n_left_unpublished, live.files.len() + dead.files.len(), "staging is reconcile's");
     assert!(dry.dry_run);
     assert!(dry.n_bytes_deleted > 0);
-    assert!(dry.deleted.iter().all(|f| table.join(f).exists()), "a dry run deletes nothing");
+    assert!(all_exist(&dir, &dry.deleted.iter().collect::<Vec<_>>()).await, "a dry run deletes nothing");
 
     let done = lake.vacuum("vac", &keep, &protected, false).await.expect("vacuum");
     assert_eq!(done.deleted, dry.deleted);
     assert_eq!(done.n_bytes_deleted, dry.n_bytes_deleted);
-    assert!(done.deleted.iter().all(|f| !table.join(f).exists()));
-    assert!(table.join(&files[4]).exists() && table.join(&files[11]).exists() && table.join(&q.files[0].path).exists());
-    assert!(table.join(&live.files[0].path).exists() && table.join(&dead.files[0].path).exists());
-    assert_eq!(log_entries(&table), log_before, "the log is never touched");
+    assert!(none_exist(&dir, &done.deleted).await);
+    assert!(all_exist(&dir, &[&files[4], &files[11], &q.files[0].path]).await);
+    assert!(all_exist(&dir, &[&live.files[0].path, &dead.files[0].path]).await);
+    assert_eq!(dir.list("vac/_delta_log").await, log_before, "the log is never touched");
     assert_eq!(read_all(&lake, "vac").await, rows_before, "the current version reads the same");
 
     // A kept version can still be restored; a vacuumed one is refused and nothing is committed.

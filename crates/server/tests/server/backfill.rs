@@ -23,7 +23,7 @@ fn totals(server: &Server, token: &str) -> Value {
 fn two_tokens_take_a_backfill_from_plan_to_publication_and_one_person_cannot_approve_their_own() {
     let dir = published_workspace();
     // The fix the backfill publishes: totals were half of the truth.
-    dir.set_spec(spec("SUM(v) * 2"));
+    dir.set_spec(&spec("SUM(v) * 2"));
     let server = Server::start(&dir);
     let ana = server.token("ana", Role::Operator);
     let ana_again = server.token("ana", Role::Approver);

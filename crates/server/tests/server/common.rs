@@ -1,5 +1,7 @@
 //! A live server on a temp workspace, tokens for people, and a small HTTP client (HTTP/1.1 over a
-//! TCP stream, `Connection: close`): what a curl user sees, status, headers and body.
+//! TCP stream, `Connection: close`): what a curl user sees, status, headers and body. Every test
+//! workspace comes from [`workspace`]: on the defaults (a SQLite file, a lake folder) in the
+//! `server` binary, on a fresh PostgreSQL schema and an `s3://` lake in `server_shared`.
 
 use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream};
@@ -12,6 +14,7 @@ use tidegate_app::workspace::Workspace;
 use tidegate_core::actor::Role;
 use tidegate_store::Store;
 use tidegate_testkit::TestWorkspace;
+use tidegate_testkit::store::PgSchema;
 
 /// Two daily datasets: `raw` from a command, `summary` from SQL over it. `{TOTAL}` is replaced by
 /// the summary's total expression, so a test can change the code between a run and a backfill.
@@ -47,9 +50,56 @@ pub fn spec(total: &str) -> String {
     SPEC.replace("{TOTAL}", total)
 }
 
+/// A test workspace over `spec`, and the PostgreSQL schema it keeps its state in (dropped with it).
+pub struct Ws {
+    dir: TestWorkspace,
+    /// The `state` and `lake` lines its `[project]` gains in `server_shared`.
+    placed: Option<(String, PgSchema)>,
+}
+
+impl Ws {
+    /// Replaces the spec, keeping the workspace where it is (its `state` and `lake`).
+    pub fn set_spec(&self, spec: &str) {
+        self.dir.set_spec(self.placed.as_ref().map_or_else(|| spec.to_owned(), |(lines, _)| place(spec, lines)));
+    }
+}
+
+/// `spec` with `lines` at the top of its `[project]` table.
+fn place(spec: &str, lines: &str) -> String {
+    let text = spec.replacen("[project]\n", &format!("[project]\n{lines}"), 1);
+    assert_ne!(text, spec, "a test spec has a [project] table");
+    text
+}
+
+impl std::ops::Deref for Ws {
+    type Target = TestWorkspace;
+
+    fn deref(&self) -> &TestWorkspace {
+        &self.dir
+    }
+}
+
+/// A workspace over `spec`. In `server_shared`, its `[project]` gains `state` (a fresh PostgreSQL
+/// schema) and `lake` (an S3 prefix of its own), as a deployment's spec would name them; CI
+/// fails when either service is missing, elsewhere the defaults are used after saying so.
+pub fn workspace(spec: &str) -> Ws {
+    let defaults = || Ws { dir: TestWorkspace::new(spec), placed: None };
+    if !crate::SHARED {
+        return defaults();
+    }
+    let Some(s3) = std::env::var("TIDEGATE_TEST_S3_URL").ok().filter(|v| !v.is_empty()) else {
+        tidegate_testkit::service_missing("the server suite on S3", "TIDEGATE_TEST_S3_URL (with AWS_*)");
+        return defaults();
+    };
+    let Some(schema) = PgSchema::create() else { return defaults() };
+    let lake = format!("{}/{}", s3.trim_end_matches('/'), schema.name());
+    let lines = format!("state = \"{}\"\nlake = \"{lake}\"\n", schema.url);
+    Ws { dir: TestWorkspace::new(place(spec, &lines)), placed: Some((lines, schema)) }
+}
+
 /// A workspace whose `summary` was run and published for 2024-01-01 and 2024-01-02.
-pub fn published_workspace() -> TestWorkspace {
-    let dir = TestWorkspace::new(spec("SUM(v)"));
+pub fn published_workspace() -> Ws {
+    let dir = workspace(&spec("SUM(v)"));
     let ws = tidegate_app::workspace::load(Some(dir.path())).expect("the test spec loads");
     let store = ws.open_store().expect("the store opens");
     let actor = os_account();

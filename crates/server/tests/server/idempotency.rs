@@ -11,9 +11,8 @@ use chrono::Duration;
 use serde_json::{Value, json};
 use tidegate_core::actor::Role;
 use tidegate_core::clock::{Clock, ManualClock};
-use tidegate_testkit::TestWorkspace;
 
-use crate::common::{Response, Server, published_workspace, request, send, spec};
+use crate::common::{Response, Server, published_workspace, request, send, spec, workspace};
 
 fn runs_in_store(server: &Server) -> usize {
     server.store.runs(1000).expect("the runs").len()
@@ -206,7 +205,7 @@ fn concurrent_requests_with_one_key_create_one_run_and_the_others_get_a_conflict
 #[test]
 fn a_key_is_forgotten_after_the_workspaces_ttl_and_expired_keys_are_swept() {
     let text = spec("SUM(v)").replace("heartbeat_s = 1\n", "heartbeat_s = 1\nidempotency_ttl_h = 1\n");
-    let dir = TestWorkspace::new(text);
+    let dir = workspace(&text);
     let clock = Arc::new(ManualClock::new(chrono::Utc::now()));
     let ws = tidegate_app::workspace::load(Some(dir.path())).expect("the workspace loads").with_clock(clock.clone());
     assert_eq!(ws.spec.project.idempotency_ttl_h, 1);

@@ -2,7 +2,11 @@
 //! 403 exactly where `Access` puts them), the backfill story told by two tokens, `Idempotency-Key`
 //! (replays, concurrent duplicates, expiry), `/metrics` parsed by Prometheus' own parsers and
 //! `/readyz` failing when the store or the lake does, a real schema for every success body of the
-//! OpenAPI document, and Schemathesis against it. One test binary; the modules share `common`.
+//! OpenAPI document, and Schemathesis against it. The modules share `common`; `server_shared`
+//! compiles them again with every workspace on PostgreSQL and S3.
+
+/// Whether every workspace runs on PostgreSQL and S3 (`server_shared`) or on the defaults (this binary).
+const SHARED: bool = false;
 
 mod backfill;
 mod common;
@@ -10,6 +14,7 @@ mod idempotency;
 mod metrics;
 mod openapi;
 mod paging;
+mod readyz;
 mod roles;
 mod schemathesis;
 mod security;

@@ -2,8 +2,7 @@
 //! work (published, failed, retried, a backfill staged for approval, a run not started) is
 //! scraped in both formats, and each is parsed by the Prometheus project's own Python parsers
 //! (PyPI `prometheus-client`, installed by `.ci/run`); the families and values are checked, and a
-//! secret the spec declares is in neither text. `/readyz` answers 503 when the lake's folder is
-//! gone and when the PostgreSQL schema of the store is dropped, while `/healthz` still answers.
+//! secret the spec declares is in neither text. `/readyz` is in `readyz.rs`.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -14,10 +13,8 @@ use chrono::Utc;
 use serde_json::{Value, json};
 use tidegate_app::actor::os_account;
 use tidegate_core::actor::Role;
-use tidegate_testkit::TestWorkspace;
-use tidegate_testkit::store::PgSchema;
 
-use crate::common::{Server, published_workspace, request_with};
+use crate::common::{Server, request_with, workspace};
 
 /// The secret the broken task prints; set in the environment of the test's second process.
 const CANARY_VAR: &str = "TIDEGATE_METRICS_CANARY";
@@ -25,7 +22,7 @@ const CANARY: &str = "canary-5f1c2e9b7d3a";
 
 /// A daily schedule over `raw`, a SQL summary, a task that fails once with a transient exit code
 /// then succeeds, and one that prints its secret and fails for good.
-fn spec(state: &str) -> String {
+pub(crate) fn spec(state: &str) -> String {
     format!(
         r#"
 [project]
@@ -102,9 +99,10 @@ fn metrics_parse_with_the_prometheus_parsers_and_carry_no_secret() {
         // The task reads its secret from this process's environment, which a test cannot set for
         // itself (`set_var` is unsafe, and the workspace forbids unsafe code): it runs again, as a
         // second process that has the secret from its start.
-        let name = "metrics::metrics_parse_with_the_prometheus_parsers_and_carry_no_secret";
+        let module = module_path!().split_once("::").map_or(module_path!(), |(_, module)| module);
+        let name = format!("{module}::metrics_parse_with_the_prometheus_parsers_and_carry_no_secret");
         let out = Command::new(std::env::current_exe().expect("the test binary"))
-            .args([name, "--exact", "--nocapture", "--test-threads", "1"])
+            .args([name.as_str(), "--exact", "--nocapture", "--test-threads", "1"])
             .env(CANARY_VAR, CANARY)
             .output()
             .expect("the test runs again");
@@ -113,7 +111,7 @@ fn metrics_parse_with_the_prometheus_parsers_and_carry_no_secret() {
         assert!(out.status.success() && text.contains("1 passed"), "the second process failed:\n{text}");
         return;
     }
-    let dir = TestWorkspace::new(spec(""));
+    let dir = workspace(&spec(""));
     let server = Server::start(&dir);
     let viewer = server.token("prometheus", Role::Viewer);
     // The first scrape sets where the duration histograms start counting.
@@ -152,7 +150,7 @@ fn files_containing(dir: &Path, needle: &str) -> Vec<std::path::PathBuf> {
 }
 
 /// What a scrape returns: status, content type and body.
-fn scrape(server: &Server, token: &str, accept: Option<&str>) -> (u16, String, String) {
+pub(crate) fn scrape(server: &Server, token: &str, accept: Option<&str>) -> (u16, String, String) {
     let headers: Vec<(&str, &str)> = accept.map(|a| ("Accept", a)).into_iter().collect();
     let r = request_with(server.addr, "GET", "/metrics", Some(token), &headers, None);
     (r.status, r.header("content-type").unwrap_or_default().to_owned(), r.body)
@@ -317,38 +315,4 @@ fn check(f: &Families, format: &str) {
     assert!(f.value("tidegate_retry_budget_left", "tidegate_retry_budget_left", &[("pool", "default")]) >= 0.0);
     let errors = f.value("tidegate_store_errors", "tidegate_store_errors_total", &[("during", "request")]);
     assert_eq!(errors, 0.0, "{format}");
-}
-
-#[test]
-fn readyz_answers_503_while_the_lake_folder_is_gone_and_healthz_still_answers() {
-    let dir = published_workspace();
-    let server = Server::start(&dir);
-    assert_eq!(server.call("GET", "/readyz", None, None).status, 200);
-    let (lake, moved) = (dir.path().join(".tidegate/lake"), dir.path().join(".tidegate/lake-moved"));
-    std::fs::rename(&lake, &moved).expect("moving the lake away");
-    let r = server.call("GET", "/readyz", None, None);
-    assert_eq!((r.status, r.json()["code"].clone()), (503, json!("unavailable")), "{}", r.body);
-    assert_eq!(r.json()["detail"], "not ready: the lake does not answer", "no path, no URL");
-    assert_eq!(server.call("GET", "/healthz", None, None).status, 200);
-    std::fs::rename(&moved, &lake).expect("moving the lake back");
-    assert_eq!(server.call("GET", "/readyz", None, None).status, 200);
-    // The failed check is counted.
-    let viewer = server.token("prometheus", Role::Viewer);
-    let (status, _, text) = scrape(&server, &viewer, None);
-    assert_eq!(status, 200, "{text}");
-    assert!(text.contains("tidegate_lake_errors_total{during=\"monitoring\"} 1\n"), "{text}");
-}
-
-#[test]
-fn readyz_answers_503_once_the_store_schema_is_dropped() {
-    let Some(schema) = PgSchema::create() else { return };
-    let dir = TestWorkspace::new(spec(&format!("state = \"{}\"", schema.url)));
-    let server = Server::start(&dir);
-    assert_eq!(server.call("GET", "/readyz", None, None).status, 200);
-    schema.client().batch_execute(&format!("DROP SCHEMA {} CASCADE", schema.name())).expect("dropping the schema");
-    let r = server.call("GET", "/readyz", None, None);
-    assert_eq!((r.status, r.json()["code"].clone()), (503, json!("unavailable")), "{}", r.body);
-    let detail = r.json()["detail"].as_str().unwrap_or_default().to_owned();
-    assert!(detail.contains("state store") && !detail.contains("postgres"), "{detail}");
-    assert_eq!(server.call("GET", "/healthz", None, None).status, 200);
 }

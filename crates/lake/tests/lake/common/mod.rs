@@ -1,10 +1,13 @@
-//! Helpers shared by the lake's integration tests: a lake in a temp folder, dataset specs, small
-//! batches, and rows rendered as sorted text so versions can be compared exactly.
+//! Helpers shared by the lake's integration tests: a lake (in a temp folder in `lake`, under an S3
+//! prefix of its own in `lake_shared`), its files reached as either holds them, dataset specs,
+//! small batches, and rows rendered as sorted text so versions can be compared exactly.
 #![allow(dead_code)] // not every helper is used by every module
 
 use std::sync::Arc;
 
 use chrono::{TimeZone as _, Utc};
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, ObjectStoreExt as _};
 use tidegate_core::partition::{Interval, Partition};
 use tidegate_core::spec::model::{
     Check, CheckRule, Column, Dataset, DatasetKind, Loc, Partitioning, ReviewFlags, WriteMode,
@@ -14,11 +17,112 @@ use tidegate_lake::arrow::datatypes::{DataType, Field, Schema};
 use tidegate_lake::arrow::util::display::{ArrayFormatter, FormatOptions};
 use tidegate_lake::{Lake, Release, ReleaseItem, StagedVersion};
 
-/// A lake in a fresh temp folder (kept alive by the returned guard).
-pub async fn lake() -> (tempfile::TempDir, Lake) {
+/// Where a test's lake is, and a scratch folder of the test's own (kept until dropped).
+pub struct Place {
+    dir: tempfile::TempDir,
+    /// The lake's URL: `<scratch>/lake`, or `s3://<bucket>/<prefix>` in `lake_shared`.
+    pub url: String,
+}
+
+impl Place {
+    /// The scratch folder (never the lake's, even on a folder lake).
+    pub fn path(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
+    /// The object store holding the lake, and the lake's root in it.
+    fn files(&self) -> (Arc<dyn ObjectStore>, ObjectPath) {
+        match self.url.strip_prefix("s3://") {
+            Some(rest) => {
+                let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+                let store = object_store::aws::AmazonS3Builder::from_env()
+                    .with_bucket_name(bucket)
+                    .build()
+                    .expect("an S3 client from the AWS_* variables");
+                (Arc::new(store), ObjectPath::from(prefix))
+            }
+            None => {
+                std::fs::create_dir_all(&self.url).expect("the lake folder");
+                let store = object_store::local::LocalFileSystem::new_with_prefix(&self.url).expect("a folder store");
+                (Arc::new(store), ObjectPath::from(""))
+            }
+        }
+    }
+
+    fn at(root: &ObjectPath, rel: &str) -> ObjectPath {
+        rel.split('/').fold(root.clone(), |path, part| path.join(part))
+    }
+
+    /// Whether the lake holds a file at `rel` (a path under its root).
+    pub async fn exists(&self, rel: &str) -> bool {
+        let (store, root) = self.files();
+        match store.head(&Self::at(&root, rel)).await {
+            Ok(_) => true,
+            Err(object_store::Error::NotFound { .. }) => false,
+            Err(e) => panic!("looking for {rel}: {e}"),
+        }
+    }
+
+    /// The lake's file at `rel`.
+    pub async fn read(&self, rel: &str) -> Vec<u8> {
+        let (store, root) = self.files();
+        let got = store.get(&Self::at(&root, rel)).await.unwrap_or_else(|e| panic!("reading {rel}: {e}"));
+        got.bytes().await.expect("the bytes").to_vec()
+    }
+
+    /// Writes `bytes` at `rel` in the lake, past Tidegate (another tool, or a person).
+    pub async fn write(&self, rel: &str, bytes: &[u8]) {
+        let (store, root) = self.files();
+        store.put(&Self::at(&root, rel), bytes.to_vec().into()).await.unwrap_or_else(|e| panic!("writing {rel}: {e}"));
+    }
+
+    /// Deletes the lake's file at `rel`, past Tidegate.
+    pub async fn remove(&self, rel: &str) {
+        let (store, root) = self.files();
+        store.delete(&Self::at(&root, rel)).await.unwrap_or_else(|e| panic!("deleting {rel}: {e}"));
+    }
+
+    /// The paths (under the lake's root) of every file below `rel`, sorted.
+    pub async fn list(&self, rel: &str) -> Vec<String> {
+        use futures::TryStreamExt as _;
+        let (store, root) = self.files();
+        let listed: Vec<_> = store.list(Some(&Self::at(&root, rel))).try_collect().await.expect("listing");
+        let mut paths: Vec<String> = listed
+            .into_iter()
+            .map(|meta| {
+                let parts: Vec<_> = meta.location.prefix_match(&root).expect("under the root").collect();
+                parts.iter().map(|p| p.as_ref()).collect::<Vec<_>>().join("/")
+            })
+            .collect();
+        paths.sort();
+        paths
+    }
+}
+
+/// A fresh lake for one test: a temp folder in `lake`, an S3 prefix of its own in `lake_shared`
+/// (`TIDEGATE_TEST_S3_URL` and the `AWS_*` variables, set by `.ci/run`; without them the folder,
+/// after saying so, and a failure under CI).
+pub async fn lake() -> (Place, Lake) {
+    if !crate::SHARED {
+        return folder_lake().await;
+    }
+    let Some(base) = std::env::var("TIDEGATE_TEST_S3_URL").ok().filter(|v| !v.is_empty()) else {
+        tidegate_testkit::service_missing("the lake suite on S3", "TIDEGATE_TEST_S3_URL (and AWS_* for the client)");
+        return folder_lake().await;
+    };
     let dir = tempfile::tempdir().expect("temp dir");
-    let lake = Lake::open(dir.path().join("lake").to_str().expect("utf-8 path")).await.expect("open lake");
-    (dir, lake)
+    let url = format!("{}/lake-{}", base.trim_end_matches('/'), uuid::Uuid::now_v7());
+    let lake = Lake::open(&url).await.expect("open the s3 lake");
+    (Place { dir, url }, lake)
+}
+
+/// A lake in a fresh temp folder, for a test about the folder itself or one that hands the
+/// table's folder to another reader or writer.
+pub async fn folder_lake() -> (Place, Lake) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = dir.path().join("lake").to_str().expect("utf-8 path").to_owned();
+    let lake = Lake::open(&url).await.expect("open lake");
+    (Place { dir, url }, lake)
 }
 
 /// A column of the schema contract.
