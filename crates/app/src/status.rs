@@ -57,7 +57,7 @@ pub struct Debt {
     pub scheduler: Option<serde_json::Value>,
 }
 
-/// A gauge older than this is from a scheduler that is no longer running.
+/// A gauge older than this is from a drain that has ended (an idle scheduler does not write it).
 const GAUGE_STALE_S: f64 = 10.0;
 
 /// A scheduled task's missed intervals.

@@ -62,7 +62,8 @@ fn print_debt(debt: &Debt) {
     if let Some(g) = &debt.scheduler {
         let num = |k: &str| g[k].as_f64();
         let when = if g["stale"].as_bool() == Some(true) {
-            format!("as of {:.0} s ago; no scheduler is running now", num("age_s").unwrap_or_default())
+            // A scheduler writes its gauge while it drains; an idle `serve` waits without writing.
+            format!("as of its last drain, {:.0} s ago", num("age_s").unwrap_or_default())
         } else {
             "live".to_owned()
         };
