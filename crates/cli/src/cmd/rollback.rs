@@ -146,8 +146,8 @@ pub(crate) fn print_undo(plan: &Undone) {
 /// Remove abandoned staged files, then compare what the store declares with what the lake holds.
 ///
 /// Reconcile deletes only what it can prove is Tidegate's own and abandoned: a file it staged
-/// (`staging/<step>-<attempt>/part-*.parquet`) for an attempt that this workspace's store
-/// recorded and that has finished (crashed, fenced, failed, superseded, cancelled), that no table
+/// (`<partition>/part-<step>-<attempt>-*.parquet`) for an attempt that this workspace's store
+/// recorded, of a step that has finished (published, failed, superseded, cancelled), that no table
 /// version references, in the table of a dataset this workspace writes. Everything else is left
 /// alone and reported: files under `staging/` it cannot prove are its own (another workspace's
 /// staged output in a shared lake, another tool's or a person's files) and the folders of
@@ -165,8 +165,9 @@ pub(crate) fn print_undo(plan: &Undone) {
 ///
 /// Also sweeps the workspace: the output folders failed attempts left in `.tidegate/attempts`
 /// once the attempt is no longer running, and the logs of finished attempts older than
-/// --keep-logs. Files written after reconcile read the store are kept (an attempt may have
-/// started meanwhile).
+/// --keep-logs. Folders and logs written after reconcile read the store are kept (an attempt may
+/// have started meanwhile). A staged file's owner is read from the store after the lake is
+/// listed, so its age is never trusted.
 #[derive(Debug, clap::Args)]
 #[command(
     after_help = "Examples:\n  tidegate reconcile\n  tidegate reconcile --keep-logs 7d --json\n  tidegate reconcile --delete nums/staging/notes/todo.csv"
