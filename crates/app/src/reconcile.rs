@@ -206,3 +206,65 @@ pub fn delete_reported(ws: &Workspace, store: &dyn Store, actor: &Actor, files: 
     store.record_decision(&decision, &meta).context("journaling the deleted files")?;
     Ok(report)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use chrono::Duration;
+    use tidegate_core::retry::ErrorClass;
+    use tidegate_core::state::StepEvent;
+    use tidegate_engine::attempt::staging_id;
+    use tidegate_lake::Owner;
+    use tidegate_store::Store;
+    use tidegate_testkit::store::{event, meta, new_steps, run_request};
+
+    use super::owner_of;
+
+    fn commit(store: &dyn Store, step_id: &str, ev: StepEvent, at: chrono::DateTime<chrono::Utc>) {
+        store.commit(&[event(step_id, ev, at)]).expect("committing an event");
+    }
+
+    /// The store's answer as a step moves on, read afresh each time (no list of live attempts
+    /// given): an attempt of a step that may still publish is live, the current one or an earlier
+    /// one (its version may carry that attempt's granules); once the step has finished, every
+    /// attempt of it is finished; an attempt or a step the store never recorded is nobody's.
+    #[test]
+    fn any_attempt_of_an_unfinished_step_is_live_and_every_attempt_of_a_finished_step_is_finished() {
+        let dir = tempfile::tempdir().expect("a temp folder");
+        let store = tidegate_store::open(dir.path().join("state.db").to_str().expect("utf-8")).expect("a store");
+        let t0 = tidegate_testkit::fixed_instant();
+        let run = store.create_run(&run_request("task_0"), &new_steps(1), &meta(t0)).expect("a run");
+        let id = store.steps(&run.id).expect("its steps")[0].id.clone();
+        let live = HashSet::new();
+        let owner = |attempt: u32| owner_of(store.as_ref(), &live, &staging_id(&id, attempt)).expect("an owner");
+
+        commit(store.as_ref(), &id, StepEvent::DepsMet { inputs: vec![] }, t0);
+        let first = store.claim_step(&id, "w1", t0, 30, &meta(t0)).expect("a claim").expect("ready");
+        assert_eq!((owner(1), owner(2)), (Owner::Live, Owner::Unknown), "attempt 2 is not recorded yet");
+
+        let expired = t0 + Duration::seconds(40);
+        commit(store.as_ref(), &id, StepEvent::LeaseExpired { epoch: first.epoch, at: expired, jitter: 0.0 }, expired);
+        commit(store.as_ref(), &id, StepEvent::RetryDue, t0 + Duration::seconds(100));
+        let at = t0 + Duration::seconds(120);
+        let second = store.claim_step(&id, "w2", at, 30, &meta(at)).expect("a claim").expect("ready");
+        assert_eq!(second.attempt, 2);
+        assert_eq!((owner(1), owner(2)), (Owner::Live, Owner::Live), "the step may still publish");
+
+        let failed = StepEvent::AttemptFailed {
+            epoch: second.epoch,
+            class: ErrorClass::Deterministic,
+            reason: "bad data".to_owned(),
+            at,
+            jitter: 0.0,
+        };
+        commit(store.as_ref(), &id, failed, at);
+        assert_eq!((owner(1), owner(2)), (Owner::Finished, Owner::Finished), "a failed step never publishes");
+        assert_eq!(owner(3), Owner::Unknown);
+
+        let strangers = [staging_id("0192f5e4-0000-7000-8000-000000000000", 1), "notes".to_owned()];
+        for id in strangers {
+            assert_eq!(owner_of(store.as_ref(), &live, &id).expect("an owner"), Owner::Unknown, "{id}");
+        }
+    }
+}
