@@ -92,15 +92,12 @@ fn written_datasets(ws: &Workspace) -> BTreeSet<String> {
 }
 
 /// Who owns a staging id, as this workspace's store knows it now: an attempt of a step that may
-/// still publish (in `live`, or any attempt of a step not yet finished, asked after the lake was
-/// listed so a step claimed since `live` was read is seen), an attempt of a finished step, or
-/// nobody it knows. Any attempt of an unfinished step is kept, not only its current one: a
-/// checkpointing step carries earlier attempts' granules into its version. Step ids are minted by
-/// the store (UUIDs), so another workspace's staging ids are never this store's.
-fn owner_of(store: &dyn Store, live: &HashSet<String>, id: &str) -> Result<Owner> {
-    if live.contains(id) {
-        return Ok(Owner::Live);
-    }
+/// still publish, an attempt of a finished step, or nobody it knows. Asked after the lake was
+/// listed, so an attempt claimed since reconcile started is seen. Any attempt of an unfinished
+/// step is kept, not only its current one: a checkpointing step carries earlier attempts'
+/// granules into its version. Step ids are minted by the store (UUIDs), so another workspace's
+/// staging ids are never this store's.
+fn owner_of(store: &dyn Store, id: &str) -> Result<Owner> {
     let Some((step_id, attempt)) = staging_attempt(id) else { return Ok(Owner::Unknown) };
     let Some(step) = store.step(step_id)? else { return Ok(Owner::Unknown) };
     if !store.attempts(step_id)?.iter().any(|a| a.attempt == attempt) {
@@ -120,7 +117,6 @@ pub fn reconciled(ws: &Workspace, store: &dyn Store, actor: &Actor, keep_logs: c
     // read did not see, and are kept.
     let known_as_of = ws.now();
     let active = store.active_steps()?;
-    let live: HashSet<String> = live_staging_ids(store, &active)?.into_iter().collect();
     let datasets = written_datasets(ws);
     let declared = declared(store, &active, &datasets)?;
     let logs_before = ws.now() - keep_logs;
@@ -136,7 +132,7 @@ pub fn reconciled(ws: &Workspace, store: &dyn Store, actor: &Actor, keep_logs: c
         let differences = lake.differences(&declared).await?;
         let held = differences.missing_versions.iter().map(|m| m.dataset.clone()).collect();
         let scope = Scope { datasets, held };
-        let owner = |id: &str| owner_of(store, &live, id);
+        let owner = |id: &str| owner_of(store, id);
         let cleaned = lake.reconcile(&scope, owner, Deletion::Abandoned).await?;
         // A step claimed after the store was read writes copies after it (by the lake's clock:
         // an object store's may be behind or ahead of this machine's).
@@ -183,10 +179,9 @@ fn work_dirs(ws: &Workspace) -> Result<Vec<std::path::PathBuf>> {
 /// Tidegate's, and journals who deleted them.
 pub fn delete_reported(ws: &Workspace, store: &dyn Store, actor: &Actor, files: &[String]) -> Result<Reconciliation> {
     require(actor, Access::ChangeTables)?;
-    let live: HashSet<String> = live_staging_ids(store, &store.active_steps()?)?.into_iter().collect();
     let scope = Scope { datasets: written_datasets(ws), held: BTreeSet::new() };
     let report = runtime()?.block_on(async {
-        let owner = |id: &str| owner_of(store, &live, id);
+        let owner = |id: &str| owner_of(store, id);
         open_lake(ws).await?.reconcile(&scope, owner, Deletion::Named(files)).await
     })?;
     let decision = Decision {
@@ -209,8 +204,6 @@ pub fn delete_reported(ws: &Workspace, store: &dyn Store, actor: &Actor, files: 
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashSet;
-
     use chrono::Duration;
     use tidegate_core::retry::ErrorClass;
     use tidegate_core::state::StepEvent;
@@ -225,8 +218,7 @@ mod tests {
         store.commit(&[event(step_id, ev, at)]).expect("committing an event");
     }
 
-    /// The store's answer as a step moves on, read afresh each time (no list of live attempts
-    /// given): an attempt of a step that may still publish is live, the current one or an earlier
+    /// The store's answer as a step moves on, read afresh each time: an attempt of a step that may still publish is live, the current one or an earlier
     /// one (its version may carry that attempt's granules); once the step has finished, every
     /// attempt of it is finished; an attempt or a step the store never recorded is nobody's.
     #[test]
@@ -236,8 +228,7 @@ mod tests {
         let t0 = tidegate_testkit::fixed_instant();
         let run = store.create_run(&run_request("task_0"), &new_steps(1), &meta(t0)).expect("a run");
         let id = store.steps(&run.id).expect("its steps")[0].id.clone();
-        let live = HashSet::new();
-        let owner = |attempt: u32| owner_of(store.as_ref(), &live, &staging_id(&id, attempt)).expect("an owner");
+        let owner = |attempt: u32| owner_of(store.as_ref(), &staging_id(&id, attempt)).expect("an owner");
 
         commit(store.as_ref(), &id, StepEvent::DepsMet { inputs: vec![] }, t0);
         let first = store.claim_step(&id, "w1", t0, 30, &meta(t0)).expect("a claim").expect("ready");
@@ -264,7 +255,7 @@ mod tests {
 
         let strangers = [staging_id("0192f5e4-0000-7000-8000-000000000000", 1), "notes".to_owned()];
         for id in strangers {
-            assert_eq!(owner_of(store.as_ref(), &live, &id).expect("an owner"), Owner::Unknown, "{id}");
+            assert_eq!(owner_of(store.as_ref(), &id).expect("an owner"), Owner::Unknown, "{id}");
         }
     }
 }
