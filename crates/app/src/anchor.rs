@@ -140,7 +140,8 @@ pub async fn refuse_unvouched(ws: &Workspace, store: &dyn Store, lake: &Lake, co
         return Ok(());
     }
     let problems: Vec<&str> = found.iter().map(|m| m.problem.as_str()).collect();
-    anyhow::bail!(
+    crate::refuse!(
+        Conflict,
         "{command} deletes nothing while the journal does not match the lake: {}. `tidegate history` shows the \
          journal; restore the state store from a backup, or run the unrecorded run again if a publication's process \
          died before recording it",
@@ -170,7 +171,8 @@ pub fn refuse_lost_store(ws: &Workspace, store: &dyn Store) -> Result<()> {
             })?
     })?;
     if let Some(a) = found.first() {
-        anyhow::bail!(
+        crate::refuse!(
+            Conflict,
             "the state store {} holds no journal, but the lake holds Tidegate releases ({} version {} was committed \
              when the journal held {} entries): the store was lost, emptied or replaced. Restore it from a backup, or \
              point `state` in {} at the store these tables belong to; nothing was changed",

@@ -27,6 +27,7 @@ pub mod status;
 pub mod submit;
 pub mod target;
 pub mod token;
+pub mod unrecorded;
 pub mod vacuum;
 pub mod view;
 pub mod worker;

@@ -72,6 +72,13 @@ fn declared(store: &dyn Store, active: &[ActiveStep], written: &BTreeSet<String>
     for release in store.releases(None, MAX_RELEASES_RECONCILED)? {
         for item in release.items {
             let version = u64::try_from(item.delta_version).context("a release records a negative table version")?;
+            declared
+                .release_ids
+                .entry(item.dataset.clone())
+                .or_default()
+                .entry(version)
+                .or_default()
+                .insert(release.id.clone());
             declared.release_versions.entry(item.dataset).or_default().insert(version);
         }
     }
@@ -130,7 +137,7 @@ pub fn reconciled(ws: &Workspace, store: &dyn Store, actor: &Actor, keep_logs: c
         // Ownership is proven from the store: a store the lake contradicts proves nothing.
         crate::anchor::refuse_unvouched(ws, store, &lake, "reconcile").await?;
         let differences = lake.differences(&declared).await?;
-        let held = differences.missing_versions.iter().map(|m| m.dataset.clone()).collect();
+        let held = differences.disputed();
         let scope = Scope { datasets, held };
         let owner = |id: &str| owner_of(store, id);
         let cleaned = lake.reconcile(&scope, owner, Deletion::Abandoned).await?;

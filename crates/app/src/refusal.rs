@@ -113,17 +113,35 @@ fn lake_kind(e: &tidegate_lake::Error) -> Option<Kind> {
     use tidegate_lake::Error as E;
     match e {
         E::InvalidName { .. }
+        | E::InvalidLake { .. }
+        | E::UnsupportedLake { .. }
         | E::Query { .. }
         | E::UnknownTable { .. }
         | E::ReadOnlyQuery { .. }
-        | E::QueryLimit { .. } => Some(Kind::Invalid),
+        | E::QueryLimit { .. }
+        | E::NotReported { .. } => Some(Kind::Invalid),
         E::UnknownDataset { .. } | E::UnknownVersion { .. } => Some(Kind::NotFound),
+        // A release refused part-way is the refusal of the dataset that stopped it.
+        E::ReleaseFailed { source, .. } => lake_kind(source),
         E::Conflict { .. }
+        | E::UnreadableCommit { .. }
+        | E::SupersededSnapshot { .. }
         | E::MovedSinceApproval { .. }
         | E::ChangedSinceCommit { .. }
         | E::VacuumedVersion { .. }
         | E::SchemaNeedsRewrite { .. }
-        | E::SchemaChangedSince { .. } => Some(Kind::Conflict),
+        | E::SchemaChangedSince { .. }
+        // What staged output or a table holds stops the operation until someone acts on it.
+        | E::LegacyLayout { .. }
+        | E::CorruptLog { .. }
+        | E::SchemaMismatch { .. }
+        | E::UnreadableFile { .. }
+        | E::PartitionMismatch { .. }
+        | E::TiedDuplicates { .. }
+        | E::NullDedupKey { .. }
+        | E::MissingStagedFile { .. }
+        | E::StagedForOtherSchema { .. } => Some(Kind::Conflict),
+        E::Storage { .. } => Some(Kind::Unavailable),
         _ => None,
     }
 }

@@ -141,6 +141,10 @@ pub struct Cancelled {
     pub run_id: String,
     /// Its steps that were not finished, now cancelled.
     pub n_steps_cancelled: usize,
+    /// Its steps whose publication had already committed (a process killed between its commit
+    /// and its record): recorded as their releases instead of cancelled, so no published row is
+    /// left outside the journal. Undo them with a rollback of the run.
+    pub published: Vec<crate::unrecorded::Finished>,
 }
 
 /// Cancels every unfinished step of `run_id` (journaled with `reason`): nothing more of it runs or
@@ -165,6 +169,11 @@ pub fn cancel(ws: &Workspace, store: &dyn Store, actor: &Actor, run_id: &str, re
         reason: reason.to_owned(),
         at: ws.now(),
     };
+    // A publication that committed and was not recorded is finished first: its rows are live.
+    let published = runtime()?.block_on(async {
+        let lake = open_lake(ws).await?;
+        crate::unrecorded::finish(ws, store, &lake, run_id, &meta).await
+    })?;
     let events: Vec<StepEventRecord> = store
         .steps(run_id)?
         .into_iter()
@@ -178,7 +187,7 @@ pub fn cancel(ws: &Workspace, store: &dyn Store, actor: &Actor, run_id: &str, re
     let n_steps_cancelled = events.len();
     store.commit(&events)?;
     crate::lineage::export(ws, store);
-    Ok(Cancelled { run_id: run_id.to_owned(), n_steps_cancelled })
+    Ok(Cancelled { run_id: run_id.to_owned(), n_steps_cancelled, published })
 }
 
 /// The run `run_id`, or a refusal (not found) that says where the known ones are.

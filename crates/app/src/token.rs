@@ -1,7 +1,7 @@
 //! Tokens: identities for people. An admin mints a token for a named person with a role and
 //! hands it over; its holder presents it and acts as that person. The store keeps only its hash.
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use chrono::Duration;
 use serde::Serialize;
 use tidegate_core::actor::{self, Actor, Role, token_hash};
@@ -58,9 +58,12 @@ pub fn mint(
     expires_in_days: u32,
 ) -> Result<Minted> {
     require(minter, Access::ManageTokens)?;
-    let name = actor::validate_name(name).map_err(|e| anyhow::anyhow!("--name: {e}"))?;
+    let name = match actor::validate_name(name) {
+        Ok(name) => name,
+        Err(e) => crate::refuse!(Invalid, "--name: {e}"),
+    };
     if expires_in_days == 0 || expires_in_days > EXPIRY_DAYS_MAX {
-        bail!("--expires-in-days {expires_in_days}: must be 1 to {EXPIRY_DAYS_MAX}");
+        crate::refuse!(Invalid, "--expires-in-days {expires_in_days}: must be 1 to {EXPIRY_DAYS_MAX}");
     }
     let token = mint_secret();
     let new = NewToken {

@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use tidegate_core::actor::Actor;
@@ -59,7 +59,7 @@ pub fn vacuum(ws: &Workspace, store: &Arc<dyn Store>, actor: &Actor, args: &Vacu
     require(actor, Access::ChangeTables)?;
     for name in &args.datasets {
         if !ws.spec.datasets.contains_key(name) {
-            bail!("no dataset named {name:?} in {}", ws.spec.file);
+            crate::refuse!(NotFound, "no dataset named {name:?} in {}", ws.spec.file);
         }
     }
     let names: Vec<String> =
@@ -156,7 +156,8 @@ async fn vacuum_journaled(
         journal.write("vacuumed", reason, summary(&done, attempt))?;
         return Ok(done);
     }
-    bail!(
+    crate::refuse!(
+        Conflict,
         "vacuuming {dataset}: the table changed under every one of {} plans; try again when publications pause",
         tidegate_lake::MAX_COMMIT_ATTEMPTS
     )
@@ -230,7 +231,8 @@ fn kept_versions(store: &dyn Store, dataset: &str, keep: Keep) -> Result<BTreeSe
         Keep::Since(cutoff) => {
             let all = store.releases(Some(dataset), MAX_RELEASES_SCANNED)?;
             if all.len() == MAX_RELEASES_SCANNED as usize && all.last().is_some_and(|r| r.created_at >= cutoff) {
-                bail!(
+                crate::refuse!(
+                    Invalid,
                     "{dataset} has more than {MAX_RELEASES_SCANNED} releases newer than the cutoff; use a shorter \
                      --older-than or --retain-releases"
                 );

@@ -532,7 +532,7 @@ async fn bench_merge(lake: &Lake, sizes: Sizes) -> Result<MergeOutcome> {
     for run in 0..sizes.runs {
         if run > 0 {
             // Back to the base (untimed), so every run merges the same changes into the same rows.
-            lake.rollback(MERGE_TABLE, base_version, None, &format!("rel-restore-{run}"), None).await?;
+            lake.rollback(MERGE_TABLE, base_version, None, &format!("rel-restore-{run}"), None, None).await?;
         }
         progress(&format!("merge: timed run {} of {}", run + 1, sizes.runs));
         let rel = release(&format!("merge-{run}"), &ds, staged.clone());

@@ -59,8 +59,9 @@ pub use publish::{
 pub use query::InputTable;
 pub use read::{Commit, DIFF_SAMPLE_ROWS, Diff};
 pub use rollback::{
-    Declared, Deletion, Differences, FILE_TIME_GRANULARITY, LeftAlone, MissingFile, MissingVersion, NotOwned,
-    OBJECT_STORE_CLOCK_SKEW, Owner, ROLLBACK_PARTITIONS_KEY, Reconciliation, RollbackCommit, Scope, UnknownVersion,
+    Declared, Deletion, Differences, FILE_TIME_GRANULARITY, LeftAlone, MismatchedRelease, MissingFile, MissingVersion,
+    NotOwned, OBJECT_STORE_CLOCK_SKEW, Owner, ROLLBACK_PARTITIONS_KEY, Reconciliation, RollbackCommit, Scope,
+    UnknownVersion,
 };
 pub use stage::{ColumnStats, MAX_INPUT_FILES, StagedFile, StagedVersion, schema_hash};
 pub use table::{Lake, PARTITION_COLUMN, STAGING_DIR};

@@ -234,7 +234,7 @@ impl Lake {
             ];
             metadata.extend(release.anchor.iter().flat_map(Anchor::metadata));
             let txn = Transaction::new(app_id(&item.step_identity), TXN_UNDONE);
-            let guard = Some(item.table_version);
+            let guard = crate::rollback::Guard::UnmovedSince(item.table_version);
             match self.restore_to(&item.dataset, previous, scope.as_deref(), metadata, Some(txn), guard).await {
                 Ok(version) => restored.push((item.dataset.clone(), version)),
                 Err(_) => not_restored.push(item.dataset.clone()),
@@ -247,6 +247,34 @@ impl Lake {
             restored,
             not_restored,
         }
+    }
+
+    /// Takes back `step_identity`'s commit at `table_version` of `dataset` (only `partitions`;
+    /// the whole table for a snapshot), whose release the store refused to record because the
+    /// step ended meanwhile (a `cancel` between the commit and its record): the version before it
+    /// is restored in a new `restore` commit whose `txn` marks the step undone, so a replay
+    /// commits nothing. Refused ([`Error::ChangedSinceCommit`]) if a commit since touched those
+    /// partitions: newer data is never replaced. Returns the new table version.
+    pub async fn withdraw(
+        &self,
+        dataset: &Dataset,
+        step_identity: &str,
+        table_version: u64,
+        partitions: &[String],
+        reason: &str,
+    ) -> Result<u64> {
+        let previous = table_version
+            .checked_sub(1)
+            .ok_or_else(|| Error::internal("a publication's commit is never a table's first version"))?;
+        let scope = (!matches!(modes::write_mode(dataset), Ok(WriteMode::Snapshot) | Err(_))).then_some(partitions);
+        let metadata = vec![
+            ("tidegate.operation".to_owned(), Value::from("restore")),
+            ("tidegate.step".to_owned(), Value::from(step_identity)),
+            ("tidegate.reason".to_owned(), Value::from(reason)),
+        ];
+        let txn = Transaction::new(app_id(step_identity), TXN_UNDONE);
+        let guard = crate::rollback::Guard::UnmovedSince(table_version);
+        self.restore_to(&dataset.name, previous, scope, metadata, Some(txn), guard).await
     }
 
     /// Whether `dataset`'s schema differs between two versions.
@@ -503,6 +531,10 @@ pub(crate) async fn commit(
     // checkpoint, so it runs with the commits that write one.
     let state = table.snapshot()?;
     let landing = loaded_version(table)? + 1;
+    // The commit vouches for its own file actions: a line removed from it later is seen by every
+    // destructive command before it decides anything (`Lake::check_commits`).
+    let mut metadata = metadata;
+    metadata.push((crate::rollback::ACTIONS_KEY.to_owned(), Value::from(crate::rollback::actions_digest(&actions))));
     let writes_checkpoint = (landing + 1).is_multiple_of(state.table_config().checkpoint_interval().get());
     let properties = CommitProperties::default()
         .with_metadata(metadata)

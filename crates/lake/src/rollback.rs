@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::{Error, Result};
+use crate::layout::PartitionColumn;
 use crate::publish::{MAX_COMMIT_ATTEMPTS, commit};
 use crate::stage::StagedVersion;
 use crate::table::{Lake, STAGING_DIR, active_files, partitions_with_files, remove_of, table_schema};
@@ -126,6 +127,9 @@ pub struct Declared {
     pub datasets: BTreeSet<String>,
     /// Per dataset, every table version the store's releases recorded.
     pub release_versions: BTreeMap<String, BTreeSet<u64>>,
+    /// Per dataset and table version, the releases the store recorded at it: the commit must
+    /// name each of them in its metadata.
+    pub release_ids: BTreeMap<String, BTreeMap<u64, BTreeSet<String>>>,
     /// Staged versions of steps that may still publish: their files must exist.
     pub staged: Vec<StagedVersion>,
 }
@@ -140,13 +144,40 @@ pub struct Differences {
     pub missing_versions: Vec<MissingVersion>,
     /// Files a store record or the current table version needs that are gone.
     pub missing_files: Vec<MissingFile>,
+    /// Releases the store recorded at a table version whose commit does not name them: the log
+    /// no longer holds what the store says was published there.
+    #[serde(default)]
+    pub mismatched_releases: Vec<MismatchedRelease>,
 }
 
 impl Differences {
     /// True when the store and the lake agree.
     pub fn is_empty(&self) -> bool {
-        self.unknown_versions.is_empty() && self.missing_versions.is_empty() && self.missing_files.is_empty()
+        self.unknown_versions.is_empty()
+            && self.missing_versions.is_empty()
+            && self.missing_files.is_empty()
+            && self.mismatched_releases.is_empty()
     }
+
+    /// The datasets in which the store and the log disagree about what was published: nothing
+    /// may be deleted from them on the store's word until that is resolved.
+    pub fn disputed(&self) -> BTreeSet<String> {
+        let missing = self.missing_versions.iter().map(|m| m.dataset.clone());
+        missing.chain(self.mismatched_releases.iter().map(|m| m.dataset.clone())).collect()
+    }
+}
+
+/// A release the store recorded at a table version whose commit does not name it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MismatchedRelease {
+    /// The dataset.
+    pub dataset: String,
+    /// The table version the store recorded the release at.
+    pub version: u64,
+    /// The release the store recorded there.
+    pub release_id: String,
+    /// The releases the commit at that version names (none if it was not Tidegate's).
+    pub found: Vec<String>,
 }
 
 /// A table version the store does not know.
@@ -190,6 +221,12 @@ impl Lake {
     /// is returned. A rerun after a crash between the commit and the store's record of the
     /// release then records that commit, instead of making a second one the store would never
     /// know (reconcile would report it for ever).
+    ///
+    /// `undoing` is the version an undo takes back (a release's or a backfill's commit): the
+    /// rollback is refused ([`Error::ChangedSinceCommit`], naming the partitions) unless those
+    /// partitions still hold exactly that version's files, checked on the version the commit is
+    /// built on, so rows a newer release published are never dropped by an undo. `None` for an
+    /// explicit restore of a version, which replaces whatever came after on purpose.
     pub async fn rollback(
         &self,
         dataset: &str,
@@ -197,6 +234,7 @@ impl Lake {
         partitions: Option<&[String]>,
         release_id: &str,
         anchor: Option<&crate::Anchor>,
+        undoing: Option<u64>,
     ) -> Result<u64> {
         // A version whose commit cannot be read may hide files and actions the restore would
         // have to undo: refuse rather than build a commit on a guess.
@@ -213,7 +251,8 @@ impl Lake {
             metadata.push((ROLLBACK_PARTITIONS_KEY.to_owned(), Value::from(partitions.to_vec())));
         }
         metadata.extend(anchor.into_iter().flat_map(crate::Anchor::metadata));
-        let restored = self.restore_to(dataset, to_version, partitions, metadata, None, None).await?;
+        let guard = undoing.map_or(Guard::None, Guard::StillAt);
+        let restored = self.restore_to(dataset, to_version, partitions, metadata, None, guard).await?;
         crate::failpoint::hit("after-rollback-commit");
         Ok(restored)
     }
@@ -257,7 +296,7 @@ impl Lake {
             ("tidegate.operation".to_owned(), Value::from("restore")),
             ("tidegate.rollback_to_version".to_owned(), Value::from(version)),
         ];
-        self.restore_to(dataset, version, None, metadata, None, None).await
+        self.restore_to(dataset, version, None, metadata, None, Guard::None).await
     }
 
     /// The commit behind rollback and restore: remove what is active now and not at
@@ -268,9 +307,7 @@ impl Lake {
     /// then and now, is a whole-table restore; one that does not is refused with
     /// [`Error::SchemaChangedSince`] when the schema changed since in a way the restored files do
     /// not fit). The protocol is never lowered.
-    /// With `unmoved_since`, refused
-    /// ([`Error::ChangedSinceCommit`]) if a commit after that version touched what it would
-    /// restore, checked on the version the restore is built on.
+    /// `guard` is checked on the version the restore is built on (see [`Guard`]).
     pub(crate) async fn restore_to(
         &self,
         dataset: &str,
@@ -278,7 +315,7 @@ impl Lake {
         partitions: Option<&[String]>,
         metadata: Vec<(String, Value)>,
         txn: Option<Transaction>,
-        unmoved_since: Option<u64>,
+        guard: Guard,
     ) -> Result<u64> {
         let target = self.load_at(dataset, Some(to_version)).await?;
         let wanted = active_files(&target, partitions).await?;
@@ -294,8 +331,10 @@ impl Lake {
         };
         for _ in 0..MAX_COMMIT_ATTEMPTS {
             let table = self.load(dataset).await?;
-            if let Some(since) = unmoved_since {
-                ensure_unchanged_since(dataset, &table, since, partitions).await?;
+            match guard {
+                Guard::None => {}
+                Guard::UnmovedSince(since) => ensure_unchanged_since(dataset, &table, since, partitions).await?,
+                Guard::StillAt(version) => self.ensure_still_at(dataset, &table, version, partitions).await?,
             }
             let whole = partitions.is_none() || (covers_then && covered(&partitions_with_files(&table).await?));
             if !whole {
@@ -556,6 +595,57 @@ fn named_files(files: &[String], reported: &[NotOwned]) -> Result<Vec<(String, S
     Ok(named)
 }
 
+/// What a restore checks on the version its commit is built on, before committing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Guard {
+    /// Nothing: an explicit restore of a version.
+    None,
+    /// No commit after this version touched the partitions (a failed release's undo: only its
+    /// own commit may be taken back).
+    UnmovedSince(u64),
+    /// The partitions hold exactly this version's files (an undo of the release committed at it:
+    /// a later release that changed them, and was not itself undone, refuses the undo).
+    StillAt(u64),
+}
+
+impl Lake {
+    /// Refuses ([`Error::ChangedSinceCommit`]) unless every partition of `partitions` (every
+    /// partition when `None`) holds in `table` exactly the files it held at `version`.
+    async fn ensure_still_at(
+        &self,
+        dataset: &str,
+        table: &DeltaTable,
+        version: u64,
+        partitions: Option<&[String]>,
+    ) -> Result<()> {
+        let found = crate::publish::loaded_version(table)?;
+        if found == version {
+            return Ok(());
+        }
+        let then = self.load_at(dataset, Some(version)).await?;
+        let column = PartitionColumn::of_table(table)?;
+        let by_partition = |adds: Vec<deltalake_core::kernel::Add>| {
+            let mut map: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+            for add in adds {
+                let value = add.partition_values.get(&column.name).cloned().flatten();
+                let key = value.map(|v| column.key_of(&v).unwrap_or(v)).unwrap_or_default();
+                map.entry(key).or_default().insert(add.path);
+            }
+            map
+        };
+        let (then, now) = (
+            by_partition(active_files(&then, partitions).await?),
+            by_partition(active_files(table, partitions).await?),
+        );
+        let keys: BTreeSet<&String> = then.keys().chain(now.keys()).collect();
+        let moved: Vec<String> = keys.into_iter().filter(|k| then.get(*k) != now.get(*k)).cloned().collect();
+        if moved.is_empty() {
+            return Ok(());
+        }
+        Err(Error::ChangedSinceCommit { dataset: dataset.to_owned(), partitions: moved, version, found_version: found })
+    }
+}
+
 /// Refuses if a commit after `since` up to the loaded version added or removed files of
 /// `partitions` (of any partition when `None`).
 async fn ensure_unchanged_since(
@@ -612,10 +702,33 @@ impl Lake {
             report.missing_versions.extend(
                 recorded.range(current + 1..).map(|v| MissingVersion { dataset: dataset.clone(), version: *v }),
             );
-            for commit in self.history(dataset).await? {
+            let no_ids = BTreeMap::new();
+            let recorded_ids = declared.release_ids.get(dataset).unwrap_or(&no_ids);
+            let history = self.history(dataset).await?;
+            // Steps whose commits a later `restore` took back (a release that failed part-way, or
+            // a publication withdrawn because its step was cancelled meanwhile): known and undone.
+            let withdrawn: BTreeSet<String> = history
+                .iter()
+                .filter(|c| c.metadata.get("tidegate.operation").and_then(Value::as_str) == Some("restore"))
+                .flat_map(|c| steps_of(&c.metadata))
+                .collect();
+            for commit in history {
                 let tidegate_op = commit.metadata.get("tidegate.operation").and_then(Value::as_str);
                 let created = commit.operation.as_deref() == Some("CREATE TABLE");
+                let named = release_ids_of(&commit.metadata);
+                for id in recorded_ids.get(&commit.version).into_iter().flatten().filter(|id| !named.contains(id)) {
+                    report.mismatched_releases.push(MismatchedRelease {
+                        dataset: dataset.clone(),
+                        version: commit.version,
+                        release_id: id.clone(),
+                        found: named.clone(),
+                    });
+                }
                 if recorded.contains(&commit.version) || created || tidegate_op == Some("restore") {
+                    continue;
+                }
+                let steps = steps_of(&commit.metadata);
+                if !steps.is_empty() && steps.iter().all(|s| withdrawn.contains(s)) {
                     continue;
                 }
                 report.unknown_versions.push(UnknownVersion {
@@ -672,7 +785,9 @@ impl Lake {
     }
 
     /// Every `add` path in `dataset`'s JSON commits, read without delta-rs (which may refuse or
-    /// misread the log); an empty or unparsable commit is an error.
+    /// misread the log); an empty or unparsable commit is an error, and so is a commit whose file
+    /// actions no longer match the digest Tidegate wrote into it ([`ACTIONS_KEY`]): a line added
+    /// to or removed from it since would make files look unreferenced (and deleted) or referenced.
     async fn commit_adds(&self, dataset: &str) -> Result<BTreeSet<String>> {
         let url = self.table_url(dataset)?;
         let store = DeltaTableBuilder::from_url(url.clone())?.build()?.object_store();
@@ -689,16 +804,43 @@ impl Lake {
             if lines.peek().is_none() {
                 return Err(unreadable(format!("empty ({} bytes, no action)", bytes.len())));
             }
+            let mut files = FileActions::default();
+            let mut vouched: Option<String> = None;
             for (line_idx, line) in lines.enumerate() {
                 let action: Value = serde_json::from_slice(line)
                     .map_err(|e| unreadable(format!("not valid JSON at line {}: {e}", line_idx + 1)))?;
                 if let Some(path) = action.pointer("/add/path").and_then(Value::as_str) {
                     paths.insert(crate::layout::path_of_logged(path));
                 }
+                files.note(&action);
+                if let Some(digest) = action.pointer("/commitInfo").and_then(|info| info.get(ACTIONS_KEY)) {
+                    vouched = Some(digest.as_str().unwrap_or_default().to_owned());
+                }
+            }
+            if let Some(vouched) = vouched
+                && vouched != files.digest()
+            {
+                return Err(unreadable(format!(
+                    "changed since Tidegate wrote it: its commit metadata vouches for {} but it holds {} \
+                     ({ACTIONS_KEY} {vouched}, found {})",
+                    describe_digest(&vouched),
+                    files.describe(),
+                    files.digest()
+                )));
             }
         }
         Ok(paths)
     }
+}
+
+/// The step identities a commit's metadata names: `tidegate.step` for one, `tidegate.steps` for a
+/// shared commit.
+fn steps_of(metadata: &std::collections::BTreeMap<String, Value>) -> Vec<String> {
+    if let Some(one) = metadata.get("tidegate.step").and_then(Value::as_str) {
+        return vec![one.to_owned()];
+    }
+    let many = metadata.get("tidegate.steps").and_then(Value::as_array);
+    many.into_iter().flatten().filter_map(Value::as_str).map(str::to_owned).collect()
 }
 
 /// The release ids a commit's metadata names: `tidegate.release_id` for a commit of one release,
@@ -709,4 +851,70 @@ fn release_ids_of(metadata: &std::collections::BTreeMap<String, Value>) -> Vec<S
     }
     let many = metadata.get("tidegate.release_ids").and_then(Value::as_array);
     many.into_iter().flatten().filter_map(Value::as_str).map(str::to_owned).collect()
+}
+
+/// The commit metadata key under which Tidegate writes the digest of a commit's own file actions
+/// ([`actions_digest`]), checked by every destructive command ([`Lake::check_commits`]).
+pub(crate) const ACTIONS_KEY: &str = "tidegate.file_actions";
+
+/// The digest of a commit's `add` and `remove` actions, as `<n adds>+<n removes>:<blake3>` over
+/// their sorted paths in the object store's form.
+pub(crate) fn actions_digest(actions: &[Action]) -> String {
+    let mut files = FileActions::default();
+    for action in actions {
+        match action {
+            Action::Add(add) => files.adds.push(crate::layout::path_of_logged(&add.path)),
+            Action::Remove(remove) => files.removes.push(crate::layout::path_of_logged(&remove.path)),
+            _ => {}
+        }
+    }
+    files.digest()
+}
+
+/// `n adds and m removes` from a digest, for a message.
+fn describe_digest(digest: &str) -> String {
+    let counts = digest.split(':').next().unwrap_or_default();
+    match counts.split_once('+') {
+        Some((adds, removes)) => format!("{adds} added and {removes} removed files"),
+        None => format!("the file actions digested as {digest:?}"),
+    }
+}
+
+/// The file actions of one commit, as its JSON lines hold them.
+#[derive(Debug, Default)]
+struct FileActions {
+    adds: Vec<String>,
+    removes: Vec<String>,
+}
+
+impl FileActions {
+    /// Notes `action` if it adds or removes a file.
+    fn note(&mut self, action: &Value) {
+        if let Some(path) = action.pointer("/add/path").and_then(Value::as_str) {
+            self.adds.push(crate::layout::path_of_logged(path));
+        }
+        if let Some(path) = action.pointer("/remove/path").and_then(Value::as_str) {
+            self.removes.push(crate::layout::path_of_logged(path));
+        }
+    }
+
+    fn digest(&self) -> String {
+        let (mut adds, mut removes) = (self.adds.clone(), self.removes.clone());
+        adds.sort();
+        removes.sort();
+        let mut hasher = blake3::Hasher::new();
+        for (kind, paths) in [("add", &adds), ("remove", &removes)] {
+            for path in paths {
+                hasher.update(kind.as_bytes());
+                hasher.update(b"\t");
+                hasher.update(path.as_bytes());
+                hasher.update(b"\n");
+            }
+        }
+        format!("{}+{}:{}", adds.len(), removes.len(), &hasher.finalize().to_hex()[..16])
+    }
+
+    fn describe(&self) -> String {
+        format!("{} added and {} removed files", self.adds.len(), self.removes.len())
+    }
 }

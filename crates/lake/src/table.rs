@@ -265,6 +265,15 @@ impl Lake {
         Ok(table.snapshot()?.transaction_version(table.log_store().as_ref(), app_id).await?)
     }
 
+    /// The table version at which the step `step_identity` was published to `dataset`, read
+    /// from its application transaction in the latest version; `None` when the table does not
+    /// exist, the step never committed to it, or its commit was undone.
+    pub async fn committed_version(&self, dataset: &str, step_identity: &str) -> Result<Option<u64>> {
+        let Some(table) = self.try_load(dataset).await? else { return Ok(None) };
+        let recorded = self.txn_version(dataset, &table, &crate::publish::app_id(step_identity)).await?;
+        Ok(recorded.and_then(|v| u64::try_from(v).ok()))
+    }
+
     /// The version of the table this handle last loaded or committed, as it was, without
     /// looking for newer commits: for what needs the table's schema and location, not its
     /// latest state. `None` when this handle has not loaded it.

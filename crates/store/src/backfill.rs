@@ -129,7 +129,7 @@ pub(crate) fn update(
     id: &str,
     expect: &[BackfillStatus],
     kind: &str,
-    change: &(dyn Fn(&mut BackfillRecord) + Sync),
+    change: &crate::BackfillChange<'_>,
     meta: &JournalMeta,
 ) -> Result<BackfillRecord> {
     let Some(mut record) = load(tx, id)? else {
@@ -137,14 +137,14 @@ pub(crate) fn update(
     };
     if !expect.contains(&record.status) {
         let expected: Vec<&str> = expect.iter().map(|s| s.as_str()).collect();
-        return Err(Error::InvalidRequest(format!(
+        return Err(Error::Conflict(format!(
             "backfill {id} is {}; this needs it to be {}",
             record.status,
             expected.join(" or ")
         )));
     }
     let from = record.status;
-    change(&mut record);
+    change(&mut record)?;
     record.updated_at = meta.at;
     write_row(tx, &record)?;
     journal(tx, &record, kind, Some(from), meta)?;

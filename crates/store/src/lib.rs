@@ -267,6 +267,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     ) -> Result<LockOutcome>;
     /// Gives `dataset`'s lock up if `owner` holds it, journaled as `dataset_unlocked`.
     fn unlock_dataset(&self, dataset: &str, owner: &str, now: DateTime<Utc>) -> Result<()>;
+    /// Removes `dataset`'s lock if `owner` still holds it, for a caller that proved its holder
+    /// dead (journaled as `dataset_unlocked` with `meta`'s actor and reason); whether it did.
+    fn break_dataset_lock(&self, dataset: &str, owner: &str, meta: &JournalMeta) -> Result<bool>;
 
     // ----- The OpenLineage export. -----
 
@@ -333,16 +336,23 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// The newest backfills first, at most `limit`.
     fn backfills(&self, limit: u32) -> Result<Vec<BackfillRecord>>;
     /// Compare-and-set: applies `change` when the backfill's status is one of `expect` (else
-    /// [`Error::InvalidRequest`] naming both), journaled as `kind` in the same transaction.
+    /// [`Error::Conflict`] naming both), journaled as `kind` in the same transaction. `change`
+    /// sees the record as the transaction read it and may refuse (its error is returned and
+    /// nothing is written): the place to re-verify what the caller decided on.
     fn update_backfill(
         &self,
         id: &str,
         expect: &[BackfillStatus],
         kind: &str,
-        change: &(dyn Fn(&mut BackfillRecord) + Sync),
+        change: &BackfillChange<'_>,
         meta: &JournalMeta,
     ) -> Result<BackfillRecord>;
 }
+
+/// A change to a backfill made inside [`Store::update_backfill`]'s transaction: it edits the
+/// record as read there, or refuses (typically [`Error::Conflict`]) when the record no longer
+/// holds what the caller decided on.
+pub type BackfillChange<'a> = dyn Fn(&mut BackfillRecord) -> Result<()> + Sync + 'a;
 
 /// Seconds after which an in-progress idempotency claim is considered abandoned.
 pub const IN_FLIGHT_TIMEOUT_S: i64 = 300;

@@ -79,6 +79,18 @@ pub(crate) fn unlock(tx: &mut dyn Tx, dataset: &str, owner: &str, now: DateTime<
     Ok(())
 }
 
+pub(crate) fn break_lock(tx: &mut dyn Tx, dataset: &str, owner: &str, meta: &JournalMeta) -> Result<bool> {
+    let n =
+        tx.execute("DELETE FROM dataset_locks WHERE dataset = ?1 AND owner = ?2", &[dataset.into(), owner.into()])?;
+    if n == 0 {
+        return Ok(false);
+    }
+    let meta = JournalMeta { correlation_id: correlation_id(dataset), ..meta.clone() };
+    let payload = serde_json::json!({ "dataset": dataset, "owner": owner, "broken": true });
+    Appender::default().append(tx, Draft::new(&meta, "dataset_unlocked", payload.to_string()))?;
+    Ok(true)
+}
+
 fn holder(tx: &mut dyn Tx, dataset: &str) -> Result<Option<DatasetLock>> {
     let rows = tx.query(
         "SELECT owner, purpose, acquired_at, expires_at FROM dataset_locks WHERE dataset = ?1",

@@ -120,6 +120,13 @@ fn insert_release(
             meta: meta.clone(),
         })
         .collect();
+    // A publication none of whose steps may be published any more (each cancelled, or fenced,
+    // since the caller decided to publish) is not a release: its rejections are journaled and
+    // nothing is recorded, so the caller takes its commits back (the engine withdraws them)
+    // instead of the store claiming what the steps' states deny.
+    if !steps.is_empty() && none_accepted(tx, &events)? {
+        return events.iter().map(|rec| apply_held(tx, journal, applier, rec, None)).collect();
+    }
     if !tx.query("SELECT id FROM releases WHERE id = ?1", &[release.id.as_str().into()])?.is_empty() {
         return Err(Error::Conflict(format!(
             "release {} is already recorded; read it back instead of recording it again",
@@ -172,6 +179,17 @@ fn insert_release(
     };
     journal.append(tx, Draft { run_id: release.run_id.as_deref(), ..Draft::new(meta, kind, to_json(release)?) })?;
     events.iter().map(|rec| apply_held(tx, journal, applier, rec, None)).collect()
+}
+
+/// Whether the state machine refuses every one of `events` on its step as stored now.
+fn none_accepted(tx: &mut dyn Tx, events: &[StepEventRecord]) -> Result<bool> {
+    for rec in events {
+        let Some(step) = crate::steps::load_step(tx, &rec.step_id)? else { return Ok(false) };
+        if tidegate_core::state::apply(&step.state, &rec.event).is_ok() {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// The body of [`crate::Store::record_release`].

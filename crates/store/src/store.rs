@@ -528,6 +528,12 @@ impl<D: Driver> Store for SqlStore<D> {
             .map_err(|e| e.context(&format!("locking {dataset} for {owner}")))
     }
 
+    fn break_dataset_lock(&self, dataset: &str, owner: &str, meta: &JournalMeta) -> Result<bool> {
+        self.driver
+            .write(|tx| locks::break_lock(tx, dataset, owner, meta))
+            .map_err(|e| e.context(&format!("breaking the lock {owner} holds on {dataset}")))
+    }
+
     fn unlock_dataset(&self, dataset: &str, owner: &str, now: DateTime<Utc>) -> Result<()> {
         self.driver
             .write(|tx| locks::unlock(tx, dataset, owner, now))
@@ -611,7 +617,7 @@ impl<D: Driver> Store for SqlStore<D> {
         id: &str,
         expect: &[BackfillStatus],
         kind: &str,
-        change: &(dyn Fn(&mut BackfillRecord) + Sync),
+        change: &crate::BackfillChange<'_>,
         meta: &JournalMeta,
     ) -> Result<BackfillRecord> {
         self.driver

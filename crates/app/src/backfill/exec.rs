@@ -81,6 +81,7 @@ pub fn start(ws: &Workspace, store: &dyn Store, actor: &Actor, id: &str, resume:
         &move |b: &mut BackfillRecord| {
             b.status = BackfillStatus::Running;
             b.run_id = Some(rid.clone());
+            Ok(())
         },
         &meta(ws, actor, format!("{} by operator", verb.trim_start_matches("backfill_")), &record.id),
     )?;
@@ -143,7 +144,10 @@ fn settled(ws: &Workspace, store: &dyn Store, actor: &Actor, id: &str) -> Result
         id,
         &[BackfillStatus::Running],
         kind,
-        &move |b: &mut BackfillRecord| b.status = next,
+        &move |b: &mut BackfillRecord| {
+            b.status = next;
+            Ok(())
+        },
         &meta(ws, actor, reason, id),
     )?)
 }
@@ -164,7 +168,10 @@ pub fn pause(
         id,
         &[BackfillStatus::Running, BackfillStatus::Planned],
         "backfill_paused",
-        &|b: &mut BackfillRecord| b.status = BackfillStatus::Paused,
+        &|b: &mut BackfillRecord| {
+            b.status = BackfillStatus::Paused;
+            Ok(())
+        },
         &meta(ws, actor, reason, id),
     )?)
 }
@@ -197,7 +204,15 @@ pub fn cancel(ws: &Workspace, store: &dyn Store, actor: &Actor, id: &str, reason
             BackfillStatus::Approved,
         ],
         "backfill_cancelled",
-        &|b: &mut BackfillRecord| b.status = BackfillStatus::Cancelled,
+        // Checked in the transaction that cancels: a publication that recorded its release id
+        // goes on to commit, so cancelling it would say "nothing was published" of published rows.
+        &|b: &mut BackfillRecord| {
+            if let Some(release) = &b.release_id {
+                return Err(tidegate_store::Error::Conflict(super::release::publishing(&b.id, release)));
+            }
+            b.status = BackfillStatus::Cancelled;
+            Ok(())
+        },
         &meta(ws, actor, reason.clone(), id),
     )?;
     let mut n_cancelled = 0;
@@ -249,6 +264,8 @@ pub struct Report {
     pub eta_s: Option<f64>,
     /// Its failed steps.
     pub failures: Vec<StepFailure>,
+    /// The hash of its recorded comparison, once compared: what an approval names.
+    pub comparison_hash: Option<String>,
     /// Its approval, once given.
     pub approval: Option<tidegate_store::Approval>,
     /// Its release, once published.
@@ -295,7 +312,14 @@ impl Report {
             BackfillStatus::Planned => format!("tidegate backfill start {id}"),
             BackfillStatus::Running => format!("tidegate backfill status {id} --watch"),
             BackfillStatus::Paused => format!("tidegate backfill resume {id}"),
-            BackfillStatus::Staged => format!("tidegate backfill compare {id}"),
+            BackfillStatus::Staged => match &record.comparison_hash {
+                Some(hash) => format!(
+                    "review `tidegate backfill compare {id} --html review.html`; then, as another person: \
+                     tidegate backfill approve {id} --comparison {}",
+                    super::short(hash)
+                ),
+                None => format!("tidegate backfill compare {id}"),
+            },
             BackfillStatus::Approved => format!("tidegate backfill publish {id}"),
             BackfillStatus::Published => format!("tidegate backfill rollback {id}   (if it must be undone)"),
             BackfillStatus::Failed => format!("tidegate history {}", record.run_id.clone().unwrap_or_default()),
@@ -315,6 +339,7 @@ impl Report {
             steps_per_s,
             eta_s,
             failures,
+            comparison_hash: record.comparison_hash.clone(),
             approval: record.approval.clone(),
             release_id: record.release_id.clone(),
             next,

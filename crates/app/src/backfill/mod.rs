@@ -18,7 +18,7 @@ use crate::workspace::Workspace;
 pub use exec::{Begun, Cancelled, Report, cancel, list, pause, settle, start, status};
 pub use plan::{BlastRadius, FrozenSpec, Impact, PlanRequest, Planned, Reprocess, plan};
 pub use release::{Published, Restored, RolledBack, publish, rollback};
-pub use review::{CompareRequest, Compared, FlagOverrides, Review, approve, compare, compare_with};
+pub use review::{ApproveRequest, CompareRequest, Compared, FlagOverrides, Review, approve, compare, compare_with};
 
 /// A backfill and its frozen spec, or an error that says how to list the known ones.
 pub fn load(store: &dyn Store, id: &str) -> Result<(BackfillRecord, FrozenSpec)> {

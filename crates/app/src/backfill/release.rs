@@ -60,7 +60,8 @@ pub fn publish(ws: &Workspace, store: &Arc<dyn Store>, actor: &Actor, id: &str) 
         bail!("backfill {} is marked approved but holds no approval; this is a bug, please report it", record.id);
     };
     if approval.spec_hash != record.spec_hash {
-        bail!(
+        crate::refuse!(
+            Conflict,
             "the approval of backfill {} was given for spec {}, not {}",
             record.id,
             short(&approval.spec_hash),
@@ -84,7 +85,8 @@ pub fn publish(ws: &Workspace, store: &Arc<dyn Store>, actor: &Actor, id: &str) 
                     &record,
                     &format!("the comparison changed after approval: {changes}"),
                 )?;
-                bail!(
+                crate::refuse!(
+                    Conflict,
                     "the data changed since backfill {} was approved (its comparison no longer matches {}): {changes}; \
                      the approval was withdrawn. Run `tidegate backfill compare {}` and have it approved again",
                     record.id,
@@ -92,12 +94,29 @@ pub fn publish(ws: &Workspace, store: &Arc<dyn Store>, actor: &Actor, id: &str) 
                     record.id
                 );
             }
-            let rid = release_id.clone();
+            // The intent, recorded only if the backfill still holds the approval this publication
+            // decided on (a `compare`, `cancel` or another approval since is seen here, in the
+            // transaction); from then on `cancel` and `compare` refuse, so nothing withdraws what
+            // is about to be committed.
+            let (rid, decided) = (release_id.clone(), approval.clone());
             store.update_backfill(
                 &record.id,
                 &[BackfillStatus::Approved],
                 "backfill_publishing",
-                &move |b: &mut BackfillRecord| b.release_id = Some(rid.clone()),
+                &move |b: &mut BackfillRecord| {
+                    if let Some(other) = &b.release_id {
+                        return Err(tidegate_store::Error::Conflict(publishing(&b.id, other)));
+                    }
+                    if b.approval.as_ref() != Some(&decided) {
+                        return Err(tidegate_store::Error::Conflict(format!(
+                            "the approval of backfill {} changed while this publication checked it; nothing was \
+                             published. Run `tidegate backfill status {}` and publish again",
+                            b.id, b.id
+                        )));
+                    }
+                    b.release_id = Some(rid.clone());
+                    Ok(())
+                },
                 &meta(ws, actor, format!("publishing as release {release_id}"), &record.id),
             )?;
         }
@@ -129,11 +148,23 @@ pub fn publish(ws: &Workspace, store: &Arc<dyn Store>, actor: &Actor, id: &str) 
         &record.id,
         &[BackfillStatus::Approved],
         "backfill_published",
-        &|b: &mut BackfillRecord| b.status = BackfillStatus::Published,
+        &|b: &mut BackfillRecord| {
+            b.status = BackfillStatus::Published;
+            Ok(())
+        },
         &meta(ws, actor, format!("published as release {release_id}, approved by {}", approval.by), &record.id),
     )?;
     let lineage = crate::lineage::export(ws, store.as_ref());
     Ok(Published { backfill_id: record.id.clone(), release_id, publication, lineage })
+}
+
+/// Why a backfill being published cannot be cancelled or compared again: its release id is
+/// recorded, so a publication is committing it (or crashed doing so).
+pub(crate) fn publishing(id: &str, release_id: &str) -> String {
+    format!(
+        "backfill {id} is being published as release {release_id} (or a publication of it stopped part-way); \
+         run `tidegate backfill publish {id}` to finish it, then `tidegate backfill rollback {id}` to undo it"
+    )
 }
 
 async fn publish_release(
@@ -243,6 +274,7 @@ fn withdraw_approval(
             b.status = BackfillStatus::Staged;
             b.approval = None;
             b.release_id = None;
+            Ok(())
         },
         &meta(ws, actor, reason, &record.id),
     )?;
@@ -279,12 +311,12 @@ fn refused(
     if let Err(store_error) = withdraw_approval(ws, actor, store, record, &format!("publication refused: {e}")) {
         return store_error.context(format!("withdrawing the approval after: {e}"));
     }
-    anyhow::anyhow!(
+    crate::refusal::Refusal::conflict(format!(
         "backfill {} was not published, the data changed under it since approval: {e}; the approval was \
          withdrawn. Run `tidegate backfill compare {}` and have it approved again",
-        record.id,
-        record.id
-    )
+        record.id, record.id
+    ))
+    .into()
 }
 
 /// One staged version per dataset: the union of the steps' partitions and files.
@@ -300,6 +332,9 @@ fn merge(versions: &[StagedVersion]) -> Option<StagedVersion> {
     merged.partitions.dedup_by(|a, b| a.key == b.key);
     Some(merged)
 }
+
+/// How many of a dataset's newest releases a backfill rollback reads to find those made after it.
+const UNDO_RELEASES_SCANNED: u32 = 10_000;
 
 /// A dataset a backfill rollback restored.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -355,11 +390,21 @@ pub fn rollback(
     let published_id = record.release_id.clone().context("a published backfill has a release")?;
     let published = store.release(&published_id)?.context("the backfill's release is not in the store")?;
     let release_id = format!("rb-{}", record.id);
-    // The version each dataset had just before the backfill's commit.
-    let mut before: BTreeMap<String, (u64, Vec<String>)> = BTreeMap::new();
+    // The version each dataset had just before the backfill's commit, and that commit's.
+    let mut before: BTreeMap<String, (u64, u64, Vec<String>)> = BTreeMap::new();
     for item in &published.items {
-        let entry = before.entry(item.dataset.clone()).or_insert((u64::try_from(item.delta_version - 1)?, Vec::new()));
-        entry.1.push(item.partition.clone());
+        let committed = u64::try_from(item.delta_version)?;
+        let entry = before.entry(item.dataset.clone()).or_insert((committed.saturating_sub(1), committed, Vec::new()));
+        entry.2.push(item.partition.clone());
+    }
+    // A release that changed the backfill's partitions after it (and was not undone) refuses the
+    // rollback, naming it; the lake checks again on the version each restore commits on.
+    let unit = std::collections::BTreeSet::from([published_id.clone()]);
+    for (name, (version, committed, partitions)) in &before {
+        let releases = store.releases(Some(name), UNDO_RELEASES_SCANNED)?;
+        let partitions = partitions.iter().cloned().collect();
+        let (version, committed) = (i64::try_from(*version)?, i64::try_from(*committed)?);
+        crate::rollback::unit::refuse_if_changed_after(&releases, name, &partitions, version, committed, &unit)?;
     }
     // Restored newest first: downstream datasets before what they read.
     let targets: Vec<(Target<'_>, &Vec<String>)> = spec
@@ -367,14 +412,19 @@ pub fn rollback(
         .iter()
         .rev()
         .filter_map(|name| {
-            let (version, partitions) = before.get(name)?;
+            let (version, committed, partitions) = before.get(name)?;
             // A snapshot's publication replaced the whole table, so its rollback restores the
             // whole table; other modes touched only the backfill's partitions.
             let snapshot = matches!(
                 ws.spec.datasets.get(name).map(|d| &d.kind),
                 Some(DatasetKind::Managed { write: WriteMode::Snapshot })
             );
-            let target = Target { dataset: name, to_version: *version, partitions: (!snapshot).then_some(partitions) };
+            let target = Target {
+                dataset: name,
+                to_version: *version,
+                partitions: (!snapshot).then_some(partitions),
+                undoing: *committed,
+            };
             Some((target, partitions))
         })
         .collect();
@@ -423,6 +473,7 @@ pub fn rollback(
         &move |b: &mut BackfillRecord| {
             b.status = BackfillStatus::RolledBack;
             b.rollback_release_id = Some(rid.clone());
+            Ok(())
         },
         &meta(ws, actor, reason.to_owned(), &record.id),
     )?;

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use tidegate_core::actor::Actor;
 use tidegate_core::idempotency::Canonical;
@@ -229,7 +229,12 @@ fn compare_keys(dataset: &tidegate_core::spec::Dataset) -> Vec<String> {
 /// output, from the step's last attempt.
 pub fn staged_versions(store: &dyn Store, record: &BackfillRecord) -> Result<Vec<(String, StagedVersion)>> {
     let Some(run_id) = &record.run_id else {
-        bail!("backfill {} has not run yet; start it with `tidegate backfill start {}`", record.id, record.id);
+        crate::refuse!(
+            Conflict,
+            "backfill {} has not run yet; start it with `tidegate backfill start {}`",
+            record.id,
+            record.id
+        );
     };
     let mut out = Vec::new();
     for step in store.steps(run_id)? {
@@ -310,12 +315,18 @@ pub fn compare_with(ws: &Workspace, store: &dyn Store, actor: &Actor, request: &
         &[BackfillStatus::Staged, BackfillStatus::Approved],
         "backfill_compared",
         &move |b: &mut BackfillRecord| {
+            // A publication that recorded its release is committing what was approved: a new
+            // comparison cannot withdraw it now (checked here, in the transaction).
+            if let Some(release) = &b.release_id {
+                return Err(tidegate_store::Error::Conflict(super::release::publishing(&b.id, release)));
+            }
             if b.approval.as_ref().is_some_and(|a| a.comparison_hash != h) {
                 b.approval = None;
                 b.status = BackfillStatus::Staged;
             }
             b.comparison = Some(value.clone());
             b.comparison_hash = Some(h.clone());
+            Ok(())
         },
         &meta(ws, actor, if changed { "comparison recorded" } else { "comparison unchanged" }, &record.id),
     )?;
@@ -323,11 +334,27 @@ pub fn compare_with(ws: &Workspace, store: &dyn Store, actor: &Actor, request: &
     Ok(Compared { comparison_hash: hash, status: updated.status, review, approval_withdrawn, record, spec })
 }
 
-/// Approves a compared backfill as `actor`, binding the approval to its spec hash and a freshly
-/// recomputed comparison. The approver must hold the approver role and must not be the requester
-/// under any spelling of the name (unless the workspace allows self-approval).
-pub fn approve(ws: &Workspace, store: &dyn Store, actor: &Actor, id: &str) -> Result<BackfillRecord> {
+/// The least of a comparison's hash an approval must name: as much as `compare` shows.
+pub const COMPARISON_PREFIX_MIN: usize = 12;
+
+/// An approval asked for: the backfill, and the comparison the approver reviewed.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ApproveRequest {
+    /// The backfill.
+    pub id: String,
+    /// The hash of the comparison the approver reviewed (as `compare` and the API show it: the
+    /// whole hash or its first 12 characters or more). Another current comparison refuses.
+    pub comparison: String,
+}
+
+/// Approves a compared backfill as `actor`, binding the approval to its spec hash and to the
+/// comparison the approver names, which must be the one recorded now and must still be what a
+/// freshly recomputed comparison gives. The approver must hold the approver role and must not be
+/// the requester under any spelling of the name (unless the workspace allows self-approval).
+pub fn approve(ws: &Workspace, store: &dyn Store, actor: &Actor, request: &ApproveRequest) -> Result<BackfillRecord> {
     require(actor, Access::ApproveBackfill)?;
+    let id = request.id.as_str();
     let (record, spec) = load(store, id)?;
     let approver = actor.name.clone();
     if actor.is(&record.requester) && !ws.spec.project.allow_self_approval {
@@ -362,16 +389,19 @@ pub fn approve(ws: &Workspace, store: &dyn Store, actor: &Actor, id: &str) -> Re
             record.id
         );
     };
+    ensure_names(&record, &recorded, &request.comparison)?;
     ensure_spec_unchanged(ws, &record, &spec)?;
     let current = runtime()?.block_on(async {
         let lake = open_lake(ws).await?;
         review(ws, store, &lake, &record, &spec).await
     })?;
     if current.hash() != recorded {
-        bail!(
-            "the comparison of backfill {} changed since it was recorded (published data or staged output moved); \
-             run `tidegate backfill compare {}` again and review it before approving",
+        crate::refuse!(
+            Conflict,
+            "the comparison of backfill {} changed since it was recorded (published data or staged output moved): {}; \
+             nothing was approved. Run `tidegate backfill compare {}` again and review it before approving",
             record.id,
+            current.describe_changes_since(&approved_review(&record)?),
             record.id
         );
     }
@@ -387,11 +417,54 @@ pub fn approve(ws: &Workspace, store: &dyn Store, actor: &Actor, id: &str) -> Re
         &record.id,
         &[BackfillStatus::Staged],
         "backfill_approved",
+        // The comparison named is still the recorded one, in the transaction that approves.
         &move |b: &mut BackfillRecord| {
+            if b.comparison_hash.as_deref() != Some(a.comparison_hash.as_str()) {
+                return Err(tidegate_store::Error::Conflict(format!(
+                    "backfill {} was compared again while it was being approved; nothing was approved. Review \
+                     `tidegate backfill status {}` and approve the comparison shown there",
+                    b.id, b.id
+                )));
+            }
             b.status = BackfillStatus::Approved;
             b.approval = Some(a.clone());
+            Ok(())
         },
         &meta(ws, actor, format!("approved by {}", actor.describe()), &record.id),
     )?;
     Ok(updated)
+}
+
+/// Refuses unless `named` names `recorded`, the comparison recorded now: the whole hash, or a
+/// prefix of [`COMPARISON_PREFIX_MIN`] characters or more.
+fn ensure_names(record: &BackfillRecord, recorded: &str, named: &str) -> Result<()> {
+    let named = named.trim();
+    if named.is_empty() {
+        crate::refuse!(
+            Invalid,
+            "name the comparison you reviewed: `tidegate backfill approve {} --comparison HASH`, with the hash \
+             `tidegate backfill compare` or `backfill status` showed you",
+            record.id
+        );
+    }
+    if named.len() < COMPARISON_PREFIX_MIN || !named.chars().all(|c| c.is_ascii_hexdigit()) {
+        crate::refuse!(
+            Invalid,
+            "--comparison {named:?}: give the comparison's hash as `backfill compare` shows it ({COMPARISON_PREFIX_MIN} \
+             or more hexadecimal characters)"
+        );
+    }
+    if !recorded.starts_with(&named.to_ascii_lowercase()) {
+        crate::refuse!(
+            Conflict,
+            "backfill {} is no longer at the comparison you named ({named}): its recorded comparison is now {}, made \
+             since you reviewed it; nothing was approved. Review it (`tidegate backfill status {}`, or `backfill \
+             compare {} --html`) and approve that one if it is right",
+            record.id,
+            super::short(recorded),
+            record.id,
+            record.id
+        );
+    }
+    Ok(())
 }

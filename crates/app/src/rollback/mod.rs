@@ -97,18 +97,23 @@ pub fn rollback(
         let Some(current) = lake.table_version(&request.dataset).await? else {
             crate::refuse!(Conflict, "{} has no published version", request.dataset);
         };
-        let target = match (&request.to_release, request.to_version) {
-            (_, Some(v)) => v,
+        // The version restored, and the one undone (whose files the table must still hold when
+        // the restore commits); an explicit version is a restore, not an undo.
+        let (target, undoing) = match (&request.to_release, request.to_version) {
+            (_, Some(v)) => (v, None),
             (Some(r), None) => {
                 let Some(rel) = store.release(r)? else { crate::refuse!(NotFound, "no release {r:?}") };
                 let Some(item) = rel.items.iter().find(|i| i.dataset == request.dataset) else {
                     crate::refuse!(Invalid, "release {r} did not publish {}", request.dataset);
                 };
-                u64::try_from(item.delta_version - 1)
-                    .context("the release created the table; there is nothing before it")?
+                let committed =
+                    u64::try_from(item.delta_version).context("a release records a negative table version")?;
+                let before =
+                    committed.checked_sub(1).context("the release created the table; there is nothing before it")?;
+                (before, Some(committed))
             }
             (None, None) => match current.checked_sub(1) {
-                Some(previous) => previous,
+                Some(previous) => (previous, Some(current)),
                 None => crate::refuse!(Conflict, "the table has a single version; there is nothing to restore"),
             },
         };
@@ -121,7 +126,7 @@ pub fn rollback(
         }
         let parts = (!request.partitions.is_empty()).then_some(request.partitions.as_slice());
         let anchor = crate::anchor::head(ws, store.as_ref())?;
-        let new_version = lake.rollback(&request.dataset, target, parts, &release_id, anchor.as_ref()).await?;
+        let new_version = lake.rollback(&request.dataset, target, parts, &release_id, anchor.as_ref(), undoing).await?;
         anyhow::Ok((target, new_version))
     })?;
     // Pointer readers see the restored version too.

@@ -27,6 +27,10 @@ pub(crate) struct Target<'a> {
     pub(crate) to_version: u64,
     /// Only these partitions; `None` for the whole table (schema and properties too).
     pub(crate) partitions: Option<&'a [String]>,
+    /// The table version whose commit this undoes: the partitions must still hold exactly its
+    /// files when the restore commits, or the undo is refused naming them (a newer release
+    /// published over them).
+    pub(crate) undoing: u64,
 }
 
 /// The release the restores are recorded under, for the commits and the pointer.
@@ -74,7 +78,7 @@ async fn restore_each(
         let _lock = DatasetLockGuard::acquire(store, &ws.clock, actor, t.dataset, "rollback", lock_wait).await?;
         let anchor = crate::anchor::head(ws, store.as_ref())?;
         let new_version = lake
-            .rollback(t.dataset, t.to_version, t.partitions, undoing.release_id, anchor.as_ref())
+            .rollback(t.dataset, t.to_version, t.partitions, undoing.release_id, anchor.as_ref(), Some(t.undoing))
             .await
             .with_context(|| format!("restoring {} to version {}", t.dataset, t.to_version))?;
         new_versions.push(new_version);

@@ -59,6 +59,9 @@ pub struct DatasetUndo {
     pub partitions: Vec<String>,
     /// The table version readers saw just before the unit's first commit to it.
     pub to_version: u64,
+    /// The table version of the unit's last commit to it: its partitions must still hold that
+    /// version's files when the undo commits (a newer release over them refuses it).
+    pub undoes_version: u64,
     /// True when the whole table (schema and properties included) is restored: every commit since
     /// `to_version` is the unit's, or the dataset is a snapshot.
     pub whole_table: bool,
@@ -236,14 +239,45 @@ fn dataset_undo(
         .filter(|i| i.dataset == dataset)
         .collect();
     let Some(first) = items.iter().map(|i| i.delta_version).min() else { return Ok(None) };
-    let to_version = u64::try_from(first - 1).map_err(|_| {
-        anyhow::anyhow!(
+    let Ok(to_version) = u64::try_from(first - 1) else {
+        crate::refuse!(
+            Conflict,
             "the unit created {dataset} (its first table version); there is no earlier version to restore. Vacuum \
              cannot remove a table: to empty it, publish empty partitions with a governed backfill"
-        )
-    })?;
+        );
+    };
     let partitions: BTreeSet<String> = items.iter().map(|i| i.partition.clone()).collect();
     let last = items.iter().map(|i| i.delta_version).max().unwrap_or(first);
+    refuse_if_changed_after(releases, dataset, &partitions, first - 1, last, unit)?;
+    let own: BTreeSet<i64> = items.iter().map(|i| i.delta_version).collect();
+    let only_the_units_since =
+        current.is_some_and(|c| (to_version + 1..=c).all(|v| i64::try_from(v).is_ok_and(|v| own.contains(&v))));
+    let snapshot = matches!(
+        ws.spec.datasets.get(dataset).map(|d| &d.kind),
+        Some(DatasetKind::Managed { write: WriteMode::Snapshot })
+    );
+    Ok(Some(DatasetUndo {
+        dataset: dataset.to_owned(),
+        partitions: partitions.into_iter().collect(),
+        to_version,
+        undoes_version: u64::try_from(last).context("a release records a negative table version")?,
+        whole_table: only_the_units_since || snapshot,
+        new_version: None,
+    }))
+}
+
+/// Refuses an undo of `unit` in `dataset` when a release not in it changed one of `partitions`
+/// after `before` (the version the undo restores) and was not itself undone since `last` (the
+/// unit's last commit): undoing the unit would drop that release's rows. The lake checks the same
+/// again on the version the restore commits on ([`tidegate_lake::Lake::rollback`]'s `undoing`).
+pub(crate) fn refuse_if_changed_after(
+    releases: &[ReleaseRecord],
+    dataset: &str,
+    partitions: &BTreeSet<String>,
+    before: i64,
+    last: i64,
+    unit: &BTreeSet<String>,
+) -> Result<()> {
     let cancelled = undone_after(releases, dataset, last);
     let later: Vec<&ReleaseRecord> = releases
         .iter()
@@ -251,7 +285,7 @@ fn dataset_undo(
         .filter(|r| {
             r.items.iter().any(|i| {
                 i.dataset == dataset
-                    && u64::try_from(i.delta_version).is_ok_and(|v| v > to_version)
+                    && i.delta_version > before
                     && (i.partition == WHOLE_TABLE || partitions.contains(&i.partition))
             })
         })
@@ -267,20 +301,7 @@ fn dataset_undo(
             if later.len() > 1 { format!(", and {} more", later.len() - 1) } else { String::new() }
         );
     }
-    let own: BTreeSet<i64> = items.iter().map(|i| i.delta_version).collect();
-    let only_the_units_since =
-        current.is_some_and(|c| (to_version + 1..=c).all(|v| i64::try_from(v).is_ok_and(|v| own.contains(&v))));
-    let snapshot = matches!(
-        ws.spec.datasets.get(dataset).map(|d| &d.kind),
-        Some(DatasetKind::Managed { write: WriteMode::Snapshot })
-    );
-    Ok(Some(DatasetUndo {
-        dataset: dataset.to_owned(),
-        partitions: partitions.into_iter().collect(),
-        to_version,
-        whole_table: only_the_units_since || snapshot,
-        new_version: None,
-    }))
+    Ok(())
 }
 
 /// Releases after version `after` of `dataset` that cancel out: a rollback release and every
@@ -344,6 +365,7 @@ fn restore(
             dataset: &d.dataset,
             to_version: d.to_version,
             partitions: (!d.whole_table).then_some(d.partitions.as_slice()),
+            undoing: d.undoes_version,
         })
         .collect();
     let undoing = Undoing { release_id: &plan.release_id, run_id: plan.run_id.as_deref(), backfill_id: None };

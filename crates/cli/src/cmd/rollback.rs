@@ -244,6 +244,17 @@ fn print_reconciled(report: &Reconciled) {
     for f in &d.missing_files {
         println!("  missing file: {}/{} (needed by {})", f.dataset, f.path, f.needed_by);
     }
+    for m in &d.mismatched_releases {
+        let found = if m.found.is_empty() { "no release".to_owned() } else { m.found.join(", ") };
+        say!(
+            "  release not in its commit: the store records release {} at {} version {}, whose commit names {found}; \
+             nothing of {} is deleted until the log and the store agree (restore the commit from a backup)",
+            m.release_id,
+            m.dataset,
+            m.version,
+            m.dataset
+        );
+    }
 }
 
 /// The human report of what reconcile deleted, kept and left alone in the lake.

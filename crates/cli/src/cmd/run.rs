@@ -116,6 +116,17 @@ pub fn cancel(ws: Option<&Path>, actor: &Actor, args: CancelArgs) -> Result<Exit
 /// A run cancelled, for people.
 pub(crate) fn print_cancelled(c: &Cancelled) {
     println!("Cancelled run {} ({} unfinished steps cancelled)", c.run_id, c.n_steps_cancelled);
+    if !c.published.is_empty() {
+        say!(
+            "{} of its steps had already committed their publication (a process stopped before recording it); \
+             recorded as releases, their rows stay published: undo them with `tidegate rollback --run {}`",
+            c.published.len(),
+            c.run_id
+        );
+        for f in &c.published {
+            println!("  published: step {} as release {}", f.step_id, f.release_id);
+        }
+    }
 }
 
 pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {

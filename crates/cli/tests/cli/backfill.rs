@@ -222,12 +222,12 @@ fn a_backfill_goes_from_plan_to_rollback_without_readers_seeing_anything_unappro
     assert_eq!(review["datasets"][1]["dataset"], "report");
 
     // Approval: not by the requester; then by someone else.
-    let own = run(ws, "ana", &["backfill", "approve", &id]);
+    let own = run(ws, "ana", &["backfill", "approve", &id, "--comparison", &common::comparison_of(ws, &id)]);
     assert!(!own.status.success(), "self-approval must be refused");
     assert!(String::from_utf8_lossy(&own.stderr).contains("cannot also approve"));
     let publish_early = run(ws, "ana", &["backfill", "publish", &id]);
     assert!(!publish_early.status.success(), "nothing publishes before approval");
-    ok(ws, "bo", &["backfill", "approve", &id]);
+    ok(ws, "bo", &["backfill", "approve", &id, "--comparison", &common::comparison_of(ws, &id)]);
 
     ok(ws, "ana", &["backfill", "publish", &id]);
     let summary_after = read_summary(ws);
@@ -281,7 +281,7 @@ fn a_changed_spec_or_changed_data_voids_the_approval() {
     let id = planned["id"].as_str().expect("id").to_owned();
     ok(ws, "ana", &["backfill", "start", &id]);
     ok(ws, "ana", &["backfill", "compare", &id]);
-    ok(ws, "bo", &["backfill", "approve", &id]);
+    ok(ws, "bo", &["backfill", "approve", &id, "--comparison", &common::comparison_of(ws, &id)]);
     // Someone publishes new data underneath the approved backfill.
     ok(ws, "ana", &["run", "summarize", "--partition", "2024-01-02", "--only", "--json"]);
     let out = run(ws, "ana", &["backfill", "publish", &id]);
@@ -295,7 +295,7 @@ fn a_changed_spec_or_changed_data_voids_the_approval() {
     let path = ws.join("tidegate.toml");
     let text = std::fs::read_to_string(&path).expect("spec");
     std::fs::write(&path, format!("{text}\n# an edit\n")).expect("spec");
-    let out = run(ws, "bo", &["backfill", "approve", &id]);
+    let out = run(ws, "bo", &["backfill", "approve", &id, "--comparison", &common::comparison_of(ws, &id)]);
     assert!(!out.status.success());
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("changed since backfill"),
@@ -398,7 +398,8 @@ fn pause_resume_and_cancel_steer_a_backfill_and_cancel_frees_its_partitions() {
     let status = json(ws, "ana", &["backfill", "status", &id, "--json"]);
     assert_eq!(status["status"], "cancelled");
     assert_eq!(status["steps"]["cancelled"], 3, "{status}");
-    assert!(!run(ws, "bo", &["backfill", "approve", &id]).status.success(), "a cancelled backfill cannot be approved");
+    let cancelled_approval = ["backfill", "approve", &id, "--comparison", "000000000000"];
+    assert!(!run(ws, "bo", &cancelled_approval).status.success(), "a cancelled backfill cannot be approved");
     assert!(plan("second try").status.success(), "cancelling freed the partitions");
 }
 
@@ -439,7 +440,7 @@ fn the_init_example_supports_a_backfill_from_plan_to_rollback() {
     ok(ws, "ana", &["backfill", "start", &id]);
     let review = json(ws, "ana", &["backfill", "compare", &id, "--json"]);
     assert!(review["datasets"][0]["totals"]["n_changed"].as_u64().unwrap_or(0) > 0, "{review}");
-    ok(ws, "reviewer", &["backfill", "approve", &id]);
+    ok(ws, "reviewer", &["backfill", "approve", &id, "--comparison", &common::comparison_of(ws, &id)]);
     ok(ws, "ana", &["backfill", "publish", &id]);
     assert_ne!(json(ws, "reader", &query), before);
     ok(ws, "ana", &["backfill", "rollback", &id]);
@@ -673,7 +674,7 @@ fn flag_limits_from_the_spec_and_the_command_line_take_effect_and_the_approval_h
     for flags in flags_of(&review) {
         assert_eq!(flags, ["mean of total moved 85.0% (60 -> 111) > 50%"]);
     }
-    ok(ws, "bo", &["backfill", "approve", &id]);
+    ok(ws, "bo", &["backfill", "approve", &id, "--comparison", &common::comparison_of(ws, &id)]);
     ok(ws, "ana", &["backfill", "publish", &id]);
 
     let bad = run(ws, "ana", &["backfill", "compare", &id, "--flag-mean-pct=-3"]);

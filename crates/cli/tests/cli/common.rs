@@ -193,3 +193,12 @@ pub fn token_of(dir: &Path, user: &str) -> String {
     std::fs::write(&kept, &token).expect("keep the token");
     token
 }
+
+/// The hash of backfill `id`'s recorded comparison, as `backfill status --json` shows it to the
+/// approver who names it (`backfill approve ID --comparison HASH`).
+pub fn comparison_of(dir: &Path, id: &str) -> String {
+    let out = tidegate(dir).args(["backfill", "status", id, "--json"]).output().expect("runs");
+    let status: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("backfill status printed no JSON ({e}): {}", String::from_utf8_lossy(&out.stderr)));
+    status["comparison_hash"].as_str().unwrap_or_else(|| panic!("backfill {id} has no comparison: {status}")).to_owned()
+}

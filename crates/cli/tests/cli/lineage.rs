@@ -217,7 +217,7 @@ fn a_backfill_is_the_parent_of_its_run_and_publishes_and_rolls_back_named_versio
     assert_eq!(json(ws, &["backfill", "compare", &id]).0, 0);
     let approve = tidegate(ws)
         .env("TIDEGATE_TOKEN", common::token_of(ws, "reviewer"))
-        .args(["backfill", "approve", &id])
+        .args(["backfill", "approve", &id, "--comparison", &common::comparison_of(ws, &id)])
         .output()
         .expect("runs");
     assert!(approve.status.success(), "{}", String::from_utf8_lossy(&approve.stderr));

@@ -167,14 +167,36 @@ fn two_people_take_a_backfill_from_plan_to_rollback_through_a_server_from_a_fold
     assert!(compared.contains("someone other than ana"), "{compared}");
 
     // An operator may not approve; the requester under an approver's token may not approve their own.
-    let as_operator = refused(&remote(here, url, Some(&ana), &["backfill", "approve", &id]), "approve by an operator");
+    let as_operator = refused(
+        &remote(
+            here,
+            url,
+            Some(&ana),
+            &["backfill", "approve", &id, "--comparison", &common::comparison_of(here, &id)],
+        ),
+        "approve by an operator",
+    );
     assert!(as_operator.starts_with("error: "), "{as_operator}");
-    let own = refused(&remote(here, url, Some(&ana_approver), &["backfill", "approve", &id]), "self-approval");
+    let own = refused(
+        &remote(
+            here,
+            url,
+            Some(&ana_approver),
+            &["backfill", "approve", &id, "--comparison", &common::comparison_of(here, &id)],
+        ),
+        "self-approval",
+    );
     assert!(own.contains("cannot also approve it"), "{own}");
 
     let mut by_bo = common::tidegate(here);
     by_bo.env_remove("TIDEGATE_SERVER").args(["--server", url, "--token-file"]).arg(&bo_file);
-    let approved = ok(&by_bo.args(["backfill", "approve", &id]).output().expect("runs"), "approve by bo");
+    let approved = ok(
+        &by_bo
+            .args(["backfill", "approve", &id, "--comparison", &common::comparison_of(here, &id)])
+            .output()
+            .expect("runs"),
+        "approve by bo",
+    );
     assert!(approved.contains(&format!("Backfill {id} approved by bo")), "{approved}");
 
     let published = ok(&remote(here, url, Some(&ana), &["backfill", "publish", &id]), "publish");

@@ -139,7 +139,7 @@ fn columns_are_added_by_a_run_and_widened_only_by_a_backfill_of_every_partition(
         serde_json::from_str(&ok_as(ws, "ana", &["backfill", "compare", &id, "--json"])).expect("compare JSON");
     let changes = review["datasets"][0]["schema_changes"].to_string();
     assert!(changes.contains("id"), "the comparison names the schema change: {changes}");
-    ok_as(ws, "bo", &["backfill", "approve", &id]);
+    ok_as(ws, "bo", &["backfill", "approve", &id, "--comparison", &common::comparison_of(ws, &id)]);
     ok_as(ws, "ana", &["backfill", "publish", &id]);
     let schema = rows(ws, "SELECT arrow_typeof(id) AS t FROM scores LIMIT 1");
     assert_eq!(schema, serde_json::json!([{ "t": "Int64" }]));

@@ -244,7 +244,10 @@ fn a_backfill_publishes_beside_a_running_serve() {
     ok(ws, &["backfill", "start", &id]);
     ok(ws, &["backfill", "compare", &id]);
     let token = crate::common::token_of(ws, "bo");
-    let approve = crate::common::tidegate(ws).env("TIDEGATE_TOKEN", &token).args(["backfill", "approve", &id]).output();
+    let approve = crate::common::tidegate(ws)
+        .env("TIDEGATE_TOKEN", &token)
+        .args(["backfill", "approve", &id, "--comparison", &crate::common::comparison_of(ws, &id)])
+        .output();
     assert!(approve.expect("runs").status.success(), "approved by a second person");
     let started = Instant::now();
     ok(ws, &["backfill", "publish", &id]);

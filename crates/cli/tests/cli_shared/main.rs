@@ -42,6 +42,7 @@ mod suite {
     mod guarantees {
         mod faults;
         mod identity;
+        mod ledger;
         mod process;
         mod race;
         mod roles;

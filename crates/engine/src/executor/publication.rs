@@ -188,6 +188,7 @@ impl Engine {
         let commits = tokio::spawn(async move {
             crate::failpoint::hit("after-stage");
             crate::failpoint::hit("before-commit");
+            tidegate_lake::failpoint::pause("before-commit").await;
             let outcomes = lake.publish_many(&releases).await;
             if outcomes.iter().any(Result::is_ok) {
                 crate::failpoint::hit("after-commit");
@@ -382,10 +383,73 @@ impl Engine {
             Err(e) => return Err(e),
         };
         // `record_release` returns one outcome per fenced step, in order.
+        let mut refused = Vec::new();
         for (r, step_outcomes) in recorded.iter().zip(outcomes) {
             for ((step_id, _), o) in r.fence.iter().zip(step_outcomes) {
+                if matches!(o, tidegate_store::Outcome::Rejected { .. }) {
+                    refused.push((step_id.clone(), r.release.clone()));
+                }
                 self.absorb_outcome(step_id, o, view, summary);
             }
+        }
+        for (step_id, release) in refused {
+            self.withdraw_if_ended(&step_id, &release, view, correlation).await?;
+        }
+        Ok(())
+    }
+
+    /// Takes back the commits of a release the store refused to record because its step ended
+    /// meanwhile (a `cancel` between the commit and the record): published rows must not stay
+    /// live outside the journal. A step still validated (the refusal was fencing: another
+    /// scheduler publishes it) is left alone. What is done, or why not, is journaled.
+    async fn withdraw_if_ended(
+        &self,
+        step_id: &str,
+        release: &ReleaseRecord,
+        view: &mut View,
+        correlation: &str,
+    ) -> Result<()> {
+        let id = step_id.to_owned();
+        let Some(step) = self.db(move |s| s.step(&id)).await? else { return Ok(()) };
+        if !step.status().is_terminal() || step.status() == StepStatus::Published {
+            return Ok(());
+        }
+        // The view learns that the step ended, so no later turn publishes it again.
+        view.update(step_id, step.state.clone());
+        let id = step_id.to_owned();
+        let versions = self.db(move |s| s.versions(&id)).await?;
+        for item in &release.items {
+            let keys = versions
+                .iter()
+                .find(|v| Some(&v.id) == item.version_id.as_ref())
+                .and_then(|v| serde_json::from_value::<tidegate_lake::StagedVersion>(v.files.clone()).ok())
+                .map_or_else(|| vec![item.partition.clone()], |staged| staged.partition_keys());
+            let why = format!("step {step_id} was {} while its publication committed", step.status());
+            let outcome = match (self.spec.datasets.get(&item.dataset), u64::try_from(item.delta_version)) {
+                (Some(dataset), Ok(version)) => {
+                    self.lake.withdraw(dataset, step_id, version, &keys, &why).await.map_err(|e| e.to_string())
+                }
+                _ => Err(format!("{} is not a dataset of this spec", item.dataset)),
+            };
+            let (kind, reason) = match &outcome {
+                Ok(v) => ("publication_withdrawn", format!("{why}: its commit was taken back (version {v})")),
+                Err(e) => ("publication_not_withdrawn", format!("{why}; taking its commit back failed: {e}")),
+            };
+            if let Err(e) = &outcome {
+                tracing::error!(step_id, dataset = item.dataset, error = e, "a cancelled step's commit stays");
+            }
+            let decision = Decision {
+                kind: kind.to_owned(),
+                run_id: Some(step.run_id.clone()),
+                task: Some(step.task.clone()),
+                partition: Some(step.partition.clone()),
+                payload: serde_json::json!({
+                    "release_id": release.id, "dataset": item.dataset, "table_version": item.delta_version,
+                    "restored_as": outcome.as_ref().ok(),
+                }),
+            };
+            let meta = self.meta(reason, correlation);
+            self.db(move |s| s.record_decision(&decision, &meta)).await?;
         }
         Ok(())
     }

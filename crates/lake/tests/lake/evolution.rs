@@ -165,10 +165,10 @@ async fn changes_readers_cannot_follow_are_published_only_by_a_release_that_repl
 
     // Rolling back one partition to before the change would put int32 files in the int64 table:
     // refused, naming the version and the column; the whole table restores the old schema.
-    let err = lake.rollback("widened", v_b, Some(&["a".to_owned()]), "rb-a", None).await.expect_err("refused");
+    let err = lake.rollback("widened", v_b, Some(&["a".to_owned()]), "rb-a", None, None).await.expect_err("refused");
     assert!(matches!(err, Error::SchemaChangedSince { version, .. } if version == v_b), "{err:?}");
     assert!(err.to_string().contains("column value widened from int32 to int64"), "{err}");
-    let restored = lake.rollback("widened", v_b, None, "rb-all", None).await.expect("whole table");
+    let restored = lake.rollback("widened", v_b, None, "rb-all", None, None).await.expect("whole table");
     let now = lake.read("widened", None, Some(restored)).await.expect("read");
     assert_eq!(now[0].schema().field_with_name("value").expect("value").data_type(), &DataType::Int32);
     assert_eq!(
@@ -195,7 +195,7 @@ async fn rolling_back_some_partitions_across_an_added_column_keeps_the_column() 
 
     // Partition a back to version v1 (before the column): its old file fits the grown table
     // (the column reads as null) and b keeps its scores.
-    lake.rollback("grown", v1, Some(&["a".to_owned()]), "rb-a", None).await.expect("partition rollback");
+    lake.rollback("grown", v1, Some(&["a".to_owned()]), "rb-a", None, None).await.expect("partition rollback");
     assert_eq!(
         read_all(&lake, "grown").await,
         vec![
@@ -204,7 +204,7 @@ async fn rolling_back_some_partitions_across_an_added_column_keeps_the_column() 
         ]
     );
     // The whole table back to v1 restores the schema readers saw then.
-    lake.rollback("grown", v1, None, "rb-all", None).await.expect("whole rollback");
+    lake.rollback("grown", v1, None, "rb-all", None, None).await.expect("whole rollback");
     assert_eq!(columns_at(&lake, "grown", None).await, ["id", "value", "name", "tg_partition"]);
 }
 

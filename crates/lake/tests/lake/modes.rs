@@ -213,7 +213,7 @@ async fn rollback_of_each_mode_restores_identical_rows() {
         let before = read_all(&lake, &ds.name).await;
         put(&lake, &ds, &[part("p")], second, &format!("{}-2", ds.name)).await;
         assert_ne!(read_all(&lake, &ds.name).await, before, "{}: the second publish changes rows", ds.name);
-        let v3 = lake.rollback(&ds.name, v1, None, "rollback-release", None).await.expect("rollback");
+        let v3 = lake.rollback(&ds.name, v1, None, "rollback-release", None, None).await.expect("rollback");
         assert_eq!(v3, v1 + 2);
         assert_eq!(read_all(&lake, &ds.name).await, before, "{}: rollback restores the rows", ds.name);
         let history = lake.history(&ds.name).await.expect("history");
@@ -231,7 +231,7 @@ async fn rollback_of_some_partitions_leaves_the_others() {
             .await;
     put(&lake, &ds, &[part("a"), part("b")], rows(&[(10, None, None), (20, None, None)], Some(&["a", "b"])), "p2")
         .await;
-    lake.rollback("parts", v1, Some(&["a".to_owned()]), "rb", None).await.expect("rollback");
+    lake.rollback("parts", v1, Some(&["a".to_owned()]), "rb", None, None).await.expect("rollback");
     assert_eq!(
         read_all(&lake, "parts").await,
         vec!["id=1|value=null|name=null|tg_partition=a", "id=20|value=null|name=null|tg_partition=b"]

@@ -62,7 +62,7 @@ async fn a_rollback_restores_the_schema_and_properties_of_its_version() {
     let then_state = then.snapshot().expect("state");
     assert_ne!(evolved.snapshot().expect("state").metadata(), then_state.metadata(), "the test must change something");
 
-    let restored = lake.rollback("evolving", v1, None, "rb", None).await.expect("rollback");
+    let restored = lake.rollback("evolving", v1, None, "rb", None, None).await.expect("rollback");
     let now = load(&url, None).await;
     let now_state = now.snapshot().expect("state");
     assert_eq!(lake.table_version("evolving").await.expect("version"), Some(restored));
@@ -104,7 +104,7 @@ async fn a_commit_cut_short_stops_rollback_reconcile_and_vacuum() {
         matches!(err, tidegate_lake::Error::UnreadableCommit { dataset, file, .. }
             if dataset == "cut" && file.ends_with(&format!("_delta_log/{v2:020}.json")))
     };
-    let err = lake.rollback("cut", v1, None, "rb", None).await.expect_err("rollback refused");
+    let err = lake.rollback("cut", v1, None, "rb", None, None).await.expect_err("rollback refused");
     assert!(is_unreadable(&err), "{err}");
     let scope = tidegate_lake::Scope { datasets: ["cut".to_owned()].into(), held: Default::default() };
     let owner = |_: &str| Ok(tidegate_lake::Owner::Finished);

@@ -53,7 +53,7 @@ async fn an_s3_lake_publishes_replays_and_rolls_back_like_a_folder() {
     assert_eq!(render(&batches), vec!["n=3"]);
 
     // Rollback restores the first version's files in a new commit.
-    lake.rollback("events", v1, None, "rb", None).await.expect("rollback");
+    lake.rollback("events", v1, None, "rb", None, None).await.expect("rollback");
     assert_eq!(read_all(&lake, "events").await, vec!["id=1|value=10|name=x|tg_partition=a"]);
 }
 

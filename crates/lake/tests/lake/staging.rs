@@ -201,7 +201,7 @@ async fn reconcile_deletes_only_unreferenced_files_of_finished_attempts() {
     assert!(dir.exists(&in_rec(&live.files[0].path)).await);
     assert!(!dir.exists(&in_rec(&dead.files[0].path)).await);
     // Named, the reported file goes; a file the report does not list cannot be named.
-    let published = lake.rollback("rec", 1, None, "rb", None).await.expect("rollback");
+    let published = lake.rollback("rec", 1, None, "rb", None, None).await.expect("rollback");
     assert!(published > 2);
     let named = [format!("rec/{}", foreign.files[0].path)];
     let report = lake.reconcile(&scope, owner, Deletion::Named(&named)).await.expect("delete named");

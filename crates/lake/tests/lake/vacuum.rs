@@ -84,11 +84,11 @@ async fn vacuum_keeps_what_kept_versions_need_and_nothing_else() {
     assert_eq!(read_all(&lake, "vac").await, rows_before, "the current version reads the same");
 
     // A kept version can still be restored; a vacuumed one is refused and nothing is committed.
-    let err = lake.rollback("vac", 4, None, "rb-4", None).await.expect_err("version 4 was vacuumed");
+    let err = lake.rollback("vac", 4, None, "rb-4", None, None).await.expect_err("version 4 was vacuumed");
     assert!(matches!(&err, Error::VacuumedVersion { version: 4, .. }), "{err}");
     assert!(err.to_string().contains("vacuum removed"), "{err}");
     assert_eq!(lake.table_version("vac").await.expect("version"), Some(current), "nothing committed");
-    lake.rollback("vac", 5, None, "rb-5", None).await.expect("version 5 was kept");
+    lake.rollback("vac", 5, None, "rb-5", None, None).await.expect("version 5 was kept");
     assert_eq!(read_all(&lake, "vac").await, vec!["id=5|value=null|name=null|tg_partition=p"]);
 
     // Version 12's and q's files are now only in history: protected staging ids still keep them.

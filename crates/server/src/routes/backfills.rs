@@ -168,18 +168,30 @@ pub(crate) async fn compare(
     call(&state, move |ws, store| backfill::compare(ws, store.as_ref(), &actor, &id)).await
 }
 
+/// The comparison an approver reviewed.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ApproveBody {
+    /// The hash of the comparison reviewed (`comparison_hash` of the backfill or of its compare
+    /// answer; 12 characters or more). A backfill compared again since refuses the approval (409).
+    comparison: String,
+}
+
 /// Approves a compared backfill as the caller: another identity than its requester, with the
-/// approver role; bound to its spec and comparison hashes.
+/// approver role; bound to its spec hash and to the comparison the body names.
 #[utoipa::path(post, path = "/api/backfills/{id}/approve", tag = "backfills", params(("id" = String, Path, description = "a backfill id"), KeyOptional),
+    request_body = ApproveBody,
     responses((status = 200, description = "the backfill", body = BackfillRecord), Errors))]
 pub(crate) async fn approve(
     Shared(state): Shared<State>,
     caller: Caller,
     Path(id): Path<String>,
+    Body(body): Body<ApproveBody>,
 ) -> Result<Json<BackfillRecord>, Problem> {
     writable(&state, &caller)?;
     let actor = caller.0;
-    call(&state, move |ws, store| backfill::approve(ws, store.as_ref(), &actor, &id)).await
+    let request = backfill::ApproveRequest { id, comparison: body.comparison };
+    call(&state, move |ws, store| backfill::approve(ws, store.as_ref(), &actor, &request)).await
 }
 
 /// Publishes an approved backfill as one release (one atomic commit per dataset).

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tidegate_core::actor::Role;
 
-use crate::common::{Server, published_workspace, spec};
+use crate::common::{Server, published_workspace, run_live, spec};
 use crate::openapi::assert_conforms;
 
 fn totals(server: &Server, token: &str) -> Value {
@@ -73,13 +73,15 @@ fn two_tokens_take_a_backfill_from_plan_to_publication_and_one_person_cannot_app
 
     // The operator may not approve at all; the same person under an approver's token may not
     // approve their own backfill.
-    let as_operator = server.call("POST", &format!("/api/backfills/{id}/approve"), Some(&ana), None);
+    // An approval names the comparison the approver reviewed.
+    let reviewed = json!({ "comparison": compared.json()["comparison_hash"] });
+    let as_operator = server.call("POST", &format!("/api/backfills/{id}/approve"), Some(&ana), Some(&reviewed));
     assert_eq!(as_operator.status, 403, "{}", as_operator.body);
-    let own = server.call("POST", &format!("/api/backfills/{id}/approve"), Some(&ana_again), None);
+    let own = server.call("POST", &format!("/api/backfills/{id}/approve"), Some(&ana_again), Some(&reviewed));
     assert_eq!(own.status, 403, "{}", own.body);
     assert!(own.json()["detail"].as_str().is_some_and(|d| d.contains("cannot also approve it")), "{}", own.body);
 
-    let approved = server.call("POST", &format!("/api/backfills/{id}/approve"), Some(&bo), None);
+    let approved = server.call("POST", &format!("/api/backfills/{id}/approve"), Some(&bo), Some(&reviewed));
     assert_eq!(approved.status, 200, "{}", approved.body);
     assert_conforms("POST", "/api/backfills/{id}/approve", &approved);
     assert_eq!(approved.json()["approval"]["by"], "bo");
@@ -157,4 +159,45 @@ fn two_tokens_take_a_backfill_from_plan_to_publication_and_one_person_cannot_app
     let rolled_back = server.call("POST", &format!("/api/backfills/{id}/rollback"), Some(&ana), Some(&reason));
     assert_eq!(rolled_back.status, 200, "{}", rolled_back.body);
     assert_conforms("POST", "/api/backfills/{id}/rollback", &rolled_back);
+}
+
+/// Issue 31, item 12: a refusal the application knows is a 4xx problem with its reason, never a
+/// 500. Approving after the published data moved under the comparison answers 409 naming what
+/// to do (compare again), and so does approving a comparison made since the approver's review.
+#[test]
+fn approving_after_the_published_data_moved_is_a_409_that_says_compare_again() {
+    let dir = published_workspace();
+    dir.set_spec(&spec("SUM(v) * 2"));
+    let server = Server::start(&dir);
+    let ana = server.token("ana", Role::Operator);
+    let bo = server.token("bo", Role::Approver);
+    let body = json!({ "target": "summarize", "from": "2024-01-01", "to": "2024-01-02", "reason": "double it" });
+    let planned = server.call_keyed("POST", "/api/backfills", &ana, "plan-double", Some(&body));
+    assert_eq!(planned.status, 201, "{}", planned.body);
+    let id = planned.json()["id"].as_str().expect("an id").to_owned();
+    assert_eq!(server.call("POST", &format!("/api/backfills/{id}/start"), Some(&ana), None).status, 202);
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while server.call("GET", &format!("/api/backfills/{id}"), Some(&bo), None).json()["status"] != "staged" {
+        assert!(Instant::now() < deadline, "the backfill never staged");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let compared = server.call("POST", &format!("/api/backfills/{id}/compare"), Some(&ana), None);
+    assert_eq!(compared.status, 200, "{}", compared.body);
+    let reviewed = json!({ "comparison": compared.json()["comparison_hash"] });
+
+    // A comparison of another hash than the one recorded: 409, saying which one is current.
+    let other = json!({ "comparison": "0123456789abcdef" });
+    let stale = server.call("POST", &format!("/api/backfills/{id}/approve"), Some(&bo), Some(&other));
+    assert_eq!((stale.status, stale.json()["code"].clone()), (409, json!("conflict")), "{}", stale.body);
+    assert!(stale.json()["detail"].as_str().is_some_and(|d| d.contains("no longer")), "{}", stale.body);
+
+    // A live run republishes 2024-01-01 under the comparison the approver reviewed.
+    run_live(&dir, "2024-01-01", "2024-01-01", true);
+    let moved = server.call("POST", &format!("/api/backfills/{id}/approve"), Some(&bo), Some(&reviewed));
+    assert_eq!((moved.status, moved.json()["code"].clone()), (409, json!("conflict")), "{}", moved.body);
+    let detail = moved.json()["detail"].as_str().unwrap_or_default().to_owned();
+    assert!(detail.contains("compare") && detail.contains("2024-01-01"), "the reason reaches the caller: {detail}");
+    assert!(!detail.contains("internal error"), "{detail}");
+    let status = server.call("GET", &format!("/api/backfills/{id}"), Some(&bo), None).json()["status"].clone();
+    assert_eq!(status, "staged", "nothing was approved");
 }

@@ -100,16 +100,20 @@ pub fn workspace(spec: &str) -> Ws {
 /// A workspace whose `summary` was run and published for 2024-01-01 and 2024-01-02.
 pub fn published_workspace() -> Ws {
     let dir = workspace(&spec("SUM(v)"));
+    run_live(&dir, "2024-01-01", "2024-01-02", false);
+    dir
+}
+
+/// Runs `summarize` (with what it reads unless `only`) for `from..=to` in the test's process, as
+/// a live run: what a scheduler beside the server would publish.
+pub fn run_live(dir: &Ws, from: &str, to: &str, only: bool) {
     let ws = tidegate_app::workspace::load(Some(dir.path())).expect("the test spec loads");
     let store = ws.open_store().expect("the store opens");
     let actor = os_account();
     let target = tidegate_app::target::Target {
         target: "summarize".to_owned(),
-        partitions: tidegate_app::target::Partitions::Range {
-            from: "2024-01-01".to_owned(),
-            to: "2024-01-02".to_owned(),
-        },
-        only: false,
+        partitions: tidegate_app::target::Partitions::Range { from: from.to_owned(), to: to.to_owned() },
+        only,
         downstream: false,
     };
     let request = tidegate_app::submit::SubmitRequest {
@@ -123,7 +127,6 @@ pub fn published_workspace() -> Ws {
         tidegate_app::run::execute(&ws, store, &actor, 2, None, tidegate_app::run::Scope::Run(&submitted.run.id))
             .expect("the run executes");
     assert_eq!(summary.failed, 0, "{summary:?}");
-    dir
 }
 
 /// A server on 127.0.0.1 (a free port) over a workspace, stopped on drop.

@@ -60,7 +60,12 @@ fn routes() -> Vec<(&'static str, &'static str, Option<Value>, Option<Access>)> 
         ("POST", "/api/backfills/bf-none/start", None, Some(Access::ChangeBackfill)),
         ("POST", "/api/backfills/bf-none/resume", None, Some(Access::ChangeBackfill)),
         ("POST", "/api/backfills/bf-none/compare", None, Some(Access::ChangeBackfill)),
-        ("POST", "/api/backfills/bf-none/approve", None, Some(Access::ApproveBackfill)),
+        (
+            "POST",
+            "/api/backfills/bf-none/approve",
+            Some(json!({ "comparison": "0123456789ab" })),
+            Some(Access::ApproveBackfill),
+        ),
         ("POST", "/api/backfills/bf-none/publish", None, Some(Access::ChangeBackfill)),
         ("POST", "/api/backfills/bf-none/rollback", Some(reason.clone()), Some(Access::ChangeBackfill)),
         ("POST", "/api/backfills/bf-none/pause", Some(reason.clone()), Some(Access::ChangeBackfill)),

@@ -1469,6 +1469,7 @@ pub fn overlapping_backfill_is_refused_naming_the_first(t: &StoreUnderTest) {
             "backfill_cancelled",
             &|b| {
                 b.status = BackfillStatus::Cancelled;
+                Ok(())
             },
             &meta(t0()),
         )
@@ -1493,6 +1494,7 @@ pub fn backfill_changes_are_compare_and_set_and_journaled(t: &StoreUnderTest) {
             spec_hash: b.spec_hash.clone(),
             comparison_hash: "cmp".to_owned(),
         });
+        Ok(())
     };
     let err = store
         .update_backfill("bf-1", &[BackfillStatus::Staged], "backfill_approved", &approve, &meta(t0()))
@@ -1511,10 +1513,22 @@ pub fn backfill_changes_are_compare_and_set_and_journaled(t: &StoreUnderTest) {
             &|b| {
                 b.status = BackfillStatus::Staged;
                 b.run_id = None;
+                Ok(())
             },
             &meta(t0() + secs(1)),
         )
         .expect("staging");
+    // A change that refuses inside the transaction (what the caller decided on no longer holds)
+    // writes nothing and journals nothing.
+    let refuse = |b: &mut BackfillRecord| {
+        b.status = BackfillStatus::Approved;
+        Err(Error::Conflict(format!("{} was compared again", b.id)))
+    };
+    let err = store
+        .update_backfill("bf-1", &[BackfillStatus::Staged], "backfill_approved", &refuse, &meta(t0() + secs(2)))
+        .expect_err("a refusing change");
+    assert!(matches!(&err, Error::Conflict(m) if m.contains("bf-1 was compared again")), "{err:?}");
+    assert_eq!(store.backfill("bf-1").expect("reading").map(|b| b.status), Some(BackfillStatus::Staged));
     let approved = store
         .update_backfill("bf-1", &[BackfillStatus::Staged], "backfill_approved", &approve, &meta(t0() + secs(2)))
         .expect("approving");

@@ -145,6 +145,9 @@ pub(crate) fn print_report(r: &Report) {
     for f in &r.failures {
         say!("  failed: {} after {} attempts: {}", f.step, f.attempts, f.reason);
     }
+    if let (Some(hash), None) = (&r.comparison_hash, &r.approval) {
+        println!("  compared: comparison {} (what an approval names)", short(hash));
+    }
     if let Some(a) = &r.approval {
         println!(
             "  approved by {} at {} (spec {}, comparison {})",

@@ -98,20 +98,24 @@ impl CompareArgs {
     }
 }
 
-/// Approve a compared backfill, binding you to its spec hash and comparison hash.
+/// Approve a compared backfill, binding you to its spec hash and the comparison you reviewed.
 ///
 /// You are who runs the command: your OS account, or the person whose token is in
 /// TIDEGATE_TOKEN (`tidegate token create` mints one). The requester cannot approve their own
 /// backfill, under any spelling of their name, unless `allow_self_approval = true` in [project].
-/// A comparison that changed since it was recorded (new staged output, or new published data
-/// underneath) must be compared and reviewed again.
+/// You name the comparison you reviewed with --comparison (its hash, which `backfill compare`,
+/// `backfill status` and the HTML page show): if the backfill was compared again since (with
+/// other flag limits, say), or the data moved under it, the approval is refused.
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Examples:\n  TIDEGATE_TOKEN=tgt_... tidegate backfill approve bf-1a2b3c4d   # as the token's holder\n  tidegate backfill approve bf-1a2b3c4d                          # as your OS account"
+    after_help = "Examples:\n  TIDEGATE_TOKEN=tgt_... tidegate backfill approve bf-1a2b3c4d --comparison 3fa9c2d1e0ab   # as the token's holder\n  tidegate backfill approve bf-1a2b3c4d --comparison 3fa9c2d1e0ab                          # as your OS account"
 )]
 pub struct ApproveArgs {
     /// The backfill's id (`bf-...`, see `tidegate backfill list`).
     pub id: String,
+    /// The hash of the comparison you reviewed (12 or more of its characters, as shown).
+    #[arg(long, value_name = "HASH")]
+    pub comparison: String,
     /// Refused: an approver is established, not named. Run the command as the approver.
     #[arg(long = "as", value_name = "NAME", hide = true)]
     pub approver: Option<String>,
@@ -146,7 +150,12 @@ pub(crate) fn print_compared(compared: &Compared, html: Option<&Path>) {
     if compared.approval_withdrawn {
         println!("The comparison changed since it was approved: the approval no longer holds.");
     }
-    say!("Approve (someone other than {}, as themselves): tidegate backfill approve {}", record.requester, record.id);
+    say!(
+        "Approve (someone other than {}, as themselves): tidegate backfill approve {} --comparison {}",
+        record.requester,
+        record.id,
+        short(&compared.comparison_hash)
+    );
 }
 
 fn print_review(review: &Review, hash: &str) {
@@ -249,7 +258,8 @@ pub fn approve(ws: Option<&Path>, actor: &Actor, args: ApproveArgs) -> Result<Ex
     if let Some(name) = &args.approver {
         bail!(approver_named(name, &args.id));
     }
-    let updated = tidegate_app::backfill::approve(&ws, store.as_ref(), actor, &args.id)?;
+    let request = tidegate_app::backfill::ApproveRequest { id: args.id.clone(), comparison: args.comparison.clone() };
+    let updated = tidegate_app::backfill::approve(&ws, store.as_ref(), actor, &request)?;
     if args.out.json {
         output::json(&updated)?;
     } else {

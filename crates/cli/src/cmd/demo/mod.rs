@@ -215,7 +215,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
         "{} (you: identities are established by the OS account running tidegate, never typed) tries to approve:",
         you.name
     ));
-    match app_backfill::approve(&workspace, store.as_ref(), &you, &id) {
+    let approval = app_backfill::ApproveRequest { id: id.clone(), comparison: compared.comparison_hash.clone() };
+    match app_backfill::approve(&workspace, store.as_ref(), &you, &approval) {
         Ok(_) => bail!("self-approval was accepted; the demo expected it to be refused"),
         Err(e) => say(&format!("refused: {e}")),
     }
@@ -226,7 +227,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     ));
     let reviewer = mint_reviewer(&dir)?;
     say(&format!("{REVIEWER} (TIDEGATE_TOKEN=tgt_...) reviews the report and approves:"));
-    let approved = app_backfill::approve(&workspace, store.as_ref(), &reviewer, &id)?;
+    let approved = app_backfill::approve(&workspace, store.as_ref(), &reviewer, &approval)?;
     backfill::review::print_approved(&approved)?;
 
     chapter(11, "Publish: one atomic commit per dataset");

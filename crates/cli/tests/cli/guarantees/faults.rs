@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 use serde_json::Value;
 use tidegate_testkit::TestWorkspace;
 
-use crate::common::{abort_at, commits_per_app_id, table, token_of};
+use crate::common::{abort_at, commits_per_app_id, comparison_of, table, token_of};
 
 /// A step's crash points, in the order its life passes them.
 const STEP_POINTS: &[&str] = &[
@@ -269,7 +269,7 @@ fn approved_backfill(ws: &Path) -> String {
     let id = planned["id"].as_str().expect("a backfill id").to_owned();
     ok(ws, "ana", &["backfill", "start", &id]);
     ok(ws, "ana", &["backfill", "compare", &id]);
-    ok(ws, "bo", &["backfill", "approve", &id]);
+    ok(ws, "bo", &["backfill", "approve", &id, "--comparison", &comparison_of(ws, &id)]);
     id
 }
 

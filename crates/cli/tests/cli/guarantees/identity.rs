@@ -8,7 +8,7 @@ use std::process::Output;
 use serde_json::Value;
 use tidegate_testkit::TestWorkspace;
 
-use crate::common::{EXTRACT_SUMMARIZE, ok, tidegate};
+use crate::common::{EXTRACT_SUMMARIZE, comparison_of, ok, tidegate};
 
 fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
@@ -55,7 +55,10 @@ fn approve_with(ws: &Path, id: &str, token: Option<&str>, extra: &[&str]) -> Out
     if let Some(token) = token {
         cmd.env("TIDEGATE_TOKEN", token);
     }
-    cmd.args(["backfill", "approve", id]).args(extra).output().expect("tidegate runs")
+    cmd.args(["backfill", "approve", id, "--comparison", &comparison_of(ws, id)])
+        .args(extra)
+        .output()
+        .expect("tidegate runs")
 }
 
 fn requester(ws: &Path, id: &str) -> String {
@@ -79,7 +82,11 @@ fn a_typed_name_or_variable_does_not_make_the_requester_someone_else() {
     assert!(!out.status.success(), "--as bob approved the requester's own backfill");
     assert!(stderr(&out).contains("--as"), "{}", stderr(&out));
     // The variable that once named the actor.
-    let out = tidegate(ws).env("TIDEGATE_USER", "bob").args(["backfill", "approve", &id]).output().expect("runs");
+    let out = tidegate(ws)
+        .env("TIDEGATE_USER", "bob")
+        .args(["backfill", "approve", &id, "--comparison", &comparison_of(ws, &id)])
+        .output()
+        .expect("runs");
     assert!(!out.status.success(), "TIDEGATE_USER=bob approved the requester's own backfill");
     assert!(stderr(&out).contains("cannot also approve"), "{}", stderr(&out));
     assert_eq!(status(ws, &id), "staged");

@@ -4,6 +4,7 @@ mod corpus;
 mod faults;
 mod identity;
 mod journal;
+mod ledger;
 mod process;
 mod race;
 mod reconcile;

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tidegate_testkit::TestWorkspace;
 
-use crate::common::{commits_per_app_id, latest_version, table};
+use crate::common::{commits_per_app_id, comparison_of, latest_version, table};
 
 /// `extract` writes two rows per day whose `v` is whatever the file `LEVEL` holds when it runs,
 /// so the backfill's rows (level 20) and a later live run's (level 30) are told apart without
@@ -120,7 +120,7 @@ fn approved_backfill(dir: &Path, target: &str, downstream: bool) -> String {
     let id = json(dir, "ana", &plan)["id"].as_str().expect("a backfill id").to_owned();
     ok(dir, "ana", &["backfill", "start", &id]);
     ok(dir, "ana", &["backfill", "compare", &id]);
-    ok(dir, "bo", &["backfill", "approve", &id]);
+    ok(dir, "bo", &["backfill", "approve", &id, "--comparison", &comparison_of(dir, &id)]);
     id
 }
 
@@ -261,4 +261,106 @@ fn a_multi_dataset_backfill_refused_after_its_first_commit_restores_it_and_publi
     assert_eq!(latest_version(&summary_table), found, "nothing was committed to summary after the live run");
     assert_eq!(read_raw(ws), raw_before, "raw's commit of the backfill was undone");
     assert_approval_withdrawn(ws, &id, "summary");
+}
+
+// Issue 31, items 3 and 4: an undo never drops newer rows, and the state a command decided on is
+// re-verified where it acts.
+
+#[test]
+fn backfill_rollback_refuses_to_restore_a_partition_a_newer_live_run_republished() {
+    let dir = workspace();
+    let ws = dir.path();
+    let id = approved_backfill(ws, "extract", false);
+    ok(ws, "ana", &["backfill", "publish", &id]);
+    assert_eq!(read_raw(ws), rows(&[("2024-01-01", 20), ("2024-01-02", 20)]));
+    // A live run republishes 2024-01-01 after the backfill: its rows are the newest.
+    live_run(ws, "extract");
+    let after_live = latest_version(&raw_table(ws));
+
+    let out = tidegate(ws, "ana").args(["backfill", "rollback", &id, "--reason", "undo"]).output().expect("runs");
+    let message = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "undoing the backfill would drop the live rows:\n{message}");
+    assert!(message.contains("raw") && message.contains("release"), "it names the dataset and the release:\n{message}");
+    assert_eq!(read_raw(ws), rows(&[("2024-01-01", 30), ("2024-01-02", 20)]), "the newer rows stay");
+    assert_eq!(latest_version(&raw_table(ws)), after_live, "nothing was committed");
+    let status = json(ws, "ana", &["backfill", "status", &id, "--json"]);
+    assert_eq!(status["status"], "published", "{status}");
+
+    // Once the live run is undone, the backfill's partitions are its own again and it rolls back.
+    let live_release = crate::common::state(ws)
+        .texts("SELECT id FROM releases WHERE backfill_id IS NULL AND kind = 'publish' ORDER BY created_at DESC", &[])
+        [0]
+    .clone();
+    ok(ws, "ana", &["rollback", "--release", &live_release, "--reason", "the live run was wrong"]);
+    assert_eq!(read_raw(ws), rows(&[("2024-01-01", 20), ("2024-01-02", 20)]));
+    ok(ws, "ana", &["backfill", "rollback", &id, "--reason", "undo"]);
+    assert_eq!(read_raw(ws), rows(&[("2024-01-01", 10), ("2024-01-02", 10)]), "the rows before the backfill");
+}
+
+#[test]
+fn backfill_cancel_and_compare_refuse_while_publish_holds_its_release_and_publish_completes() {
+    let dir = workspace();
+    let ws = dir.path();
+    let id = approved_backfill(ws, "extract", false);
+    let publish = publish_paused(ws, &id, PAUSE);
+
+    // `publish` recorded its release and is about to commit: neither a cancel (which would say
+    // nothing was published) nor a new comparison (withdrawing the approval) may slip in.
+    let cancel = tidegate(ws, "ana").args(["backfill", "cancel", &id, "--reason", "changed my mind"]).output();
+    let cancel = cancel.expect("runs");
+    let message = String::from_utf8_lossy(&cancel.stderr);
+    assert!(!cancel.status.success(), "a cancel while publishing must be refused:\n{message}");
+    assert!(message.contains("being published"), "{message}");
+    let compare = tidegate(ws, "ana").args(["backfill", "compare", &id]).output().expect("runs");
+    let message = String::from_utf8_lossy(&compare.stderr);
+    assert!(!compare.status.success(), "a new comparison while publishing must be refused:\n{message}");
+    assert!(message.contains("being published"), "{message}");
+
+    let out = resume(ws, publish);
+    assert!(out.status.success(), "publish finishes: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(read_raw(ws), rows(&[("2024-01-01", 20), ("2024-01-02", 20)]));
+    let status = json(ws, "ana", &["backfill", "status", &id, "--json"]);
+    assert_eq!(status["status"], "published", "the record matches the rows readers see: {status}");
+    ok(ws, "ana", &["backfill", "rollback", &id, "--reason", "undo"]);
+    assert_eq!(read_raw(ws), rows(&[("2024-01-01", 10), ("2024-01-02", 10)]));
+}
+
+#[test]
+fn an_approval_binds_the_comparison_the_approver_named_not_one_made_since() {
+    let dir = workspace();
+    let ws = dir.path();
+    set_level(ws, 10);
+    ok(ws, "ana", &["run", "summarize", "--from", "2024-01-01", "--to", "2024-01-02", "--json"]);
+    set_level(ws, 20);
+    let plan = ["backfill", "plan", "extract", "--from", "2024-01-01", "--to", "2024-01-02", "--reprocess", "all"];
+    let id = json(ws, "ana", &[&plan[..], &["--reason", "re-delivered", "--json"]].concat())["id"]
+        .as_str()
+        .expect("an id")
+        .to_owned();
+    ok(ws, "ana", &["backfill", "start", &id]);
+    // The approver reviews a comparison that flags the change...
+    let reviewed = json(ws, "ana", &["backfill", "compare", &id, "--json"]);
+    let reviewed_hash = reviewed["comparison_hash"].as_str().expect("a hash").to_owned();
+    assert!(reviewed["datasets"][0]["totals"]["n_flagged"].as_u64() > Some(0), "{reviewed}");
+    // ...then the requester compares again with the flags loosened, before the approval.
+    let loosened = json(ws, "ana", &["backfill", "compare", &id, "--flag-change-pct", "100000", "--json"]);
+    assert_ne!(loosened["comparison_hash"], reviewed["comparison_hash"]);
+
+    let out = tidegate(ws, "bo")
+        .args(["backfill", "approve", &id, "--comparison", &reviewed_hash[..12]])
+        .output()
+        .expect("runs");
+    let message = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the approval must not bind a comparison the approver never saw:\n{message}");
+    assert!(message.contains(&reviewed_hash[..12]) && message.contains("no longer"), "{message}");
+    let status = json(ws, "ana", &["backfill", "status", &id, "--json"]);
+    assert_eq!(status["status"], "staged", "nothing was approved: {status}");
+    // Without naming a comparison there is no approval either.
+    let out = tidegate(ws, "bo").args(["backfill", "approve", &id]).output().expect("runs");
+    assert!(!out.status.success(), "an approval names its comparison");
+    // Naming the current one, after reviewing it, approves it.
+    let current = loosened["comparison_hash"].as_str().expect("a hash");
+    ok(ws, "bo", &["backfill", "approve", &id, "--comparison", current]);
+    let status = json(ws, "ana", &["backfill", "status", &id, "--json"]);
+    assert_eq!(status["approval"]["comparison_hash"], current, "{status}");
 }

@@ -148,7 +148,7 @@ fn reconcile_leaves_another_workspaces_tables_and_staged_files_alone() {
 
     // The other workspace finishes its work: nothing it staged was lost.
     ok(&s.theirs, &["backfill", "compare", &id, "--json"]);
-    ok_as(&s.theirs, "bo", &["backfill", "approve", &id]);
+    ok_as(&s.theirs, "bo", &["backfill", "approve", &id, "--comparison", &comparison_of(&s.theirs, &id)]);
     ok(&s.theirs, &["backfill", "publish", &id]);
     let (code, done) =
         json(&s.theirs, &["run", "make", "--partition", "2024-01-09", "--idempotency-key", "n9", "--json"]);
