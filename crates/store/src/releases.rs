@@ -120,18 +120,18 @@ fn insert_release(
             meta: meta.clone(),
         })
         .collect();
+    if !tx.query("SELECT id FROM releases WHERE id = ?1", &[release.id.as_str().into()])?.is_empty() {
+        return Err(Error::Conflict(format!(
+            "release {} is already recorded; read it back instead of recording it again",
+            release.id
+        )));
+    }
     // A publication none of whose steps may be published any more (each cancelled, or fenced,
     // since the caller decided to publish) is not a release: its rejections are journaled and
     // nothing is recorded, so the caller takes its commits back (the engine withdraws them)
     // instead of the store claiming what the steps' states deny.
     if !steps.is_empty() && none_accepted(tx, &events)? {
         return events.iter().map(|rec| apply_held(tx, journal, applier, rec, None)).collect();
-    }
-    if !tx.query("SELECT id FROM releases WHERE id = ?1", &[release.id.as_str().into()])?.is_empty() {
-        return Err(Error::Conflict(format!(
-            "release {} is already recorded; read it back instead of recording it again",
-            release.id
-        )));
     }
     // What the release names must exist; the foreign keys would refuse it too, but as a
     // database error rather than as the caller's mistake.

@@ -73,6 +73,7 @@ macro_rules! all_backend_tests {
             record_release_publishes_steps_and_rejects_a_stale_epoch,
             releases_read_back_newest_first_with_their_items,
             releases_recorded_together_are_all_or_nothing,
+            a_release_none_of_whose_steps_may_publish_is_not_recorded,
             published_step_keys_finds_exactly_the_published_keys,
             checkpoint_is_refused_until_its_version_is_staged,
             scheduler_role_is_held_by_one_owner_until_it_expires,
@@ -1097,6 +1098,25 @@ pub fn record_release_publishes_steps_and_rejects_a_stale_epoch(t: &StoreUnderTe
         .expect("recording");
     assert!(outcomes.iter().all(is_applied), "{outcomes:?}");
     assert_eq!(store.run(&run.id).expect("run").expect("exists").status, RunStatus::Succeeded);
+    assert_chain_intact(store);
+}
+
+pub fn a_release_none_of_whose_steps_may_publish_is_not_recorded(t: &StoreUnderTest) {
+    let store = &*t.store;
+    let (_, steps) = create_ready(store, 1);
+    let at = t0() + secs(10);
+    let lease = validated(store, &steps[0].id, "features", t0());
+    // The step is cancelled between its publication's commit and the release's record.
+    let cancelled = commit_one(store, &steps[0].id, StepEvent::Cancelled { reason: "stop".to_owned() }, at);
+    assert!(is_applied(&cancelled), "{cancelled:?}");
+    let version = format!("v-{}", steps[0].id);
+    let release = release_record("r-late", ReleaseKind::Publish, &[("features", Some(version.as_str()))], at);
+    let n_before = all_entries(store).len();
+    let outcomes = store.record_release(&release, &[(steps[0].id.clone(), lease.epoch)], &meta(at)).expect("answered");
+    assert!(matches!(outcomes.as_slice(), [Outcome::Rejected { .. }]), "{outcomes:?}");
+    assert_eq!(store.release("r-late").expect("reading"), None, "the store records no release its steps deny");
+    assert_eq!(status(store, &steps[0].id), StepStatus::Cancelled);
+    assert_eq!(transitions(&all_entries(store)[n_before..]), vec![tr("rejected", Some("cancelled"), None)]);
     assert_chain_intact(store);
 }
 
