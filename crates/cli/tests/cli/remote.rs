@@ -165,25 +165,18 @@ fn two_people_take_a_backfill_from_plan_to_rollback_through_a_server_from_a_fold
     let compared = ok(&remote(here, url, Some(&ana), &["backfill", "compare", &id]), "compare");
     assert!(compared.contains(&format!("Comparison of backfill {id}")), "{compared}");
     assert!(compared.contains("someone other than ana"), "{compared}");
+    // The approver names the comparison they reviewed, as the server's status shows it.
+    let reviewed = json_of(&remote(here, url, Some(&bo), &["backfill", "status", &id, "--json"]), "status");
+    let reviewed = reviewed["comparison_hash"].as_str().expect("a recorded comparison").to_owned();
 
     // An operator may not approve; the requester under an approver's token may not approve their own.
     let as_operator = refused(
-        &remote(
-            here,
-            url,
-            Some(&ana),
-            &["backfill", "approve", &id, "--comparison", &common::comparison_of(here, &id)],
-        ),
+        &remote(here, url, Some(&ana), &["backfill", "approve", &id, "--comparison", &reviewed]),
         "approve by an operator",
     );
     assert!(as_operator.starts_with("error: "), "{as_operator}");
     let own = refused(
-        &remote(
-            here,
-            url,
-            Some(&ana_approver),
-            &["backfill", "approve", &id, "--comparison", &common::comparison_of(here, &id)],
-        ),
+        &remote(here, url, Some(&ana_approver), &["backfill", "approve", &id, "--comparison", &reviewed]),
         "self-approval",
     );
     assert!(own.contains("cannot also approve it"), "{own}");
@@ -191,10 +184,7 @@ fn two_people_take_a_backfill_from_plan_to_rollback_through_a_server_from_a_fold
     let mut by_bo = common::tidegate(here);
     by_bo.env_remove("TIDEGATE_SERVER").args(["--server", url, "--token-file"]).arg(&bo_file);
     let approved = ok(
-        &by_bo
-            .args(["backfill", "approve", &id, "--comparison", &common::comparison_of(here, &id)])
-            .output()
-            .expect("runs"),
+        &by_bo.args(["backfill", "approve", &id, "--comparison", &reviewed]).output().expect("runs"),
         "approve by bo",
     );
     assert!(approved.contains(&format!("Backfill {id} approved by bo")), "{approved}");
