@@ -153,12 +153,14 @@ pub(crate) fn print_undo(plan: &Undone) {
 /// staged output in a shared lake, another tool's or a person's files) and the folders of
 /// datasets this workspace does not write. `--delete DATASET/PATH` deletes exactly the reported
 /// files it names, and never a commit or a file a table version references. A table whose log
-/// holds an empty or unreadable commit stops reconcile (and vacuum and rollback) before anything
-/// is deleted, naming the file.
+/// holds an empty or unreadable commit, or a commit whose file actions no longer match the digest
+/// Tidegate wrote into it (a line added or removed since), stops reconcile (and vacuum and
+/// rollback) before anything is deleted, naming the file.
 ///
 /// Reported, never changed: table versions no release in the store records (a commit made
 /// outside Tidegate, or a publication whose release was never recorded because the process died
-/// in between; rerunning the run records it), releases whose table version is gone, and files
+/// in between; rerunning the run records it), releases whose table version is gone or whose
+/// commit does not name them (nothing of that dataset is deleted until they agree), and files
 /// that the current table versions or the staged versions of unfinished steps need and that are
 /// missing. Exits with status 2 when there are such differences (files and tables left alone do
 /// not count: a shared lake holds them normally).
