@@ -9,6 +9,11 @@ use tracing_subscriber::EnvFilter;
 /// The filter without `RUST_LOG`: every `tidegate*` crate's events from info, others' from warn.
 pub const DEFAULT_FILTER: &str = "warn,tidegate=info";
 
+/// The filter of a command that runs work in the foreground (`run`, `backfill start`) without
+/// `RUST_LOG`: only what a person watching must hear (a publication that keeps failing), beside
+/// the command's own progress lines.
+pub const FOREGROUND_FILTER: &str = "off,tidegate_engine::executor=warn";
+
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {
@@ -29,4 +34,12 @@ pub fn init(format: LogFormat) {
         LogFormat::Human => builder.with_ansi(std::io::stderr().is_terminal()).try_init(),
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
     };
+}
+
+/// Installs the log writer of a command that runs work in the foreground: human lines on
+/// standard error, [`FOREGROUND_FILTER`] unless `RUST_LOG` says otherwise.
+pub fn init_foreground() {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(FOREGROUND_FILTER));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false);
+    let _ = builder.with_ansi(std::io::stderr().is_terminal()).try_init();
 }

@@ -250,6 +250,9 @@ pub struct Engine {
     runner: Arc<dyn attempt::Runner>,
     /// When set, the only run this engine executes; other unfinished runs wait for another drain.
     only_run: Option<String>,
+    /// Publications failing with an error worth retrying (a full disk, an unreachable store),
+    /// so that the first failure and then one in [`publication::TROUBLE_EVERY`] are logged.
+    trouble: std::sync::Mutex<publication::Trouble>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -303,7 +306,8 @@ impl Engine {
     ) -> Self {
         let runner = Arc::new(attempt::TaskRunner);
         let site = attempt::Site::new(workspace, lake_uri);
-        Self { store, lake, spec, site, clock, opts, progress: None, stop: None, runner, only_run: None }
+        let trouble = std::sync::Mutex::default();
+        Self { store, lake, spec, site, clock, opts, progress: None, stop: None, runner, only_run: None, trouble }
     }
 
     /// Runs attempts with `runner` instead of the task's command or SQL (a benchmark's no-op).

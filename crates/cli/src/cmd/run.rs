@@ -130,6 +130,7 @@ pub(crate) fn print_cancelled(c: &Cancelled) {
 }
 
 pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
+    crate::logging::init_foreground();
     let request = args.target.submit_request(args.idempotency_key)?;
     submit_and_run(&workspace::load(ws)?, actor, &request, args.workers.into(), args.drain_queue, args.json)
 }

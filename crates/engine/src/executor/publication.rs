@@ -41,9 +41,50 @@ use crate::{Error, Result};
 /// How long a publication whose commit met a retryable error (a conflicting writer) waits
 /// before handing its steps back, so the next attempt at them is not immediate.
 const RETRY_PAUSE: Duration = Duration::from_millis(50);
+/// The longest such a pause grows to while failures go on.
+const RETRY_PAUSE_MAX: Duration = Duration::from_secs(5);
 
 /// The least time between two publications to one dataset.
 pub(super) const PACE: Duration = Duration::from_millis(50);
+
+/// How often a publication that keeps failing with a retryable error is logged again.
+pub(super) const TROUBLE_EVERY: Duration = Duration::from_secs(30);
+
+/// Publications failing with retryable errors since the last one that succeeded: the loop
+/// retries them at every turn, and a person must hear of it (a full disk is retried until
+/// freed), once at the first failure and then every [`TROUBLE_EVERY`], not at every turn.
+#[derive(Debug, Default)]
+pub(super) struct Trouble {
+    /// When the failures began, how many there were, when the last was logged.
+    since: Option<(Instant, u32, Instant)>,
+}
+
+impl Trouble {
+    /// Notes a retryable failure at `now`; whether to log it.
+    fn failed(&mut self, now: Instant) -> Option<(Duration, u32)> {
+        let (since, n, logged) = self.since.get_or_insert((now, 0, now));
+        *n += 1;
+        let first = *n == 1;
+        if first || now.duration_since(*logged) >= TROUBLE_EVERY {
+            *logged = now;
+            return Some((now.duration_since(*since), *n));
+        }
+        None
+    }
+
+    /// How long a publication failing now waits before handing its steps back: [`RETRY_PAUSE`]
+    /// doubled with each failure in a row, at most [`RETRY_PAUSE_MAX`] (a full disk is not
+    /// freed in 50 ms, and each try costs the lake a listing).
+    fn pause(&self) -> Duration {
+        let n = self.since.map_or(0, |(_, n, _)| n.min(16));
+        RETRY_PAUSE.saturating_mul(1 << n).min(RETRY_PAUSE_MAX)
+    }
+
+    /// Notes a publication that succeeded; the failures it ends, if any.
+    fn recovered(&mut self, now: Instant) -> Option<(Duration, u32)> {
+        self.since.take().map(|(since, n, _)| (now.duration_since(since), n))
+    }
+}
 
 /// When each dataset was last published to by this loop, to keep to [`PACE`].
 #[derive(Debug, Default)]
@@ -185,6 +226,7 @@ impl Engine {
             }
         }
         let lake = self.lake.clone();
+        let retry_pause = self.trouble.lock().map_or(RETRY_PAUSE, |t| t.pause());
         let commits = tokio::spawn(async move {
             crate::failpoint::hit("after-stage");
             crate::failpoint::hit("before-commit");
@@ -194,7 +236,7 @@ impl Engine {
                 crate::failpoint::hit("after-commit");
             }
             if outcomes.iter().any(|o| o.as_ref().is_err_and(tidegate_lake::Error::is_retryable)) {
-                tokio::time::sleep(RETRY_PAUSE).await;
+                tokio::time::sleep(retry_pause).await;
             }
             outcomes
         });
@@ -226,6 +268,7 @@ impl Engine {
                     tables = ?publication.items.iter().map(|i| (&i.dataset, i.table_version)).collect::<Vec<_>>(),
                     "published"
                 ),
+                Err(e) if e.is_retryable() => self.note_trouble(&run_id, &p.step_id, e),
                 Err(e) => tracing::warn!(run_id, step_id = p.step_id, error = %e, "publication failed"),
             }
             match outcome {
@@ -255,6 +298,9 @@ impl Engine {
         }
         self.commit(events, view, summary).await?;
         let any = !recorded.is_empty();
+        if any && let Some((after, n)) = self.trouble.lock().ok().and_then(|mut t| t.recovered(Instant::now())) {
+            tracing::warn!(n_failures = n, failing_for_s = after.as_secs(), "publication succeeded again");
+        }
         // The last release of each run in this publication, for the pointer.
         let mut last_of_run: BTreeMap<String, String> = BTreeMap::new();
         for r in &recorded {
@@ -272,6 +318,22 @@ impl Engine {
             }
         }
         Ok(())
+    }
+
+    /// Logs a publication failing with a retryable error: the first time, then once every
+    /// [`TROUBLE_EVERY`] while it goes on.
+    fn note_trouble(&self, run_id: &str, step_id: &str, e: &tidegate_lake::Error) {
+        let logged = self.trouble.lock().ok().and_then(|mut t| t.failed(Instant::now()));
+        if let Some((for_how_long, n)) = logged {
+            tracing::warn!(
+                run_id,
+                step_id,
+                error = %e,
+                n_failures = n,
+                failing_for_s = for_how_long.as_secs(),
+                "publication failed; it is retried until it succeeds (free the disk or bring the lake back)"
+            );
+        }
     }
 
     /// Moves the release pointer to a run that just succeeded: every dataset it wrote at its
@@ -509,6 +571,24 @@ mod tests {
 
     fn names(ds: &[&str]) -> Vec<String> {
         ds.iter().map(|d| (*d).to_owned()).collect()
+    }
+
+    #[test]
+    fn a_publication_failing_again_and_again_is_logged_rarely_and_retried_ever_more_slowly() {
+        let mut trouble = Trouble::default();
+        let t0 = Instant::now();
+        assert_eq!(trouble.pause(), RETRY_PAUSE);
+        assert_eq!(trouble.failed(t0), Some((Duration::ZERO, 1)), "the first failure is logged");
+        assert_eq!(trouble.pause(), RETRY_PAUSE * 2);
+        assert_eq!(trouble.failed(t0 + Duration::from_secs(1)), None, "not the next ones");
+        assert_eq!(trouble.failed(t0 + TROUBLE_EVERY), Some((TROUBLE_EVERY, 3)), "then one every TROUBLE_EVERY");
+        for _ in 0..20 {
+            trouble.failed(t0 + TROUBLE_EVERY);
+        }
+        assert_eq!(trouble.pause(), RETRY_PAUSE_MAX);
+        assert_eq!(trouble.recovered(t0 + TROUBLE_EVERY * 2), Some((TROUBLE_EVERY * 2, 23)));
+        assert_eq!(trouble.recovered(t0 + TROUBLE_EVERY * 2), None, "a success after a success ends nothing");
+        assert_eq!(trouble.pause(), RETRY_PAUSE);
     }
 
     #[test]

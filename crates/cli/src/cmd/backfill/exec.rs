@@ -66,6 +66,7 @@ pub struct ListArgs {
 }
 
 pub fn start(ws: Option<&Path>, actor: &Actor, args: StartArgs, resume: bool) -> Result<ExitCode> {
+    crate::logging::init_foreground();
     let (ws, store) = crate::cmd::open(ws)?;
     let report = start_and_wait(&ws, &store, actor, &args.id, resume, usize::from(args.workers), !args.out.json)?;
     output::emit(args.out.json, &report, print_report)?;
