@@ -198,8 +198,9 @@ fn a_caller_without_the_role_is_refused_before_the_body_is_read() {
         if method != "POST" || !access.is_some_and(|a| Role::Viewer < a.role()) {
             continue;
         }
-        for body in &bad_bodies {
-            let r = call(&server, method, path, Some(&viewer), Some(body));
+        for (i, body) in bad_bodies.iter().enumerate() {
+            let key = format!("bad-body:{path}:{i}");
+            let r = request_with(server.addr, method, path, Some(&viewer), &[("Idempotency-Key", &key)], Some(body));
             assert_eq!((r.status, r.json()["code"].clone()), (403, json!("forbidden")), "POST {path} {body}: {}", r.body);
             checked += 1;
         }
