@@ -125,7 +125,8 @@ pub struct WorkerArgs {
     /// Attempts this worker runs at once.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1024), allow_negative_numbers = true)]
     pub slots: u32,
-    /// The worker's name in leases and the journal (default: worker-<host>-<pid>).
+    /// The worker's name in leases and the journal (default: worker-<host>-<pid>). One live
+    /// worker per name: a worker started under a name another live worker holds is refused.
     #[arg(long)]
     pub name: Option<String>,
     /// The folder attempts write their output, logs and checkpoint files in (default: the
