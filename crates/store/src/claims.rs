@@ -204,7 +204,9 @@ pub(crate) fn of_worker(tx: &mut dyn Tx, worker: &str) -> Result<Vec<Lease>> {
 /// The leases in `worker`'s name that no process has started yet: what [`take`] would take.
 pub(crate) fn untaken(tx: &mut dyn Tx, worker: &str) -> Result<Vec<Lease>> {
     tx.query(
-        &format!("SELECT {LEASE_COLUMNS} FROM leases WHERE worker = ?1 AND runner IS NULL ORDER BY acquired_at, step_id"),
+        &format!(
+            "SELECT {LEASE_COLUMNS} FROM leases WHERE worker = ?1 AND runner IS NULL ORDER BY acquired_at, step_id"
+        ),
         &[worker.into()],
     )?
     .iter()

@@ -220,7 +220,8 @@ pub(crate) fn redact_key_value(text: &str) -> String {
         };
         let value = shown_value(key, &value);
         let needs_quotes = value.is_empty() || value.contains(|c: char| c.is_whitespace() || c == '\'' || c == '\\');
-        let value = if needs_quotes { format!("'{}'", value.replace('\\', "\\\\").replace('\'', "\\'")) } else { value };
+        let value =
+            if needs_quotes { format!("'{}'", value.replace('\\', "\\\\").replace('\'', "\\'")) } else { value };
         shown.push(format!("{key}={value}"));
         rest = after.trim_start();
     }
@@ -291,7 +292,10 @@ mod tests {
         let location = Location::parse("host=db port=5432 user=ana password=s3cr3t dbname=tidegate").expect("parses");
         assert_eq!(location.backend(), Backend::Postgres);
         assert_eq!(location.postgres_config().and_then(|c| c.get_password()), Some(&b"s3cr3t"[..]));
-        check("host=db port=5432 user=ana password=s3cr3t dbname=tidegate", "host=db port=5432 user=ana password=*** dbname=tidegate");
+        check(
+            "host=db port=5432 user=ana password=s3cr3t dbname=tidegate",
+            "host=db port=5432 user=ana password=*** dbname=tidegate",
+        );
         check(
             "host = db password = 's3cr3t with \\' quote' options='-c search_path=a'",
             "host=db password=*** options='-c search_path=a'",

@@ -124,7 +124,9 @@ pub fn open_with(location: &str, options: Options) -> Result<std::sync::Arc<dyn 
 pub fn open_at(location: &Location, options: Options) -> Result<std::sync::Arc<dyn Store>> {
     match location.place() {
         Place::Sqlite(path) => Ok(std::sync::Arc::new(SqliteStore::open_with(path, options)?)),
-        Place::Postgres(config) => Ok(std::sync::Arc::new(PgStore::new(Postgres::connect((**config).clone())?, options)?)),
+        Place::Postgres(config) => {
+            Ok(std::sync::Arc::new(PgStore::new(Postgres::connect((**config).clone())?, options)?))
+        }
     }
 }
 

@@ -90,16 +90,22 @@ pub(crate) fn register(tx: &mut dyn Tx, w: &WorkerIdentity, now: DateTime<Utc>, 
 /// still `w`'s, so a process that lost its name never removes its successor's.
 pub(crate) fn deregister(tx: &mut dyn Tx, w: &WorkerIdentity, now: DateTime<Utc>) -> Result<()> {
     let Some(known) = load(tx, &w.name)?.filter(|k| k.instance == w.instance) else { return Ok(()) };
-    tx.execute("DELETE FROM workers WHERE id = ?1 AND instance = ?2", &[w.name.as_str().into(), w.instance.as_str().into()])?;
+    tx.execute(
+        "DELETE FROM workers WHERE id = ?1 AND instance = ?2",
+        &[w.name.as_str().into(), w.instance.as_str().into()],
+    )?;
     journal(tx, &w.name, "worker_left", &format!("worker {} stopped cleanly", w.name), now, known.slots)
 }
 
 /// The body of [`crate::Store::live_workers`].
 pub(crate) fn live(tx: &mut dyn Tx, now: DateTime<Utc>) -> Result<Vec<WorkerRecord>> {
-    tx.query(&format!("SELECT {WORKER_COLUMNS} FROM workers WHERE expires_at >= ?1 ORDER BY id"), &[fmt_ts(now).into()])?
-        .iter()
-        .map(record_from_row)
-        .collect()
+    tx.query(
+        &format!("SELECT {WORKER_COLUMNS} FROM workers WHERE expires_at >= ?1 ORDER BY id"),
+        &[fmt_ts(now).into()],
+    )?
+    .iter()
+    .map(record_from_row)
+    .collect()
 }
 
 fn journal(tx: &mut dyn Tx, id: &str, kind: &str, reason: &str, at: DateTime<Utc>, slots: u32) -> Result<()> {

@@ -111,7 +111,11 @@ fn with_password(url: &str) -> [String; 3] {
         config.get_dbname().expect("the test URL names a database"),
     );
     let sep = if url.contains('?') { '&' } else { '?' };
-    [url.replacen(&format!("://{user}@"), &format!("://{user}:{SECRET}@"), 1), format!("{url}{sep}password={SECRET}"), key_value]
+    [
+        url.replacen(&format!("://{user}@"), &format!("://{user}:{SECRET}@"), 1),
+        format!("{url}{sep}password={SECRET}"),
+        key_value,
+    ]
 }
 
 /// Tidegate reads S3 credentials from the `AWS_*` variables only: a lake URL that carries some

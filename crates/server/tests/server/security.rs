@@ -95,12 +95,10 @@ fn the_status_route_shows_where_the_state_is_without_its_password() {
     let url = line.trim_start_matches("state = \"").trim_end_matches('"');
     let sep = if url.contains('?') { '&' } else { '?' };
     let user = url.trim_start_matches("postgres://").split('@').next().expect("a user");
-    for (i, with_password) in [
-        format!("{url}{sep}password={SECRET}"),
-        url.replacen(&format!("//{user}@"), &format!("//{user}:{SECRET}@"), 1),
-    ]
-    .into_iter()
-    .enumerate()
+    for (i, with_password) in
+        [format!("{url}{sep}password={SECRET}"), url.replacen(&format!("//{user}@"), &format!("//{user}:{SECRET}@"), 1)]
+            .into_iter()
+            .enumerate()
     {
         tidegate_testkit::TestWorkspace::set_spec(&dir, spec.replacen(url, &with_password, 1));
         let server = Server::start(&dir);
@@ -125,7 +123,14 @@ fn behind_a_trusted_proxy_a_guesser_is_locked_out_alone() {
     let forwarded = |addr: &str| format!("10.1.2.3, {addr}");
     let as_client = |server: &Server, client: &str, token: &str| {
         let header = forwarded(client);
-        crate::common::request_with(server.addr, "GET", "/api/status", Some(token), &[("X-Forwarded-For", &header)], None)
+        crate::common::request_with(
+            server.addr,
+            "GET",
+            "/api/status",
+            Some(token),
+            &[("X-Forwarded-For", &header)],
+            None,
+        )
     };
 
     let server = Server::start_with(&dir, tidegate_server::Options { trust_proxy: true, ..limited });

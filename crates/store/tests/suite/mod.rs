@@ -123,7 +123,13 @@ fn secs(n: i64) -> Duration {
 /// derived from it), offering `slots`.
 fn worker(name: &str, instance: &str, slots: u32) -> WorkerIdentity {
     let pid = instance.bytes().map(u32::from).sum();
-    WorkerIdentity { name: name.to_owned(), instance: instance.to_owned(), host: format!("host-{instance}"), pid, slots }
+    WorkerIdentity {
+        name: name.to_owned(),
+        instance: instance.to_owned(),
+        host: format!("host-{instance}"),
+        pid,
+        slots,
+    }
 }
 
 /// A run of `n` independent steps.
