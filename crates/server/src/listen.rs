@@ -52,27 +52,38 @@ pub(crate) async fn serve(
             },
             () = &mut shutdown => break,
         };
-        let router = router.clone();
-        let service = hyper::service::service_fn(move |mut request: axum::http::Request<hyper::body::Incoming>| {
-            request.extensions_mut().insert(ConnectInfo(peer));
-            let mut router = router.clone();
-            async move { tower_service::Service::call(&mut router, request.map(axum::body::Body::new)).await }
-        });
-        let connection = http.serve_connection(TokioIo::new(stream), service);
-        let mut closing = closing_watch.clone();
-        tokio::spawn(async move {
-            let _permit = permit;
-            let mut connection = pin!(connection);
-            tokio::select! {
-                _ = connection.as_mut() => return,
-                _ = closing.wait_for(|closing| *closing) => connection.as_mut().graceful_shutdown(),
-            }
-            let _ = connection.await;
-        });
+        spawn_connection(&http, stream, peer, router.clone(), permit, closing_watch.clone());
     }
     drop(listener);
     let _ = closing.send(true);
     // Every permit back is every connection closed, its requests answered.
     let _ = permits.acquire_many(n_permits).await;
     Ok(())
+}
+
+/// Serves one connection on its own task, holding `permit` until it closes; once `closing` turns
+/// true it finishes the request in flight, if any, and closes.
+fn spawn_connection(
+    http: &hyper::server::conn::http1::Builder,
+    stream: tokio::net::TcpStream,
+    peer: std::net::SocketAddr,
+    router: Router,
+    permit: tokio::sync::OwnedSemaphorePermit,
+    mut closing: watch::Receiver<bool>,
+) {
+    let service = hyper::service::service_fn(move |mut request: axum::http::Request<hyper::body::Incoming>| {
+        request.extensions_mut().insert(ConnectInfo(peer));
+        let mut router = router.clone();
+        async move { tower_service::Service::call(&mut router, request.map(axum::body::Body::new)).await }
+    });
+    let connection = http.serve_connection(TokioIo::new(stream), service);
+    tokio::spawn(async move {
+        let _permit = permit;
+        let mut connection = pin!(connection);
+        tokio::select! {
+            _ = connection.as_mut() => return,
+            _ = closing.wait_for(|closing| *closing) => connection.as_mut().graceful_shutdown(),
+        }
+        let _ = connection.await;
+    });
 }
