@@ -176,7 +176,7 @@ pub fn refuse_lost_store(ws: &Workspace, store: &dyn Store) -> Result<()> {
             "the state store {} holds no journal, but the lake holds Tidegate releases ({} version {} was committed \
              when the journal held {} entries): the store was lost, emptied or replaced. Restore it from a backup, or \
              point `state` in {} at the store these tables belong to; nothing was changed",
-            crate::workspace::redact(&ws.state_url()),
+            ws.state,
             a.dataset,
             a.version,
             a.anchor.journal_seq,

@@ -103,7 +103,7 @@ fn store_kind(e: &tidegate_store::Error) -> Option<Kind> {
     match e {
         E::NotFound { .. } => Some(Kind::NotFound),
         E::IdempotencyMismatch { .. } | E::InvalidRequest(_) => Some(Kind::Invalid),
-        E::Conflict(_) | E::Fenced { .. } => Some(Kind::Conflict),
+        E::Conflict(_) | E::Fenced { .. } | E::WorkerNameTaken { .. } => Some(Kind::Conflict),
         E::Unavailable(_) => Some(Kind::Unavailable),
         _ => None,
     }

@@ -12,7 +12,7 @@ use tidegate_core::state::StepStatus;
 use tidegate_store::{RunRecord, Store};
 
 use crate::actor::{Access, require};
-use crate::workspace::{Workspace, open_lake, redact, runtime};
+use crate::workspace::{Workspace, open_lake, runtime};
 
 /// A run and its steps counted by status.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -31,7 +31,7 @@ pub struct RunStatusLine {
 pub struct Status {
     /// The project's name.
     pub project: String,
-    /// The state store's URL, password hidden.
+    /// Where the state store is, its secrets hidden (`tidegate_store::Location`).
     pub state: String,
     /// The newest runs, newest first.
     pub runs: Vec<RunStatusLine>,
@@ -109,7 +109,7 @@ pub fn status(ws: &Workspace, store: &dyn Store, actor: &Actor, limit: u32, now:
         runs.push(RunStatusLine { run, steps });
     }
     let debt = debt(ws, store, actor, now)?;
-    Ok(Status { project: ws.spec.project.name.clone(), state: redact(&ws.state_url()), runs, debt })
+    Ok(Status { project: ws.spec.project.name.clone(), state: ws.state.to_string(), runs, debt })
 }
 
 /// Queues per priority class, missed intervals, freshness and the scheduler's last gauge at `now`.

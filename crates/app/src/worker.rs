@@ -16,7 +16,7 @@ use tidegate_core::actor::Actor;
 use tidegate_engine::attempt::{Site, worker_work_dir};
 use tidegate_engine::{Worker, WorkerSummary};
 use tidegate_lake::Lake;
-use tidegate_store::Store;
+use tidegate_store::{Store, WorkerIdentity};
 
 use crate::actor::{Access, require};
 use crate::workspace::Workspace;
@@ -55,7 +55,7 @@ pub fn work_dir(ws: &Workspace, request: &WorkerRequest, name: &str) -> PathBuf 
 }
 
 /// Runs attempts leased to the worker `name` (see [`name`]) until `stop` is set; returns what it
-/// did.
+/// did. Refused when another live worker process holds the name: its host and pid are named.
 pub async fn work(
     ws: &Workspace,
     store: Arc<dyn Store>,
@@ -68,8 +68,20 @@ pub async fn work(
     require(actor, Access::RunWork)?;
     let spec = Arc::new(ws.spec.clone());
     let site = Site::new(ws.root.clone(), ws.lake_url()).with_work_dir(work_dir(ws, request, &name));
-    let worker = Worker::new(store, lake, spec, site, ws.clock.clone(), name, request.slots, stop);
-    Ok(worker.run().await?)
+    let identity = WorkerIdentity {
+        name,
+        instance: uuid::Uuid::now_v7().to_string(),
+        host: hostname(),
+        pid: std::process::id(),
+        slots: request.slots,
+    };
+    let worker = Worker::new(store, lake, spec, site, ws.clock.clone(), identity, stop);
+    match worker.run().await {
+        Err(tidegate_engine::Error::Store(e @ tidegate_store::Error::WorkerNameTaken { .. })) => {
+            crate::refuse!(Conflict, "{e}. Give this worker another --name, or stop that one")
+        }
+        other => Ok(other?),
+    }
 }
 
 fn is_worker_name(name: &str) -> bool {

@@ -9,7 +9,7 @@ use serde::Serialize;
 use tidegate_core::clock::{Clock, SystemClock};
 use tidegate_core::spec::{self, Spec};
 use tidegate_lake::Lake;
-use tidegate_store::Store;
+use tidegate_store::{Location, Store};
 
 /// The spec file's name inside a workspace.
 pub const SPEC_FILE: &str = "tidegate.toml";
@@ -19,13 +19,18 @@ pub const STATE_VAR: &str = "TIDEGATE_STATE";
 /// The variable that, when set, replaces the spec's lake (`[project] lake`).
 pub const LAKE_VAR: &str = "TIDEGATE_LAKE";
 
-/// A loaded workspace: its folder, its validated spec and the clock its operations read.
+/// A loaded workspace: its folder, its validated spec, where its state is and the clock its
+/// operations read.
 #[derive(Debug)]
 pub struct Workspace {
     /// The folder holding `tidegate.toml`.
     pub root: PathBuf,
-    /// The validated spec.
+    /// The validated spec. Its `state_url` is only for showing: the state's location with its
+    /// secrets hidden ([`Workspace::state`] is what the workspace opens).
     pub spec: Spec,
+    /// Where the state store is ([`STATE_VAR`], else the spec's `state`), parsed once, relative
+    /// SQLite paths taken from `root`. It shows no secret, however it is printed.
+    pub state: Location,
     /// Where every operation on this workspace reads the current time (the system's clock,
     /// unless a test or a simulation sets another with [`Workspace::with_clock`]).
     pub clock: Arc<dyn Clock>,
@@ -169,20 +174,52 @@ fn holds_spec(dir: &Path) -> Result<bool> {
 }
 
 /// Reads and validates the spec, returning every diagnostic as one error; [`STATE_VAR`] and
-/// [`LAKE_VAR`], when set, replace its state store and lake.
+/// [`LAKE_VAR`], when set, replace its state store and lake. The state's location is parsed here,
+/// once, and the lake's checked: a lake URL that carries credentials is refused.
 pub fn load(explicit: Option<&Path>) -> Result<Workspace> {
     let root = find_root(explicit)?;
     let path = root.join(SPEC_FILE);
     let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     let mut spec = spec::parse(&display_name(&path), &text).map_err(|d| anyhow::anyhow!("{d}"))?;
     // The deployment's locations override the spec's; the spec hash stays the pipeline's.
-    if let Some(url) = std::env::var(STATE_VAR).ok().filter(|v| !v.trim().is_empty()) {
-        spec.project.state_url = url;
+    let state = match std::env::var(STATE_VAR).ok().filter(|v| !v.trim().is_empty()) {
+        Some(text) => Location::parse(&text).with_context(|| format!("reading {STATE_VAR}"))?,
+        None => Location::parse(&spec.project.state_url)
+            .with_context(|| format!("reading `state` in [project] of {}", spec.file))?,
     }
-    if let Some(url) = std::env::var(LAKE_VAR).ok().filter(|v| !v.trim().is_empty()) {
-        spec.project.lake_url = url;
+    .resolved_against(&root);
+    spec.project.state_url = state.to_string();
+    match std::env::var(LAKE_VAR).ok().filter(|v| !v.trim().is_empty()) {
+        Some(url) => {
+            refuse_credentials_in_lake(&url, LAKE_VAR)?;
+            spec.project.lake_url = url;
+        }
+        None => refuse_credentials_in_lake(&spec.project.lake_url, &format!("`lake` in [project] of {}", spec.file))?,
     }
-    Ok(Workspace { root, spec, clock: Arc::new(SystemClock) })
+    Ok(Workspace { root, spec, state, clock: Arc::new(SystemClock) })
+}
+
+/// Refuses a lake URL that carries a user, a password, settings or a fragment: Tidegate reads the
+/// object store's credentials from the `AWS_*` variables only, and everything in the lake's URL
+/// is shown (messages, commit metadata, lineage events) and given to tasks. `source` names where
+/// the URL came from. The refusal shows the URL without those parts.
+fn refuse_credentials_in_lake(lake: &str, source: &str) -> Result<()> {
+    if !lake.contains("://") {
+        return Ok(());
+    }
+    let Ok(url) = reqwest::Url::parse(lake) else {
+        // Not shown: what does not parse cannot be shown without its secrets for certain.
+        bail!("the lake URL in {source} is not a valid URL; give it as s3://BUCKET/PREFIX or a folder")
+    };
+    if url.username().is_empty() && url.password().is_none() && url.query().is_none() && url.fragment().is_none() {
+        return Ok(());
+    }
+    let shown = format!("{}://{}{}", url.scheme(), url.host_str().unwrap_or_default(), url.path());
+    bail!(
+        "the lake URL in {source} ({shown}) carries credentials or settings after its path; Tidegate reads the \
+         object store's credentials from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and the other AWS_* \
+         variables only: set them there and give the lake as {shown}"
+    )
 }
 
 /// How a path is shown in messages: relative to the current folder when that is shorter.
@@ -208,11 +245,6 @@ impl Workspace {
         self.clock.now()
     }
 
-    /// The state URL with relative SQLite paths resolved against the workspace folder.
-    pub fn state_url(&self) -> String {
-        resolve(&self.root, &self.spec.project.state_url)
-    }
-
     /// The lake URL with a relative folder resolved against the workspace folder.
     pub fn lake_url(&self) -> String {
         resolve(&self.root, &self.spec.project.lake_url)
@@ -221,8 +253,8 @@ impl Workspace {
     /// Opens the workspace's store, creating and migrating it on first use. A store with an
     /// empty journal beside tables that vouch for one is refused (see `crate::anchor`).
     pub fn open_store(&self) -> Result<Arc<dyn Store>> {
-        let url = self.state_url();
-        let store = tidegate_store::open(&url).with_context(|| format!("opening the state store {}", redact(&url)))?;
+        let store = tidegate_store::open_at(&self.state, tidegate_store::Options::default())
+            .with_context(|| format!("opening the state store {}", self.state))?;
         crate::anchor::refuse_lost_store(self, store.as_ref())?;
         Ok(store)
     }
@@ -247,18 +279,19 @@ fn resolve(root: &Path, url: &str) -> String {
     }
 }
 
-/// Hides a password in a URL before it reaches a message.
+/// An HTTP URL (an OpenLineage receiver's) as messages show it: its password and every query
+/// value hidden (an API key is often given as one); one that does not parse is not shown.
 pub fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme_end), Some(at)) if at > scheme_end => {
-            let userinfo = &url[scheme_end + 3..at];
-            match userinfo.split_once(':') {
-                Some((user, _)) => format!("{}://{user}:***@{}", &url[..scheme_end], &url[at + 1..]),
-                None => url.to_owned(),
-            }
-        }
-        _ => url.to_owned(),
+    let Ok(mut parsed) = reqwest::Url::parse(url) else { return "(a URL that does not parse)".to_owned() };
+    if parsed.password().is_some() {
+        let _ = parsed.set_password(Some("***"));
     }
+    let pairs: Vec<(String, String)> = parsed.query_pairs().map(|(k, _)| (k.into_owned(), "***".to_owned())).collect();
+    if parsed.query().is_some() {
+        parsed.query_pairs_mut().clear().extend_pairs(pairs);
+    }
+    parsed.set_fragment(None);
+    parsed.to_string()
 }
 
 #[cfg(test)]
@@ -279,9 +312,21 @@ mod tests {
     }
 
     #[test]
-    fn passwords_never_reach_messages() {
-        assert_eq!(redact("postgres://u:secret@h/db"), "postgres://u:***@h/db");
-        assert_eq!(redact("postgres://u@h/db"), "postgres://u@h/db");
-        assert_eq!(redact(".tidegate/state.db"), ".tidegate/state.db");
+    fn a_receivers_password_and_query_values_never_reach_messages() {
+        assert_eq!(redact("https://u:secret@h/api/v1/lineage"), "https://u:***@h/api/v1/lineage");
+        assert_eq!(redact("https://h/lineage?api_key=secret&x=1#frag"), "https://h/lineage?api_key=***&x=***");
+        assert_eq!(redact("http://h/lineage"), "http://h/lineage");
+        assert_eq!(redact("not a url secret"), "(a URL that does not parse)");
+    }
+
+    #[test]
+    fn a_lake_url_with_credentials_is_refused_without_them() {
+        for ok in ["s3://bucket/prefix", ".tidegate/lake", "/srv/lake", "file:///srv/lake"] {
+            refuse_credentials_in_lake(ok, "test").expect(ok);
+        }
+        for bad in ["s3://AKIA:secret@bucket/p", "s3://bucket/p?aws_secret_access_key=secret", "s3://secret@bucket/p"] {
+            let e = refuse_credentials_in_lake(bad, "TIDEGATE_LAKE").expect_err(bad).to_string();
+            assert!(!e.contains("secret") && e.contains("s3://bucket/p") && e.contains("TIDEGATE_LAKE"), "{e}");
+        }
     }
 }

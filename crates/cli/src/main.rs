@@ -1,5 +1,38 @@
 //! The `tidegate` command: the only crate that prints for humans.
 
+// Every line this binary prints goes through `output::out` and `output::err`: a reader that has
+// gone (`tidegate run ... 2>&1 | head`, `tidegate history | head`) ends the output and nothing
+// else. The command does its work to the end and exits with the code it would have had; std's
+// macros would panic at the first write and leave a run unfinished, its leases to expire. These
+// shadow std's for the whole crate (textual scope wins over the prelude).
+
+/// `println!`, quiet when stdout's reader has gone (`output::out`).
+macro_rules! println {
+    () => {
+        $crate::output::out(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::output::out(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+/// `print!`, quiet when stdout's reader has gone (`output::out`).
+macro_rules! print {
+    ($($arg:tt)*) => {
+        $crate::output::out(format_args!($($arg)*))
+    };
+}
+
+/// `eprintln!`, quiet when stderr's reader has gone (`output::err`).
+macro_rules! eprintln {
+    () => {
+        $crate::output::err(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::output::err(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
 /// Prints `format!`'s text for people, wrapped to the output's width (`output::say`).
 macro_rules! say {
     ($($arg:tt)*) => {
@@ -97,7 +130,6 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    quiet_on_closed_pipe();
     match run(Cli::parse()) {
         Ok(code) => code,
         Err(e) if is_closed_pipe(&e) => ExitCode::SUCCESS,
@@ -155,28 +187,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// A reader that stops reading (`tidegate history | head -1`) is not an error: the command ends
-/// quietly, as `cat` does. Rust ignores SIGPIPE, so a write to the closed pipe fails instead of
-/// killing the process; `println!` turns that failure into a panic, which this hook ends with a
-/// clean exit wherever in any command it happens. (Restoring SIGPIPE's default would need
-/// `unsafe`, which the workspace forbids.) Every other panic keeps the default report.
-fn quiet_on_closed_pipe() {
-    let default = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        let message = info
-            .payload()
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| info.payload().downcast_ref::<&str>().copied())
-            .unwrap_or("");
-        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
-            std::process::exit(0);
-        }
-        default(info);
-    }));
-}
-
-/// Whether an error comes from writing to a pipe whose reader has gone.
+/// Whether an error comes from writing to a pipe whose reader has gone (`tidegate logs | head`):
+/// not an error, the command ends quietly, as `cat` does.
 fn is_closed_pipe(e: &anyhow::Error) -> bool {
     e.chain().any(|cause| {
         cause.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)

@@ -7,10 +7,71 @@
 //! (`cmd::data`).
 
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Result;
 use comfy_table::{ColumnConstraint, ContentArrangement, presets};
 use serde::Serialize;
+
+/// Whether stdout's reader has gone (a closed pipe): nothing more is written there.
+static STDOUT_GONE: AtomicBool = AtomicBool::new(false);
+/// Whether stderr's reader has gone.
+static STDERR_GONE: AtomicBool = AtomicBool::new(false);
+
+/// Writes `text` on stdout (the crate's `println!` and `print!`). A reader that has gone is not
+/// an error: this and every later write to stdout are dropped, and the command goes on to its
+/// end and its exit code. Any other failure to write panics, as `println!` does.
+pub fn out(text: std::fmt::Arguments<'_>) {
+    write_unless_gone(&mut std::io::stdout().lock(), &STDOUT_GONE, text);
+}
+
+/// Writes `text` on stderr (the crate's `eprintln!`), like [`out`].
+pub fn err(text: std::fmt::Arguments<'_>) {
+    write_unless_gone(&mut std::io::stderr().lock(), &STDERR_GONE, text);
+}
+
+/// Whether stdout's reader has gone: a command printing many rows stops producing them.
+pub fn stdout_gone() -> bool {
+    STDOUT_GONE.load(Ordering::Relaxed)
+}
+
+fn write_unless_gone(w: &mut impl std::io::Write, gone: &AtomicBool, text: std::fmt::Arguments<'_>) {
+    if gone.load(Ordering::Relaxed) {
+        return;
+    }
+    match w.write_fmt(text) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => gone.store(true, Ordering::Relaxed),
+        Err(e) => panic!("failed printing: {e}"),
+    }
+}
+
+/// Stdout as a writer for the formats that stream (CSV), with [`out`]'s rule: once its reader
+/// has gone, writes are dropped.
+#[derive(Debug)]
+pub struct Stdout;
+
+impl std::io::Write for Stdout {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if !stdout_gone() {
+            match std::io::stdout().lock().write_all(buf) {
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => STDOUT_GONE.store(true, Ordering::Relaxed),
+                other => other?,
+            }
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match std::io::stdout().lock().flush() {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                STDOUT_GONE.store(true, Ordering::Relaxed);
+                Ok(())
+            }
+            other => other,
+        }
+    }
+}
 
 /// The widest human output, in columns (clap's help uses the same).
 pub const WIDTH: usize = 100;

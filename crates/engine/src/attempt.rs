@@ -276,8 +276,10 @@ pub async fn run(attempt: Attempt, store: Arc<dyn Store>, lake: Arc<Lake>) -> Re
     }
 }
 
-/// Hides secrets in a staged version's column statistics (a column's smallest or largest value
-/// can be a secret the task wrote into its data), which are stored with the version.
+/// Hides secrets in a staged version's statistics (a column's smallest or largest value can be a
+/// secret the task wrote into its data), which are stored with the version: masked in its column
+/// statistics, and dropped from each file's Delta statistics, which the store keeps too and the
+/// publication copies into the table's log.
 pub(crate) fn redact_stats(v: &mut StagedVersion, secrets: &Secrets) {
     if secrets.is_empty() {
         return;
@@ -286,6 +288,37 @@ pub(crate) fn redact_stats(v: &mut StagedVersion, secrets: &Secrets) {
         for value in [&mut c.min, &mut c.max].into_iter().flatten() {
             *value = secrets.redact(value);
         }
+    }
+    for file in &mut v.files {
+        file.delta_stats = file.delta_stats.as_deref().and_then(|stats| without_secrets(stats, secrets));
+    }
+}
+
+/// A file's Delta statistics without the smallest and largest values that hold (or begin) a
+/// secret. Dropped rather than masked: readers skip files by these bounds, and a masked bound
+/// would skip wrongly where a missing one skips nothing. Statistics that do not parse are
+/// dropped whole.
+fn without_secrets(stats: &str, secrets: &Secrets) -> Option<String> {
+    let mut json: serde_json::Value = serde_json::from_str(stats).ok()?;
+    for bound in ["minValues", "maxValues"] {
+        if let Some(values) = json.get_mut(bound) {
+            prune(values, secrets);
+        }
+    }
+    Some(json.to_string())
+}
+
+/// Removes every string in `values` (nested objects for struct columns) that touches a secret.
+fn prune(values: &mut serde_json::Value, secrets: &Secrets) {
+    if let serde_json::Value::Object(map) = values {
+        map.retain(|_, value| match value {
+            serde_json::Value::String(text) => !secrets.touches(text),
+            serde_json::Value::Object(_) => {
+                prune(value, secrets);
+                true
+            }
+            _ => true,
+        });
     }
 }
 
@@ -718,7 +751,20 @@ pub fn settle(
 
 #[cfg(test)]
 mod tests {
-    use super::{staging_attempt, staging_id};
+    use super::{staging_attempt, staging_id, without_secrets};
+    use crate::secrets::Secrets;
+
+    #[test]
+    fn delta_statistics_lose_the_bounds_that_hold_or_begin_a_secret() {
+        let secrets = Secrets::new(&["canary-7e3b91d04c2a"]);
+        let stats = r#"{"numRecords":2,"minValues":{"id":1,"token":"canary-7e3b91d04c2a","s":{"inner":"a canary-7e3b"},"ok":"abc"},"maxValues":{"id":2,"token":"zzz canary-7e3b91d04c2a zzz"},"nullCount":{"id":0,"token":0}}"#;
+        let cleaned = without_secrets(stats, &secrets).expect("statistics that parse");
+        assert_eq!(
+            cleaned,
+            r#"{"maxValues":{"id":2},"minValues":{"id":1,"ok":"abc","s":{}},"nullCount":{"id":0,"token":0},"numRecords":2}"#
+        );
+        assert_eq!(without_secrets("not json canary-7e3b91d04c2a", &secrets), None, "dropped whole");
+    }
 
     #[test]
     fn staging_ids_name_their_step_and_attempt_and_nothing_else_does() {

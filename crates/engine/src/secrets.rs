@@ -53,6 +53,15 @@ impl Secrets {
         self.fragments.first().map_or(0, Vec::len)
     }
 
+    /// Whether `text` holds a secret, or ends with the first [`MIN_SECRET_CHARS`] or more bytes
+    /// of one: a value cut short inside a secret, as Delta's statistics cut long strings.
+    pub fn touches(&self, text: &str) -> bool {
+        let bytes = text.as_bytes();
+        self.fragments
+            .iter()
+            .any(|f| find(bytes, f).is_some() || (MIN_SECRET_CHARS..f.len()).any(|n| bytes.ends_with(&f[..n])))
+    }
+
     /// `text` with every secret replaced by [`MASK`].
     pub fn redact(&self, text: &str) -> String {
         if self.is_empty() {

@@ -15,6 +15,12 @@
 //! A worker that dies stops heartbeating: its leases expire, the scheduler retries the attempts
 //! elsewhere, and whatever the dead worker might still write is rejected by the epoch. A worker
 //! whose store goes away (restarted, connections cut) waits for it and goes on.
+//!
+//! A name belongs to one live process: a worker started with a name another live worker holds is
+//! refused at start ([`tidegate_store::Error::WorkerNameTaken`], naming the holder's host and
+//! pid), and one that finds its name taken over (its registration lapsed while it was cut off)
+//! stops. Each lease in the name is taken by one process only ([`Store::take_leases`]), so even
+//! two processes under one name never run an attempt twice.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -24,7 +30,7 @@ use std::time::{Duration, Instant};
 use tidegate_core::clock::Clock;
 use tidegate_core::spec::Spec;
 use tidegate_lake::Lake;
-use tidegate_store::{Change, JournalMeta, Lease, Outcome, StagedRecord, Store};
+use tidegate_store::{Change, JournalMeta, Lease, Outcome, StagedRecord, Store, WorkerIdentity};
 use tokio::sync::mpsc;
 
 use crate::attempt::{self, Report, Site};
@@ -60,15 +66,16 @@ pub struct Worker {
     spec: Arc<Spec>,
     site: Site,
     clock: Arc<dyn Clock>,
+    /// The worker's name (`identity.name`), as leases and the journal know it.
     id: String,
-    slots: u32,
+    identity: WorkerIdentity,
     seed: u64,
     stop: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for Worker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Worker").field("id", &self.id).field("slots", &self.slots).finish_non_exhaustive()
+        f.debug_struct("Worker").field("identity", &self.identity).finish_non_exhaustive()
     }
 }
 
@@ -77,19 +84,18 @@ impl Worker {
         clippy::too_many_arguments,
         reason = "each is a separate collaborator the caller owns; a builder would only rename them"
     )]
-    /// A worker over the store and lake, running attempts at `site`, registered as `id` with
-    /// `slots` attempt slots.
+    /// A worker over the store and lake, running attempts at `site`, registered as `identity`
+    /// (its name, its process and its attempt slots).
     pub fn new(
         store: Arc<dyn Store>,
         lake: Arc<Lake>,
         spec: Arc<Spec>,
         site: Site,
         clock: Arc<dyn Clock>,
-        id: String,
-        slots: u32,
+        identity: WorkerIdentity,
         stop: Arc<AtomicBool>,
     ) -> Self {
-        Self { store, lake, spec, site, clock, id, slots, seed: 0x5eed, stop }
+        Self { store, lake, spec, site, clock, id: identity.name.clone(), identity, seed: 0x5eed, stop }
     }
 
     /// Runs a store call off the runtime's threads. A call the store could not make for now (the
@@ -136,8 +142,8 @@ impl Worker {
     }
 
     async fn register(&self) -> Result<()> {
-        let (id, slots, now, ttl) = (self.id.clone(), self.slots, self.clock.now(), self.spec.project.lease_ttl_s);
-        self.db(move |s| s.register_worker(&id, slots, now, ttl)).await
+        let (identity, now, ttl) = (self.identity.clone(), self.clock.now(), self.spec.project.lease_ttl_s);
+        self.db(move |s| s.register_worker(&identity, now, ttl)).await
     }
 
     /// Runs until the stop flag is set, then lets the attempts in flight finish, deregisters and
@@ -183,19 +189,19 @@ impl Worker {
                 () = tokio::time::sleep(wait) => {}
             }
         }
-        let (id, now) = (self.id.clone(), self.clock.now());
-        self.db(move |s| s.deregister_worker(&id, now)).await?;
+        let (identity, now) = (self.identity.clone(), self.clock.now());
+        self.db(move |s| s.deregister_worker(&identity, now)).await?;
         Ok(summary)
     }
 
-    /// Starts the attempts of the leases in this worker's name that are not running yet.
+    /// Starts the attempts of the leases in this worker's name that no process has taken yet.
     async fn start_leased(
         &self,
         running: &mut HashSet<(String, u64)>,
         tx: &mpsc::UnboundedSender<(Lease, Report)>,
     ) -> Result<()> {
-        let id = self.id.clone();
-        for lease in self.db(move |s| s.leases_of(&id)).await? {
+        let identity = self.identity.clone();
+        for lease in self.db(move |s| s.take_leases(&identity)).await? {
             if running.insert((lease.step_id.clone(), lease.epoch)) {
                 self.start(lease, tx.clone()).await?;
             }

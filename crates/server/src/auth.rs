@@ -1,7 +1,8 @@
 //! Who calls: the identity of the bearer token a request presents, established by the
 //! application layer's `authenticate` (the store finds the token by its hash, so no secret is
-//! ever compared here), with the peer's address as the actor's origin; failed authentications
-//! are rate-limited per address ([`FailedAuth`]).
+//! ever compared here), with the client's address as the actor's origin (the peer's, or behind a
+//! trusted reverse proxy the address it forwards); failed authentications are rate-limited per
+//! client address ([`FailedAuth`]).
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -28,15 +29,15 @@ impl FromRequestParts<State> for Caller {
         if let Some(caller) = parts.extensions.get::<Caller>() {
             return Ok(caller.clone());
         }
-        let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(peer)| *peer);
-        if let Some(wait) = peer.and_then(|p| state.failed_auth.locked_out(p.ip(), Instant::now())) {
+        let client = client(parts, state.options.trust_proxy);
+        if let Some(wait) = client.as_ref().and_then(|c| state.failed_auth.locked_out(c.ip, Instant::now())) {
             // Whole seconds, rounded up: a client that waits that long is let in.
             let wait_s = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
             let wait_s = u16::try_from(wait_s.max(1)).unwrap_or(u16::MAX);
             return Err(Problem::too_many_failures(wait_s));
         }
         let token = bearer(parts)?;
-        let origin = peer.map_or_else(|| "unknown".to_owned(), |peer| format!("http {peer}"));
+        let origin = client.as_ref().map_or_else(|| "unknown".to_owned(), |c| c.origin.clone());
         let (store, ws) = (state.store.clone(), state.ws.clone());
         let authenticated = tokio::task::spawn_blocking(move || {
             tidegate_app::actor::authenticate(store.as_ref(), &token, &origin, "the Authorization header", ws.now())
@@ -44,18 +45,50 @@ impl FromRequestParts<State> for Caller {
         .await
         .map_err(|e| Problem::internal(&format!("authentication task: {e}")))?;
         match authenticated {
-            Ok(actor) => Ok(Caller(actor)),
+            Ok(actor) => {
+                // Kept for the extractors that follow (a body is read only once its caller may
+                // send it, `extract::Body`).
+                parts.extensions.insert(Caller(actor.clone()));
+                Ok(Caller(actor))
+            }
             Err(e) => {
-                if let Some(peer) = peer
+                if let Some(client) = client
                     && tidegate_app::refusal::kind(&e) == Some(tidegate_app::Kind::Unauthenticated)
                 {
-                    state.failed_auth.failed(peer.ip(), Instant::now());
+                    state.failed_auth.failed(client.ip, Instant::now());
                 }
                 Err(Problem::from_operation(&e))
             }
         }
     }
 }
+
+/// Where a request comes from: the address failed authentications are counted against, and
+/// the origin the journal records.
+struct Client {
+    ip: IpAddr,
+    origin: String,
+}
+
+/// The client: the peer, or behind a trusted proxy (`trust_proxy`) the last address of
+/// `X-Forwarded-For`, the one the proxy appended (those before it are the client's word). A
+/// header that does not end in an address leaves the peer.
+fn client(parts: &Parts, trust_proxy: bool) -> Option<Client> {
+    let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(peer)| *peer)?;
+    let forwarded = trust_proxy
+        .then(|| {
+            let values = parts.headers.get_all(X_FORWARDED_FOR).iter().filter_map(|v| v.to_str().ok());
+            values.flat_map(|v| v.split(',')).next_back().and_then(|last| last.trim().parse::<IpAddr>().ok())
+        })
+        .flatten();
+    Some(match forwarded {
+        Some(ip) => Client { ip, origin: format!("http {ip} via proxy {peer}") },
+        None => Client { ip: peer.ip(), origin: format!("http {peer}") },
+    })
+}
+
+/// The header a reverse proxy appends the client's address to.
+const X_FORWARDED_FOR: &str = "x-forwarded-for";
 
 /// Failed authentications (an unknown, revoked or expired token) counted per peer address: once
 /// an address has failed [`Options::auth_failures`](crate::Options) times within

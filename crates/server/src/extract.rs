@@ -1,14 +1,51 @@
 //! Request extractors whose rejections are problems: a JSON body, a query string, a path.
 
+use std::marker::PhantomData;
+
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
+use tidegate_app::actor::Access;
+use tidegate_core::actor::Actor;
 
 use crate::problem::Problem;
 
-/// A JSON request body; a malformed one is a 400, 413, 415 or 422 problem.
+/// A JSON request body, read only for a caller with the route's role ([`Body::read`]): a caller
+/// below it gets the same 403 whatever it sent, and learns nothing of a request's shape from a
+/// 422. Extracting it takes the bytes (a body over the limit is a 413); reading it checks the
+/// role, then the content type (415) and the JSON (400 or 422).
 #[derive(Debug)]
-pub(crate) struct Body<T>(pub(crate) T);
+pub(crate) struct Body<T> {
+    bytes: axum::body::Bytes,
+    json: bool,
+    of: PhantomData<T>,
+}
+
+impl<T: DeserializeOwned> Body<T> {
+    /// The body, once `actor` is found to have `access` (what the route's operation requires).
+    pub(crate) fn read(self, actor: &Actor, access: Access) -> Result<T, Problem> {
+        tidegate_app::actor::require(actor, access).map_err(|e| Problem::from_operation(&e))?;
+        if !self.json {
+            return Err(rejected(
+                axum::http::StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "Expected request with `Content-Type: application/json`".to_owned(),
+            ));
+        }
+        match axum::Json::<T>::from_bytes(&self.bytes) {
+            Ok(axum::Json(value)) => Ok(value),
+            Err(r) => Err(rejected(r.status(), r.body_text())),
+        }
+    }
+}
+
+/// Whether a `Content-Type` is JSON (`application/json`, or `application/*+json`).
+fn is_json(content_type: Option<&axum::http::HeaderValue>) -> bool {
+    let Some(essence) = content_type.and_then(|v| v.to_str().ok()).and_then(|v| v.split(';').next()) else {
+        return false;
+    };
+    let essence = essence.trim().to_ascii_lowercase();
+    essence == "application/json" || (essence.starts_with("application/") && essence.ends_with("+json"))
+}
 
 /// A query string; a malformed one is a 400 problem.
 #[derive(Debug)]
@@ -27,8 +64,9 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
     type Rejection = Problem;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Problem> {
-        match axum::Json::<T>::from_request(req, state).await {
-            Ok(axum::Json(value)) => Ok(Body(value)),
+        let json = is_json(req.headers().get(axum::http::header::CONTENT_TYPE));
+        match axum::body::Bytes::from_request(req, state).await {
+            Ok(bytes) => Ok(Body { bytes, json, of: PhantomData }),
             Err(r) => Err(rejected(r.status(), r.body_text())),
         }
     }

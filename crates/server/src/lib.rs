@@ -10,6 +10,7 @@
 mod auth;
 mod extract;
 mod idempotency;
+mod listen;
 mod metrics;
 mod openapi;
 mod polled;
@@ -45,11 +46,34 @@ pub struct Options {
     pub auth_failures: u32,
     /// The window failed authentications are counted in.
     pub auth_failure_window: std::time::Duration,
+    /// Whether the peer is a reverse proxy to trust (`serve --trust-proxy`): the client's
+    /// address is then the last one of `X-Forwarded-For` (the one the proxy appended), for the
+    /// failed-authentication limit and the journal. Without it the header is ignored.
+    pub trust_proxy: bool,
+    /// Connections open at once; one more waits in the listen queue until another closes.
+    pub connections_max: usize,
+    /// How long a connection may go without sending a whole request head, idle time between
+    /// requests included, before the server closes it.
+    pub header_read_timeout: std::time::Duration,
 }
+
+/// [`Options::connections_max`] unless the CLI lowers it to fit the open-file limit.
+pub const CONNECTIONS_MAX: usize = 1024;
+/// [`Options::header_read_timeout`] by default: a client gets this long to send a request once
+/// connected or after its last response.
+pub const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl Default for Options {
     fn default() -> Self {
-        Self { writable: true, workers: 4, auth_failures: 10, auth_failure_window: std::time::Duration::from_secs(60) }
+        Self {
+            writable: true,
+            workers: 4,
+            auth_failures: 10,
+            auth_failure_window: std::time::Duration::from_secs(60),
+            trust_proxy: false,
+            connections_max: CONNECTIONS_MAX,
+            header_read_timeout: HEADER_READ_TIMEOUT,
+        }
     }
 }
 
@@ -133,14 +157,13 @@ pub async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener> {
     tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding the HTTP server to {addr}"))
 }
 
-/// Serves `router` on `listener` until `shutdown` resolves; requests in flight finish.
+/// Serves `router` on `listener` until `shutdown` resolves, within `options`' connection limit
+/// and header-read timeout (`listen`); requests in flight finish.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     router: Router,
+    options: Options,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
-    axum::serve(listener, router.into_make_service_with_connect_info::<SocketAddr>())
-        .with_graceful_shutdown(shutdown)
-        .await
-        .context("serving HTTP")
+    listen::serve(listener, router, options, shutdown).await.context("serving HTTP")
 }

@@ -1,5 +1,6 @@
 //! Claims and leases: claiming ready steps for workers (each claim a new epoch, attempt and
-//! lease), renewing a lease, and listing the expired leases, the leases of a worker and the steps
+//! lease), a worker process taking the leases in its name (each lease started by one process
+//! only), renewing a lease, and listing the expired leases, the leases of a worker and the steps
 //! the scheduler still has to drive.
 
 use std::collections::BTreeMap;
@@ -14,8 +15,10 @@ use crate::runs;
 use crate::sql::{Row, Tx, Value};
 use crate::steps::{self, STEP_COLUMNS};
 use crate::store::expiry;
+use crate::workers;
 use crate::{
     ActiveStep, ClaimRequest, Claimed, Error, JournalMeta, Lease, Outcome, Result, StepEventRecord, StepRecord,
+    WorkerIdentity,
 };
 
 const LEASE_COLUMNS: &str = "step_id, attempt, epoch, worker, expires_at";
@@ -42,12 +45,14 @@ fn sql_list<'a>(items: impl Iterator<Item = &'a str>) -> String {
 
 /// Claims each requested step that is ready (epoch + 1, `Claimed` applied, attempt and lease
 /// recorded, journaled), then re-derives each affected run once; `None` for a step that is not
-/// ready, else its lease and the step as the claim left it. Shared by the claim methods,
-/// inside the caller's transaction.
+/// ready, else its lease and the step as the claim left it. A lease claimed for `local` (the
+/// claiming process itself) is started by it at once: no worker process can take it
+/// ([`take`]). Shared by the claim methods, inside the caller's transaction.
 fn claim_batch(
     tx: &mut dyn Tx,
     journal: &mut Appender,
     claims: &[ClaimRequest],
+    local: Option<&str>,
     now: DateTime<Utc>,
     ttl_s: u32,
 ) -> Result<Vec<Option<(Lease, StepRecord)>>> {
@@ -73,12 +78,13 @@ fn claim_batch(
                 return Err(Error::Corrupt(format!("a ready step refused a claim at epoch {epoch}: {reason}")));
             }
         };
+        let runner = local.filter(|l| *l == claim.worker);
         tx.execute(
-            "INSERT INTO leases (step_id, attempt, epoch, worker, acquired_at, heartbeat_at, expires_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
+            "INSERT INTO leases (step_id, attempt, epoch, worker, acquired_at, heartbeat_at, expires_at, runner) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) \
              ON CONFLICT (step_id) DO UPDATE SET attempt = excluded.attempt, epoch = excluded.epoch, \
              worker = excluded.worker, acquired_at = excluded.acquired_at, \
-             heartbeat_at = excluded.heartbeat_at, expires_at = excluded.expires_at",
+             heartbeat_at = excluded.heartbeat_at, expires_at = excluded.expires_at, runner = excluded.runner",
             &[
                 claim.step_id.as_str().into(),
                 Value::Int(next.attempt.into()),
@@ -87,6 +93,7 @@ fn claim_batch(
                 fmt_ts(now).into(),
                 fmt_ts(now).into(),
                 expires_text.as_str().into(),
+                runner.map_or(Value::Null, Value::from),
             ],
         )?;
         let lease = Lease {
@@ -112,7 +119,7 @@ pub(crate) fn claim_one(
     now: DateTime<Utc>,
     ttl_s: u32,
 ) -> Result<Option<Lease>> {
-    let mut claimed = claim_batch(tx, &mut Appender::default(), std::slice::from_ref(claim), now, ttl_s)?;
+    let mut claimed = claim_batch(tx, &mut Appender::default(), std::slice::from_ref(claim), None, now, ttl_s)?;
     Ok(claimed.pop().flatten().map(|(lease, _)| lease))
 }
 
@@ -123,7 +130,7 @@ pub(crate) fn claim(
     now: DateTime<Utc>,
     ttl_s: u32,
 ) -> Result<Vec<Option<Lease>>> {
-    let claimed = claim_batch(tx, &mut Appender::default(), claims, now, ttl_s)?;
+    let claimed = claim_batch(tx, &mut Appender::default(), claims, None, now, ttl_s)?;
     Ok(claimed.into_iter().map(|c| c.map(|(lease, _)| lease)).collect())
 }
 
@@ -135,7 +142,7 @@ pub(crate) fn claim_to_start(
     now: DateTime<Utc>,
     ttl_s: u32,
 ) -> Result<Vec<Option<Claimed>>> {
-    let claimed = claim_batch(tx, &mut Appender::default(), claims, now, ttl_s)?;
+    let claimed = claim_batch(tx, &mut Appender::default(), claims, Some(local), now, ttl_s)?;
     claimed
         .into_iter()
         .map(|c| {
@@ -192,6 +199,39 @@ pub(crate) fn of_worker(tx: &mut dyn Tx, worker: &str) -> Result<Vec<Lease>> {
     .iter()
     .map(lease_from_row)
     .collect()
+}
+
+/// The leases in `worker`'s name that no process has started yet: what [`take`] would take.
+pub(crate) fn untaken(tx: &mut dyn Tx, worker: &str) -> Result<Vec<Lease>> {
+    tx.query(
+        &format!(
+            "SELECT {LEASE_COLUMNS} FROM leases WHERE worker = ?1 AND runner IS NULL ORDER BY acquired_at, step_id"
+        ),
+        &[worker.into()],
+    )?
+    .iter()
+    .map(lease_from_row)
+    .collect()
+}
+
+/// The body of [`crate::Store::take_leases`]: marks the untaken leases in `w`'s name as started
+/// by `w`'s process and returns them; nothing while the name is registered to another process.
+/// Each lease is taken once (every write transaction is serialised), so no two processes ever
+/// start the same attempt.
+pub(crate) fn take(tx: &mut dyn Tx, w: &WorkerIdentity) -> Result<Vec<Lease>> {
+    match workers::load(tx, &w.name)? {
+        Some(holder) if holder.instance == w.instance => {}
+        Some(holder) => return Err(workers::taken(&holder)),
+        None => return Ok(Vec::new()),
+    }
+    let leases = untaken(tx, &w.name)?;
+    for lease in &leases {
+        tx.execute(
+            "UPDATE leases SET runner = ?1 WHERE step_id = ?2 AND epoch = ?3 AND runner IS NULL",
+            &[w.instance.as_str().into(), lease.step_id.as_str().into(), Value::Int(to_i64("epoch", lease.epoch)?)],
+        )?;
+    }
+    Ok(leases)
 }
 
 /// The body of [`crate::Store::active_steps`].

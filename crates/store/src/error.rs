@@ -29,10 +29,11 @@ pub enum Error {
         /// The id asked for.
         id: String,
     },
-    /// The state URL cannot be opened as a store: unknown scheme, empty path or bad PostgreSQL URL.
-    #[error("invalid state URL {url:?}: {reason}")]
+    /// The state store's location cannot be opened as a store: unknown scheme, empty path, or a
+    /// PostgreSQL URL or `key=value` string its client refuses.
+    #[error("invalid state store location {url:?}: {reason}")]
     BadUrl {
-        /// The URL, with any password redacted.
+        /// The location as [`crate::Location`] shows it: its secrets hidden.
         url: String,
         /// What is wrong with it.
         reason: String,
@@ -59,6 +60,24 @@ pub enum Error {
     /// an overlapping backfill, an id already used); the message says with what.
     #[error("conflict: {0}")]
     Conflict(String),
+    /// A worker process asked for a name that another live worker process holds. The name is
+    /// free again when that process stops cleanly, or when its registration lapses if it died.
+    #[error(
+        "worker name {name:?} is taken by a live worker on host {host} (pid {pid}), registered since {started_at}; \
+         the name is free again when that worker stops, or at {expires_at} if it died"
+    )]
+    WorkerNameTaken {
+        /// The name asked for.
+        name: String,
+        /// The holder's machine.
+        host: String,
+        /// The holder's process id there.
+        pid: u32,
+        /// When the holder registered.
+        started_at: chrono::DateTime<chrono::Utc>,
+        /// When the holder's registration lapses unless it renews it.
+        expires_at: chrono::DateTime<chrono::Utc>,
+    },
     /// A lease was renewed with an epoch that is no longer the step's: a newer claim owns the step,
     /// or the step no longer holds a lease.
     #[error("fenced: lease epoch {got} of step {step_id} is stale; the current epoch is {current}")]

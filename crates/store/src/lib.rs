@@ -15,6 +15,7 @@ mod codec;
 mod error;
 mod journal;
 mod lineage;
+mod location;
 mod locks;
 mod metrics;
 mod migrate;
@@ -34,6 +35,7 @@ mod tokens;
 mod workers;
 
 pub use error::{Error, Result};
+pub use location::Location;
 pub use model::*;
 pub use notify::{Change, ChangeWatch};
 pub use postgres::Postgres;
@@ -44,7 +46,7 @@ pub mod pg {
     pub use crate::postgres::{SESSION_SETTINGS, WRITE_LOCK};
 }
 pub use sqlite::Sqlite;
-pub use store::{Options, PgStore, SqlStore, SqliteStore, open, open_with};
+pub use store::{Options, PgStore, SqlStore, SqliteStore, open, open_at, open_with};
 
 use chrono::{DateTime, Utc};
 
@@ -215,15 +217,23 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// attempt carries forward.
     fn checkpoints(&self, step_id: &str) -> Result<Vec<CheckpointRecord>>;
 
-    /// Registers worker `id` with `slots`, or renews its registration, until `now + ttl_s`; the
-    /// first registration (and a return after expiry) is journaled as `worker_joined`.
-    fn register_worker(&self, id: &str, slots: u32, now: DateTime<Utc>, ttl_s: u32) -> Result<()>;
-    /// Removes a worker's registration (a clean stop), journaled as `worker_left`.
-    fn deregister_worker(&self, id: &str, now: DateTime<Utc>) -> Result<()>;
+    /// Registers `worker`'s process under its name with its slots, or renews its registration,
+    /// until `now + ttl_s`; the first registration (and a return after expiry) is journaled as
+    /// `worker_joined`. [`Error::WorkerNameTaken`] while another process's registration of the
+    /// name is live: the check and the registration are one transaction, so of two processes
+    /// starting together one wins.
+    fn register_worker(&self, worker: &WorkerIdentity, now: DateTime<Utc>, ttl_s: u32) -> Result<()>;
+    /// Removes `worker`'s registration (a clean stop), journaled as `worker_left`; nothing when
+    /// the name is registered to another process.
+    fn deregister_worker(&self, worker: &WorkerIdentity, now: DateTime<Utc>) -> Result<()>;
     /// Workers whose registration is valid at `now`, by id.
     fn live_workers(&self, now: DateTime<Utc>) -> Result<Vec<WorkerRecord>>;
     /// The leases currently held in `worker`'s name: the attempts it must run.
     fn leases_of(&self, worker: &str) -> Result<Vec<Lease>>;
+    /// Takes the leases in `worker`'s name that no process has started: each is returned to one
+    /// caller only, which runs its attempt. [`Error::WorkerNameTaken`] when the name is
+    /// registered to another process (this one lost it).
+    fn take_leases(&self, worker: &WorkerIdentity) -> Result<Vec<Lease>>;
 
     /// Sets a gauge (`value` replaces the previous one); not journaled.
     fn put_metric(&self, name: &str, value: &serde_json::Value, now: DateTime<Utc>) -> Result<()>;

@@ -262,11 +262,34 @@ pub struct Decision {
     pub payload: serde_json::Value,
 }
 
+/// A worker process asking for its name: who it is, so that a second live process asking for the
+/// same name is refused, naming this one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerIdentity {
+    /// The name leases and the journal know it by (`tidegate worker --name`).
+    pub name: String,
+    /// What tells this process apart from any other that ever had the name: a random id, new
+    /// each time a worker starts.
+    pub instance: String,
+    /// The machine it runs on.
+    pub host: String,
+    /// Its process id there.
+    pub pid: u32,
+    /// Attempts it runs at once.
+    pub slots: u32,
+}
+
 /// A registered worker process.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkerRecord {
     /// The worker's id, as the worker process registered it; unique among workers.
     pub id: String,
+    /// The process holding the name ([`WorkerIdentity::instance`]).
+    pub instance: String,
+    /// The machine it runs on.
+    pub host: String,
+    /// Its process id there.
+    pub pid: u32,
     /// Attempts it runs at once.
     pub slots: u32,
     /// When the worker first registered (kept across renewals).

@@ -68,11 +68,9 @@ struct PgConn {
 }
 
 impl Postgres {
-    /// Connects to `url` (`postgres://` or `postgresql://`); one client is opened at once so that a
-    /// wrong URL fails here.
-    pub(crate) fn connect(url: &str) -> Result<Self> {
-        let config: postgres::Config =
-            url.parse().map_err(|e: postgres::Error| Error::BadUrl { url: redact(url), reason: describe(&e) })?;
+    /// Connects with `config` (a parsed [`crate::Location`]); one client is opened at once so
+    /// that a wrong location fails here.
+    pub(crate) fn connect(config: postgres::Config) -> Result<Self> {
         let driver = Self { config, idle: Mutex::new(Vec::new()), feed: Mutex::new(None) };
         let conn = driver.open_client()?;
         driver.give_back(conn);
@@ -269,7 +267,7 @@ impl<C: GenericClient> Tx for PgTx<'_, C> {
 
 /// The message of a PostgreSQL error with its server-side detail; `postgres::Error`'s Display
 /// says only "db error".
-fn describe(e: &postgres::Error) -> String {
+pub(crate) fn describe(e: &postgres::Error) -> String {
     match e.as_db_error() {
         Some(db) => match db.detail() {
             Some(detail) => format!("{}: {} ({detail})", db.severity(), db.message()),
@@ -321,53 +319,4 @@ fn is_connection_trouble(e: &postgres::Error) -> bool {
     e.is_closed()
         || io
         || ["error connecting", "error communicating", "timeout"].iter().any(|prefix| text.starts_with(prefix))
-}
-
-/// The URL with its password replaced, for error messages: secrets are never shown or stored.
-pub(crate) fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
-    let (authority, tail) = rest.split_once('/').map_or((rest, None), |(a, t)| (a, Some(t)));
-    let authority = match authority.rsplit_once('@') {
-        Some((userinfo, host)) => match userinfo.split_once(':') {
-            Some((user, _password)) => format!("{user}:***@{host}"),
-            None => authority.to_owned(),
-        },
-        None => authority.to_owned(),
-    };
-    let mut out = format!("{scheme}://{authority}");
-    if let Some(tail) = tail {
-        // A password may also be given as a query parameter.
-        let tail = tail
-            .split('&')
-            .map(|kv| {
-                if kv.starts_with("password=") || kv.contains("?password=") { redact_param(kv) } else { kv.to_owned() }
-            })
-            .collect::<Vec<_>>()
-            .join("&");
-        out.push('/');
-        out.push_str(&tail);
-    }
-    out
-}
-
-fn redact_param(kv: &str) -> String {
-    match kv.split_once("password=") {
-        Some((before, _)) => format!("{before}password=***"),
-        None => kv.to_owned(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::redact;
-
-    #[test]
-    fn urls_lose_their_passwords() {
-        assert_eq!(redact("postgres://u:secret@h:5432/db"), "postgres://u:***@h:5432/db");
-        assert_eq!(redact("postgres://u@h/db?password=secret&x=1"), "postgres://u@h/db?password=***&x=1");
-        assert_eq!(
-            redact("postgres://h/db?sslmode=disable&password=s"),
-            "postgres://h/db?sslmode=disable&password=***"
-        );
-    }
 }

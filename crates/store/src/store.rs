@@ -11,6 +11,7 @@ use chrono::{DateTime, Duration, Utc};
 use tidegate_core::state::StepEvent;
 
 use crate::codec::{fmt_ts, parse_ts};
+use crate::location::{Location, Place};
 use crate::migrate;
 use crate::notify::{Change, ChangeWatch};
 use crate::postgres::Postgres;
@@ -21,7 +22,7 @@ use crate::{
     ClaimRequest, Claimed, Decision, Error, JournalEntry, JournalHead, JournalMeta, JournalQuery, Lease, LockOutcome,
     NewStep, NewToken, Outcome, ReleaseRecord, RequestKey, RequestKeyClaim, RequestKeyRecord, Result, RunRecord,
     RunRequest, StagedRecord, StepCounts, StepEventRecord, StepRecord, Store, StoredResponse, Submission, TokenRecord,
-    VersionRecord, WorkerRecord,
+    VersionRecord, WorkerIdentity, WorkerRecord,
 };
 use crate::{
     backfill, checkpoints, claims, journal, lineage, locks, metrics, releases, request_keys, runs, scheduler_role,
@@ -73,15 +74,20 @@ impl SqlStore<Sqlite> {
 }
 
 impl SqlStore<Postgres> {
-    /// Connects to PostgreSQL at `url` and migrates its schema. To use a schema other than
-    /// `public`, set the search path in the URL: `?options=-c%20search_path%3Dmy_schema`.
-    pub fn connect(url: &str) -> Result<Self> {
-        Self::connect_with(url, Options::default())
+    /// Connects to PostgreSQL at `location` (a URL or a libpq `key=value` string) and migrates
+    /// its schema. To use a schema other than `public`, set the search path in it:
+    /// `?options=-c%20search_path%3Dmy_schema`.
+    pub fn connect(location: &str) -> Result<Self> {
+        Self::connect_with(location, Options::default())
     }
 
-    /// Connects to PostgreSQL at `url` like [`SqlStore::connect`], with `options`.
-    pub fn connect_with(url: &str, options: Options) -> Result<Self> {
-        Self::new(Postgres::connect(url)?, options)
+    /// Connects to PostgreSQL at `location` like [`SqlStore::connect`], with `options`.
+    pub fn connect_with(location: &str, options: Options) -> Result<Self> {
+        let location = Location::parse(location)?;
+        let Some(config) = location.postgres_config() else {
+            return Err(Error::BadUrl { url: location.to_string(), reason: "not a PostgreSQL location".into() });
+        };
+        Self::new(Postgres::connect(config.clone())?, options)
     }
 }
 
@@ -102,32 +108,26 @@ impl<D: Driver> SqlStore<D> {
     }
 }
 
-/// Opens the store a workspace names: a file path or `sqlite://path` for SQLite, or a
-/// `postgres://` / `postgresql://` URL.
-pub fn open(url: &str) -> Result<std::sync::Arc<dyn Store>> {
-    open_with(url, Options::default())
+/// Opens the store a workspace names ([`Location::parse`]): a file path or `sqlite://path` for
+/// SQLite, or a `postgres://` / `postgresql://` URL or libpq `key=value` string for PostgreSQL.
+pub fn open(location: &str) -> Result<std::sync::Arc<dyn Store>> {
+    open_with(location, Options::default())
 }
 
 /// Opens the store a workspace names, like [`open`], with `options`; [`Error::BadUrl`] for an
-/// unknown scheme or an empty path.
-pub fn open_with(url: &str, options: Options) -> Result<std::sync::Arc<dyn Store>> {
-    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        return Ok(std::sync::Arc::new(PgStore::connect_with(url, options)?));
-    }
-    let path = match url.strip_prefix("sqlite://") {
-        Some(path) => path,
-        None if url.contains("://") => {
-            return Err(Error::BadUrl {
-                url: crate::postgres::redact(url),
-                reason: "unknown scheme; expected a file path, sqlite://PATH, postgres:// or postgresql://".into(),
-            });
+/// unknown scheme, an empty path or a connection string PostgreSQL's client refuses.
+pub fn open_with(location: &str, options: Options) -> Result<std::sync::Arc<dyn Store>> {
+    open_at(&Location::parse(location)?, options)
+}
+
+/// Opens the store at a parsed `location`, creating and migrating it on first use.
+pub fn open_at(location: &Location, options: Options) -> Result<std::sync::Arc<dyn Store>> {
+    match location.place() {
+        Place::Sqlite(path) => Ok(std::sync::Arc::new(SqliteStore::open_with(path, options)?)),
+        Place::Postgres(config) => {
+            Ok(std::sync::Arc::new(PgStore::new(Postgres::connect((**config).clone())?, options)?))
         }
-        None => url,
-    };
-    if path.is_empty() {
-        return Err(Error::BadUrl { url: url.to_owned(), reason: "the SQLite path is empty".into() });
     }
-    Ok(std::sync::Arc::new(SqliteStore::open_with(path, options)?))
 }
 
 /// `now + ttl_s`, rounded down to what the database stores, so that the lease a caller holds
@@ -441,16 +441,16 @@ impl<D: Driver> Store for SqlStore<D> {
             .map_err(|e| e.context(&format!("listing the checkpoints of step {step_id}")))
     }
 
-    fn register_worker(&self, id: &str, slots: u32, now: DateTime<Utc>, ttl_s: u32) -> Result<()> {
+    fn register_worker(&self, worker: &WorkerIdentity, now: DateTime<Utc>, ttl_s: u32) -> Result<()> {
         self.driver
-            .write(|tx| workers::register(tx, id, slots, now, ttl_s))
-            .map_err(|e| e.context(&format!("registering worker {id}")))
+            .write(|tx| workers::register(tx, worker, now, ttl_s))
+            .map_err(|e| e.context(&format!("registering worker {}", worker.name)))
     }
 
-    fn deregister_worker(&self, id: &str, now: DateTime<Utc>) -> Result<()> {
+    fn deregister_worker(&self, worker: &WorkerIdentity, now: DateTime<Utc>) -> Result<()> {
         self.driver
-            .write(|tx| workers::deregister(tx, id, now))
-            .map_err(|e| e.context(&format!("deregistering worker {id}")))
+            .write(|tx| workers::deregister(tx, worker, now))
+            .map_err(|e| e.context(&format!("deregistering worker {}", worker.name)))
     }
 
     fn live_workers(&self, now: DateTime<Utc>) -> Result<Vec<WorkerRecord>> {
@@ -461,6 +461,15 @@ impl<D: Driver> Store for SqlStore<D> {
         self.driver
             .read(|tx| claims::of_worker(tx, worker))
             .map_err(|e| e.context(&format!("listing the leases of worker {worker}")))
+    }
+
+    fn take_leases(&self, worker: &WorkerIdentity) -> Result<Vec<Lease>> {
+        let what = || format!("taking the leases of worker {}", worker.name);
+        // Most looks find nothing new: a read, and a write only when there is a lease to take.
+        if self.driver.read(|tx| claims::untaken(tx, &worker.name)).map_err(|e| e.context(&what()))?.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.driver.write(|tx| claims::take(tx, worker)).map_err(|e| e.context(&what()))
     }
 
     fn put_metric(&self, name: &str, value: &serde_json::Value, now: DateTime<Utc>) -> Result<()> {

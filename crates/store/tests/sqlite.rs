@@ -18,8 +18,16 @@ fn open_accepts_paths_and_sqlite_urls() {
     let err = tidegate_store::open("mysql://u:secret@h/db").expect_err("unknown scheme");
     assert_eq!(
         err.to_string(),
-        "invalid state URL \"mysql://u:***@h/db\": unknown scheme; expected a file path, sqlite://PATH, postgres:// or postgresql://"
+        "invalid state store location \"mysql://u:***@h/db\": unknown scheme; expected a file path, sqlite://PATH, \
+         postgres://, postgresql:// or a libpq key=value string"
     );
+    // A libpq key=value string is a PostgreSQL location (here one nobody listens on), never a
+    // SQLite file named with its password.
+    let key_value = "host=127.0.0.1 port=1 user=ana password=hunter2 dbname=tidegate";
+    let err = tidegate_store::open(key_value).expect_err("nobody listens on port 1");
+    assert!(matches!(err, tidegate_store::Error::Unavailable(_)), "{err}");
+    assert!(!err.to_string().contains("hunter2"), "{err}");
+    assert!(!std::path::Path::new(key_value).exists(), "a file named with the password");
 }
 
 /// Two processes creating one store together (two `tidegate run`s on a new workspace) once

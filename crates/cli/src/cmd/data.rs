@@ -96,8 +96,8 @@ pub fn print_batches(batches: &[RecordBatch], format: &Format) -> Result<()> {
     if format.json {
         println!("{}", std::str::from_utf8(&data::json_rows(batches)?)?);
     } else if format.csv {
-        let mut w = arrow::csv::Writer::new(std::io::stdout());
-        for b in batches {
+        let mut w = arrow::csv::Writer::new(crate::output::Stdout);
+        for b in batches.iter().take_while(|_| !crate::output::stdout_gone()) {
             w.write(b)?;
         }
     } else {

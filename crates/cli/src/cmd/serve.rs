@@ -31,7 +31,7 @@ use crate::output;
 /// process); with `--read-only` it is a read-only replica: nothing runs and changes are refused.
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Examples:\n  tidegate serve\n  tidegate serve --tick-every-s 10 --workers 8\n  tidegate serve --workers 0   # attempts run in `tidegate worker` processes\n  tidegate serve --http 127.0.0.1:8080\n  tidegate serve --http 127.0.0.1:8081 --read-only   # a read-only replica"
+    after_help = "Examples:\n  tidegate serve\n  tidegate serve --tick-every-s 10 --workers 8\n  tidegate serve --workers 0   # attempts run in `tidegate worker` processes\n  tidegate serve --http 127.0.0.1:8080\n  tidegate serve --http 127.0.0.1:8080 --trust-proxy   # behind nginx, which sets X-Forwarded-For\n  tidegate serve --http 127.0.0.1:8081 --read-only   # a read-only replica"
 )]
 pub struct Args {
     /// Seconds between schedule evaluations.
@@ -54,6 +54,11 @@ pub struct Args {
     /// Serve the HTTP API only, as a read-only replica: no scheduling, no work, changes refused.
     #[arg(long, requires = "http")]
     pub read_only: bool,
+    /// The HTTP API is reached through a reverse proxy that appends the client's address to
+    /// X-Forwarded-For: count failed authentications (and journal requests) by that address, not
+    /// the proxy's. Give it only when every request comes through that proxy.
+    #[arg(long, requires = "http")]
+    pub trust_proxy: bool,
 }
 
 pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
@@ -70,13 +75,20 @@ pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
                 let server = tidegate_server::Options {
                     writable: !args.read_only,
                     workers: options.workers,
+                    trust_proxy: args.trust_proxy,
+                    connections_max: connections_max(),
                     ..tidegate_server::Options::default()
                 };
                 let router = tidegate_server::router(ws.clone(), store.clone(), server);
                 let listener = tidegate_server::bind(addr).await?;
                 let local = listener.local_addr().context("reading the HTTP server's address")?;
-                info!(addr = %local, read_only = args.read_only, "tidegate serve: HTTP API on http://{local}");
-                Some(tokio::spawn(tidegate_server::serve(listener, router, stopped(stop.clone()))))
+                info!(
+                    addr = %local,
+                    read_only = args.read_only,
+                    connections_max = server.connections_max,
+                    "tidegate serve: HTTP API on http://{local}"
+                );
+                Some(tokio::spawn(tidegate_server::serve(listener, router, server, stopped(stop.clone()))))
             }
         };
         if args.no_scheduler || args.read_only {
@@ -113,7 +125,8 @@ pub struct WorkerArgs {
     /// Attempts this worker runs at once.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1024), allow_negative_numbers = true)]
     pub slots: u32,
-    /// The worker's name in leases and the journal (default: worker-<host>-<pid>).
+    /// The worker's name in leases and the journal (default: worker-<host>-<pid>). One live
+    /// worker per name: a worker started under a name another live worker holds is refused.
     #[arg(long)]
     pub name: Option<String>,
     /// The folder attempts write their output, logs and checkpoint files in (default: the
@@ -165,6 +178,17 @@ pub fn worker(ws: Option<&Path>, actor: &Actor, args: WorkerArgs) -> Result<Exit
             s.rejected
         );
     })
+}
+
+/// The HTTP connections `serve` keeps open at once: [`tidegate_server::CONNECTIONS_MAX`], or half
+/// the open files this process may have if that is fewer (the store, the lake and the attempts
+/// need the rest). The soft limit is raised to the hard one first, as servers do: a soft limit
+/// of 256 or 1024 is a default, not a decision.
+fn connections_max() -> usize {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else { return tidegate_server::CONNECTIONS_MAX };
+    let soft = if hard > soft && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() { hard } else { soft };
+    usize::try_from(soft / 2).unwrap_or(usize::MAX).clamp(1, tidegate_server::CONNECTIONS_MAX)
 }
 
 /// The variable naming a worker's working folder when `--work-dir` is not given (`tidegate logs`

@@ -147,3 +147,42 @@ fn a_declared_secret_reaches_no_response_log_metric_lineage_event_or_file() {
     assert!(std::fs::read_to_string(ws.join(".tidegate/openlineage.jsonl")).is_ok_and(|l| l.lines().count() >= 4));
     assert!(std::fs::read_to_string(ws.join("serve.log")).is_ok_and(|l| l.contains("answered")));
 }
+
+/// A task that writes its secret into its data (a column's smallest and largest value): the data
+/// is the task's to keep, but the store keeps none of it. The store once held it in each staged
+/// file's Delta statistics, beside the column statistics that hide it.
+#[test]
+fn a_secret_in_a_tasks_data_is_kept_by_no_column_of_the_store() {
+    let dir = TestWorkspace::new(format!(
+        r#"
+[project]
+name = "canary_data"
+
+[datasets.tokens]
+partitioning = {{ grain = "day", start = "2024-01-01" }}
+write = {{ mode = "replace" }}
+columns = [{{ name = "id", type = "int64" }}, {{ name = "token", type = "string" }}]
+
+[tasks.copy]
+command = ["sh", "-c", "printf 'id,token\n1,%s\n' \"${CANARY_VAR}\" > \"$TIDEGATE_OUTPUT_DIR/tokens.csv\""]
+outputs = ["tokens"]
+secrets = ["{CANARY_VAR}"]
+"#
+    ));
+    let ws = dir.path();
+    let out = tidegate(ws).args(["run", "copy", "--partition", "2024-01-01"]).output().expect("run");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let state = crate::common::state(ws);
+    let mut held = Vec::new();
+    for table in state.tables() {
+        for (column, text) in state.text_cells(&table) {
+            if text.contains(CANARY) {
+                held.push(format!("{table}.{column}"));
+            }
+        }
+    }
+    assert_eq!(held, Vec::<String>::new(), "store columns holding the secret");
+    let table = crate::common::table(ws, "tokens");
+    let adds = crate::common::adds(&table, crate::common::latest_version(&table));
+    assert_eq!(adds.len(), 1, "the task's data was published: {adds:?}");
+}

@@ -30,6 +30,8 @@ mod suite {
     mod failpoints;
     mod fencing;
     mod lineage;
+    mod locations;
+    mod pipes;
     mod pointer;
     mod remote;
     mod retries;

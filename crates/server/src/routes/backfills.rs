@@ -6,6 +6,7 @@ use axum::Json;
 use axum::extract::State as Shared;
 use axum::http::StatusCode;
 use serde::Deserialize;
+use tidegate_app::actor::Access;
 use tidegate_app::backfill::{self, Begun, PlanRequest, Reprocess};
 use tidegate_app::listing::Page;
 use tidegate_core::actor::Actor;
@@ -73,9 +74,10 @@ pub(crate) struct PlanBody {
 pub(crate) async fn plan(
     Shared(state): Shared<State>,
     caller: Caller,
-    Body(body): Body<PlanBody>,
+    body: Body<PlanBody>,
 ) -> Result<(StatusCode, Json<backfill::Planned>), Problem> {
     writable(&state, &caller)?;
+    let body = body.read(&caller.0, Access::ChangeBackfill)?;
     let actor = caller.0;
     let reprocess = match body.reprocess.as_deref().unwrap_or("all").parse::<Reprocess>() {
         Ok(r) => r,
@@ -215,9 +217,10 @@ pub(crate) async fn rollback(
     Shared(state): Shared<State>,
     caller: Caller,
     Path(id): Path<String>,
-    Body(body): Body<ReasonBody>,
+    body: Body<ReasonBody>,
 ) -> Result<Json<backfill::RolledBack>, Problem> {
     writable(&state, &caller)?;
+    let body = body.read(&caller.0, Access::ChangeBackfill)?;
     let actor = caller.0;
     let reason = body.reason.unwrap_or_else(|| "rolled back over HTTP".to_owned());
     call(&state, move |ws, store| backfill::rollback(ws, store, &actor, &id, &reason, super::runs::LOCK_WAIT)).await
@@ -231,9 +234,10 @@ pub(crate) async fn pause(
     Shared(state): Shared<State>,
     caller: Caller,
     Path(id): Path<String>,
-    Body(body): Body<ReasonBody>,
+    body: Body<ReasonBody>,
 ) -> Result<Json<BackfillRecord>, Problem> {
     writable(&state, &caller)?;
+    let body = body.read(&caller.0, Access::ChangeBackfill)?;
     let actor = caller.0;
     call(&state, move |ws, store| backfill::pause(ws, store.as_ref(), &actor, &id, body.reason.as_deref())).await
 }
@@ -246,9 +250,10 @@ pub(crate) async fn cancel(
     Shared(state): Shared<State>,
     caller: Caller,
     Path(id): Path<String>,
-    Body(body): Body<ReasonBody>,
+    body: Body<ReasonBody>,
 ) -> Result<Json<backfill::Cancelled>, Problem> {
     writable(&state, &caller)?;
+    let body = body.read(&caller.0, Access::ChangeBackfill)?;
     let actor = caller.0;
     call(&state, move |ws, store| backfill::cancel(ws, store.as_ref(), &actor, &id, body.reason.as_deref())).await
 }

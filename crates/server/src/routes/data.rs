@@ -5,6 +5,7 @@ use axum::Json;
 use axum::extract::State as Shared;
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
+use tidegate_app::actor::Access;
 use tidegate_app::listing::Page;
 use tidegate_lake::QueryLimits;
 use tidegate_lake::arrow::record_batch::RecordBatch;
@@ -73,9 +74,10 @@ pub(crate) async fn rollback_release(
     Shared(state): Shared<State>,
     caller: Caller,
     Path(id): Path<String>,
-    Body(body): Body<UndoBody>,
+    body: Body<UndoBody>,
 ) -> Result<Json<tidegate_app::rollback::Undone>, Problem> {
     writable(&state, &caller)?;
+    let body = body.read(&caller.0, Access::ChangeTables)?;
     let actor = caller.0;
     let request = body.request(tidegate_app::rollback::Unit::Release(id));
     call(&state, move |ws, store| tidegate_app::rollback::undo(ws, store, &actor, &request)).await
@@ -176,8 +178,9 @@ pub(crate) struct SqlBody {
 pub(crate) async fn sql(
     Shared(state): Shared<State>,
     Caller(actor): Caller,
-    Body(body): Body<SqlBody>,
+    body: Body<SqlBody>,
 ) -> Result<Json<Rows>, Problem> {
+    let body = body.read(&actor, Access::Read)?;
     let request =
         tidegate_app::data::SqlRequest { query: body.query, limits: QueryLimits::default(), release: body.release };
     call(&state, move |ws, _| to_rows(&tidegate_app::data::sql(ws, &actor, &request)?)).await
@@ -214,9 +217,10 @@ pub(crate) async fn rollback_dataset(
     Shared(state): Shared<State>,
     caller: Caller,
     Path(name): Path<String>,
-    Body(body): Body<DatasetRollbackBody>,
+    body: Body<DatasetRollbackBody>,
 ) -> Result<Json<tidegate_app::rollback::RolledBack>, Problem> {
     writable(&state, &caller)?;
+    let body = body.read(&caller.0, Access::ChangeTables)?;
     let actor = caller.0;
     let request = tidegate_app::rollback::RollbackRequest {
         dataset: name,

@@ -84,10 +84,10 @@ pub(crate) async fn list(
 pub(crate) async fn submit(
     Shared(state): Shared<State>,
     caller: Caller,
-    Body(body): Body<SubmitBody>,
+    body: Body<SubmitBody>,
 ) -> Result<(StatusCode, Json<tidegate_app::submit::Submitted>), Problem> {
     writable(&state, &caller)?;
-    let target = body.target()?;
+    let target = body.read(&caller.0, Access::RunWork)?.target()?;
     let actor = caller.0;
     let request = tidegate_app::submit::SubmitRequest {
         target,
@@ -167,9 +167,10 @@ pub(crate) async fn cancel(
     Shared(state): Shared<State>,
     caller: Caller,
     Path(id): Path<String>,
-    Body(body): Body<super::ReasonBody>,
+    body: Body<super::ReasonBody>,
 ) -> Result<Json<tidegate_app::run::Cancelled>, Problem> {
     writable(&state, &caller)?;
+    let body = body.read(&caller.0, Access::RunWork)?;
     let actor = caller.0;
     let reason = body.reason.unwrap_or_else(|| "cancelled over HTTP".to_owned());
     call(&state, move |ws, store| tidegate_app::run::cancel(ws, store.as_ref(), &actor, &id, &reason)).await
@@ -209,9 +210,10 @@ pub(crate) async fn rollback(
     Shared(state): Shared<State>,
     caller: Caller,
     Path(id): Path<String>,
-    Body(body): Body<UndoBody>,
+    body: Body<UndoBody>,
 ) -> Result<Json<tidegate_app::rollback::Undone>, Problem> {
     writable(&state, &caller)?;
+    let body = body.read(&caller.0, Access::ChangeTables)?;
     let actor = caller.0;
     let request = body.request(tidegate_app::rollback::Unit::Run(id));
     call(&state, move |ws, store| tidegate_app::rollback::undo(ws, store, &actor, &request)).await

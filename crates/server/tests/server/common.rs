@@ -161,7 +161,7 @@ impl Server {
             .block_on(tidegate_server::bind(SocketAddr::from(([127, 0, 0, 1], 0))))
             .expect("binding a free port");
         let addr = listener.local_addr().expect("the bound address");
-        runtime.spawn(tidegate_server::serve(listener, router, async move {
+        runtime.spawn(tidegate_server::serve(listener, router, options, async move {
             let _ = rx.await;
         }));
         Server { addr, ws, store, stop: Some(tx), runtime: Some(runtime) }

@@ -188,3 +188,33 @@ fn every_route_answers_401_and_403_exactly_where_access_puts_them() {
     }
     assert_eq!(checked, routes().len() * 8);
 }
+
+/// A caller below a route's role learns nothing of its requests' shape: the role is checked
+/// before the body is read, so a malformed body (wrong fields, not JSON, no body) gets the same
+/// 403 as a good one, on every route of the matrix that takes one.
+#[test]
+fn a_caller_without_the_role_is_refused_before_the_body_is_read() {
+    let dir = crate::common::workspace(&crate::common::spec("SUM(v)"));
+    let server = Server::start(&dir);
+    let viewer = server.token("vi", Role::Viewer);
+    let bad_bodies = [json!({ "no_such_field": 1 }), json!("not an object"), json!([])];
+    let mut checked = 0;
+    for (method, path, _, access) in routes() {
+        let above_viewer = access.is_some_and(|a| Role::Viewer < a.role());
+        if method != "POST" || !above_viewer {
+            continue;
+        }
+        for (i, body) in bad_bodies.iter().enumerate() {
+            let key = format!("bad-body:{path}:{i}");
+            let r = request_with(server.addr, method, path, Some(&viewer), &[("Idempotency-Key", &key)], Some(body));
+            assert_eq!(
+                (r.status, r.json()["code"].clone()),
+                (403, json!("forbidden")),
+                "POST {path} {body}: {}",
+                r.body
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 3 * 10, "every write route with a body: {checked}");
+}

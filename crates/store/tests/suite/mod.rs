@@ -11,7 +11,7 @@ use tidegate_core::state::{RunStatus, StepEvent, StepStatus};
 use tidegate_store::{
     Approval, BackfillRecord, BackfillStatus, CheckpointRecord, Claim, Error, IN_FLIGHT_TIMEOUT_S, JournalEntry,
     JournalQuery, Lease, LockOutcome, NewToken, Outcome, Priority, ReleaseKind, ReleaseRecord, RunRecord, RunRequest,
-    SqlStore, StagedRecord, StepEventRecord, StepRecord, Store, Throttle,
+    SqlStore, StagedRecord, StepEventRecord, StepRecord, Store, Throttle, WorkerIdentity,
 };
 use tidegate_testkit::fixed_instant;
 use tidegate_testkit::store::{
@@ -79,6 +79,9 @@ macro_rules! all_backend_tests {
             scheduler_role_is_held_by_one_owner_until_it_expires,
             a_dataset_lock_is_held_by_one_owner_per_dataset_until_it_expires,
             workers_register_renew_expire_and_see_their_leases,
+            a_worker_name_is_held_by_one_live_process_until_it_stops_or_lapses,
+            racing_registrations_of_one_name_let_exactly_one_process_in,
+            each_lease_is_taken_by_one_process_only,
             overlapping_backfill_is_refused_naming_the_first,
             backfill_changes_are_compare_and_set_and_journaled,
             a_run_stays_running_while_any_step_is_active_and_then_takes_its_outcome,
@@ -101,9 +104,11 @@ macro_rules! all_backend_tests {
 mod counts;
 mod notify;
 mod request_keys;
+mod workers;
 pub use counts::*;
 pub use notify::*;
 pub use request_keys::*;
+pub use workers::*;
 
 // ---- helpers ---------------------------------------------------------------------------------
 
@@ -113,6 +118,19 @@ fn t0() -> DateTime<Utc> {
 
 fn secs(n: i64) -> Duration {
     Duration::seconds(n)
+}
+
+/// A worker process named `name`, told apart by `instance` (its host `host-<instance>`, its pid
+/// derived from it), offering `slots`.
+fn worker(name: &str, instance: &str, slots: u32) -> WorkerIdentity {
+    let pid = instance.bytes().map(u32::from).sum();
+    WorkerIdentity {
+        name: name.to_owned(),
+        instance: instance.to_owned(),
+        host: format!("host-{instance}"),
+        pid,
+        slots,
+    }
 }
 
 /// A run of `n` independent steps.
@@ -1306,13 +1324,15 @@ pub fn workers_register_renew_expire_and_see_their_leases(t: &StoreUnderTest) {
     let live = |at_s: i64| -> Vec<(String, u32)> {
         store.live_workers(t0() + secs(at_s)).expect("listing").into_iter().map(|w| (w.id, w.slots)).collect()
     };
-    store.register_worker("w-a", 2, t0(), 30).expect("registering");
-    store.register_worker("w-b", 4, t0(), 10).expect("registering");
+    let (w_a, w_b) = (worker("w-a", "a1", 2), worker("w-b", "b1", 4));
+    store.register_worker(&w_a, t0(), 30).expect("registering");
+    store.register_worker(&w_b, t0(), 10).expect("registering");
     assert_eq!(live(5), [("w-a".to_owned(), 2), ("w-b".to_owned(), 4)]);
     assert_eq!(live(11), [("w-a".to_owned(), 2)], "a registration not renewed expires");
-    store.register_worker("w-a", 3, t0() + secs(20), 30).expect("renewing");
+    let w_a = WorkerIdentity { slots: 3, ..w_a };
+    store.register_worker(&w_a, t0() + secs(20), 30).expect("renewing");
     assert_eq!(live(45), [("w-a".to_owned(), 3)], "a renewal extends the registration and updates slots");
-    store.register_worker("w-b", 4, t0() + secs(46), 30).expect("coming back");
+    store.register_worker(&w_b, t0() + secs(46), 30).expect("coming back");
     let joined: Vec<String> =
         all_entries(store).into_iter().filter(|e| e.kind == "worker_joined").map(|e| e.actor).collect();
     assert_eq!(joined, ["w-a", "w-b", "w-b"], "joining and returning are journaled, renewals are not");
@@ -1351,8 +1371,8 @@ pub fn workers_register_renew_expire_and_see_their_leases(t: &StoreUnderTest) {
     );
     assert_eq!(e.payload, serde_json::json!({"by_run": "run-8"}));
 
-    store.deregister_worker("w-a", t0() + secs(50)).expect("leaving");
-    store.deregister_worker("w-unknown", t0() + secs(50)).expect("leaving twice is harmless");
+    store.deregister_worker(&w_a, t0() + secs(50)).expect("leaving");
+    store.deregister_worker(&worker("w-unknown", "u1", 1), t0() + secs(50)).expect("leaving twice is harmless");
     assert_eq!(live(51), [("w-b".to_owned(), 4)]);
     assert_eq!(last_entry(store).kind, "worker_left");
     assert_chain_intact(store);
