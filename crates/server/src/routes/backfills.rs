@@ -188,9 +188,10 @@ pub(crate) async fn approve(
     Shared(state): Shared<State>,
     caller: Caller,
     Path(id): Path<String>,
-    Body(body): Body<ApproveBody>,
+    body: Body<ApproveBody>,
 ) -> Result<Json<BackfillRecord>, Problem> {
     writable(&state, &caller)?;
+    let body = body.read(&caller.0, Access::ApproveBackfill)?;
     let actor = caller.0;
     let request = backfill::ApproveRequest { id, comparison: body.comparison };
     call(&state, move |ws, store| backfill::approve(ws, store.as_ref(), &actor, &request)).await
