@@ -116,7 +116,8 @@ fn lake_kind(e: &tidegate_lake::Error) -> Option<Kind> {
         | E::Query { .. }
         | E::UnknownTable { .. }
         | E::ReadOnlyQuery { .. }
-        | E::QueryLimit { .. } => Some(Kind::Invalid),
+        | E::QueryLimit { .. }
+        | E::QueryFault { .. } => Some(Kind::Invalid),
         E::UnknownDataset { .. } | E::UnknownVersion { .. } => Some(Kind::NotFound),
         E::Conflict { .. }
         | E::MovedSinceApproval { .. }

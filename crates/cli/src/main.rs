@@ -159,7 +159,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 /// quietly, as `cat` does. Rust ignores SIGPIPE, so a write to the closed pipe fails instead of
 /// killing the process; `println!` turns that failure into a panic, which this hook ends with a
 /// clean exit wherever in any command it happens. (Restoring SIGPIPE's default would need
-/// `unsafe`, which the workspace forbids.) Every other panic keeps the default report.
+/// `unsafe`, which the workspace forbids.) A panic the lake reports as a query's error is not
+/// printed; every other panic keeps the default report.
 fn quiet_on_closed_pipe() {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
@@ -171,6 +172,11 @@ fn quiet_on_closed_pipe() {
             .unwrap_or("");
         if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
             std::process::exit(0);
+        }
+        // A panic inside a query (Arrow or DataFusion) is caught by the lake and reported as the
+        // query's error, naming what ran out: its panic text would only repeat it, worse.
+        if tidegate_lake::is_reported_panic(info.location()) {
+            return;
         }
         default(info);
     }));

@@ -45,11 +45,37 @@ pub struct Options {
     pub auth_failures: u32,
     /// The window failed authentications are counted in.
     pub auth_failure_window: std::time::Duration,
+    /// The limits of one SQL query over HTTP (`POST /api/sql`): a viewer's query shares the
+    /// process with the scheduler, so they are lower than `tidegate sql`'s ([`HTTP_QUERY_LIMITS`]).
+    pub sql_limits: tidegate_lake::QueryLimits,
+    /// How many SQL queries over HTTP may run at once; one more is refused (429).
+    pub sql_queries_at_once: usize,
 }
+
+/// The default limits of one SQL query over HTTP: 256 MiB of memory, 30 s, and a result of at
+/// most 10,000 rows and 32 MiB.
+pub const HTTP_QUERY_LIMITS: tidegate_lake::QueryLimits = tidegate_lake::QueryLimits {
+    memory_mb: 256,
+    time_s: 30,
+    max_rows: Some(10_000),
+    max_result_mb: Some(32),
+    set_by: tidegate_lake::LimitsSetBy::Server,
+};
+
+/// How many SQL queries over HTTP run at once by default: with [`HTTP_QUERY_LIMITS`], at most
+/// 512 MiB of the server's memory goes to viewers' queries.
+pub const HTTP_QUERIES_AT_ONCE: usize = 2;
 
 impl Default for Options {
     fn default() -> Self {
-        Self { writable: true, workers: 4, auth_failures: 10, auth_failure_window: std::time::Duration::from_secs(60) }
+        Self {
+            writable: true,
+            workers: 4,
+            auth_failures: 10,
+            auth_failure_window: std::time::Duration::from_secs(60),
+            sql_limits: HTTP_QUERY_LIMITS,
+            sql_queries_at_once: HTTP_QUERIES_AT_ONCE,
+        }
     }
 }
 
@@ -67,6 +93,8 @@ pub(crate) struct State {
     pub(crate) monitor: Arc<Monitor>,
     /// Failed store and lake calls that requests met.
     pub(crate) request_errors: Arc<metrics::RequestErrors>,
+    /// A permit per SQL query over HTTP running now ([`Options::sql_queries_at_once`]).
+    pub(crate) sql_slots: Arc<tokio::sync::Semaphore>,
 }
 
 /// The API's routes over `ws` and `store`, with the OpenAPI document they generate served at
@@ -86,6 +114,7 @@ pub fn router(ws: Arc<Workspace>, store: Arc<dyn Store>, options: Options) -> Ro
         polled: polled.clone(),
         monitor,
         request_errors: request_errors.clone(),
+        sql_slots: Arc::new(tokio::sync::Semaphore::new(options.sql_queries_at_once.max(1))),
     };
     let (router, api) = routes::api().split_for_parts();
     let keys = idempotency::Keys::new(state.clone(), &api);

@@ -55,6 +55,7 @@ fn slice(value: &str, counts: [u64; 5]) -> SliceDelta {
 fn text_column(name: &str, null_rate_before: f64, null_rate_after: f64) -> ColumnDelta {
     ColumnDelta {
         column: name.to_owned(),
+        type_change: None,
         sum_before: None,
         sum_after: None,
         min_before: None,
@@ -120,6 +121,7 @@ async fn keyed_comparison_counts_rows_and_moves_columns_per_partition() {
             text_column("name", 0.0, 0.0),
             ColumnDelta {
                 column: "value".to_owned(),
+                type_change: None,
                 sum_before: Some(100.0),
                 sum_after: Some(115.0),
                 min_before: Some(10.0),
@@ -372,6 +374,72 @@ async fn a_schema_change_is_flagged_and_named() {
         lake.compare(&CompareSpec { flags: quiet, ..by_default }, Some(version), &backfill).await.expect("compare");
     assert_eq!(comparison.schema_changes, vec!["adds column score"], "still named");
     assert!(comparison.partitions[0].flagged.is_empty(), "{:?}", comparison.partitions[0].flagged);
+}
+
+/// `value` in `ds`'s columns declared as `data_type`.
+fn with_value_type(ds: &Dataset, data_type: &str) -> Dataset {
+    let mut ds = ds.clone();
+    for c in ds.columns.iter_mut().filter(|c| c.name == "value") {
+        c.data_type = data_type.to_owned();
+    }
+    ds
+}
+
+/// Rows of `(id, value)` with `value` a float64.
+fn float_rows(rows: &[(i64, f64)]) -> RecordBatch {
+    let ids: Vec<i64> = rows.iter().map(|r| r.0).collect();
+    let values: Vec<f64> = rows.iter().map(|r| r.1).collect();
+    batch(vec![("id", ints(&ids)), ("value", floats(&values))])
+}
+
+/// Issue 31, item 8: a backfill that widens `value` from int64 to float64 and moves 1 to 1.5 is
+/// a changed row, not "nothing changed": before and after are compared in a type that holds both
+/// (never the old one), the samples show the values as they are, and the column's type change is
+/// named on the column and in the comparison. The class: no value is converted lossily to be
+/// compared, so 2^53 + 1 against the float64 nearest to it is a change too, by key and as multisets.
+#[tokio::test]
+async fn a_widening_backfill_is_compared_in_the_wider_type() {
+    let (_dir, lake) = lake().await;
+    let ds = sales();
+    let big = 9_007_199_254_740_993_i64; // 2^53 + 1: no float64 holds it
+    let published = rows(&[(1, Some(1), None), (2, Some(2), None), (3, Some(big), None)], None);
+    let version = put(&lake, &ds, &[part("eu")], published, "eu-1").await;
+
+    let widened = with_value_type(&ds, "float64");
+    let after = float_rows(&[(1, 1.5), (2, 2.0), (3, big as f64)]);
+    let backfill = vec![stage(&lake, &widened, "bf-eu", &[part("eu")], vec![after]).await];
+
+    let keys = strings(&["id"]);
+    let keyed = lake.compare(&spec(&widened, &keys, &[]), Some(version), &backfill).await.expect("compare");
+    assert_eq!(keyed.schema_changes, vec!["column value changed from int64 to float64"]);
+    let eu = &keyed.partitions[0];
+    assert_eq!((eu.n_added, eu.n_removed, eu.n_changed), (0, 0, 2), "ids 1 and 3 changed; 2 is 2.0");
+    assert_eq!(
+        eu.sample_changed,
+        vec![
+            json!({"key": {"id": 1}, "before": {"value": 1}, "after": {"value": 1.5}}),
+            json!({"key": {"id": 3}, "before": {"value": big}, "after": {"value": big as f64}}),
+        ]
+    );
+    let value = eu.columns.iter().find(|c| c.column == "value").expect("value");
+    assert_eq!(value.type_change.as_deref(), Some("int64 -> float64"));
+    assert_eq!((value.min_before, value.min_after), (Some(1.0), Some(1.5)));
+    let name = eu.columns.iter().find(|c| c.column == "name").expect("name");
+    assert_eq!(name.type_change, None, "a column whose type stays says nothing");
+
+    let multisets = lake.compare(&spec(&widened, &[], &[]), Some(version), &backfill).await.expect("compare");
+    let eu = &multisets.partitions[0];
+    assert_eq!((eu.n_added, eu.n_removed, eu.n_changed), (2, 2, 0), "{:?}", eu.sample_added);
+
+    // Narrowing (float64 to int64) is compared in float64: 1.5 against 1 is a change too.
+    let prices = Dataset { name: "prices".to_owned(), ..widened };
+    let narrowed_ds = Dataset { name: "prices".to_owned(), ..ds };
+    let floats_published = put(&lake, &prices, &[part("us")], float_rows(&[(1, 1.5), (2, 2.0)]), "us-1").await;
+    let ints_staged = rows(&[(1, Some(1), None), (2, Some(2), None)], None);
+    let narrowed = vec![stage(&lake, &narrowed_ds, "bf-us", &[part("us")], vec![ints_staged]).await];
+    let c = lake.compare(&spec(&narrowed_ds, &keys, &[]), Some(floats_published), &narrowed).await.expect("compare");
+    let us = &c.partitions[0];
+    assert_eq!((us.n_added, us.n_removed, us.n_changed), (0, 0, 1), "{:?}", us.sample_changed);
 }
 
 #[tokio::test]
