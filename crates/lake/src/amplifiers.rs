@@ -73,7 +73,7 @@ pub(crate) fn bound(ctx: &SessionContext, pool: Arc<dyn MemoryPool>, limit_bytes
     }
 }
 
-/// `repeat (2.8 GiB in one batch of 30 rows)` from a refusal's message, for the error that names
+/// `repeat (2.8 GiB for one batch of 30 rows)` from a refusal's message, for the error that names
 /// what went over the memory limit.
 pub(crate) fn what_of(message: &str) -> Option<String> {
     let at = message.find(REFUSED)?;
@@ -114,8 +114,9 @@ impl Bounded {
         let estimate = self.estimate.bytes(&args.args, args.number_rows)?;
         let held = self.pool.0.reserved() as u64;
         if held.saturating_add(estimate) > self.limit_bytes {
+            let in_use = if held > 0 { format!(", with {} of the limit in use", size(held)) } else { String::new() };
             return Err(DataFusionError::ResourcesExhausted(format!(
-                "{REFUSED}{} ({} in one batch of {} rows)",
+                "{REFUSED}{} ({} for one batch of {} rows{in_use})",
                 self.inner.name(),
                 size(estimate),
                 args.number_rows

@@ -254,7 +254,7 @@ async fn collect_within(session: &UserSession, frame: DataFrame, sql: &str) -> R
         let size = get_record_batch_memory_size(&batch);
         n_bytes += size as u64;
         if limits.max_rows.is_some_and(|max| n_rows > max) {
-            return Err(limits.reached(Limit::Rows, format!("its result (more than {n_rows} rows so far)")));
+            return Err(limits.reached(Limit::Rows, format!("its result ({n_rows} rows so far)")));
         }
         if max_result_bytes.is_some_and(|max| n_bytes > max) {
             return Err(limits.reached(Limit::ResultBytes, format!("its result ({} so far)", mib(n_bytes))));

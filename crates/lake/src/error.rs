@@ -321,7 +321,7 @@ pub enum Error {
          select fewer columns, aggregate before joining){raise}"
     )]
     QueryLimit {
-        /// What went over: `it`, `its result (more than 10001 rows so far)`, `repeat (2.8 GiB in one batch)`.
+        /// What went over: `it`, `its result (16384 rows so far)`, `repeat (2.8 GiB for one batch of 30 rows)`.
         what: String,
         /// The limit that was reached, with its value, e.g. `time limit of 600 s`.
         limit: String,

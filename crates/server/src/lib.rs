@@ -64,7 +64,7 @@ pub const HTTP_QUERY_LIMITS: tidegate_lake::QueryLimits = tidegate_lake::QueryLi
 
 /// How many SQL queries over HTTP run at once by default: with [`HTTP_QUERY_LIMITS`], at most
 /// 512 MiB of the server's memory goes to viewers' queries.
-pub const HTTP_QUERIES_AT_ONCE: usize = 2;
+pub const HTTP_QUERIES_AT_ONCE: u16 = 2;
 
 impl Default for Options {
     fn default() -> Self {
@@ -74,7 +74,7 @@ impl Default for Options {
             auth_failures: 10,
             auth_failure_window: std::time::Duration::from_secs(60),
             sql_limits: HTTP_QUERY_LIMITS,
-            sql_queries_at_once: HTTP_QUERIES_AT_ONCE,
+            sql_queries_at_once: usize::from(HTTP_QUERIES_AT_ONCE),
         }
     }
 }

@@ -68,8 +68,8 @@ pub struct Args {
     #[arg(long, requires = "http", default_value_t = HTTP_MAX_RESULT_MB, value_parser = clap::value_parser!(u64).range(1..))]
     pub sql_max_result_mb: u64,
     /// How many SQL queries over HTTP run at once; another is refused (429) until one finishes.
-    #[arg(long, requires = "http", default_value_t = tidegate_server::HTTP_QUERIES_AT_ONCE, value_parser = clap::value_parser!(u16).range(1..=64).map(usize::from))]
-    pub sql_queries_at_once: usize,
+    #[arg(long, requires = "http", default_value_t = tidegate_server::HTTP_QUERIES_AT_ONCE, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub sql_queries_at_once: u16,
 }
 
 /// The default of `--sql-max-rows`.
@@ -112,7 +112,7 @@ pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
                     writable: !args.read_only,
                     workers: options.workers,
                     sql_limits: args.sql_limits(),
-                    sql_queries_at_once: args.sql_queries_at_once,
+                    sql_queries_at_once: args.sql_queries_at_once.into(),
                     ..tidegate_server::Options::default()
                 };
                 let router = tidegate_server::router(ws.clone(), store.clone(), server);
