@@ -259,8 +259,20 @@ impl Lake {
         }
         df::query(&ctx, &format!("CREATE VIEW published AS {}", layout.side_sql(Side::Before, "published_rows")))
             .await?;
-        let files: Vec<StagedFile> = staged.iter().flat_map(|s| s.files.iter().cloned()).collect();
-        let rows = self.read_staged(&table, name, &files, &after).await?;
+        let rows = match &published {
+            // A merge publishes the staged rows merged into the published ones: that is the after.
+            Some(published) if crate::modes::is_merge(spec.dataset) => {
+                let mut rows = Vec::new();
+                for version in staged {
+                    rows.extend(crate::modes::merged_rows(self, published, spec.dataset, version, &after).await?);
+                }
+                rows
+            }
+            _ => {
+                let files: Vec<StagedFile> = staged.iter().flat_map(|s| s.files.iter().cloned()).collect();
+                self.read_staged(&table, name, &files, &after).await?
+            }
+        };
         df::register_batches(&ctx, "staged_rows", &after, rows)?;
         df::query(&ctx, &format!("CREATE VIEW staged AS {}", layout.side_sql(Side::After, "staged_rows"))).await?;
         df::query(&ctx, &format!("CREATE VIEW changes AS {}", layout.changes_sql())).await?;

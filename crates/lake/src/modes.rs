@@ -133,6 +133,29 @@ pub(crate) async fn plan(
     }
 }
 
+/// Whether `dataset` is written by a keyed merge.
+pub(crate) fn is_merge(dataset: &Dataset) -> bool {
+    matches!(write_mode(dataset), Ok(WriteMode::Merge { .. }))
+}
+
+/// What publishing `staged` onto `table` (a merge dataset's table at some version) would leave in
+/// the staged partitions, in `schema`: the rows a backfill review compares with the published
+/// ones, so late rows and tombstones count as the publication will treat them.
+pub(crate) async fn merged_rows(
+    lake: &Lake,
+    table: &DeltaTable,
+    dataset: &Dataset,
+    staged: &StagedVersion,
+    schema: &SchemaRef,
+) -> Result<Vec<RecordBatch>> {
+    let WriteMode::Merge { keys, order_by, delete_marker } = write_mode(dataset)? else {
+        return Err(Error::internal(format!("merging into {}, which is not a merge dataset", dataset.name)));
+    };
+    let merge = Merge { keys, order_by: order_by.as_deref(), delete_marker: delete_marker.as_deref() };
+    let (merged, _) = merge.rows(lake, table, dataset, staged, schema, &staged.partition_keys()).await?;
+    Ok(merged)
+}
+
 /// Remove `removed`, add `added` (files of the table partitioned by `column`).
 fn swap(
     column: &PartitionColumn,

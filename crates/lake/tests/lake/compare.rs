@@ -442,6 +442,39 @@ async fn a_widening_backfill_is_compared_in_the_wider_type() {
     assert_eq!((us.n_added, us.n_removed, us.n_changed), (0, 0, 1), "{:?}", us.sample_changed);
 }
 
+/// A merge backfill is reviewed as the merge will publish it: a key it does not deliver is
+/// untouched (not removed), a late row (older `seq` than the published row) changes nothing, a
+/// newer one changes its key, a late delete deletes nothing and a newer one removes its key.
+#[tokio::test]
+async fn a_merge_backfill_is_compared_as_the_merge_publishes_it() {
+    let (_dir, lake) = lake().await;
+    let ds = dataset(
+        "accounts",
+        WriteMode::Merge {
+            keys: strings(&["id"]),
+            order_by: Some("seq".to_owned()),
+            delete_marker: Some("deleted".to_owned()),
+        },
+        vec![col("id", "int64", false), col("seq", "int64", true), col("deleted", "bool", true)],
+    );
+    let accounts = |ids: &[i64], seqs: &[i64], deleted: &[bool]| {
+        batch(vec![("id", ints(ids)), ("seq", ints(seqs)), ("deleted", bools(deleted))])
+    };
+    let published = accounts(&[1, 2, 3, 4, 5], &[5, 5, 5, 5, 5], &[false; 5]);
+    let version = put(&lake, &ds, &[part("eu")], published, "m1").await;
+    // 1 late, 2 newer, 3 untouched, 4 a late delete, 5 a newer delete, 6 new.
+    let delivery = accounts(&[1, 2, 4, 5, 6], &[3, 6, 4, 7, 1], &[false, false, true, true, false]);
+    let backfill = vec![stage(&lake, &ds, "bf-eu", &[part("eu")], vec![delivery]).await];
+
+    let keys = strings(&["id"]);
+    let c = lake.compare(&spec(&ds, &keys, &[]), Some(version), &backfill).await.expect("compare");
+    let eu = &c.partitions[0];
+    assert_eq!((eu.rows_before, eu.rows_after), (5, 5));
+    assert_eq!((eu.n_added, eu.n_removed, eu.n_changed), (1, 1, 1), "6 added, 5 removed, 2 changed");
+    assert_eq!(eu.sample_changed, vec![json!({"key": {"id": 2}, "before": {"seq": 5, "deleted": false}, "after": {"seq": 6, "deleted": false}})]);
+    assert_eq!(eu.sample_removed, vec![json!({"id": 5, "seq": 5, "deleted": false})]);
+}
+
 #[tokio::test]
 async fn an_unknown_key_or_slice_column_is_named() {
     let (_dir, lake) = lake().await;
