@@ -260,11 +260,11 @@ impl Lake {
         df::query(&ctx, &format!("CREATE VIEW published AS {}", layout.side_sql(Side::Before, "published_rows")))
             .await?;
         let rows = match &published {
-            // A merge publishes the staged rows merged into the published ones: that is the after.
-            Some(published) if crate::modes::is_merge(spec.dataset) => {
+            // A merge or an append keeps published rows: the after is what its publication leaves.
+            Some(published) if crate::modes::keeps_published_rows(spec.dataset) => {
                 let mut rows = Vec::new();
                 for version in staged {
-                    rows.extend(crate::modes::merged_rows(self, published, spec.dataset, version, &after).await?);
+                    rows.extend(crate::modes::published_after(self, published, spec.dataset, version, &after).await?);
                 }
                 rows
             }

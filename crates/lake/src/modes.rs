@@ -101,29 +101,14 @@ pub(crate) async fn plan(
             Ok(plan)
         }
         WriteMode::Append { dedup_key, dedup_lookback } => {
-            let schema = schema.clone();
-            // The delivery in order: partitions by key, each partition's files as staged.
-            let mut files = staged.files.clone();
-            files.sort_by(|a, b| a.partition.cmp(&b.partition));
-            let source = lake.read_staged(table, &dataset.name, &files, &schema).await?;
-            reject_null_keys(&dataset.name, dedup_key, &source)?;
-            let n_source = df::n_rows(&source);
-            let key_idx = indices(&schema, dedup_key).map_err(|e| with_dataset(e, &dataset.name))?;
-            let key_schema = std::sync::Arc::new(schema.project(&key_idx)?);
-            let searched = with_lookback(dataset, staged, *dedup_lookback);
-            let present = read::scan_keys(table, &searched, &key_schema).await?;
-            let (ordered_schema, ordered) = with_ordinal(&schema, source)?;
-            let ctx = df::session();
-            df::register_batches(&ctx, "staged", &ordered_schema, ordered)?;
-            df::register_batches(&ctx, "published_keys", &key_schema, present)?;
-            let fresh = df::conform(df::query(&ctx, &dedup_sql(dedup_key)).await?, &schema)?;
-            let n_dropped = n_source.saturating_sub(df::n_rows(&fresh));
+            let (fresh, n_dropped) =
+                fresh_rows(lake, table, dataset, staged, schema, dedup_key, *dedup_lookback).await?;
             // The common case adds every staged row: publish the staged files as they are.
             let mut plan = if n_dropped == 0 {
                 ensure_exist(table, &dataset.name, &staged.files).await?;
                 swap(&column, Vec::new(), &staged.files, None, Vec::new())?
             } else {
-                let files = lake.write_files(table, &dataset.name, &staged.staging_id, &schema, &keys, &fresh).await?;
+                let files = lake.write_files(table, &dataset.name, &staged.staging_id, schema, &keys, &fresh).await?;
                 let written = files.iter().map(|f| f.path.clone()).collect();
                 swap(&column, Vec::new(), &files, None, written)?
             };
@@ -133,27 +118,68 @@ pub(crate) async fn plan(
     }
 }
 
-/// Whether `dataset` is written by a keyed merge.
-pub(crate) fn is_merge(dataset: &Dataset) -> bool {
-    matches!(write_mode(dataset), Ok(WriteMode::Merge { .. }))
+/// An append's rows to publish, in `schema`: the first row of each `dedup_key` of the delivery
+/// (read partition by partition in key order, each partition's files as staged) whose key the
+/// table does not hold in the staged partitions or the lookback; and how many staged rows that
+/// leaves out.
+async fn fresh_rows(
+    lake: &Lake,
+    table: &DeltaTable,
+    dataset: &Dataset,
+    staged: &StagedVersion,
+    schema: &SchemaRef,
+    dedup_key: &[String],
+    dedup_lookback: u32,
+) -> Result<(Vec<RecordBatch>, u64)> {
+    let mut files = staged.files.clone();
+    files.sort_by(|a, b| a.partition.cmp(&b.partition));
+    let source = lake.read_staged(table, &dataset.name, &files, schema).await?;
+    reject_null_keys(&dataset.name, dedup_key, &source)?;
+    let n_source = df::n_rows(&source);
+    let key_idx = indices(schema, dedup_key).map_err(|e| with_dataset(e, &dataset.name))?;
+    let key_schema = std::sync::Arc::new(schema.project(&key_idx)?);
+    let searched = with_lookback(dataset, staged, dedup_lookback);
+    let present = read::scan_keys(table, &searched, &key_schema).await?;
+    let (ordered_schema, ordered) = with_ordinal(schema, source)?;
+    let ctx = df::session();
+    df::register_batches(&ctx, "staged", &ordered_schema, ordered)?;
+    df::register_batches(&ctx, "published_keys", &key_schema, present)?;
+    let fresh = df::conform(df::query(&ctx, &dedup_sql(dedup_key)).await?, schema)?;
+    let n_dropped = n_source.saturating_sub(df::n_rows(&fresh));
+    Ok((fresh, n_dropped))
 }
 
-/// What publishing `staged` onto `table` (a merge dataset's table at some version) would leave in
-/// the staged partitions, in `schema`: the rows a backfill review compares with the published
-/// ones, so late rows and tombstones count as the publication will treat them.
-pub(crate) async fn merged_rows(
+/// Whether a backfill review compares what publishing a staged version leaves in its partitions
+/// (merge, append: the published rows are kept) rather than the staged rows alone (replace,
+/// snapshot: the staged rows are the new contents).
+pub(crate) fn keeps_published_rows(dataset: &Dataset) -> bool {
+    matches!(write_mode(dataset), Ok(WriteMode::Merge { .. } | WriteMode::Append { .. }))
+}
+
+/// What publishing `staged` onto `table` (the dataset's table at some version) would leave in the
+/// staged partitions, in `schema`: for a merge, the staged rows merged into the published ones
+/// (late rows and late deletes change nothing); for an append, the published rows and the fresh
+/// ones; for the other modes, the staged rows. A backfill review compares these with the
+/// published rows, so it shows what the publication will do.
+pub(crate) async fn published_after(
     lake: &Lake,
     table: &DeltaTable,
     dataset: &Dataset,
     staged: &StagedVersion,
     schema: &SchemaRef,
 ) -> Result<Vec<RecordBatch>> {
-    let WriteMode::Merge { keys, order_by, delete_marker } = write_mode(dataset)? else {
-        return Err(Error::internal(format!("merging into {}, which is not a merge dataset", dataset.name)));
-    };
-    let merge = Merge { keys, order_by: order_by.as_deref(), delete_marker: delete_marker.as_deref() };
-    let (merged, _) = merge.rows(lake, table, dataset, staged, schema, &staged.partition_keys()).await?;
-    Ok(merged)
+    match write_mode(dataset)? {
+        WriteMode::Merge { keys, order_by, delete_marker } => {
+            let merge = Merge { keys, order_by: order_by.as_deref(), delete_marker: delete_marker.as_deref() };
+            Ok(merge.rows(lake, table, dataset, staged, schema, &staged.partition_keys()).await?.0)
+        }
+        WriteMode::Append { dedup_key, dedup_lookback } => {
+            let mut rows = read::scan(table, Some(&staged.partition_keys()), schema).await?;
+            rows.extend(fresh_rows(lake, table, dataset, staged, schema, dedup_key, *dedup_lookback).await?.0);
+            Ok(rows)
+        }
+        WriteMode::Replace | WriteMode::Snapshot => lake.read_staged(table, &dataset.name, &staged.files, schema).await,
+    }
 }
 
 /// Remove `removed`, add `added` (files of the table partitioned by `column`).

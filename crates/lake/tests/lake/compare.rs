@@ -471,8 +471,28 @@ async fn a_merge_backfill_is_compared_as_the_merge_publishes_it() {
     let eu = &c.partitions[0];
     assert_eq!((eu.rows_before, eu.rows_after), (5, 5));
     assert_eq!((eu.n_added, eu.n_removed, eu.n_changed), (1, 1, 1), "6 added, 5 removed, 2 changed");
-    assert_eq!(eu.sample_changed, vec![json!({"key": {"id": 2}, "before": {"seq": 5, "deleted": false}, "after": {"seq": 6, "deleted": false}})]);
+    assert_eq!(
+        eu.sample_changed,
+        vec![json!({"key": {"id": 2}, "before": {"seq": 5, "deleted": false}, "after": {"seq": 6, "deleted": false}})]
+    );
     assert_eq!(eu.sample_removed, vec![json!({"id": 5, "seq": 5, "deleted": false})]);
+}
+
+/// An append backfill likewise: published rows stay (an append removes nothing), a re-delivered
+/// key is a duplicate the append drops (even with other values), and only new keys are added.
+#[tokio::test]
+async fn an_append_backfill_is_compared_as_the_append_publishes_it() {
+    let (_dir, lake) = lake().await;
+    let ds = dataset("clicks", WriteMode::Append { dedup_key: strings(&["id"]), dedup_lookback: 0 }, basic_columns());
+    let version = put(&lake, &ds, &[part("d1")], rows(&[(1, Some(1), None), (2, Some(2), None)], None), "a1").await;
+    let delivery = rows(&[(2, Some(20), None), (3, Some(3), None)], None);
+    let backfill = vec![stage(&lake, &ds, "bf-d1", &[part("d1")], vec![delivery]).await];
+    let keys = strings(&["id"]);
+    let c = lake.compare(&spec(&ds, &keys, &[]), Some(version), &backfill).await.expect("compare");
+    let d1 = &c.partitions[0];
+    assert_eq!((d1.rows_before, d1.rows_after), (2, 3));
+    assert_eq!((d1.n_added, d1.n_removed, d1.n_changed), (1, 0, 0), "{:?} {:?}", d1.sample_removed, d1.sample_changed);
+    assert_eq!(d1.sample_added, vec![json!({"id": 3, "value": 3})]);
 }
 
 #[tokio::test]
