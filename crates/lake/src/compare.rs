@@ -203,17 +203,7 @@ impl Lake {
         staged: &[StagedVersion],
     ) -> Result<Comparison> {
         let name = &spec.dataset.name;
-        let mut keys = BTreeSet::new();
-        for version in staged {
-            if &version.dataset != name {
-                return Err(Error::internal(format!(
-                    "comparing dataset {name:?} with a version staged for {:?}",
-                    version.dataset
-                )));
-            }
-            keys.extend(version.partition_keys());
-        }
-        let partitions: Vec<String> = keys.into_iter().collect();
+        let partitions = staged_partitions(name, staged)?;
         let mut comparison = Comparison {
             dataset: name.clone(),
             published_version,
@@ -241,8 +231,7 @@ impl Lake {
         let mut schema_flags: BTreeMap<String, Vec<String>> = BTreeMap::new();
         match (&published, &before) {
             (Some(published), Some(before)) => {
-                for version in staged.iter().filter(|v| v.schema_hash != schema_hash(before)) {
-                    let change = self.schema_change_of(&table, spec.dataset, before, version, &column.name).await?;
+                for (version, change) in self.schema_changes(&table, spec.dataset, before, staged).await? {
                     for key in version.partition_keys() {
                         schema_flags.entry(key).or_default().push(format!("schema changed: {change}"));
                     }
@@ -257,26 +246,16 @@ impl Lake {
                 df::register_batches(&ctx, "published_rows", &only_partition, Vec::new())?;
             }
         }
-        df::query(&ctx, &format!("CREATE VIEW published AS {}", layout.side_sql(Side::Before, "published_rows")))
-            .await?;
-        let rows = match &published {
-            // A merge or an append keeps published rows: the after is what its publication leaves.
-            Some(published) if crate::modes::keeps_published_rows(spec.dataset) => {
-                let mut rows = Vec::new();
-                for version in staged {
-                    rows.extend(crate::modes::published_after(self, published, spec.dataset, version, &after).await?);
-                }
-                rows
-            }
-            _ => {
-                let files: Vec<StagedFile> = staged.iter().flat_map(|s| s.files.iter().cloned()).collect();
-                self.read_staged(&table, name, &files, &after).await?
-            }
-        };
+        let rows = self.rows_after(&table, published.as_ref(), spec.dataset, staged, &after).await?;
         df::register_batches(&ctx, "staged_rows", &after, rows)?;
-        df::query(&ctx, &format!("CREATE VIEW staged AS {}", layout.side_sql(Side::After, "staged_rows"))).await?;
-        df::query(&ctx, &format!("CREATE VIEW changes AS {}", layout.changes_sql())).await?;
-        df::query(&ctx, &format!("CREATE TABLE differing AS {}", layout.differing_sql())).await?;
+        for sql in [
+            format!("CREATE VIEW published AS {}", layout.side_sql(Side::Before, "published_rows")),
+            format!("CREATE VIEW staged AS {}", layout.side_sql(Side::After, "staged_rows")),
+            format!("CREATE VIEW changes AS {}", layout.changes_sql()),
+            format!("CREATE TABLE differing AS {}", layout.differing_sql()),
+        ] {
+            df::query(&ctx, &sql).await?;
+        }
 
         // Keyed by each partition's value as query results print it (`2024-01-29` for `2024-W05`).
         let shown = column.shown(&partitions)?;
@@ -291,22 +270,41 @@ impl Lake {
         if spec.sample_rows > 0 {
             layout.add_samples(&ctx, spec.sample_rows, &mut by_partition).await?;
         }
-
         for (_, mut partition) in by_partition {
             partition.flagged = flags(&partition, &spec.flags);
             if spec.flags.schema_change {
                 partition.flagged.extend(schema_flags.remove(&partition.partition).unwrap_or_default());
             }
-            let totals = &mut comparison.totals;
-            totals.rows_before += partition.rows_before;
-            totals.rows_after += partition.rows_after;
-            totals.n_added += partition.n_added;
-            totals.n_removed += partition.n_removed;
-            totals.n_changed += partition.n_changed;
-            totals.n_flagged += u64::from(!partition.flagged.is_empty());
+            comparison.totals.add(&partition);
             comparison.partitions.push(partition);
         }
         Ok(comparison)
+    }
+
+    /// The rows after publication in the staged partitions, in `after`: for a merge or an append
+    /// (which keep published rows) what publishing each staged version onto `published` leaves;
+    /// otherwise, or with nothing published, the staged rows.
+    async fn rows_after(
+        &self,
+        table: &DeltaTable,
+        published: Option<&DeltaTable>,
+        dataset: &Dataset,
+        staged: &[StagedVersion],
+        after: &SchemaRef,
+    ) -> Result<Vec<RecordBatch>> {
+        match published {
+            Some(published) if crate::modes::keeps_published_rows(dataset) => {
+                let mut rows = Vec::new();
+                for version in staged {
+                    rows.extend(crate::modes::published_after(self, published, dataset, version, after).await?);
+                }
+                Ok(rows)
+            }
+            _ => {
+                let files: Vec<StagedFile> = staged.iter().flat_map(|s| s.files.iter().cloned()).collect();
+                self.read_staged(table, &dataset.name, &files, after).await
+            }
+        }
     }
 
     /// The schema the staged rows are compared in: each column in the type it was staged with,
@@ -352,23 +350,28 @@ impl Lake {
         Ok(Arc::new(Schema::new(fields)))
     }
 
-    /// How `version`'s staged schema differs from `published`: column by column, with types,
-    /// when the staged schema can be rebuilt from the dataset's spec (and its files); by column
-    /// names otherwise.
-    async fn schema_change_of(
+    /// Each staged version whose schema differs from `published`, with how: column by column,
+    /// with types, when its schema can be rebuilt from the dataset's spec (and its files); by
+    /// column names otherwise.
+    async fn schema_changes<'a>(
         &self,
         table: &DeltaTable,
         dataset: &Dataset,
         published: &SchemaRef,
-        version: &StagedVersion,
-        partition: &str,
-    ) -> Result<String> {
-        let rebuilt = crate::evolution::staged_schema(table, dataset, version).await?;
-        Ok(if schema_hash(&rebuilt) == version.schema_hash {
-            crate::evolution::diff(published, &rebuilt).to_string()
-        } else {
-            schema_change(published, version, partition)
-        })
+        staged: &'a [StagedVersion],
+    ) -> Result<Vec<(&'a StagedVersion, String)>> {
+        let partition = PartitionColumn::of_table(table)?.name;
+        let mut changes = Vec::new();
+        for version in staged.iter().filter(|v| v.schema_hash != schema_hash(published)) {
+            let rebuilt = crate::evolution::staged_schema(table, dataset, version).await?;
+            let change = if schema_hash(&rebuilt) == version.schema_hash {
+                crate::evolution::diff(published, &rebuilt).to_string()
+            } else {
+                schema_change(published, version, &partition)
+            };
+            changes.push((version, change));
+        }
+        Ok(changes)
     }
 
     /// Registers the published rows the staged partitions replace as `published_rows`, in the
@@ -470,6 +473,34 @@ fn single_partition_session() -> SessionContext {
 pub(crate) enum Side {
     Before,
     After,
+}
+
+impl ComparisonTotals {
+    /// Counts one partition in.
+    fn add(&mut self, partition: &PartitionComparison) {
+        self.rows_before += partition.rows_before;
+        self.rows_after += partition.rows_after;
+        self.n_added += partition.n_added;
+        self.n_removed += partition.n_removed;
+        self.n_changed += partition.n_changed;
+        self.n_flagged += u64::from(!partition.flagged.is_empty());
+    }
+}
+
+/// The partition keys `staged` (versions of `dataset`) covers, sorted; a version of another
+/// dataset is a bug.
+fn staged_partitions(dataset: &str, staged: &[StagedVersion]) -> Result<Vec<String>> {
+    let mut keys = BTreeSet::new();
+    for version in staged {
+        if version.dataset != dataset {
+            return Err(Error::internal(format!(
+                "comparing dataset {dataset:?} with a version staged for {:?}",
+                version.dataset
+            )));
+        }
+        keys.extend(version.partition_keys());
+    }
+    Ok(keys.into_iter().collect())
 }
 
 /// Fills the added, removed and changed counts from the `differing` table.
