@@ -195,10 +195,12 @@ fn array_of(arg: &ColumnarValue) -> DfResult<(ArrayRef, bool)> {
     })
 }
 
-/// Each value's length in bytes (null as 0).
+/// Each value's length in bytes (null, or a type without lengths, as 0: an estimate it cannot
+/// make never fails the query).
 fn lengths(arg: &ColumnarValue) -> DfResult<PerRow> {
     let (array, scalar) = array_of(arg)?;
-    let lengths = cast(&arrow::compute::kernels::length::length(&array)?, &DataType::Int64)?;
+    let Ok(lengths) = arrow::compute::kernels::length::length(&array) else { return Ok(PerRow::Same(0)) };
+    let lengths = cast(&lengths, &DataType::Int64)?;
     let values: Vec<u64> =
         lengths.as_primitive::<Int64Type>().iter().map(|v| v.unwrap_or(0).max(0).unsigned_abs()).collect();
     Ok(if scalar { PerRow::Same(values.first().copied().unwrap_or(0)) } else { PerRow::Each(values) })

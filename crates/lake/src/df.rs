@@ -251,7 +251,7 @@ async fn collect_within(session: &UserSession, frame: DataFrame, sql: &str) -> R
     while let Some(batch) = stream.next().await {
         let batch = batch.map_err(|e| user_error(e, session, sql))?;
         n_rows += batch.num_rows() as u64;
-        let size = get_record_batch_memory_size(&batch);
+        let size = result_bytes(&batch);
         n_bytes += size as u64;
         if limits.max_rows.is_some_and(|max| n_rows > max) {
             return Err(limits.reached(Limit::Rows, format!("its result ({n_rows} rows so far)")));
@@ -305,6 +305,14 @@ fn is_engine_source(file: &str) -> bool {
         let engine = name.starts_with("arrow") || name.starts_with("datafusion");
         engine && name.rsplit_once('-').is_some_and(|(_, version)| version.starts_with(|c: char| c.is_ascii_digit()))
     })
+}
+
+/// The bytes a result batch holds: each column's slice (a batch that is a slice of a larger one,
+/// as `LIMIT` over an in-memory table returns, counts only its rows), or, where Arrow cannot say,
+/// its buffers whole.
+fn result_bytes(batch: &RecordBatch) -> usize {
+    let sliced: Option<usize> = batch.columns().iter().map(|c| c.to_data().get_slice_memory_size().ok()).sum();
+    sliced.unwrap_or_else(|| get_record_batch_memory_size(batch))
 }
 
 /// `12.5 MiB`.
@@ -567,6 +575,21 @@ mod tests {
             assert!(text.contains("exceed 2 GiB in one batch") && text.contains("overflowing(value)"), "{text}");
             assert!(!text.contains("internal error") && !text.contains("task "), "{text}");
         }
+    }
+
+    /// The bounded functions answer as DataFusion's own do, on plain and view strings, columns
+    /// and constants.
+    #[tokio::test]
+    async fn bounded_functions_answer_as_before() {
+        let session = UserSession::new(QueryLimits::default()).expect("a session");
+        let query = "SELECT repeat(s, 2) AS r, lpad(s, 5, '*') AS l, rpad(v, 4, '-') AS p, replace(s, 'a', 'bb') AS x, \
+                       regexp_replace(v, 'b', 'c') AS g, array_length(array_repeat(s, 3)) AS a, \
+                       array_length(range(1, 10)) AS n, repeat('z', 3) AS z \
+                     FROM (SELECT s, arrow_cast(s, 'Utf8View') AS v FROM (VALUES ('abc')) t(s))";
+        let rows = user_query(&session, query).await.expect("the query");
+        let got: Vec<Option<String>> = (0..8).map(|i| first_value(&rows, i).expect("a value")).collect();
+        let want = ["abcabc", "**abc", "abc-", "bbbc", "acc", "3", "9", "zzz"];
+        assert_eq!(got, want.iter().map(|w| Some((*w).to_owned())).collect::<Vec<_>>());
     }
 
     #[test]
