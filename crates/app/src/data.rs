@@ -102,7 +102,7 @@ pub fn read(ws: &Workspace, actor: &Actor, request: &ReadRequest) -> Result<Vec<
             Some(r) => Some(release_version(ws, &lake, r, dataset).await?),
         };
         let parts = (!request.partitions.is_empty()).then_some(request.partitions.as_slice());
-        anyhow::Ok(lake.read(dataset, parts, version).await?)
+        anyhow::Ok(lake.read_at_most(dataset, parts, version, request.limit).await?)
     })?;
     Ok(limit(batches, request.limit))
 }

@@ -119,7 +119,8 @@ fn lake_kind(e: &tidegate_lake::Error) -> Option<Kind> {
         | E::UnknownTable { .. }
         | E::ReadOnlyQuery { .. }
         | E::QueryLimit { .. }
-        | E::NotReported { .. } => Some(Kind::Invalid),
+        | E::NotReported { .. }
+        | E::QueryFault { .. } => Some(Kind::Invalid),
         E::UnknownDataset { .. } | E::UnknownVersion { .. } => Some(Kind::NotFound),
         // A release refused part-way is the refusal of the dataset that stopped it.
         E::ReleaseFailed { source, .. } => lake_kind(source),

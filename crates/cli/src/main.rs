@@ -130,6 +130,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    quiet_on_reported_panics();
     match run(Cli::parse()) {
         Ok(code) => code,
         Err(e) if is_closed_pipe(&e) => ExitCode::SUCCESS,
@@ -185,6 +186,19 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Man(args) => cmd::docs::man(Cli::command(), &args),
         Command::DemoFeed(args) => cmd::demo::feed::run(args),
     }
+}
+
+/// A panic the lake reports as a query's error (one inside Arrow or DataFusion, caught and
+/// answered naming what ran out) is not printed: its text would only repeat the error, worse.
+/// Every other panic keeps the default report. (Closed pipes end output quietly in `output`.)
+fn quiet_on_reported_panics() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if tidegate_lake::is_reported_panic(info.location()) {
+            return;
+        }
+        default(info);
+    }));
 }
 
 /// Whether an error comes from writing to a pipe whose reader has gone (`tidegate logs | head`):

@@ -79,6 +79,12 @@ pub struct Summary {
     pub rejected: usize,
     /// Steps stopped at staged output, waiting for approval.
     pub awaiting_approval: usize,
+    /// Delivered rows appends published no copy of: their `dedup_key` was already published or
+    /// earlier in the delivery (0 when this process only followed the run).
+    pub duplicates_dropped: u64,
+    /// Delivered rows merges ignored as late: the table held a newer row of their key by
+    /// `order_by` (0 when this process only followed the run).
+    pub late_rows_ignored: u64,
 }
 
 impl Summary {

@@ -2,14 +2,19 @@
 //! partition, against a published version; and how much data a set of partitions holds (the blast
 //! radius of rewriting them). The comparison is set-based SQL in one DataFusion session, grouped by
 //! the partition column, and its output is deterministic because callers hash it to bind an
-//! approval to exactly what was reviewed.
+//! approval to exactly what was reviewed. Each column is compared in a type that holds both
+//! sides' values (`layout`), so a backfill that changes a column's type shows what it changes.
+
+mod layout;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use arrow::array::{Array, AsArray as _, RecordBatch};
 use arrow::compute::cast;
-use arrow::datatypes::{DataType, Float64Type, SchemaRef, UInt64Type};
+use arrow::datatypes::{DataType, Field, Float64Type, Schema, SchemaRef, UInt64Type};
 use datafusion::prelude::{SessionConfig, SessionContext};
+use deltalake_core::DeltaTable;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tidegate_core::spec::model::{Dataset, DatasetKind, ReviewFlags, WriteMode};
@@ -20,6 +25,7 @@ use crate::layout::PartitionColumn;
 use crate::read;
 use crate::stage::{StagedFile, StagedVersion, schema_hash};
 use crate::table::{Lake, active_files, table_schema};
+use layout::{Layout, holds};
 
 /// How a null value of a slice column is reported in [`SliceDelta::value`].
 pub const NULL_SLICE_VALUE: &str = "(null)";
@@ -124,6 +130,10 @@ pub struct PartitionComparison {
 pub struct ColumnDelta {
     /// The column's name.
     pub column: String,
+    /// `int64 -> float64` when the backfill changed the column's type (its values are then
+    /// compared in a type that holds both); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub type_change: Option<String>,
     /// The sum of the column's published values in the partition.
     pub sum_before: Option<f64>,
     /// The sum of the column's staged values in the partition.
@@ -193,17 +203,7 @@ impl Lake {
         staged: &[StagedVersion],
     ) -> Result<Comparison> {
         let name = &spec.dataset.name;
-        let mut keys = BTreeSet::new();
-        for version in staged {
-            if &version.dataset != name {
-                return Err(Error::internal(format!(
-                    "comparing dataset {name:?} with a version staged for {:?}",
-                    version.dataset
-                )));
-            }
-            keys.extend(version.partition_keys());
-        }
-        let partitions: Vec<String> = keys.into_iter().collect();
+        let partitions = staged_partitions(name, staged)?;
         let mut comparison = Comparison {
             dataset: name.clone(),
             published_version,
@@ -217,27 +217,21 @@ impl Lake {
             return Ok(comparison);
         }
         let table = self.load(name).await?;
-        let schema = table_schema(&table)?;
         let column = PartitionColumn::of_table(&table)?;
-        let layout = Layout::new(name, &schema, spec, &column.name)?;
+        let published = match published_version {
+            Some(version) => Some(self.load_at(name, Some(version)).await?),
+            None => None,
+        };
+        let before = published.as_ref().map(table_schema).transpose()?;
+        let after = self.staged_rows_schema(&table, spec.dataset, staged).await?;
+        let layout = Layout::new(name, &table_schema(&table)?, before.as_ref(), &after, spec, &column.name)?;
 
         let ctx = single_partition_session();
         // Partition -> how the schema it was staged with differs from the published one.
         let mut schema_flags: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        match published_version {
-            Some(version) => {
-                let published = self.load_at(name, Some(version)).await?;
-                let published_schema = table_schema(&published)?;
-                let published_hash = schema_hash(&published_schema);
-                for version in staged.iter().filter(|v| v.schema_hash != published_hash) {
-                    // Column by column, with types, when the staged schema can be rebuilt from
-                    // the dataset's spec (and its files); by column names otherwise.
-                    let rebuilt = crate::evolution::staged_schema(&table, spec.dataset, version).await?;
-                    let change = if schema_hash(&rebuilt) == version.schema_hash {
-                        crate::evolution::diff(&published_schema, &rebuilt).to_string()
-                    } else {
-                        schema_change(&published_schema, version, &column.name)
-                    };
+        match (&published, &before) {
+            (Some(published), Some(before)) => {
+                for (version, change) in self.schema_changes(&table, spec.dataset, before, staged).await? {
                     for key in version.partition_keys() {
                         schema_flags.entry(key).or_default().push(format!("schema changed: {change}"));
                     }
@@ -245,50 +239,23 @@ impl Lake {
                         comparison.schema_changes.push(change);
                     }
                 }
-                // The published side has the current schema's columns, a column added since it
-                // was published as null, so both sides compare column by column.
-                let projected = |f: &arrow::datatypes::FieldRef| {
-                    if published_schema.field_with_name(f.name()).is_ok() {
-                        df::ident(f.name())
-                    } else {
-                        format!("NULL AS {}", df::ident(f.name()))
-                    }
-                };
-                match (&spec.dataset.kind, partitions.as_slice()) {
-                    // A snapshot is the whole dataset: the new one replaces every published row,
-                    // whichever partition (week, month) the current snapshot was taken for.
-                    (DatasetKind::Managed { write: WriteMode::Snapshot }, [key]) => {
-                        let rows = read::scan(&published, None, &schema).await?;
-                        let rows = rows
-                            .into_iter()
-                            .map(|batch| {
-                                let mut columns = batch.columns().to_vec();
-                                let idx = schema.index_of(&column.name)?;
-                                columns[idx] = column.repeated(key, batch.num_rows())?;
-                                Ok(RecordBatch::try_new(schema.clone(), columns)?)
-                            })
-                            .collect::<Result<Vec<_>>>()?;
-                        df::register_batches(&ctx, "published", &schema, rows)?;
-                    }
-                    _ => {
-                        read::register_table(&ctx, "published_table", &published).await?;
-                        let columns: Vec<String> = schema.fields().iter().map(projected).collect();
-                        let sql = format!(
-                            "CREATE VIEW published AS SELECT {} FROM published_table WHERE {}",
-                            columns.join(", "),
-                            column.sql_in(&partitions)?
-                        );
-                        df::query(&ctx, &sql).await?;
-                    }
-                }
+                self.register_published(&ctx, spec.dataset, published, before, &column, &partitions).await?;
             }
-            None => df::register_batches(&ctx, "published", &schema, Vec::new())?,
+            _ => {
+                let only_partition = Arc::new(Schema::new(vec![after.field_with_name(&column.name)?.clone()]));
+                df::register_batches(&ctx, "published_rows", &only_partition, Vec::new())?;
+            }
         }
-        let files: Vec<StagedFile> = staged.iter().flat_map(|s| s.files.iter().cloned()).collect();
-        let rows = self.read_staged(&table, name, &files, &schema).await?;
-        df::register_batches(&ctx, "staged", &schema, rows)?;
-        df::query(&ctx, &format!("CREATE VIEW changes AS {}", layout.changes_sql())).await?;
-        df::query(&ctx, &format!("CREATE TABLE differing AS {}", layout.differing_sql())).await?;
+        let rows = self.rows_after(&table, published.as_ref(), spec.dataset, staged, &after).await?;
+        df::register_batches(&ctx, "staged_rows", &after, rows)?;
+        for sql in [
+            format!("CREATE VIEW published AS {}", layout.side_sql(Side::Before, "published_rows")),
+            format!("CREATE VIEW staged AS {}", layout.side_sql(Side::After, "staged_rows")),
+            format!("CREATE VIEW changes AS {}", layout.changes_sql()),
+            format!("CREATE TABLE differing AS {}", layout.differing_sql()),
+        ] {
+            df::query(&ctx, &sql).await?;
+        }
 
         // Keyed by each partition's value as query results print it (`2024-01-29` for `2024-W05`).
         let shown = column.shown(&partitions)?;
@@ -297,28 +264,153 @@ impl Lake {
         layout.add_column_stats(&ctx, "published", &mut by_partition, Side::Before).await?;
         layout.add_column_stats(&ctx, "staged", &mut by_partition, Side::After).await?;
         add_counts(&ctx, &mut by_partition).await?;
-        for (idx, slice) in layout.slices.iter().enumerate() {
-            add_slices(&ctx, idx, slice, &layout.partition, &mut by_partition).await?;
+        for idx in 0..layout.slices.len() {
+            layout.add_slices(&ctx, idx, &mut by_partition).await?;
         }
         if spec.sample_rows > 0 {
             layout.add_samples(&ctx, spec.sample_rows, &mut by_partition).await?;
         }
-
         for (_, mut partition) in by_partition {
             partition.flagged = flags(&partition, &spec.flags);
             if spec.flags.schema_change {
                 partition.flagged.extend(schema_flags.remove(&partition.partition).unwrap_or_default());
             }
-            let totals = &mut comparison.totals;
-            totals.rows_before += partition.rows_before;
-            totals.rows_after += partition.rows_after;
-            totals.n_added += partition.n_added;
-            totals.n_removed += partition.n_removed;
-            totals.n_changed += partition.n_changed;
-            totals.n_flagged += u64::from(!partition.flagged.is_empty());
+            comparison.totals.add(&partition);
             comparison.partitions.push(partition);
         }
         Ok(comparison)
+    }
+
+    /// The rows after publication in the staged partitions, in `after`: for a merge or an append
+    /// (which keep published rows) what publishing each staged version onto `published` leaves;
+    /// otherwise, or with nothing published, the staged rows.
+    async fn rows_after(
+        &self,
+        table: &DeltaTable,
+        published: Option<&DeltaTable>,
+        dataset: &Dataset,
+        staged: &[StagedVersion],
+        after: &SchemaRef,
+    ) -> Result<Vec<RecordBatch>> {
+        match published {
+            Some(published) if crate::modes::keeps_published_rows(dataset) => {
+                let mut rows = Vec::new();
+                for version in staged {
+                    rows.extend(crate::modes::published_after(self, published, dataset, version, after).await?);
+                }
+                Ok(rows)
+            }
+            _ => {
+                let files: Vec<StagedFile> = staged.iter().flat_map(|s| s.files.iter().cloned()).collect();
+                self.read_staged(table, &dataset.name, &files, after).await
+            }
+        }
+    }
+
+    /// The schema the staged rows are compared in: each column in the type it was staged with,
+    /// read from the staged files' own footers (never cast to the table's type: a widened column
+    /// keeps its new values), the partition column as the table has it. Versions staged with
+    /// different types of a column are read in the type that holds both.
+    async fn staged_rows_schema(
+        &self,
+        table: &DeltaTable,
+        dataset: &Dataset,
+        staged: &[StagedVersion],
+    ) -> Result<SchemaRef> {
+        let partition = PartitionColumn::of_table(table)?.name;
+        let mut fields: Vec<Field> = Vec::new();
+        for version in staged {
+            let Some(file) = version.files.first() else { continue };
+            let written = crate::evolution::file_schema(table, &dataset.name, file).await?;
+            for field in written.fields().iter().filter(|f| *f.name() != partition) {
+                let Some(known) = fields.iter_mut().find(|f| f.name() == field.name()) else {
+                    fields.push(Field::new(field.name(), field.data_type().clone(), true));
+                    continue;
+                };
+                match (holds(known.data_type(), field.data_type()), holds(field.data_type(), known.data_type())) {
+                    (true, _) => {}
+                    (false, true) => *known = Field::new(field.name(), field.data_type().clone(), true),
+                    (false, false) => {
+                        return Err(Error::SchemaMismatch {
+                            dataset: dataset.name.clone(),
+                            location: FileLocation::Table,
+                            column: field.name().clone(),
+                            detail: format!(
+                                "the backfill's partitions were staged with different types of it ({} and {}); start \
+                                 the backfill again so every partition is staged under one spec",
+                                crate::evolution::type_name(known.data_type()),
+                                crate::evolution::type_name(field.data_type())
+                            ),
+                        });
+                    }
+                }
+            }
+        }
+        fields.push(table_schema(table)?.field_with_name(&partition)?.clone());
+        Ok(Arc::new(Schema::new(fields)))
+    }
+
+    /// Each staged version whose schema differs from `published`, with how: column by column,
+    /// with types, when its schema can be rebuilt from the dataset's spec (and its files); by
+    /// column names otherwise.
+    async fn schema_changes<'a>(
+        &self,
+        table: &DeltaTable,
+        dataset: &Dataset,
+        published: &SchemaRef,
+        staged: &'a [StagedVersion],
+    ) -> Result<Vec<(&'a StagedVersion, String)>> {
+        let partition = PartitionColumn::of_table(table)?.name;
+        let mut changes = Vec::new();
+        for version in staged.iter().filter(|v| v.schema_hash != schema_hash(published)) {
+            let rebuilt = crate::evolution::staged_schema(table, dataset, version).await?;
+            let change = if schema_hash(&rebuilt) == version.schema_hash {
+                crate::evolution::diff(published, &rebuilt).to_string()
+            } else {
+                schema_change(published, version, &partition)
+            };
+            changes.push((version, change));
+        }
+        Ok(changes)
+    }
+
+    /// Registers the published rows the staged partitions replace as `published_rows`, in the
+    /// published version's own schema: those partitions' rows or, for a snapshot (the whole
+    /// dataset), every row, shown under the staged partition's key.
+    async fn register_published(
+        &self,
+        ctx: &SessionContext,
+        dataset: &Dataset,
+        published: &DeltaTable,
+        schema: &SchemaRef,
+        column: &PartitionColumn,
+        partitions: &[String],
+    ) -> Result<()> {
+        match (&dataset.kind, partitions) {
+            // A snapshot is the whole dataset: the new one replaces every published row,
+            // whichever partition (week, month) the current snapshot was taken for.
+            (DatasetKind::Managed { write: WriteMode::Snapshot }, [key]) => {
+                let idx = schema.index_of(&column.name)?;
+                let rows = read::scan(published, None, schema).await?;
+                let rows = rows
+                    .into_iter()
+                    .map(|batch| {
+                        let mut columns = batch.columns().to_vec();
+                        columns[idx] = column.repeated(key, batch.num_rows())?;
+                        Ok(RecordBatch::try_new(schema.clone(), columns)?)
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                df::register_batches(ctx, "published_rows", schema, rows)
+            }
+            _ => {
+                read::register_table(ctx, "published_table", published).await?;
+                let sql = format!(
+                    "CREATE VIEW published_rows AS SELECT * FROM published_table WHERE {}",
+                    column.sql_in(partitions)?
+                );
+                df::query(ctx, &sql).await.map(|_| ())
+            }
+        }
     }
 
     /// Rows, bytes and files of some partitions in the dataset's latest version, sorted by
@@ -378,305 +470,37 @@ fn single_partition_session() -> SessionContext {
 
 /// Which side of the comparison a statistic describes.
 #[derive(Debug, Clone, Copy)]
-enum Side {
+pub(crate) enum Side {
     Before,
     After,
 }
 
-/// The columns of a comparison and the SQL that follows from them. In the `changes` view, column
-/// `i` of `columns` appears as `b{i}` (its published value) and `a{i}` (its staged value).
-#[derive(Debug)]
-struct Layout {
-    /// Every column but the partition column, sorted by name, with whether it is numeric.
-    columns: Vec<(String, bool)>,
-    keys: Vec<String>,
-    slices: Vec<String>,
-    /// The partition column's name.
-    partition: String,
+impl ComparisonTotals {
+    /// Counts one partition in.
+    fn add(&mut self, partition: &PartitionComparison) {
+        self.rows_before += partition.rows_before;
+        self.rows_after += partition.rows_after;
+        self.n_added += partition.n_added;
+        self.n_removed += partition.n_removed;
+        self.n_changed += partition.n_changed;
+        self.n_flagged += u64::from(!partition.flagged.is_empty());
+    }
 }
 
-impl Layout {
-    fn new(dataset: &str, schema: &SchemaRef, spec: &CompareSpec<'_>, partition: &str) -> Result<Layout> {
-        for (name, role) in spec
-            .keys
-            .iter()
-            .map(|k| (k, "a comparison key"))
-            .chain(spec.slice_columns.iter().map(|s| (s, "a slice column")))
-        {
-            if name == partition || schema.field_with_name(name).is_err() {
-                return Err(Error::SchemaMismatch {
-                    dataset: dataset.to_owned(),
-                    location: FileLocation::Table,
-                    column: name.clone(),
-                    detail: format!("named as {role} but not a column of the dataset"),
-                });
-            }
+/// The partition keys `staged` (versions of `dataset`) covers, sorted; a version of another
+/// dataset is a bug.
+fn staged_partitions(dataset: &str, staged: &[StagedVersion]) -> Result<Vec<String>> {
+    let mut keys = BTreeSet::new();
+    for version in staged {
+        if version.dataset != dataset {
+            return Err(Error::internal(format!(
+                "comparing dataset {dataset:?} with a version staged for {:?}",
+                version.dataset
+            )));
         }
-        let mut columns: Vec<(String, bool)> = schema
-            .fields()
-            .iter()
-            .filter(|f| f.name() != partition)
-            .map(|f| (f.name().clone(), f.data_type().is_numeric()))
-            .collect();
-        columns.sort();
-        let mut slices = spec.slice_columns.to_vec();
-        slices.sort();
-        slices.dedup();
-        Ok(Layout { columns, keys: spec.keys.to_vec(), slices, partition: partition.to_owned() })
+        keys.extend(version.partition_keys());
     }
-
-    fn idx(&self, name: &str) -> usize {
-        self.columns.iter().position(|(c, _)| c == name).expect("validated column names are in the layout")
-    }
-
-    fn is_key(&self, name: &str) -> bool {
-        self.keys.iter().any(|k| k == name)
-    }
-
-    /// The columns whose statistics are reported: all but the keys.
-    fn measured(&self) -> impl Iterator<Item = &(String, bool)> {
-        self.columns.iter().filter(|(c, _)| !self.is_key(c))
-    }
-
-    /// A partition with no rows on either side yet.
-    fn empty(&self, partition: &str) -> PartitionComparison {
-        let columns = self
-            .measured()
-            .map(|(c, _)| ColumnDelta {
-                column: c.clone(),
-                sum_before: None,
-                sum_after: None,
-                min_before: None,
-                min_after: None,
-                max_before: None,
-                max_after: None,
-                mean_before: None,
-                mean_after: None,
-                null_rate_before: 0.0,
-                null_rate_after: 0.0,
-            })
-            .collect();
-        PartitionComparison {
-            partition: partition.to_owned(),
-            rows_before: 0,
-            rows_after: 0,
-            n_added: 0,
-            n_removed: 0,
-            n_changed: 0,
-            columns,
-            slices: Vec::new(),
-            sample_changed: Vec::new(),
-            sample_added: Vec::new(),
-            sample_removed: Vec::new(),
-            flagged: Vec::new(),
-        }
-    }
-
-    /// Every differing row as `(p, status, n, b0, a0, b1, a1, ...)`, `status` being `added`,
-    /// `removed` or `changed` and `n` how many rows it stands for. With keys, rows are matched
-    /// by partition and key; without, identical rows are grouped and their counts compared.
-    fn changes_sql(&self) -> String {
-        let p = df::ident(&self.partition);
-        let sides: Vec<String> =
-            (0..self.columns.len()).map(|i| format!("b.\"c{i}\" AS b{i}, a.\"c{i}\" AS a{i}")).collect();
-        let sides = sides.join(", ");
-        // Each side's columns renamed `c{i}` so any column name works below.
-        let renamed: Vec<String> =
-            self.columns.iter().enumerate().map(|(i, (c, _))| format!("{} AS \"c{i}\"", df::ident(c))).collect();
-        let renamed = renamed.join(", ");
-        let matched = |names: &mut dyn Iterator<Item = String>| {
-            let mut on = vec!["(b.\"p\" IS NOT DISTINCT FROM a.\"p\")".to_owned()];
-            on.extend(names.map(|c| format!("(b.{c} IS NOT DISTINCT FROM a.{c})")));
-            // Every condition is IS NOT DISTINCT FROM, so DataFusion plans a hash join that
-            // matches null keys instead of a nested loop. The parentheses are needed: the parser
-            // binds `x IS NOT DISTINCT FROM y AND z` as `x IS NOT DISTINCT FROM (y AND z)`.
-            on.join(" AND ")
-        };
-        if self.keys.is_empty() {
-            let all: Vec<String> = (0..self.columns.len()).map(|i| format!("\"c{i}\"")).collect();
-            let grouped = |from: &str| {
-                format!(
-                    "(SELECT \"p\", {cols}, count(*) AS \"n\" FROM (SELECT {p} AS \"p\", {renamed} FROM {from}) \
-                     GROUP BY \"p\", {cols})",
-                    cols = all.join(", ")
-                )
-            };
-            let on = matched(&mut all.iter().cloned());
-            format!(
-                "SELECT CAST(coalesce(a.\"p\", b.\"p\") AS VARCHAR) AS p, \
-                   CASE WHEN coalesce(a.\"n\", 0) > coalesce(b.\"n\", 0) THEN 'added' ELSE 'removed' END AS status, \
-                   CASE WHEN coalesce(a.\"n\", 0) > coalesce(b.\"n\", 0) \
-                     THEN coalesce(a.\"n\", 0) - coalesce(b.\"n\", 0) \
-                     ELSE coalesce(b.\"n\", 0) - coalesce(a.\"n\", 0) END AS n, \
-                   {sides} \
-                 FROM {b} b FULL JOIN {a} a ON {on} \
-                 WHERE coalesce(a.\"n\", 0) <> coalesce(b.\"n\", 0)",
-                b = grouped("published"),
-                a = grouped("staged"),
-            )
-        } else {
-            let side = |from: &str| format!("(SELECT {p} AS \"p\", {renamed}, true AS \"in\" FROM {from})");
-            let on = matched(&mut self.keys.iter().map(|k| format!("\"c{}\"", self.idx(k))));
-            let differs: Vec<String> = (0..self.columns.len())
-                .filter(|i| !self.is_key(&self.columns[*i].0))
-                .map(|i| format!("(b.\"c{i}\" IS DISTINCT FROM a.\"c{i}\")"))
-                .collect();
-            let differs = if differs.is_empty() { "false".to_owned() } else { differs.join(" OR ") };
-            format!(
-                "SELECT CAST(coalesce(a.\"p\", b.\"p\") AS VARCHAR) AS p, \
-                   CASE WHEN b.\"in\" IS NULL THEN 'added' WHEN a.\"in\" IS NULL THEN 'removed' \
-                     ELSE 'changed' END AS status, \
-                   CAST(1 AS BIGINT) AS n, {sides} \
-                 FROM {b} b FULL JOIN {a} a ON {on} \
-                 WHERE b.\"in\" IS NULL OR a.\"in\" IS NULL OR {differs}",
-                b = side("published"),
-                a = side("staged"),
-            )
-        }
-    }
-
-    /// The slim `differing` table the counts and slices are computed from: `(p, status, n, s0, s1, ...)`,
-    /// `s{j}` being slice column `j` as text (published value for removed rows, else staged).
-    fn differing_sql(&self) -> String {
-        let mut select = vec!["p".to_owned(), "status".to_owned(), "n".to_owned()];
-        for (j, slice) in self.slices.iter().enumerate() {
-            let i = self.idx(slice);
-            select.push(format!("CAST(CASE WHEN status = 'removed' THEN b{i} ELSE a{i} END AS VARCHAR) AS s{j}"));
-        }
-        format!("SELECT {} FROM changes", select.join(", "))
-    }
-
-    /// Fills one side's row counts and column statistics from one grouped query.
-    async fn add_column_stats(
-        &self,
-        ctx: &SessionContext,
-        table: &str,
-        by_partition: &mut BTreeMap<String, PartitionComparison>,
-        side: Side,
-    ) -> Result<()> {
-        let mut select = vec![df::ident(&self.partition), "count(*)".to_owned()];
-        for (column, numeric) in self.measured() {
-            let c = df::ident(column);
-            select.push(format!("count({c})"));
-            if *numeric {
-                for f in ["sum", "min", "max", "avg"] {
-                    select.push(format!("{f}(CAST({c} AS DOUBLE))"));
-                }
-            }
-        }
-        let sql = format!("SELECT {} FROM {table} GROUP BY {}", select.join(", "), df::ident(&self.partition));
-        for batch in &df::query(ctx, &sql).await? {
-            let keys = texts(batch, 0)?;
-            let n_rows = counts(batch, 1)?;
-            let mut col_idx = 2;
-            let mut measures = Vec::new();
-            for (_, numeric) in self.measured() {
-                let n_values = counts(batch, col_idx)?;
-                let aggregates = if *numeric {
-                    let found: Vec<Vec<Option<f64>>> =
-                        (1..=4).map(|k| numbers(batch, col_idx + k)).collect::<Result<_>>()?;
-                    col_idx += 4;
-                    Some(found)
-                } else {
-                    None
-                };
-                col_idx += 1;
-                measures.push((n_values, aggregates));
-            }
-            for (row, key) in keys.iter().enumerate() {
-                let Some(partition) = key.as_ref().and_then(|k| by_partition.get_mut(k)) else { continue };
-                let n = n_rows[row];
-                match side {
-                    Side::Before => partition.rows_before = n,
-                    Side::After => partition.rows_after = n,
-                }
-                for (delta, (n_values, aggregates)) in partition.columns.iter_mut().zip(&measures) {
-                    let null_rate = if n == 0 { 0.0 } else { n.saturating_sub(n_values[row]) as f64 / n as f64 };
-                    let get = |k: usize| aggregates.as_ref().and_then(|a| a[k][row]);
-                    let (sum, min, max, mean) = (get(0), get(1), get(2), get(3));
-                    match side {
-                        Side::Before => {
-                            delta.null_rate_before = null_rate;
-                            (delta.sum_before, delta.min_before, delta.max_before, delta.mean_before) =
-                                (sum, min, max, mean);
-                        }
-                        Side::After => {
-                            delta.null_rate_after = null_rate;
-                            (delta.sum_after, delta.min_after, delta.max_after, delta.mean_after) =
-                                (sum, min, max, mean);
-                        }
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Up to `limit` sample rows per partition and kind, ordered by key, then by every column.
-    async fn add_samples(
-        &self,
-        ctx: &SessionContext,
-        limit: usize,
-        by_partition: &mut BTreeMap<String, PartitionComparison>,
-    ) -> Result<()> {
-        let named = |prefix: char, names: &mut dyn Iterator<Item = &String>| {
-            let fields: Vec<String> = names.map(|c| format!("{}, {prefix}{}", df::literal(c), self.idx(c))).collect();
-            format!("named_struct({})", fields.join(", "))
-        };
-        let mut order: Vec<String> =
-            self.keys.iter().map(|k| self.idx(k)).map(|i| format!("coalesce(a{i}, b{i})")).collect();
-        for i in (0..self.columns.len()).filter(|i| !self.is_key(&self.columns[*i].0)) {
-            order.push(format!("a{i}"));
-            order.push(format!("b{i}"));
-        }
-        let all = || self.columns.iter().map(|(c, _)| c);
-        let key = if self.keys.is_empty() {
-            "CAST(NULL AS VARCHAR)".to_owned()
-        } else {
-            let fields: Vec<String> = self
-                .keys
-                .iter()
-                .map(|k| format!("{}, coalesce(a{i}, b{i})", df::literal(k), i = self.idx(k)))
-                .collect();
-            format!("named_struct({})", fields.join(", "))
-        };
-        let sql = format!(
-            "SELECT p, status, {key} AS \"key\", {before} AS \"before\", {after} AS \"after\" \
-             FROM (SELECT *, row_number() OVER (PARTITION BY p, status ORDER BY {order}) AS \"rank\" FROM changes) \
-             WHERE \"rank\" <= {limit} ORDER BY p, status, \"rank\"",
-            before = named('b', &mut all()),
-            after = named('a', &mut all()),
-            order = order.join(", "),
-        );
-        for batch in &df::query(ctx, &sql).await? {
-            let keys = texts(batch, 0)?;
-            let statuses = texts(batch, 1)?;
-            let objects = df::sample_rows(&[batch.project(&[2, 3, 4])?], usize::MAX)?;
-            for ((key, status), object) in keys.into_iter().zip(statuses).zip(objects) {
-                let Some(partition) = key.and_then(|k| by_partition.get_mut(&k)) else { continue };
-                let field = |name: &str| object.get(name).cloned().unwrap_or_else(|| Value::Object(Default::default()));
-                match status.as_deref() {
-                    Some("added") => partition.sample_added.push(field("after")),
-                    Some("removed") => partition.sample_removed.push(field("before")),
-                    Some("changed") => {
-                        let without_keys = |mut row: Value| {
-                            if let Some(map) = row.as_object_mut() {
-                                map.retain(|c, _| !self.is_key(c));
-                            }
-                            row
-                        };
-                        partition.sample_changed.push(serde_json::json!({
-                            "key": field("key"),
-                            "before": without_keys(field("before")),
-                            "after": without_keys(field("after")),
-                        }));
-                    }
-                    other => return Err(Error::internal(format!("unexpected change status {other:?}"))),
-                }
-            }
-        }
-        Ok(())
-    }
+    Ok(keys.into_iter().collect())
 }
 
 /// Fills the added, removed and changed counts from the `differing` table.
@@ -693,65 +517,6 @@ async fn add_counts(ctx: &SessionContext, by_partition: &mut BTreeMap<String, Pa
                 other => return Err(Error::internal(format!("unexpected change status {other:?}"))),
             }
         }
-    }
-    Ok(())
-}
-
-/// Fills the breakdown by slice column `idx` (named `column`): per partition and value, the rows
-/// on each side and the rows counted in the `differing` table.
-async fn add_slices(
-    ctx: &SessionContext,
-    idx: usize,
-    column: &str,
-    partition: &str,
-    by_partition: &mut BTreeMap<String, PartitionComparison>,
-) -> Result<()> {
-    let p = df::ident(partition);
-    let c = df::ident(column);
-    let side = |table: &str, before: &str, after: &str| {
-        format!(
-            "SELECT CAST({p} AS VARCHAR) AS p, CAST({c} AS VARCHAR) AS v, {before} AS nb, {after} AS na, \
-               CAST(0 AS BIGINT) AS added, CAST(0 AS BIGINT) AS removed, CAST(0 AS BIGINT) AS changed \
-             FROM {table} GROUP BY {p}, {c}"
-        )
-    };
-    let n_of = |status: &str| format!("sum(CASE WHEN status = '{status}' THEN n ELSE 0 END)");
-    let sql = format!(
-        "SELECT p, v, sum(nb), sum(na), sum(added), sum(removed), sum(changed) FROM (\
-           {before} UNION ALL {after} UNION ALL \
-           SELECT p, s{idx} AS v, CAST(0 AS BIGINT), CAST(0 AS BIGINT), {added}, {removed}, {changed} \
-           FROM differing GROUP BY p, s{idx}) \
-         GROUP BY p, v",
-        before = side("published", "count(*)", "CAST(0 AS BIGINT)"),
-        after = side("staged", "CAST(0 AS BIGINT)", "count(*)"),
-        added = n_of("added"),
-        removed = n_of("removed"),
-        changed = n_of("changed"),
-    );
-    let mut found: BTreeMap<String, Vec<SliceDelta>> = BTreeMap::new();
-    for batch in &df::query(ctx, &sql).await? {
-        let values: Vec<Vec<u64>> = (2..7).map(|i| counts(batch, i)).collect::<Result<_>>()?;
-        for (row, (key, value)) in texts(batch, 0)?.into_iter().zip(texts(batch, 1)?).enumerate() {
-            let Some(key) = key else { continue };
-            found.entry(key).or_default().push(SliceDelta {
-                column: column.to_owned(),
-                value: value.unwrap_or_else(|| NULL_SLICE_VALUE.to_owned()),
-                rows_before: values[0][row],
-                rows_after: values[1][row],
-                n_added: values[2][row],
-                n_removed: values[3][row],
-                n_changed: values[4][row],
-            });
-        }
-    }
-    for (key, mut slices) in found {
-        let Some(partition) = by_partition.get_mut(&key) else { continue };
-        // Keep the values that moved most, then report them by value.
-        let churn = |s: &SliceDelta| s.n_added + s.n_removed + s.n_changed;
-        slices.sort_by(|x, y| churn(y).cmp(&churn(x)).then_with(|| x.value.cmp(&y.value)));
-        slices.truncate(MAX_SLICE_VALUES);
-        slices.sort_by(|x, y| x.value.cmp(&y.value));
-        partition.slices.extend(slices);
     }
     Ok(())
 }

@@ -317,17 +317,26 @@ pub enum Error {
 
     /// A user query that went over a limit Tidegate sets on every user query.
     #[error(
-        "query stopped: it went over the {limit} of one query; make it read less (filter on tg_partition, \
-         select fewer columns, aggregate before joining), or raise the limit with `tidegate sql {flag}` \
-         (checks and SQL tasks run with the default, {default})"
+        "query stopped: {what} went over the {limit} of one query; make it read less (filter on tg_partition, \
+         select fewer columns, aggregate before joining){raise}"
     )]
     QueryLimit {
+        /// What went over: `it`, `its result (16384 rows so far)`, `repeat (2.8 GiB for one batch of 30 rows)`.
+        what: String,
         /// The limit that was reached, with its value, e.g. `time limit of 600 s`.
         limit: String,
-        /// The `tidegate sql` flag that raises it.
-        flag: &'static str,
-        /// The default value of that limit, with its unit.
-        default: String,
+        /// Who raises it and how (a flag and its default), starting with `, or` or `;`.
+        raise: String,
+    },
+
+    /// A user query DataFusion stopped on inside itself (a panic, caught) instead of answering
+    /// with an error: a value past what Arrow holds, or a fault of the engine on this query.
+    #[error("query stopped: {what}; the query: {query}")]
+    QueryFault {
+        /// What ran out, or what failed, and what the user can do.
+        what: String,
+        /// The query, cut to its first 200 characters.
+        query: String,
     },
 
     /// A commit of a table's Delta log that cannot be read (damaged or written by another tool).

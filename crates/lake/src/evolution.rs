@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 use tidegate_core::spec::model::Dataset;
 
 use crate::error::{Error, FileLocation, Result};
-use crate::stage::{StagedVersion, schema_hash};
+use crate::stage::{StagedFile, StagedVersion, schema_hash};
 use crate::table::{declared_schema, delta_type, table_schema};
 
 /// One column's difference between a table's schema and the dataset's declared columns.
@@ -250,15 +250,20 @@ pub(crate) async fn staged_schema(table: &DeltaTable, dataset: &Dataset, staged:
     let Some(file) = staged.files.first().filter(|_| staged.schema_hash != schema_hash(&schema)) else {
         return Ok(schema);
     };
+    let footer = file_schema(table, &dataset.name, file).await?;
+    staging_schema(dataset, &schema, &[footer])
+}
+
+/// The Arrow schema a staged file was written in, from its Parquet footer.
+pub(crate) async fn file_schema(table: &DeltaTable, dataset: &str, file: &StagedFile) -> Result<SchemaRef> {
     let bytes = match table.object_store().get(&crate::layout::object_path(file.path.as_str())).await {
         Ok(found) => found.bytes().await?,
         Err(object_store::Error::NotFound { .. }) => {
-            return Err(Error::MissingStagedFile { dataset: dataset.name.clone(), path: file.path.clone() });
+            return Err(Error::MissingStagedFile { dataset: dataset.to_owned(), path: file.path.clone() });
         }
         Err(e) => return Err(e.into()),
     };
-    let footer = ParquetRecordBatchReaderBuilder::try_new(bytes)?.schema().clone();
-    staging_schema(dataset, &schema, &[footer])
+    Ok(ParquetRecordBatchReaderBuilder::try_new(bytes)?.schema().clone())
 }
 
 /// What a publication onto `table` must add to its commit for a staged schema `target`: nothing
@@ -300,7 +305,7 @@ fn widens(from: &DataType, to: &DataType) -> bool {
 }
 
 /// A type as the spec's vocabulary names it (`int64`, `timestamp`), or Arrow's name otherwise.
-fn type_name(data_type: &DataType) -> String {
+pub(crate) fn type_name(data_type: &DataType) -> String {
     match data_type {
         DataType::Utf8 => "string".to_owned(),
         DataType::Int64 => "int64".to_owned(),

@@ -17,6 +17,7 @@
 //! writes to `_delta_log`, and every staged path is non-hidden so vacuum and reconciliation can
 //! clean it.
 
+mod amplifiers;
 mod anchor;
 mod approved;
 mod cache;
@@ -46,15 +47,15 @@ pub use compare::{
     ColumnDelta, CompareSpec, Comparison, ComparisonTotals, MAX_SLICE_VALUES, NULL_SLICE_VALUE, PartitionComparison,
     PartitionSize, SliceDelta,
 };
-pub use df::{QueryLimits, USER_QUERY_MEMORY_LIMIT_MB, USER_QUERY_TIME_LIMIT_S};
+pub use df::{LimitsSetBy, QueryLimits, USER_QUERY_MEMORY_LIMIT_MB, USER_QUERY_TIME_LIMIT_S, is_reported_panic};
 pub use error::{Error, FileLocation, Result};
 pub use evolution::{ChangeKind, ColumnChange, PendingChange, SchemaChange};
 pub use layout::{PARTITIONING_PROPERTY, PartitionColumn, PartitionKind};
 pub use logs::{LOG_STREAMS, LOGS_DIR, LogCopy};
 pub use pointer::{Advance, CURRENT_POINTER, POINTER_DIR, Pointer};
 pub use publish::{
-    APP_ID_PREFIX, DUPLICATES_DROPPED_KEY, MAX_COMMIT_ATTEMPTS, Publication, PublishedItem, Release, ReleaseItem,
-    SCHEMA_CHANGE_KEY, TXN_UNDONE, app_id,
+    APP_ID_PREFIX, DUPLICATES_DROPPED_KEY, LATE_ROWS_IGNORED_KEY, MAX_COMMIT_ATTEMPTS, Publication, PublishedItem,
+    Release, ReleaseItem, SCHEMA_CHANGE_KEY, TXN_UNDONE, app_id,
 };
 pub use query::InputTable;
 pub use read::{Commit, DIFF_SAMPLE_ROWS, Diff};

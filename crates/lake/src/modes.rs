@@ -30,6 +30,9 @@ pub(crate) struct Plan {
     /// Append only: the staged rows not published because their `dedup_key` was already in the
     /// delivery, the partition or the lookback.
     pub n_duplicates_dropped: Option<u64>,
+    /// Merge with `order_by` only: the delivery's winning rows not published because the table
+    /// already holds a newer row of their key (a greater `order_by`).
+    pub n_late_rows_ignored: Option<u64>,
 }
 
 /// The write mode of a dataset Tidegate manages.
@@ -87,53 +90,95 @@ pub(crate) async fn plan(
             swap(&column, removed, &staged.files, None, Vec::new())
         }
         WriteMode::Merge { keys: merge_keys, order_by, delete_marker } => {
-            let schema = schema.clone();
-            let source = lake.read_staged(table, &dataset.name, &staged.files, &schema).await?;
-            let keys_unique =
-                reject_ties(&dataset.name, merge_keys, order_by.as_deref(), &schema, source.clone()).await?;
-            let published = read::scan(table, Some(&keys), &schema).await?;
-            let ctx = df::session();
-            df::register_batches(&ctx, "staged", &schema, source)?;
-            df::register_batches(&ctx, "published", &schema, published)?;
-            // With unique keys every staged row wins: no ranking (a sort of the whole source).
-            let order_by = if keys_unique { None } else { order_by.as_deref() };
-            let sql = merge_sql(&schema, merge_keys, order_by, !keys_unique, delete_marker.as_deref());
-            let merged = df::conform(df::query(&ctx, &sql).await?, &schema)?;
-            let files = lake.write_files(table, &dataset.name, &staged.staging_id, &schema, &keys, &merged).await?;
+            let merge =
+                Merge { keys: merge_keys, order_by: order_by.as_deref(), delete_marker: delete_marker.as_deref() };
+            let (merged, n_late) = merge.rows(lake, table, dataset, staged, schema, &keys).await?;
+            let files = lake.write_files(table, &dataset.name, &staged.staging_id, schema, &keys, &merged).await?;
             let removed = active_files(table, Some(&keys)).await?;
             let written = files.iter().map(|f| f.path.clone()).collect();
-            swap(&column, removed, &files, predicate, written)
+            let mut plan = swap(&column, removed, &files, predicate, written)?;
+            plan.n_late_rows_ignored = n_late;
+            Ok(plan)
         }
         WriteMode::Append { dedup_key, dedup_lookback } => {
-            let schema = schema.clone();
-            // The delivery in order: partitions by key, each partition's files as staged.
-            let mut files = staged.files.clone();
-            files.sort_by(|a, b| a.partition.cmp(&b.partition));
-            let source = lake.read_staged(table, &dataset.name, &files, &schema).await?;
-            reject_null_keys(&dataset.name, dedup_key, &source)?;
-            let n_source = df::n_rows(&source);
-            let key_idx = indices(&schema, dedup_key).map_err(|e| with_dataset(e, &dataset.name))?;
-            let key_schema = std::sync::Arc::new(schema.project(&key_idx)?);
-            let searched = with_lookback(dataset, staged, *dedup_lookback);
-            let present = read::scan_keys(table, &searched, &key_schema).await?;
-            let (ordered_schema, ordered) = with_ordinal(&schema, source)?;
-            let ctx = df::session();
-            df::register_batches(&ctx, "staged", &ordered_schema, ordered)?;
-            df::register_batches(&ctx, "published_keys", &key_schema, present)?;
-            let fresh = df::conform(df::query(&ctx, &dedup_sql(dedup_key)).await?, &schema)?;
-            let n_dropped = n_source.saturating_sub(df::n_rows(&fresh));
+            let (fresh, n_dropped) =
+                fresh_rows(lake, table, dataset, staged, schema, dedup_key, *dedup_lookback).await?;
             // The common case adds every staged row: publish the staged files as they are.
             let mut plan = if n_dropped == 0 {
                 ensure_exist(table, &dataset.name, &staged.files).await?;
                 swap(&column, Vec::new(), &staged.files, None, Vec::new())?
             } else {
-                let files = lake.write_files(table, &dataset.name, &staged.staging_id, &schema, &keys, &fresh).await?;
+                let files = lake.write_files(table, &dataset.name, &staged.staging_id, schema, &keys, &fresh).await?;
                 let written = files.iter().map(|f| f.path.clone()).collect();
                 swap(&column, Vec::new(), &files, None, written)?
             };
             plan.n_duplicates_dropped = Some(n_dropped);
             Ok(plan)
         }
+    }
+}
+
+/// An append's rows to publish, in `schema`: the first row of each `dedup_key` of the delivery
+/// (read partition by partition in key order, each partition's files as staged) whose key the
+/// table does not hold in the staged partitions or the lookback; and how many staged rows that
+/// leaves out.
+async fn fresh_rows(
+    lake: &Lake,
+    table: &DeltaTable,
+    dataset: &Dataset,
+    staged: &StagedVersion,
+    schema: &SchemaRef,
+    dedup_key: &[String],
+    dedup_lookback: u32,
+) -> Result<(Vec<RecordBatch>, u64)> {
+    let mut files = staged.files.clone();
+    files.sort_by(|a, b| a.partition.cmp(&b.partition));
+    let source = lake.read_staged(table, &dataset.name, &files, schema).await?;
+    reject_null_keys(&dataset.name, dedup_key, &source)?;
+    let n_source = df::n_rows(&source);
+    let key_idx = indices(schema, dedup_key).map_err(|e| with_dataset(e, &dataset.name))?;
+    let key_schema = std::sync::Arc::new(schema.project(&key_idx)?);
+    let searched = with_lookback(dataset, staged, dedup_lookback);
+    let present = read::scan_keys(table, &searched, &key_schema).await?;
+    let (ordered_schema, ordered) = with_ordinal(schema, source)?;
+    let ctx = df::session();
+    df::register_batches(&ctx, "staged", &ordered_schema, ordered)?;
+    df::register_batches(&ctx, "published_keys", &key_schema, present)?;
+    let fresh = df::conform(df::query(&ctx, &dedup_sql(dedup_key)).await?, schema)?;
+    let n_dropped = n_source.saturating_sub(df::n_rows(&fresh));
+    Ok((fresh, n_dropped))
+}
+
+/// Whether a backfill review compares what publishing a staged version leaves in its partitions
+/// (merge, append: the published rows are kept) rather than the staged rows alone (replace,
+/// snapshot: the staged rows are the new contents).
+pub(crate) fn keeps_published_rows(dataset: &Dataset) -> bool {
+    matches!(write_mode(dataset), Ok(WriteMode::Merge { .. } | WriteMode::Append { .. }))
+}
+
+/// What publishing `staged` onto `table` (the dataset's table at some version) would leave in the
+/// staged partitions, in `schema`: for a merge, the staged rows merged into the published ones
+/// (late rows and late deletes change nothing); for an append, the published rows and the fresh
+/// ones; for the other modes, the staged rows. A backfill review compares these with the
+/// published rows, so it shows what the publication will do.
+pub(crate) async fn published_after(
+    lake: &Lake,
+    table: &DeltaTable,
+    dataset: &Dataset,
+    staged: &StagedVersion,
+    schema: &SchemaRef,
+) -> Result<Vec<RecordBatch>> {
+    match write_mode(dataset)? {
+        WriteMode::Merge { keys, order_by, delete_marker } => {
+            let merge = Merge { keys, order_by: order_by.as_deref(), delete_marker: delete_marker.as_deref() };
+            Ok(merge.rows(lake, table, dataset, staged, schema, &staged.partition_keys()).await?.0)
+        }
+        WriteMode::Append { dedup_key, dedup_lookback } => {
+            let mut rows = read::scan(table, Some(&staged.partition_keys()), schema).await?;
+            rows.extend(fresh_rows(lake, table, dataset, staged, schema, dedup_key, *dedup_lookback).await?.0);
+            Ok(rows)
+        }
+        WriteMode::Replace | WriteMode::Snapshot => lake.read_staged(table, &dataset.name, &staged.files, schema).await,
     }
 }
 
@@ -157,6 +202,7 @@ fn swap(
         predicate,
         written,
         n_duplicates_dropped: None,
+        n_late_rows_ignored: None,
     })
 }
 
@@ -260,40 +306,98 @@ fn indices(schema: &Schema, names: &[String]) -> Result<Vec<usize>> {
         .collect()
 }
 
-/// The merged contents of the affected partitions: published rows whose key the source does not
-/// mention, plus the source's winning row per key unless it is a tombstone. `rank` says whether
-/// the source may hold a key twice (then the first row by `order_by` wins).
-fn merge_sql(
-    schema: &SchemaRef,
-    keys: &[String],
-    order_by: Option<&str>,
-    rank: bool,
-    delete_marker: Option<&str>,
-) -> String {
-    let columns: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
-    let cols = df::ident_list(&columns);
-    let order = order_by.map(|o| format!(" ORDER BY {} DESC NULLS LAST", df::ident(o))).unwrap_or_default();
-    let on: Vec<String> = keys.iter().map(|k| format!("p.{c} = w.{c}", c = df::ident(k))).collect();
-    let keep = delete_marker
-        .map(|d| format!(" WHERE NOT coalesce(CAST({} AS BOOLEAN), false)", df::ident(d)))
-        .unwrap_or_default();
-    let winners = if rank {
+/// A keyed merge (DESIGN, "Writes and publication"; docs/spec-reference.md, `write`): for each key,
+/// the row with the greatest `order_by` wins, whichever delivery it came in. A delivered row ties
+/// with the table's row of the same `order_by` and wins (the later publication restates the key,
+/// so a rerun with corrected code is applied); a null `order_by` is older than every value. A
+/// winning tombstone deletes its key; a late one deletes nothing.
+struct Merge<'a> {
+    keys: &'a [String],
+    order_by: Option<&'a str>,
+    delete_marker: Option<&'a str>,
+}
+
+impl Merge<'_> {
+    /// The merged contents of the staged partitions, and (with `order_by`) how many of the
+    /// delivery's winning rows were ignored as late: the table holds a newer row of their key.
+    async fn rows(
+        &self,
+        lake: &Lake,
+        table: &DeltaTable,
+        dataset: &Dataset,
+        staged: &StagedVersion,
+        schema: &SchemaRef,
+        partitions: &[String],
+    ) -> Result<(Vec<RecordBatch>, Option<u64>)> {
+        let source = lake.read_staged(table, &dataset.name, &staged.files, schema).await?;
+        let keys_unique = reject_ties(&dataset.name, self.keys, self.order_by, schema, source.clone()).await?;
+        let published = read::scan(table, Some(partitions), schema).await?;
+        let ctx = df::session();
+        df::register_batches(&ctx, "published", schema, published)?;
+        // With unique keys every staged row wins its delivery: no ranking (a sort of the whole source).
+        let winners = if keys_unique {
+            source
+        } else {
+            df::register_batches(&ctx, "staged", schema, source)?;
+            df::conform(df::query(&ctx, &self.winners_sql(schema)).await?, schema)?
+        };
+        let n_winners = df::n_rows(&winners);
+        df::register_batches(&ctx, "winners", schema, winners)?;
+        let fresh = match self.order_by {
+            Some(order_by) => df::conform(df::query(&ctx, &self.fresh_sql(order_by)).await?, schema)?,
+            None => df::query(&ctx, "SELECT * FROM winners").await?,
+        };
+        let n_late = self.order_by.map(|_| n_winners.saturating_sub(df::n_rows(&fresh)));
+        df::register_batches(&ctx, "fresh", schema, fresh)?;
+        let merged = df::conform(df::query(&ctx, &self.merged_sql(schema)).await?, schema)?;
+        Ok((merged, n_late))
+    }
+
+    /// `a.k1 = b.k1 AND ...` over the keys.
+    fn on(&self, a: &str, b: &str) -> String {
+        let on: Vec<String> = self.keys.iter().map(|k| format!("{a}.{c} = {b}.{c}", c = df::ident(k))).collect();
+        on.join(" AND ")
+    }
+
+    /// The delivery's winning row per key: the first by `order_by`, descending, nulls last (the
+    /// ties that would make it ambiguous were rejected by [`reject_ties`]).
+    fn winners_sql(&self, schema: &SchemaRef) -> String {
+        let columns: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
+        let cols = df::ident_list(&columns);
+        let order = self.order_by.map(|o| format!(" ORDER BY {} DESC NULLS LAST", df::ident(o))).unwrap_or_default();
         format!(
-            "WITH ranked AS (\
-               SELECT {cols}, row_number() OVER (PARTITION BY {keys}{order}) AS \"__tg_rank\" \
-               FROM staged), \
-             winners AS (SELECT {cols} FROM ranked WHERE \"__tg_rank\" = 1)",
-            keys = df::ident_list(keys),
+            "SELECT {cols} FROM (\
+               SELECT {cols}, row_number() OVER (PARTITION BY {keys}{order}) AS \"__tg_rank\" FROM staged) \
+             WHERE \"__tg_rank\" = 1",
+            keys = df::ident_list(self.keys),
         )
-    } else {
-        format!("WITH winners AS (SELECT {cols} FROM staged)")
-    };
-    format!(
-        "{winners} \
-         SELECT p.* FROM published p LEFT ANTI JOIN winners w ON {on} \
-         UNION ALL SELECT {cols} FROM winners{keep}",
-        on = on.join(" AND "),
-    )
+    }
+
+    /// The winners the table holds no newer row for: a published row of the same key with a
+    /// greater `order_by` (or any value where the winner's is null) makes the winner late.
+    fn fresh_sql(&self, order_by: &str) -> String {
+        let o = df::ident(order_by);
+        format!(
+            "SELECT w.* FROM winners w LEFT ANTI JOIN published p ON {on} \
+               AND (p.{o} > w.{o} OR (w.{o} IS NULL AND p.{o} IS NOT NULL))",
+            on = self.on("p", "w"),
+        )
+    }
+
+    /// Published rows whose key no fresh row names, plus the fresh rows that are not tombstones.
+    fn merged_sql(&self, schema: &SchemaRef) -> String {
+        let columns: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
+        let keep = self
+            .delete_marker
+            .map(|d| format!(" WHERE NOT coalesce(CAST({} AS BOOLEAN), false)", df::ident(d)))
+            .unwrap_or_default();
+        format!(
+            "SELECT p.* FROM published p LEFT ANTI JOIN fresh f ON {on} \
+             UNION ALL SELECT {cols} FROM fresh{keep}",
+            on = self.on("p", "f"),
+            cols = df::ident_list(&columns),
+        )
+    }
 }
 
 /// Invariant 7: rejects a merge source in which some key has several rows and the ordering does

@@ -98,6 +98,11 @@ pub struct PublishedItem {
     /// `tidegate.duplicates_dropped`.
     #[serde(default)]
     pub n_duplicates_dropped: u64,
+    /// Merge with `order_by`: delivered rows not published because the table already held a
+    /// newer row of their key (a greater `order_by`), late deletes included (0 for other modes
+    /// and a replay); also in the commit's `tidegate.late_rows_ignored`.
+    #[serde(default)]
+    pub n_late_rows_ignored: u64,
 }
 
 impl Lake {
@@ -339,6 +344,7 @@ impl Lake {
                         n_files_removed: 0,
                         n_rows_added: 0,
                         n_duplicates_dropped: 0,
+                        n_late_rows_ignored: 0,
                     })));
                     continue;
                 }
@@ -387,6 +393,10 @@ impl Lake {
             let dropped: Vec<u64> = planned.iter().filter_map(|(_, p)| p.n_duplicates_dropped).collect();
             if !dropped.is_empty() {
                 metadata.push((DUPLICATES_DROPPED_KEY.to_owned(), Value::from(dropped.iter().sum::<u64>())));
+            }
+            let late: Vec<u64> = planned.iter().filter_map(|(_, p)| p.n_late_rows_ignored).collect();
+            if !late.is_empty() {
+                metadata.push((LATE_ROWS_IGNORED_KEY.to_owned(), Value::from(late.iter().sum::<u64>())));
             }
             let predicates: Vec<String> = planned.iter().filter_map(|(_, p)| p.predicate.clone()).collect();
             let removes = planned.iter().any(|(_, p)| p.n_files_removed > 0);
@@ -445,6 +455,7 @@ impl Lake {
                             n_files_removed: plan.n_files_removed,
                             n_rows_added: plan.n_rows_added,
                             n_duplicates_dropped: plan.n_duplicates_dropped.unwrap_or_default(),
+                            n_late_rows_ignored: plan.n_late_rows_ignored.unwrap_or_default(),
                         }));
                     }
                     return Ok(outcomes
@@ -480,6 +491,10 @@ async fn remaining_files(table: &DeltaTable, actions: &[Action]) -> Result<usize
 /// The commit metadata key of an append's count of staged rows dropped as duplicates (summed over
 /// the steps the commit publishes).
 pub const DUPLICATES_DROPPED_KEY: &str = "tidegate.duplicates_dropped";
+
+/// The commit metadata key of a merge's count of delivered rows ignored as late: the table held a
+/// newer row of their key (summed over the steps the commit publishes).
+pub const LATE_ROWS_IGNORED_KEY: &str = "tidegate.late_rows_ignored";
 
 fn publish_metadata(members: &[(&Release, &ReleaseItem)]) -> Vec<(String, Value)> {
     let list = |f: &dyn Fn(&(&Release, &ReleaseItem)) -> String| -> Value {

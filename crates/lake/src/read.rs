@@ -70,6 +70,28 @@ impl Lake {
         scan(&table, partitions, &schema).await
     }
 
+    /// [`Lake::read`], at most `limit` rows: the scan stops once it has them, so a reader asking
+    /// for a page of a large dataset never holds the whole of it.
+    pub async fn read_at_most(
+        &self,
+        dataset: &str,
+        partitions: Option<&[String]>,
+        version: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<RecordBatch>> {
+        let table = self.load_at(dataset, version).await?;
+        let schema = table_schema(&table)?;
+        let filter = match partitions {
+            Some([]) => return Ok(Vec::new()),
+            Some(keys) => PartitionColumn::of_table(&table)?.sql_in(keys)?,
+            None => "true".to_owned(),
+        };
+        let ctx = df::session();
+        register_table(&ctx, "t", &table).await?;
+        let batches = df::query(&ctx, &format!("SELECT * FROM t WHERE {filter} LIMIT {limit}")).await?;
+        df::conform(batches, &schema)
+    }
+
     /// Runs a read-only query with every dataset registered as a table under its own name (latest
     /// version), within this handle's [`crate::QueryLimits`]. A statement that would write or
     /// read a file is refused ([`Error::ReadOnlyQuery`]).

@@ -55,7 +55,26 @@ pub struct Options {
     /// How long a connection may go without sending a whole request head, idle time between
     /// requests included, before the server closes it.
     pub header_read_timeout: std::time::Duration,
+    /// The limits of one SQL query over HTTP (`POST /api/sql`): a viewer's query shares the
+    /// process with the scheduler, so they are lower than `tidegate sql`'s ([`HTTP_QUERY_LIMITS`]).
+    pub sql_limits: tidegate_lake::QueryLimits,
+    /// How many SQL queries over HTTP may run at once; one more is refused (429).
+    pub sql_queries_at_once: usize,
 }
+
+/// The default limits of one SQL query over HTTP: 256 MiB of memory, 30 s, and a result of at
+/// most 10,000 rows and 32 MiB.
+pub const HTTP_QUERY_LIMITS: tidegate_lake::QueryLimits = tidegate_lake::QueryLimits {
+    memory_mb: 256,
+    time_s: 30,
+    max_rows: Some(10_000),
+    max_result_mb: Some(32),
+    set_by: tidegate_lake::LimitsSetBy::Server,
+};
+
+/// How many SQL queries over HTTP run at once by default: with [`HTTP_QUERY_LIMITS`], at most
+/// 512 MiB of the server's memory goes to viewers' queries.
+pub const HTTP_QUERIES_AT_ONCE: u16 = 2;
 
 /// [`Options::connections_max`] unless the CLI lowers it to fit the open-file limit.
 pub const CONNECTIONS_MAX: usize = 1024;
@@ -73,6 +92,8 @@ impl Default for Options {
             trust_proxy: false,
             connections_max: CONNECTIONS_MAX,
             header_read_timeout: HEADER_READ_TIMEOUT,
+            sql_limits: HTTP_QUERY_LIMITS,
+            sql_queries_at_once: usize::from(HTTP_QUERIES_AT_ONCE),
         }
     }
 }
@@ -91,6 +112,8 @@ pub(crate) struct State {
     pub(crate) monitor: Arc<Monitor>,
     /// Failed store and lake calls that requests met.
     pub(crate) request_errors: Arc<metrics::RequestErrors>,
+    /// A permit per SQL query over HTTP running now ([`Options::sql_queries_at_once`]).
+    pub(crate) sql_slots: Arc<tokio::sync::Semaphore>,
 }
 
 /// The API's routes over `ws` and `store`, with the OpenAPI document they generate served at
@@ -110,6 +133,7 @@ pub fn router(ws: Arc<Workspace>, store: Arc<dyn Store>, options: Options) -> Ro
         polled: polled.clone(),
         monitor,
         request_errors: request_errors.clone(),
+        sql_slots: Arc::new(tokio::sync::Semaphore::new(options.sql_queries_at_once.max(1))),
     };
     let (router, api) = routes::api().split_for_parts();
     let keys = idempotency::Keys::new(state.clone(), &api);

@@ -303,8 +303,10 @@ fn partition_detail(keys: &[String], p: &PartitionComparison) -> PartitionDetail
         .columns
         .iter()
         .map(|c| {
+            // A column whose type the backfill changes says so beside its name.
+            let name = c.type_change.as_ref().map_or_else(|| c.column.clone(), |t| format!("{} ({t})", c.column));
             vec![
-                c.column.clone(),
+                name,
                 opt(c.sum_before),
                 opt(c.sum_after),
                 opt(c.min_before),

@@ -251,7 +251,18 @@ async fn publish_release(
             created_at: ws.now(),
             items: release_items,
         };
-        store.record_release(&rr, &steps, &meta(ws, actor, format!("backfill {} published", record.id), &record.id))?;
+        let late: u64 = publication.items.iter().map(|i| i.n_late_rows_ignored).sum();
+        let dropped: u64 = publication.items.iter().map(|i| i.n_duplicates_dropped).sum();
+        let mut reason = format!("backfill {} published", record.id);
+        if dropped > 0 {
+            reason.push_str(&format!("; {dropped} duplicate rows dropped by dedup_key"));
+        }
+        if late > 0 {
+            reason.push_str(&format!(
+                "; {late} late rows ignored by merge (the table holds a newer row of their key by order_by)"
+            ));
+        }
+        store.record_release(&rr, &steps, &meta(ws, actor, reason, &record.id))?;
     }
     tidegate_lake::failpoint::hit("after-backfill-record");
     Ok(publication)

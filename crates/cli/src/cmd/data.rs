@@ -7,8 +7,8 @@ use anyhow::Result;
 use tidegate_app::data::{self, ReadRequest, SqlRequest};
 use tidegate_app::workspace;
 use tidegate_core::actor::Actor;
-use tidegate_lake::QueryLimits;
 use tidegate_lake::arrow::record_batch::RecordBatch;
+use tidegate_lake::{LimitsSetBy, QueryLimits};
 
 /// How to print rows.
 #[derive(Debug, clap::Args)]
@@ -55,7 +55,7 @@ pub struct SqlArgs {
     /// The query: read-only (SELECT, WITH ... SELECT, VALUES, EXPLAIN); statements that write
     /// tables or files, or read files by path, are refused.
     pub query: String,
-    /// The most memory the query may hold, in MiB (it never spills to disk).
+    /// The most memory the query may hold, in MiB, its result included (it never spills to disk).
     #[arg(long, default_value_t = tidegate_lake::USER_QUERY_MEMORY_LIMIT_MB, value_parser = clap::value_parser!(u64).range(1..))]
     pub memory_limit_mb: u64,
     /// The longest the query may run, in seconds.
@@ -84,7 +84,12 @@ pub fn read(ws: Option<&Path>, actor: &Actor, args: ReadArgs) -> Result<ExitCode
 
 pub fn sql(ws: Option<&Path>, actor: &Actor, args: SqlArgs) -> Result<ExitCode> {
     let ws = workspace::load(ws)?;
-    let limits = QueryLimits { memory_mb: args.memory_limit_mb, time_s: args.time_limit_s };
+    let limits = QueryLimits {
+        memory_mb: args.memory_limit_mb,
+        time_s: args.time_limit_s,
+        set_by: LimitsSetBy::SqlCommand,
+        ..QueryLimits::default()
+    };
     let request = SqlRequest { query: args.query, limits, release: args.release };
     print_batches(&data::sql(&ws, actor, &request)?, &args.format)?;
     Ok(ExitCode::SUCCESS)

@@ -171,6 +171,19 @@ fn print_outcome(outcome: &Outcome) {
         s.rejected,
         outcome.elapsed_s
     );
+    // Rows the write modes left out are data a reader will not find: said, never silent.
+    if s.duplicates_dropped > 0 {
+        say!(
+            "  {} duplicate rows dropped by dedup_key (already published, or earlier in the delivery)",
+            s.duplicates_dropped
+        );
+    }
+    if s.late_rows_ignored > 0 {
+        say!(
+            "  {} late rows ignored by merge: the table holds a newer row of their key by order_by",
+            s.late_rows_ignored
+        );
+    }
     for f in &outcome.failures {
         let log = f.log.as_ref().map(|p| format!("\n    log: {}", p.display())).unwrap_or_default();
         say!("  {} failed after {} attempt(s): {}{log}", f.step, f.attempts, f.reason);

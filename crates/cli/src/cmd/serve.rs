@@ -59,6 +59,47 @@ pub struct Args {
     /// the proxy's. Give it only when every request comes through that proxy.
     #[arg(long, requires = "http")]
     pub trust_proxy: bool,
+    /// The most memory one SQL query over HTTP may hold, its result included, in MiB.
+    #[arg(long, requires = "http", default_value_t = tidegate_server::HTTP_QUERY_LIMITS.memory_mb, value_parser = clap::value_parser!(u64).range(1..))]
+    pub sql_memory_limit_mb: u64,
+    /// The longest one SQL query over HTTP may run, in seconds.
+    #[arg(long, requires = "http", default_value_t = tidegate_server::HTTP_QUERY_LIMITS.time_s, value_parser = clap::value_parser!(u64).range(1..))]
+    pub sql_time_limit_s: u64,
+    /// The most rows one SQL query over HTTP may return.
+    #[arg(long, requires = "http", default_value_t = HTTP_MAX_ROWS, value_parser = clap::value_parser!(u64).range(1..))]
+    pub sql_max_rows: u64,
+    /// The most memory the result of one SQL query over HTTP may take, in MiB (its JSON is
+    /// larger).
+    #[arg(long, requires = "http", default_value_t = HTTP_MAX_RESULT_MB, value_parser = clap::value_parser!(u64).range(1..))]
+    pub sql_max_result_mb: u64,
+    /// How many SQL queries over HTTP run at once; another is refused (429) until one finishes.
+    #[arg(long, requires = "http", default_value_t = tidegate_server::HTTP_QUERIES_AT_ONCE, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub sql_queries_at_once: u16,
+}
+
+/// The default of `--sql-max-rows`.
+const HTTP_MAX_ROWS: u64 = match tidegate_server::HTTP_QUERY_LIMITS.max_rows {
+    Some(n) => n,
+    None => u64::MAX,
+};
+
+/// The default of `--sql-max-result-mb`.
+const HTTP_MAX_RESULT_MB: u64 = match tidegate_server::HTTP_QUERY_LIMITS.max_result_mb {
+    Some(n) => n,
+    None => u64::MAX,
+};
+
+impl Args {
+    /// The limits of one SQL query over HTTP, from the flags.
+    fn sql_limits(&self) -> tidegate_lake::QueryLimits {
+        tidegate_lake::QueryLimits {
+            memory_mb: self.sql_memory_limit_mb,
+            time_s: self.sql_time_limit_s,
+            max_rows: Some(self.sql_max_rows),
+            max_result_mb: Some(self.sql_max_result_mb),
+            set_by: tidegate_lake::LimitsSetBy::Server,
+        }
+    }
 }
 
 pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
@@ -77,6 +118,8 @@ pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
                     workers: options.workers,
                     trust_proxy: args.trust_proxy,
                     connections_max: connections_max(),
+                    sql_limits: args.sql_limits(),
+                    sql_queries_at_once: args.sql_queries_at_once.into(),
                     ..tidegate_server::Options::default()
                 };
                 let router = tidegate_server::router(ws.clone(), store.clone(), server);

@@ -153,8 +153,47 @@ struct Recorded {
     release: ReleaseRecord,
     /// The steps it publishes, each with the lease epoch its publication is fenced by.
     fence: Vec<(String, u64)>,
-    /// Staged rows its appends dropped as duplicates of their `dedup_key`, for the journal.
-    duplicates_dropped: u64,
+    /// Staged rows its publication left out (duplicates, late rows), for the journal.
+    left_out: LeftOut,
+}
+
+/// Delivered rows a publication left out by its write mode's rules, for the journal and the
+/// run's summary.
+#[derive(Debug, Clone, Copy, Default)]
+struct LeftOut {
+    /// Append: rows whose `dedup_key` was already published or earlier in the delivery.
+    duplicates: u64,
+    /// Merge: rows older (by `order_by`) than the table's row of their key.
+    late: u64,
+}
+
+impl LeftOut {
+    fn of(publication: &Publication) -> LeftOut {
+        let items = publication.items.iter();
+        LeftOut {
+            duplicates: items.clone().map(|i| i.n_duplicates_dropped).sum(),
+            late: items.map(|i| i.n_late_rows_ignored).sum(),
+        }
+    }
+
+    fn sum<'a>(all: impl Iterator<Item = &'a LeftOut>) -> LeftOut {
+        all.fold(LeftOut::default(), |a, b| LeftOut { duplicates: a.duplicates + b.duplicates, late: a.late + b.late })
+    }
+
+    /// The journal's reason for the `published` entry: what was left out, when anything was.
+    fn reason(&self) -> String {
+        let mut reason = "published".to_owned();
+        if self.duplicates > 0 {
+            reason.push_str(&format!("; {} duplicate rows dropped by dedup_key", self.duplicates));
+        }
+        if self.late > 0 {
+            reason.push_str(&format!(
+                "; {} late rows ignored by merge (the table holds a newer row of their key by order_by)",
+                self.late
+            ));
+        }
+        reason
+    }
 }
 
 impl Engine {
@@ -402,8 +441,7 @@ impl Engine {
             created_at: self.clock.now(),
             items,
         };
-        let duplicates_dropped = publication.items.iter().map(|i| i.n_duplicates_dropped).sum();
-        Recorded { release, fence: vec![(p.step_id, p.epoch)], duplicates_dropped }
+        Recorded { release, fence: vec![(p.step_id, p.epoch)], left_out: LeftOut::of(publication) }
     }
 
     /// Records published releases in one store transaction (the releases of a shared Delta
@@ -419,12 +457,8 @@ impl Engine {
         if recorded.is_empty() {
             return Ok(());
         }
-        // The journal says how many duplicate rows an append dropped (the commit records it too).
-        let reason = |dropped: u64| match dropped {
-            0 => "published".to_owned(),
-            n => format!("published; {n} duplicate rows dropped by dedup_key"),
-        };
-        let meta = self.meta(reason(recorded.iter().map(|r| r.duplicates_dropped).sum()), correlation);
+        // The journal says what a publication left out (the commit records it too).
+        let meta = self.meta(LeftOut::sum(recorded.iter().map(|r| &r.left_out)).reason(), correlation);
         let batch: Vec<(ReleaseRecord, Vec<(String, u64)>)> =
             recorded.iter().map(|r| (r.release.clone(), r.fence.clone())).collect();
         let together = {
@@ -436,7 +470,7 @@ impl Engine {
             Err(_) if recorded.len() > 1 => {
                 let mut outcomes = Vec::with_capacity(recorded.len());
                 for r in &recorded {
-                    let meta = self.meta(reason(r.duplicates_dropped), correlation);
+                    let meta = self.meta(r.left_out.reason(), correlation);
                     let (record, fence) = (r.release.clone(), r.fence.clone());
                     outcomes.push(self.db(move |s| s.record_release(&record, &fence, &meta)).await?);
                 }
@@ -447,6 +481,8 @@ impl Engine {
         // `record_release` returns one outcome per fenced step, in order.
         let mut refused = Vec::new();
         for (r, step_outcomes) in recorded.iter().zip(outcomes) {
+            summary.duplicates_dropped += r.left_out.duplicates;
+            summary.late_rows_ignored += r.left_out.late;
             for ((step_id, _), o) in r.fence.iter().zip(step_outcomes) {
                 if matches!(o, tidegate_store::Outcome::Rejected { .. }) {
                     refused.push((step_id.clone(), r.release.clone()));

@@ -55,6 +55,7 @@ fn slice(value: &str, counts: [u64; 5]) -> SliceDelta {
 fn text_column(name: &str, null_rate_before: f64, null_rate_after: f64) -> ColumnDelta {
     ColumnDelta {
         column: name.to_owned(),
+        type_change: None,
         sum_before: None,
         sum_after: None,
         min_before: None,
@@ -120,6 +121,7 @@ async fn keyed_comparison_counts_rows_and_moves_columns_per_partition() {
             text_column("name", 0.0, 0.0),
             ColumnDelta {
                 column: "value".to_owned(),
+                type_change: None,
                 sum_before: Some(100.0),
                 sum_after: Some(115.0),
                 min_before: Some(10.0),
@@ -372,6 +374,125 @@ async fn a_schema_change_is_flagged_and_named() {
         lake.compare(&CompareSpec { flags: quiet, ..by_default }, Some(version), &backfill).await.expect("compare");
     assert_eq!(comparison.schema_changes, vec!["adds column score"], "still named");
     assert!(comparison.partitions[0].flagged.is_empty(), "{:?}", comparison.partitions[0].flagged);
+}
+
+/// `value` in `ds`'s columns declared as `data_type`.
+fn with_value_type(ds: &Dataset, data_type: &str) -> Dataset {
+    let mut ds = ds.clone();
+    for c in ds.columns.iter_mut().filter(|c| c.name == "value") {
+        c.data_type = data_type.to_owned();
+    }
+    ds
+}
+
+/// Rows of `(id, value)` with `value` a float64.
+fn float_rows(rows: &[(i64, f64)]) -> RecordBatch {
+    let ids: Vec<i64> = rows.iter().map(|r| r.0).collect();
+    let values: Vec<f64> = rows.iter().map(|r| r.1).collect();
+    batch(vec![("id", ints(&ids)), ("value", floats(&values))])
+}
+
+/// Issue 31, item 8: a backfill that widens `value` from int64 to float64 and moves 1 to 1.5 is
+/// a changed row, not "nothing changed": before and after are compared in a type that holds both
+/// (never the old one), the samples show the values as they are, and the column's type change is
+/// named on the column and in the comparison. The class: no value is converted lossily to be
+/// compared, so 2^53 + 1 against the float64 nearest to it is a change too, by key and as multisets.
+#[tokio::test]
+async fn a_widening_backfill_is_compared_in_the_wider_type() {
+    let (_dir, lake) = lake().await;
+    let ds = sales();
+    let big = 9_007_199_254_740_993_i64; // 2^53 + 1: no float64 holds it
+    let published = rows(&[(1, Some(1), None), (2, Some(2), None), (3, Some(big), None)], None);
+    let version = put(&lake, &ds, &[part("eu")], published, "eu-1").await;
+
+    let widened = with_value_type(&ds, "float64");
+    let after = float_rows(&[(1, 1.5), (2, 2.0), (3, big as f64)]);
+    let backfill = vec![stage(&lake, &widened, "bf-eu", &[part("eu")], vec![after]).await];
+
+    let keys = strings(&["id"]);
+    let keyed = lake.compare(&spec(&widened, &keys, &[]), Some(version), &backfill).await.expect("compare");
+    assert_eq!(keyed.schema_changes, vec!["column value changed from int64 to float64"]);
+    let eu = &keyed.partitions[0];
+    assert_eq!((eu.n_added, eu.n_removed, eu.n_changed), (0, 0, 2), "ids 1 and 3 changed; 2 is 2.0");
+    assert_eq!(
+        eu.sample_changed,
+        vec![
+            json!({"key": {"id": 1}, "before": {"value": 1}, "after": {"value": 1.5}}),
+            json!({"key": {"id": 3}, "before": {"value": big}, "after": {"value": big as f64}}),
+        ]
+    );
+    let value = eu.columns.iter().find(|c| c.column == "value").expect("value");
+    assert_eq!(value.type_change.as_deref(), Some("int64 -> float64"));
+    assert_eq!((value.min_before, value.min_after), (Some(1.0), Some(1.5)));
+    let name = eu.columns.iter().find(|c| c.column == "name").expect("name");
+    assert_eq!(name.type_change, None, "a column whose type stays says nothing");
+
+    let multisets = lake.compare(&spec(&widened, &[], &[]), Some(version), &backfill).await.expect("compare");
+    let eu = &multisets.partitions[0];
+    assert_eq!((eu.n_added, eu.n_removed, eu.n_changed), (2, 2, 0), "{:?}", eu.sample_added);
+
+    // Narrowing (float64 to int64) is compared in float64: 1.5 against 1 is a change too.
+    let prices = Dataset { name: "prices".to_owned(), ..widened };
+    let narrowed_ds = Dataset { name: "prices".to_owned(), ..ds };
+    let floats_published = put(&lake, &prices, &[part("us")], float_rows(&[(1, 1.5), (2, 2.0)]), "us-1").await;
+    let ints_staged = rows(&[(1, Some(1), None), (2, Some(2), None)], None);
+    let narrowed = vec![stage(&lake, &narrowed_ds, "bf-us", &[part("us")], vec![ints_staged]).await];
+    let c = lake.compare(&spec(&narrowed_ds, &keys, &[]), Some(floats_published), &narrowed).await.expect("compare");
+    let us = &c.partitions[0];
+    assert_eq!((us.n_added, us.n_removed, us.n_changed), (0, 0, 1), "{:?}", us.sample_changed);
+}
+
+/// A merge backfill is reviewed as the merge will publish it: a key it does not deliver is
+/// untouched (not removed), a late row (older `seq` than the published row) changes nothing, a
+/// newer one changes its key, a late delete deletes nothing and a newer one removes its key.
+#[tokio::test]
+async fn a_merge_backfill_is_compared_as_the_merge_publishes_it() {
+    let (_dir, lake) = lake().await;
+    let ds = dataset(
+        "accounts",
+        WriteMode::Merge {
+            keys: strings(&["id"]),
+            order_by: Some("seq".to_owned()),
+            delete_marker: Some("deleted".to_owned()),
+        },
+        vec![col("id", "int64", false), col("seq", "int64", true), col("deleted", "bool", true)],
+    );
+    let accounts = |ids: &[i64], seqs: &[i64], deleted: &[bool]| {
+        batch(vec![("id", ints(ids)), ("seq", ints(seqs)), ("deleted", bools(deleted))])
+    };
+    let published = accounts(&[1, 2, 3, 4, 5], &[5, 5, 5, 5, 5], &[false; 5]);
+    let version = put(&lake, &ds, &[part("eu")], published, "m1").await;
+    // 1 late, 2 newer, 3 untouched, 4 a late delete, 5 a newer delete, 6 new.
+    let delivery = accounts(&[1, 2, 4, 5, 6], &[3, 6, 4, 7, 1], &[false, false, true, true, false]);
+    let backfill = vec![stage(&lake, &ds, "bf-eu", &[part("eu")], vec![delivery]).await];
+
+    let keys = strings(&["id"]);
+    let c = lake.compare(&spec(&ds, &keys, &[]), Some(version), &backfill).await.expect("compare");
+    let eu = &c.partitions[0];
+    assert_eq!((eu.rows_before, eu.rows_after), (5, 5));
+    assert_eq!((eu.n_added, eu.n_removed, eu.n_changed), (1, 1, 1), "6 added, 5 removed, 2 changed");
+    assert_eq!(
+        eu.sample_changed,
+        vec![json!({"key": {"id": 2}, "before": {"seq": 5, "deleted": false}, "after": {"seq": 6, "deleted": false}})]
+    );
+    assert_eq!(eu.sample_removed, vec![json!({"id": 5, "seq": 5, "deleted": false})]);
+}
+
+/// An append backfill likewise: published rows stay (an append removes nothing), a re-delivered
+/// key is a duplicate the append drops (even with other values), and only new keys are added.
+#[tokio::test]
+async fn an_append_backfill_is_compared_as_the_append_publishes_it() {
+    let (_dir, lake) = lake().await;
+    let ds = dataset("clicks", WriteMode::Append { dedup_key: strings(&["id"]), dedup_lookback: 0 }, basic_columns());
+    let version = put(&lake, &ds, &[part("d1")], rows(&[(1, Some(1), None), (2, Some(2), None)], None), "a1").await;
+    let delivery = rows(&[(2, Some(20), None), (3, Some(3), None)], None);
+    let backfill = vec![stage(&lake, &ds, "bf-d1", &[part("d1")], vec![delivery]).await];
+    let keys = strings(&["id"]);
+    let c = lake.compare(&spec(&ds, &keys, &[]), Some(version), &backfill).await.expect("compare");
+    let d1 = &c.partitions[0];
+    assert_eq!((d1.rows_before, d1.rows_after), (2, 3));
+    assert_eq!((d1.n_added, d1.n_removed, d1.n_changed), (1, 0, 0), "{:?} {:?}", d1.sample_removed, d1.sample_changed);
+    assert_eq!(d1.sample_added, vec![json!({"id": 3, "value": 3})]);
 }
 
 #[tokio::test]

@@ -1,9 +1,11 @@
-//! The four write modes: merge by key with ordering, ties and tombstones; append with
+//! The four write modes: merge by key with ordering (against the table's rows too: late rows are
+//! ignored and counted), ties and tombstones; append with
 //! de-duplication; snapshot; and rollback of each mode back to identical rows.
 
 use crate::common::*;
 use tidegate_core::spec::model::{Dataset, WriteMode};
-use tidegate_lake::Error;
+use tidegate_lake::arrow::array::RecordBatch;
+use tidegate_lake::{Error, LATE_ROWS_IGNORED_KEY};
 
 fn merge_dataset() -> Dataset {
     dataset(
@@ -43,6 +45,82 @@ async fn merge_resolves_duplicates_by_order_by_and_tombstones_delete() {
             "id=4|seq=1|balance=40.0|deleted=false|tg_partition=eu",
         ]
     );
+}
+
+/// `accounts` with a null `seq` where `seqs` has `None`.
+fn accounts_at(ids: &[i64], seqs: &[Option<i64>], balances: &[f64], deleted: &[bool]) -> RecordBatch {
+    let seqs: tidegate_lake::arrow::array::ArrayRef =
+        std::sync::Arc::new(tidegate_lake::arrow::array::Int64Array::from(seqs.to_vec()));
+    batch(vec![("id", ints(ids)), ("seq", seqs), ("balance", floats(balances)), ("deleted", bools(deleted))])
+}
+
+/// Issue 31, item 6: a CDC feed's late row (an older `seq` than the published row of its key)
+/// never takes the key back in time, nor does a late delete remove the newer row; a delivered row
+/// with the same `seq` as the table's wins (a restatement); a null `seq` is older than any value.
+/// The publication, and its commit, count the late rows ignored.
+#[tokio::test]
+async fn a_late_row_never_overwrites_a_newer_published_one() {
+    let (_dir, lake) = lake().await;
+    let ds = merge_dataset();
+    let published = accounts_at(
+        &[1, 2, 3, 4, 6],
+        &[Some(5), Some(5), Some(5), None, Some(1)],
+        &[50.0, 20.0, 30.0, 40.0, 60.0],
+        &[false; 5],
+    );
+    put(&lake, &ds, &[part("eu")], published, "m1").await;
+
+    let late = accounts_at(
+        &[1, 2, 3, 4, 5, 6],
+        &[Some(3), Some(5), Some(2), Some(1), None, None],
+        &[-1.0, 22.0, 0.0, 44.0, 55.0, -6.0],
+        &[false, false, true, false, false, false],
+    );
+    let staged = lake.stage_batches(&ds, "stg-m2", &[part("eu")], vec![late]).await.expect("stage");
+    let publication = lake.publish(&release("rel-m2", &ds, staged, "m2")).await.expect("publish");
+    assert_eq!(publication.items[0].n_late_rows_ignored, 3, "ids 1 (older seq), 3 (late delete), 6 (null seq)");
+    assert_eq!(lake.history("accounts").await.expect("history")[0].metadata[LATE_ROWS_IGNORED_KEY], 3);
+    assert_eq!(
+        read_all(&lake, "accounts").await,
+        vec![
+            "id=1|seq=5|balance=50.0|deleted=false|tg_partition=eu",
+            "id=2|seq=5|balance=22.0|deleted=false|tg_partition=eu",
+            "id=3|seq=5|balance=30.0|deleted=false|tg_partition=eu",
+            "id=4|seq=1|balance=44.0|deleted=false|tg_partition=eu",
+            "id=5|seq=null|balance=55.0|deleted=false|tg_partition=eu",
+            "id=6|seq=1|balance=60.0|deleted=false|tg_partition=eu",
+        ]
+    );
+
+    // Duplicates inside a delivery are resolved first; the winner then meets the table's row.
+    let mixed = accounts(&[1, 1, 2], &[4, 6, 9], &[-4.0, 66.0, 0.0], &[false, false, true]);
+    let staged = lake.stage_batches(&ds, "stg-m3", &[part("eu")], vec![mixed]).await.expect("stage");
+    let publication = lake.publish(&release("rel-m3", &ds, staged, "m3")).await.expect("publish");
+    assert_eq!(publication.items[0].n_late_rows_ignored, 0, "seq 6 is newer than 5; seq 4 lost inside the delivery");
+    let now = read_all(&lake, "accounts").await;
+    assert!(now.contains(&"id=1|seq=6|balance=66.0|deleted=false|tg_partition=eu".to_owned()), "{now:?}");
+    assert!(!now.iter().any(|r| r.starts_with("id=2|")), "a newer delete removes the key: {now:?}");
+}
+
+/// Without `order_by` there is no time to go back in: the delivered row always replaces the
+/// table's, and nothing is counted as late.
+#[tokio::test]
+async fn a_merge_without_order_by_replaces_the_published_row_and_counts_nothing_late() {
+    let (_dir, lake) = lake().await;
+    let ds = dataset(
+        "plain",
+        WriteMode::Merge { keys: vec!["id".to_owned()], order_by: None, delete_marker: None },
+        basic_columns(),
+    );
+    put(&lake, &ds, &[part("eu")], rows(&[(1, Some(10), Some("a"))], None), "p1").await;
+    let staged = lake
+        .stage_batches(&ds, "stg-p2", &[part("eu")], vec![rows(&[(1, Some(1), Some("b"))], None)])
+        .await
+        .expect("stage");
+    let publication = lake.publish(&release("rel-p2", &ds, staged, "p2")).await.expect("publish");
+    assert_eq!(publication.items[0].n_late_rows_ignored, 0);
+    assert!(!lake.history("plain").await.expect("history")[0].metadata.contains_key(LATE_ROWS_IGNORED_KEY));
+    assert_eq!(read_all(&lake, "plain").await, vec!["id=1|value=1|name=b|tg_partition=eu"]);
 }
 
 #[tokio::test]

@@ -7,7 +7,6 @@ use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use tidegate_app::actor::Access;
 use tidegate_app::listing::Page;
-use tidegate_lake::QueryLimits;
 use tidegate_lake::arrow::record_batch::RecordBatch;
 use tidegate_store::ReleaseRecord;
 use utoipa::{IntoParams, ToSchema};
@@ -172,7 +171,8 @@ pub(crate) struct SqlBody {
     release: Option<String>,
 }
 
-/// Runs a read-only SQL query (as `tidegate sql --json`), within the default memory and time limits.
+/// Runs a read-only SQL query (as `tidegate sql --json`) within the server's limits (by default
+/// 256 MiB, 30 s, 10,000 rows and 32 MiB of result), at most two at once (429 beyond).
 #[utoipa::path(post, path = "/api/sql", tag = "data", request_body = SqlBody,
     responses((status = 200, description = "the result's rows", body = Rows), Errors))]
 pub(crate) async fn sql(
@@ -181,8 +181,21 @@ pub(crate) async fn sql(
     body: Body<SqlBody>,
 ) -> Result<Json<Rows>, Problem> {
     let body = body.read(&actor, Access::Read)?;
+    // A viewer's queries cannot take the process's memory or cores from the scheduler: each runs
+    // within the server's limits, and only so many at once.
+    let Ok(_slot) = state.sql_slots.clone().try_acquire_owned() else {
+        return Err(Problem::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "busy",
+            format!(
+                "{} SQL queries are running on this server, the most it runs at once: try again when one has \
+                 finished",
+                state.options.sql_queries_at_once
+            ),
+        ));
+    };
     let request =
-        tidegate_app::data::SqlRequest { query: body.query, limits: QueryLimits::default(), release: body.release };
+        tidegate_app::data::SqlRequest { query: body.query, limits: state.options.sql_limits, release: body.release };
     call(&state, move |ws, _| to_rows(&tidegate_app::data::sql(ws, &actor, &request)?)).await
 }
 

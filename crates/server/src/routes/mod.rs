@@ -182,7 +182,11 @@ impl utoipa::IntoResponses for Errors {
                 "422",
                 "the request cannot be carried out as asked, or its Idempotency-Key was first used for another request",
             ),
-            ("429", "too many unknown, revoked or expired tokens came from this address; retry after Retry-After"),
+            (
+                "429",
+                "too many unknown, revoked or expired tokens came from this address (retry after Retry-After), or \
+                 as many SQL queries as the server runs at once are running",
+            ),
             ("503", "the store or the lake is unavailable"),
         ]
         .into_iter()

@@ -2,8 +2,8 @@
 //! 403 exactly where `Access` puts them), the backfill story told by two tokens, `Idempotency-Key`
 //! (replays, concurrent duplicates, expiry), `/metrics` parsed by Prometheus' own parsers and
 //! `/readyz` failing when the store or the lake does, a real schema for every success body of the
-//! OpenAPI document, and Schemathesis against it. The modules share `common`; `server_shared`
-//! compiles them again with every workspace on PostgreSQL and S3.
+//! OpenAPI document, SQL within the server's limits, and Schemathesis against it. The modules
+//! share `common`; `server_shared` compiles them again with every workspace on PostgreSQL and S3.
 
 /// Whether every workspace runs on PostgreSQL and S3 (`server_shared`) or on the defaults (this binary).
 const SHARED: bool = false;
@@ -18,3 +18,4 @@ mod readyz;
 mod roles;
 mod schemathesis;
 mod security;
+mod sql;

@@ -24,4 +24,5 @@ mod suite {
     mod roles;
     mod schemathesis;
     mod security;
+    mod sql;
 }

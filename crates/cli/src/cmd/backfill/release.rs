@@ -50,7 +50,16 @@ pub fn publish(ws: Option<&Path>, actor: &Actor, args: PublishArgs) -> Result<Ex
 pub(crate) fn print_published(published: &Published) {
     println!("Published backfill {} as release {}:", published.backfill_id, published.release_id);
     for item in &published.publication.items {
-        let note = if item.already_published { " (already committed before; nothing new)" } else { "" };
+        let mut note = if item.already_published { " (already committed before; nothing new)" } else { "" }.to_owned();
+        if item.n_duplicates_dropped > 0 {
+            note.push_str(&format!("; {} duplicate rows dropped by dedup_key", item.n_duplicates_dropped));
+        }
+        if item.n_late_rows_ignored > 0 {
+            note.push_str(&format!(
+                "; {} late rows ignored by merge (the table holds a newer row of their key by order_by)",
+                item.n_late_rows_ignored
+            ));
+        }
         println!("  {} -> table version {}{note}", item.dataset, item.table_version);
     }
     println!("Consumers notified through the journal and {}", published.lineage);

@@ -437,10 +437,7 @@ fn run_target(ws: Option<&Path>, actor: &Actor, target: &str, from: &str, to: &s
 
 /// Prints a query's rows as `tidegate sql` does.
 fn show_sql(ws: Option<&Path>, actor: &Actor, query: &str) -> Result<()> {
-    let limits = tidegate_lake::QueryLimits {
-        memory_mb: tidegate_lake::USER_QUERY_MEMORY_LIMIT_MB,
-        time_s: tidegate_lake::USER_QUERY_TIME_LIMIT_S,
-    };
+    let limits = tidegate_lake::QueryLimits { set_by: tidegate_lake::LimitsSetBy::SqlCommand, ..Default::default() };
     let request = tidegate_app::data::SqlRequest { query: query.to_owned(), limits, release: None };
     let rows = tidegate_app::data::sql(&workspace::load(ws)?, actor, &request)?;
     print_batches(&rows, &crate::cmd::data::Format { json: false, csv: false })

@@ -1,6 +1,7 @@
-//! The promise under attack (issue 19): each test guards a way it was once broken.
+//! The promise under attack (issues 19 and 31): each test guards a way it was once broken.
 mod commands;
 mod corpus;
+mod data_plane;
 mod faults;
 mod identity;
 mod journal;
