@@ -40,6 +40,7 @@ mod suite {
     mod worker;
 
     mod guarantees {
+        mod coercion;
         mod faults;
         mod identity;
         mod process;
