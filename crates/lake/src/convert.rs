@@ -58,8 +58,8 @@ impl Refusal {
     /// The sentence an error shows: the value, the column's type and why.
     pub(crate) fn detail(&self, to: &DataType) -> String {
         format!(
-            "{} cannot be stored as {} without loss: {}; fix the task's output, or declare the column with a type \
-             that holds it",
+            "{} cannot be stored as {}: {}; fix the task's output, or declare the column with a type that holds \
+             it",
             self.value,
             type_name(to),
             self.reason
@@ -72,7 +72,8 @@ pub(crate) fn convert(array: &ArrayRef, to: &DataType, spelling: Spelling) -> Re
     if array.data_type() == to {
         return Ok(array.clone());
     }
-    if array.null_count() == array.len() {
+    // Nothing but nulls (JSON's `null` alone is read as Arrow's `Null` type): nulls of `to`.
+    if array.logical_null_count() == array.len() {
         return Ok(new_null_array(to, array.len()));
     }
     let source = Source::of(array, spelling)?;
@@ -176,7 +177,9 @@ impl Source {
             | T::Timestamp(..) => None,
             other => {
                 let source = Source { array: array.clone(), input_type: other.clone(), spelling };
-                return Err(source.refuse_first(format!("a {} value is never stored in a table column", type_name(other))));
+                let reason = "a table column holds single values (strings, numbers, booleans, dates, timestamps, \
+                              decimals, binary), never a nested value such as a JSON object or list";
+                return Err(source.refuse_first(reason));
             }
         };
         let array = match canonical {
@@ -237,7 +240,7 @@ impl Source {
     /// A refusal at the first non-null value.
     fn refuse_first(&self, reason: impl Display) -> Refusal {
         let row = (0..self.array.len()).find(|&i| self.array.is_valid(i)).unwrap_or_default();
-        let value = self.value(row).map_or_else(|| format!("a {} value", type_name(&self.input_type)), |v| self.shown(v));
+        let value = self.value(row).map_or_else(|| format!("a value of type {}", self.input_type), |v| self.shown(v));
         Refusal { row, value, reason: reason.to_string() }
     }
 }
@@ -344,8 +347,7 @@ fn timestamps(source: &Source, unit: TimeUnit, zone: Option<Arc<str>>) -> Result
 
 const NOT_WHOLE: &str = "it is not a whole number";
 const NOT_NUMBER: &str = "it is not a number";
-const STRING_NOT_NUMBER: &str =
-    "a string is never read as a number (only CSV text is); write the number itself, unquoted in JSON";
+const STRING_NOT_NUMBER: &str = "a string is never read as a number (only a CSV file's text is): write the number unquoted";
 const BOOL_NOT_NUMBER: &str = "a boolean is never stored as a number";
 
 /// The largest magnitude below which a float64 holds every whole number exactly (2^53).
@@ -567,7 +569,10 @@ fn unit_name(unit: TimeUnit) -> &'static str {
 
 fn below_unit(unit: TimeUnit) -> String {
     let name = unit_name(unit);
-    format!("it has digits below the {name}, which a timestamp column (in {name}s) would drop")
+    format!(
+        "it has digits below the {name}, which a timestamp column (in {name}s) would drop; truncate it in the \
+         task (in SQL, date_trunc('{name}', ...))"
+    )
 }
 
 /// `count` of `from` in `to`, if nothing below `to` is lost.
@@ -853,6 +858,8 @@ mod tests {
         assert_eq!((refusal.row, refusal.value.as_str()), (3, "2.5 (float64)"));
         let all_null: ArrayRef = Arc::new(Float64Array::from(vec![None, None]));
         assert_eq!(convert(&all_null, &DataType::Boolean, Spelling::Typed).expect("nulls convert").null_count(), 2);
+        let null_type: ArrayRef = Arc::new(arrow::array::NullArray::new(2));
+        assert_eq!(convert(&null_type, &DataType::Int64, Spelling::Typed).expect("nulls convert").null_count(), 2);
         let words: ArrayRef = Arc::new(StringArray::from(vec!["a".repeat(100)]));
         let refusal = convert(&words, &DataType::Int64, Spelling::Text).expect_err("not a number");
         assert_eq!(refusal.value, format!("\"{}...\"", "a".repeat(SHOWN_TEXT_CHARS)));

@@ -355,4 +355,14 @@ async fn a_sql_tasks_rows_convert_only_without_loss() {
         .await
         .expect_err("1 is not a bool");
     assert!(matches!(&err, Error::SchemaMismatch { column, .. } if column == "ok"), "{err}");
+    // `now()` in SQL has nanoseconds; a timestamp column holds microseconds, and says how to cut.
+    let ds = dataset("stamped", WriteMode::Replace, vec![col("at", "timestamp", true)]);
+    let now = NEW_YEAR_S * 1_000_000_000 + 123_456_789;
+    let err = lake
+        .stage_batches(&ds, "now", &[part("p")], vec![batch(vec![("at", ts_ns(now))])])
+        .await
+        .expect_err("nanoseconds are not microseconds");
+    assert!(err.to_string().contains("date_trunc('microsecond'"), "{err}");
+    put(&lake, &ds, &[part("p")], batch(vec![("at", ts_ns(now - 789))]), "cut").await;
+    assert_eq!(read_all(&lake, "stamped").await, ["at=2024-01-01T00:00:00.123456Z|tg_partition=p"]);
 }
