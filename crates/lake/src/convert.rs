@@ -34,6 +34,11 @@ use arrow::datatypes::{
 };
 use chrono::{DateTime, Timelike as _, Utc};
 
+use literal::Literal;
+
+mod fast;
+mod literal;
+
 /// How an input writes its values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Spelling {
@@ -76,6 +81,14 @@ pub(crate) fn convert(array: &ArrayRef, to: &DataType, spelling: Spelling) -> Re
     if array.logical_null_count() == array.len() {
         return Ok(new_null_array(to, array.len()));
     }
+    if let Some(converted) = fast::convert(array, to, spelling) {
+        return Ok(converted);
+    }
+    by_value(array, to, spelling)
+}
+
+/// [`convert`] one value at a time: the rules themselves.
+fn by_value(array: &ArrayRef, to: &DataType, spelling: Spelling) -> Result<ArrayRef, Refusal> {
     let source = Source::of(array, spelling)?;
     let converted: ArrayRef = match to {
         DataType::Boolean => Arc::new(collect_bool(&source)?),
@@ -368,9 +381,9 @@ fn to_whole(v: Value<'_>, spelling: Spelling) -> Result<i128, String> {
         // Whole and below 2^53: exact.
         Value::Float(x) => Ok(x as i128),
         Value::Decimal { unscaled, scale } => Literal::of_decimal(unscaled, scale).whole(),
-        Value::Str(s) if spelling == Spelling::Text => match s.parse::<i64>() {
+        Value::Str(s) if spelling == Spelling::Text => match s.trim_ascii().parse::<i64>() {
             Ok(i) => Ok(i.into()),
-            Err(_) => Literal::parse(s).ok_or_else(|| NOT_NUMBER.to_owned())?.whole(),
+            Err(_) => Literal::parse(s.trim_ascii()).ok_or_else(|| NOT_NUMBER.to_owned())?.whole(),
         },
         Value::Str(_) => Err(STRING_NOT_NUMBER.to_owned()),
         Value::Bool(_) => Err(BOOL_NOT_NUMBER.to_owned()),
@@ -391,7 +404,7 @@ fn to_f64(v: Value<'_>, spelling: Spelling) -> Result<f64, String> {
                 Err(format!("float64 cannot hold it exactly (it would become {x})"))
             }
         }
-        Value::Str(s) if spelling == Spelling::Text => text_to_float(s, "float64"),
+        Value::Str(s) if spelling == Spelling::Text => text_to_float(s.trim_ascii(), "float64"),
         other => Err(not_a_float(other)),
     }
 }
@@ -399,12 +412,12 @@ fn to_f64(v: Value<'_>, spelling: Spelling) -> Result<f64, String> {
 fn to_f32(v: Value<'_>, spelling: Spelling) -> Result<f32, String> {
     match v {
         Value::Int(i) => exact_float(i, |i| i as f32, |y| y as i128, "float32"),
-        Value::Str(s) if spelling == Spelling::Text && is_integer_text(s) => {
-            let i = s.parse::<i128>().map_err(|_| "float32 cannot hold this whole number exactly".to_owned())?;
+        Value::Str(s) if spelling == Spelling::Text && is_integer_text(s.trim_ascii()) => {
+            let i = s.trim_ascii().parse::<i128>().map_err(|_| "float32 cannot hold this whole number exactly".to_owned())?;
             exact_float(i, |i| i as f32, |y| y as i128, "float32")
         }
         Value::Float(x) => narrow(x),
-        Value::Str(s) if spelling == Spelling::Text => narrow(text_to_float(s, "float64")?),
+        Value::Str(s) if spelling == Spelling::Text => narrow(text_to_float(s.trim_ascii(), "float64")?),
         Value::Decimal { unscaled, scale } => {
             let literal = Literal::of_decimal(unscaled, scale);
             let y: f32 = literal.to_string().parse().map_err(|_| NOT_NUMBER.to_owned())?;
@@ -445,8 +458,8 @@ fn text_to_float(s: &str, name: &str) -> Result<f64, String> {
         return exact_float(i, |i| i as f64, |x| x as i128, name);
     }
     let x: f64 = s.parse().map_err(|_| NOT_NUMBER.to_owned())?;
-    let written_infinite = s.trim_start_matches(['+', '-']).to_ascii_lowercase().starts_with("inf");
-    if x.is_infinite() && !written_infinite {
+    let written_infinite = || s.trim_start_matches(['+', '-']).get(..3).is_some_and(|i| i.eq_ignore_ascii_case("inf"));
+    if x.is_infinite() && !written_infinite() {
         return Err(format!("it is outside {name}'s range"));
     }
     if x == 0.0 && Literal::parse(s).is_some_and(|l| !l.is_zero()) {
@@ -475,7 +488,7 @@ fn to_decimal(v: Value<'_>, precision: u8, scale: i8) -> Result<i128, String> {
         Value::Float(x) => Literal::of_float(x).ok_or_else(|| "it is not a finite number".to_owned())?,
         Value::Decimal { unscaled, scale } => Literal::of_decimal(unscaled, scale),
         // Text (CSV's, or a JSON string: JSON has no decimal type) parses strictly.
-        Value::Str(s) => Literal::parse(s).ok_or_else(|| NOT_NUMBER.to_owned())?,
+        Value::Str(s) => Literal::parse(s.trim_ascii()).ok_or_else(|| NOT_NUMBER.to_owned())?,
         Value::Bool(_) => return Err(BOOL_NOT_NUMBER.to_owned()),
         other => return Err(never(other, "a number")),
     };
@@ -492,6 +505,7 @@ fn to_bool(v: Value<'_>, spelling: Spelling) -> Result<bool, String> {
     match v {
         Value::Bool(b) => Ok(b),
         Value::Str(s) if spelling == Spelling::Text => {
+            let s = s.trim_ascii();
             if s.eq_ignore_ascii_case("true") {
                 Ok(true)
             } else if s.eq_ignore_ascii_case("false") {
@@ -508,6 +522,10 @@ fn to_bool(v: Value<'_>, spelling: Spelling) -> Result<bool, String> {
 
 fn to_days(v: Value<'_>) -> Result<i32, String> {
     const TIME_OF_DAY: &str = "it has a time of day, which a date column would drop";
+    let v = match v {
+        Value::Str(s) => Value::Str(s.trim_ascii()),
+        other => other,
+    };
     match v {
         Value::Date(days) => Ok(days),
         Value::Time(count, unit) => {
@@ -538,7 +556,7 @@ fn to_time(v: Value<'_>, unit: TimeUnit) -> Result<i64, String> {
     match v {
         Value::Time(count, from) => rescale(count, from, unit),
         Value::Date(days) => rescale(i64::from(days) * SECONDS_PER_DAY, TimeUnit::Second, unit),
-        Value::Str(s) => text_to_time(s, unit),
+        Value::Str(s) => text_to_time(s.trim_ascii(), unit),
         Value::Int(_) | Value::Float(_) | Value::Decimal { .. } => Err(
             "a number is never read as a timestamp (its unit and epoch are unknown); write it as text, such as \
              2024-01-01T12:00:00Z"
@@ -605,11 +623,11 @@ fn text_to_time(s: &str, unit: TimeUnit) -> Result<i64, String> {
 
 /// The digits after the decimal point of a timestamp's seconds, as written.
 fn fraction_digits(s: &str) -> &str {
-    let Some(time) = s.get(10..) else { return "" };
-    let Some(point) = time.find('.') else { return "" };
-    let rest = &time[point + 1..];
-    let end = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
-    &rest[..end]
+    let time = s.as_bytes().get(10..).unwrap_or_default();
+    let Some(point) = time.iter().position(|b| *b == b'.') else { return "" };
+    let digits = time[point + 1..].iter().take_while(|b| b.is_ascii_digit()).count();
+    // ASCII digits after an ASCII point: a char boundary on both sides.
+    s.get(10 + point + 1..10 + point + 1 + digits).unwrap_or_default()
 }
 
 /// Why a non-string value does not go into a string column.
@@ -634,129 +652,6 @@ fn never(v: Value<'_>, into: &str) -> String {
         Value::Bytes(_) => "binary data",
     };
     format!("{what} is never stored as {into}")
-}
-
-// ---- numbers as written -------------------------------------------------------------------------
-
-/// A decimal number exactly: `±digits × 10^exp`, `digits` without leading or trailing zeros
-/// (empty for zero), so two equal numbers are equal literals however they were written.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Literal {
-    negative: bool,
-    digits: String,
-    exp: i64,
-}
-
-/// The most digits an `i128` holds whatever they are.
-const I128_DIGITS: i64 = 38;
-
-impl Literal {
-    /// Parses `[+-]digits[.digits][(e|E)[+-]digits]` (a point with digits on one side at least);
-    /// `None` for anything else, `inf` and `NaN` included.
-    fn parse(s: &str) -> Option<Literal> {
-        let (negative, rest) = match s.as_bytes().first()? {
-            b'-' => (true, &s[1..]),
-            b'+' => (false, &s[1..]),
-            _ => (false, s),
-        };
-        let (mantissa, exp) = match rest.find(['e', 'E']) {
-            Some(at) => (&rest[..at], parse_exponent(&rest[at + 1..])?),
-            None => (rest, 0),
-        };
-        let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
-        let all_digits = |t: &str| t.bytes().all(|b| b.is_ascii_digit());
-        if whole.len() + fraction.len() == 0 || !all_digits(whole) || !all_digits(fraction) {
-            return None;
-        }
-        let exp = exp.checked_sub(i64::try_from(fraction.len()).ok()?)?;
-        Some(Literal::normalized(negative, format!("{whole}{fraction}"), exp))
-    }
-
-    fn normalized(negative: bool, digits: String, exp: i64) -> Literal {
-        let trimmed = digits.trim_start_matches('0');
-        let significant = trimmed.trim_end_matches('0');
-        let zeros = i64::try_from(trimmed.len() - significant.len()).unwrap_or_default();
-        if significant.is_empty() {
-            return Literal { negative: false, digits: String::new(), exp: 0 };
-        }
-        Literal { negative, digits: significant.to_owned(), exp: exp.saturating_add(zeros) }
-    }
-
-    fn of_decimal(unscaled: i128, scale: i8) -> Literal {
-        Literal::normalized(unscaled < 0, unscaled.unsigned_abs().to_string(), -i64::from(scale))
-    }
-
-    /// The decimal a float stands for: its shortest form that reads back as the same float.
-    fn of_float(x: impl Display) -> Option<Literal> {
-        Literal::parse(&x.to_string())
-    }
-
-    fn is_zero(&self) -> bool {
-        self.digits.is_empty()
-    }
-
-    /// The number as an integer, if it is whole and an `i128` holds it.
-    fn whole(&self) -> Result<i128, String> {
-        if self.exp < 0 {
-            return Err(NOT_WHOLE.to_owned());
-        }
-        self.scaled(0)
-    }
-
-    /// The number times 10^`scale`, if that is whole (`scale` decimal places hold it) and an
-    /// `i128` holds it.
-    fn scaled(&self, scale: i8) -> Result<i128, String> {
-        if self.is_zero() {
-            return Ok(0);
-        }
-        let exp = self.exp + i64::from(scale);
-        if exp < 0 {
-            return Err(match scale {
-                0 => NOT_WHOLE.to_owned(),
-                1 => "it has more than 1 decimal place".to_owned(),
-                _ => format!("it has more than {scale} decimal places"),
-            });
-        }
-        let too_large = || "it is too large for any column of its kind".to_owned();
-        if i64::try_from(self.digits.len()).unwrap_or(i64::MAX).saturating_add(exp) > I128_DIGITS {
-            return Err(too_large());
-        }
-        let digits: i128 = self.digits.parse().map_err(|_| too_large())?;
-        let power = 10_i128.checked_pow(u32::try_from(exp).map_err(|_| too_large())?).ok_or_else(too_large)?;
-        let magnitude = digits.checked_mul(power).ok_or_else(too_large)?;
-        Ok(if self.negative { -magnitude } else { magnitude })
-    }
-}
-
-fn parse_exponent(s: &str) -> Option<i64> {
-    let digits = s.strip_prefix(['+', '-']).unwrap_or(s);
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    s.parse().ok()
-}
-
-impl std::fmt::Display for Literal {
-    /// Plain decimal notation (`-12.5`, `0.001`, `1200`).
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.is_zero() {
-            return f.write_str("0");
-        }
-        let sign = if self.negative { "-" } else { "" };
-        let n = i64::try_from(self.digits.len()).unwrap_or(i64::MAX);
-        if self.exp >= 0 {
-            let zeros = "0".repeat(usize::try_from(self.exp).unwrap_or_default());
-            return write!(f, "{sign}{}{zeros}", self.digits);
-        }
-        let point = n + self.exp;
-        if point > 0 {
-            let (whole, fraction) = self.digits.split_at(usize::try_from(point).unwrap_or_default());
-            write!(f, "{sign}{whole}.{fraction}")
-        } else {
-            let zeros = "0".repeat(usize::try_from(-point).unwrap_or_default());
-            write!(f, "{sign}0.{zeros}{}", self.digits)
-        }
-    }
 }
 
 #[cfg(test)]
@@ -828,7 +723,12 @@ mod tests {
         assert_eq!(csv("7.0", DataType::Int64), "7");
         assert_eq!(csv("1.5", DataType::Int64), "refused: it is not a whole number");
         assert_eq!(csv("abc", DataType::Int64), "refused: it is not a number");
-        assert_eq!(csv(" 12", DataType::Int64), "refused: it is not a number");
+        // Spaces around a value are not part of it.
+        assert_eq!(csv(" 12 ", DataType::Int64), "12");
+        assert_eq!(csv(" 1.5", DataType::Float64), "1.5");
+        assert_eq!(csv(" true", DataType::Boolean), "true");
+        assert_eq!(csv("2024-01-01 ", DataType::Date32), "2024-01-01");
+        assert_eq!(csv("1 2", DataType::Int64), "refused: it is not a number");
         assert_eq!(csv("99999999999999999999", DataType::Int64), "refused: it is outside int64's range");
         assert_eq!(csv("-0.1", DataType::Float64), "-0.1");
         assert_eq!(csv("inf", DataType::Float64), "inf");
@@ -849,6 +749,48 @@ mod tests {
         assert_eq!(csv("2024-01-01 01:00:00+01:00", micros.clone()), "2024-01-01T00:00:00Z");
         assert_eq!(csv("2024-01-01", micros), "2024-01-01T00:00:00Z");
         assert_eq!(check(text("0.01"), DataType::Decimal128(10, 2), Spelling::Typed), "0.01");
+    }
+
+    /// Whenever the vectorised path answers, it answers what the rules do, value for value.
+    #[test]
+    fn the_fast_path_agrees_with_the_rules() {
+        use arrow::array::{Float32Array, Int32Array, UInt64Array};
+        let strings = |v: &[Option<&str>]| -> ArrayRef { Arc::new(StringArray::from(v.to_vec())) };
+        let micros = DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
+        let cases: Vec<(ArrayRef, DataType, Spelling)> = vec![
+            (Arc::new(Int64Array::from(vec![Some(1), None, Some(-2_147_483_648)])), DataType::Int32, Spelling::Typed),
+            (Arc::new(Int64Array::from(vec![2_147_483_648])), DataType::Int32, Spelling::Typed),
+            (Arc::new(Int32Array::from(vec![7, -7])), DataType::Int64, Spelling::Typed),
+            (Arc::new(UInt64Array::from(vec![u64::MAX])), DataType::Int64, Spelling::Typed),
+            (Arc::new(Int64Array::from(vec![(1 << 53) - 1, 3])), DataType::Float64, Spelling::Typed),
+            (Arc::new(Int64Array::from(vec![(1 << 53) + 1])), DataType::Float64, Spelling::Typed),
+            (Arc::new(Float64Array::from(vec![Some(7.0), None, Some(-3.0)])), DataType::Int64, Spelling::Typed),
+            (Arc::new(Float64Array::from(vec![7.9])), DataType::Int64, Spelling::Typed),
+            (Arc::new(Float32Array::from(vec![1.5])), DataType::Int32, Spelling::Typed),
+            (strings(&[Some("12"), None, Some("+5"), Some("-0")]), DataType::Int64, Spelling::Text),
+            (strings(&[Some("1.0"), Some("1e3")]), DataType::Int64, Spelling::Text),
+            (strings(&[Some(" 12"), Some("12 "), Some("\t-3\n"), Some("1 2")]), DataType::Int64, Spelling::Text),
+            (strings(&[Some(" 1.5"), Some("2.5 ")]), DataType::Float64, Spelling::Text),
+            (strings(&[Some(" 2024-01-01")]), DataType::Date32, Spelling::Text),
+            (strings(&[Some(" 2024-01-01T00:00:00Z")]), DataType::Timestamp(TimeUnit::Microsecond, None), Spelling::Text),
+            (strings(&[Some("12")]), DataType::Int64, Spelling::Typed),
+            (strings(&[Some("0.1"), Some("-2.5e3"), Some("0"), Some("0.0e5"), None, Some("7")]), DataType::Float64, Spelling::Text),
+            (strings(&[Some("1e-400"), Some("1e400"), Some("inf"), Some("NaN")]), DataType::Float64, Spelling::Text),
+            (strings(&[Some("12345678901234567891")]), DataType::Float64, Spelling::Text),
+            (strings(&[Some("2024-02-29"), None]), DataType::Date32, Spelling::Text),
+            (strings(&[Some("2024-02-30")]), DataType::Date32, Spelling::Typed),
+            (strings(&[Some("2024-01-01T12:00:00")]), DataType::Date32, Spelling::Text),
+            (strings(&[Some("2024-01-01T12:00:00.123456Z"), Some("2024-01-01 01:00:00+01:00"), Some("2024-01-01")]), micros.clone(), Spelling::Text),
+            (strings(&[Some("2024-01-01T12:00:00.1234567Z")]), micros.clone(), Spelling::Typed),
+            (strings(&[Some("3000-01-01T00:00:00Z")]), micros, Spelling::Text),
+        ];
+        for (array, to, spelling) in cases {
+            let rules = by_value(&array, &to, spelling);
+            if let Some(fast) = fast::convert(&array, &to, spelling) {
+                assert_eq!(rules.as_ref().ok(), Some(&fast), "{array:?} into {to}");
+            }
+            assert_eq!(convert(&array, &to, spelling), rules, "{array:?} into {to}");
+        }
     }
 
     #[test]
