@@ -8,18 +8,16 @@
 use std::collections::{HashMap, HashSet};
 
 use arrow::datatypes::{Schema, SchemaRef};
-use tidegate_core::spec::model::Dataset;
+use tidegate_core::spec::model::{COLUMN_NAME_FORBIDDEN_CHARS as FORBIDDEN_CHARS, Dataset};
 
 use crate::error::{Error, FileLocation, Result};
 
-/// Characters a column name may not hold in a Delta table without column mapping.
-pub(crate) const FORBIDDEN_CHARS: &[char] = &[' ', ',', ';', '{', '}', '(', ')', '\n', '\t', '='];
 
 /// Refuses a name that `data` (the schemas of the rows or files a step stages, each with where it
 /// came from) would add to `dataset`'s table (`table`: its schema, `None` before it exists) and
 /// that the table could not hold: one that differs from another only in case (within one input,
 /// across inputs, against the table's columns and its partition column), an empty one, one with a
-/// [`FORBIDDEN_CHARS`] character, or one an input names twice.
+/// character Delta forbids ([`FORBIDDEN_CHARS`]), or one an input names twice.
 pub(crate) fn check_new_columns(
     dataset: &Dataset,
     table: Option<&Schema>,
