@@ -12,7 +12,6 @@ use tidegate_core::spec::model::{COLUMN_NAME_FORBIDDEN_CHARS as FORBIDDEN_CHARS,
 
 use crate::error::{Error, FileLocation, Result};
 
-
 /// Refuses a name that `data` (the schemas of the rows or files a step stages, each with where it
 /// came from) would add to `dataset`'s table (`table`: its schema, `None` before it exists) and
 /// that the table could not hold: one that differs from another only in case (within one input,
@@ -140,9 +139,12 @@ mod tests {
 
     /// The column the check refuses, or `None`.
     fn refused(table: Option<&[&str]>, data: &[&[&str]]) -> Option<String> {
-        let table = table.map(|names| schema(names));
-        let data: Vec<(FileLocation, SchemaRef)> =
-            data.iter().enumerate().map(|(i, names)| (FileLocation::File(format!("f{i}.csv")), schema(names))).collect();
+        let table = table.map(schema);
+        let data: Vec<(FileLocation, SchemaRef)> = data
+            .iter()
+            .enumerate()
+            .map(|(i, names)| (FileLocation::File(format!("f{i}.csv")), schema(names)))
+            .collect();
         match check_new_columns(&free(), table.as_deref(), &data) {
             Ok(()) => None,
             Err(Error::SchemaMismatch { column, .. }) => Some(column),

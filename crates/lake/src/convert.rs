@@ -22,8 +22,7 @@ use std::fmt::Display;
 use std::sync::Arc;
 
 use arrow::array::{
-    Array, ArrayRef, AsArray as _, BinaryArray, BooleanArray, PrimitiveArray, StringArray,
-    new_null_array,
+    Array, ArrayRef, AsArray as _, BinaryArray, BooleanArray, PrimitiveArray, StringArray, new_null_array,
 };
 use arrow::compute::kernels::cast_utils::{Parser as _, string_to_datetime};
 use arrow::compute::{CastOptions, cast_with_options};
@@ -145,7 +144,10 @@ enum Value<'a> {
     Bool(bool),
     Int(i128),
     Float(f64),
-    Decimal { unscaled: i128, scale: i8 },
+    Decimal {
+        unscaled: i128,
+        scale: i8,
+    },
     Str(&'a str),
     /// Days since the Unix epoch.
     Date(i32),
@@ -170,7 +172,8 @@ impl Source {
     fn of(array: &ArrayRef, spelling: Spelling) -> Result<Source, Refusal> {
         use DataType as T;
         let input_type = array.data_type().clone();
-        let spelling = if matches!(input_type, T::Utf8 | T::LargeUtf8 | T::Utf8View) { spelling } else { Spelling::Typed };
+        let spelling =
+            if matches!(input_type, T::Utf8 | T::LargeUtf8 | T::Utf8View) { spelling } else { Spelling::Typed };
         let canonical = match &input_type {
             T::Int8 | T::Int16 | T::Int32 | T::UInt8 | T::UInt16 | T::UInt32 => Some(T::Int64),
             T::Float16 | T::Float32 => Some(T::Float64),
@@ -317,11 +320,9 @@ fn collect_bool(source: &Source) -> Result<BooleanArray, Refusal> {
     (0..source.len())
         .map(|row| match source.value(row) {
             None => Ok(None),
-            Some(v) => to_bool(v, source.spelling).map(Some).map_err(|reason| Refusal {
-                row,
-                value: source.shown(v),
-                reason,
-            }),
+            Some(v) => {
+                to_bool(v, source.spelling).map(Some).map_err(|reason| Refusal { row, value: source.shown(v), reason })
+            }
         })
         .collect()
 }
@@ -360,7 +361,8 @@ fn timestamps(source: &Source, unit: TimeUnit, zone: Option<Arc<str>>) -> Result
 
 const NOT_WHOLE: &str = "it is not a whole number";
 const NOT_NUMBER: &str = "it is not a number";
-const STRING_NOT_NUMBER: &str = "a string is never read as a number (only a CSV file's text is): write the number unquoted";
+const STRING_NOT_NUMBER: &str =
+    "a string is never read as a number (only a CSV file's text is): write the number unquoted";
 const BOOL_NOT_NUMBER: &str = "a boolean is never stored as a number";
 
 /// The largest magnitude below which a float64 holds every whole number exactly (2^53).
@@ -373,11 +375,11 @@ fn to_whole(v: Value<'_>, spelling: Spelling) -> Result<i128, String> {
         Value::Int(i) => Ok(i),
         Value::Float(x) if !x.is_finite() => Err("it is not a finite number".to_owned()),
         Value::Float(x) if x.fract() != 0.0 => Err(NOT_WHOLE.to_owned()),
-        Value::Float(x) if x.abs() >= FLOAT_EXACT_INTEGERS => Err(
-            "from 2^53 up a float no longer holds every whole number, so it may already be rounded; write it as \
+        Value::Float(x) if x.abs() >= FLOAT_EXACT_INTEGERS => {
+            Err("from 2^53 up a float no longer holds every whole number, so it may already be rounded; write it as \
              an integer"
-                .to_owned(),
-        ),
+                .to_owned())
+        }
         // Whole and below 2^53: exact.
         Value::Float(x) => Ok(x as i128),
         Value::Decimal { unscaled, scale } => Literal::of_decimal(unscaled, scale).whole(),
@@ -413,7 +415,10 @@ fn to_f32(v: Value<'_>, spelling: Spelling) -> Result<f32, String> {
     match v {
         Value::Int(i) => exact_float(i, |i| i as f32, |y| y as i128, "float32"),
         Value::Str(s) if spelling == Spelling::Text && is_integer_text(s.trim_ascii()) => {
-            let i = s.trim_ascii().parse::<i128>().map_err(|_| "float32 cannot hold this whole number exactly".to_owned())?;
+            let i = s
+                .trim_ascii()
+                .parse::<i128>()
+                .map_err(|_| "float32 cannot hold this whole number exactly".to_owned())?;
             exact_float(i, |i| i as f32, |y| y as i128, "float32")
         }
         Value::Float(x) => narrow(x),
@@ -432,9 +437,18 @@ fn to_f32(v: Value<'_>, spelling: Spelling) -> Result<f32, String> {
 }
 
 /// `i` as a float, if the float holds it exactly.
-fn exact_float<F: Display + Copy>(i: i128, to: impl Fn(i128) -> F, back: impl Fn(F) -> i128, name: &str) -> Result<F, String> {
+fn exact_float<F: Display + Copy>(
+    i: i128,
+    to: impl Fn(i128) -> F,
+    back: impl Fn(F) -> i128,
+    name: &str,
+) -> Result<F, String> {
     let x = to(i);
-    if back(x) == i { Ok(x) } else { Err(format!("{name} cannot hold this whole number exactly (it would become {x})")) }
+    if back(x) == i {
+        Ok(x)
+    } else {
+        Err(format!("{name} cannot hold this whole number exactly (it would become {x})"))
+    }
 }
 
 /// A float64 as float32, when float32 holds the same value: exactly, or as the same shortest
@@ -515,7 +529,9 @@ fn to_bool(v: Value<'_>, spelling: Spelling) -> Result<bool, String> {
             }
         }
         Value::Str(_) => Err("a string is never read as a boolean; write true or false unquoted".to_owned()),
-        Value::Int(_) | Value::Float(_) | Value::Decimal { .. } => Err("a number is never stored as a boolean".to_owned()),
+        Value::Int(_) | Value::Float(_) | Value::Decimal { .. } => {
+            Err("a number is never stored as a boolean".to_owned())
+        }
         other => Err(never(other, "a boolean")),
     }
 }
@@ -543,7 +559,8 @@ fn to_days(v: Value<'_>) -> Result<i32, String> {
             if t.num_seconds_from_midnight() != 0 || t.nanosecond() != 0 {
                 return Err(TIME_OF_DAY.to_owned());
             }
-            i32::try_from(t.timestamp().div_euclid(SECONDS_PER_DAY)).map_err(|_| "it is outside a date's range".to_owned())
+            i32::try_from(t.timestamp().div_euclid(SECONDS_PER_DAY))
+                .map_err(|_| "it is outside a date's range".to_owned())
         }
         Value::Int(_) | Value::Float(_) | Value::Decimal { .. } => {
             Err("a number is never read as a date; write the date as text (YYYY-MM-DD)".to_owned())
@@ -557,11 +574,11 @@ fn to_time(v: Value<'_>, unit: TimeUnit) -> Result<i64, String> {
         Value::Time(count, from) => rescale(count, from, unit),
         Value::Date(days) => rescale(i64::from(days) * SECONDS_PER_DAY, TimeUnit::Second, unit),
         Value::Str(s) => text_to_time(s.trim_ascii(), unit),
-        Value::Int(_) | Value::Float(_) | Value::Decimal { .. } => Err(
-            "a number is never read as a timestamp (its unit and epoch are unknown); write it as text, such as \
+        Value::Int(_) | Value::Float(_) | Value::Decimal { .. } => {
+            Err("a number is never read as a timestamp (its unit and epoch are unknown); write it as text, such as \
              2024-01-01T12:00:00Z"
-                .to_owned(),
-        ),
+                .to_owned())
+        }
         other => Err(never(other, "a timestamp")),
     }
 }
@@ -772,15 +789,27 @@ mod tests {
             (strings(&[Some(" 12"), Some("12 "), Some("\t-3\n"), Some("1 2")]), DataType::Int64, Spelling::Text),
             (strings(&[Some(" 1.5"), Some("2.5 ")]), DataType::Float64, Spelling::Text),
             (strings(&[Some(" 2024-01-01")]), DataType::Date32, Spelling::Text),
-            (strings(&[Some(" 2024-01-01T00:00:00Z")]), DataType::Timestamp(TimeUnit::Microsecond, None), Spelling::Text),
+            (
+                strings(&[Some(" 2024-01-01T00:00:00Z")]),
+                DataType::Timestamp(TimeUnit::Microsecond, None),
+                Spelling::Text,
+            ),
             (strings(&[Some("12")]), DataType::Int64, Spelling::Typed),
-            (strings(&[Some("0.1"), Some("-2.5e3"), Some("0"), Some("0.0e5"), None, Some("7")]), DataType::Float64, Spelling::Text),
+            (
+                strings(&[Some("0.1"), Some("-2.5e3"), Some("0"), Some("0.0e5"), None, Some("7")]),
+                DataType::Float64,
+                Spelling::Text,
+            ),
             (strings(&[Some("1e-400"), Some("1e400"), Some("inf"), Some("NaN")]), DataType::Float64, Spelling::Text),
             (strings(&[Some("12345678901234567891")]), DataType::Float64, Spelling::Text),
             (strings(&[Some("2024-02-29"), None]), DataType::Date32, Spelling::Text),
             (strings(&[Some("2024-02-30")]), DataType::Date32, Spelling::Typed),
             (strings(&[Some("2024-01-01T12:00:00")]), DataType::Date32, Spelling::Text),
-            (strings(&[Some("2024-01-01T12:00:00.123456Z"), Some("2024-01-01 01:00:00+01:00"), Some("2024-01-01")]), micros.clone(), Spelling::Text),
+            (
+                strings(&[Some("2024-01-01T12:00:00.123456Z"), Some("2024-01-01 01:00:00+01:00"), Some("2024-01-01")]),
+                micros.clone(),
+                Spelling::Text,
+            ),
             (strings(&[Some("2024-01-01T12:00:00.1234567Z")]), micros.clone(), Spelling::Typed),
             (strings(&[Some("3000-01-01T00:00:00Z")]), micros, Spelling::Text),
         ];

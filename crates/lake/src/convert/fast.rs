@@ -78,7 +78,9 @@ fn text_to_float64(array: &ArrayRef) -> Option<ArrayRef> {
     let out = checked_cast(array, &DataType::Float64)?;
     let texts: &StringArray = array.as_string::<i32>();
     let plain = texts.iter().zip(out.as_primitive::<Float64Type>().iter()).all(|pair| match pair {
-        (Some(s), Some(x)) if x == 0.0 => !s.split(['e', 'E']).next().unwrap_or(s).bytes().any(|b| b.is_ascii_digit() && b != b'0'),
+        (Some(s), Some(0.0)) => {
+            !s.split(['e', 'E']).next().unwrap_or(s).bytes().any(|b| b.is_ascii_digit() && b != b'0')
+        }
         (Some(_), Some(x)) => x.is_finite() && x.abs() < FLOAT_EXACT_INTEGERS,
         _ => true,
     });

@@ -64,7 +64,15 @@ async fn stored(lake: &Lake, ds: &Dataset, dir: &Path, step: &str) -> Vec<String
 /// Why staging `dir` did not refuse it as expected (`None` when it did): the error must be a
 /// schema mismatch at `place` (`line N` of a CSV file, `row N` otherwise) of `file`, in `column`,
 /// whose message says every one of `says`.
-async fn unrefused(lake: &Lake, ds: &Dataset, dir: &Path, file: &str, at: (&str, u64), column: &str, says: &[&str]) -> Option<String> {
+async fn unrefused(
+    lake: &Lake,
+    ds: &Dataset,
+    dir: &Path,
+    file: &str,
+    at: (&str, u64),
+    column: &str,
+    says: &[&str],
+) -> Option<String> {
     let err = match lake.stage_files(ds, "refused", &[part("p")], dir).await {
         Ok(staged) => return Some(format!("staged {} rows: {:?}", staged.n_rows, staged.columns)),
         Err(e) => e,
@@ -171,7 +179,11 @@ const JSON_REFUSED: &[Refused] = &[
     ("d", "{\"id\": 1, \"d\": \"2024-02-30\"}\n", &["\"2024-02-30\"", "date"]),
     ("d", "{\"id\": 1, \"d\": 20240101}\n", &["20240101", "date"]),
     ("ts", "{\"id\": 1, \"ts\": 1704067200}\n", &["1704067200", "timestamp"]),
-    ("ts", "{\"id\": 1, \"ts\": \"2024-01-01T00:00:00.0000001Z\"}\n", &["\"2024-01-01T00:00:00.0000001Z\"", "timestamp"]),
+    (
+        "ts",
+        "{\"id\": 1, \"ts\": \"2024-01-01T00:00:00.0000001Z\"}\n",
+        &["\"2024-01-01T00:00:00.0000001Z\"", "timestamp"],
+    ),
 ];
 
 #[tokio::test]
@@ -306,14 +318,49 @@ async fn an_undeclared_tables_own_types_take_values_only_without_loss() {
         ]
     );
 
-    let refused: Vec<(PathBuf, &str, (&str, u64), &str, &[&str])> = vec![
-        (output(&place, 10, "a.csv", b"id,f32\n7,16777217\n"), "a.csv", ("line", 2), "f32", &["\"16777217\"", "float32"]),
-        (output(&place, 11, "b.csv", b"id,dec\n7,1.234\n"), "b.csv", ("line", 2), "dec", &["\"1.234\"", "decimal(10,2)"]),
-        (output(&place, 12, "c.csv", b"id,dec\n7,123456789\n"), "c.csv", ("line", 2), "dec", &["\"123456789\"", "decimal(10,2)"]),
-        (output(&place, 13, "d.jsonl", b"{\"id\": 7, \"f32\": 3.14159265358979}\n"), "d.jsonl", ("row", 1), "f32", &["3.14159265358979", "float32"]),
-        (output(&place, 14, "e.jsonl", b"{\"id\": 7, \"dec\": 0.125}\n"), "e.jsonl", ("row", 1), "dec", &["0.125", "decimal(10,2)"]),
+    let refused: Vec<RefusedIn> = vec![
         (
-            parquet_output(&place, 15, "f.parquet", &batch(vec![("id", ints(&[7])), ("dec", decimals(vec![12_345], 12, 4))])),
+            output(&place, 10, "a.csv", b"id,f32\n7,16777217\n"),
+            "a.csv",
+            ("line", 2),
+            "f32",
+            &["\"16777217\"", "float32"],
+        ),
+        (
+            output(&place, 11, "b.csv", b"id,dec\n7,1.234\n"),
+            "b.csv",
+            ("line", 2),
+            "dec",
+            &["\"1.234\"", "decimal(10,2)"],
+        ),
+        (
+            output(&place, 12, "c.csv", b"id,dec\n7,123456789\n"),
+            "c.csv",
+            ("line", 2),
+            "dec",
+            &["\"123456789\"", "decimal(10,2)"],
+        ),
+        (
+            output(&place, 13, "d.jsonl", b"{\"id\": 7, \"f32\": 3.14159265358979}\n"),
+            "d.jsonl",
+            ("row", 1),
+            "f32",
+            &["3.14159265358979", "float32"],
+        ),
+        (
+            output(&place, 14, "e.jsonl", b"{\"id\": 7, \"dec\": 0.125}\n"),
+            "e.jsonl",
+            ("row", 1),
+            "dec",
+            &["0.125", "decimal(10,2)"],
+        ),
+        (
+            parquet_output(
+                &place,
+                15,
+                "f.parquet",
+                &batch(vec![("id", ints(&[7])), ("dec", decimals(vec![12_345], 12, 4))]),
+            ),
             "f.parquet",
             ("row", 1),
             "dec",
@@ -335,6 +382,10 @@ async fn an_undeclared_tables_own_types_take_values_only_without_loss() {
     }
     assert!(failures.is_empty(), "{} of {} cases fall short:\n{}", failures.len(), refused.len(), failures.join("\n"));
 }
+
+/// A refused output: its folder, the file, the place (`line` or `row`, and its number), the
+/// column, and what the message says.
+type RefusedIn = (PathBuf, &'static str, (&'static str, u64), &'static str, &'static [&'static str]);
 
 /// A SQL task's rows take the same path: an average is not an int64 unless it is whole.
 #[tokio::test]

@@ -58,7 +58,11 @@ fn failures(dir: &Path, run_id: &str) -> Vec<String> {
 fn assert_refused(dir: &Path, target: &str, day: &str, dataset: &str, says: &[&str]) {
     let before = latest_version(&table(dir, dataset));
     let report = run(dir, target, day);
-    assert_eq!((report["summary"]["failed"].as_u64(), report["summary"]["retried"].as_u64()), (Some(1), Some(0)), "{report}");
+    assert_eq!(
+        (report["summary"]["failed"].as_u64(), report["summary"]["retried"].as_u64()),
+        (Some(1), Some(0)),
+        "{report}"
+    );
     let reasons = failures(dir, report["run_id"].as_str().expect("a run id"));
     assert_eq!(reasons.len(), 1, "one attempt: {reasons:?}");
     let reason = &reasons[0];

@@ -8,8 +8,8 @@ use super::reader::{Ctx, Field, Obj, Path, Text, check_name, clip, did_you_mean}
 use super::values::{self, START_HELP};
 use crate::partition::{Grain, is_valid_static_key};
 use crate::spec::{
-    Aggregate, COLUMN_NAME_FORBIDDEN_CHARS, Check, CheckRule, Column, DEFAULT_PARTITION_COLUMN, Dataset, DatasetKind, Loc, MAX_DEDUP_LOOKBACK,
-    Partitioning, ReviewFlags, WriteMode, partition_column_type,
+    Aggregate, COLUMN_NAME_FORBIDDEN_CHARS, Check, CheckRule, Column, DEFAULT_PARTITION_COLUMN, Dataset, DatasetKind,
+    Loc, MAX_DEDUP_LOOKBACK, Partitioning, ReviewFlags, WriteMode, partition_column_type,
 };
 
 const MANAGED_KEYS: &[&str] =
@@ -261,7 +261,8 @@ fn check_partition_column(
             clip(&column.name),
             clip(name)
         );
-        let help = format!("name it \"{}\" to declare the partition column itself, or give it another name", clip(name));
+        let help =
+            format!("name it \"{}\" to declare the partition column itself, or give it another name", clip(name));
         ctx.report(site.unwrap_or_else(|| f.span()), &f.path, message, Some(help));
         return;
     }
