@@ -80,6 +80,13 @@ pub(crate) fn convert(array: &ArrayRef, to: &DataType, spelling: Spelling) -> Re
     if array.logical_null_count() == array.len() {
         return Ok(new_null_array(to, array.len()));
     }
+    // A dictionary (a pandas categorical in Parquet) holds values of its value type.
+    if let DataType::Dictionary(_, values) = array.data_type() {
+        let Ok(plain) = cast_with_options(array, values, &CastOptions::default()) else {
+            return by_value(array, to, spelling);
+        };
+        return convert(&plain, to, spelling);
+    }
     if let Some(converted) = fast::convert(array, to, spelling) {
         return Ok(converted);
     }
@@ -178,7 +185,6 @@ impl Source {
             T::Int8 | T::Int16 | T::Int32 | T::UInt8 | T::UInt16 | T::UInt32 => Some(T::Int64),
             T::Float16 | T::Float32 => Some(T::Float64),
             T::LargeUtf8 | T::Utf8View => Some(T::Utf8),
-            T::Dictionary(_, values) if matches!(**values, T::Utf8 | T::LargeUtf8 | T::Utf8View) => Some(T::Utf8),
             T::LargeBinary | T::BinaryView => Some(T::Binary),
             T::Decimal32(p, s) | T::Decimal64(p, s) => Some(T::Decimal128(*p, *s)),
             T::Boolean
@@ -193,9 +199,7 @@ impl Source {
             | T::Timestamp(..) => None,
             other => {
                 let source = Source { array: array.clone(), input_type: other.clone(), spelling };
-                let reason = "a table column holds single values (strings, numbers, booleans, dates, timestamps, \
-                              decimals, binary), never a nested value such as a JSON object or list";
-                return Err(source.refuse_first(reason));
+                return Err(source.refuse_first(unsupported(other)));
             }
         };
         let array = match canonical {
@@ -259,6 +263,15 @@ impl Source {
         let value = self.value(row).map_or_else(|| format!("a value of type {}", self.input_type), |v| self.shown(v));
         Refusal { row, value, reason: reason.to_string() }
     }
+}
+
+/// Why a value of a type staging does not convert from is refused.
+fn unsupported(data_type: &DataType) -> String {
+    let kind = if data_type.is_nested() { "a nested value (a JSON object or list)" } else { "a value of this type" };
+    format!(
+        "{kind} is never stored in a table column, which holds strings, numbers, booleans, dates, timestamps, \
+         decimals or binary"
+    )
 }
 
 fn timestamp_value(array: &ArrayRef, unit: TimeUnit, row: usize) -> i64 {
@@ -674,7 +687,7 @@ fn never(v: Value<'_>, into: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use arrow::array::{Float64Array, Int64Array};
+    use arrow::array::{Float64Array, Int8Array, Int64Array};
 
     /// Converts one value of `array` into `to`, as text for the assertion: the stored value, or
     /// `refused: <reason>`.
@@ -820,6 +833,24 @@ mod tests {
             }
             assert_eq!(convert(&array, &to, spelling), rules, "{array:?} into {to}");
         }
+    }
+
+    #[test]
+    fn dictionaries_convert_as_their_values_and_other_types_are_named() {
+        use arrow::array::{DictionaryArray, DurationSecondArray, Int32Array};
+        use arrow::datatypes::Int8Type as Key;
+        let categories: DictionaryArray<Key> = vec!["a", "b", "a"].into_iter().collect();
+        let categories: ArrayRef = Arc::new(categories);
+        let plain = convert(&categories, &DataType::Utf8, Spelling::Typed).expect("strings");
+        assert_eq!(plain.as_string::<i32>().iter().collect::<Vec<_>>(), [Some("a"), Some("b"), Some("a")]);
+        let keys = Int8Array::from(vec![0, 1]);
+        let numbers = DictionaryArray::new(keys, Arc::new(Int32Array::from(vec![7, 2_000_000])));
+        let refusal = convert(&(Arc::new(numbers) as ArrayRef), &DataType::Int8, Spelling::Typed).expect_err("too big");
+        assert_eq!((refusal.row, refusal.reason.as_str()), (1, "it is outside int8's range"));
+        let durations: ArrayRef = Arc::new(DurationSecondArray::from(vec![5]));
+        let refusal = convert(&durations, &DataType::Int64, Spelling::Typed).expect_err("a duration");
+        assert!(refusal.reason.starts_with("a value of this type is never stored"), "{}", refusal.reason);
+        assert!(refusal.value.contains("Duration"), "{}", refusal.value);
     }
 
     #[test]
