@@ -719,6 +719,10 @@ mod tests {
         assert_eq!(Literal::parse("12.30").map(|l| l.scaled(2)), Some(Ok(1230)));
         assert!(Literal::parse("1.234").is_some_and(|l| l.scaled(2).is_err()));
         assert!(Literal::parse("1e40").is_some_and(|l| l.whole().is_err()));
+        // A huge exponent is refused by its digit count, never by computing the power.
+        assert!(Literal::parse("1e1000000000").is_some_and(|l| l.whole().is_err() && l.scaled(2).is_err()));
+        assert!(Literal::parse("1e-1000000000").is_some_and(|l| l.scaled(2).is_err()));
+        assert_eq!(Literal::parse("1e99999999999999999999"), None);
         assert_eq!(Literal::of_decimal(-12_345, 4).to_string(), "-1.2345");
         assert_eq!(Literal::of_float(0.1_f32), Literal::parse("0.1"));
     }
