@@ -47,7 +47,12 @@ pub(crate) fn check_new_columns(
                 Some((spelled, owner)) => return Err(refuse(location, name, owner.collision(spelled, location))),
                 None => {
                     if let Some(why) = unholdable(name) {
-                        return Err(refuse(location, name, why));
+                        // A query names an expression after itself: `count(*)`.
+                        let hint = match location {
+                            FileLocation::Batches => "; in the query, name the column with AS",
+                            _ => "",
+                        };
+                        return Err(refuse(location, name, format!("{why}{hint}")));
                     }
                     taken.insert(name.to_lowercase(), (name.to_owned(), Owner::Input(location)));
                 }

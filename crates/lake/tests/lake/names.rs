@@ -137,7 +137,12 @@ async fn every_name_a_delta_table_would_refuse_is_refused_at_staging() {
         Err(err) => failures.extend(unclear(&err, "twice.parquet", "id", &["twice"]).map(|w| format!("twice: {w}"))),
     }
 
-    // A SQL task's rows: within one batch, and against an existing table's column.
+    // A SQL task's rows: an expression named after itself, a name twice in one batch, and one
+    // against an existing table's column.
+    match lake.stage_batches(&free("unnamed"), "s", &[part("p")], vec![named(&["day", "count(*)"])]).await {
+        Ok(_) => failures.push("SQL count(*): staged".to_owned()),
+        Err(err) => failures.extend(unclear(&err, "", "count(*)", &["'('", "AS"]).map(|w| format!("SQL: {w}"))),
+    }
     match lake.stage_batches(&free("sql"), "s", &[part("p")], vec![named(&["name", "Name"])]).await {
         Ok(_) => failures.push("SQL name, Name: staged".to_owned()),
         Err(err) => failures.extend(unclear(&err, "", "Name", &["\"name\"", "case"]).map(|w| format!("SQL: {w}"))),
