@@ -24,6 +24,8 @@ use tidegate_core::partition::Partition;
 use tidegate_core::spec::model::{Dataset, DatasetKind, WriteMode};
 use url::Url;
 
+use crate::column_names::check_new_columns;
+use crate::convert::{Spelling, convert};
 use crate::df;
 use crate::error::{Error, FileLocation, Result};
 use crate::evolution::{staged_schema, staging_schema, target_schema};
@@ -130,6 +132,12 @@ impl Lake {
     ) -> Result<StagedVersion> {
         check_segment("staging id", staging_id)?;
         check_partitions(dataset, partitions)?;
+        if dataset.columns.is_empty() {
+            // The rows' names become the table's: each must be one a Delta table can hold.
+            let table = self.try_load(&dataset.name).await?.as_ref().map(table_schema).transpose()?;
+            let data: Vec<_> = batches.iter().map(|b| (FileLocation::Batches, b.schema())).collect();
+            check_new_columns(dataset, table.as_deref(), &data)?;
+        }
         let first = batches.first().map(|b| b.schema());
         let table = self.ensure_table(dataset, first.as_ref()).await?;
         let data: Vec<SchemaRef> = batches.iter().map(RecordBatch::schema).collect();
@@ -138,7 +146,8 @@ impl Lake {
         let keys: Vec<String> = partitions.iter().map(|p| p.key.clone()).collect();
         let mut rows = Vec::with_capacity(batches.len());
         for batch in batches {
-            rows.push(conform_batch(&dataset.name, &FileLocation::Batches, &schema, &column, &keys, batch)?);
+            let location = FileLocation::Batches;
+            rows.push(conform_batch(&dataset.name, &location, Spelling::Typed, &schema, &column, &keys, batch)?);
         }
         self.stage_rows(dataset, &table, staging_id, partitions, &schema, rows).await
     }
@@ -180,33 +189,59 @@ impl Lake {
             check_regular(&dataset.name, file, meta.file_type())?;
             input_format(&dataset.name, file)?;
         }
-        let first_schema = match files.first() {
-            Some(file) if !self.table_exists(&dataset.name).await? => Some(native_schema(&dataset.name, file)?),
-            _ => None,
-        };
+        let (first_schema, data) = self.input_schemas(dataset, files).await?;
         let table = self.ensure_table(dataset, first_schema.as_ref()).await?;
-        // A dataset without declared columns takes new columns from its files (their headers).
-        let mut data = Vec::new();
-        if dataset.columns.is_empty() {
-            for file in files {
-                data.push(native_schema_of_head(&dataset.name, file)?);
-            }
-        }
         let schema = staging_schema(dataset, &table_schema(&table)?, &data)?;
         let column = PartitionColumn::of_table(&table)?;
         let keys: Vec<String> = partitions.iter().map(|p| p.key.clone()).collect();
         let mut rows = Vec::new();
         for file in files {
             let location = FileLocation::File(file.display().to_string());
+            // CSV is all text; JSON and Parquet values carry their types.
+            let spelling = match input_format(&dataset.name, file)? {
+                InputFormat::Csv => Spelling::Text,
+                InputFormat::JsonLines | InputFormat::Parquet => Spelling::Typed,
+            };
             let mut offset = 0;
             for batch in read_input_file(&dataset.name, file)? {
                 let n_rows = batch.num_rows() as u64;
-                let conformed = conform_batch(&dataset.name, &location, &schema, &column, &keys, batch);
+                let conformed = conform_batch(&dataset.name, &location, spelling, &schema, &column, &keys, batch);
                 rows.push(conformed.map_err(|e| place_in_file(e, file, offset))?);
                 offset += n_rows;
             }
         }
         self.stage_rows(dataset, &table, staging_id, partitions, &schema, rows).await
+    }
+
+    /// The schemas of a step's output files, read before the table is made or grown: the first
+    /// file's whole schema when the dataset has no table yet (the table is made from it), and, for
+    /// a dataset without declared columns (which takes new columns from its files' headers), each
+    /// file's head. Every column name such a dataset would take must be one its table can hold.
+    async fn input_schemas(
+        &self,
+        dataset: &Dataset,
+        files: &[std::path::PathBuf],
+    ) -> Result<(Option<SchemaRef>, Vec<SchemaRef>)> {
+        let existing = self.try_load(&dataset.name).await?;
+        let first = match files.first() {
+            Some(file) if existing.is_none() => Some(native_schema(&dataset.name, file)?),
+            _ => None,
+        };
+        if !dataset.columns.is_empty() {
+            return Ok((first, Vec::new()));
+        }
+        let located = |file: &FsPath| FileLocation::File(file.display().to_string());
+        let mut data = Vec::with_capacity(files.len() + 1);
+        if let (Some(schema), Some(file)) = (&first, files.first()) {
+            data.push((located(file), schema.clone()));
+        }
+        for file in files {
+            data.push((located(file), native_schema_of_head(&dataset.name, file)?));
+        }
+        let table = existing.as_ref().map(table_schema).transpose()?;
+        check_new_columns(dataset, table.as_deref(), &data)?;
+        let heads = data.into_iter().skip(usize::from(first.is_some())).map(|(_, schema)| schema).collect();
+        Ok((first, heads))
     }
 
     /// One staged version made of several staged parts of one step (the granules a checkpointing
@@ -570,11 +605,13 @@ fn stats_rows(stats: Option<&str>) -> Result<u64> {
         .ok_or_else(|| Error::internal("writer produced stats without numRecords"))
 }
 
-/// Casts one batch to the table schema by column name, fills or validates the partition column,
-/// and names the file and column of anything that does not fit.
+/// Converts one batch to the table schema by column name ([`convert`]: only without loss), fills
+/// or validates the partition column, and names the file, row and column of anything that does
+/// not fit.
 pub(crate) fn conform_batch(
     dataset: &str,
     location: &FileLocation,
+    spelling: Spelling,
     schema: &SchemaRef,
     partition: &PartitionColumn,
     keys: &[String],
@@ -589,11 +626,9 @@ pub(crate) fn conform_batch(
     let mismatch = |column: &str, detail: String| mismatch_at(None, column, detail);
     let input = batch.schema();
     if let Some(extra) = input.fields().iter().find(|f| schema.field_with_name(f.name()).is_err()) {
-        let known: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
-        return Err(mismatch(extra.name(), format!("not in the dataset schema (columns: {})", known.join(", "))));
+        return Err(mismatch(extra.name(), not_in_schema(extra.name(), schema)));
     }
     let n = batch.num_rows();
-    let options = CastOptions { safe: false, ..Default::default() };
     let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
     for field in schema.fields() {
         let name = field.name();
@@ -602,11 +637,8 @@ pub(crate) fn conform_batch(
             continue;
         }
         let column = match batch.column_by_name(name) {
-            Some(c) if c.data_type() == field.data_type() => c.clone(),
-            Some(c) => cast_with_options(c, field.data_type(), &options).map_err(|e| {
-                let detail = format!("cannot convert {} to {}: {e}", c.data_type(), field.data_type());
-                mismatch_at(first_uncastable(c, field.data_type()), name, detail)
-            })?,
+            Some(c) => convert(c, field.data_type(), spelling)
+                .map_err(|refused| mismatch_at(Some(refused.row), name, refused.detail(field.data_type())))?,
             None if field.is_nullable() => new_null_array(field.data_type(), n),
             None => return Err(mismatch(name, "missing, and the column is declared not null".into())),
         };
@@ -620,10 +652,19 @@ pub(crate) fn conform_batch(
     Ok(RecordBatch::try_new(schema.clone(), columns)?)
 }
 
-/// The first row of `column` that cannot be converted to `to`: the row a conversion error names.
-fn first_uncastable(column: &ArrayRef, to: &DataType) -> Option<usize> {
-    let lenient = cast_with_options(column, to, &CastOptions::default()).ok()?;
-    (0..column.len()).find(|&i| column.is_valid(i) && lenient.is_null(i))
+/// Why a column the rows carry is refused: the table has no column of that name. A column that
+/// differs from one of the table's only in case is named, since names are matched exactly.
+fn not_in_schema(name: &str, schema: &SchemaRef) -> String {
+    let known: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+    let folded = name.to_lowercase();
+    match known.iter().find(|k| k.to_lowercase() == folded) {
+        Some(like) => format!(
+            "not in the dataset schema; it differs from column \"{like}\" only in case, and column names are matched \
+             exactly: write \"{like}\" (columns: {})",
+            known.join(", ")
+        ),
+        None => format!("not in the dataset schema (columns: {})", known.join(", ")),
+    }
 }
 
 /// The partition column of a batch, in the column's type: filled with the step's only partition
@@ -662,10 +703,16 @@ fn partition_column(
         position.insert(column.value(key)?, i);
         position.insert(shown.as_string::<i32>().value(i as usize).to_owned(), i);
     }
-    // A typed value (a date, a timestamp in any zone) is read as the column's type first.
+    // A typed value (a date, a timestamp in any zone) is read as the column's type first, on the
+    // one conversion path every value takes.
     let typed = match given.data_type() {
         DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View | DataType::Dictionary(_, _) => given.clone(),
-        _ => cast_with_options(given, &column.data_type(), &CastOptions::default())?,
+        _ => convert(given, &column.data_type(), Spelling::Typed).map_err(|refused| Error::SchemaMismatch {
+            dataset: dataset.to_owned(),
+            location: location.at_row(refused.row),
+            column: column.name.clone(),
+            detail: refused.detail(&column.data_type()),
+        })?,
     };
     let strings = cast_with_options(&typed, &DataType::Utf8, &CastOptions::default())?;
     let mut indices = Vec::with_capacity(n);

@@ -42,6 +42,7 @@ mod suite {
     mod worker;
 
     mod guarantees {
+        mod coercion;
         mod data_plane;
         mod faults;
         mod identity;

@@ -221,6 +221,12 @@ pub enum DatasetKind {
 /// The partition column's name when `partitioning.column` is not set (decision 0005).
 pub const DEFAULT_PARTITION_COLUMN: &str = "tg_partition";
 
+/// Characters a column name may not hold in a Delta table without column mapping (Tidegate's
+/// tables have none): Parquet's schema syntax uses them, and the Delta kernel refuses such names.
+/// Delta also compares column names ignoring case, so two names of one table must differ in more
+/// than case.
+pub const COLUMN_NAME_FORBIDDEN_CHARS: &[char] = &[' ', ',', ';', '{', '}', '(', ')', '\n', '\t', '='];
+
 /// The partition column's type for a partitioning, as a declared column type: `date` for day, week
 /// and month grains (the interval's first local day), `timestamp` for hours (the hour's start, UTC),
 /// `string` for static keys.

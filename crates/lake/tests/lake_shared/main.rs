@@ -21,9 +21,11 @@ mod suite {
     mod approved;
     mod checks;
     mod compare;
+    mod conversion;
     mod dedup;
     mod evolution;
     mod modes;
+    mod names;
     mod publication;
     mod rollback;
     mod staging;

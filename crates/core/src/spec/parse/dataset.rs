@@ -8,8 +8,8 @@ use super::reader::{Ctx, Field, Obj, Path, Text, check_name, clip, did_you_mean}
 use super::values::{self, START_HELP};
 use crate::partition::{Grain, is_valid_static_key};
 use crate::spec::{
-    Aggregate, Check, CheckRule, Column, DEFAULT_PARTITION_COLUMN, Dataset, DatasetKind, Loc, MAX_DEDUP_LOOKBACK,
-    Partitioning, ReviewFlags, WriteMode, partition_column_type,
+    Aggregate, COLUMN_NAME_FORBIDDEN_CHARS, Check, CheckRule, Column, DEFAULT_PARTITION_COLUMN, Dataset, DatasetKind,
+    Loc, MAX_DEDUP_LOOKBACK, Partitioning, ReviewFlags, WriteMode, partition_column_type,
 };
 
 const MANAGED_KEYS: &[&str] =
@@ -131,7 +131,7 @@ fn dataset(
     let consumers = obj.strings_or_empty(ctx, "consumers").unwrap_or_default();
     let slice_columns = obj.strings_or_empty(ctx, "slice_columns").unwrap_or_default();
     refs.extend(slice_columns.iter().cloned());
-    let columns = obj.get(ctx, "columns").map(|f| columns(ctx, &f));
+    let columns = obj.get(ctx, "columns").map(|f| columns(ctx, &f, external));
     let checks = match obj.get(ctx, "checks") {
         Some(f) => checks(ctx, &f, &mut refs),
         None => Vec::new(),
@@ -253,6 +253,19 @@ fn check_partition_column(
     site: Option<Span>,
     columns: &[Column],
 ) {
+    if let Some(column) = columns.iter().find(|c| c.name != name && c.name.to_lowercase() == name.to_lowercase()) {
+        let setting = if site.is_some() { "partitioning.column" } else { "the default partition column" };
+        let message = format!(
+            "column \"{}\" differs from the partition column \"{}\" ({setting}) only in case; Delta compares \
+             column names ignoring case, so one table cannot hold both",
+            clip(&column.name),
+            clip(name)
+        );
+        let help =
+            format!("name it \"{}\" to declare the partition column itself, or give it another name", clip(name));
+        ctx.report(site.unwrap_or_else(|| f.span()), &f.path, message, Some(help));
+        return;
+    }
     let Some(column) = columns.iter().find(|c| c.name == name) else { return };
     let wanted = partition_column_type(partitioning);
     if column.data_type == wanted {
@@ -457,8 +470,10 @@ fn append(ctx: &mut Ctx<'_>, obj: &Obj<'_, '_>, mode: &Field<'_, '_>, refs: &mut
     Some(WriteMode::Append { dedup_key: dedup_key.into_iter().map(|t| t.value).collect(), dedup_lookback })
 }
 
-/// `columns = [{ name, type, nullable }]`. `None` when any column is invalid.
-fn columns(ctx: &mut Ctx<'_>, f: &Field<'_, '_>) -> Option<Vec<Column>> {
+/// `columns = [{ name, type, nullable }]`. `None` when any column is invalid. Names are compared
+/// ignoring case, as Delta compares them; a dataset's (not an external's, whose table is another
+/// system's) must also be names a Delta table can hold.
+fn columns(ctx: &mut Ctx<'_>, f: &Field<'_, '_>, external: bool) -> Option<Vec<Column>> {
     let items = f.array(ctx, "an array of tables such as { name = \"user_id\", type = \"string\" }")?;
     let mut out = Vec::new();
     let mut seen: Vec<(String, Span)> = Vec::new();
@@ -468,16 +483,45 @@ fn columns(ctx: &mut Ctx<'_>, f: &Field<'_, '_>) -> Option<Vec<Column>> {
             ok = false;
             continue;
         };
-        if let Some((_, first)) = seen.iter().find(|(n, _)| *n == column.name) {
-            let message =
-                format!("column \"{}\" is declared twice (first at {})", column.name, ctx.at(ctx.loc(*first)));
+        let folded = column.name.to_lowercase();
+        if let Some((first_name, first)) = seen.iter().find(|(n, _)| n.to_lowercase() == folded) {
+            let at = ctx.at(ctx.loc(*first));
+            let message = if *first_name == column.name {
+                format!("column \"{}\" is declared twice (first at {at})", clip(&column.name))
+            } else {
+                format!(
+                    "column \"{}\" differs from column \"{}\" (at {at}) only in case; Delta compares column names \
+                     ignoring case, so one table cannot hold both",
+                    clip(&column.name),
+                    clip(first_name)
+                )
+            };
             ctx.report(item.span(), &item.path, message, None);
+            ok = false;
+        } else if let Some(message) = (!external).then(|| unholdable_name(&column.name)).flatten() {
+            ctx.report(item.span(), &item.path, message, Some("use letters, digits and \"_\"".to_owned()));
             ok = false;
         }
         seen.push((column.name.clone(), item.span()));
         out.push(column);
     }
     ok.then_some(out)
+}
+
+/// Why a Delta table cannot hold a column named `name` (its characters), if it cannot.
+fn unholdable_name(name: &str) -> Option<String> {
+    let mut found: Vec<char> = name.chars().filter(|c| COLUMN_NAME_FORBIDDEN_CHARS.contains(c)).collect();
+    found.dedup();
+    if found.is_empty() {
+        return None;
+    }
+    let shown: Vec<String> = found.iter().map(|c| format!("{c:?}")).collect();
+    Some(format!(
+        "column \"{}\" holds {}, which a Delta table cannot hold in a column name (Parquet's schema syntax uses \
+         space , ; {{ }} ( ) = tab and newline)",
+        clip(name),
+        shown.join(", ")
+    ))
 }
 
 fn column(ctx: &mut Ctx<'_>, f: &Field<'_, '_>) -> Option<Column> {
