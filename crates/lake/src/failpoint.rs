@@ -38,7 +38,8 @@ pub fn hit(name: &str) {
 /// Pauses if `TIDEGATE_FAILPOINT` is `pause:NAME` for this `name` and this is the chosen hit:
 /// writes `NAME.paused` into the failpoint folder, then waits until `NAME.resume` appears there
 /// (or [`PAUSE_LIMIT`] passes). Points: `before-backfill-commit` (a backfill's dataset verified
-/// against the table version its approval was given for, its commit about to be made).
+/// against the table version its approval was given for, its commit about to be made) and
+/// `before-commit` (an engine's publication of validated steps, about to make its commits).
 pub async fn pause(name: &str) {
     static HITS: AtomicU32 = AtomicU32::new(0);
     let Ok(armed) = std::env::var(FAILPOINT_ENV) else { return };
