@@ -494,6 +494,12 @@ async fn run_command(
             process::Error::Spawn { .. } | process::Error::EmptyArgv => (ErrorClass::Deterministic, e.to_string()),
             process::Error::Log { .. } => (ErrorClass::Transient, e.to_string()),
         })?;
+    // A refused checkpoint is the task's bug and says more than how its process ended: it fails
+    // the attempt deterministically even when the task then died in a way worth retrying.
+    let refused = checkpoints.failure();
+    if let Some(failure) = refused.clone().filter(|(class, _)| *class == ErrorClass::Deterministic) {
+        return Err(failure);
+    }
     if !finished.succeeded() {
         let class = retry::classify(finished.exit, &a.task.exit_codes);
         let how = match finished.exit {
@@ -507,7 +513,7 @@ async fn run_command(
         };
         return Err((class, format!("{} {how}{detail}", argv[0])));
     }
-    if let Some(failure) = checkpoints.failure() {
+    if let Some(failure) = refused {
         return Err(failure);
     }
     let versions = match checkpoints.finish(staging_id).await? {

@@ -15,17 +15,24 @@
 //!   empty list for a granule with no output). It is required: "whatever is in the folder when
 //!   the line is read" would race with the task writing the next granule, and a crash in that
 //!   window would publish the next granule twice (once inside this one, once after resuming).
+//! - `rows` declares how many rows those files hold together. Tidegate cannot see inside a task,
+//!   but it can count what it staged: a checkpoint whose files hold another number of rows (a
+//!   file reported while still being written) is refused, and the attempt fails with both
+//!   numbers, instead of resuming past rows that were never staged.
 //! - `data_version` (optional) records the input version the granule was computed from; by
 //!   default the version of the step's first pinned input.
 //!
 //! The attempt reads new lines while the task runs and once more after it exits. For each line it
-//! stages the covered files, then stores the staged part, the checkpoint and a `checkpointed` event
-//! in one transaction fenced by the lease epoch: a checkpoint is never stored before the output it
-//! covers (invariant 4), and an attempt that lost its lease stores none. A retried attempt resumes
-//! from the last position and carries every granule's staged part forward: the step's version is
-//! those parts plus whatever the task wrote after its last checkpoint, summarised as one.
+//! stages the covered files, checks their row count, then stores the staged part, the checkpoint
+//! and a `checkpointed` event in one transaction fenced by the lease epoch: a checkpoint is never
+//! stored before the output it covers (invariant 4), and an attempt that lost its lease stores
+//! none. A file covered by one granule may not be named by another (its rows would be published
+//! twice), nor change after its checkpoint (the rows written since would be lost). A retried
+//! attempt resumes from the last position and carries every granule's staged part forward: the
+//! step's version is those parts plus whatever the task wrote after its last checkpoint,
+//! summarised as one.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeMap;
 use std::io::{Read as _, Seek as _, SeekFrom};
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
@@ -53,8 +60,32 @@ struct Line {
     granule: String,
     position: String,
     files: Vec<String>,
+    rows: u64,
     #[serde(default)]
     data_version: Option<i64>,
+}
+
+/// A file some checkpoint of this attempt covered: the granule, and the file as it was when it was
+/// staged, to tell a file the task changed afterwards.
+#[derive(Debug, Clone)]
+struct Covered {
+    granule: String,
+    stamp: Option<Stamp>,
+}
+
+/// A file's size and modification time: what changes when a task writes to it again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    len: u64,
+    modified: Option<std::time::SystemTime>,
+}
+
+impl Stamp {
+    /// The file's stamp now; `None` when it cannot be read (removed: nothing of it is lost).
+    fn of(path: &Path) -> Option<Self> {
+        let meta = std::fs::metadata(path).ok()?;
+        Some(Self { len: meta.len(), modified: meta.modified().ok() })
+    }
 }
 
 /// Follows one attempt's checkpoint file.
@@ -66,8 +97,8 @@ pub(crate) struct Checkpoints<'a> {
     /// Bytes of the file already read (complete lines only).
     offset: u64,
     n_lines: usize,
-    /// Output files (per dataset) some checkpoint of this attempt already staged.
-    covered: HashMap<String, BTreeSet<PathBuf>>,
+    /// Output files some checkpoint of this attempt already staged, by path.
+    covered: BTreeMap<PathBuf, Covered>,
     /// The first failure; once set, nothing more is read and the attempt fails with it.
     failure: Option<Failure>,
     /// The task's secrets, hidden from what is journaled (granules and positions are the task's
@@ -84,7 +115,7 @@ impl<'a> Checkpoints<'a> {
             path: checkpoint_file(attempt),
             offset: 0,
             n_lines: 0,
-            covered: HashMap::new(),
+            covered: BTreeMap::new(),
             failure: None,
             redactor,
         }
@@ -138,30 +169,55 @@ impl<'a> Checkpoints<'a> {
             .collect())
     }
 
-    /// Stages what one line covers and stores it with the checkpoint.
+    /// A deterministic failure naming the checkpoint file and the line being recorded.
+    fn at_line(&self, detail: &str) -> Failure {
+        (ErrorClass::Deterministic, format!("checkpoint file {} line {}: {detail}", self.path.display(), self.n_lines))
+    }
+
+    /// Stages what one line covers, checks its row count and stores it with the checkpoint.
     async fn record(&mut self, text: &str) -> Result<(), Failure> {
-        let a = self.attempt;
-        let (file, line_no) = (self.path.display().to_string(), self.n_lines);
-        let bad =
-            |detail: String| (ErrorClass::Deterministic, format!("checkpoint file {file} line {line_no}: {detail}"));
-        let line: Line = serde_json::from_str(text).map_err(|e| {
-            bad(format!(
-                "{e}; expected a JSON object like {{\"granule\": \"batch-1\", \"position\": \"offset=100\", \"files\": [\"batch-1.parquet\"]}}"
-            ))
-        })?;
-        if line.granule.is_empty()
-            || line.granule.len() > MAX_GRANULE_BYTES
-            || line.granule.chars().any(char::is_control)
-        {
-            return Err(bad(format!(
-                "granule must be 1 to {MAX_GRANULE_BYTES} bytes without control characters, got {:?}",
-                line.granule
+        let line = parse_line(text).map_err(|e| self.at_line(&e))?;
+        let named = named_files(self.attempt, &line.files).map_err(|e| self.at_line(&e))?;
+        self.not_covered_by_another(&line.granule, &named).map_err(|e| self.at_line(&e))?;
+        // Taken before staging: a file written to while it is staged shows as changed later.
+        let stamps: Vec<(PathBuf, Option<Stamp>)> = named.iter().map(|f| (f.clone(), Stamp::of(f))).collect();
+        let (versions, parts) = self.stage(&named).await?;
+        let n_rows: u64 = parts.iter().map(|p| p.n_rows).sum();
+        if n_rows != line.rows {
+            return Err(self.at_line(&format!(
+                "granule {:?} declares {} rows but its files ({}) hold {n_rows}: the checkpoint is refused, \
+                 as resuming after it would skip rows that were never staged; write a granule's files \
+                 completely before its checkpoint line (the `tidegate` Python package's checkpoint() does)",
+                line.granule,
+                line.rows,
+                quoted(&line.files)
             )));
         }
-        if line.position.len() > MAX_POSITION_BYTES {
-            return Err(bad(format!("position is longer than {MAX_POSITION_BYTES} bytes")));
+        for (path, stamp) in stamps {
+            self.covered.insert(path, Covered { granule: line.granule.clone(), stamp });
         }
-        let named = named_files(a, &line.files).map_err(bad)?;
+        let checkpoint = self.checkpoint_record(&line, &parts, n_rows)?;
+        self.store_checkpoint(versions, checkpoint, &line).await
+    }
+
+    /// Refuses a file another granule of this attempt covers: its rows would be staged twice.
+    fn not_covered_by_another(&self, granule: &str, named: &[PathBuf]) -> Result<(), String> {
+        for file in named {
+            if let Some(c) = self.covered.get(file).filter(|c| c.granule != granule) {
+                return Err(format!(
+                    "file {:?} is already covered by granule {:?}; each file belongs to one granule, or its \
+                     rows would be published twice",
+                    file.file_name().unwrap_or_default(),
+                    c.granule
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Stages the named files of each output dataset as one part per dataset.
+    async fn stage(&mut self, named: &[PathBuf]) -> Result<(Vec<VersionRecord>, Vec<StagedVersion>), Failure> {
+        let a = self.attempt;
         let staging_id = format!("{}-{}-g{}", a.step.id, a.lease.attempt, self.n_lines);
         let mut versions = Vec::new();
         let mut parts = Vec::new();
@@ -174,19 +230,28 @@ impl<'a> Checkpoints<'a> {
                 .await
                 .map_err(|e| stage_failure(&e))?;
             crate::attempt::redact_stats(&mut part, self.redactor);
-            self.covered.entry(dataset.name.clone()).or_default().extend(files);
             versions.push(version_record(a, &part));
             parts.push(part);
         }
-        let Some(first) = parts.first() else { return Err(bad("the task has no output to checkpoint".to_owned())) };
-        let checksum = match parts.as_slice() {
+        Ok((versions, parts))
+    }
+
+    /// The record of a checkpoint whose `parts` were staged and hold `n_rows`, as declared.
+    fn checkpoint_record(
+        &self,
+        line: &Line,
+        parts: &[StagedVersion],
+        n_rows: u64,
+    ) -> Result<CheckpointRecord, Failure> {
+        let a = self.attempt;
+        let Some(first) = parts.first() else { return Err(self.at_line("the task has no output to checkpoint")) };
+        let checksum = match parts {
             [one] => one.checksum.clone(),
             many => blake3::hash(many.iter().map(|p| p.checksum.as_str()).collect::<Vec<_>>().join(",").as_bytes())
                 .to_hex()
                 .to_string(),
         };
-        let n_rows: u64 = parts.iter().map(|p| p.n_rows).sum();
-        let checkpoint = CheckpointRecord {
+        Ok(CheckpointRecord {
             step_id: a.step.id.clone(),
             granule: line.granule.clone(),
             attempt: a.lease.attempt,
@@ -197,14 +262,25 @@ impl<'a> Checkpoints<'a> {
             n_rows,
             checksum,
             created_at: a.clock.now(),
-        };
+        })
+    }
+
+    /// Stores the staged parts and the checkpoint in one transaction fenced by the lease.
+    async fn store_checkpoint(
+        &self,
+        versions: Vec<VersionRecord>,
+        checkpoint: CheckpointRecord,
+        line: &Line,
+    ) -> Result<(), Failure> {
+        let a = self.attempt;
         let meta = JournalMeta {
             via: None,
             actor: a.lease.worker.clone(),
             correlation_id: a.run_id.clone(),
-            reason: self
-                .redactor
-                .redact(&format!("granule {:?} staged ({n_rows} rows); resume from {:?}", line.granule, line.position)),
+            reason: self.redactor.redact(&format!(
+                "granule {:?} staged ({} rows); resume from {:?}",
+                line.granule, checkpoint.n_rows, line.position
+            )),
             at: checkpoint.created_at,
         };
         let (store, epoch) = (self.store.clone(), a.lease.epoch);
@@ -222,12 +298,37 @@ impl<'a> Checkpoints<'a> {
         }
     }
 
+    /// Fails when a file a checkpoint covered changed after it was staged: the rows written since
+    /// are in no staged part, and the file is left out of the final staging as covered.
+    fn covered_files_unchanged(&self) -> Result<(), Failure> {
+        for (path, covered) in &self.covered {
+            let now = Stamp::of(path);
+            if now.is_some() && now != covered.stamp {
+                let len = |s: Option<Stamp>| s.map_or_else(|| "?".to_owned(), |s| s.len.to_string());
+                return Err((
+                    ErrorClass::Deterministic,
+                    format!(
+                        "file {:?} changed after checkpoint {:?} staged it ({} bytes then, {} now): the rows \
+                         written since would be lost; finish a granule's files before its checkpoint line and \
+                         leave them as they are",
+                        path.file_name().unwrap_or_default(),
+                        covered.granule,
+                        len(covered.stamp),
+                        len(now)
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// The step's output when checkpoints were recorded (by this attempt or an earlier one): per
     /// output dataset, every granule's staged part plus what the task wrote after the last
     /// checkpoint, combined under `staging_id`. `None` when the step has no checkpoint: the
     /// output is staged as a whole, as for any task.
     pub(crate) async fn finish(&mut self, staging_id: &str) -> Result<Option<Vec<StagedVersion>>, Failure> {
         let a = self.attempt;
+        self.covered_files_unchanged()?;
         // The claim found no checkpoint of the step and this attempt read no line: there is
         // none (an older attempt's would be fenced), so the store need not be asked.
         if a.resume_from.is_none() && self.n_lines == 0 {
@@ -260,13 +361,12 @@ impl<'a> Checkpoints<'a> {
                 parts.push(part);
             }
             let dir = output_dir(a, &dataset.name);
-            let covered = self.covered.get(&dataset.name);
             let rest: Vec<PathBuf> = self
                 .lake
                 .output_files(dataset, &dir)
                 .map_err(|e| stage_failure(&e))?
                 .into_iter()
-                .filter(|f| covered.is_none_or(|c| !c.contains(f)))
+                .filter(|f| !self.covered.contains_key(f))
                 .collect();
             if !rest.is_empty() {
                 let part = self
@@ -285,6 +385,31 @@ impl<'a> Checkpoints<'a> {
         }
         Ok(Some(combined))
     }
+}
+
+/// One line, parsed and within the limits.
+fn parse_line(text: &str) -> Result<Line, String> {
+    let line: Line = serde_json::from_str(text).map_err(|e| {
+        format!(
+            "{e}; expected a JSON object like {{\"granule\": \"batch-1\", \"position\": \"offset=100\", \
+             \"files\": [\"batch-1.parquet\"], \"rows\": 100}}"
+        )
+    })?;
+    if line.granule.is_empty() || line.granule.len() > MAX_GRANULE_BYTES || line.granule.chars().any(char::is_control) {
+        return Err(format!(
+            "granule must be 1 to {MAX_GRANULE_BYTES} bytes without control characters, got {:?}",
+            line.granule
+        ));
+    }
+    if line.position.len() > MAX_POSITION_BYTES {
+        return Err(format!("position is longer than {MAX_POSITION_BYTES} bytes"));
+    }
+    Ok(line)
+}
+
+/// `"a.csv", "b.csv"`: file names as a message quotes them.
+fn quoted(names: &[String]) -> String {
+    names.iter().map(|n| format!("{n:?}")).collect::<Vec<_>>().join(", ")
 }
 
 /// Where the task writes its checkpoint lines.

@@ -1,6 +1,6 @@
 //! Checkpoints: the granules a running attempt has finished, each recorded with the staged version
-//! that holds its output, so that a new attempt of the step on the same worker resumes after the
-//! last one.
+//! that holds its output (and exactly the rows the checkpoint declares), so that a new attempt of
+//! the step on the same worker resumes after the last one.
 
 use crate::codec::{fmt_ts, parse_ts, to_i64, to_u32, to_u64};
 use crate::journal::Appender;
@@ -67,14 +67,27 @@ pub(crate) fn record(
     insert_attempt_versions(tx, versions, epoch, step.attempt)?;
     // Invariant 4: the output a checkpoint covers is staged before the checkpoint is.
     let staged = tx.query(
-        "SELECT id FROM versions WHERE id = ?1 AND step_id = ?2",
+        "SELECT n_rows FROM versions WHERE id = ?1 AND step_id = ?2",
         &[cp.version_id.as_str().into(), cp.step_id.as_str().into()],
     )?;
-    if staged.is_empty() {
+    let Some(named) = staged.first() else {
         return Err(Error::InvalidRequest(format!(
             "version {:?} is not a staged version of this step; a checkpoint is recorded only after \
              the output it covers is staged",
             cp.version_id
+        )));
+    };
+    // And only with the rows it declares: a checkpoint over fewer rows than the task wrote would
+    // let a retry resume past rows that were never staged.
+    let covered = match versions {
+        [] => to_u64("version row count", named.int(0)?)?,
+        recorded_now => recorded_now.iter().map(|v| v.n_rows).sum(),
+    };
+    if covered != cp.n_rows {
+        return Err(Error::InvalidRequest(format!(
+            "checkpoint {:?} declares {} rows but the staged output it covers holds {covered}; a \
+             checkpoint is recorded only with the rows it covers",
+            cp.granule, cp.n_rows
         )));
     }
     tx.execute(

@@ -202,8 +202,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// (the staged output it covers, if not recorded before) and the `Checkpointed` event, fenced
     /// by `epoch`: a stale epoch or a step no longer running stores nothing and returns
     /// `Outcome::Rejected` (journaled). Invariant 4: `version_id` must name a version of this
-    /// step, recorded now or earlier, else `InvalidRequest` and nothing is stored. Rewriting a
-    /// granule replaces it.
+    /// step, recorded now or earlier, and the output covered (`versions`, or when none is given
+    /// the version named) must hold the checkpoint's `n_rows`, else `InvalidRequest` and nothing
+    /// is stored. Rewriting a granule replaces it.
     fn record_checkpoint(
         &self,
         epoch: u64,

@@ -597,7 +597,8 @@ pub struct CheckpointRecord {
     pub data_version: Option<i64>,
     /// The schema hash of the covered output.
     pub schema_hash: String,
-    /// The number of rows of the covered output.
+    /// The number of rows of the covered output: what the task declared, which the store checks
+    /// against the staged versions it covers.
     pub n_rows: u64,
     /// The checksum of the covered output.
     pub checksum: String,

@@ -76,6 +76,7 @@ macro_rules! all_backend_tests {
             a_release_none_of_whose_steps_may_publish_is_not_recorded,
             published_step_keys_finds_exactly_the_published_keys,
             checkpoint_is_refused_until_its_version_is_staged,
+            checkpoint_is_refused_unless_its_staged_output_holds_the_rows_it_declares,
             scheduler_role_is_held_by_one_owner_until_it_expires,
             a_dataset_lock_is_held_by_one_owner_per_dataset_until_it_expires,
             workers_register_renew_expire_and_see_their_leases,
@@ -1237,6 +1238,49 @@ pub fn published_step_keys_finds_exactly_the_published_keys(t: &StoreUnderTest) 
     assert_eq!(found, BTreeSet::from(["step-key-0".to_owned()]));
     assert_eq!(store.published_step_keys(&[]).expect("looking up nothing"), BTreeSet::new());
     assert_eq!(store.published_step_keys(&["step-key-2".to_owned()]).expect("looking up"), BTreeSet::new());
+}
+
+/// Issue 32, item 7: a checkpoint declaring more (or fewer) rows than the output it covers holds
+/// is refused and stores nothing, whether the output is staged with it or was staged before; one
+/// over several staged versions (a task with several outputs) declares their sum.
+pub fn checkpoint_is_refused_unless_its_staged_output_holds_the_rows_it_declares(t: &StoreUnderTest) {
+    let store = &*t.store;
+    let (_, steps) = create_ready(store, 1);
+    let id = &steps[0].id;
+    let lease = claim(store, id, "w1", t0(), 60);
+    let at = t0() + secs(1);
+    let entries_before = all_entries(store).len();
+
+    // 10 declared over a half-written file staged with 7: refused, nothing stored or journaled.
+    let half = rows(version_record("v-half", id, 1, "features", at), 7);
+    let lie = checkpoint_record(id, "batch-2", "v-half", at);
+    let err = store.record_checkpoint(lease.epoch, &[half], &lie, &meta(at)).expect_err("refused");
+    assert!(
+        matches!(&err, Error::InvalidRequest(m) if m.contains("declares 10 rows") && m.contains("holds 7")),
+        "{err}"
+    );
+    assert_eq!(store.last_checkpoint(id).expect("reading"), None);
+    assert!(store.versions(id).expect("versions").is_empty(), "the staged part of a refused checkpoint is not stored");
+    assert_eq!(all_entries(store).len(), entries_before, "a refused checkpoint journals nothing");
+
+    // Two outputs staged together declare their sum; a granule rewritten over a version staged
+    // before declares that version's rows.
+    let a = rows(version_record("g1:one", id, 1, "features", at), 4);
+    let b = rows(version_record("g1:two", id, 1, "labels", at), 6);
+    let both = checkpoint_record(id, "batch-0", "g1:one", at);
+    assert!(is_applied(&store.record_checkpoint(lease.epoch, &[a, b], &both, &meta(at)).expect("the sum")));
+    let again = CheckpointRecord { n_rows: 4, ..checkpoint_record(id, "batch-1", "g1:one", t0() + secs(2)) };
+    assert!(is_applied(&store.record_checkpoint(lease.epoch, &[], &again, &meta(at)).expect("the named version's")));
+    let wrong = CheckpointRecord { n_rows: 10, ..checkpoint_record(id, "batch-1", "g1:one", t0() + secs(3)) };
+    let err = store.record_checkpoint(lease.epoch, &[], &wrong, &meta(at)).expect_err("4 staged, 10 declared");
+    assert!(matches!(err, Error::InvalidRequest(_)), "{err}");
+    assert_eq!(store.last_checkpoint(id).expect("reading"), Some(again));
+    assert_chain_intact(store);
+}
+
+/// `record` holding `n_rows` rows.
+fn rows(record: tidegate_store::VersionRecord, n_rows: u64) -> tidegate_store::VersionRecord {
+    tidegate_store::VersionRecord { n_rows, ..record }
 }
 
 pub fn checkpoint_is_refused_until_its_version_is_staged(t: &StoreUnderTest) {
