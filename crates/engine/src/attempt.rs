@@ -456,6 +456,7 @@ async fn run_command(
         .try_for_each(|f| std::fs::create_dir_all(f).map_err(|e| format!("{}: {e}", f.display())))
         .map_err(|e| (ErrorClass::Transient, format!("preparing the attempt's folders: {e}")))?;
     let mut env = step_env(a);
+    env.extend(lake_client_env(&a.lake_uri, |name| std::env::var(name).ok()));
     env.extend(task.secrets.iter().cloned());
     let argv = task.argv;
     let spec = process::Spec {
@@ -640,7 +641,24 @@ pub fn step_env(a: &Attempt) -> Vec<(String, String)> {
     for (k, v) in &a.task.params {
         env.push((format!("TIDEGATE_PARAM_{}", k.to_uppercase()), v.clone()));
     }
+    // The params again with their keys as the spec spells them (`TIDEGATE_PARAM_<KEY>` upper-cases
+    // them, so `Batch` and `batch` would be one variable): what the Python package's params() reads.
+    env.push(("TIDEGATE_PARAMS".to_owned(), serde_json::to_string(&a.task.params).unwrap_or_default()));
     env
+}
+
+/// The `AWS_*` client settings a task passes to its S3 client, none of them a credential.
+pub const LAKE_CLIENT_ENV: &[&str] = &["AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "AWS_ALLOW_HTTP"];
+
+/// For an `s3://` lake, the [`LAKE_CLIENT_ENV`] settings the Tidegate process has (`get` reads
+/// its environment), so that a task reaches the lake its pinned inputs are in as Tidegate does;
+/// nothing for a folder lake. Credentials are not among them: a task that needs keys declares
+/// them in `secrets`, which redacts them.
+pub fn lake_client_env(lake_uri: &str, get: impl Fn(&str) -> Option<String>) -> Vec<(String, String)> {
+    if !(lake_uri.starts_with("s3://") || lake_uri.starts_with("s3a://")) {
+        return Vec::new();
+    }
+    LAKE_CLIENT_ENV.iter().filter_map(|name| get(name).map(|value| ((*name).to_owned(), value))).collect()
 }
 
 /// The attempt a lease starts at `site`: the step's task, outputs, partition and folders, from the
@@ -770,6 +788,21 @@ mod tests {
             r#"{"maxValues":{"id":2},"minValues":{"id":1,"ok":"abc","s":{}},"nullCount":{"id":0,"token":0},"numRecords":2}"#
         );
         assert_eq!(without_secrets("not json canary-7e3b91d04c2a", &secrets), None, "dropped whole");
+    }
+
+    #[test]
+    fn an_s3_lake_hands_its_client_settings_to_tasks_and_never_a_credential() {
+        let env = |name: &str| Some(format!("value of {name}"));
+        let handed = super::lake_client_env("s3://bucket/lake", env);
+        let names: Vec<&str> = handed.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(names, ["AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "AWS_ALLOW_HTTP"]);
+        assert_eq!(handed[0].1, "value of AWS_REGION");
+        assert!(super::lake_client_env("/srv/lake", env).is_empty(), "a folder lake needs none");
+        let only_region = |name: &str| (name == "AWS_REGION").then(|| "eu-west-1".to_owned());
+        assert_eq!(
+            super::lake_client_env("s3a://b/l", only_region),
+            [("AWS_REGION".to_owned(), "eu-west-1".to_owned())]
+        );
     }
 
     #[test]

@@ -23,6 +23,7 @@ mod machines;
 mod output;
 mod pipes;
 mod pointer;
+mod python_helper;
 mod reconcile;
 mod remote;
 mod retries;

@@ -33,6 +33,7 @@ mod suite {
     mod locations;
     mod pipes;
     mod pointer;
+    mod python_helper;
     mod remote;
     mod retries;
     mod runs;
