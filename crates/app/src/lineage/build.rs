@@ -616,7 +616,9 @@ impl Builder<'_> {
     }
 
     /// Inputs at their pinned versions, once per dataset and version; `except` are left out
-    /// (a backfill's own outputs, read staged rather than published).
+    /// (a backfill's own outputs, read staged rather than published). These are the versions
+    /// every attempt is handed (`TIDEGATE_INPUT_<DATASET>_VERSION`, from the same pins:
+    /// `engine::attempt::step_env`); `cli/tests/cli/python_helper.rs` checks the two agree.
     fn pinned(&self, inputs: &[PinnedInput], except: &BTreeSet<&str>) -> Vec<Dataset> {
         let read: BTreeSet<(&str, Option<i64>)> = inputs
             .iter()
