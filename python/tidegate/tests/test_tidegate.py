@@ -79,11 +79,12 @@ class Inputs(Attempt):
         self.assertEqual(raw.delta().version(), 0)
         self.assertEqual(sorted(raw.arrow()["id"].to_pylist()), [1, 2])
 
-    def test_rows_keep_the_tables_types_without_the_partition_column_unless_asked(self):
-        table = tg.input("raw").arrow()
+    def test_rows_keep_the_tables_types_and_the_partition_column_unless_asked(self):
+        table = tg.input("raw").arrow(partition_column=False)
         self.assertEqual(table.schema, pa.schema([("id", pa.int64()), ("name", pa.string())]))
-        with_partition = tg.input("raw").arrow(partition_column=True)
+        with_partition = tg.input("raw").arrow()
         self.assertEqual(with_partition.column_names, ["id", "name", "tg_partition"])
+        self.assertEqual(set(with_partition["tg_partition"].to_pylist()), {"2024-01-01"})
         self.assertEqual(tg.input("raw").arrow(columns=["name"]).column_names, ["name"])
         with self.assertRaisesRegex(tg.TaskError, "no column 'nope'"):
             tg.input("raw").arrow(columns=["nope"])

@@ -41,11 +41,12 @@ class Input:
             raise TaskError(f"input {self.name!r}: asked for version {self.version}, got {table.version()}")
         return table
 
-    def arrow(self, columns: Optional[List[str]] = None, partition_column: bool = False):
+    def arrow(self, columns: Optional[List[str]] = None, partition_column: bool = True):
         """The pinned version's rows as a `pyarrow.Table`, typed as the table is.
 
-        Without the partition column, as SQL tasks see their inputs, unless `partition_column`.
-        Read through delta-rs' own engine (`QueryBuilder`): pyarrow's dataset scanner leaves
+        Every partition of that version, with the partition column (`tg_partition` unless the
+        dataset names another) to select the ones the task reads; `partition_column=False` leaves
+        it out. Read through delta-rs' own engine (`QueryBuilder`): pyarrow's dataset scanner leaves
         threads that abort the interpreter at exit ("terminate called without an active
         exception"), which Tidegate would see as a crash.
         """
@@ -70,13 +71,13 @@ class Input:
         # DataFusion hands strings back as views; the table's own types are what the task expects.
         return result.cast(wanted)
 
-    def polars(self, columns: Optional[List[str]] = None, partition_column: bool = False):
+    def polars(self, columns: Optional[List[str]] = None, partition_column: bool = True):
         """The pinned version's rows as a Polars `DataFrame` (needs `polars`)."""
         import polars as pl
 
         return pl.from_arrow(self.arrow(columns, partition_column))
 
-    def pandas(self, columns: Optional[List[str]] = None, partition_column: bool = False):
+    def pandas(self, columns: Optional[List[str]] = None, partition_column: bool = True):
         """The pinned version's rows as a pandas `DataFrame` (needs `pandas`)."""
         return self.arrow(columns, partition_column).to_pandas()
 
