@@ -508,9 +508,10 @@ async fn run_command(
             Exit::Signal { signal } => format!("was killed by signal {signal}"),
             Exit::TimedOut => format!("timed out after {} s", a.task.timeout_s),
         };
-        let detail = match finished.stderr_tail.last() {
-            Some(line) => format!(": {line} (log: {})", finished.stderr_log.display()),
-            None => " (it wrote nothing to stderr)".to_owned(),
+        let detail = match (last_words(&finished.stderr_tail), finished.stderr_tail.is_empty()) {
+            (Some(line), _) => format!(": {line} (log: {})", finished.stderr_log.display()),
+            (None, true) => " (it wrote nothing to stderr)".to_owned(),
+            (None, false) => format!(" (it wrote only blank lines to stderr; log: {})", finished.stderr_log.display()),
         };
         return Err((class, format!("{} {how}{detail}", argv[0])));
     }
@@ -533,6 +534,12 @@ async fn run_command(
     };
     discard_output_folder(a).await;
     Ok(versions)
+}
+
+/// The last line of a failed task's stderr that says something: error messages (deltalake's,
+/// for one) often end with a blank line, which made the reason "exited with code 1: ".
+fn last_words(tail: &[String]) -> Option<&str> {
+    tail.iter().rev().map(|line| line.trim()).find(|line| !line.is_empty())
 }
 
 /// Removes a staged attempt's output folder: staging wrote the rows into the lake, so the task's
@@ -788,6 +795,15 @@ mod tests {
             r#"{"maxValues":{"id":2},"minValues":{"id":1,"ok":"abc","s":{}},"nullCount":{"id":0,"token":0},"numRecords":2}"#
         );
         assert_eq!(without_secrets("not json canary-7e3b91d04c2a", &secrets), None, "dropped whole");
+    }
+
+    #[test]
+    fn a_failure_is_explained_by_the_last_line_of_stderr_that_says_something() {
+        let tail = |lines: &[&str]| lines.iter().map(|l| (*l).to_owned()).collect::<Vec<_>>();
+        let error = tail(&["Traceback (most recent call last):", "OSError: Generic S3 error: no route", "", "  "]);
+        assert_eq!(super::last_words(&error), Some("OSError: Generic S3 error: no route"));
+        assert_eq!(super::last_words(&tail(&["", " "])), None);
+        assert_eq!(super::last_words(&[]), None);
     }
 
     #[test]
