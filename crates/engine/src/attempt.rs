@@ -539,7 +539,7 @@ async fn run_command(
 /// The last line of a failed task's stderr that says something: error messages (deltalake's,
 /// for one) often end with a blank line, which made the reason "exited with code 1: ".
 fn last_words(tail: &[String]) -> Option<&str> {
-    tail.iter().rev().map(|line| line.trim()).find(|line| !line.is_empty())
+    tail.iter().rev().map(String::as_str).find(|line| !line.trim().is_empty())
 }
 
 /// Removes a staged attempt's output folder: staging wrote the rows into the lake, so the task's
