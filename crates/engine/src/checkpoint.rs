@@ -193,6 +193,9 @@ impl<'a> Checkpoints<'a> {
                 quoted(&line.files)
             )));
         }
+        // Reporting a granule again replaces it: files only its earlier report named are covered
+        // no more, and go with what follows the last checkpoint.
+        self.covered.retain(|_, c| c.granule != line.granule);
         for (path, stamp) in stamps {
             self.covered.insert(path, Covered { granule: line.granule.clone(), stamp });
         }

@@ -309,3 +309,26 @@ with open(os.path.join(out, "a.csv"), "a") as f:
         "{reason}"
     );
 }
+
+/// The class of item 7: reporting a granule again replaces it, so the files only its earlier
+/// report named are no longer covered; they are staged with what followed the last checkpoint
+/// instead of being left out as covered (which lost their rows).
+#[test]
+fn a_granule_reported_again_no_longer_covers_the_files_it_named_before() {
+    let dir = workspace(
+        r#"
+import json, os
+out, cp = os.environ["TIDEGATE_OUTPUT_DIR"], open(os.environ["TIDEGATE_CHECKPOINT_FILE"], "a")
+with open(os.path.join(out, "a.csv"), "w") as f:
+    f.write("hour,value\n0,0\n")
+cp.write(json.dumps({"granule": "g", "position": "0", "files": ["a.csv"], "rows": 1}) + "\n")
+cp.flush()
+with open(os.path.join(out, "b.csv"), "w") as f:
+    f.write("hour,value\n1,10\n")
+cp.write(json.dumps({"granule": "g", "position": "1", "files": ["b.csv"], "rows": 1}) + "\n")
+"#,
+    );
+    let (code, report) = tidegate(dir.path(), &["run", "load", "--partition", "2024-01-01", "--json"]);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(published_hours(dir.path()), [(0, 0), (1, 10)]);
+}
