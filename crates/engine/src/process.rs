@@ -120,6 +120,10 @@ fn resolve_program(program: &str, path_var: Option<&std::ffi::OsStr>, cwd: &Path
     })
 }
 
+/// How long the log readers may wait for the task's pipes to close, once its processes were
+/// killed, before the attempt's processes are looked for and killed again.
+const PIPES_RECHECK: Duration = Duration::from_millis(250);
+
 /// Runs the process to completion or timeout, and then kills whatever it left running.
 pub async fn run(spec: &Spec) -> Result<Finished, Error> {
     let (program, args) = spec.argv.split_first().ok_or(Error::EmptyArgv)?;
@@ -135,8 +139,9 @@ pub async fn run(spec: &Spec) -> Result<Finished, Error> {
     })
     .map_err(|source| Error::Spawn { program: program.clone(), source })?;
     let main = child.id().and_then(|id| i32::try_from(id).ok()).map(Pid::from_raw);
+    let pipes = pipe_inodes(&child);
     // Until the end of this function, dropping it (a cancelled attempt) kills the tree.
-    let mut guard = Supervision { main, tree_id, killed: false };
+    let mut guard = Supervision { main, tree_id, pipes, killed: false };
     let (stdout_log, stderr_log) = (spec.stdout_log.clone(), spec.stderr_log.clone());
     let secrets = Secrets::new(&spec.redact);
     let out =
@@ -148,7 +153,7 @@ pub async fn run(spec: &Spec) -> Result<Finished, Error> {
     // behind could write into the output folder after staging, and one holding the pipes open
     // would keep the log readers from ever finishing.
     let alive = if matches!(status, Ok(Ok(_))) { None } else { main };
-    let killed = tree::kill_all(alive, main, &guard.tree_id);
+    let killed = tree::kill_all(alive, main, &guard.attempt());
     guard.killed = true;
     let exit = match status {
         Err(_elapsed) => {
@@ -165,8 +170,18 @@ pub async fn run(spec: &Spec) -> Result<Finished, Error> {
         Ok(inner) => inner,
         Err(e) => Err(Error::Log { path: path.to_owned(), source: std::io::Error::other(e.to_string()) }),
     };
-    join(out.await, &stdout_log)?;
-    let stderr_tail = join(err.await, &stderr_log)?;
+    // The pipes close when the last process holding them is gone. One that the kill above
+    // missed (it was caught between two states) is looked for again while they stay open.
+    let readers = async { (out.await, err.await) };
+    tokio::pin!(readers);
+    let (out, err) = loop {
+        match tokio::time::timeout(PIPES_RECHECK, &mut readers).await {
+            Ok(done) => break done,
+            Err(_) => tree::reap(tree::kill_all(None, None, &guard.attempt())).await,
+        }
+    };
+    join(out, &stdout_log)?;
+    let stderr_tail = join(err, &stderr_log)?;
     Ok(Finished { exit, elapsed: started.elapsed(), stdout_log, stderr_log, stderr_tail })
 }
 
@@ -210,13 +225,33 @@ struct Supervision {
     /// The task's own process until tokio has reaped it.
     main: Option<Pid>,
     tree_id: String,
+    /// The inodes of the task's stdout and stderr pipes.
+    pipes: Vec<u64>,
     killed: bool,
+}
+
+impl Supervision {
+    fn attempt(&self) -> tree::Attempt<'_> {
+        tree::Attempt { tree_id: &self.tree_id, pipes: &self.pipes }
+    }
+}
+
+/// The inodes of the pipes the task writes its stdout and stderr to.
+fn pipe_inodes(child: &tokio::process::Child) -> Vec<u64> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::MetadataExt as _;
+    let fds = [child.stdout.as_ref().map(AsRawFd::as_raw_fd), child.stderr.as_ref().map(AsRawFd::as_raw_fd)];
+    fds.into_iter()
+        .flatten()
+        .filter_map(|fd| std::fs::metadata(format!("/proc/self/fd/{fd}")).ok())
+        .map(|m| m.ino())
+        .collect()
 }
 
 impl Drop for Supervision {
     fn drop(&mut self) {
         if !self.killed {
-            tree::kill_all(self.main, self.main, &self.tree_id);
+            tree::kill_all(self.main, self.main, &self.attempt());
         }
         // tokio reaps a dropped child in the background (`kill_on_drop`).
         tree::disown(self.main.take());

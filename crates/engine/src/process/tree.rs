@@ -26,6 +26,10 @@ pub const TREE_VAR: &str = "TIDEGATE_PROCESS_TREE";
 /// The most rounds of "find, kill" while the processes fork: each round kills what the previous
 /// one could not see yet.
 const MAX_KILL_ROUNDS: usize = 16;
+/// How long an orphan whose environment cannot be read yet (it is in the middle of `execve`, as
+/// `setsid` is just after leaving the process group) is looked at again before it is taken for
+/// a process of no attempt.
+const UNDETERMINED_WAIT: Duration = Duration::from_millis(100);
 /// How long killed processes are waited for (reaped) before the attempt goes on without them.
 const REAP_WAIT: Duration = Duration::from_secs(10);
 
@@ -82,21 +86,43 @@ pub(super) struct Killed {
     strangers: bool,
 }
 
-/// Kills every process of the attempt marked `tree_id`: the tree under `main` (the task's own
-/// process, while it lives), the marked orphans with theirs, and the process group `group`.
-pub(super) fn kill_all(main: Option<Pid>, group: Option<Pid>, tree_id: &str) -> Killed {
+/// The processes of one attempt: how they are recognised once they have left the tree under
+/// the task's own process.
+pub(super) struct Attempt<'a> {
+    /// The value of [`TREE_VAR`] every process of the attempt inherits.
+    pub tree_id: &'a str,
+    /// The inodes of the task's stdout and stderr pipes: an orphan that cleared its environment
+    /// but still holds one of them is the attempt's too.
+    pub pipes: &'a [u64],
+}
+
+/// Kills every process of the attempt: the tree under `main` (the task's own process, while it
+/// lives), its orphans with theirs, and the process group `group`.
+pub(super) fn kill_all(main: Option<Pid>, group: Option<Pid>, attempt: &Attempt<'_>) -> Killed {
     let mut killed: HashSet<i32> = HashSet::new();
     let mut strangers = false;
-    for _ in 0..MAX_KILL_ROUNDS {
-        let found = survey(main, tree_id, &mut strangers);
+    let mut rounds = 0;
+    let undetermined_until = std::time::Instant::now() + UNDETERMINED_WAIT;
+    loop {
+        let Survey { found, undetermined } = survey(main, attempt, &mut strangers);
         let new: Vec<i32> = found.into_iter().filter(|p| !killed.contains(p)).collect();
         if new.is_empty() {
+            // An orphan caught mid-`execve` shows no environment: look again shortly rather
+            // than let a process that just left the group (`setsid`) outlive its attempt.
+            if undetermined && std::time::Instant::now() < undetermined_until {
+                std::thread::sleep(Duration::from_millis(1));
+                continue;
+            }
             break;
         }
         for pid in &new {
             let _ = kill(Pid::from_raw(*pid), Signal::SIGKILL);
         }
         killed.extend(new);
+        rounds += 1;
+        if rounds >= MAX_KILL_ROUNDS {
+            break;
+        }
     }
     if let Some(group) = group {
         // Members of the group not found above (one that cleared its environment).
@@ -156,25 +182,38 @@ fn sweep_zombies() {
     }
 }
 
-/// The live processes of the attempt: the tree under `main`, and each orphan carrying
-/// `tree_id` with its tree. Sets `strangers` when an orphan of any attempt was seen.
-fn survey(main: Option<Pid>, tree_id: &str, strangers: &mut bool) -> Vec<i32> {
+/// What one look at the processes found.
+struct Survey {
+    /// The live processes of the attempt.
+    found: Vec<i32>,
+    /// Whether an orphan's environment could not be read (mid-`execve`): it may be the attempt's.
+    undetermined: bool,
+}
+
+/// The live processes of the attempt: the tree under `main`, and each orphan carrying its
+/// marker or holding its pipes, with its tree. Sets `strangers` when an orphan of any attempt
+/// was seen.
+fn survey(main: Option<Pid>, attempt: &Attempt<'_>, strangers: &mut bool) -> Survey {
     let mut found = Vec::new();
+    let mut undetermined = false;
     if let Some(main) = main {
         descendants(main.as_raw(), &mut found);
     }
-    let needle = format!("{TREE_VAR}={tree_id}");
+    let needle = format!("{TREE_VAR}={}", attempt.tree_id);
     for pid in main_thread_children() {
         if own().as_ref().is_some_and(|s| s.contains(&pid)) {
             continue;
         }
         *strangers = true;
-        if environ_has(pid, needle.as_bytes()) {
+        let marked = marked(pid, needle.as_bytes());
+        if marked == Some(true) || holds_pipe(pid, attempt.pipes) {
             found.push(pid);
             descendants(pid, &mut found);
+        } else if marked.is_none() {
+            undetermined = true;
         }
     }
-    found
+    Survey { found, undetermined }
 }
 
 /// Every process under `pid` (children of each of its threads, recursively), appended to `out`.
@@ -200,9 +239,33 @@ fn main_thread_children() -> Vec<i32> {
         .unwrap_or_default()
 }
 
-/// Whether `pid`'s initial environment holds the entry `needle` (`NAME=value`).
-fn environ_has(pid: i32, needle: &[u8]) -> bool {
-    std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| env.split(|b| *b == 0).any(|e| e == needle))
+/// Whether `pid`'s initial environment holds the entry `needle` (`NAME=value`); `None` when a
+/// live process shows no environment yet. Between `execve` replacing its memory and the new
+/// program's environment being laid out, `/proc/<pid>/environ` reads empty: a process that has
+/// just left the process group (`setsid` and then `exec`) would otherwise be missed.
+fn marked(pid: i32, needle: &[u8]) -> Option<bool> {
+    match std::fs::read(format!("/proc/{pid}/environ")) {
+        Ok(env) if env.is_empty() => match Stat::read(pid) {
+            Some(stat) if stat.state != 'Z' => None,
+            _ => Some(false),
+        },
+        Ok(env) => Some(env.split(|b| *b == 0).any(|e| e == needle)),
+        Err(_) => Some(false),
+    }
+}
+
+/// Whether one of `pid`'s open files is one of the pipes `inodes`.
+fn holds_pipe(pid: i32, inodes: &[u64]) -> bool {
+    if inodes.is_empty() {
+        return false;
+    }
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return false };
+    fds.flatten().any(|fd| {
+        std::fs::read_link(fd.path()).is_ok_and(|target| {
+            let target = target.to_string_lossy();
+            inodes.iter().any(|ino| target == format!("pipe:[{ino}]"))
+        })
+    })
 }
 
 /// What `/proc/<pid>/stat` says of a process's state and parent.

@@ -189,6 +189,23 @@ fn a_task_that_exits_leaves_no_process_behind() {
     assert!(elapsed < Duration::from_secs(20), "the attempt waited for a child of the task: {elapsed:?}");
 }
 
+#[test]
+fn a_child_that_cleared_its_environment_but_holds_the_pipes_is_killed_when_the_task_exits() {
+    // Orphaned, out of the process group and without the attempt's marker in its environment:
+    // only the task's stdout and stderr it still holds say whose it is. On main the attempt
+    // waited for it (62 s) with the pipes open. The same class as an orphan caught mid-`exec`,
+    // whose environment reads empty for an instant (seen in CI: the run above waited 61 s).
+    let script = format!("{WRITE_FINE}; setsid env -i sleep 62.4714 & sleep 0.5; exit 0");
+    let dir = workspace("", &sh(&script));
+    let started = Instant::now();
+    let (code, report) = run_day(dir.path(), &[]);
+    let elapsed = started.elapsed();
+    let left = alive_with("62.4714");
+    assert!(left.is_empty(), "a process outlived its attempt: {left:?}");
+    assert_eq!(code, 0, "{report}");
+    assert!(elapsed < Duration::from_secs(20), "the attempt waited for a child of the task: {elapsed:?}");
+}
+
 /// Prints FIRST, `mib` MiB of 1000-byte lines, then LAST.
 fn chatty(mib: u32) -> String {
     format!(
