@@ -14,5 +14,6 @@ pub mod plan;
 pub mod retry;
 pub mod rng;
 pub mod schedule;
+pub mod source;
 pub mod spec;
 pub mod state;

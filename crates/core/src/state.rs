@@ -51,6 +51,10 @@ status_enum! {
     StepStatus {
         /// Planned; waiting for its upstream steps.
         Pending = "pending",
+        /// Its upstream steps are done, but a partition of an external source it reads has not
+        /// arrived: it waits, looked at again every poll, until the source is ready or its
+        /// timeout fails it (invariant 13).
+        WaitingForSource = "waiting_for_source",
         /// Dependencies met; waiting for a worker, a pool slot or a rate-limit token.
         Ready = "ready",
         /// An attempt holds a lease and is computing.
@@ -171,6 +175,20 @@ pub enum StepEvent {
         /// The input versions pinned for every attempt of the step.
         inputs: Vec<PinnedInput>,
     },
+    /// The upstream steps are done but an external source the step reads is not ready.
+    SourceWaiting {
+        /// The external dataset.
+        dataset: String,
+        /// The partition of it that has not arrived.
+        partition: String,
+        /// What was looked at and what was found, in words.
+        reason: String,
+    },
+    /// The source did not arrive within its timeout: a deterministic failure.
+    SourceTimedOut {
+        /// Which source, how long, what was looked at.
+        reason: String,
+    },
     /// An upstream step ended without output this step can read (failed or cancelled).
     UpstreamFailed {
         /// The name (`task@partition`) of the upstream step that ended.
@@ -282,6 +300,8 @@ impl StepEvent {
         match self {
             StepEvent::DepsMet { .. } => "deps_met",
             StepEvent::UpstreamFailed { .. } => "upstream_failed",
+            StepEvent::SourceWaiting { .. } => "source_waiting",
+            StepEvent::SourceTimedOut { .. } => "source_timed_out",
             StepEvent::Claimed { .. } => "claimed",
             StepEvent::Checkpointed { .. } => "checkpointed",
             StepEvent::Staged { .. } => "staged",
@@ -375,11 +395,16 @@ pub fn apply(step: &Step, event: &StepEvent) -> Result<Step, Error> {
 
     let mut next = step.clone();
     next.status = match (step.status, event) {
-        (S::Pending, E::DepsMet { inputs }) => {
+        (S::Pending | S::WaitingForSource, E::DepsMet { inputs }) => {
             next.pinned = inputs.clone();
             S::Ready
         }
-        (S::Pending | S::Ready | S::RetryWait, E::UpstreamFailed { .. }) => S::UpstreamFailed,
+        (S::Pending, E::SourceWaiting { .. }) => S::WaitingForSource,
+        (S::WaitingForSource, E::SourceTimedOut { reason }) => {
+            next.last_failure = Some(Failure { class: ErrorClass::Deterministic, reason: reason.clone() });
+            S::Failed
+        }
+        (S::Pending | S::WaitingForSource | S::Ready | S::RetryWait, E::UpstreamFailed { .. }) => S::UpstreamFailed,
         (S::Ready, E::Claimed { epoch, .. }) => {
             if *epoch <= step.epoch {
                 return Err(Error::StaleClaim { got: *epoch, current: step.epoch });
@@ -418,10 +443,11 @@ pub fn apply(step: &Step, event: &StepEvent) -> Result<Step, Error> {
         }
         (S::AwaitingApproval, E::Approved { .. }) => S::Validated,
         (S::Validated, E::Published { .. }) => S::Published,
-        (S::Pending | S::Ready | S::RetryWait | S::AwaitingApproval | S::Validated, E::Superseded { .. }) => {
-            S::Superseded
-        }
-        (S::Pending | S::Ready, E::Skipped { .. }) => S::Skipped,
+        (
+            S::Pending | S::WaitingForSource | S::Ready | S::RetryWait | S::AwaitingApproval | S::Validated,
+            E::Superseded { .. },
+        ) => S::Superseded,
+        (S::Pending | S::WaitingForSource | S::Ready, E::Skipped { .. }) => S::Skipped,
         (_, E::Cancelled { .. }) => S::Cancelled,
         _ => return Err(illegal()),
     };

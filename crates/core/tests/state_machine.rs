@@ -16,6 +16,12 @@ fn events(epoch: u64) -> Vec<StepEvent> {
     vec![
         StepEvent::DepsMet { inputs: vec![] },
         StepEvent::UpstreamFailed { upstream: "up".into() },
+        StepEvent::SourceWaiting {
+            dataset: "src".into(),
+            partition: "2024-01-01".into(),
+            reason: "no file yet".into(),
+        },
+        StepEvent::SourceTimedOut { reason: "not ready after 60 s".into() },
         StepEvent::Claimed { epoch: epoch + 1, worker: "w1".into() },
         StepEvent::Checkpointed { epoch, granule: "batch-1".into(), version: "v0".into() },
         StepEvent::Staged { epoch, version: "v1".into() },

@@ -53,6 +53,9 @@ pub struct Attempt {
     pub run_id: String,
     /// The engine's clock: the attempt's heartbeats, checkpoints and report are timed by it.
     pub clock: Arc<dyn Clock>,
+    /// Where the external sources it reads are, for its environment: the variables naming
+    /// each source's `location` (a Delta table's URI, or the folders of a template).
+    pub source_env: Vec<(String, String)>,
 }
 
 /// How an attempt ended, for the scheduler to turn into events.
@@ -642,9 +645,13 @@ pub fn step_env(a: &Attempt) -> Vec<(String, String)> {
     }
     for p in &a.step.state.pinned {
         let name = p.dataset.to_uppercase();
-        env.push((format!("TIDEGATE_INPUT_{name}_URI"), format!("{}/{}", a.lake_uri.trim_end_matches('/'), p.dataset)));
+        let uri_var = format!("TIDEGATE_INPUT_{name}_URI");
+        if !a.source_env.iter().any(|(k, _)| *k == uri_var) {
+            env.push((uri_var, format!("{}/{}", a.lake_uri.trim_end_matches('/'), p.dataset)));
+        }
         env.push((format!("TIDEGATE_INPUT_{name}_VERSION"), p.version.map_or_else(String::new, |v| v.to_string())));
     }
+    env.extend(a.source_env.iter().cloned());
     for (k, v) in &a.task.params {
         env.push((format!("TIDEGATE_PARAM_{}", k.to_uppercase()), v.clone()));
     }
@@ -681,6 +688,7 @@ pub fn prepare(
 ) -> Option<Attempt> {
     let task = spec.tasks.get(&step.task)?.clone();
     let outputs = task.outputs.iter().filter_map(|o| spec.datasets.get(o).cloned()).collect();
+    let source_env = source_env(spec, &site.workspace, &step.inputs);
     Some(Attempt {
         dir: attempts_dir(&site.work_dir).join(attempt_name(&step.id, lease.attempt)),
         run_id: step.run_id.clone(),
@@ -696,7 +704,43 @@ pub fn prepare(
         lease_ttl_s: spec.project.lease_ttl_s,
         resume_from,
         clock,
+        source_env,
     })
+}
+
+/// For each external input with a `location`: `TIDEGATE_INPUT_<NAME>_URI` is the Delta table's
+/// location; for a template, `TIDEGATE_INPUT_<NAME>_PATHS` is the JSON array of the folders of
+/// the partitions read, and `TIDEGATE_INPUT_<NAME>_PATH` the one folder when there is one.
+fn source_env(
+    spec: &tidegate_core::spec::Spec,
+    workspace: &std::path::Path,
+    inputs: &[tidegate_core::idempotency::PinnedInput],
+) -> Vec<(String, String)> {
+    let mut env = Vec::new();
+    for input in inputs {
+        let Some(ds) = spec.datasets.get(&input.dataset) else { continue };
+        let tidegate_core::spec::DatasetKind::External { location: Some(location), .. } = &ds.kind else { continue };
+        let name = input.dataset.to_uppercase();
+        let resolve = |at: String| {
+            if at.contains("://") || std::path::Path::new(&at).is_absolute() {
+                at
+            } else {
+                workspace.join(at).display().to_string()
+            }
+        };
+        if tidegate_core::source::is_template(location) {
+            let partitions = tidegate_core::plan::partitions_of(ds, &input.partitions).unwrap_or_default();
+            let paths: Vec<String> =
+                partitions.iter().map(|p| resolve(tidegate_core::source::render(location, p))).collect();
+            if let [one] = paths.as_slice() {
+                env.push((format!("TIDEGATE_INPUT_{name}_PATH"), one.clone()));
+            }
+            env.push((format!("TIDEGATE_INPUT_{name}_PATHS"), serde_json::to_string(&paths).unwrap_or_default()));
+        } else {
+            env.push((format!("TIDEGATE_INPUT_{name}_URI"), resolve(location.clone())));
+        }
+    }
+    env
 }
 
 /// What a finished attempt's report asks of the store: the staged versions to record (fenced by

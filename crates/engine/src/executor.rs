@@ -13,7 +13,7 @@ use tidegate_core::clock::Clock;
 use tidegate_core::idempotency::PinnedInput;
 use tidegate_core::retry::{ErrorClass, RetryBudget};
 use tidegate_core::schedule::{self, ClassLoad, RateLimit, Shares};
-use tidegate_core::spec::Spec;
+use tidegate_core::spec::{DatasetKind, Spec};
 use tidegate_core::state::{RunStatus, StepStatus};
 use tidegate_lake::Lake;
 use tidegate_store::{
@@ -488,6 +488,7 @@ impl Engine {
             drain.follow_remote().await?;
             let mut events = drain.absorb_reports().await?;
             events.extend(drain.dependency_events().await?);
+            events.extend(drain.source_events(now).await?);
             events.extend(drain.due_retries(now));
             events.extend(drain.expired_leases(now).await?);
             drain.commit(events).await?;
@@ -648,6 +649,20 @@ impl Engine {
         (wake - now).to_std().unwrap_or(Duration::from_millis(1)).max(Duration::from_millis(1))
     }
 
+    /// Where an external source's own Delta table is (its `location`, when not a template).
+    fn external_table(&self, dataset: &str) -> Option<String> {
+        let ds = self.spec.datasets.get(dataset)?;
+        let DatasetKind::External { location: Some(at), .. } = &ds.kind else { return None };
+        if tidegate_core::source::is_template(at) {
+            return None;
+        }
+        Some(if at.contains("://") || std::path::Path::new(at).is_absolute() {
+            at.clone()
+        } else {
+            self.site.workspace.join(at).display().to_string()
+        })
+    }
+
     /// Pins every input of a step to the table version published now (unless planned with a
     /// version already); the pins are stored with
     /// the step and every attempt, retries included, reads exactly them.
@@ -663,7 +678,11 @@ impl Engine {
             let version = match versions.get(&input.dataset) {
                 Some(v) => *v,
                 None => {
-                    let v = self.lake.table_version(&input.dataset).await.map_err(Error::Lake)?;
+                    let v = match self.external_table(&input.dataset) {
+                        // A source's own Delta table, outside the lake.
+                        Some(at) => tidegate_lake::source::table_version_at(&at).await.map_err(Error::Lake)?,
+                        None => self.lake.table_version(&input.dataset).await.map_err(Error::Lake)?,
+                    };
                     versions.insert(input.dataset.clone(), v);
                     v
                 }

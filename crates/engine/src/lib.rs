@@ -15,6 +15,7 @@ pub mod leftovers;
 pub mod log_copy;
 pub mod process;
 pub mod secrets;
+pub mod source;
 pub mod view;
 pub mod wake;
 pub mod worker;

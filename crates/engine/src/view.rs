@@ -396,7 +396,10 @@ impl View {
                     let e = &self.steps[&k.step_id];
                     let waits_for_a_person = (status == StepStatus::Validated && e.record.state.needs_approval)
                         || (e.backfill_id.as_ref().is_some_and(|b| paused_backfills.contains(b))
-                            && matches!(status, StepStatus::Pending | StepStatus::Ready));
+                            && matches!(
+                                status,
+                                StepStatus::Pending | StepStatus::WaitingForSource | StepStatus::Ready
+                            ));
                     !waits_for_a_person
                 })
             },

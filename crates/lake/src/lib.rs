@@ -39,6 +39,7 @@ mod query;
 mod read;
 mod rollback;
 mod s3;
+pub mod source;
 mod stage;
 mod table;
 mod vacuum;

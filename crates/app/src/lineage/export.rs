@@ -321,7 +321,7 @@ fn context(ws: &Workspace) -> Context {
         .iter()
         .map(|(name, d)| {
             let at = match &d.kind {
-                DatasetKind::External { location: Some(location) } => resolve(&ws.root, location),
+                DatasetKind::External { location: Some(location), .. } => resolve(&ws.root, location),
                 _ => format!("{}/{name}", lake.trim_end_matches('/')),
             };
             (name.clone(), locate(&at))

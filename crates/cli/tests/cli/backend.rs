@@ -413,3 +413,29 @@ fn download(lake_url: &str, rel: &str, into: &Path) {
         }
     });
 }
+
+/// Where a test puts an external source's files, and the `location` prefix naming it: a folder
+/// beside the workspace's lake, or an S3 prefix beside its `s3://` lake.
+pub fn source_root(dir: &Path) -> String {
+    match shared(dir) {
+        Some(place) => format!("{}-sources", place.lake_url.trim_end_matches('/')),
+        None => workspace_root(dir).join("sources").display().to_string(),
+    }
+}
+
+/// Writes `bytes` at `rel` under [`source_root`]: a source's file arriving.
+pub fn write_source_file(dir: &Path, rel: &str, bytes: &[u8]) {
+    let Some(place) = shared(dir) else {
+        let path = workspace_root(dir).join("sources").join(rel);
+        std::fs::create_dir_all(path.parent().expect("a parent")).expect("creating the source's folder");
+        std::fs::write(path, bytes).expect("writing a source file");
+        return;
+    };
+    let (store, prefix) = s3(&format!("{}-sources", place.lake_url.trim_end_matches('/')));
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+    runtime.block_on(async {
+        use object_store::ObjectStoreExt as _;
+        let path = object_store::path::Path::from(format!("{prefix}/{rel}"));
+        store.put(&path, bytes.to_vec().into()).await.expect("writing a source object");
+    });
+}

@@ -32,6 +32,7 @@ mod s3;
 mod schema;
 mod serve;
 mod snapshots;
+mod sources;
 mod standby;
 mod usage;
 mod vacuum;

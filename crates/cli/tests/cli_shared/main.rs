@@ -39,6 +39,7 @@ mod suite {
     mod runs;
     mod schema;
     mod serve;
+    mod sources;
     mod vacuum;
     mod worker;
 

@@ -211,12 +211,55 @@ pub enum DatasetKind {
         /// `write`: how a step's output replaces or adds to the published table.
         write: WriteMode,
     },
-    /// Produced outside the workspace (`[external.NAME]`); `location` is a Delta table URI or folder.
+    /// Produced outside the workspace (`[external.NAME]`); `location` is a Delta table URI or
+    /// folder, or a path template naming one folder (or prefix) per partition.
     External {
-        /// `location` (optional): the table's URI or folder, as written in the spec.
+        /// `location` (optional): the table's URI or folder, or a template, as written in the spec.
         location: Option<String>,
+        /// How Tidegate tells that a partition of the source has arrived (`ready`).
+        ready: SourceReadiness,
     },
 }
+
+/// `ready`, `ready_timeout_s`, `ready_poll_s`: when a partition of an external source counts as
+/// arrived, and how long a step that reads it waits (invariant 13).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SourceReadiness {
+    /// What is looked at.
+    pub check: ReadyCheck,
+    /// How long a step waits for the partition before it fails.
+    pub timeout_s: u64,
+    /// How often a waiting step looks again.
+    pub poll_s: u64,
+}
+
+/// What tells that a source's partition has arrived.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ReadyCheck {
+    /// `ready = "none"`: nothing is looked at; steps run whether or not the data is there (the
+    /// default without a `location`, and said so by `validate`).
+    None,
+    /// `ready = "location"` (the default with one): the partition has at least one file at
+    /// `location` (a file whose name does not start with `.` or `_`, under the template's folder
+    /// or prefix), or, for a Delta table, a data file in the partition.
+    Location,
+    /// `ready = { command = [...] }`: the command, run from argv with the partition in its
+    /// environment, exits 0. It is killed after `timeout_s`, which counts as not ready.
+    Command {
+        /// The program and its arguments.
+        argv: Vec<String>,
+        /// `command_timeout_s`: how long one run of it may take.
+        timeout_s: u64,
+    },
+}
+
+/// Default `ready_timeout_s`: a day.
+pub const DEFAULT_READY_TIMEOUT_S: u64 = 86_400;
+/// Default `ready_poll_s`.
+pub const DEFAULT_READY_POLL_S: u64 = 30;
+/// Default `ready.command_timeout_s`.
+pub const DEFAULT_READY_COMMAND_TIMEOUT_S: u64 = 60;
 
 /// The partition column's name when `partitioning.column` is not set (decision 0005).
 pub const DEFAULT_PARTITION_COLUMN: &str = "tg_partition";

@@ -22,6 +22,11 @@ use crate::view::{Dependency, View};
 use crate::wake::Wakeups;
 use crate::{Error, Result};
 
+/// A step's inputs as (dataset, partition keys), for the readiness checks.
+fn external_inputs(inputs: &[tidegate_core::idempotency::PinnedInput]) -> Vec<(String, Vec<String>)> {
+    inputs.iter().map(|i| (i.dataset.clone(), i.partitions.clone())).collect()
+}
+
 /// Backfills in the view whose steps must not start now: paused, or no longer holding their
 /// partitions (their steps wait for an operator, not for this loop).
 fn blocked_backfills(view: &View, gates: &HashMap<String, BackfillGate>) -> Vec<String> {
@@ -34,6 +39,20 @@ enum Woke {
     Published(std::result::Result<publication::Outcomes, tokio::task::JoinError>),
     /// A timer, or an attempt elsewhere ended: the next turn looks.
     Timer,
+}
+
+/// A step whose upstream is done and which reads an external source that declares a readiness
+/// check: looked at in the background, every `poll`, until it is ready or `timeout` passes.
+struct SourceWatch {
+    /// When the step was first found waiting (it entered `waiting_for_source`); `None` while
+    /// the first look is under way.
+    since: Option<DateTime<Utc>>,
+    /// When to look next.
+    next: DateTime<Utc>,
+    poll: Duration,
+    timeout: Duration,
+    /// The look under way.
+    look: Option<tokio::task::JoinHandle<Option<crate::source::NotReady>>>,
 }
 
 /// What the publication phase of a turn leaves for the rest of it.
@@ -72,6 +91,8 @@ pub(super) struct Drain<'e> {
     pacer: publication::Pacer,
     /// Attempts that ended in worker processes, announced by the store (on PostgreSQL).
     ended_elsewhere: Wakeups,
+    /// Steps waiting for their external sources (or being looked at), by step id.
+    sources: HashMap<String, SourceWatch>,
 }
 
 impl<'e> Drain<'e> {
@@ -106,7 +127,17 @@ impl<'e> Drain<'e> {
             publishing: None,
             pacer: publication::Pacer::default(),
             ended_elsewhere,
+            sources: HashMap::new(),
         };
+        // Steps that were waiting for a source when the last drain ended wait on; their timeout
+        // counts from when they started waiting.
+        let now = engine.clock.now();
+        for e in drain.view.in_status(StepStatus::WaitingForSource) {
+            if let Some((poll, timeout)) = crate::source::waits(&engine.spec, &external_inputs(&e.record.inputs)) {
+                let watch = SourceWatch { since: Some(e.record.updated_at), next: now, poll, timeout, look: None };
+                drain.sources.insert(e.record.id.clone(), watch);
+            }
+        }
         for e in drain.view.entries().filter(|e| e.status().holds_lease()) {
             let class = class_of(e.priority);
             if let Some(p) = drain.pools.get_mut(&e.record.pool) {
@@ -165,9 +196,17 @@ impl<'e> Drain<'e> {
         // version is read once per turn, not once per step.
         let mut versions: HashMap<String, Option<u64>> = HashMap::new();
         let mut events = Vec::new();
+        let now = self.engine.clock.now();
         for (step_id, decision) in self.view.take_dependency_decisions() {
             let event = match decision {
                 Dependency::Met => {
+                    let inputs = self.view.get(&step_id).map(|e| external_inputs(&e.record.inputs)).unwrap_or_default();
+                    if let Some((poll, timeout)) = crate::source::waits(&self.engine.spec, &inputs) {
+                        // Ready once its sources are: looked at in the background (`source_events`).
+                        let watch = SourceWatch { since: None, next: now, poll, timeout, look: None };
+                        self.sources.insert(step_id, watch);
+                        continue;
+                    }
                     StepEvent::DepsMet { inputs: self.engine.pin_inputs(&self.view, &step_id, &mut versions).await? }
                 }
                 Dependency::Failed { upstream } => StepEvent::UpstreamFailed { upstream },
@@ -177,6 +216,87 @@ impl<'e> Drain<'e> {
                 event,
                 meta: self.engine.meta("upstream settled", &self.correlation),
             });
+        }
+        Ok(events)
+    }
+
+    /// 2b. Sources: each step waiting for one is looked at in the background every poll; once
+    ///     all its sources are ready it becomes ready (its inputs pinned then), the first time one
+    ///     is not it waits (`waiting_for_source`, journaled with what was seen), and past its
+    ///     timeout it fails saying which source, which partition and what was seen.
+    pub(super) async fn source_events(&mut self, now: DateTime<Utc>) -> Result<Vec<StepEventRecord>> {
+        if self.sources.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut versions: HashMap<String, Option<u64>> = HashMap::new();
+        let mut events = Vec::new();
+        let ids: Vec<String> = self.sources.keys().cloned().collect();
+        for id in ids {
+            let status = self.view.get(&id).map(crate::view::Entry::status);
+            if !matches!(status, Some(StepStatus::Pending | StepStatus::WaitingForSource)) {
+                // Cancelled, superseded or failed upstream meanwhile.
+                if let Some(w) = self.sources.remove(&id)
+                    && let Some(look) = w.look
+                {
+                    look.abort();
+                }
+                continue;
+            }
+            let Some(watch) = self.sources.get_mut(&id) else { continue };
+            let finished = watch.look.as_ref().is_some_and(tokio::task::JoinHandle::is_finished);
+            if finished && let Some(look) = watch.look.take() {
+                let seen = look.await.unwrap_or_else(|e| {
+                    Some(crate::source::NotReady {
+                        dataset: String::new(),
+                        partition: String::new(),
+                        reason: format!("the readiness check stopped: {e}"),
+                    })
+                });
+                match seen {
+                    None => {
+                        self.sources.remove(&id);
+                        let inputs = self.engine.pin_inputs(&self.view, &id, &mut versions).await?;
+                        let meta = self.engine.meta("upstream settled; every source is ready", &self.correlation);
+                        events.push(StepEventRecord { step_id: id, event: StepEvent::DepsMet { inputs }, meta });
+                        continue;
+                    }
+                    Some(nr) => {
+                        let since = *watch.since.get_or_insert(now);
+                        let waited = (now - since).to_std().unwrap_or_default();
+                        let what = format!("source {} partition {}: {}", nr.dataset, nr.partition, nr.reason);
+                        if status == Some(StepStatus::Pending) {
+                            let meta = self.engine.meta(format!("waiting for {what}"), &self.correlation);
+                            let event = StepEvent::SourceWaiting {
+                                dataset: nr.dataset.clone(),
+                                partition: nr.partition.clone(),
+                                reason: nr.reason.clone(),
+                            };
+                            events.push(StepEventRecord { step_id: id.clone(), event, meta });
+                        } else if waited >= watch.timeout {
+                            let reason = format!(
+                                "{what}; not ready after {} s (ready_timeout_s = {}): nothing was run or published",
+                                waited.as_secs(),
+                                watch.timeout.as_secs()
+                            );
+                            self.sources.remove(&id);
+                            let meta = self.engine.meta(reason.clone(), &self.correlation);
+                            events.push(StepEventRecord {
+                                step_id: id,
+                                event: StepEvent::SourceTimedOut { reason },
+                                meta,
+                            });
+                            continue;
+                        }
+                        watch.next = now + chrono::Duration::from_std(watch.poll).unwrap_or_default();
+                    }
+                }
+            }
+            if watch.look.is_none() && watch.next <= now {
+                let inputs = self.view.get(&id).map(|e| external_inputs(&e.record.inputs)).unwrap_or_default();
+                let (spec, workspace) = (self.engine.spec.clone(), self.engine.site.workspace.clone());
+                watch.look =
+                    Some(tokio::spawn(async move { crate::source::first_not_ready(&spec, &workspace, &inputs).await }));
+            }
         }
         Ok(events)
     }

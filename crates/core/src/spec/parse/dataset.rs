@@ -8,13 +8,17 @@ use super::reader::{Ctx, Field, Obj, Path, Text, check_name, clip, did_you_mean}
 use super::values::{self, START_HELP};
 use crate::partition::{Grain, is_valid_static_key};
 use crate::spec::{
-    Aggregate, COLUMN_NAME_FORBIDDEN_CHARS, Check, CheckRule, Column, DEFAULT_PARTITION_COLUMN, Dataset, DatasetKind,
-    Loc, MAX_DEDUP_LOOKBACK, Partitioning, ReviewFlags, WriteMode, partition_column_type,
+    Aggregate, COLUMN_NAME_FORBIDDEN_CHARS, Check, CheckRule, Column, DEFAULT_PARTITION_COLUMN,
+    DEFAULT_READY_COMMAND_TIMEOUT_S, DEFAULT_READY_POLL_S, DEFAULT_READY_TIMEOUT_S, Dataset, DatasetKind, Loc,
+    MAX_DEDUP_LOOKBACK, Partitioning, ReadyCheck, ReviewFlags, SourceReadiness, WriteMode, partition_column_type,
 };
 
 const MANAGED_KEYS: &[&str] =
     &["partitioning", "write", "consumers", "slice_columns", "columns", "checks", "review_flags"];
-const EXTERNAL_KEYS: &[&str] = &["partitioning", "location", "consumers", "columns"];
+const EXTERNAL_KEYS: &[&str] =
+    &["partitioning", "location", "consumers", "columns", "ready", "ready_timeout_s", "ready_poll_s"];
+const READY_KEYS: &[&str] = &["command", "command_timeout_s"];
+const READY_CHECKS: &[&str] = &["location", "none"];
 const WRITE_KEYS: &[&str] = &["mode", "keys", "order_by", "delete_marker", "dedup_key", "dedup_lookback"];
 const WRITE_MODES: &[&str] = &["replace", "merge", "snapshot", "append"];
 const COLUMN_KEYS: &[&str] = &["name", "type", "nullable"];
@@ -36,6 +40,7 @@ pub(crate) struct DatasetDraft {
     partition_column: Option<String>,
     write: Option<WriteMode>,
     location: Option<String>,
+    ready: Option<SourceReadiness>,
     consumers: Vec<String>,
     slice_columns: Vec<String>,
     columns: Vec<Column>,
@@ -47,7 +52,7 @@ impl DatasetDraft {
     /// The model value; `None` only if an error was reported for this dataset.
     pub(crate) fn finish(self) -> Option<Dataset> {
         let kind = if self.external {
-            DatasetKind::External { location: self.location }
+            DatasetKind::External { location: self.location, ready: self.ready? }
         } else {
             DatasetKind::Managed { write: self.write? }
         };
@@ -127,7 +132,16 @@ fn dataset(
         let help = "remove dedup_lookback (each key's partition is de-duplicated on its own), or partition by time";
         ctx.report(f.span(), &f.path, message, Some(help.to_owned()));
     }
-    let location = obj.get(ctx, "location").filter(|_| external).and_then(|f| f.non_empty_string(ctx));
+    let location_field = obj.get(ctx, "location").filter(|_| external);
+    let location = location_field.as_ref().and_then(|f| f.non_empty_string(ctx));
+    if let (Some(f), Some(l), Some(p)) = (&location_field, &location, &partitioning)
+        && crate::source::is_template(l)
+        && let Err(reason) = crate::source::check_template(l, !matches!(p, Partitioning::Static { .. }))
+    {
+        let help = "for example location = \"landing/events/{date}\" or \"s3://bucket/events/{yyyy}/{mm}/{dd}\"";
+        f.invalid(ctx, format!("\"{}\"", clip(l)), &reason, Some(help.to_owned()));
+    }
+    let ready = if external { readiness(ctx, &obj, location.is_some()) } else { None };
     let consumers = obj.strings_or_empty(ctx, "consumers").unwrap_or_default();
     let slice_columns = obj.strings_or_empty(ctx, "slice_columns").unwrap_or_default();
     refs.extend(slice_columns.iter().cloned());
@@ -155,12 +169,48 @@ fn dataset(
         partition_column: partition_column.map(|(name, _)| name),
         write,
         location,
+        ready,
         consumers: consumers.into_iter().map(|t| t.value).collect(),
         slice_columns: slice_columns.into_iter().map(|t| t.value).collect(),
         columns: columns.flatten().unwrap_or_default(),
         checks,
         review_flags,
     })
+}
+
+/// `ready`, `ready_timeout_s` and `ready_poll_s` of an external dataset; `None` when invalid.
+fn readiness(ctx: &mut Ctx<'_>, obj: &Obj<'_, '_>, has_location: bool) -> Option<SourceReadiness> {
+    let timeout_s = obj.u32_or(ctx, "ready_timeout_s", DEFAULT_READY_TIMEOUT_S as u32, 1, u32::MAX);
+    let poll_s = obj.u32_or(ctx, "ready_poll_s", DEFAULT_READY_POLL_S as u32, 1, 86_400);
+    let check = match obj.get(ctx, "ready") {
+        None if has_location => Some(ReadyCheck::Location),
+        None => Some(ReadyCheck::None),
+        Some(f) => match f.value.as_str() {
+            Some("none") => Some(ReadyCheck::None),
+            Some("location") if has_location => Some(ReadyCheck::Location),
+            Some("location") => {
+                let help = "add location = \"landing/events/{date}\" (a folder per partition) or the Delta \
+                            table's URI, or say how to tell with ready = { command = [...] }";
+                f.invalid(ctx, "\"location\"", "this source has no location to look at", Some(help.to_owned()));
+                None
+            }
+            Some(other) => {
+                let help = super::reader::did_you_mean(other, READY_CHECKS.iter().copied())
+                    .unwrap_or_else(|| "\"location\", \"none\" or { command = [...] }".to_owned());
+                f.invalid(ctx, format!("\"{}\"", clip(other)), "not a readiness check", Some(help));
+                None
+            }
+            None => {
+                let ready = Obj::open(ctx, f.path.clone(), f.value)?;
+                ready.allow_only(ctx, READY_KEYS);
+                let command = ready.require(ctx, "command", "command = [\"test\", \"-e\", \"/landing/done\"]");
+                let argv = command.and_then(|c| super::task::argv(ctx, &c));
+                let timeout = ready.u32_or(ctx, "command_timeout_s", DEFAULT_READY_COMMAND_TIMEOUT_S as u32, 1, 3_600);
+                Some(ReadyCheck::Command { argv: argv?, timeout_s: u64::from(timeout?) })
+            }
+        },
+    };
+    Some(SourceReadiness { check: check?, timeout_s: u64::from(timeout_s?), poll_s: u64::from(poll_s?) })
 }
 
 /// Unknown keys, with a specific message for the settings that belong to the other kind of dataset.

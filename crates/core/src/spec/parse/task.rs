@@ -151,7 +151,7 @@ fn run(ctx: &mut Ctx<'_>, obj: &Obj<'_, '_>, name: &str) -> TaskRun {
 }
 
 /// `command` is argv: tidegate starts the program directly, so quoting and injection never arise.
-fn argv(ctx: &mut Ctx<'_>, f: &Field<'_, '_>) -> Option<Vec<String>> {
+pub(super) fn argv(ctx: &mut Ctx<'_>, f: &Field<'_, '_>) -> Option<Vec<String>> {
     if let Some(shell) = f.value.as_str() {
         let words: Vec<String> = shell.split_whitespace().map(|w| format!("\"{}\"", clip(w))).collect();
         let example = if words.is_empty() { "\"python3\", \"x.py\"".to_owned() } else { words.join(", ") };

@@ -1,0 +1,191 @@
+//! Invariant 13, source readiness: a step whose external source partition has not arrived does
+//! not start; it waits in `waiting_for_source` (journaled, shown by `status`), runs once the
+//! partition arrives, and fails after `ready_timeout_s` naming the source, the partition and what
+//! was seen. Nothing is published from a missing source. On a folder and on S3 (`cli_shared`).
+
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tidegate_testkit::TestWorkspace;
+
+use crate::backend::{source_root, write_source_file};
+use crate::common::tidegate;
+
+/// Writes one row naming its day and the folder it was handed for its source.
+const TASK: &str = r#"
+import os
+day = os.environ["TIDEGATE_PARTITION"]
+path = os.environ.get("TIDEGATE_INPUT_RAW_PATH", "")
+with open(os.path.join(os.environ["TIDEGATE_OUTPUT_DIR"], "out.csv"), "w") as f:
+    f.write("day,source\n" + day + "," + path + "\n")
+"#;
+
+fn workspace(ready: &str) -> TestWorkspace {
+    let ws = TestWorkspace::new("");
+    ws.write("task.py", TASK);
+    let root = source_root(ws.path());
+    ws.set_spec(format!(
+        r#"
+[project]
+name = "sources_test"
+
+[external.raw]
+partitioning = {{ grain = "day", start = "2024-01-01" }}
+location = "{root}/landing/{{date}}"
+ready_poll_s = 1
+{ready}
+
+[datasets.loaded]
+partitioning = {{ grain = "day", start = "2024-01-01" }}
+write = {{ mode = "replace" }}
+columns = [{{ name = "day", type = "string" }}, {{ name = "source", type = "string" }}]
+
+[tasks.load]
+command = ["python3", "{task}"]
+inputs = [{{ dataset = "raw", mapping = "same" }}]
+outputs = ["loaded"]
+retry = {{ attempts = 1 }}
+"#,
+        task = ws.path().join("task.py").display()
+    ));
+    ws
+}
+
+fn json(dir: &Path, args: &[&str]) -> (i32, Value) {
+    let out = tidegate(dir).args(args).output().expect("runs");
+    let value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
+        panic!("no JSON on stdout: {}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    });
+    (out.status.code().unwrap_or(-1), value)
+}
+
+fn start_run(dir: &Path) -> Child {
+    tidegate(dir)
+        .args(["run", "load", "--from", "2024-01-01", "--to", "2024-01-02", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starts")
+}
+
+fn finish(child: Child) -> (i32, Value) {
+    let out = child.wait_with_output().expect("ends");
+    let value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
+        panic!("no JSON on stdout: {}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    });
+    (out.status.code().unwrap_or(-1), value)
+}
+
+/// The journal's entries of `kind`.
+fn journaled(dir: &Path, kind: &str) -> Vec<Value> {
+    let (code, journal) = json(dir, &["history", "--limit", "1000", "--json"]);
+    assert_eq!(code, 0, "{journal}");
+    journal["happened"].as_array().expect("entries").iter().filter(|e| e["kind"] == kind).cloned().collect()
+}
+
+/// The published `(day, source)` rows.
+fn published(dir: &Path) -> Vec<(String, String)> {
+    let (code, rows) = json(dir, &["sql", "SELECT day, source FROM loaded ORDER BY day", "--json"]);
+    if code != 0 {
+        return Vec::new(); // no table yet
+    }
+    rows.as_array()
+        .expect("rows")
+        .iter()
+        .map(|r| (r["day"].as_str().unwrap_or("").to_owned(), r["source"].as_str().unwrap_or("").to_owned()))
+        .collect()
+}
+
+fn wait_for(what: &str, limit: Duration, mut ready: impl FnMut() -> bool) {
+    let until = Instant::now() + limit;
+    while !ready() {
+        assert!(Instant::now() < until, "waited {limit:?} for {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn a_step_waits_for_its_source_partition_and_runs_once_it_arrives() {
+    let ws = workspace("");
+    let dir = ws.path();
+    write_source_file(dir, "landing/2024-01-01/part-0.csv", b"id\n1\n");
+    let run = start_run(dir);
+
+    // Day 2 has not arrived: its step waits, said so in the journal and by `status`, and day 1
+    // is published meanwhile. On main the run published both days at once.
+    wait_for("day 2 to wait for its source", Duration::from_secs(60), || !journaled(dir, "source_waiting").is_empty());
+    let waiting = journaled(dir, "source_waiting");
+    assert_eq!(waiting.len(), 1, "{waiting:?}");
+    let reason = waiting[0]["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("source raw partition 2024-01-02") && reason.contains("no file yet at"), "{reason}");
+    let (code, status) = json(dir, &["status", "--json"]);
+    assert_eq!(code, 0, "{status}");
+    assert!(status.to_string().contains("waiting_for_source"), "status does not show the wait: {status}");
+    wait_for("day 1 to be published", Duration::from_secs(60), || published(dir).len() == 1);
+
+    // A marker or hidden file is not the data arriving.
+    write_source_file(dir, "landing/2024-01-02/_SUCCESS.tmp", b"");
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(published(dir).len(), 1);
+
+    write_source_file(dir, "landing/2024-01-02/part-0.csv", b"id\n2\n");
+    let (code, report) = finish(run);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(report["summary"]["published"], 2, "{report}");
+    let rows = published(dir);
+    assert_eq!(rows.iter().map(|r| r.0.as_str()).collect::<Vec<_>>(), ["2024-01-01", "2024-01-02"]);
+    // The task was handed the folder of its partition.
+    let root = source_root(dir);
+    assert_eq!(rows[1].1, format!("{root}/landing/2024-01-02"), "{rows:?}");
+}
+
+#[test]
+fn a_source_that_never_arrives_fails_its_step_after_its_timeout_and_publishes_nothing_from_it() {
+    let ws = workspace("ready_timeout_s = 2");
+    let dir = ws.path();
+    write_source_file(dir, "landing/2024-01-01/part-0.csv", b"id\n1\n");
+    let (code, report) = finish(start_run(dir));
+    assert_eq!(code, 1, "{report}");
+    let failures = report["failures"].as_array().expect("failures");
+    assert_eq!(failures.len(), 1, "{report}");
+    assert_eq!(failures[0]["step"], "load@2024-01-02", "{report}");
+    let reason = failures[0]["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("source raw partition 2024-01-02")
+            && reason.contains("no file yet at")
+            && reason.contains("ready_timeout_s = 2"),
+        "{reason}"
+    );
+    assert_eq!(published(dir).iter().map(|r| r.0.as_str()).collect::<Vec<_>>(), ["2024-01-01"]);
+}
+
+#[test]
+fn a_readiness_command_decides_and_one_that_hangs_is_cut_short() {
+    // Ready when `arrived/<day>` exists in the workspace; what it prints last is the reason shown.
+    let check = r#"ready = { command = ["sh", "-c", "test -e arrived/$TIDEGATE_PARTITION || { echo upstream export not finished >&2; exit 1; }"] }
+ready_timeout_s = 3"#;
+    let ws = workspace(check);
+    let dir = ws.path();
+    std::fs::create_dir_all(dir.join("arrived")).expect("mkdir");
+    std::fs::write(dir.join("arrived/2024-01-01"), "").expect("flag");
+    let (code, report) = finish(start_run(dir));
+    assert_eq!(code, 1, "{report}");
+    let reason = report["failures"][0]["reason"].as_str().unwrap_or_default().to_owned();
+    assert!(reason.contains("partition 2024-01-02") && reason.contains("upstream export not finished"), "{reason}");
+    assert_eq!(published(dir).iter().map(|r| r.0.as_str()).collect::<Vec<_>>(), ["2024-01-01"]);
+
+    // A command that never answers is killed at its own timeout and counts as not ready.
+    let hangs = r#"ready = { command = ["sleep", "3600.4713"], command_timeout_s = 1 }
+ready_timeout_s = 2"#;
+    let ws = workspace(hangs);
+    let started = Instant::now();
+    let (code, report) = finish(start_run(ws.path()));
+    assert_eq!(code, 1, "{report}");
+    let reason = report["failures"][0]["reason"].as_str().unwrap_or_default().to_owned();
+    assert!(reason.contains("did not answer within 1 s"), "{reason}");
+    assert!(started.elapsed() < Duration::from_secs(30), "{:?}", started.elapsed());
+    let left = std::process::Command::new("pgrep").args(["-f", "3600.4713"]).output().expect("pgrep");
+    assert!(left.stdout.is_empty(), "a readiness command outlived its timeout");
+}
