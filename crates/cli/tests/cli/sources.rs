@@ -189,3 +189,71 @@ ready_timeout_s = 2"#;
     let left = std::process::Command::new("pgrep").args(["-f", "3600.4713"]).output().expect("pgrep");
     assert!(left.stdout.is_empty(), "a readiness command outlived its timeout");
 }
+
+/// Writes day `day` (a row) into the Delta table at `uri`, partitioned by `day`, with Python's
+/// `deltalake`: a source that another system publishes as a table.
+fn publish_source_day(uri: &str, day: &str) {
+    let script = r#"
+import os, sys
+import pyarrow as pa
+from deltalake import write_deltalake
+opts = {k: v for k, v in {
+    "AWS_ENDPOINT_URL": os.environ.get("AWS_ENDPOINT_URL"), "AWS_REGION": os.environ.get("AWS_REGION"),
+    "AWS_ACCESS_KEY_ID": os.environ.get("AWS_ACCESS_KEY_ID"), "AWS_SECRET_ACCESS_KEY": os.environ.get("AWS_SECRET_ACCESS_KEY"),
+    "AWS_ALLOW_HTTP": "true", "conditional_put": "etag"}.items() if v}
+uri, day = sys.argv[1], sys.argv[2]
+table = pa.table({"id": [1], "day": [day]})
+write_deltalake(uri, table, mode="append", partition_by=["day"], storage_options=opts if uri.startswith("s3") else None)
+"#;
+    let out = std::process::Command::new("python3").args(["-c", script, uri, day]).output().expect("python3");
+    if !out.status.success() {
+        tidegate_testkit::service_missing("Python deltalake", &String::from_utf8_lossy(&out.stderr));
+    }
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn a_delta_table_source_is_ready_when_its_partition_has_data_and_its_version_is_pinned() {
+    let ws = TestWorkspace::new("");
+    let dir = ws.path();
+    let uri = format!("{}/source_table", source_root(dir));
+    publish_source_day(&uri, "2024-01-01");
+    ws.write(
+        "task.py",
+        r#"
+import os
+with open(os.path.join(os.environ["TIDEGATE_OUTPUT_DIR"], "out.csv"), "w") as f:
+    f.write("day,source\n" + os.environ["TIDEGATE_PARTITION"] + "," + os.environ["TIDEGATE_INPUT_RAW_URI"] + "@" + os.environ["TIDEGATE_INPUT_RAW_VERSION"] + "\n")
+"#,
+    );
+    ws.set_spec(format!(
+        r#"
+[project]
+name = "sources_test"
+
+[external.raw]
+partitioning = {{ grain = "day", start = "2024-01-01" }}
+location = "{uri}"
+ready_poll_s = 1
+ready_timeout_s = 2
+
+[datasets.loaded]
+partitioning = {{ grain = "day", start = "2024-01-01" }}
+write = {{ mode = "replace" }}
+columns = [{{ name = "day", type = "string" }}, {{ name = "source", type = "string" }}]
+
+[tasks.load]
+command = ["python3", "{task}"]
+inputs = [{{ dataset = "raw", mapping = "same" }}]
+outputs = ["loaded"]
+retry = {{ attempts = 1 }}
+"#,
+        task = dir.join("task.py").display()
+    ));
+    let (code, report) = finish(start_run(dir));
+    assert_eq!(code, 1, "{report}");
+    let reason = report["failures"][0]["reason"].as_str().unwrap_or_default().to_owned();
+    assert!(reason.contains("partition 2024-01-02") && reason.contains("has no data file in partition"), "{reason}");
+    // Day 1 read the source's own table at its version, not <lake>/raw.
+    assert_eq!(published(dir), [("2024-01-01".to_owned(), format!("{uri}@0"))]);
+}
