@@ -65,13 +65,13 @@ const B2_START: &str = "2024-01-01";
 const B4_START: &str = "1990-01-01";
 
 /// The key of the `i`-th day after `start`.
-fn day(start: &str, i: usize) -> Result<String> {
+pub(super) fn day(start: &str, i: usize) -> Result<String> {
     let first = NaiveDate::parse_from_str(start, "%Y-%m-%d").context("a valid date")?;
     Ok((first + Duration::days(i64::try_from(i)?)).format("%Y-%m-%d").to_string())
 }
 
 /// One `tidegate run ... --json` in `ws` with the binary `exe`: its wall time and its JSON report.
-fn tidegate_run(exe: &Path, ws: &Path, args: &[&str]) -> Result<(f64, Value)> {
+pub(super) fn tidegate_run(exe: &Path, ws: &Path, args: &[&str]) -> Result<(f64, Value)> {
     let started = Instant::now();
     let output = Command::new(exe)
         .arg("-C")
@@ -91,7 +91,7 @@ fn tidegate_run(exe: &Path, ws: &Path, args: &[&str]) -> Result<(f64, Value)> {
 }
 
 /// Checks a `tidegate run --json` report: `n` steps published, none failed.
-fn check_published(report: &Value, n: usize) -> Result<String> {
+pub(super) fn check_published(report: &Value, n: usize) -> Result<String> {
     let published = report["summary"]["published"].as_u64().unwrap_or(0);
     let failed = report["summary"]["failed"].as_u64().unwrap_or(0);
     ensure!(published == n as u64 && failed == 0, "expected {n} steps published, the run reported {report}");

@@ -8,10 +8,13 @@
 //!   baselines: the same number of sequential `/bin/true` spawns, and `xargs -P2` running the same
 //!   commands.
 //! - B5 ([`planning`]): planning 100 partitions of a generated 5,000-task DAG: time and peak memory.
+//! - B6 ([`sources`]): B4's steps reading a source folder each, with `ready = "location"` against
+//!   `ready = "none"`: what source readiness costs a step.
 
 mod commands;
 mod noop;
 mod planning;
+mod sources;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -29,6 +32,7 @@ pub enum Bench {
     B2,
     B4,
     B5,
+    B6,
 }
 
 #[derive(Debug, clap::Args)]
@@ -63,6 +67,9 @@ pub struct EngineArgs {
     /// B4: `tidegate run --workers` (pool slots are set to match).
     #[arg(long, default_value_t = 2, value_name = "N")]
     pub b4_workers: usize,
+    /// B6: independent steps, each reading its day of a source folder.
+    #[arg(long, default_value_t = 500, value_name = "N")]
+    pub b6_steps: usize,
     /// B5: tasks in the generated DAG, the sink included.
     #[arg(long, default_value_t = 5_000, value_name = "N")]
     pub b5_tasks: usize,
@@ -95,6 +102,7 @@ pub fn run(args: EngineArgs) -> Result<ExitCode> {
         ("--b4-steps", args.b4_steps),
         ("--b4-workers", args.b4_workers),
         ("--b5-partitions", args.b5_partitions),
+        ("--b6-steps", args.b6_steps),
     ] {
         ensure!(n >= 1, "Invalid value 0 for {name}: must be at least 1");
     }
@@ -107,8 +115,12 @@ pub fn run(args: EngineArgs) -> Result<ExitCode> {
     ensure!(args.b5_tasks >= 2, "Invalid value {} for --b5-tasks: must be at least 2", args.b5_tasks);
     let wanted = |b: Bench| args.only.is_empty() || args.only.contains(&b);
     // Found before anything runs, so that a missing binary does not fail B2 after minutes of B1.
-    let tidegate = if wanted(Bench::B2) || wanted(Bench::B4) { Some(tidegate_binary(&args)?) } else { None };
-    let tidegate = || tidegate.as_deref().expect("the tidegate binary is found when B2 or B4 is wanted");
+    let tidegate = if wanted(Bench::B2) || wanted(Bench::B4) || wanted(Bench::B6) {
+        Some(tidegate_binary(&args)?)
+    } else {
+        None
+    };
+    let tidegate = || tidegate.as_deref().expect("the tidegate binary is found when B2, B4 or B6 is wanted");
     let command = command_line();
     let scratch = Scratch::new(args.keep)?;
     let load_before = load_average();
@@ -132,6 +144,11 @@ pub fn run(args: EngineArgs) -> Result<ExitCode> {
         progress(&format!("B4: {} independent /bin/true steps, {} repeat(s)", args.b4_steps, args.repeats));
         let b4 = commands::b4(tidegate(), &scratch.path.join("b4"), args.b4_steps, args.b4_workers, args.repeats)?;
         results.push((Bench::B4, b4));
+    }
+    if wanted(Bench::B6) {
+        progress(&format!("B6: {} steps reading a source, ready = location against none", args.b6_steps));
+        let b6 = sources::b6(tidegate(), &scratch.path.join("b6"), args.b6_steps, args.b4_workers, args.repeats)?;
+        results.push((Bench::B6, b6));
     }
     results.sort_by_key(|(b, _)| *b);
 
@@ -179,6 +196,7 @@ fn name(bench: Bench) -> &'static str {
         Bench::B2 => "b2",
         Bench::B4 => "b4",
         Bench::B5 => "b5",
+        Bench::B6 => "b6",
     }
 }
 

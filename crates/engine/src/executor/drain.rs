@@ -55,6 +55,9 @@ struct SourceWatch {
     look: Option<tokio::task::JoinHandle<Option<crate::source::NotReady>>>,
 }
 
+/// How long a turn waits for the source looks it just started.
+const SOURCE_LOOK_WAIT: Duration = Duration::from_millis(50);
+
 /// What the publication phase of a turn leaves for the rest of it.
 pub(super) struct Publishing {
     /// A publication finished this turn: go round again at once, its downstream may be ready.
@@ -228,6 +231,23 @@ impl<'e> Drain<'e> {
         if self.sources.is_empty() {
             return Ok(Vec::new());
         }
+        let mut events = self.look_at_sources(now).await?;
+        // A look at a folder or a table takes milliseconds: waiting a little for the ones just
+        // started settles them in this turn instead of the next (up to IDLE_TICK later).
+        let deadline = Instant::now() + SOURCE_LOOK_WAIT;
+        while Instant::now() < deadline
+            && self.sources.values().any(|w| w.look.as_ref().is_some_and(|l| !l.is_finished()))
+        {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        if self.sources.values().any(|w| w.look.as_ref().is_some_and(tokio::task::JoinHandle::is_finished)) {
+            events.extend(self.look_at_sources(now).await?);
+        }
+        Ok(events)
+    }
+
+    /// One pass over the waiting steps: settles the looks that finished, starts the ones due.
+    async fn look_at_sources(&mut self, now: DateTime<Utc>) -> Result<Vec<StepEventRecord>> {
         let mut versions: HashMap<String, Option<u64>> = HashMap::new();
         let mut events = Vec::new();
         let ids: Vec<String> = self.sources.keys().cloned().collect();
