@@ -115,11 +115,8 @@ pub fn run(args: EngineArgs) -> Result<ExitCode> {
     ensure!(args.b5_tasks >= 2, "Invalid value {} for --b5-tasks: must be at least 2", args.b5_tasks);
     let wanted = |b: Bench| args.only.is_empty() || args.only.contains(&b);
     // Found before anything runs, so that a missing binary does not fail B2 after minutes of B1.
-    let tidegate = if wanted(Bench::B2) || wanted(Bench::B4) || wanted(Bench::B6) {
-        Some(tidegate_binary(&args)?)
-    } else {
-        None
-    };
+    let tidegate =
+        if wanted(Bench::B2) || wanted(Bench::B4) || wanted(Bench::B6) { Some(tidegate_binary(&args)?) } else { None };
     let tidegate = || tidegate.as_deref().expect("the tidegate binary is found when B2, B4 or B6 is wanted");
     let command = command_line();
     let scratch = Scratch::new(args.keep)?;

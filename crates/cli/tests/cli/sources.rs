@@ -257,3 +257,29 @@ retry = {{ attempts = 1 }}
     // Day 1 read the source's own table at its version, not <lake>/raw.
     assert_eq!(published(dir), [("2024-01-01".to_owned(), format!("{uri}@0"))]);
 }
+
+#[test]
+fn a_source_that_flips_between_ready_and_not_starts_its_step_once() {
+    // The check answers no, yes, no, yes, ... (a counter per partition in the workspace); the
+    // task counts its starts. Readiness is decided once, when the step leaves waiting.
+    let flips = r#"ready = { command = ["sh", "-c", "n=$(cat flips-$TIDEGATE_PARTITION 2>/dev/null || echo 0); echo $((n + 1)) > flips-$TIDEGATE_PARTITION; [ $((n % 2)) -eq 1 ] || { echo not this time >&2; exit 1; }"] }"#;
+    let ws = workspace(flips);
+    let dir = ws.path();
+    let counting = format!(
+        "import os\nopen(os.path.join({:?}, 'starts-' + os.environ['TIDEGATE_PARTITION']), 'a').write('x')\n{TASK}",
+        dir.display().to_string()
+    );
+    ws.write("task.py", &counting);
+    let (code, report) = finish(start_run(dir));
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(report["summary"]["published"], 2, "{report}");
+    for day in ["2024-01-01", "2024-01-02"] {
+        let starts = std::fs::read_to_string(dir.join(format!("starts-{day}"))).expect("the task ran");
+        assert_eq!(starts, "x", "{day} started {} times", starts.len());
+        let looks: u32 =
+            std::fs::read_to_string(dir.join(format!("flips-{day}"))).expect("looked").trim().parse().expect("n");
+        assert!(looks >= 2, "{day} was looked at {looks} times");
+    }
+    assert_eq!(journaled(dir, "deps_met").len(), 2);
+    assert_eq!(journaled(dir, "source_waiting").len(), 2);
+}
