@@ -16,8 +16,16 @@ use crate::common::*;
 
 /// Daily clicks, appended, de-duplicated by `key` over `lookback` earlier days.
 fn clicks(key: &[&str], lookback: u32) -> Dataset {
-    let write =
-        WriteMode::Append { dedup_key: key.iter().map(|k| (*k).to_owned()).collect(), dedup_lookback: lookback };
+    clicks_ordered(key, lookback, None)
+}
+
+/// [`clicks`], with `order_by`.
+fn clicks_ordered(key: &[&str], lookback: u32, order_by: Option<&str>) -> Dataset {
+    let write = WriteMode::Append {
+        dedup_key: key.iter().map(|k| (*k).to_owned()).collect(),
+        dedup_lookback: lookback,
+        order_by: order_by.map(str::to_owned),
+    };
     let mut ds = dataset("clicks", write, basic_columns());
     let start = Utc.with_ymd_and_hms(2024, 1, 1, 0, 0, 0).single().expect("a date");
     ds.partitioning = Partitioning::Time { grain: Grain::Day, start, time_zone: None };
@@ -146,7 +154,7 @@ async fn one_shared_commit_publishes_what_a_commit_per_day_in_order_does() {
     // The same five steps handed over together, newest first: one shared commit.
     let (_shared_dir, shared) = lake().await;
     let mut releases = Vec::new();
-    for (d, partition) in (1..=5).zip(&days).rev() {
+    for (d, partition) in (1..=5_u32).zip(&days).collect::<Vec<_>>().into_iter().rev() {
         let staged = shared
             .stage_batches(&ds, &format!("stg-d{d}"), std::slice::from_ref(partition), vec![redelivered(d)])
             .await
