@@ -185,7 +185,7 @@ fn with_ordinal(schema: &SchemaRef, rows: Vec<RecordBatch>) -> Result<(SchemaRef
 
 /// Refuses an append delivery in which one partition holds different rows for one `dedup_key`
 /// and `order_by` does not pick one (no `order_by`, or different rows sharing its greatest
-/// value), naming the key: which row survived would otherwise depend on the order the task wrote
+/// value), naming the key (the first such key and partition, so every retry names the same): which row survived would otherwise depend on the order the task wrote
 /// them in. Identical rows are not a tie (they collapse to one). `partition` is the partition
 /// column's name (rows of one key in different partitions are not a tie: the earliest partition
 /// keeps the key).
@@ -224,7 +224,7 @@ pub(crate) async fn reject_append_ties(
     };
     let sql = format!(
         "SELECT {k}, CAST({p} AS VARCHAR) AS p, count(*) AS n FROM (SELECT DISTINCT * FROM ({top})) \
-         GROUP BY {g} HAVING count(*) > 1 LIMIT 1",
+         GROUP BY {g} HAVING count(*) > 1 ORDER BY {g} LIMIT 1",
         k = df::ident_list(key),
         p = if group.len() > key.len() { df::ident(partition) } else { "NULL".to_owned() },
     );
