@@ -11,7 +11,8 @@ use tidegate_testkit::TestWorkspace;
 use crate::common::ok;
 
 /// Five days of six events each (`eD-1` .. `eD-6`); every day but the first re-delivers the
-/// previous day's last event first. 30 event ids in all.
+/// previous day's last event first. 30 event ids in all. Day 1 takes longest, so with several
+/// workers the later days are ready to publish before it.
 const REDELIVERED: &str = r#"
 [project]
 name = "dedup_test"
@@ -21,7 +22,7 @@ partitioning = { grain = "day", start = "2024-01-01" }
 write = { mode = "append", dedup_key = ["event_id"], dedup_lookback = 2 }
 
 [tasks.deliver]
-command = ['sh', '-c', 'd=${TIDEGATE_PARTITION#2024-01-0}; { echo event_id,payload; if [ "$d" -gt 1 ]; then p=$((d - 1)); echo "e$p-6,p$p-6"; fi; for i in 1 2 3 4 5 6; do echo "e$d-$i,p$d-$i"; done; } > "$TIDEGATE_OUTPUT_DIR/e.csv"']
+command = ['sh', '-c', 'd=${TIDEGATE_PARTITION#2024-01-0}; if [ "$d" = 1 ]; then sleep 1; fi; { echo event_id,payload; if [ "$d" -gt 1 ]; then p=$((d - 1)); echo "e$p-6,p$p-6"; fi; for i in 1 2 3 4 5 6; do echo "e$d-$i,p$d-$i"; done; } > "$TIDEGATE_OUTPUT_DIR/e.csv"']
 outputs = ["events"]
 "#;
 
