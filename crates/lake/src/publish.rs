@@ -202,8 +202,13 @@ impl Lake {
                     }
                 }
                 // The shared commit could not be made (conflicts, an unreadable table): each
-                // release goes its own way and reports its own error.
-                Err(_) => alone.extend(members),
+                // release goes its own way and reports its own error, before the next wave, so
+                // an append's partitions still commit in order.
+                Err(_) => {
+                    for i in members {
+                        results[i] = Some(self.publish(&releases[i]).await);
+                    }
+                }
             }
         }
         for i in alone {
