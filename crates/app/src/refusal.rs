@@ -139,6 +139,7 @@ fn lake_kind(e: &tidegate_lake::Error) -> Option<Kind> {
         | E::UnreadableFile { .. }
         | E::PartitionMismatch { .. }
         | E::TiedDuplicates { .. }
+        | E::AppendTie { .. }
         | E::NullDedupKey { .. }
         | E::MissingStagedFile { .. }
         | E::StagedForOtherSchema { .. } => Some(Kind::Conflict),

@@ -141,6 +141,25 @@ pub enum Error {
         why: &'static str,
     },
 
+    /// An append delivery holds different rows for one `dedup_key` in one partition and no
+    /// `order_by` picks one.
+    #[error(
+        "dataset {dataset:?}: the delivery has {n_rows} different rows for dedup_key {key} in partition \
+         {partition} and {why}; nothing of it was published"
+    )]
+    AppendTie {
+        /// The append dataset being staged or published.
+        dataset: String,
+        /// The tied key's values, as `(k1=v1, k2=v2, ...)`.
+        key: String,
+        /// The partition the rows are in.
+        partition: String,
+        /// How many different rows carry that key there.
+        n_rows: u64,
+        /// Why no row wins, and what to do.
+        why: String,
+    },
+
     /// A staged file that a publication would reference is gone (reconciled or deleted by hand).
     #[error("dataset {dataset:?}: staged file {path} is missing; stage the step again")]
     MissingStagedFile {

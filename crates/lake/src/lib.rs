@@ -25,6 +25,7 @@ mod checks;
 mod column_names;
 mod compare;
 mod convert;
+mod dedup;
 mod df;
 mod error;
 mod evolution;

@@ -9,6 +9,7 @@ use deltalake_core::kernel::{Action, Add};
 use object_store::ObjectStoreExt as _;
 use tidegate_core::spec::model::{Dataset, DatasetKind, WriteMode};
 
+use crate::dedup::{Append, Fresh};
 use crate::df;
 use crate::error::{Error, Result};
 use crate::layout::PartitionColumn;
@@ -33,6 +34,9 @@ pub(crate) struct Plan {
     /// Merge with `order_by` only: the delivery's winning rows not published because the table
     /// already holds a newer row of their key (a greater `order_by`).
     pub n_late_rows_ignored: Option<u64>,
+    /// Append only: the keys (and partition column) of the rows the commit adds, so that a later
+    /// item of the same commit is de-duplicated against them as against the table.
+    pub appended_keys: Vec<RecordBatch>,
 }
 
 /// The write mode of a dataset Tidegate manages.
@@ -50,12 +54,15 @@ pub(crate) fn write_mode(dataset: &Dataset) -> Result<&WriteMode> {
 /// Plans the commit that publishes `staged` onto `table` (the version just loaded).
 /// `schema` is the one `staged` was written in: the table's, or the declared one the commit
 /// evolves the table to (merged and filtered rows are written in it).
+/// `pending` holds the [`Plan::appended_keys`] of the items planned before this one for the same
+/// commit (empty for a commit of one item).
 pub(crate) async fn plan(
     lake: &Lake,
     table: &DeltaTable,
     dataset: &Dataset,
     staged: &StagedVersion,
     schema: &SchemaRef,
+    pending: &[RecordBatch],
 ) -> Result<Plan> {
     let keys = staged.partition_keys();
     write_mode(dataset)?;
@@ -100,9 +107,9 @@ pub(crate) async fn plan(
             plan.n_late_rows_ignored = n_late;
             Ok(plan)
         }
-        WriteMode::Append { dedup_key, dedup_lookback } => {
-            let (fresh, n_dropped) =
-                fresh_rows(lake, table, dataset, staged, schema, dedup_key, *dedup_lookback).await?;
+        WriteMode::Append { .. } => {
+            let Fresh { rows: fresh, n_dropped, keys: appended_keys } =
+                Append::of(dataset)?.fresh_rows(lake, table, staged, schema, pending).await?;
             // The common case adds every staged row: publish the staged files as they are.
             let mut plan = if n_dropped == 0 {
                 ensure_exist(table, &dataset.name, &staged.files).await?;
@@ -113,40 +120,10 @@ pub(crate) async fn plan(
                 swap(&column, Vec::new(), &files, None, written)?
             };
             plan.n_duplicates_dropped = Some(n_dropped);
+            plan.appended_keys = appended_keys;
             Ok(plan)
         }
     }
-}
-
-/// An append's rows to publish, in `schema`: the first row of each `dedup_key` of the delivery
-/// (read partition by partition in key order, each partition's files as staged) whose key the
-/// table does not hold in the staged partitions or the lookback; and how many staged rows that
-/// leaves out.
-async fn fresh_rows(
-    lake: &Lake,
-    table: &DeltaTable,
-    dataset: &Dataset,
-    staged: &StagedVersion,
-    schema: &SchemaRef,
-    dedup_key: &[String],
-    dedup_lookback: u32,
-) -> Result<(Vec<RecordBatch>, u64)> {
-    let mut files = staged.files.clone();
-    files.sort_by(|a, b| a.partition.cmp(&b.partition));
-    let source = lake.read_staged(table, &dataset.name, &files, schema).await?;
-    reject_null_keys(&dataset.name, dedup_key, &source)?;
-    let n_source = df::n_rows(&source);
-    let key_idx = indices(schema, dedup_key).map_err(|e| with_dataset(e, &dataset.name))?;
-    let key_schema = std::sync::Arc::new(schema.project(&key_idx)?);
-    let searched = with_lookback(dataset, staged, dedup_lookback);
-    let present = read::scan_keys(table, &searched, &key_schema).await?;
-    let (ordered_schema, ordered) = with_ordinal(schema, source)?;
-    let ctx = df::session();
-    df::register_batches(&ctx, "staged", &ordered_schema, ordered)?;
-    df::register_batches(&ctx, "published_keys", &key_schema, present)?;
-    let fresh = df::conform(df::query(&ctx, &dedup_sql(dedup_key)).await?, schema)?;
-    let n_dropped = n_source.saturating_sub(df::n_rows(&fresh));
-    Ok((fresh, n_dropped))
 }
 
 /// Whether a backfill review compares what publishing a staged version leaves in its partitions
@@ -173,9 +150,9 @@ pub(crate) async fn published_after(
             let merge = Merge { keys, order_by: order_by.as_deref(), delete_marker: delete_marker.as_deref() };
             Ok(merge.rows(lake, table, dataset, staged, schema, &staged.partition_keys()).await?.0)
         }
-        WriteMode::Append { dedup_key, dedup_lookback } => {
+        WriteMode::Append { .. } => {
             let mut rows = read::scan(table, Some(&staged.partition_keys()), schema).await?;
-            rows.extend(fresh_rows(lake, table, dataset, staged, schema, dedup_key, *dedup_lookback).await?.0);
+            rows.extend(Append::of(dataset)?.fresh_rows(lake, table, staged, schema, &[]).await?.rows);
             Ok(rows)
         }
         WriteMode::Replace | WriteMode::Snapshot => lake.read_staged(table, &dataset.name, &staged.files, schema).await,
@@ -203,63 +180,8 @@ fn swap(
         written,
         n_duplicates_dropped: None,
         n_late_rows_ignored: None,
+        appended_keys: Vec::new(),
     })
-}
-
-/// The column that numbers a delivery's rows in order, for [`dedup_sql`].
-const ORDINAL: &str = "__tg_ordinal";
-
-/// `rows` with [`ORDINAL`] appended: 0, 1, 2, ... across the batches in order.
-fn with_ordinal(schema: &SchemaRef, rows: Vec<RecordBatch>) -> Result<(SchemaRef, Vec<RecordBatch>)> {
-    let mut fields: Vec<arrow::datatypes::FieldRef> = schema.fields().iter().cloned().collect();
-    fields.push(std::sync::Arc::new(arrow::datatypes::Field::new(ORDINAL, arrow::datatypes::DataType::UInt64, false)));
-    let ordered: SchemaRef = std::sync::Arc::new(Schema::new(fields));
-    let mut next = 0_u64;
-    let mut out = Vec::with_capacity(rows.len());
-    for batch in rows {
-        let n = batch.num_rows() as u64;
-        let mut columns = batch.columns().to_vec();
-        columns.push(std::sync::Arc::new(arrow::array::UInt64Array::from_iter_values(next..next + n)));
-        next += n;
-        out.push(RecordBatch::try_new(ordered.clone(), columns)?);
-    }
-    Ok((ordered, out))
-}
-
-/// The delivery's rows to publish: the first row of each `dedup_key` (by [`ORDINAL`]) whose key
-/// `published_keys` does not hold, in delivery order.
-fn dedup_sql(dedup_key: &[String]) -> String {
-    let on: Vec<String> = dedup_key.iter().map(|k| format!("s.{c} = p.{c}", c = df::ident(k))).collect();
-    format!(
-        "WITH ranked AS (\
-           SELECT *, row_number() OVER (PARTITION BY {keys} ORDER BY {ord}) AS \"__tg_rank\" FROM staged), \
-         firsts AS (SELECT * FROM ranked WHERE \"__tg_rank\" = 1) \
-         SELECT s.* FROM firsts s LEFT ANTI JOIN published_keys p ON {on} ORDER BY s.{ord}",
-        keys = df::ident_list(dedup_key),
-        ord = df::ident(ORDINAL),
-        on = on.join(" AND "),
-    )
-}
-
-/// The partitions whose published keys an append of `staged` is checked against: its own, and
-/// the `lookback` time partitions before each (none before the axis starts; static partitions
-/// have no order, so no lookback).
-fn with_lookback(dataset: &Dataset, staged: &StagedVersion, lookback: u32) -> Vec<String> {
-    let mut keys: std::collections::BTreeSet<String> = staged.partition_keys().into_iter().collect();
-    if let tidegate_core::spec::model::Partitioning::Time { grain, start, time_zone } = &dataset.partitioning {
-        let axis = tidegate_core::partition::TimeAxis::new(*grain, *start, *time_zone);
-        for partition in &staged.partitions {
-            let Some(interval) = partition.interval else { continue };
-            for back in 1..=i32::try_from(lookback).unwrap_or(i32::MAX) {
-                let earlier = axis.shift(interval.start, -back);
-                if earlier < axis.first {
-                    break;
-                }
-                keys.insert(axis.key(earlier));
-            }
-        }
-    }
-    keys.into_iter().collect()
 }
 
 /// Refuses a delivery with a null in a `dedup_key` column: a row without an identity cannot be
@@ -292,7 +214,7 @@ async fn ensure_exist(table: &DeltaTable, dataset: &str, files: &[StagedFile]) -
 }
 
 /// Column indices of `names` in `schema`, or a schema error naming the missing one.
-fn indices(schema: &Schema, names: &[String]) -> Result<Vec<usize>> {
+pub(crate) fn indices(schema: &Schema, names: &[String]) -> Result<Vec<usize>> {
     names
         .iter()
         .map(|n| {
@@ -456,7 +378,8 @@ pub(crate) async fn reject_ties(
     })
 }
 
-fn with_dataset(e: Error, dataset: &str) -> Error {
+/// `e` naming `dataset` when it is a schema mismatch found before the dataset was known.
+pub(crate) fn with_dataset(e: Error, dataset: &str) -> Error {
     match e {
         Error::SchemaMismatch { location, column, detail, .. } => {
             Error::SchemaMismatch { dataset: dataset.to_owned(), location, column, detail }

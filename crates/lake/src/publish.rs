@@ -150,12 +150,18 @@ impl Lake {
         // Waves per dataset: each wave holds releases with disjoint partitions.
         let mut waves: Vec<(String, Vec<usize>, std::collections::BTreeSet<String>)> = Vec::new();
         let mut alone = Vec::new();
-        for (i, release) in releases.iter().enumerate() {
+        // Partitions in time order: an append is de-duplicated as if its partitions were
+        // published one by one in that order, whoever finished first (decision 0017).
+        let mut order: Vec<usize> = (0..releases.len()).collect();
+        order.sort_by_key(|&i| earliest_partition(&releases[i]));
+        for i in order {
+            let release = &releases[i];
             let [item] = release.items.as_slice() else {
                 alone.push(i);
                 continue;
             };
-            if matches!(modes::write_mode(&item.dataset), Ok(WriteMode::Snapshot) | Err(_)) {
+            let mode = modes::write_mode(&item.dataset);
+            if matches!(mode, Ok(WriteMode::Snapshot) | Err(_)) {
                 alone.push(i);
                 continue;
             }
@@ -165,7 +171,16 @@ impl Lake {
             let fits = |(key, _, taken): &&mut (String, Vec<usize>, std::collections::BTreeSet<String>)| {
                 *key == wave_key && keys.iter().all(|k| !taken.contains(k))
             };
-            match waves.iter_mut().find(|w| fits(w)) {
+            // An append joins only its dataset's newest wave: waves commit in order, and a later
+            // partition must not commit before an earlier one.
+            let last_of_dataset =
+                waves.iter().rposition(|(key, _, _)| key.starts_with(&format!("{}/", item.dataset.name)));
+            let candidates = match (mode, last_of_dataset) {
+                (Ok(WriteMode::Append { .. }), Some(last)) => &mut waves[last..=last],
+                (Ok(WriteMode::Append { .. }), None) => &mut waves[0..0],
+                _ => &mut waves[..],
+            };
+            match candidates.iter_mut().find(|w| fits(w)) {
                 Some((_, members, taken)) => {
                     members.push(i);
                     taken.extend(keys);
@@ -187,8 +202,13 @@ impl Lake {
                     }
                 }
                 // The shared commit could not be made (conflicts, an unreadable table): each
-                // release goes its own way and reports its own error.
-                Err(_) => alone.extend(members),
+                // release goes its own way and reports its own error, before the next wave, so
+                // an append's partitions still commit in order.
+                Err(_) => {
+                    for i in members {
+                        results[i] = Some(self.publish(&releases[i]).await);
+                    }
+                }
             }
         }
         for i in alone {
@@ -324,6 +344,9 @@ impl Lake {
             let mut evolved: Option<SchemaRef> = None;
             let mut outcomes: Vec<Option<Result<PublishedItem>>> = Vec::with_capacity(wave.len());
             let mut planned: Vec<(usize, modes::Plan)> = Vec::new();
+            // An append item is de-duplicated against the rows the items before it add, as if
+            // each had its own commit, in the wave's order (decision 0017).
+            let mut appended: Vec<arrow::array::RecordBatch> = Vec::new();
             for (i, (_, item)) in wave.iter().enumerate() {
                 if item.staged.dataset != *name || item.dataset.name != *name {
                     outcomes.push(Some(Err(Error::internal(format!(
@@ -367,8 +390,9 @@ impl Lake {
                 if target_hash != table_hash {
                     evolved = Some(target.clone());
                 }
-                match modes::plan(self, &table, &item.dataset, &item.staged, &target).await {
-                    Ok(plan) => {
+                match modes::plan(self, &table, &item.dataset, &item.staged, &target, &appended).await {
+                    Ok(mut plan) => {
+                        appended.append(&mut plan.appended_keys);
                         outcomes.push(None);
                         planned.push((i, plan));
                     }
@@ -468,6 +492,12 @@ impl Lake {
         }
         Err(Error::Conflict { dataset: name.clone(), n_attempts: MAX_COMMIT_ATTEMPTS })
     }
+}
+
+/// The start of a release's earliest partition (its key for a static one), to publish
+/// releases in time order.
+fn earliest_partition(release: &Release) -> Option<(Option<chrono::DateTime<chrono::Utc>>, String)> {
+    release.items.iter().flat_map(|i| &i.staged.partitions).map(|p| (p.interval.map(|i| i.start), p.key.clone())).min()
 }
 
 /// The commit metadata key naming how a publication changed the table's schema (`column note

@@ -274,8 +274,12 @@ impl Lake {
         if let DatasetKind::Managed { write: WriteMode::Merge { keys, order_by, .. } } = &dataset.kind {
             modes::reject_ties(&dataset.name, keys, order_by.as_deref(), &schema, rows.clone()).await?;
         }
-        if let DatasetKind::Managed { write: WriteMode::Append { dedup_key, .. } } = &dataset.kind {
+        if let DatasetKind::Managed { write: WriteMode::Append { dedup_key, order_by, .. } } = &dataset.kind {
             modes::reject_null_keys(&dataset.name, dedup_key, &rows)?;
+            let column = PartitionColumn::of_table(&table)?;
+            let order_by = order_by.as_deref();
+            crate::dedup::reject_append_ties(&dataset.name, dedup_key, order_by, &column.name, &schema, rows.clone())
+                .await?;
         }
         let summary = summarize(&schema, rows).await?;
         Ok(StagedVersion {
@@ -304,9 +308,15 @@ impl Lake {
         if let DatasetKind::Managed { write: WriteMode::Merge { keys, order_by, .. } } = &dataset.kind {
             modes::reject_ties(&dataset.name, keys, order_by.as_deref(), schema, rows.clone()).await?;
         }
-        // A row without an identity cannot be de-duplicated: refused before any file is written.
-        if let DatasetKind::Managed { write: WriteMode::Append { dedup_key, .. } } = &dataset.kind {
+        // A row without an identity cannot be de-duplicated, and which of two different rows of
+        // one key to keep is not the task's output order to decide: refused before any file is
+        // written.
+        if let DatasetKind::Managed { write: WriteMode::Append { dedup_key, order_by, .. } } = &dataset.kind {
             modes::reject_null_keys(&dataset.name, dedup_key, &rows)?;
+            let column = PartitionColumn::of_table(table)?;
+            let order_by = order_by.as_deref();
+            crate::dedup::reject_append_ties(&dataset.name, dedup_key, order_by, &column.name, schema, rows.clone())
+                .await?;
         }
         let keys: Vec<String> = partitions.iter().map(|p| p.key.clone()).collect();
         let files = self.write_files(table, &dataset.name, staging_id, schema, &keys, &rows).await?;

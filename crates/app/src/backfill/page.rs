@@ -14,7 +14,7 @@ use tidegate_core::spec::model::{Limit, ReviewFlags};
 use tidegate_lake::{Comparison, PartitionComparison};
 use tidegate_store::BackfillRecord;
 
-use super::{FrozenSpec, Reprocess, Review, short};
+use super::{FrozenSpec, Review, short};
 
 /// The template; its `.html` name turns on HTML escaping of every value.
 const TEMPLATE: (&str, &str) = ("review.html", include_str!("../../templates/review.html"));
@@ -153,11 +153,7 @@ impl Page {
             target: spec.target.clone(),
             from: spec.from.clone(),
             to: spec.to.clone(),
-            reprocess: match spec.reprocess {
-                Reprocess::Missing => "missing",
-                Reprocess::Failed => "failed",
-                Reprocess::All => "all",
-            },
+            reprocess: spec.reprocess.as_str(),
             spec_hash: short(&record.spec_hash).to_owned(),
             comparison_hash: short(hash).to_owned(),
             verdict,

@@ -19,22 +19,41 @@ use crate::submit;
 use crate::target::{Partitions, Target};
 use crate::workspace::{Workspace, open_lake, runtime};
 
-/// Which partitions a backfill rebuilds.
+/// Which partitions a backfill rebuilds: Airflow's three reprocess behaviours ("Missing Runs",
+/// "Missing and Errored Runs", "All Runs"), spelled `missing`, `missing-and-errored` and `all`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(rename_all = "snake_case")]
 pub enum Reprocess {
-    /// Only partitions that were never published.
+    /// Only partitions never built: nothing published in them, and no failure as their latest
+    /// step (that is errored).
+    #[serde(rename = "missing")]
     Missing,
-    /// Only partitions whose latest step failed.
-    Failed,
+    /// Partitions never built, and partitions whose latest step failed.
+    #[serde(rename = "missing-and-errored")]
+    MissingAndErrored,
     /// Every selected partition.
+    #[serde(rename = "all")]
     All,
+    /// Only partitions whose latest step failed: what `failed` planned before
+    /// `missing-and-errored` replaced it. Kept so that backfills planned then still read back
+    /// (and hash) as they were frozen; a new plan cannot ask for it.
+    #[serde(rename = "failed")]
+    Failed,
 }
 
 impl Reprocess {
-    /// Every value, as it is spelled on a command line or in a request.
-    pub const NAMES: [&str; 3] = ["missing", "failed", "all"];
+    /// Every value a new plan accepts, as it is spelled on a command line or in a request.
+    pub const NAMES: [&str; 3] = ["missing", "missing-and-errored", "all"];
+
+    /// The value as it is spelled on a command line, in a request and in a frozen spec.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Missing => "missing",
+            Self::MissingAndErrored => "missing-and-errored",
+            Self::All => "all",
+            Self::Failed => "failed",
+        }
+    }
 }
 
 impl std::str::FromStr for Reprocess {
@@ -43,8 +62,11 @@ impl std::str::FromStr for Reprocess {
     fn from_str(text: &str) -> Result<Self, String> {
         match text {
             "missing" => Ok(Self::Missing),
-            "failed" => Ok(Self::Failed),
+            "missing-and-errored" => Ok(Self::MissingAndErrored),
             "all" => Ok(Self::All),
+            "failed" => Err("reprocess \"failed\" is now spelled \"missing-and-errored\": partitions never built and \
+                             partitions whose latest step failed (Airflow's \"Missing and Errored Runs\")"
+                .to_owned()),
             other => Err(format!("reprocess {other:?}: one of {}", Self::NAMES.join(", "))),
         }
     }
@@ -190,6 +212,9 @@ pub fn plan(ws: &Workspace, store: &dyn Store, actor: &Actor, args: &PlanRequest
     {
         crate::refuse!(Invalid, "--rate must be a positive number of step starts per second, got {r}");
     }
+    if args.reprocess == Reprocess::Failed {
+        crate::refuse!(Invalid, "{}", "failed".parse::<Reprocess>().err().unwrap_or_default());
+    }
     let spec = freeze(ws, store, actor, args)?;
     let id = format!("bf-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
     let spec_hash = spec.hash();
@@ -251,6 +276,7 @@ fn freeze(ws: &Workspace, store: &dyn Store, actor: &Actor, args: &PlanRequest) 
                 args.to,
                 match args.reprocess {
                     Reprocess::Missing => "missing",
+                    Reprocess::MissingAndErrored => "missing or errored",
                     Reprocess::Failed => "failed",
                     Reprocess::All => "selected",
                 }
@@ -308,7 +334,7 @@ fn refuse_commands_reading_staged_output(ws: &Workspace, plan: &Plan, written: &
     Ok(())
 }
 
-/// The step names to keep for `missing` or `failed`.
+/// The step names to keep for `missing`, `missing-and-errored` (or a frozen `failed`).
 async fn wanted_steps(
     ws: &Workspace,
     store: &dyn Store,
@@ -316,50 +342,62 @@ async fn wanted_steps(
     plan: &Plan,
     reprocess: Reprocess,
 ) -> Result<BTreeSet<String>> {
-    let mut keep = BTreeSet::new();
-    match reprocess {
-        Reprocess::All => keep.extend(plan.steps.iter().map(|s| s.name.clone())),
-        Reprocess::Missing => {
-            // One look at each dataset's table: which of the planned partitions hold data.
-            let mut wanted: BTreeMap<&str, Vec<String>> = BTreeMap::new();
-            for s in &plan.steps {
-                for d in &ws.spec.tasks[&s.task].outputs {
-                    wanted.entry(d.as_str()).or_default().push(s.partition.key.clone());
-                }
-            }
-            let mut present: BTreeSet<(String, String)> = BTreeSet::new();
-            for (d, keys) in wanted {
-                for size in lake.partition_sizes(d, &keys).await?.into_iter().filter(|p| p.n_files > 0) {
-                    present.insert((d.to_owned(), size.partition));
-                }
-            }
-            for s in &plan.steps {
-                let outputs = &ws.spec.tasks[&s.task].outputs;
-                if outputs.iter().any(|d| !present.contains(&(d.clone(), s.partition.key.clone()))) {
-                    keep.insert(s.name.clone());
-                }
-            }
+    if reprocess == Reprocess::All {
+        return Ok(plan.steps.iter().map(|s| s.name.clone()).collect());
+    }
+    let errored = errored_steps(store, plan)?;
+    Ok(match reprocess {
+        // As Airflow's "Missing Runs": a partition that failed is errored, not missing.
+        Reprocess::Missing => missing_steps(ws, lake, plan).await?.difference(&errored).cloned().collect(),
+        Reprocess::MissingAndErrored => missing_steps(ws, lake, plan).await?.union(&errored).cloned().collect(),
+        Reprocess::Failed | Reprocess::All => errored,
+    })
+}
+
+/// The planned steps one of whose output partitions holds no data: never built (or emptied).
+async fn missing_steps(ws: &Workspace, lake: &tidegate_lake::Lake, plan: &Plan) -> Result<BTreeSet<String>> {
+    // One look at each dataset's table: which of the planned partitions hold data.
+    let mut wanted: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for s in &plan.steps {
+        for d in &ws.spec.tasks[&s.task].outputs {
+            wanted.entry(d.as_str()).or_default().push(s.partition.key.clone());
         }
-        Reprocess::Failed => {
-            // The latest step of each (task, partition) across recent runs decides.
-            let mut latest: BTreeMap<(String, String), StepStatus> = BTreeMap::new();
-            for run in store.runs(RUNS_SCANNED)?.into_iter().rev() {
-                for step in store.steps(&run.id)? {
-                    latest.insert((step.task.clone(), step.partition.clone()), step.status());
-                }
-            }
-            for s in &plan.steps {
-                let status = latest.get(&(s.task.clone(), s.partition.key.clone()));
-                if matches!(status, Some(StepStatus::Failed | StepStatus::UpstreamFailed)) {
-                    keep.insert(s.name.clone());
-                }
-            }
+    }
+    let mut present: BTreeSet<(String, String)> = BTreeSet::new();
+    for (d, keys) in wanted {
+        for size in lake.partition_sizes(d, &keys).await?.into_iter().filter(|p| p.n_files > 0) {
+            present.insert((d.to_owned(), size.partition));
+        }
+    }
+    let mut keep = BTreeSet::new();
+    for s in &plan.steps {
+        let outputs = &ws.spec.tasks[&s.task].outputs;
+        if outputs.iter().any(|d| !present.contains(&(d.clone(), s.partition.key.clone()))) {
+            keep.insert(s.name.clone());
         }
     }
     Ok(keep)
 }
 
-/// How many recent runs `--reprocess failed` looks through.
+/// The planned steps whose (task, partition) failed the last time a recent run planned it.
+fn errored_steps(store: &dyn Store, plan: &Plan) -> Result<BTreeSet<String>> {
+    let mut latest: BTreeMap<(String, String), StepStatus> = BTreeMap::new();
+    for run in store.runs(RUNS_SCANNED)?.into_iter().rev() {
+        for step in store.steps(&run.id)? {
+            latest.insert((step.task.clone(), step.partition.clone()), step.status());
+        }
+    }
+    let mut keep = BTreeSet::new();
+    for s in &plan.steps {
+        let status = latest.get(&(s.task.clone(), s.partition.key.clone()));
+        if matches!(status, Some(StepStatus::Failed | StepStatus::UpstreamFailed)) {
+            keep.insert(s.name.clone());
+        }
+    }
+    Ok(keep)
+}
+
+/// How many recent runs `--reprocess missing-and-errored` looks through for failures.
 const RUNS_SCANNED: u32 = 1_000;
 
 /// Drops steps not in `keep`, and the dependencies on them (what they would have rebuilt is read

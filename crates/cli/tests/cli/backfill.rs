@@ -484,7 +484,7 @@ fn reprocess_missing_plans_only_partitions_never_published() {
             "--to",
             "2024-01-03",
             "--reprocess",
-            "failed",
+            "missing-and-errored",
             "--reason",
             "x",
         ],
@@ -495,6 +495,64 @@ fn reprocess_missing_plans_only_partitions_never_published() {
         "{}",
         String::from_utf8_lossy(&nothing.stderr)
     );
+}
+
+/// Issue 32, item 9: Airflow's three reprocess behaviours. Days 1, 2 and 4 published, day 3
+/// failed, days 5 and 6 never built.
+#[test]
+fn reprocess_modes_plan_what_airflow_readers_expect() {
+    let spec = r#"
+[project]
+name = "reprocess_test"
+
+[datasets.raw]
+partitioning = { grain = "day", start = "2024-01-01" }
+write = { mode = "replace" }
+
+[tasks.extract]
+command = ["sh", "-c", "if [ $TIDEGATE_PARTITION = 2024-01-03 ]; then echo 'bad day' >&2; exit 65; fi; printf 'id\n1\n' > \"$TIDEGATE_OUTPUT_DIR/raw.csv\""]
+outputs = ["raw"]
+"#;
+    let dir = TestWorkspace::new(spec);
+    let ws = dir.path();
+    let out = run(ws, "ana", &["run", "extract", "--from", "2024-01-01", "--to", "2024-01-04", "--json"]);
+    assert!(!out.status.success(), "day 3 fails: {}", String::from_utf8_lossy(&out.stdout));
+    let planned = |reprocess: &str| -> Vec<String> {
+        let args =
+            ["backfill", "plan", "extract", "--from", "2024-01-01", "--to", "2024-01-06", "--reprocess", reprocess];
+        let planned = json(ws, "ana", &[&args[..], &["--reason", "refill", "--json"]].concat());
+        let id = planned["id"].as_str().expect("id").to_owned();
+        // Each plan is cancelled so the next one does not overlap it.
+        ok(ws, "ana", &["backfill", "cancel", &id]);
+        assert_eq!(planned["spec"]["reprocess"], reprocess, "{planned}");
+        let steps = planned["spec"]["steps"].as_array().expect("steps");
+        steps.iter().filter_map(|s| s["partition"].as_str().map(str::to_owned)).collect()
+    };
+    assert_eq!(planned("missing"), ["2024-01-05", "2024-01-06"], "never built; the failed day is errored, not missing");
+    assert_eq!(planned("missing-and-errored"), ["2024-01-03", "2024-01-05", "2024-01-06"]);
+    assert_eq!(planned("all"), ["2024-01-01", "2024-01-02", "2024-01-03", "2024-01-04", "2024-01-05", "2024-01-06"]);
+
+    let old = run(
+        ws,
+        "ana",
+        &[
+            "backfill",
+            "plan",
+            "extract",
+            "--from",
+            "2024-01-01",
+            "--to",
+            "2024-01-06",
+            "--reprocess",
+            "failed",
+            "--reason",
+            "x",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&old.stderr);
+    assert!(!old.status.success() && stderr.contains("missing-and-errored"), "the new spelling is named: {stderr}");
+    let help = ok(ws, "ana", &["backfill", "plan", "--help"]);
+    assert!(help.contains("missing-and-errored") && help.contains("Missing and Errored Runs"), "{help}");
 }
 
 #[test]

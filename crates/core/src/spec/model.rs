@@ -330,14 +330,21 @@ pub enum WriteMode {
     Snapshot,
     /// A step's output is new rows; `dedup_key` makes a replay add nothing.
     Append {
-        /// `dedup_key`: the columns that identify a row. A delivery's rows are published once per
-        /// key: a key twice in the delivery keeps its first row (by partition, then in the order
-        /// the task wrote them), and a key already published in the partition or the lookback is
-        /// not added again. A row with a null key refuses the delivery.
+        /// `dedup_key`: the columns that identify a row. Each key is published once within a
+        /// partition and the `dedup_lookback` partitions either side of it, whatever the grouping
+        /// of publications into commits: a key twice in one delivery keeps the row of its
+        /// earliest partition; a key already published nearby is not added again. Within one
+        /// partition, rows of one key must be identical (they collapse to one) or be told apart
+        /// by `order_by`; otherwise the delivery is refused, naming the key. A row with a null
+        /// key refuses the delivery.
         dedup_key: Vec<String>,
-        /// `dedup_lookback` (default 0, at most [`MAX_DEDUP_LOOKBACK`]): how many earlier time
-        /// partitions a key is also looked for in, for late re-deliveries.
+        /// `dedup_lookback` (default 0, at most [`MAX_DEDUP_LOOKBACK`]): how many time partitions
+        /// before and after a partition a key is also looked for in, for late re-deliveries.
         dedup_lookback: u32,
+        /// `order_by`: among one partition's rows of a key in a delivery, the one with the
+        /// greatest value is published (nulls lowest); different rows sharing the greatest value
+        /// refuse the delivery.
+        order_by: Option<String>,
     },
 }
 

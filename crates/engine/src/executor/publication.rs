@@ -25,17 +25,21 @@
 //!
 //! [`Lake::publish_many`]: tidegate_lake::Lake::publish_many
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
+use chrono::{DateTime, Utc};
+use tidegate_core::partition::TimeAxis;
 use tidegate_core::retry::ErrorClass;
+use tidegate_core::spec::Spec;
+use tidegate_core::spec::model::{Dataset, DatasetKind, Partitioning, WriteMode};
 use tidegate_core::state::{StepEvent, StepStatus};
 use tidegate_lake::{Advance, Publication};
 use tidegate_store::{Decision, ReleaseItem, ReleaseKind, ReleaseRecord, StepEventRecord, VersionRecord};
 use tokio::task::{JoinError, JoinHandle};
 
 use super::{Engine, Summary};
-use crate::view::View;
+use crate::view::{Entry, View};
 use crate::{Error, Result};
 
 /// How long a publication whose commit met a retryable error (a conflicting writer) waits
@@ -108,6 +112,80 @@ impl Pacer {
             self.last.insert(d.clone(), now);
         }
     }
+}
+
+/// For the steps writing an append dataset with a `dedup_lookback`: the steps of the same run
+/// and task at the earlier partitions in that lookback. Such a step is published only once those
+/// are settled (published, failed, ...) or go in the same publication, so the run publishes
+/// what one worker would, whatever order its steps finish in (decision 0017).
+struct Earlier<'v> {
+    /// Per validated step that must wait: the earliest partition start it waits for.
+    from: HashMap<&'v str, DateTime<Utc>>,
+    /// Per (run, task) of those steps: its steps, by partition start, with their id and status.
+    steps: HashMap<(&'v str, &'v str), Vec<StepAt<'v>>>,
+}
+
+/// A step's partition start, id and status.
+type StepAt<'v> = (DateTime<Utc>, &'v str, StepStatus);
+
+impl<'v> Earlier<'v> {
+    fn of(spec: &Spec, view: &'v View, validated: &[&'v Entry]) -> Self {
+        let mut from = HashMap::new();
+        for e in validated {
+            let Some(interval) = e.record.interval else { continue };
+            let outputs = spec.tasks.get(&e.record.task).map_or(&[][..], |t| &t.outputs[..]);
+            let starts =
+                outputs.iter().filter_map(|d| spec.datasets.get(d)).filter_map(|d| lookback_start(d, interval.start));
+            if let Some(start) = starts.min() {
+                from.insert(e.record.id.as_str(), start);
+            }
+        }
+        let mut steps: HashMap<(&str, &str), Vec<_>> = HashMap::new();
+        if !from.is_empty() {
+            let wanted: HashSet<(&str, &str)> = validated
+                .iter()
+                .filter(|e| from.contains_key(e.record.id.as_str()))
+                .map(|e| (e.record.run_id.as_str(), e.record.task.as_str()))
+                .collect();
+            for o in view.entries() {
+                let key = (o.record.run_id.as_str(), o.record.task.as_str());
+                if let (true, Some(interval)) = (wanted.contains(&key), o.record.interval) {
+                    steps.entry(key).or_default().push((interval.start, o.record.id.as_str(), o.status()));
+                }
+            }
+        }
+        Earlier { from, steps }
+    }
+
+    /// Whether `e` must wait: a step of its run and task at an earlier partition in its lookback
+    /// is neither settled nor among those `going` now.
+    fn unsettled(&self, e: &Entry, going: &HashSet<String>) -> bool {
+        let (Some(from), Some(interval)) = (self.from.get(e.record.id.as_str()), e.record.interval) else {
+            return false;
+        };
+        let Some(steps) = self.steps.get(&(e.record.run_id.as_str(), e.record.task.as_str())) else { return false };
+        steps.iter().any(|(start, id, status)| {
+            *start >= *from
+                && *start < interval.start
+                && !status.is_terminal()
+                && *status != StepStatus::AwaitingApproval
+                && !going.contains(*id)
+        })
+    }
+}
+
+/// The start of the earliest partition an append's de-duplication of the partition starting at
+/// `start` looks back to, for a time-partitioned append dataset with a lookback.
+fn lookback_start(dataset: &Dataset, start: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    let (
+        DatasetKind::Managed { write: WriteMode::Append { dedup_lookback, .. } },
+        Partitioning::Time { grain, start: first, time_zone },
+    ) = (&dataset.kind, &dataset.partitioning)
+    else {
+        return None;
+    };
+    let back = i32::try_from(*dedup_lookback).unwrap_or(i32::MAX);
+    (back > 0).then(|| TimeAxis::new(*grain, *first, *time_zone).shift(start, -back))
 }
 
 /// The outcome of each release of a publication, in order.
@@ -206,10 +284,23 @@ impl Engine {
         let waiting = view.count(StepStatus::Ready) > 0;
         let mut ready = Vec::new();
         let mut held_until: Option<Instant> = None;
-        for e in view.in_status(StepStatus::Validated).filter(|e| !e.record.state.needs_approval) {
+        let mut validated: Vec<&Entry> =
+            view.in_status(StepStatus::Validated).filter(|e| !e.record.state.needs_approval).collect();
+        // Earlier partitions first: an append step waits for the earlier ones it de-duplicates
+        // against, and goes with them when they go.
+        validated.sort_by_key(|e| (e.record.interval.map(|i| i.start), e.record.partition.clone()));
+        let earlier = Earlier::of(&self.spec, view, &validated);
+        let mut going: HashSet<String> = HashSet::new();
+        for e in validated {
+            if earlier.unsettled(e, &going) {
+                continue;
+            }
             match pacer.due(self.outputs_of(&e.record.task), now, waiting) {
                 Some(at) => held_until = Some(held_until.map_or(at, |h| h.min(at))),
-                None => ready.push(e.record.id.clone()),
+                None => {
+                    going.insert(e.record.id.clone());
+                    ready.push(e.record.id.clone());
+                }
             }
         }
         (ready, held_until)

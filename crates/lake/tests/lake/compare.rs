@@ -483,7 +483,11 @@ async fn a_merge_backfill_is_compared_as_the_merge_publishes_it() {
 #[tokio::test]
 async fn an_append_backfill_is_compared_as_the_append_publishes_it() {
     let (_dir, lake) = lake().await;
-    let ds = dataset("clicks", WriteMode::Append { dedup_key: strings(&["id"]), dedup_lookback: 0 }, basic_columns());
+    let ds = dataset(
+        "clicks",
+        WriteMode::Append { dedup_key: strings(&["id"]), dedup_lookback: 0, order_by: None },
+        basic_columns(),
+    );
     let version = put(&lake, &ds, &[part("d1")], rows(&[(1, Some(1), None), (2, Some(2), None)], None), "a1").await;
     let delivery = rows(&[(2, Some(20), None), (3, Some(3), None)], None);
     let backfill = vec![stage(&lake, &ds, "bf-d1", &[part("d1")], vec![delivery]).await];

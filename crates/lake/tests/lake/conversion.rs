@@ -281,7 +281,11 @@ async fn parquet_columns_convert_only_without_loss() {
 #[tokio::test]
 async fn an_undeclared_tables_own_types_take_values_only_without_loss() {
     let (place, lake) = lake().await;
-    let ds = dataset("free", WriteMode::Append { dedup_key: vec!["id".to_owned()], dedup_lookback: 0 }, vec![]);
+    let ds = dataset(
+        "free",
+        WriteMode::Append { dedup_key: vec!["id".to_owned()], dedup_lookback: 0, order_by: None },
+        vec![],
+    );
     let decimals = |values: Vec<i128>, precision: u8, scale: i8| -> ArrayRef {
         Arc::new(Decimal128Array::from(values).with_precision_and_scale(precision, scale).expect("a decimal type"))
     };

@@ -67,7 +67,7 @@ async fn columns_at(lake: &Lake, dataset: &str, version: Option<u64>) -> Vec<Str
 #[tokio::test]
 async fn a_nullable_column_is_added_by_any_publication_of_every_partitioned_mode() {
     let merge = WriteMode::Merge { keys: vec!["id".to_owned()], order_by: None, delete_marker: None };
-    let append = WriteMode::Append { dedup_key: vec!["id".to_owned()], dedup_lookback: 0 };
+    let append = WriteMode::Append { dedup_key: vec!["id".to_owned()], dedup_lookback: 0, order_by: None };
     for (name, write) in [("replaced", WriteMode::Replace), ("appended", append), ("merged", merge)] {
         let (_dir, lake) = lake().await;
         let before = dataset(name, write, basic_columns());
@@ -255,7 +255,7 @@ async fn readers_no_one_here_wrote_see_an_added_column_as_null_in_older_rows_and
     }
     for (name, write) in [
         ("replaced", WriteMode::Replace),
-        ("appended", WriteMode::Append { dedup_key: vec!["id".to_owned()], dedup_lookback: 0 }),
+        ("appended", WriteMode::Append { dedup_key: vec!["id".to_owned()], dedup_lookback: 0, order_by: None }),
         ("merged", WriteMode::Merge { keys: vec!["id".to_owned()], order_by: None, delete_marker: None }),
     ] {
         // The Python readers are handed the table's folder.

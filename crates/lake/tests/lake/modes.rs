@@ -200,8 +200,11 @@ async fn merge_without_order_by_rejects_any_duplicate_key() {
 #[tokio::test]
 async fn append_skips_rows_whose_dedup_key_is_published_and_a_replay_adds_nothing() {
     let (_dir, lake) = lake().await;
-    let ds =
-        dataset("clicks", WriteMode::Append { dedup_key: vec!["id".to_owned()], dedup_lookback: 0 }, basic_columns());
+    let ds = dataset(
+        "clicks",
+        WriteMode::Append { dedup_key: vec!["id".to_owned()], dedup_lookback: 0, order_by: None },
+        basic_columns(),
+    );
     let first = rows(&[(1, Some(1), None), (2, Some(2), None)], None);
     put(&lake, &ds, &[part("d1")], first.clone(), "a1").await;
     let after_first = read_all(&lake, "clicks").await;
@@ -269,7 +272,7 @@ async fn rollback_of_each_mode_restores_identical_rows() {
         (
             dataset(
                 "r_append",
-                WriteMode::Append { dedup_key: vec!["id".to_owned()], dedup_lookback: 0 },
+                WriteMode::Append { dedup_key: vec!["id".to_owned()], dedup_lookback: 0, order_by: None },
                 basic_columns(),
             ),
             rows(&[(1, Some(1), Some("a"))], None),

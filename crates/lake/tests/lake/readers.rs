@@ -133,7 +133,7 @@ struct Case {
 
 fn cases() -> Vec<Case> {
     let merge = WriteMode::Merge { keys: vec!["id".to_owned()], order_by: None, delete_marker: None };
-    let append = WriteMode::Append { dedup_key: vec!["id".to_owned()], dedup_lookback: 0 };
+    let append = WriteMode::Append { dedup_key: vec!["id".to_owned()], dedup_lookback: 0, order_by: None };
     let regions = Partitioning::Static { keys: vec!["eu".to_owned(), "us".to_owned()] };
     let hours = Partitioning::Time {
         grain: Grain::Hour,

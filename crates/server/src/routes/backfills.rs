@@ -48,8 +48,10 @@ pub(crate) struct PlanBody {
     from: String,
     /// The last partition (included).
     to: String,
-    /// Which partitions to rebuild: `missing`, `failed` or `all` (`all` by default).
-    #[schema(value_type = Option<String>, pattern = "^(missing|failed|all)$")]
+    /// Which partitions to rebuild: `missing` (never built), `missing-and-errored` (never built,
+    /// or whose latest step failed) or `all` (`all` by default); Airflow's "Missing Runs",
+    /// "Missing and Errored Runs" and "All Runs".
+    #[schema(value_type = Option<String>, pattern = "^(missing|missing-and-errored|all)$")]
     reprocess: Option<String>,
     /// The intended change, in words.
     reason: String,

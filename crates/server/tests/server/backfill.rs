@@ -201,3 +201,30 @@ fn approving_after_the_published_data_moved_is_a_409_that_says_compare_again() {
     let status = server.call("GET", &format!("/api/backfills/{id}"), Some(&bo), None).json()["status"].clone();
     assert_eq!(status, "staged", "nothing was approved");
 }
+
+/// Issue 32, item 9: the API takes Airflow's three reprocess behaviours as the CLI spells them,
+/// the frozen spec says which, and the old `failed` is refused naming its new spelling.
+#[test]
+fn reprocess_is_spelled_as_on_the_command_line_and_failed_names_its_new_spelling() {
+    let dir = published_workspace();
+    let server = Server::start(&dir);
+    let ana = server.token("ana", Role::Operator);
+    let plan = |reprocess: &str| {
+        let body = json!({ "target": "summarize", "from": "2024-01-01", "to": "2024-01-02",
+                           "reprocess": reprocess, "reason": "refill what is missing or failed" });
+        server.call_keyed("POST", "/api/backfills", &ana, &format!("plan-{reprocess}"), Some(&body))
+    };
+    let old = plan("failed");
+    assert_eq!(old.status, 422, "{}", old.body);
+    assert!(old.json()["detail"].as_str().is_some_and(|d| d.contains("missing-and-errored")), "{}", old.body);
+
+    // Both days are published and none failed: nothing is missing or errored.
+    let nothing = plan("missing-and-errored");
+    assert_eq!(nothing.status, 409, "{}", nothing.body);
+    assert!(nothing.json()["detail"].as_str().is_some_and(|d| d.contains("missing or errored")), "{}", nothing.body);
+
+    let planned = plan("all");
+    assert_eq!(planned.status, 201, "{}", planned.body);
+    assert_conforms("POST", "/api/backfills", &planned);
+    assert_eq!(planned.json()["spec"]["reprocess"], "all");
+}

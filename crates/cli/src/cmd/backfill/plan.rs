@@ -60,9 +60,13 @@ pub struct PlanArgs {
 fn reprocess_parser() -> impl clap::builder::TypedValueParser<Value = Reprocess> {
     use clap::builder::{PossibleValue, PossibleValuesParser};
     PossibleValuesParser::new([
-        PossibleValue::new("missing").help("Only partitions that were never published"),
-        PossibleValue::new("failed").help("Only partitions whose latest step failed"),
-        PossibleValue::new("all").help("Every selected partition"),
+        PossibleValue::new("missing").help("Only partitions never built (Airflow's \"Missing Runs\")"),
+        PossibleValue::new("missing-and-errored").help(
+            "Partitions never built, and those whose latest step failed (Airflow's \"Missing and Errored Runs\")",
+        ),
+        PossibleValue::new("all").help("Every selected partition (Airflow's \"All Runs\")"),
+        // The old spelling, refused with the new one named (hidden from --help).
+        PossibleValue::new("failed").hide(true),
     ])
     .try_map(|s| s.parse::<Reprocess>())
 }
@@ -95,9 +99,9 @@ pub(crate) fn print_plan(planned: &Planned) {
     println!("Planned backfill {id} (spec {}), requested by {}", short(spec_hash), spec.requester);
     say!("  reason: {}", spec.reason);
     println!(
-        "  {} steps, reprocess {:?}, at most {} at once{}",
+        "  {} steps, reprocess {}, at most {} at once{}",
         br.n_steps,
-        spec.reprocess,
+        spec.reprocess.as_str(),
         spec.throttle.max_active,
         spec.throttle.rate_per_s.map(|r| format!(", {r} starts/s")).unwrap_or_default()
     );

@@ -440,7 +440,7 @@ fn write(ctx: &mut Ctx<'_>, f: &Field<'_, '_>, refs: &mut Vec<Text>) -> Option<W
     let mode = mode_field.str(ctx)?;
     let allowed: &[&str] = match mode {
         "merge" => &["keys", "order_by", "delete_marker"],
-        "append" => &["dedup_key", "dedup_lookback"],
+        "append" => &["dedup_key", "dedup_lookback", "order_by"],
         "replace" | "snapshot" => &[],
         _ => {
             let help = did_you_mean(mode, WRITE_MODES.iter().copied());
@@ -454,8 +454,9 @@ fn write(ctx: &mut Ctx<'_>, f: &Field<'_, '_>, refs: &mut Vec<Text>) -> Option<W
     for key in ["keys", "order_by", "delete_marker", "dedup_key", "dedup_lookback"] {
         if let Some(setting) = obj.get(ctx, key).filter(|_| !allowed.contains(&key)) {
             let owner = if key.starts_with("dedup_") { "append" } else { "merge" };
+            let applies_to = if key == "order_by" { "merge and append" } else { owner };
             let message = format!(
-                "{} only applies to {owner} writes, but write.mode = \"{mode}\" at {mode_at}",
+                "{} only applies to {applies_to} writes, but write.mode = \"{mode}\" at {mode_at}",
                 setting.path.short()
             );
             let help = format!("remove {key}, or set mode = \"{owner}\"");
@@ -516,8 +517,14 @@ fn append(ctx: &mut Ctx<'_>, obj: &Obj<'_, '_>, mode: &Field<'_, '_>, refs: &mut
     };
     let dedup_key = f.unique_strings(ctx)?;
     refs.extend(dedup_key.iter().cloned());
+    let order_by = obj.get(ctx, "order_by").map(|f| f.text(ctx));
+    refs.extend(order_by.iter().flatten().cloned());
     let dedup_lookback = obj.u32_or(ctx, "dedup_lookback", 0, 0, MAX_DEDUP_LOOKBACK)?;
-    Some(WriteMode::Append { dedup_key: dedup_key.into_iter().map(|t| t.value).collect(), dedup_lookback })
+    Some(WriteMode::Append {
+        dedup_key: dedup_key.into_iter().map(|t| t.value).collect(),
+        dedup_lookback,
+        order_by: optional(order_by)?,
+    })
 }
 
 /// `columns = [{ name, type, nullable }]`. `None` when any column is invalid. Names are compared
