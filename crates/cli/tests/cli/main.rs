@@ -14,6 +14,7 @@ mod cluster;
 mod common;
 mod crash;
 mod data;
+mod debt;
 mod failpoints;
 mod fencing;
 mod guarantees;
