@@ -152,7 +152,8 @@ pub fn debt(ws: &Workspace, store: &dyn Store, actor: &Actor, now: DateTime<Utc>
         .into_iter()
         .map(|d| {
             let mut debt: Vec<String> = d.gaps.into_iter().chain(d.debt).collect();
-            debt.drain(..debt.len().saturating_sub(crate::schedule::LISTED_MAX));
+            let n_older = debt.len().saturating_sub(crate::schedule::LISTED_MAX);
+            let debt = debt.split_off(n_older);
             Missed {
                 task: d.task,
                 n_missed: d.n_gaps + d.n_debt,

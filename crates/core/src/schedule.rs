@@ -15,7 +15,7 @@ use croner::Cron;
 use croner::parser::{CronParser, Seconds, Year};
 use serde::{Deserialize, Serialize};
 
-use crate::partition::{self, Partition, TimeAxis};
+use crate::partition::{Partition, TimeAxis};
 use crate::spec::{Catchup, Schedule};
 
 /// A schedule that cannot be turned into fire times (the spec parser refuses these first).
@@ -434,6 +434,7 @@ impl RateLimit {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::partition;
 
     fn utc(s: &str) -> DateTime<Utc> {
         DateTime::parse_from_rfc3339(s).expect("a valid test instant").with_timezone(&Utc)
@@ -490,7 +491,10 @@ mod tests {
         assert_eq!(owed.latest.partition.key, "2024-01-11");
         assert_eq!((owed.n_due, owed.n_gaps), (2, 4), "days 10-11 owed; 4, 5, 7, 8 gaps");
         let keys = |ps: Vec<Partition>| ps.into_iter().map(|p| p.key).collect::<Vec<_>>();
-        assert_eq!(keys(owed.gaps_newest(&axis, &published, 10)), ["2024-01-08", "2024-01-07", "2024-01-05", "2024-01-04"]);
+        assert_eq!(
+            keys(owed.gaps_newest(&axis, &published, 10)),
+            ["2024-01-08", "2024-01-07", "2024-01-05", "2024-01-04"]
+        );
         assert_eq!(keys(owed.gaps_newest(&axis, &published, 3)), ["2024-01-08", "2024-01-07", "2024-01-05"]);
         assert_eq!(owed.oldest_gap(&axis, &published).map(|p| p.key), Some("2024-01-04".to_owned()));
         // Nothing published: the schedule starts now, owing only what its latest fire made due.

@@ -272,12 +272,12 @@ const WHOLE_TABLE: &str = "*";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Published {
     /// The partition, or [`WHOLE_TABLE`] for a rollback of the whole table.
-    pub partition: String,
+    pub(crate) partition: String,
     /// The table version the release's commit created.
-    pub delta_version: i64,
+    pub(crate) delta_version: i64,
     /// `None` for a publication; for a rollback, the version it restored (`Some(None)`: not
     /// recorded, so the partition counts as unpublished).
-    pub restored: Option<Option<i64>>,
+    pub(crate) restored: Option<Option<i64>>,
 }
 
 /// Replays a dataset's release items in table-version order and returns the partitions published
@@ -309,7 +309,11 @@ pub(crate) fn replay(items: &[Published]) -> BTreeSet<String> {
             }
         }
     }
-    history.into_iter().filter(|(_, states)| states.last().is_some_and(|(_, published)| *published)).map(|(p, _)| p).collect()
+    history
+        .into_iter()
+        .filter(|(_, states)| states.last().is_some_and(|(_, published)| *published))
+        .map(|(p, _)| p)
+        .collect()
 }
 
 /// The body of [`crate::Store::published_partitions`].

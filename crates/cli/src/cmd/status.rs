@@ -91,12 +91,7 @@ fn print_debt(debt: &Debt) {
         let first = d.oldest.as_deref().or(d.debt.first().map(String::as_str)).unwrap_or("-");
         let last = d.debt.last().map_or("-", String::as_str);
         let newest = if d.n_missed > d.debt.len() as u64 { "newest " } else { "" };
-        say!(
-            "Debt {}: {} missed intervals not run: {newest}{}",
-            d.task,
-            d.n_missed,
-            view::keys(&d.debt, MAX_GROUPS)
-        );
+        say!("Debt {}: {} missed intervals not run: {newest}{}", d.task, d.n_missed, view::keys(&d.debt, MAX_GROUPS));
         say!("  run them with `tidegate run {} --from {first} --to {last}`", d.task);
     }
 }

@@ -10,8 +10,8 @@ use tidegate_core::retry::ErrorClass;
 use tidegate_core::state::{RunStatus, StepEvent, StepStatus};
 use tidegate_store::{
     Approval, BackfillRecord, BackfillStatus, CheckpointRecord, Claim, Error, IN_FLIGHT_TIMEOUT_S, JournalEntry,
-    JournalQuery, Lease, LockOutcome, NewToken, Outcome, Priority, ReleaseItem, ReleaseKind, ReleaseRecord, RunRecord, RunRequest,
-    SqlStore, StagedRecord, StepEventRecord, StepRecord, Store, Throttle, WorkerIdentity,
+    JournalQuery, Lease, LockOutcome, NewToken, Outcome, Priority, ReleaseItem, ReleaseKind, ReleaseRecord, RunRecord,
+    RunRequest, SqlStore, StagedRecord, StepEventRecord, StepRecord, Store, Throttle, WorkerIdentity,
 };
 use tidegate_testkit::fixed_instant;
 use tidegate_testkit::store::{
