@@ -239,7 +239,7 @@ fn freeze(ws: &Workspace, store: &dyn Store, actor: &Actor, args: &PlanRequest) 
             table_versions.insert(d.clone(), lake.table_version(d).await?);
         }
         if args.reprocess != Reprocess::All {
-            let keep = wanted_steps(ws, store, &lake, &plan, args.reprocess).await?;
+            let keep = wanted_steps(ws, store, &plan, args.reprocess)?;
             retain_steps(&mut plan, &keep);
         }
         if plan.steps.is_empty() {
@@ -309,29 +309,18 @@ fn refuse_commands_reading_staged_output(ws: &Workspace, plan: &Plan, written: &
 }
 
 /// The step names to keep for `missing` or `failed`.
-async fn wanted_steps(
-    ws: &Workspace,
-    store: &dyn Store,
-    lake: &tidegate_lake::Lake,
-    plan: &Plan,
-    reprocess: Reprocess,
-) -> Result<BTreeSet<String>> {
+fn wanted_steps(ws: &Workspace, store: &dyn Store, plan: &Plan, reprocess: Reprocess) -> Result<BTreeSet<String>> {
     let mut keep = BTreeSet::new();
     match reprocess {
         Reprocess::All => keep.extend(plan.steps.iter().map(|s| s.name.clone())),
         Reprocess::Missing => {
-            // One look at each dataset's table: which of the planned partitions hold data.
-            let mut wanted: BTreeMap<&str, Vec<String>> = BTreeMap::new();
-            for s in &plan.steps {
-                for d in &ws.spec.tasks[&s.task].outputs {
-                    wanted.entry(d.as_str()).or_default().push(s.partition.key.clone());
-                }
-            }
+            // Published is what the store recorded (decision 0018): a partition published with no
+            // rows is not missing, though the lake holds no file for it.
             let mut present: BTreeSet<(String, String)> = BTreeSet::new();
-            for (d, keys) in wanted {
-                for size in lake.partition_sizes(d, &keys).await?.into_iter().filter(|p| p.n_files > 0) {
-                    present.insert((d.to_owned(), size.partition));
-                }
+            let outputs: BTreeSet<&str> =
+                plan.steps.iter().flat_map(|s| ws.spec.tasks[&s.task].outputs.iter().map(String::as_str)).collect();
+            for d in outputs {
+                present.extend(store.published_partitions(d)?.into_iter().map(|p| (d.to_owned(), p)));
             }
             for s in &plan.steps {
                 let outputs = &ws.spec.tasks[&s.task].outputs;

@@ -135,3 +135,17 @@ fn a_rolled_back_publication_counts_as_unpublished_again() {
     assert_eq!(freshness(ws, now).0, "2024-01-01T05");
     assert_eq!(missed(ws, now).0, 18, "hour 04 a gap, hours 06..22 debt");
 }
+
+#[test]
+fn a_backfill_of_missing_partitions_leaves_the_ones_published_empty() {
+    let dir = TestWorkspace::new(HOURLY);
+    let ws = dir.path();
+    // Hours 00 and 01 published with no rows, 03 with one; 02 never ran.
+    ok(ws, &["run", "extract", "--from", "2024-01-01T00", "--to", "2024-01-01T01"]);
+    ok(ws, &["run", "extract", "--partition", "2024-01-01T03"]);
+    let args = ["--from", "2024-01-01T00", "--to", "2024-01-01T03", "--reprocess", "missing", "--reason", "fill"];
+    let planned = tidegate(ws, &[&["backfill", "plan", "extract"][..], &args, &["--json"]].concat());
+    let partitions: Vec<&str> =
+        planned["spec"]["steps"].as_array().expect("steps").iter().filter_map(|s| s["partition"].as_str()).collect();
+    assert_eq!(partitions, ["2024-01-01T02"], "only the hour never published: {planned}");
+}
