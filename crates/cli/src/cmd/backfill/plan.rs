@@ -60,7 +60,8 @@ pub struct PlanArgs {
 fn reprocess_parser() -> impl clap::builder::TypedValueParser<Value = Reprocess> {
     use clap::builder::{PossibleValue, PossibleValuesParser};
     PossibleValuesParser::new([
-        PossibleValue::new("missing").help("Only partitions that were never published"),
+        PossibleValue::new("missing")
+            .help("Only partitions not published now, as the store recorded (one published empty is published)"),
         PossibleValue::new("failed").help("Only partitions whose latest step failed"),
         PossibleValue::new("all").help("Every selected partition"),
     ])
