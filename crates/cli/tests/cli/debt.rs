@@ -149,3 +149,34 @@ fn a_backfill_of_missing_partitions_leaves_the_ones_published_empty() {
         planned["spec"]["steps"].as_array().expect("steps").iter().filter_map(|s| s["partition"].as_str()).collect();
     assert_eq!(partitions, ["2024-01-01T02"], "only the hour never published: {planned}");
 }
+
+#[test]
+fn catch_up_after_a_long_outage_runs_the_newest_400_and_counts_the_rest_as_debt() {
+    let spec = HOURLY.replace("catchup = { enabled = false }", "catchup = { enabled = true, max_active_runs = 4 }");
+    let dir = TestWorkspace::new(spec);
+    let ws = dir.path();
+    ok(ws, &["run", "extract", "--partition", "2024-01-01T05"]);
+    let (now, newest) = days_after(17);
+    let tick = tidegate(ws, &["tick", "--now", &now, "--dry-run", "--json"]);
+    let d = &tick["decisions"][0];
+    let run = d["run"].as_array().expect("run");
+    assert_eq!(run.len(), 400, "{d}");
+    assert_eq!(run[0], newest.as_str(), "newest first");
+    assert_eq!((d["n_due"].as_u64(), d["n_debt"].as_u64()), (Some(408), Some(8)), "{d}");
+    let debt: Vec<&str> = d["debt"].as_array().expect("debt").iter().filter_map(Value::as_str).collect();
+    assert_eq!(
+        debt,
+        [
+            "2024-01-01T06",
+            "2024-01-01T07",
+            "2024-01-01T08",
+            "2024-01-01T09",
+            "2024-01-01T10",
+            "2024-01-01T11",
+            "2024-01-01T12",
+            "2024-01-01T13"
+        ],
+        "the oldest owed hours stay debt"
+    );
+    assert_eq!(missed(ws, &now).0, 8);
+}
