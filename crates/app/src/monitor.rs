@@ -4,11 +4,10 @@
 //! A scrape is a few grouped queries, not a scan: steps counted by status and queues per priority
 //! class ([`Store::step_counts`]), the scheduler's last gauge (retry budgets, backlog, its ETA),
 //! and the schedules' debt and freshness decided from the published partitions the store recorded
-//! (decision 0018). Durations come
-//! from the journal, read incrementally: each scrape reads only the entries appended since the
-//! last one (at most [`JOURNAL_ENTRIES_PER_SCRAPE`]), so the histograms are cumulative counts of
-//! the attempts and publications that ended while this [`Monitor`] watched, as Prometheus expects
-//! of a histogram.
+//! (decision 0018). Durations come from the journal, read incrementally: each scrape reads only
+//! the entries appended since the last one (at most [`JOURNAL_ENTRIES_PER_SCRAPE`]), so the
+//! histograms are cumulative counts of the attempts and publications that ended while this
+//! [`Monitor`] watched, as Prometheus expects of a histogram.
 //!
 //! Every label value is a name the spec validated (task, dataset, pool) or a fixed word (status,
 //! priority class, outcome): never a reason, a path, a URL or anything a task printed, so no
