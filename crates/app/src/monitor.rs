@@ -3,11 +3,11 @@
 //!
 //! A scrape is a few grouped queries, not a scan: steps counted by status and queues per priority
 //! class ([`Store::step_counts`]), the scheduler's last gauge (retry budgets, backlog, its ETA),
-//! and the schedules' debt and freshness decided over the lake's cached tables. Durations come
-//! from the journal, read incrementally: each scrape reads only the entries appended since the
-//! last one (at most [`JOURNAL_ENTRIES_PER_SCRAPE`]), so the histograms are cumulative counts of
-//! the attempts and publications that ended while this [`Monitor`] watched, as Prometheus expects
-//! of a histogram.
+//! and the schedules' debt and freshness decided from the published partitions the store recorded
+//! (decision 0018). Durations come from the journal, read incrementally: each scrape reads only
+//! the entries appended since the last one (at most [`JOURNAL_ENTRIES_PER_SCRAPE`]), so the
+//! histograms are cumulative counts of the attempts and publications that ended while this
+//! [`Monitor`] watched, as Prometheus expects of a histogram.
 //!
 //! Every label value is a name the spec validated (task, dataset, pool) or a fixed word (status,
 //! priority class, outcome): never a reason, a path, a URL or anything a task printed, so no
@@ -59,8 +59,8 @@ pub struct Snapshot {
     pub queues: BTreeMap<Priority, Queue>,
     /// The scheduler's last gauge; absent before any scheduler ran.
     pub scheduler: Option<SchedulerGauge>,
-    /// Per scheduled task: intervals that ended and were not run (`tidegate status`'s debt).
-    /// Empty when the lake could not be read (counted in `errors`).
+    /// Per scheduled task: how many intervals ended and were not run (`tidegate status`'s debt),
+    /// exact for an outage of any length.
     pub missed: BTreeMap<String, u64>,
     /// Per dataset a scheduled task writes: how far behind now the end of its newest published
     /// partition is, in seconds. Absent for a dataset with nothing published yet.
@@ -227,7 +227,7 @@ impl Monitor {
     }
 
     /// The workspace's metrics at `now`, for `actor` (viewer and above). A store failure fails
-    /// the snapshot; a lake failure leaves `missed` and `freshness_lag_s` empty. Both are counted.
+    /// the snapshot, and is counted.
     pub fn snapshot(&self, ws: &Workspace, store: &dyn Store, actor: &Actor, now: DateTime<Utc>) -> Result<Snapshot> {
         require(actor, Access::Read)?;
         let read = self.read_store(store, now);
@@ -238,8 +238,8 @@ impl Monitor {
             self.counted(advanced, |e| e.store += 1)?;
             (tail.step_durations(), tail.publication_durations())
         };
-        let decided = self.schedules(ws, now);
-        let (missed, freshness_lag_s) = self.counted(decided, |e| e.lake += 1).unwrap_or_default();
+        let decided = self.schedules(ws, store, now);
+        let (missed, freshness_lag_s) = self.counted(decided, |e| e.store += 1)?;
         Ok(Snapshot {
             at: now,
             steps,
@@ -302,14 +302,19 @@ impl Monitor {
         Ok((steps, queues, scheduler))
     }
 
-    /// Missed intervals per scheduled task and freshness lag per dataset, decided over the lake.
-    fn schedules(&self, ws: &Workspace, now: DateTime<Utc>) -> Result<(BTreeMap<String, u64>, BTreeMap<String, f64>)> {
-        let lake = self.lake(ws)?;
-        let decisions = self.block_on(crate::schedule::decide(&ws.spec, &lake, now))??;
+    /// Missed intervals per scheduled task and freshness lag per dataset, decided from what the
+    /// store recorded as published (decision 0018).
+    fn schedules(
+        &self,
+        ws: &Workspace,
+        store: &dyn Store,
+        now: DateTime<Utc>,
+    ) -> Result<(BTreeMap<String, u64>, BTreeMap<String, f64>)> {
+        let decisions = crate::schedule::decide(&ws.spec, store, now)?;
         let mut missed = BTreeMap::new();
         let mut lag = BTreeMap::new();
         for d in decisions {
-            missed.insert(d.task.clone(), (d.gaps.len() + d.debt.len()) as u64);
+            missed.insert(d.task.clone(), d.n_gaps + d.n_debt);
             let Some(dataset) = ws.spec.tasks[&d.task].outputs.first() else { continue };
             let Some(axis) = plan::axis_of(&ws.spec.datasets[dataset]) else { continue };
             let end = d.newest_published.as_ref().and_then(|k| axis.parse_key(k).ok()).map(|t| axis.shift(t, 1));

@@ -1,10 +1,11 @@
 //! The scheduler's decisions: for every scheduled task, an interval of its dataset is due at the
 //! first time the task's schedule fires at or after the interval's end, in the dataset's zone
-//! (`core::schedule`); the intervals due since the newest published partition are owed. Those due
-//! at the latest fire time are live work; older ones were missed, and catch-up (off by default)
-//! decides whether they are left as debt or run, newest first, at most `max_active_runs` at once
-//! (the engine enforces the bound when it claims steps). `tidegate tick` makes one pass;
-//! `tidegate serve` makes one per period.
+//! (`core::schedule`); the intervals due since the newest published partition (as the store
+//! recorded it, decision 0018) are owed, counted by arithmetic on the schedule for an outage of
+//! any length. Those due at the latest fire time are live work; older ones were missed, and
+//! catch-up (off by default) decides whether they are left as debt or run, newest first, at most
+//! `max_active_runs` at once (the engine enforces the bound when it claims steps). `tidegate
+//! tick` makes one pass; `tidegate serve` makes one per period.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -12,40 +13,52 @@ use anyhow::Result;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use tidegate_core::actor::Actor;
-use tidegate_core::partition::Partition;
+use tidegate_core::partition::{Partition, TimeAxis};
 use tidegate_core::plan::{self, Plan, Request, Selection};
-use tidegate_core::schedule::{DueInterval, FireTimes, catch_up, due_by};
+use tidegate_core::schedule::{DueInterval, FireTimes, catch_up, owed};
 use tidegate_core::spec::{Spec, Task};
-use tidegate_lake::Lake;
 use tidegate_store::{Decision, JournalMeta, Priority, RunRequest, Store, Trigger};
 
 use crate::actor::{Access, require};
 use crate::submit;
 use crate::workspace::Workspace;
 
-/// How far back a tick looks for a task's newest published partition.
-const LOOKBACK: i32 = 400;
+/// The most intervals a decision lists in each of `due`, `debt` and `gaps` (the newest ones,
+/// beside their exact counts), and so the most missed intervals one tick runs with catch-up on:
+/// older ones stay debt, counted and shown.
+pub const LISTED_MAX: usize = 400;
 
-/// One scheduled task's decision.
+/// One scheduled task's decision. Counts are exact for an outage of any length; the lists
+/// beside them hold the newest [`LISTED_MAX`] at most, oldest first.
 #[derive(Debug, Clone, Serialize)]
 pub struct TaskDecision {
     /// The task.
     pub task: String,
     /// Whether its catch-up is on.
     pub catchup: bool,
-    /// The newest published partition of its dataset before the tick.
+    /// The newest published partition of its dataset before the tick (among those due), as the
+    /// store recorded it: an empty publication counts.
     pub newest_published: Option<String>,
-    /// The intervals owed: due by the tick (the schedule fired after they ended) and after its
-    /// newest published partition, oldest first.
+    /// How many intervals are owed: due by the tick (the schedule fired after they ended) and
+    /// after its newest published partition.
+    pub n_due: u64,
+    /// The newest of them.
     pub due: Vec<String>,
     /// The ones this tick runs, newest first: the live ones, then the missed ones catch-up runs.
     pub run: Vec<String>,
     /// The live ones among them: due at the schedule's latest fire time (run as a schedule run).
     pub live: Vec<String>,
-    /// The ones left as debt.
+    /// How many owed intervals are left as debt.
+    pub n_debt: u64,
+    /// The newest of them.
     pub debt: Vec<String>,
-    /// Older missed intervals: unpublished, between published ones (debt left by earlier ticks).
+    /// How many older missed intervals there are: unpublished, between published ones (debt left
+    /// by earlier ticks).
+    pub n_gaps: u64,
+    /// The newest of them.
     pub gaps: Vec<String>,
+    /// The oldest missed interval (a gap, else the oldest debt).
+    pub oldest_missed: Option<String>,
 }
 
 /// A due interval not run because an unfinished run of another trigger already covers it (a
@@ -69,56 +82,66 @@ pub struct Started {
     pub superseded: Vec<Superseded>,
 }
 
-/// Decides every scheduled task's due intervals at `now`.
-pub async fn decide(spec: &Spec, lake: &Lake, now: DateTime<Utc>) -> Result<Vec<TaskDecision>> {
+/// Decides every scheduled task's due intervals at `now`, from what the store recorded as
+/// published (decision 0018): one read of the published partitions per dataset, then arithmetic
+/// on the schedule.
+pub fn decide(spec: &Spec, store: &dyn Store, now: DateTime<Utc>) -> Result<Vec<TaskDecision>> {
+    let mut published: BTreeMap<&str, BTreeSet<DateTime<Utc>>> = BTreeMap::new();
     let mut out = Vec::new();
     for task in spec.tasks.values().filter(|t| t.schedule.is_some()) {
-        let Some(decision) = decide_task(spec, lake, task, now).await? else { continue };
+        let Some(dataset) = task.outputs.first() else { continue };
+        let Some(axis) = plan::axis_of(&spec.datasets[dataset]) else { continue };
+        if !published.contains_key(dataset.as_str()) {
+            // A key the axis cannot read (a whole-table rollback's `*`) names no interval.
+            let starts = store.published_partitions(dataset)?.iter().filter_map(|k| axis.parse_key(k).ok()).collect();
+            published.insert(dataset, starts);
+        }
+        let Some(decision) = decide_task(task, &axis, &published[dataset.as_str()], now)? else { continue };
         out.push(decision);
     }
     Ok(out)
 }
 
-async fn decide_task(spec: &Spec, lake: &Lake, task: &Task, now: DateTime<Utc>) -> Result<Option<TaskDecision>> {
-    let Some(dataset) = task.outputs.first() else { return Ok(None) };
-    let Some(axis) = plan::axis_of(&spec.datasets[dataset]) else { return Ok(None) };
+fn decide_task(
+    task: &Task,
+    axis: &TimeAxis,
+    published: &BTreeSet<DateTime<Utc>>,
+    now: DateTime<Utc>,
+) -> Result<Option<TaskDecision>> {
     let Some(schedule) = &task.schedule else { return Ok(None) };
     let fires = FireTimes::new(schedule, axis.zone)?;
-    let candidates = due_by(&axis, &fires, now, LOOKBACK)?;
-    if candidates.is_empty() {
-        return Ok(None);
-    }
-    let keys: Vec<String> = candidates.iter().map(|d| d.partition.key.clone()).collect();
-    let sizes = lake.partition_sizes(dataset, &keys).await?;
-    let published: BTreeSet<&str> = sizes.iter().filter(|s| s.n_files > 0).map(|s| s.partition.as_str()).collect();
-    let is_published = |d: &DueInterval| published.contains(d.partition.key.as_str());
-    let newest = candidates.iter().rposition(is_published);
-    let due = match newest {
-        Some(i) => candidates[i + 1..].to_vec(),
-        // Never published: the schedule starts now, with what its latest fire time made due.
-        None => {
-            let latest = candidates.last().map(|d| d.due_at);
-            candidates.iter().filter(|d| Some(d.due_at) == latest).cloned().collect()
-        }
-    };
-    let oldest = candidates.iter().position(is_published);
-    let gaps: Vec<String> = match (oldest, newest) {
-        (Some(a), Some(b)) => {
-            candidates[a..b].iter().filter(|d| !is_published(d)).map(|d| d.partition.key.clone()).collect()
-        }
-        _ => Vec::new(),
-    };
-    let decision = catch_up(&due, task.catchup);
+    let Some(owed) = owed(axis, &fires, now, published) else { return Ok(None) };
+    let listed: Vec<DueInterval> = owed.due_newest(axis, &fires, LISTED_MAX).into_iter().rev().collect();
+    let decision = catch_up(&listed, task.catchup);
+    let n_run = decision.live.len() + decision.catchup.len();
+    let n_debt = owed.n_due.saturating_sub(n_run as u64);
     let keys = |ps: &[Partition]| ps.iter().map(|p| p.key.clone()).collect::<Vec<_>>();
+    let debt = if decision.debt.is_empty() && n_debt > 0 {
+        // Catch-up ran the newest it may; the older owed intervals stay debt.
+        let older = owed.due_newest(axis, &fires, n_run + LISTED_MAX);
+        older.into_iter().skip(n_run).rev().map(|d| d.partition.key).collect()
+    } else {
+        keys(&decision.debt)
+    };
+    let gaps: Vec<String> = owed.gaps_newest(axis, published, LISTED_MAX).into_iter().rev().map(|p| p.key).collect();
+    let oldest_missed = match owed.oldest_gap(axis, published) {
+        Some(gap) => Some(gap.key),
+        None if n_debt > 0 => owed.newest_published.map(|p| axis.key(axis.shift(p, 1))),
+        None => None,
+    };
     Ok(Some(TaskDecision {
         task: task.name.clone(),
         catchup: task.catchup.enabled,
-        newest_published: newest.map(|i| candidates[i].partition.key.clone()),
-        due: due.iter().map(|d| d.partition.key.clone()).collect(),
+        newest_published: owed.newest_published.map(|p| axis.key(p)),
+        n_due: owed.n_due,
+        due: listed.iter().map(|d| d.partition.key.clone()).collect(),
         run: decision.run().map(|p| p.key.clone()).collect(),
         live: keys(&decision.live),
-        debt: keys(&decision.debt),
+        n_debt,
+        debt,
+        n_gaps: owed.n_gaps,
         gaps,
+        oldest_missed,
     }))
 }
 
@@ -140,10 +163,7 @@ pub struct Tick {
 /// [`start_due`]); executing them is the caller's next step.
 pub fn tick(ws: &Workspace, store: &dyn Store, actor: &Actor, now: DateTime<Utc>, dry_run: bool) -> Result<Tick> {
     require(actor, Access::RunWork)?;
-    let decisions = crate::workspace::runtime()?.block_on(async {
-        let lake = crate::workspace::open_lake(ws).await?;
-        decide(&ws.spec, &lake, now).await
-    })?;
+    let decisions = decide(&ws.spec, store, now)?;
     let Started { runs, superseded } =
         if dry_run { Started::default() } else { start_due(ws, store, actor, &decisions, now)? };
     Ok(Tick { now, decisions, runs, superseded })

@@ -68,7 +68,7 @@ pub enum Event {
         /// The task.
         task: String,
         /// How many intervals it missed.
-        n_intervals: usize,
+        n_intervals: u64,
     },
     /// A drain finished with something done.
     Drained(Summary),
@@ -118,7 +118,7 @@ pub async fn serve(
         while let Ok(delivery) = lineage.try_recv() {
             observe(Event::Lineage(delivery));
         }
-        match turns.take(&engine, ws, store.as_ref(), &lake, actor, options, &stop, &mut submitted, observe).await {
+        match turns.take(&engine, ws, store.as_ref(), actor, options, &stop, &mut submitted, observe).await {
             Ok(()) => backoff = OUTAGE_RETRY_FIRST,
             // The store or the lake is away for now (restarting, a connection cut): wait and take
             // the turn again. What this turn did is in the store; what it had not done yet, the
@@ -175,7 +175,6 @@ impl Turns {
         engine: &tidegate_engine::Engine,
         ws: &Workspace,
         store: &dyn Store,
-        lake: &Lake,
         actor: &Actor,
         options: ServeOptions,
         stop: &AtomicBool,
@@ -197,7 +196,7 @@ impl Turns {
             (self.standing_by, self.first) = (false, false);
         }
         if started >= self.next_tick {
-            tick(ws, store, lake, actor, observe).await?;
+            tick(ws, store, actor, observe)?;
             self.next_tick = started + options.tick_every;
         }
         match engine.drain_holding_role().await {
@@ -221,17 +220,11 @@ impl Turns {
 
 /// One evaluation of the schedules: starts what is due, and tells `observe` what it started,
 /// what it found superseded and the debt it left.
-async fn tick(
-    ws: &Workspace,
-    store: &dyn Store,
-    lake: &Lake,
-    actor: &Actor,
-    observe: &mut (dyn FnMut(Event) + Send),
-) -> Result<()> {
+fn tick(ws: &Workspace, store: &dyn Store, actor: &Actor, observe: &mut (dyn FnMut(Event) + Send)) -> Result<()> {
     let now = ws.now();
-    let decisions = decide(&ws.spec, lake, now).await?;
     // The store's calls block (a PostgreSQL client waits on the network); they leave the
     // runtime's thread for the call instead of blocking it.
+    let decisions = tokio::task::block_in_place(|| decide(&ws.spec, store, now))?;
     let due = tokio::task::block_in_place(|| start_due(ws, store, actor, &decisions, now))?;
     for run_id in due.runs {
         observe(Event::Started { at: now, run_id });
@@ -239,8 +232,8 @@ async fn tick(
     for interval in due.superseded {
         observe(Event::Superseded { at: now, interval });
     }
-    for d in decisions.into_iter().filter(|d| !d.debt.is_empty()) {
-        observe(Event::Debt { at: now, task: d.task, n_intervals: d.debt.len() });
+    for d in decisions.into_iter().filter(|d| d.n_debt > 0) {
+        observe(Event::Debt { at: now, task: d.task, n_intervals: d.n_debt });
     }
     Ok(())
 }

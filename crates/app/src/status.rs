@@ -12,7 +12,7 @@ use tidegate_core::state::StepStatus;
 use tidegate_store::{RunRecord, Store};
 
 use crate::actor::{Access, require};
-use crate::workspace::{Workspace, open_lake, runtime};
+use crate::workspace::Workspace;
 
 /// A run and its steps counted by status.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -49,8 +49,8 @@ pub struct Debt {
     pub queues: BTreeMap<String, Queue>,
     /// Per scheduled task: intervals that ended and were not run (catch-up off leaves them here).
     pub missed: Vec<Missed>,
-    /// Per scheduled task's dataset: the newest published partition and how far behind now its
-    /// end is.
+    /// Per scheduled task's dataset: the newest published partition (as the store recorded it)
+    /// and how far behind now its end is.
     pub freshness: Vec<Freshness>,
     /// The scheduler's last gauge (pools with their retry budget left, backlog, throughput,
     /// backlog ETA, live workers), with its age; absent before any scheduler ran.
@@ -60,15 +60,19 @@ pub struct Debt {
 /// A gauge older than this is from a drain that has ended (an idle scheduler does not write it).
 const GAUGE_STALE_S: f64 = 10.0;
 
-/// A scheduled task's missed intervals.
+/// A scheduled task's missed intervals: gaps between published partitions, then the due
+/// intervals a tick would leave as debt, counted exactly and listed up to a bound.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Missed {
     /// The task.
     pub task: String,
-    /// Missed intervals, oldest first: gaps between published partitions, then the due intervals
-    /// a tick would leave as debt.
+    /// How many intervals were missed.
+    pub n_missed: u64,
+    /// The newest of them ([`crate::schedule::LISTED_MAX`] at most), oldest first.
     pub debt: Vec<String>,
+    /// The oldest missed interval.
+    pub oldest: Option<String>,
     /// The interval the next tick would run.
     pub next: Option<String>,
 }
@@ -129,10 +133,7 @@ pub fn debt(ws: &Workspace, store: &dyn Store, actor: &Actor, now: DateTime<Utc>
             _ => {}
         }
     }
-    let decisions = runtime()?.block_on(async {
-        let lake = open_lake(ws).await?;
-        crate::schedule::decide(&ws.spec, &lake, now).await
-    })?;
+    let decisions = crate::schedule::decide(&ws.spec, store, now)?;
     let freshness = decisions
         .iter()
         .map(|d| {
@@ -149,12 +150,19 @@ pub fn debt(ws: &Workspace, store: &dyn Store, actor: &Actor, now: DateTime<Utc>
         .collect();
     let missed = decisions
         .into_iter()
-        .map(|d| Missed {
-            task: d.task,
-            debt: d.gaps.into_iter().chain(d.debt).collect(),
-            next: d.run.first().cloned(),
+        .map(|d| {
+            let mut debt: Vec<String> = d.gaps.into_iter().chain(d.debt).collect();
+            let n_older = debt.len().saturating_sub(crate::schedule::LISTED_MAX);
+            let debt = debt.split_off(n_older);
+            Missed {
+                task: d.task,
+                n_missed: d.n_gaps + d.n_debt,
+                debt,
+                oldest: d.oldest_missed,
+                next: d.run.first().cloned(),
+            }
         })
-        .filter(|m| !m.debt.is_empty())
+        .filter(|m| m.n_missed > 0)
         .collect();
     let scheduler =
         store.metrics()?.into_iter().find(|(name, _, _)| name == tidegate_engine::executor::SCHEDULER_GAUGE).map(

@@ -246,6 +246,35 @@ impl TimeAxis {
         }
     }
 
+    /// How many intervals lie from the one starting at `from` to the one starting at `to` (both
+    /// aligned): the `n` with `shift(from, n) == to`, negative when `to` is earlier. Counted by
+    /// arithmetic on the calendar, not by walking the intervals, so it costs the same for a day or
+    /// a century; the estimate is then checked with [`shift`](Self::shift) and corrected, which
+    /// keeps it exact for zones whose offsets change by less than an hour.
+    pub fn intervals_between(&self, from: DateTime<Utc>, to: DateTime<Utc>) -> i64 {
+        let (a, b) = (self.local(from).date(), self.local(to).date());
+        let mut n = match self.grain {
+            Grain::Hour => (to - from).num_hours(),
+            Grain::Day => (b - a).num_days(),
+            Grain::Week => (b - a).num_days().div_euclid(7),
+            Grain::Month => {
+                let months = |d: NaiveDate| i64::from(d.year()) * 12 + i64::from(d.month0());
+                months(b) - months(a)
+            }
+        };
+        let at = |n: i64| self.shift(from, i32::try_from(n).unwrap_or(if n < 0 { i32::MIN } else { i32::MAX }));
+        // Each correction moves one interval; an estimate off by more than a few is a bug, so the
+        // loops are bounded rather than trusted.
+        for _ in 0..4 {
+            match at(n).cmp(&to) {
+                std::cmp::Ordering::Less => n += 1,
+                std::cmp::Ordering::Greater => n -= 1,
+                std::cmp::Ordering::Equal => break,
+            }
+        }
+        n
+    }
+
     /// The interval starting at `start` (which must be aligned).
     pub fn interval(&self, start: DateTime<Utc>) -> Interval {
         Interval { start, end: self.shift(start, 1) }
@@ -471,6 +500,29 @@ mod tests {
         for k in &keys {
             assert_eq!(a.key(a.parse_key(k).expect("round trip")), *k);
         }
+    }
+
+    #[test]
+    fn intervals_between_counts_by_arithmetic_for_every_grain_and_zone() {
+        let zones = [None, Some(chrono_tz::America::New_York), Some(chrono_tz::Europe::London)];
+        for zone in zones {
+            for grain in Grain::ALL {
+                let a = axis(grain, zone);
+                // Walk a stretch that crosses DST changes and compare with the count.
+                let from = a.shift(a.first, 3);
+                let n_max = if grain == Grain::Hour { 20_000 } else { 400 };
+                let mut t = from;
+                for n in 0..n_max {
+                    assert_eq!(a.intervals_between(from, t), n, "{grain} {zone:?} {}", a.key(t));
+                    assert_eq!(a.intervals_between(t, from), -n, "{grain} {zone:?} {}", a.key(t));
+                    t = a.shift(t, 1);
+                }
+            }
+        }
+        // A century of hours is counted, not walked.
+        let h = axis(Grain::Hour, None);
+        let later = h.parse_key("2120-01-01T00").expect("valid key");
+        assert_eq!(h.intervals_between(h.first, later), 36_524 * 24);
     }
 
     #[test]

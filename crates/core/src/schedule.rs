@@ -7,13 +7,15 @@
 //! partition for day D under `30 4 * * *` is due at 04:30 on D+1; under `@daily` (`0 0 * * *`) at
 //! the end of D itself. Every instant is passed in: nothing here reads a clock.
 
+use std::collections::BTreeSet;
+
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use croner::Cron;
 use croner::parser::{CronParser, Seconds, Year};
 use serde::{Deserialize, Serialize};
 
-use crate::partition::{self, Partition, TimeAxis};
+use crate::partition::{Partition, TimeAxis};
 use crate::spec::{Catchup, Schedule};
 
 /// A schedule that cannot be turned into fire times (the spec parser refuses these first).
@@ -68,6 +70,15 @@ impl FireTimes {
         Ok(Self { cron: parse_cron(pattern(schedule))?, zone: zone.unwrap_or(Tz::UTC) })
     }
 
+    /// The last fire time at or before `t`; `None` when the schedule has not fired within
+    /// [`NEVER_FIRES_AFTER_YEARS`] before it.
+    pub fn at_or_before(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let local = t.with_timezone(&self.zone);
+        let previous = self.cron.find_previous_occurrence(&local, true).ok()?;
+        let previous = previous.with_timezone(&Utc);
+        (t - previous < chrono::Duration::days(366 * i64::from(NEVER_FIRES_AFTER_YEARS))).then_some(previous)
+    }
+
     /// The first fire time at or after `t`; `None` when the schedule never fires again. On a
     /// spring-forward day a local time that does not exist fires at the first instant after the
     /// gap; on a fall-back day a local time that happens twice fires once, at the earlier instant.
@@ -88,36 +99,149 @@ pub struct DueInterval {
     pub due_at: DateTime<Utc>,
 }
 
-/// The intervals of `axis` that are due by `now` under `fires`: every interval whose end is
-/// followed by a fire time at or before `now`, the `lookback` newest at most, oldest first.
-pub fn due_by(
+/// How many intervals [`latest_due`] steps to reconcile the schedule's backward search with its
+/// forward one (they agree except, perhaps, next to a change of the zone's offset).
+const LATEST_DUE_CHECKS: usize = 64;
+
+/// The newest interval of `axis` due by `now` under `fires`; `None` when none is. Found from the
+/// schedule's last fire time at or before `now` (every interval that ended by then is due, and no
+/// later one), so its cost does not grow with how long ago anything ran.
+pub fn latest_due(axis: &TimeAxis, fires: &FireTimes, now: DateTime<Utc>) -> Option<DueInterval> {
+    let current = axis.floor(now);
+    if current <= axis.first {
+        return None;
+    }
+    let fired = fires.at_or_before(now)?;
+    let due_at = |start: DateTime<Utc>| fires.at_or_after(axis.shift(start, 1)).filter(|f| *f <= now);
+    let mut start = axis.shift(axis.floor(fired), -1).min(axis.shift(current, -1));
+    for _ in 0..LATEST_DUE_CHECKS {
+        if start < axis.first || due_at(start).is_some() {
+            break;
+        }
+        start = axis.shift(start, -1);
+    }
+    for _ in 0..LATEST_DUE_CHECKS {
+        let next = axis.shift(start, 1);
+        if next >= current || due_at(next).is_none() {
+            break;
+        }
+        start = next;
+    }
+    if start < axis.first {
+        return None;
+    }
+    Some(DueInterval { partition: axis.partition(start), due_at: due_at(start)? })
+}
+
+/// What a scheduled task owes at an instant, counted by arithmetic on its axis from the starts of
+/// its dataset's published partitions: the intervals due since the newest published one, and the
+/// unpublished ones between published ones. Nothing here walks the intervals of an outage, so
+/// the counts are exact however long it lasted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owed {
+    /// The newest interval due.
+    pub latest: DueInterval,
+    /// The start of the newest published interval that is due; `None` when none is.
+    pub newest_published: Option<DateTime<Utc>>,
+    /// The start of the oldest published interval that is due.
+    pub oldest_published: Option<DateTime<Utc>>,
+    /// How many intervals are owed: every one due after the newest published one; when nothing
+    /// is published, the ones due at the latest fire time (the schedule starts now).
+    pub n_due: u64,
+    /// How many intervals between the oldest and the newest published ones are not published.
+    pub n_gaps: u64,
+}
+
+/// What the task whose schedule is `fires` owes at `now`, given the starts of its dataset's
+/// published partitions (aligned to `axis`); `None` when nothing is due yet. Costs a pass over
+/// `published`, never one over the intervals.
+pub fn owed(
     axis: &TimeAxis,
     fires: &FireTimes,
     now: DateTime<Utc>,
-    lookback: i32,
-) -> Result<Vec<DueInterval>, partition::Error> {
-    // The newest interval that has ended by `now`.
-    let current = axis.floor(now);
-    if current <= axis.first {
-        return Ok(Vec::new());
-    }
-    let latest = axis.shift(current, -1);
-    let window_start = axis.shift(latest, -lookback).max(axis.first);
-    let mut due = Vec::new();
-    // Ends only grow, so each fire time serves every interval that ends before it.
-    let mut fire: Option<DateTime<Utc>> = None;
-    for partition in axis.range_inclusive(window_start, latest)? {
-        let Some(end) = partition.interval.map(|i| i.end) else { continue };
-        if fire.is_none_or(|f| f < end) {
-            fire = fires.at_or_after(end);
+    published: &BTreeSet<DateTime<Utc>>,
+) -> Option<Owed> {
+    let latest = latest_due(axis, fires, now)?;
+    let due_starts = published.range(axis.first..=latest_start(&latest));
+    let n_published = due_starts.clone().count() as u64;
+    let oldest_published = due_starts.clone().next().copied();
+    let newest_published = due_starts.last().copied();
+    let n_gaps = match (oldest_published, newest_published) {
+        (Some(a), Some(b)) => count(axis.intervals_between(a, b) + 1).saturating_sub(n_published),
+        _ => 0,
+    };
+    let mut owed = Owed { latest, newest_published, oldest_published, n_due: 0, n_gaps };
+    owed.n_due = match newest_published {
+        Some(p) => count(axis.intervals_between(p, latest_start(&owed.latest))),
+        None => owed.due_newest(axis, fires, usize::MAX).len() as u64,
+    };
+    Some(owed)
+}
+
+fn latest_start(d: &DueInterval) -> DateTime<Utc> {
+    d.partition.interval.map_or(d.due_at, |i| i.start)
+}
+
+/// A count of intervals, never negative.
+fn count(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
+}
+
+impl Owed {
+    /// The newest `n` owed intervals at most, newest first, each with the fire time it became
+    /// due at: a walk back from the newest due one that stops at the newest published one (or,
+    /// when nothing is published, at the first one due at an earlier fire time).
+    pub fn due_newest(&self, axis: &TimeAxis, fires: &FireTimes, n: usize) -> Vec<DueInterval> {
+        let mut out = Vec::new();
+        let mut start = latest_start(&self.latest);
+        while out.len() < n && start >= axis.first && self.newest_published.is_none_or(|p| start > p) {
+            let partition = axis.partition(start);
+            let Some(due_at) = partition.interval.and_then(|i| fires.at_or_after(i.end)) else { break };
+            if self.newest_published.is_none() && due_at != self.latest.due_at {
+                break;
+            }
+            out.push(DueInterval { partition, due_at });
+            start = axis.shift(start, -1);
         }
-        match fire {
-            Some(due_at) if due_at <= now => due.push(DueInterval { partition, due_at }),
-            // Not yet due, nor is anything after it.
-            _ => break,
-        }
+        out
     }
-    Ok(due)
+
+    /// The newest `n` gaps at most (unpublished intervals between published ones), newest first:
+    /// a walk down `published` (the same set [`owed`] was given) that visits only the gaps.
+    pub fn gaps_newest(&self, axis: &TimeAxis, published: &BTreeSet<DateTime<Utc>>, n: usize) -> Vec<Partition> {
+        let (Some(oldest), Some(newest)) = (self.oldest_published, self.newest_published) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        let mut above = newest;
+        for &below in published.range(oldest..newest).rev() {
+            let mut t = axis.shift(above, -1);
+            while t > below && out.len() < n {
+                out.push(axis.partition(t));
+                t = axis.shift(t, -1);
+            }
+            if out.len() >= n {
+                break;
+            }
+            above = below;
+        }
+        out
+    }
+
+    /// The oldest gap (the first unpublished interval after the oldest published one, when one
+    /// comes before the newest published one).
+    pub fn oldest_gap(&self, axis: &TimeAxis, published: &BTreeSet<DateTime<Utc>>) -> Option<Partition> {
+        let (oldest, newest) = (self.oldest_published?, self.newest_published?);
+        let mut below = oldest;
+        for &above in published.range(oldest..=newest).skip(1) {
+            let next = axis.shift(below, 1);
+            if next < above {
+                return Some(axis.partition(next));
+            }
+            below = above;
+        }
+        None
+    }
 }
 
 /// What to do with a task's due intervals at a tick.
@@ -310,16 +434,80 @@ impl RateLimit {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::partition;
 
     fn utc(s: &str) -> DateTime<Utc> {
         DateTime::parse_from_rfc3339(s).expect("a valid test instant").with_timezone(&Utc)
+    }
+
+    /// Every interval of `axis` due by `now`, oldest first, found by walking back from the
+    /// newest due one to the axis's first (the enumeration [`owed`] avoids, as a reference).
+    fn due_by(
+        axis: &TimeAxis,
+        fires: &FireTimes,
+        now: DateTime<Utc>,
+        max: usize,
+    ) -> Result<Vec<DueInterval>, partition::Error> {
+        let Some(latest) = latest_due(axis, fires, now) else { return Ok(Vec::new()) };
+        let before_first = Some(axis.shift(axis.first, -1));
+        let all = Owed { latest, newest_published: before_first, oldest_published: None, n_due: 0, n_gaps: 0 };
+        Ok(all.due_newest(axis, fires, max).into_iter().rev().collect())
+    }
+
+    #[test]
+    fn owed_counts_an_outage_of_any_length_exactly() {
+        let axis = TimeAxis::new(partition::Grain::Hour, utc("2024-01-01T00:00:00Z"), None);
+        let hourly = FireTimes::new(&Schedule::Hourly, None).expect("@hourly");
+        let published: BTreeSet<DateTime<Utc>> = [utc("2024-01-01T00:00:00Z"), utc("2024-01-01T05:00:00Z")].into();
+        for days in [1_i64, 16, 17, 400, 4000] {
+            let now = utc("2024-01-01T06:10:00Z") + chrono::Duration::days(days);
+            let owed = owed(&axis, &hourly, now, &published).expect("due");
+            // Hours 06:00 on the first day to the hour that ended at 06:00 `days` later.
+            assert_eq!(owed.n_due, 24 * days as u64, "{days} days");
+            assert_eq!(owed.newest_published, Some(utc("2024-01-01T05:00:00Z")));
+            assert_eq!(owed.n_gaps, 4, "hours 01-04 between the two published ones");
+            let listed = owed.due_newest(&axis, &hourly, 3);
+            let keys: Vec<&str> = listed.iter().map(|d| d.partition.key.as_str()).collect();
+            let newest = now - chrono::Duration::minutes(70);
+            assert_eq!(keys[0], axis.key(axis.floor(newest)), "newest first");
+            assert_eq!(keys.len(), 3);
+        }
+        // Checked against the enumeration where it is cheap.
+        let now = utc("2024-01-20T06:10:00Z");
+        let all = due_by(&axis, &hourly, now, usize::MAX).expect("range");
+        let owed = owed(&axis, &hourly, now, &published).expect("due");
+        let after = all.iter().filter(|d| d.partition.interval.is_some_and(|i| i.start > utc("2024-01-01T05:00:00Z")));
+        assert_eq!(owed.n_due, after.count() as u64);
+    }
+
+    #[test]
+    fn gaps_are_counted_and_listed_newest_first_with_the_oldest_named() {
+        let axis = TimeAxis::new(partition::Grain::Day, utc("2024-01-01T00:00:00Z"), None);
+        let daily = FireTimes::new(&Schedule::Daily, None).expect("@daily");
+        let day = |d: u32| utc(&format!("2024-01-{d:02}T00:00:00Z"));
+        // A published day after the newest due one (run by hand ahead of time) is not counted.
+        let published: BTreeSet<DateTime<Utc>> = [day(2), day(3), day(6), day(9), day(30)].into();
+        let owed = owed(&axis, &daily, day(12), &published).expect("due");
+        assert_eq!(owed.latest.partition.key, "2024-01-11");
+        assert_eq!((owed.n_due, owed.n_gaps), (2, 4), "days 10-11 owed; 4, 5, 7, 8 gaps");
+        let keys = |ps: Vec<Partition>| ps.into_iter().map(|p| p.key).collect::<Vec<_>>();
+        assert_eq!(
+            keys(owed.gaps_newest(&axis, &published, 10)),
+            ["2024-01-08", "2024-01-07", "2024-01-05", "2024-01-04"]
+        );
+        assert_eq!(keys(owed.gaps_newest(&axis, &published, 3)), ["2024-01-08", "2024-01-07", "2024-01-05"]);
+        assert_eq!(owed.oldest_gap(&axis, &published).map(|p| p.key), Some("2024-01-04".to_owned()));
+        // Nothing published: the schedule starts now, owing only what its latest fire made due.
+        let fresh = super::owed(&axis, &daily, day(12), &BTreeSet::new()).expect("due");
+        assert_eq!((fresh.n_due, fresh.n_gaps, fresh.newest_published), (1, 0, None));
+        assert_eq!(super::owed(&axis, &daily, utc("2024-01-01T12:00:00Z"), &published), None, "nothing due yet");
     }
 
     /// Days 1..=n of January 2024, each due at the end of its day (an `@daily` schedule).
     fn days(n: u32) -> Vec<DueInterval> {
         let axis = TimeAxis::new(partition::Grain::Day, utc("2024-01-01T00:00:00Z"), None);
         let fires = FireTimes::new(&Schedule::Daily, None).expect("@daily parses");
-        due_by(&axis, &fires, utc(&format!("2024-01-{:02}T00:05:00Z", n + 1)), 400).expect("a valid range")
+        due_by(&axis, &fires, utc(&format!("2024-01-{:02}T00:05:00Z", n + 1)), usize::MAX).expect("a valid range")
     }
 
     fn keys<'a>(ps: impl IntoIterator<Item = &'a Partition>) -> Vec<&'a str> {

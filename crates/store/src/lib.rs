@@ -195,6 +195,10 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn release(&self, release_id: &str) -> Result<Option<ReleaseRecord>>;
     /// Releases touching `dataset` (all when `None`), newest first.
     fn releases(&self, dataset: Option<&str>, limit: u32) -> Result<Vec<ReleaseRecord>>;
+    /// The partitions of `dataset` published now, as the store recorded them (decision 0018): every
+    /// publication counts, an empty one too, and each rollback gives its partitions the state
+    /// they had at the table version it restored. Costs a pass over the dataset's release items.
+    fn published_partitions(&self, dataset: &str) -> Result<std::collections::BTreeSet<String>>;
     /// The step keys among `keys` that some step already published (identical work to skip).
     fn published_step_keys(&self, keys: &[String]) -> Result<std::collections::BTreeSet<String>>;
 

@@ -578,6 +578,10 @@ pub struct ReleaseItem {
     pub version_id: Option<String>,
     /// The Delta table version the commit created.
     pub delta_version: i64,
+    /// For a rollback: the table version whose state of this partition (of the whole table for
+    /// `*`) it restored; the store derives what is published from it (decision 0018).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restored_delta_version: Option<i64>,
 }
 
 /// Progress of a long step: stored only after the output it covers is staged.

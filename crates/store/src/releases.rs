@@ -70,8 +70,8 @@ fn with_items(tx: &mut dyn Tx, rows: &[Row]) -> Result<Vec<ReleaseRecord>> {
     let mut items: BTreeMap<String, Vec<ReleaseItem>> = BTreeMap::new();
     let item_rows = query_in_chunks(tx, &ids, |placeholders| {
         format!(
-            "SELECT release_id, dataset, partition_key, version_id, delta_version FROM release_versions \
-             WHERE release_id IN ({placeholders}) ORDER BY release_id, item_idx"
+            "SELECT release_id, dataset, partition_key, version_id, delta_version, restored_delta_version \
+             FROM release_versions WHERE release_id IN ({placeholders}) ORDER BY release_id, item_idx"
         )
     })?;
     for row in &item_rows {
@@ -80,6 +80,7 @@ fn with_items(tx: &mut dyn Tx, rows: &[Row]) -> Result<Vec<ReleaseRecord>> {
             partition: row.text(2)?,
             version_id: row.opt_text(3)?,
             delta_version: row.int(4)?,
+            restored_delta_version: row.opt_int(5)?,
         });
     }
     for release in &mut releases {
@@ -161,8 +162,8 @@ fn insert_release(
     for (item_idx, item) in release.items.iter().enumerate() {
         tx.execute(
             "INSERT INTO release_versions \
-             (release_id, item_idx, dataset, partition_key, version_id, delta_version) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+             (release_id, item_idx, dataset, partition_key, version_id, delta_version, restored_delta_version) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             &[
                 release.id.as_str().into(),
                 Value::Int(to_i64("release item index", item_idx as u64)?),
@@ -170,6 +171,7 @@ fn insert_release(
                 item.partition.as_str().into(),
                 item.version_id.as_deref().into(),
                 Value::Int(item.delta_version),
+                item.restored_delta_version.map_or(Value::Null, Value::Int),
             ],
         )?;
     }
@@ -261,4 +263,112 @@ pub(crate) fn published_step_keys(tx: &mut dyn Tx, keys: &[String]) -> Result<BT
     .iter()
     .map(|row| row.text(0))
     .collect()
+}
+
+/// The partition a rollback's item names when it restored a whole table.
+const WHOLE_TABLE: &str = "*";
+
+/// One release item of a dataset, as [`published_partitions`] replays it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Published {
+    /// The partition, or [`WHOLE_TABLE`] for a rollback of the whole table.
+    pub(crate) partition: String,
+    /// The table version the release's commit created.
+    pub(crate) delta_version: i64,
+    /// `None` for a publication; for a rollback, the version it restored (`Some(None)`: not
+    /// recorded, so the partition counts as unpublished).
+    pub(crate) restored: Option<Option<i64>>,
+}
+
+/// Replays a dataset's release items in table-version order and returns the partitions published
+/// after the last one: a publication publishes its partition (empty or not: what the store
+/// recorded, not what files the lake holds); a rollback gives its partition (every partition, for
+/// `*`) the state it had at the version it restored. Costs one pass over the items, plus one over
+/// the partitions seen so far per whole-table rollback.
+pub(crate) fn replay(items: &[Published]) -> BTreeSet<String> {
+    // Per partition, its states (table version, published) in version order.
+    let mut history: BTreeMap<String, Vec<(i64, bool)>> = BTreeMap::new();
+    let state_at = |states: &[(i64, bool)], version: Option<i64>| {
+        let Some(version) = version else { return false };
+        let n_before = states.partition_point(|(v, _)| *v <= version);
+        n_before > 0 && states[n_before - 1].1
+    };
+    for item in items {
+        match item.restored {
+            None => history.entry(item.partition.clone()).or_default().push((item.delta_version, true)),
+            Some(restored) if item.partition == WHOLE_TABLE => {
+                for states in history.values_mut() {
+                    let state = state_at(states, restored);
+                    states.push((item.delta_version, state));
+                }
+            }
+            Some(restored) => {
+                let states = history.entry(item.partition.clone()).or_default();
+                let state = state_at(states, restored);
+                states.push((item.delta_version, state));
+            }
+        }
+    }
+    history
+        .into_iter()
+        .filter(|(_, states)| states.last().is_some_and(|(_, published)| *published))
+        .map(|(p, _)| p)
+        .collect()
+}
+
+/// The body of [`crate::Store::published_partitions`].
+pub(crate) fn published_partitions(tx: &mut dyn Tx, dataset: &str) -> Result<BTreeSet<String>> {
+    let rows = tx.query(
+        "SELECT rv.partition_key, rv.delta_version, r.kind, rv.restored_delta_version \
+         FROM release_versions rv JOIN releases r ON r.id = rv.release_id \
+         WHERE rv.dataset = ?1 ORDER BY rv.delta_version, r.created_at, rv.release_id, rv.item_idx",
+        &[dataset.into()],
+    )?;
+    let items = rows
+        .iter()
+        .map(|row| {
+            let restored = match row.text(2)?.as_str() {
+                "rollback" => Some(row.opt_int(3)?),
+                _ => None,
+            };
+            Ok(Published { partition: row.text(0)?, delta_version: row.int(1)?, restored })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(replay(&items))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn publish(partition: &str, delta_version: i64) -> Published {
+        Published { partition: partition.to_owned(), delta_version, restored: None }
+    }
+
+    fn rollback(partition: &str, delta_version: i64, restored: Option<i64>) -> Published {
+        Published { partition: partition.to_owned(), delta_version, restored: Some(restored) }
+    }
+
+    fn published(items: &[Published]) -> Vec<String> {
+        replay(items).into_iter().collect()
+    }
+
+    #[test]
+    fn a_rollback_restores_each_partitions_state_at_the_version_it_restored() {
+        let base = [publish("a", 0), publish("b", 1), publish("c", 2)];
+        assert_eq!(published(&base), ["a", "b", "c"]);
+        // Undoing c's publication (restoring version 1) unpublishes c.
+        let undo_c = [&base[..], &[rollback("c", 3, Some(1))]].concat();
+        assert_eq!(published(&undo_c), ["a", "b"]);
+        // Republished later: published again.
+        let again = [&undo_c[..], &[publish("c", 4)]].concat();
+        assert_eq!(published(&again), ["a", "b", "c"]);
+        // A whole-table rollback to version 0 leaves only a; to version 2, all three.
+        assert_eq!(published(&[&again[..], &[rollback("*", 5, Some(0))]].concat()), ["a"]);
+        assert_eq!(published(&[&again[..], &[rollback("*", 5, Some(2))]].concat()), ["a", "b", "c"]);
+        // A partition rollback to a version where it was published keeps it published.
+        assert_eq!(published(&[&base[..], &[rollback("b", 3, Some(1))]].concat()), ["a", "b", "c"]);
+        // A rollback whose restored version was never recorded counts as unpublished.
+        assert_eq!(published(&[&base[..], &[rollback("b", 3, None)]].concat()), ["a", "c"]);
+    }
 }

@@ -396,6 +396,12 @@ impl<D: Driver> Store for SqlStore<D> {
         self.driver.read(|tx| releases::list(tx, dataset, limit)).map_err(|e| e.context("listing releases"))
     }
 
+    fn published_partitions(&self, dataset: &str) -> Result<BTreeSet<String>> {
+        self.driver
+            .read(|tx| releases::published_partitions(tx, dataset))
+            .map_err(|e| e.context(&format!("reading the published partitions of {dataset}")))
+    }
+
     fn published_step_keys(&self, keys: &[String]) -> Result<BTreeSet<String>> {
         let keys: Vec<String> = keys.iter().cloned().collect::<BTreeSet<_>>().into_iter().collect();
         self.driver

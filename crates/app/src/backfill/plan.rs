@@ -264,7 +264,7 @@ fn freeze(ws: &Workspace, store: &dyn Store, actor: &Actor, args: &PlanRequest) 
             table_versions.insert(d.clone(), lake.table_version(d).await?);
         }
         if args.reprocess != Reprocess::All {
-            let keep = wanted_steps(ws, store, &lake, &plan, args.reprocess).await?;
+            let keep = wanted_steps(ws, store, &plan, args.reprocess)?;
             retain_steps(&mut plan, &keep);
         }
         if plan.steps.is_empty() {
@@ -335,39 +335,28 @@ fn refuse_commands_reading_staged_output(ws: &Workspace, plan: &Plan, written: &
 }
 
 /// The step names to keep for `missing`, `missing-and-errored` (or a frozen `failed`).
-async fn wanted_steps(
-    ws: &Workspace,
-    store: &dyn Store,
-    lake: &tidegate_lake::Lake,
-    plan: &Plan,
-    reprocess: Reprocess,
-) -> Result<BTreeSet<String>> {
+fn wanted_steps(ws: &Workspace, store: &dyn Store, plan: &Plan, reprocess: Reprocess) -> Result<BTreeSet<String>> {
     if reprocess == Reprocess::All {
         return Ok(plan.steps.iter().map(|s| s.name.clone()).collect());
     }
     let errored = errored_steps(store, plan)?;
     Ok(match reprocess {
         // As Airflow's "Missing Runs": a partition that failed is errored, not missing.
-        Reprocess::Missing => missing_steps(ws, lake, plan).await?.difference(&errored).cloned().collect(),
-        Reprocess::MissingAndErrored => missing_steps(ws, lake, plan).await?.union(&errored).cloned().collect(),
+        Reprocess::Missing => missing_steps(ws, store, plan)?.difference(&errored).cloned().collect(),
+        Reprocess::MissingAndErrored => missing_steps(ws, store, plan)?.union(&errored).cloned().collect(),
         Reprocess::Failed | Reprocess::All => errored,
     })
 }
 
-/// The planned steps one of whose output partitions holds no data: never built (or emptied).
-async fn missing_steps(ws: &Workspace, lake: &tidegate_lake::Lake, plan: &Plan) -> Result<BTreeSet<String>> {
-    // One look at each dataset's table: which of the planned partitions hold data.
-    let mut wanted: BTreeMap<&str, Vec<String>> = BTreeMap::new();
-    for s in &plan.steps {
-        for d in &ws.spec.tasks[&s.task].outputs {
-            wanted.entry(d.as_str()).or_default().push(s.partition.key.clone());
-        }
-    }
+/// The planned steps one of whose output partitions is not published. Published is what the
+/// store recorded (decision 0018): a partition published with no rows is not missing, though the
+/// lake holds no file for it.
+fn missing_steps(ws: &Workspace, store: &dyn Store, plan: &Plan) -> Result<BTreeSet<String>> {
     let mut present: BTreeSet<(String, String)> = BTreeSet::new();
-    for (d, keys) in wanted {
-        for size in lake.partition_sizes(d, &keys).await?.into_iter().filter(|p| p.n_files > 0) {
-            present.insert((d.to_owned(), size.partition));
-        }
+    let outputs: BTreeSet<&str> =
+        plan.steps.iter().flat_map(|s| ws.spec.tasks[&s.task].outputs.iter().map(String::as_str)).collect();
+    for d in outputs {
+        present.extend(store.published_partitions(d)?.into_iter().map(|p| (d.to_owned(), p)));
     }
     let mut keep = BTreeSet::new();
     for s in &plan.steps {

@@ -383,6 +383,7 @@ fn record(ws: &Workspace, store: &dyn Store, actor: &Actor, plan: &Undone, reaso
         .iter()
         .flat_map(|d| {
             let version = d.new_version.and_then(|v| i64::try_from(v).ok()).unwrap_or(i64::MAX);
+            let restored = i64::try_from(d.to_version).ok();
             let whole = [WHOLE_TABLE.to_owned()];
             let parts: &[String] = if d.whole_table { &whole } else { &d.partitions };
             parts
@@ -392,6 +393,7 @@ fn record(ws: &Workspace, store: &dyn Store, actor: &Actor, plan: &Undone, reaso
                     partition: p.clone(),
                     version_id: None,
                     delta_version: version,
+                    restored_delta_version: restored,
                 })
                 .collect::<Vec<_>>()
         })

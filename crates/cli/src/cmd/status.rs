@@ -88,8 +88,10 @@ fn print_debt(debt: &Debt) {
         println!("Queue {class}: {} ready, {} running{age}", q.ready, q.running);
     }
     for d in &debt.missed {
-        let (first, last) = (d.debt.first().map_or("-", String::as_str), d.debt.last().map_or("-", String::as_str));
-        say!("Debt {}: {} missed intervals not run: {}", d.task, d.debt.len(), view::keys(&d.debt, MAX_GROUPS));
+        let first = d.oldest.as_deref().or(d.debt.first().map(String::as_str)).unwrap_or("-");
+        let last = d.debt.last().map_or("-", String::as_str);
+        let newest = if d.n_missed > d.debt.len() as u64 { "newest " } else { "" };
+        say!("Debt {}: {} missed intervals not run: {newest}{}", d.task, d.n_missed, view::keys(&d.debt, MAX_GROUPS));
         say!("  run them with `tidegate run {} --from {first} --to {last}`", d.task);
     }
 }

@@ -81,20 +81,22 @@ fn print_decisions(decisions: &[TaskDecision], now: DateTime<Utc>) {
         println!("  no scheduled task has a time-partitioned output");
     }
     for d in decisions {
-        if d.due.is_empty() {
+        if d.n_due == 0 {
             println!("  {}: up to date (newest published {})", d.task, d.newest_published.as_deref().unwrap_or("-"));
             continue;
         }
         let mode = if d.catchup { "catch-up on" } else { "catch-up off" };
+        let newest = if d.n_due > d.due.len() as u64 { ", newest shown" } else { "" };
         say!(
-            "  {}: {} due ({}); {mode} -> running {}",
+            "  {}: {} due ({}{newest}); {mode} -> running {}",
             d.task,
-            d.due.len(),
+            d.n_due,
             view::span(&d.due),
             view::keys(&d.run, MAX_GROUPS)
         );
-        if !d.debt.is_empty() {
-            say!("    debt (missed, not run): {}", view::keys(&d.debt, MAX_GROUPS));
+        if d.n_debt > 0 {
+            let newest = if d.n_debt > d.debt.len() as u64 { "newest " } else { "" };
+            say!("    debt (missed, not run): {}; {newest}{}", d.n_debt, view::keys(&d.debt, MAX_GROUPS));
         }
     }
 }

@@ -14,6 +14,7 @@ mod cluster;
 mod common;
 mod crash;
 mod data;
+mod debt;
 mod dedup;
 mod failpoints;
 mod fencing;

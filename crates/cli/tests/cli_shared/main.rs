@@ -27,6 +27,7 @@ mod suite {
     mod checkpoints;
     mod crash;
     mod data;
+    mod debt;
     mod dedup;
     mod failpoints;
     mod fencing;

@@ -520,6 +520,7 @@ impl Engine {
                 partition: p.partition.clone(),
                 version_id: p.version_ids.get(&i.dataset).cloned(),
                 delta_version: i64::try_from(i.table_version).unwrap_or(i64::MAX),
+                restored_delta_version: None,
             })
             .collect();
         let release = ReleaseRecord {

@@ -10,8 +10,8 @@ use tidegate_core::retry::ErrorClass;
 use tidegate_core::state::{RunStatus, StepEvent, StepStatus};
 use tidegate_store::{
     Approval, BackfillRecord, BackfillStatus, CheckpointRecord, Claim, Error, IN_FLIGHT_TIMEOUT_S, JournalEntry,
-    JournalQuery, Lease, LockOutcome, NewToken, Outcome, Priority, ReleaseKind, ReleaseRecord, RunRecord, RunRequest,
-    SqlStore, StagedRecord, StepEventRecord, StepRecord, Store, Throttle, WorkerIdentity,
+    JournalQuery, Lease, LockOutcome, NewToken, Outcome, Priority, ReleaseItem, ReleaseKind, ReleaseRecord, RunRecord,
+    RunRequest, SqlStore, StagedRecord, StepEventRecord, StepRecord, Store, Throttle, WorkerIdentity,
 };
 use tidegate_testkit::fixed_instant;
 use tidegate_testkit::store::{
@@ -75,6 +75,7 @@ macro_rules! all_backend_tests {
             releases_recorded_together_are_all_or_nothing,
             a_release_none_of_whose_steps_may_publish_is_not_recorded,
             published_step_keys_finds_exactly_the_published_keys,
+            published_partitions_follow_publications_and_rollbacks,
             checkpoint_is_refused_until_its_version_is_staged,
             checkpoint_is_refused_unless_its_staged_output_holds_the_rows_it_declares,
             scheduler_role_is_held_by_one_owner_until_it_expires,
@@ -1212,6 +1213,45 @@ pub fn releases_read_back_newest_first_with_their_items(t: &StoreUnderTest) {
     assert_eq!(store.release("r1").expect("reading"), Some(first));
     assert_eq!(store.release("r9").expect("reading"), None);
     assert_chain_intact(store);
+}
+
+/// A release `id` of `kind` in dataset `features`: per item, its partition, the table version
+/// of its commit and, for a rollback, the version it restored.
+fn features_release(id: &str, kind: ReleaseKind, items: &[(&str, i64, Option<i64>)]) -> ReleaseRecord {
+    let mut release = release_record(id, kind, &[], t0());
+    release.items = items
+        .iter()
+        .map(|(partition, delta_version, restored)| ReleaseItem {
+            dataset: "features".to_owned(),
+            partition: (*partition).to_owned(),
+            version_id: None,
+            delta_version: *delta_version,
+            restored_delta_version: *restored,
+        })
+        .collect();
+    release
+}
+
+pub fn published_partitions_follow_publications_and_rollbacks(t: &StoreUnderTest) {
+    let store = &*t.store;
+    let published = || store.published_partitions("features").expect("reading").into_iter().collect::<Vec<_>>();
+    assert!(published().is_empty());
+    let record = |r: ReleaseRecord| store.record_release(&r, &[], &meta(t0())).expect("recording");
+    // Publications count whatever they held (an empty partition's too): the store's record.
+    record(features_release("r1", ReleaseKind::Publish, &[("2024-01-01", 1, None), ("2024-01-02", 1, None)]));
+    record(features_release("r2", ReleaseKind::Publish, &[("2024-01-03", 2, None)]));
+    assert_eq!(published(), ["2024-01-01", "2024-01-02", "2024-01-03"]);
+    // A whole-table rollback to version 1 unpublishes what came after it.
+    record(features_release("r3", ReleaseKind::Rollback, &[("*", 3, Some(1))]));
+    assert_eq!(published(), ["2024-01-01", "2024-01-02"]);
+    let read = store.release("r3").expect("reading").expect("recorded");
+    assert_eq!(read.items[0].restored_delta_version, Some(1), "the restored version is stored");
+    record(features_release("r4", ReleaseKind::Publish, &[("2024-01-03", 4, None)]));
+    // A partition's rollback to a version before its first publication unpublishes it; to one
+    // where it was published keeps it.
+    record(features_release("r5", ReleaseKind::Rollback, &[("2024-01-02", 5, Some(0)), ("2024-01-03", 5, Some(4))]));
+    assert_eq!(published(), ["2024-01-01", "2024-01-03"]);
+    assert!(store.published_partitions("labels").expect("reading").is_empty(), "per dataset");
 }
 
 pub fn published_step_keys_finds_exactly_the_published_keys(t: &StoreUnderTest) {

@@ -60,9 +60,12 @@ pub struct PlanArgs {
 fn reprocess_parser() -> impl clap::builder::TypedValueParser<Value = Reprocess> {
     use clap::builder::{PossibleValue, PossibleValuesParser};
     PossibleValuesParser::new([
-        PossibleValue::new("missing").help("Only partitions never built (Airflow's \"Missing Runs\")"),
+        PossibleValue::new("missing").help(
+            "Only partitions never published, as the store recorded (one published empty is published; \
+             Airflow's \"Missing Runs\")",
+        ),
         PossibleValue::new("missing-and-errored").help(
-            "Partitions never built, and those whose latest step failed (Airflow's \"Missing and Errored Runs\")",
+            "Partitions never published, and those whose latest step failed (Airflow's \"Missing and Errored Runs\")",
         ),
         PossibleValue::new("all").help("Every selected partition (Airflow's \"All Runs\")"),
         // The old spelling, refused with the new one named (hidden from --help).
