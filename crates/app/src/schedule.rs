@@ -73,6 +73,17 @@ pub struct Superseded {
     pub by_run: String,
 }
 
+/// A sensor task's (`schedule = "on_arrival"`) partitions at one tick.
+#[derive(Debug, Clone, Serialize)]
+pub struct Arrival {
+    /// The task.
+    pub task: String,
+    /// Partitions not yet published whose sources arrived: started by this tick.
+    pub started: Vec<String>,
+    /// Partitions not yet published (and not running) whose sources have not arrived.
+    pub waiting: Vec<String>,
+}
+
 /// What a tick started.
 #[derive(Debug, Default)]
 pub struct Started {
@@ -80,6 +91,8 @@ pub struct Started {
     pub runs: Vec<String>,
     /// Intervals not run because a run already covers them.
     pub superseded: Vec<Superseded>,
+    /// The sensor tasks' partitions, started or still waiting for their sources.
+    pub arrivals: Vec<Arrival>,
 }
 
 /// Decides every scheduled task's due intervals at `now`, from what the store recorded as
@@ -157,6 +170,8 @@ pub struct Tick {
     pub runs: Vec<String>,
     /// Due intervals not run because an unfinished run covers them.
     pub superseded: Vec<Superseded>,
+    /// The sensor tasks' partitions, started or still waiting for their sources.
+    pub arrivals: Vec<Arrival>,
 }
 
 /// Evaluates the schedules at `now` and, unless `dry_run`, submits the runs that are due (see
@@ -164,9 +179,13 @@ pub struct Tick {
 pub fn tick(ws: &Workspace, store: &dyn Store, actor: &Actor, now: DateTime<Utc>, dry_run: bool) -> Result<Tick> {
     require(actor, Access::RunWork)?;
     let decisions = decide(&ws.spec, store, now)?;
-    let Started { runs, superseded } =
-        if dry_run { Started::default() } else { start_due(ws, store, actor, &decisions, now)? };
-    Ok(Tick { now, decisions, runs, superseded })
+    let Started { runs, superseded, arrivals } = if dry_run {
+        let covered = covered(store)?;
+        Started { arrivals: arrivals(ws, store, &covered, now)?, ..Started::default() }
+    } else {
+        start_due(ws, store, actor, &decisions, now)?
+    };
+    Ok(Tick { now, decisions, runs, superseded, arrivals })
 }
 
 /// Submits the runs the decisions start: each task's live intervals (due at its latest fire
@@ -182,10 +201,7 @@ pub fn start_due(
     now: DateTime<Utc>,
 ) -> Result<Started> {
     require(actor, Access::RunWork)?;
-    let mut covered: BTreeMap<(String, String), String> = BTreeMap::new();
-    for a in store.active_steps()? {
-        covered.entry((a.step.task.clone(), a.step.partition.clone())).or_insert(a.step.run_id.clone());
-    }
+    let covered = covered(store)?;
     let mut superseded = Vec::new();
     let decisions: Vec<TaskDecision> = decisions
         .iter()
@@ -225,7 +241,95 @@ pub fn start_due(
     for (trigger, priority) in [(Trigger::Schedule, Priority::Live), (Trigger::Catchup, Priority::Catchup)] {
         runs.extend(submit_due(ws, store, actor, &decisions, trigger, priority, now)?);
     }
-    Ok(Started { runs, superseded })
+    let arrivals = arrivals(ws, store, &covered, now)?;
+    let arrived: BTreeMap<String, Vec<String>> =
+        arrivals.iter().filter(|a| !a.started.is_empty()).map(|a| (a.task.clone(), a.started.clone())).collect();
+    runs.extend(submit_wanted(ws, store, actor, &arrived, Trigger::Schedule, Priority::Live, now, "arrival")?);
+    Ok(Started { runs, superseded, arrivals })
+}
+
+/// The (task, partition) pairs that unfinished runs cover, with the run covering each.
+fn covered(store: &dyn Store) -> Result<BTreeMap<(String, String), String>> {
+    let mut covered: BTreeMap<(String, String), String> = BTreeMap::new();
+    for a in store.active_steps()? {
+        covered.entry((a.step.task.clone(), a.step.partition.clone())).or_insert(a.step.run_id.clone());
+    }
+    Ok(covered)
+}
+
+/// For each sensor task (`schedule = "on_arrival"`), its partitions not published and not being
+/// run (the newest [`LISTED_MAX`] intervals that have ended, or every static key), split into
+/// those whose external sources have arrived and those still waiting. A partition whose source
+/// arrives late, after newer ones, is started when it does.
+fn arrivals(
+    ws: &Workspace,
+    store: &dyn Store,
+    covered: &BTreeMap<(String, String), String>,
+    now: DateTime<Utc>,
+) -> Result<Vec<Arrival>> {
+    let mut out = Vec::new();
+    for task in ws.spec.tasks.values().filter(|t| t.on_arrival) {
+        let Some(dataset) = task.outputs.first() else { continue };
+        let published = store.published_partitions(dataset)?;
+        let keys: Vec<String> = match plan::axis_of(&ws.spec.datasets[dataset]) {
+            Some(axis) => {
+                let newest_ended = axis.shift(axis.floor(now), -1);
+                (0..LISTED_MAX)
+                    .map(|i| axis.shift(newest_ended, -i32::try_from(i).unwrap_or(i32::MAX)))
+                    .take_while(|start| *start >= axis.first)
+                    .map(|start| axis.key(start))
+                    .collect()
+            }
+            None => {
+                plan::select_partitions(&ws.spec, task, &Selection::AllStatic)?.into_iter().map(|p| p.key).collect()
+            }
+        };
+        let open: Vec<String> = keys
+            .into_iter()
+            .filter(|k| !published.contains(k) && !covered.contains_key(&(task.name.clone(), k.clone())))
+            .collect();
+        if open.is_empty() {
+            out.push(Arrival { task: task.name.clone(), started: Vec::new(), waiting: Vec::new() });
+            continue;
+        }
+        let request = Request {
+            spec: &ws.spec,
+            target: &task.name,
+            selection: Selection::Keys(open),
+            include_upstream: false,
+            include_downstream: false,
+        };
+        let steps = plan::plan(&request)?.steps;
+        let (spec, root) = (ws.spec.clone(), ws.root.clone());
+        let looks = block_on_anywhere(async move {
+            let mut seen = Vec::new();
+            for step in steps {
+                let inputs: Vec<(String, Vec<String>)> =
+                    step.inputs.iter().map(|i| (i.dataset.clone(), i.partitions.clone())).collect();
+                let ready = tidegate_engine::source::first_not_ready(&spec, &root, &inputs).await.is_none();
+                seen.push((step.partition.key, ready));
+            }
+            seen
+        })?;
+        // Oldest first, as every list of partitions (keys of one axis sort in time order).
+        let (mut started, mut waiting): (Vec<_>, Vec<_>) = looks.into_iter().partition(|(_, ready)| *ready);
+        started.sort();
+        waiting.sort();
+        out.push(Arrival {
+            task: task.name.clone(),
+            started: started.into_iter().map(|(k, _)| k).collect(),
+            waiting: waiting.into_iter().map(|(k, _)| k).collect(),
+        });
+    }
+    Ok(out)
+}
+
+/// Runs `future` to completion from synchronous code, inside a runtime (a `serve` tick) or not.
+fn block_on_anywhere<T: Send + 'static>(future: impl std::future::Future<Output = T> + Send + 'static) -> Result<T> {
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) => Ok(tokio::task::block_in_place(|| handle.block_on(future))),
+        Err(_) => Ok(crate::workspace::runtime()?.block_on(future)),
+    }
 }
 
 /// Submits one run holding every (task, partition) the decisions start under `trigger`.
@@ -249,10 +353,27 @@ fn submit_due(
         })
         .filter(|(_, keys): &(String, Vec<String>)| !keys.is_empty())
         .collect();
+    let label = format!("{trigger:?}").to_lowercase();
+    submit_wanted(ws, store, actor, &wanted, trigger, priority, now, &label)
+}
+
+/// Submits one run holding every (task, partition) of `wanted`; `label` makes its idempotency
+/// key one per tick instant and kind of start.
+#[allow(clippy::too_many_arguments, reason = "one call site per kind of start; each argument is named there")]
+fn submit_wanted(
+    ws: &Workspace,
+    store: &dyn Store,
+    actor: &Actor,
+    wanted: &BTreeMap<String, Vec<String>>,
+    trigger: Trigger,
+    priority: Priority,
+    now: DateTime<Utc>,
+    label: &str,
+) -> Result<Option<String>> {
     if wanted.is_empty() {
         return Ok(None);
     }
-    let plan = combined_plan(&ws.spec, &wanted)?;
+    let plan = combined_plan(&ws.spec, wanted)?;
     let steps = submit::new_steps(ws, &plan, &BTreeMap::new(), false)?;
     let partitions: Vec<String> =
         wanted.iter().flat_map(|(t, keys)| keys.iter().map(move |k| format!("{t}@{k}"))).collect();
@@ -267,13 +388,13 @@ fn submit_due(
         params: BTreeMap::new(),
         backfill_id: None,
         // One tick per instant: ticking twice at the same `now` creates nothing new.
-        idempotency_key: Some(format!("tick:{}:{}", format!("{trigger:?}").to_lowercase(), now.to_rfc3339())),
+        idempotency_key: Some(format!("tick:{label}:{}", now.to_rfc3339())),
     };
     let meta = JournalMeta {
         via: Some(actor.via()),
         actor: actor.name.clone(),
         correlation_id: format!("tick-{}", now.timestamp()),
-        reason: format!("{} tick at {now}", format!("{trigger:?}").to_lowercase()),
+        reason: format!("{label} tick at {now}"),
         at: ws.now(),
     };
     Ok(Some(store.submit_run(&request, &steps, &meta)?.run.id))

@@ -65,6 +65,21 @@ pub(crate) fn tick_at(
         for s in &tick.superseded {
             say!("  {}@{}: superseded by run {}, which already covers it", s.task, s.partition, s.by_run);
         }
+        for a in &tick.arrivals {
+            let list = |keys: &[String]| match keys {
+                [] => String::new(),
+                [one] => format!(" ({one})"),
+                [first, .., last] => format!(" ({first} .. {last})"),
+            };
+            say!(
+                "{}: on arrival: {} started, its sources arrived{}; {} waiting for their sources{}",
+                a.task,
+                a.started.len(),
+                list(&a.started),
+                a.waiting.len(),
+                list(&a.waiting)
+            );
+        }
     }
     if !tick.runs.is_empty() {
         with_progress(!json, |p| tidegate_app::run::execute(ws, store.clone(), actor, workers, p, Scope::Everything))?;

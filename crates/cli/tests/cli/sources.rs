@@ -283,3 +283,39 @@ fn a_source_that_flips_between_ready_and_not_starts_its_step_once() {
     assert_eq!(journaled(dir, "deps_met").len(), 2);
     assert_eq!(journaled(dir, "source_waiting").len(), 2);
 }
+
+#[test]
+fn an_on_arrival_schedule_starts_each_partition_when_its_source_arrives() {
+    let ws = workspace("");
+    let dir = ws.path();
+    let spec = std::fs::read_to_string(dir.join("tidegate.toml")).expect("spec");
+    ws.set_spec(spec.replace("outputs = [\"loaded\"]", "outputs = [\"loaded\"]\nschedule = \"on_arrival\""));
+    // Days 1 and 3 have arrived, day 2 has not; day 4 has not ended at the first tick.
+    for day in ["2024-01-01", "2024-01-03", "2024-01-04"] {
+        write_source_file(dir, &format!("landing/{day}/part-0.csv"), b"id\n1\n");
+    }
+    let tick = |now: &str| {
+        let (code, report) = json(dir, &["tick", "--now", now, "--json"]);
+        assert_eq!(code, 0, "{report}");
+        let arrival = report["arrivals"].as_array().and_then(|a| a.first()).cloned().expect("the sensor task");
+        let keys = |field: &str| -> Vec<String> {
+            arrival[field].as_array().expect(field).iter().map(|k| k.as_str().unwrap_or("").to_owned()).collect()
+        };
+        (keys("started"), keys("waiting"))
+    };
+    let (started, waiting) = tick("2024-01-04T06:00:00Z");
+    assert_eq!(
+        (started, waiting),
+        (vec!["2024-01-01".to_owned(), "2024-01-03".to_owned()], vec!["2024-01-02".to_owned()])
+    );
+    let days = |rows: Vec<(String, String)>| rows.into_iter().map(|r| r.0).collect::<Vec<_>>();
+    assert_eq!(days(published(dir)), ["2024-01-01", "2024-01-03"]);
+
+    // Day 2 arrives late: the next tick starts it, and nothing else (day 4 has now ended too).
+    write_source_file(dir, "landing/2024-01-02/part-0.csv", b"id\n2\n");
+    let (started, waiting) = tick("2024-01-05T06:00:00Z");
+    assert_eq!((started, waiting), (vec!["2024-01-02".to_owned(), "2024-01-04".to_owned()], Vec::<String>::new()));
+    assert_eq!(days(published(dir)), ["2024-01-01", "2024-01-02", "2024-01-03", "2024-01-04"]);
+    // Published partitions are never started again.
+    assert_eq!(tick("2024-01-05T07:00:00Z"), (Vec::new(), Vec::new()));
+}

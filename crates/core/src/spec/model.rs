@@ -455,8 +455,13 @@ pub struct Task {
     /// `outputs`: the datasets this task writes (at least one); all share one partitioning.
     pub outputs: Vec<String>,
     /// `schedule`: the scheduler runs the task's intervals as they end; `None` for a task that only
-    /// runs when asked.
+    /// runs when asked, or one started by its sources' arrival (`on_arrival`).
     pub schedule: Option<Schedule>,
+    /// `schedule = "on_arrival"`: a sensor. Each tick starts every partition not yet published
+    /// whose external sources have arrived (their `ready` check says so), instead of following
+    /// a clock.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub on_arrival: bool,
     /// `catchup`: whether intervals missed during downtime are run (off by default).
     pub catchup: Catchup,
     /// `retry`: how many attempts a step gets and how long to wait between them.

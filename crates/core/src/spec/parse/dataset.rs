@@ -49,6 +49,12 @@ pub(crate) struct DatasetDraft {
 }
 
 impl DatasetDraft {
+    /// Whether this is an external source whose arrival Tidegate looks at (`ready` is not
+    /// `"none"`).
+    pub(crate) fn watches_arrival(&self) -> bool {
+        self.external && self.ready.as_ref().is_some_and(|r| r.check != crate::spec::ReadyCheck::None)
+    }
+
     /// The model value; `None` only if an error was reported for this dataset.
     pub(crate) fn finish(self) -> Option<Dataset> {
         let kind = if self.external {

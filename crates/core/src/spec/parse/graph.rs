@@ -30,6 +30,7 @@ pub(crate) fn check(ctx: &mut Ctx<'_>, d: &Drafts<'_>) {
         check_pool(ctx, d, t);
         check_timeout(ctx, d, t);
         check_output_partitionings(ctx, d, t);
+        check_sensor(ctx, d, t);
     }
     let (writers, all_outputs_declared) = writers(ctx, d);
     // "No task writes it" is only true when every task's outputs were read; otherwise it is a
@@ -40,6 +41,24 @@ pub(crate) fn check(ctx: &mut Ctx<'_>, d: &Drafts<'_>) {
         check_unwritten(ctx, d, &writers, &read);
     }
     check_cycles(ctx, d, &writers);
+}
+
+/// A sensor schedule needs a source whose arrival Tidegate can see.
+fn check_sensor(ctx: &mut Ctx<'_>, d: &Drafts<'_>, t: &TaskDraft) {
+    let Some((path, span)) = &t.on_arrival_site else { return };
+    let reads_a_source =
+        t.task.inputs.iter().any(|i| d.datasets.get(&i.dataset).is_some_and(DatasetDraft::watches_arrival));
+    if reads_a_source {
+        return;
+    }
+    let message = format!(
+        "schedule = \"on_arrival\" starts a partition when its sources arrive, but task \"{}\" reads no external \
+         dataset whose arrival Tidegate can see",
+        t.task.name
+    );
+    let help = "read an [external] dataset with a location (or ready = { command = [...] }), or give the task a \
+                cron schedule such as \"@daily\"";
+    ctx.report(*span, path, message, Some(help.to_owned()));
 }
 
 fn check_pool(ctx: &mut Ctx<'_>, d: &Drafts<'_>, t: &TaskDraft) {

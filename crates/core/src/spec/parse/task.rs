@@ -56,6 +56,8 @@ pub(crate) struct TaskDraft {
     pub(crate) pool: Option<Text>,
     /// `None` when the task sets no (valid) log cap: the project's applies.
     pub(crate) log_max_bytes: Option<u64>,
+    /// Where `schedule = "on_arrival"` was written, for the check that the task reads a source.
+    pub(crate) on_arrival_site: Option<(Path, Span)>,
 }
 
 pub(crate) fn tasks(ctx: &mut Ctx<'_>, root: &Obj<'_, '_>) -> BTreeMap<String, TaskDraft> {
@@ -83,8 +85,11 @@ fn task(ctx: &mut Ctx<'_>, obj: &Obj<'_, '_>, name: &str, loc: Loc) -> TaskDraft
         .and_then(|f| f.unique_strings(ctx))
         .unwrap_or_default();
     let outputs_ok = ctx.error_count() == errors_before_outputs;
-    let schedule = obj.get(ctx, "schedule").and_then(|f| schedule(ctx, &f));
-    let catchup = catchup(ctx, obj, schedule.is_some());
+    let schedule_field = obj.get(ctx, "schedule");
+    let on_arrival_site =
+        schedule_field.as_ref().filter(|f| f.value.as_str() == Some(ON_ARRIVAL)).map(|f| (f.path.clone(), f.span()));
+    let schedule = schedule_field.filter(|_| on_arrival_site.is_none()).and_then(|f| schedule(ctx, &f));
+    let catchup = catchup(ctx, obj, schedule.is_some(), on_arrival_site.is_some());
     let retry = retry(ctx, obj);
     let exit_codes = exit_codes(ctx, obj);
     let timeout_s = obj.u32_or(ctx, "timeout_s", DEFAULT_TIMEOUT_S, 1, MAX_TIMEOUT_S);
@@ -99,6 +104,7 @@ fn task(ctx: &mut Ctx<'_>, obj: &Obj<'_, '_>, name: &str, loc: Loc) -> TaskDraft
         inputs,
         outputs: outputs.iter().map(|t| t.value.clone()).collect(),
         schedule,
+        on_arrival: on_arrival_site.is_some(),
         catchup,
         retry,
         exit_codes,
@@ -109,7 +115,17 @@ fn task(ctx: &mut Ctx<'_>, obj: &Obj<'_, '_>, name: &str, loc: Loc) -> TaskDraft
         // The project's cap replaces the default once the project is known (`parse`).
         log_max_bytes: log_max_bytes.unwrap_or(crate::spec::DEFAULT_LOG_MAX_BYTES),
     };
-    TaskDraft { task, path: obj.path.clone(), input_sites, outputs, outputs_ok, timeout_s, pool, log_max_bytes }
+    TaskDraft {
+        task,
+        path: obj.path.clone(),
+        input_sites,
+        outputs,
+        outputs_ok,
+        timeout_s,
+        pool,
+        log_max_bytes,
+        on_arrival_site,
+    }
 }
 
 /// Exactly one of `command` and `sql`; `files` only with `command`.
@@ -243,8 +259,11 @@ fn schedule(ctx: &mut Ctx<'_>, f: &Field<'_, '_>) -> Option<crate::spec::Schedul
     values::schedule(s).map_err(|why| f.invalid(ctx, format!("\"{}\"", clip(s)), &why, Some(CRON_HELP.to_owned()))).ok()
 }
 
+/// `schedule = "on_arrival"`: the sensor schedule.
+const ON_ARRIVAL: &str = "on_arrival";
+
 /// Catch-up is off unless asked for, and when on it must be bounded.
-fn catchup(ctx: &mut Ctx<'_>, task: &Obj<'_, '_>, scheduled: bool) -> Catchup {
+fn catchup(ctx: &mut Ctx<'_>, task: &Obj<'_, '_>, scheduled: bool, on_arrival: bool) -> Catchup {
     let Some(obj) = task.get(ctx, "catchup").and_then(|f| f.obj(ctx)) else { return Catchup::default() };
     obj.allow_only(ctx, CATCHUP_KEYS);
     let enabled = obj.bool_or(ctx, "enabled", false);
@@ -258,6 +277,12 @@ fn catchup(ctx: &mut Ctx<'_>, task: &Obj<'_, '_>, scheduled: bool) -> Catchup {
                            after downtime it cannot start every missed interval at once"
                 .to_owned();
             ctx.report(e.span(), &e.path, message, Some("add max_active_runs = 4 to catchup".to_owned()));
+        }
+        (Some(true), _, Some(e)) if on_arrival => {
+            let message = "catchup applies to a clock's missed intervals; schedule = \"on_arrival\" starts every \
+                           partition whose sources arrived, late ones included"
+                .to_owned();
+            ctx.report(e.span(), &e.path, message, Some("remove catchup".to_owned()));
         }
         (Some(true), _, Some(e)) if !scheduled => {
             let message =
