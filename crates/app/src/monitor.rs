@@ -57,6 +57,8 @@ pub struct Snapshot {
     pub steps: BTreeMap<StepStatus, u64>,
     /// Per priority class (live, catch-up, backfill; all present): its queue.
     pub queues: BTreeMap<Priority, Queue>,
+    /// How long the longest-waiting step in `waiting_for_source` has waited (0 when none waits).
+    pub source_wait_oldest_s: f64,
     /// The scheduler's last gauge; absent before any scheduler ran.
     pub scheduler: Option<SchedulerGauge>,
     /// Per scheduled task: how many intervals ended and were not run (`tidegate status`'s debt),
@@ -231,7 +233,7 @@ impl Monitor {
     pub fn snapshot(&self, ws: &Workspace, store: &dyn Store, actor: &Actor, now: DateTime<Utc>) -> Result<Snapshot> {
         require(actor, Access::Read)?;
         let read = self.read_store(store, now);
-        let (steps, queues, scheduler) = self.counted(read, |e| e.store += 1)?;
+        let (steps, queues, scheduler, source_wait_oldest_s) = self.counted(read, |e| e.store += 1)?;
         let (step_durations, publication_durations) = {
             let mut tail = lock(&self.tail);
             let advanced = tail.advance(store).context("reading the journal for durations");
@@ -244,6 +246,7 @@ impl Monitor {
             at: now,
             steps,
             queues,
+            source_wait_oldest_s,
             scheduler,
             missed,
             freshness_lag_s,
@@ -277,7 +280,7 @@ impl Monitor {
         &self,
         store: &dyn Store,
         now: DateTime<Utc>,
-    ) -> Result<(BTreeMap<StepStatus, u64>, BTreeMap<Priority, Queue>, Option<SchedulerGauge>)> {
+    ) -> Result<(BTreeMap<StepStatus, u64>, BTreeMap<Priority, Queue>, Option<SchedulerGauge>, f64)> {
         let counts = store.step_counts().context("counting steps")?;
         let steps = StepStatus::ALL.iter().map(|s| (*s, counts.by_status.get(s).copied().unwrap_or(0))).collect();
         let queues = [Priority::Live, Priority::Catchup, Priority::Backfill]
@@ -299,7 +302,8 @@ impl Monitor {
                 gauge.age_s = seconds(now - at);
                 Some(gauge)
             });
-        Ok((steps, queues, scheduler))
+        let source_wait = counts.oldest_waiting_for_source.map_or(0.0, |since| seconds(now - since));
+        Ok((steps, queues, scheduler, source_wait))
     }
 
     /// Missed intervals per scheduled task and freshness lag per dataset, decided from what the

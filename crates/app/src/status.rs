@@ -55,6 +55,25 @@ pub struct Debt {
     /// The scheduler's last gauge (pools with their retry budget left, backlog, throughput,
     /// backlog ETA, live workers), with its age; absent before any scheduler ran.
     pub scheduler: Option<serde_json::Value>,
+    /// Per task with steps in `waiting_for_source`: how many, for how long, and which sources.
+    #[serde(default)]
+    pub waiting_for_source: Vec<SourceWait>,
+}
+
+/// A task's steps waiting for their external sources to arrive.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SourceWait {
+    /// The task.
+    pub task: String,
+    /// Its steps waiting.
+    pub steps: u64,
+    /// The oldest partition waiting.
+    pub oldest_partition: String,
+    /// How long the longest-waiting one has waited, in seconds.
+    pub longest_s: f64,
+    /// The external datasets the task reads that declare a readiness check.
+    pub sources: Vec<String>,
 }
 
 /// A gauge older than this is from a drain that has ended (an idle scheduler does not write it).
@@ -120,7 +139,24 @@ pub fn status(ws: &Workspace, store: &dyn Store, actor: &Actor, limit: u32, now:
 pub fn debt(ws: &Workspace, store: &dyn Store, actor: &Actor, now: DateTime<Utc>) -> Result<Debt> {
     require(actor, Access::Read)?;
     let mut queues: BTreeMap<String, Queue> = BTreeMap::new();
+    let mut waits: BTreeMap<String, SourceWait> = BTreeMap::new();
     for a in store.active_steps()? {
+        if a.step.status() == StepStatus::WaitingForSource {
+            #[allow(clippy::cast_precision_loss, reason = "a duration far below 2^52 ms, exact as f64")]
+            let waited = (now - a.step.updated_at).num_milliseconds().max(0) as f64 / 1000.0;
+            let w = waits.entry(a.step.task.clone()).or_insert_with(|| SourceWait {
+                task: a.step.task.clone(),
+                steps: 0,
+                oldest_partition: a.step.partition.clone(),
+                longest_s: 0.0,
+                sources: sources_of(ws, &a.step.task),
+            });
+            w.steps += 1;
+            if waited >= w.longest_s {
+                w.longest_s = waited;
+                w.oldest_partition = a.step.partition.clone();
+            }
+        }
         let q = queues.entry(format!("{:?}", a.priority).to_lowercase()).or_default();
         match a.step.status() {
             StepStatus::Ready => {
@@ -177,5 +213,20 @@ pub fn debt(ws: &Workspace, store: &dyn Store, actor: &Actor, now: DateTime<Utc>
                 value
             },
         );
-    Ok(Debt { queues, missed, freshness, scheduler })
+    Ok(Debt { queues, missed, freshness, scheduler, waiting_for_source: waits.into_values().collect() })
+}
+
+/// The external datasets `task` reads whose arrival is looked at.
+fn sources_of(ws: &Workspace, task: &str) -> Vec<String> {
+    let Some(task) = ws.spec.tasks.get(task) else { return Vec::new() };
+    task.inputs
+        .iter()
+        .filter(|i| {
+            ws.spec.datasets.get(&i.dataset).is_some_and(|d| {
+                matches!(&d.kind, tidegate_core::spec::DatasetKind::External { ready, .. }
+                    if ready.check != tidegate_core::spec::ReadyCheck::None)
+            })
+        })
+        .map(|i| i.dataset.clone())
+        .collect()
 }

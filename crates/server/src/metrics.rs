@@ -161,6 +161,12 @@ impl Collector for Exposition {
             "How long the longest-waiting ready step has waited, per priority class (0 when none waits).",
             by_class(|q| q.oldest_ready_age_s),
         )?;
+        gauges(
+            &mut encoder,
+            "tidegate_source_wait_oldest_seconds",
+            "How long the longest-waiting step in waiting_for_source has waited for its source (0 when none waits).",
+            [(Vec::new(), s.source_wait_oldest_s)],
+        )?;
         self.encode_scheduler(&mut encoder)?;
         gauges(
             &mut encoder,

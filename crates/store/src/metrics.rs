@@ -49,6 +49,15 @@ pub(crate) fn step_counts(tx: &mut dyn Tx) -> Result<StepCounts> {
         unfinished.join(", "),
         queued.join(", "),
     );
+    let waiting = tx.query(
+        "SELECT MIN(updated_at) FROM steps WHERE status = ?1",
+        &[StepStatus::WaitingForSource.as_str().into()],
+    )?;
+    if let Some(row) = waiting.first()
+        && let Some(text) = row.opt_text(0)?
+    {
+        counts.oldest_waiting_for_source = Some(parse_ts(&text)?);
+    }
     for row in tx.query(&sql, &[])? {
         let priority: Priority = from_json("a run's priority", &format!("\"{}\"", row.text(0)?))?;
         let status = step_status(&row.text(1)?)?;

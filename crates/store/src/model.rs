@@ -493,6 +493,8 @@ pub struct StepCounts {
     /// Per priority class, the steps of unfinished runs waiting for or holding a lease; a class
     /// with neither is absent.
     pub queues: BTreeMap<Priority, QueueCount>,
+    /// When the longest-waiting step in `waiting_for_source` started waiting; `None` when none waits.
+    pub oldest_waiting_for_source: Option<DateTime<Utc>>,
 }
 
 /// One priority class's queue.

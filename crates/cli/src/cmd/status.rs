@@ -87,6 +87,16 @@ fn print_debt(debt: &Debt) {
         let age = q.oldest_ready_age_s.map(|a| format!(", oldest waiting {a:.0} s")).unwrap_or_default();
         println!("Queue {class}: {} ready, {} running{age}", q.ready, q.running);
     }
+    for w in &debt.waiting_for_source {
+        say!(
+            "Waiting for source {}: {} step(s) of {}, the longest {:.0} s (since partition {})",
+            w.sources.join(", "),
+            w.steps,
+            w.task,
+            w.longest_s,
+            w.oldest_partition
+        );
+    }
     for d in &debt.missed {
         let first = d.oldest.as_deref().or(d.debt.first().map(String::as_str)).unwrap_or("-");
         let last = d.debt.last().map_or("-", String::as_str);

@@ -122,7 +122,13 @@ fn a_step_waits_for_its_source_partition_and_runs_once_it_arrives() {
     assert!(reason.contains("source raw partition 2024-01-02") && reason.contains("no file yet at"), "{reason}");
     let (code, status) = json(dir, &["status", "--json"]);
     assert_eq!(code, 0, "{status}");
-    assert!(status.to_string().contains("waiting_for_source"), "status does not show the wait: {status}");
+    let waits = &status["debt"]["waiting_for_source"];
+    assert_eq!(waits[0]["task"], "load", "status does not show the wait: {status}");
+    assert_eq!(waits[0]["steps"], 1, "{status}");
+    assert_eq!(waits[0]["oldest_partition"], "2024-01-02", "{status}");
+    assert_eq!(waits[0]["sources"], serde_json::json!(["raw"]), "{status}");
+    let counted = status["runs"][0]["steps"]["waiting_for_source"].as_u64();
+    assert_eq!(counted, Some(1), "the run's steps by status: {status}");
     wait_for("day 1 to be published", Duration::from_secs(60), || published(dir).len() == 1);
 
     // A marker or hidden file is not the data arriving.
