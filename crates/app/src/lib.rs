@@ -23,6 +23,7 @@ pub mod rollback;
 pub mod run;
 pub mod schedule;
 pub mod serve;
+pub mod stale;
 pub mod status;
 pub mod submit;
 pub mod target;

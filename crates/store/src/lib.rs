@@ -9,6 +9,7 @@
 //! fenced by a newer lease epoch) changes no state and is journaled as a rejection.
 
 mod backfill;
+mod builds;
 mod checkpoints;
 mod claims;
 mod codec;
@@ -199,6 +200,11 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// publication counts, an empty one too, and each rollback gives its partitions the state
     /// they had at the table version it restored. Costs a pass over the dataset's release items.
     fn published_partitions(&self, dataset: &str) -> Result<std::collections::BTreeSet<String>>;
+    /// The partitions of `dataset` visible now, each with the table version its content became
+    /// visible at and the step that built it (with the inputs it pinned): the newest
+    /// publication's, or after a rollback the one visible at the version it restored (invariant
+    /// 14). Costs a pass over the dataset's release items.
+    fn visible_builds(&self, dataset: &str) -> Result<Vec<VisiblePartition>>;
     /// The step keys among `keys` that some step already published (identical work to skip).
     fn published_step_keys(&self, keys: &[String]) -> Result<std::collections::BTreeSet<String>>;
 

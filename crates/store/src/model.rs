@@ -497,6 +497,29 @@ pub struct StepCounts {
     pub oldest_waiting_for_source: Option<DateTime<Utc>>,
 }
 
+/// A visible partition and what built it ([`crate::Store::visible_builds`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct VisiblePartition {
+    /// The partition's key.
+    pub partition: String,
+    /// The table version at which its current content became visible.
+    pub since_version: i64,
+    /// The step whose output it is; `None` when unknown (a rollback restored a state the store
+    /// recorded no step for).
+    pub build: Option<VisibleBuild>,
+}
+
+/// The step behind a visible partition.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct VisibleBuild {
+    /// The step.
+    pub step_id: String,
+    /// Its task.
+    pub task: String,
+    /// The input versions it read.
+    pub inputs: Vec<tidegate_core::idempotency::PinnedInput>,
+}
+
 /// One priority class's queue.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct QueueCount {

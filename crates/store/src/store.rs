@@ -396,6 +396,12 @@ impl<D: Driver> Store for SqlStore<D> {
         self.driver.read(|tx| releases::list(tx, dataset, limit)).map_err(|e| e.context("listing releases"))
     }
 
+    fn visible_builds(&self, dataset: &str) -> Result<Vec<crate::VisiblePartition>> {
+        self.driver
+            .read(|tx| crate::builds::visible_builds(tx, dataset))
+            .map_err(|e| e.context("reading what built a dataset's partitions"))
+    }
+
     fn published_partitions(&self, dataset: &str) -> Result<BTreeSet<String>> {
         self.driver
             .read(|tx| releases::published_partitions(tx, dataset))

@@ -34,6 +34,9 @@ pub enum Reprocess {
     /// Every selected partition.
     #[serde(rename = "all")]
     All,
+    /// Only published partitions built from inputs that changed since (`tidegate stale`).
+    #[serde(rename = "stale")]
+    Stale,
     /// Only partitions whose latest step failed: what `failed` planned before
     /// `missing-and-errored` replaced it. Kept so that backfills planned then still read back
     /// (and hash) as they were frozen; a new plan cannot ask for it.
@@ -43,7 +46,7 @@ pub enum Reprocess {
 
 impl Reprocess {
     /// Every value a new plan accepts, as it is spelled on a command line or in a request.
-    pub const NAMES: [&str; 3] = ["missing", "missing-and-errored", "all"];
+    pub const NAMES: [&str; 4] = ["missing", "missing-and-errored", "all", "stale"];
 
     /// The value as it is spelled on a command line, in a request and in a frozen spec.
     pub fn as_str(self) -> &'static str {
@@ -51,6 +54,7 @@ impl Reprocess {
             Self::Missing => "missing",
             Self::MissingAndErrored => "missing-and-errored",
             Self::All => "all",
+            Self::Stale => "stale",
             Self::Failed => "failed",
         }
     }
@@ -64,6 +68,7 @@ impl std::str::FromStr for Reprocess {
             "missing" => Ok(Self::Missing),
             "missing-and-errored" => Ok(Self::MissingAndErrored),
             "all" => Ok(Self::All),
+            "stale" => Ok(Self::Stale),
             "failed" => Err("reprocess \"failed\" is now spelled \"missing-and-errored\": partitions never built and \
                              partitions whose latest step failed (Airflow's \"Missing and Errored Runs\")"
                 .to_owned()),
@@ -279,6 +284,7 @@ fn freeze(ws: &Workspace, store: &dyn Store, actor: &Actor, args: &PlanRequest) 
                     Reprocess::MissingAndErrored => "missing or errored",
                     Reprocess::Failed => "failed",
                     Reprocess::All => "selected",
+                    Reprocess::Stale => "stale",
                 }
             );
         }
@@ -339,12 +345,24 @@ fn wanted_steps(ws: &Workspace, store: &dyn Store, plan: &Plan, reprocess: Repro
     if reprocess == Reprocess::All {
         return Ok(plan.steps.iter().map(|s| s.name.clone()).collect());
     }
+    if reprocess == Reprocess::Stale {
+        let stale: BTreeSet<(String, String)> =
+            crate::stale::stale_in(&ws.spec, store, None)?.into_iter().map(|s| (s.dataset, s.partition)).collect();
+        return Ok(plan
+            .steps
+            .iter()
+            .filter(|s| {
+                ws.spec.tasks[&s.task].outputs.iter().any(|d| stale.contains(&(d.clone(), s.partition.key.clone())))
+            })
+            .map(|s| s.name.clone())
+            .collect());
+    }
     let errored = errored_steps(store, plan)?;
     Ok(match reprocess {
         // As Airflow's "Missing Runs": a partition that failed is errored, not missing.
         Reprocess::Missing => missing_steps(ws, store, plan)?.difference(&errored).cloned().collect(),
         Reprocess::MissingAndErrored => missing_steps(ws, store, plan)?.union(&errored).cloned().collect(),
-        Reprocess::Failed | Reprocess::All => errored,
+        Reprocess::Failed | Reprocess::All | Reprocess::Stale => errored,
     })
 }
 

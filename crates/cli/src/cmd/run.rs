@@ -12,10 +12,12 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use tidegate_app::run::{Cancelled, Outcome};
 use tidegate_app::submit::{self, SubmitRequest, Submitted};
+use tidegate_app::target::{Partitions, Target};
 use tidegate_app::view;
 use tidegate_app::workspace::{self, Workspace};
 use tidegate_core::actor::Actor;
 use tidegate_engine::executor::ProgressFn;
+use tidegate_store::{Priority, Trigger};
 
 use crate::cmd::Json;
 use crate::cmd::plan::TargetArgs;
@@ -65,6 +67,10 @@ pub struct Args {
     /// this one settles (by default other runs wait for `serve`).
     #[arg(long)]
     pub drain_queue: bool,
+    /// Rebuild exactly the target's stale partitions (`tidegate stale`): those built from inputs
+    /// that changed since. Instead of --from/--to, --partition or --all.
+    #[arg(long, conflicts_with_all = ["from", "partition", "all"])]
+    pub stale: bool,
     /// Print the summary as JSON (no progress output).
     #[arg(long)]
     pub json: bool,
@@ -131,8 +137,33 @@ pub(crate) fn print_cancelled(c: &Cancelled) {
 
 pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
     crate::logging::init_foreground();
-    let request = args.target.submit_request(args.idempotency_key)?;
-    submit_and_run(&workspace::load(ws)?, actor, &request, args.workers.into(), args.drain_queue, args.json)
+    let ws = workspace::load(ws)?;
+    let request = if args.stale {
+        let task = tidegate_core::plan::resolve_target(&ws.spec, &args.target.target)?;
+        let keys = tidegate_app::stale::stale_keys(&ws, ws.open_store()?.as_ref(), &task.name)?;
+        if keys.is_empty() {
+            if args.json {
+                output::json(&serde_json::json!({ "created": false, "stale": [] }))?;
+            } else {
+                say!("Nothing of {} is stale.", task.name);
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        SubmitRequest {
+            target: Target {
+                target: task.name.clone(),
+                partitions: Partitions::Keys(keys),
+                only: true,
+                downstream: args.target.downstream,
+            },
+            idempotency_key: args.idempotency_key,
+            trigger: Trigger::Manual,
+            priority: Priority::Live,
+        }
+    } else {
+        args.target.submit_request(args.idempotency_key)?
+    };
+    submit_and_run(&ws, actor, &request, args.workers.into(), args.drain_queue, args.json)
 }
 
 /// Submits a run and drains it in this process with `workers` slots, printing its outcome (as

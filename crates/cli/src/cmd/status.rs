@@ -26,6 +26,44 @@ pub struct Args {
     pub now: Option<String>,
 }
 
+/// List published partitions built from inputs that have changed since (republished, rebuilt by a
+/// backfill, rolled back): they are stale until rebuilt, with `tidegate run TARGET --stale` or a
+/// backfill with `--reprocess stale`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:\n  tidegate stale\n  tidegate stale user_features --json")]
+pub struct StaleArgs {
+    /// Only this dataset.
+    pub dataset: Option<String>,
+    /// Print the stale partitions as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn stale(ws: Option<&Path>, actor: &Actor, args: StaleArgs) -> Result<ExitCode> {
+    let (ws, store) = crate::cmd::open(ws)?;
+    if let Some(d) = &args.dataset
+        && !ws.spec.datasets.contains_key(d)
+    {
+        anyhow::bail!("no dataset {d:?} in {}", ws.spec.file);
+    }
+    let stale = tidegate_app::stale::stale(&ws, store.as_ref(), actor, args.dataset.as_deref())?;
+    output::emit(args.json, &stale, |stale| {
+        if stale.is_empty() {
+            println!("Nothing is stale: every published partition was built from the inputs visible now.");
+            return;
+        }
+        for s in stale {
+            say!("{}:{} (built by {}, step {}) is stale:", s.dataset, s.partition, s.task, s.built_by_step);
+            for r in &s.reasons {
+                say!("  {r}");
+            }
+        }
+        let mut tasks: Vec<&str> = stale.iter().map(|s| s.task.as_str()).collect();
+        tasks.dedup();
+        say!("Rebuild with `tidegate run {} --stale`.", tasks.join(" / "));
+    })
+}
+
 pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
     let (ws, store) = crate::cmd::open(ws)?;
     let now = crate::cmd::now(&ws, args.now.as_deref())?;

@@ -35,6 +35,7 @@ mod schema;
 mod serve;
 mod snapshots;
 mod sources;
+mod stale;
 mod standby;
 mod usage;
 mod vacuum;

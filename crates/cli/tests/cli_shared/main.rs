@@ -42,6 +42,7 @@ mod suite {
     mod schema;
     mod serve;
     mod sources;
+    mod stale;
     mod vacuum;
     mod worker;
 

@@ -68,6 +68,8 @@ fn reprocess_parser() -> impl clap::builder::TypedValueParser<Value = Reprocess>
             "Partitions never published, and those whose latest step failed (Airflow's \"Missing and Errored Runs\")",
         ),
         PossibleValue::new("all").help("Every selected partition (Airflow's \"All Runs\")"),
+        PossibleValue::new("stale")
+            .help("Only published partitions built from inputs that changed since (`tidegate stale`)"),
         // The old spelling, refused with the new one named (hidden from --help).
         PossibleValue::new("failed").hide(true),
     ])

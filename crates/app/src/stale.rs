@@ -1,0 +1,152 @@
+//! Staleness (invariant 14): a visible partition is stale when an input partition it read has
+//! changed since (republished, rebuilt by a backfill, rolled back), or its task's code changed.
+//! Computed when asked, from what the store recorded ([`Store::visible_builds`]): nothing is
+//! written on the publishing path, so tracking it costs a run nothing. Report only: rebuilding is
+//! `tidegate run TARGET --stale` or a backfill with `--reprocess stale`, under the review rule of
+//! history rewrites.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use anyhow::Result;
+use serde::Serialize;
+use tidegate_core::actor::Actor;
+use tidegate_core::spec::{DatasetKind, Spec};
+use tidegate_store::{Store, VisiblePartition};
+
+use crate::actor::{Access, require};
+use crate::workspace::Workspace;
+
+/// A partition whose content was built from inputs (or code) that have changed since.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct StalePartition {
+    /// The dataset.
+    pub dataset: String,
+    /// The partition.
+    pub partition: String,
+    /// The task that builds it.
+    pub task: String,
+    /// The step whose output is visible.
+    pub built_by_step: String,
+    /// Why it is stale, one line each.
+    pub reasons: Vec<Reason>,
+}
+
+/// One reason a partition is stale.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Reason {
+    /// An input partition it read changed after the version it read.
+    Input {
+        /// The input dataset.
+        dataset: String,
+        /// Its partition that changed (`None`: the input is read whole, `latest`).
+        partition: Option<String>,
+        /// The table version read (`None`: the input had no table then).
+        read_version: Option<i64>,
+        /// The table version at which the input's content changed since.
+        changed_at_version: i64,
+    },
+}
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Reason::Input { dataset, partition, read_version, changed_at_version } => {
+                let what = partition.as_ref().map_or_else(|| dataset.clone(), |p| format!("{dataset}:{p}"));
+                let read =
+                    read_version.map_or_else(|| "before it had a table".to_owned(), |v| format!("at version {v}"));
+                write!(f, "{what} read {read}, changed at version {changed_at_version}")
+            }
+        }
+    }
+}
+
+/// Every stale partition of the datasets the workspace writes (`dataset`: only that one), in
+/// dataset and partition order.
+pub fn stale(ws: &Workspace, store: &dyn Store, actor: &Actor, dataset: Option<&str>) -> Result<Vec<StalePartition>> {
+    require(actor, Access::Read)?;
+    stale_in(&ws.spec, store, dataset)
+}
+
+/// [`stale`] without the role check, for operations that already made it.
+pub(crate) fn stale_in(spec: &Spec, store: &dyn Store, only: Option<&str>) -> Result<Vec<StalePartition>> {
+    let mut visible: BTreeMap<String, BTreeMap<String, VisiblePartition>> = BTreeMap::new();
+    let load = |name: &str, visible: &mut BTreeMap<String, BTreeMap<String, VisiblePartition>>| -> Result<()> {
+        if !visible.contains_key(name) {
+            let parts = store.visible_builds(name)?.into_iter().map(|p| (p.partition.clone(), p)).collect();
+            visible.insert(name.to_owned(), parts);
+        }
+        Ok(())
+    };
+    let mut out = Vec::new();
+    for (name, ds) in &spec.datasets {
+        if !matches!(ds.kind, DatasetKind::Managed { .. }) || only.is_some_and(|o| o != name) {
+            continue;
+        }
+        load(name, &mut visible)?;
+        let partitions: Vec<VisiblePartition> = visible[name].values().cloned().collect();
+        for part in partitions {
+            let Some(build) = &part.build else { continue };
+            let mut reasons = Vec::new();
+            for input in &build.inputs {
+                let Some(input_ds) = spec.datasets.get(&input.dataset) else { continue };
+                // A source outside the workspace has no releases to compare with.
+                if !matches!(input_ds.kind, DatasetKind::Managed { .. }) {
+                    continue;
+                }
+                load(&input.dataset, &mut visible)?;
+                let now = &visible[&input.dataset];
+                let fresh = |p: &VisiblePartition| {
+                    // Read staged inside the same backfill: fresh while that output is visible.
+                    if p.build.as_ref().is_some_and(|b| input.staged_steps.contains(&b.step_id)) {
+                        return true;
+                    }
+                    input.version.is_some_and(|v| p.since_version <= v)
+                };
+                if input.partitions.is_empty() {
+                    if let Some(p) = now.values().filter(|p| !fresh(p)).max_by_key(|p| p.since_version) {
+                        reasons.push(Reason::Input {
+                            dataset: input.dataset.clone(),
+                            partition: None,
+                            read_version: input.version,
+                            changed_at_version: p.since_version,
+                        });
+                    }
+                    continue;
+                }
+                for key in &input.partitions {
+                    if let Some(p) = now.get(key).filter(|p| !fresh(p)) {
+                        reasons.push(Reason::Input {
+                            dataset: input.dataset.clone(),
+                            partition: Some(key.clone()),
+                            read_version: input.version,
+                            changed_at_version: p.since_version,
+                        });
+                    }
+                }
+            }
+            if !reasons.is_empty() {
+                out.push(StalePartition {
+                    dataset: name.clone(),
+                    partition: part.partition.clone(),
+                    task: build.task.clone(),
+                    built_by_step: build.step_id.clone(),
+                    reasons,
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The stale partitions of `task`'s datasets, as the keys a run selects.
+pub fn stale_keys(ws: &Workspace, store: &dyn Store, task: &str) -> Result<Vec<String>> {
+    let Some(t) = ws.spec.tasks.get(task) else { return Ok(Vec::new()) };
+    let mut keys = BTreeSet::new();
+    for d in &t.outputs {
+        keys.extend(stale_in(&ws.spec, store, Some(d))?.into_iter().map(|s| s.partition));
+    }
+    Ok(keys.into_iter().collect())
+}

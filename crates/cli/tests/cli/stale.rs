@@ -1,0 +1,142 @@
+//! Invariant 14, staleness: a published partition built from an input partition that changed
+//! since (republished, rolled back) is stale; `tidegate stale` says which and why, `run --stale`
+//! rebuilds exactly those, and a backfill can plan them with `--reprocess stale`. On both backends.
+
+use std::path::Path;
+
+use serde_json::Value;
+use tidegate_testkit::TestWorkspace;
+
+use crate::common::tidegate;
+
+/// `up` writes one row per day whose value is read from `value.txt` in the workspace (data, not
+/// code: changing it changes no code version); `down` sums it.
+fn workspace() -> TestWorkspace {
+    let ws = TestWorkspace::new("");
+    ws.write("value.txt", "1");
+    ws.write(
+        "up.py",
+        "import os\nv = open(os.path.join(os.environ['WS'], 'value.txt')).read().strip()\n\
+         open(os.path.join(os.environ['TIDEGATE_OUTPUT_DIR'], 'o.csv'), 'w').write('v\\n' + v + '\\n')\n",
+    );
+    let dir = ws.path().display().to_string();
+    ws.set_spec(format!(
+        r#"
+[project]
+name = "stale_test"
+
+[datasets.up]
+partitioning = {{ grain = "day", start = "2024-01-01" }}
+write = {{ mode = "replace" }}
+columns = [{{ name = "v", type = "int64" }}]
+
+[datasets.down]
+partitioning = {{ grain = "day", start = "2024-01-01" }}
+write = {{ mode = "replace" }}
+columns = [{{ name = "total", type = "int64" }}]
+
+[tasks.make_up]
+command = ["env", "WS={dir}", "python3", "{dir}/up.py"]
+outputs = ["up"]
+
+[tasks.make_down]
+sql = "SELECT CAST(SUM(v) AS BIGINT) AS total FROM up"
+inputs = [{{ dataset = "up", mapping = "same" }}]
+outputs = ["down"]
+"#
+    ));
+    ws
+}
+
+fn json(dir: &Path, args: &[&str]) -> (i32, Value) {
+    let out = tidegate(dir).args(args).output().expect("runs");
+    let value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
+        panic!("no JSON on stdout: {}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    });
+    (out.status.code().unwrap_or(-1), value)
+}
+
+/// `(dataset, partition)` of every stale partition, and the first reason of each.
+fn stale(dir: &Path) -> Vec<(String, String, Value)> {
+    let (code, stale) = json(dir, &["stale", "--json"]);
+    assert_eq!(code, 0, "{stale}");
+    stale
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|s| {
+            (
+                s["dataset"].as_str().unwrap_or("").to_owned(),
+                s["partition"].as_str().unwrap_or("").to_owned(),
+                s["reasons"][0].clone(),
+            )
+        })
+        .collect()
+}
+
+fn totals(dir: &Path) -> Vec<i64> {
+    let (code, rows) = json(dir, &["sql", "SELECT total FROM down ORDER BY tg_partition", "--json"]);
+    assert_eq!(code, 0, "{rows}");
+    rows.as_array().expect("rows").iter().map(|r| r["total"].as_i64().expect("total")).collect()
+}
+
+#[test]
+fn a_partition_built_on_a_republished_input_is_stale_until_run_stale_rebuilds_exactly_it() {
+    let ws = workspace();
+    let dir = ws.path();
+    let (code, report) = json(dir, &["run", "make_down", "--from", "2024-01-01", "--to", "2024-01-03", "--json"]);
+    assert_eq!(code, 0, "{report}");
+    assert!(stale(dir).is_empty());
+
+    // New data upstream on day 2 only: the day-2 total downstream was built on the old version.
+    std::fs::write(dir.join("value.txt"), "5").expect("value");
+    let (code, report) = json(dir, &["run", "make_up", "--partition", "2024-01-02", "--json"]);
+    assert_eq!(code, 0, "{report}");
+    let found = stale(dir);
+    assert_eq!(found.len(), 1, "{found:?}");
+    let (dataset, partition, reason) = &found[0];
+    assert_eq!((dataset.as_str(), partition.as_str()), ("down", "2024-01-02"));
+    assert_eq!(
+        (reason["kind"].as_str(), reason["dataset"].as_str(), reason["partition"].as_str()),
+        (Some("input"), Some("up"), Some("2024-01-02"))
+    );
+    assert!(reason["changed_at_version"].as_i64() > reason["read_version"].as_i64(), "{reason}");
+    assert_eq!(totals(dir), [1, 1, 1], "published data does not change by itself");
+
+    // `run --stale` rebuilds exactly the stale partition.
+    let (code, report) = json(dir, &["run", "make_down", "--stale", "--json"]);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(report["summary"]["published"], 1, "{report}");
+    assert_eq!(totals(dir), [1, 5, 1]);
+    assert!(stale(dir).is_empty());
+    let (code, report) = json(dir, &["run", "make_down", "--stale", "--json"]);
+    assert_eq!((code, report["created"].as_bool()), (0, Some(false)), "{report}");
+
+    // A rollback of the input is a change too.
+    let (code, report) = json(dir, &["rollback", "up", "--json"]);
+    assert_eq!(code, 0, "{report}");
+    let found = stale(dir);
+    assert_eq!(found.iter().map(|s| (s.0.as_str(), s.1.as_str())).collect::<Vec<_>>(), [("down", "2024-01-02")]);
+
+    // And a backfill plans exactly the stale partitions with --reprocess stale.
+    let (code, plan) = json(
+        dir,
+        &[
+            "backfill",
+            "plan",
+            "make_down",
+            "--from",
+            "2024-01-01",
+            "--to",
+            "2024-01-03",
+            "--reprocess",
+            "stale",
+            "--reason",
+            "rebuild on the rolled-back input",
+            "--json",
+        ],
+    );
+    assert_eq!(code, 0, "{plan}");
+    let text = plan.to_string();
+    assert!(text.contains("make_down@2024-01-02") && !text.contains("make_down@2024-01-01"), "{plan}");
+}

@@ -1,0 +1,139 @@
+//! What each visible partition of a dataset was built from (invariant 14): the step whose staged
+//! version the newest release made visible, or, after a rollback, the one visible at the table
+//! version it restored. A dataset's release items are replayed in table-version order, as
+//! [`crate::releases::published_partitions`] does for whether a partition is published.
+
+use std::collections::BTreeMap;
+
+use tidegate_core::state::Step;
+
+use crate::codec::from_json;
+use crate::sql::Tx;
+use crate::{Result, VisibleBuild, VisiblePartition};
+
+/// The partition a rollback's item names when it restored a whole table.
+const WHOLE_TABLE: &str = "*";
+
+/// One release item, with the step behind it (none for a rollback).
+struct Item {
+    partition: String,
+    delta_version: i64,
+    /// `None` for a publication; for a rollback, the version it restored (`Some(None)`: not
+    /// recorded, so the partition's build is unknown from then on).
+    restored: Option<Option<i64>>,
+    build: Option<VisibleBuild>,
+}
+
+/// A partition's state from one table version on: published or not, and by which build.
+#[derive(Clone, PartialEq)]
+struct State {
+    since: i64,
+    published: bool,
+    build: Option<VisibleBuild>,
+}
+
+/// The body of [`crate::Store::visible_builds`].
+pub(crate) fn visible_builds(tx: &mut dyn Tx, dataset: &str) -> Result<Vec<VisiblePartition>> {
+    let rows = tx.query(
+        "SELECT rv.partition_key, rv.delta_version, r.kind, rv.restored_delta_version, s.id, s.task, s.state_json \
+         FROM release_versions rv JOIN releases r ON r.id = rv.release_id \
+         LEFT JOIN versions v ON v.id = rv.version_id LEFT JOIN steps s ON s.id = v.step_id \
+         WHERE rv.dataset = ?1 ORDER BY rv.delta_version, r.created_at, rv.release_id, rv.item_idx",
+        &[dataset.into()],
+    )?;
+    let mut items = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let restored = match row.text(2)?.as_str() {
+            "rollback" => Some(row.opt_int(3)?),
+            _ => None,
+        };
+        let build = match (row.opt_text(4)?, row.opt_text(5)?, row.opt_text(6)?) {
+            (Some(step_id), Some(task), Some(state)) => {
+                let state: Step = from_json(&format!("the state of step {step_id}"), &state)?;
+                Some(VisibleBuild { step_id, task, inputs: state.pinned })
+            }
+            _ => None,
+        };
+        items.push(Item { partition: row.text(0)?, delta_version: row.int(1)?, restored, build });
+    }
+    Ok(replay(items))
+}
+
+/// Replays the items: a publication makes its build visible; a rollback gives its partition
+/// (every partition, for `*`) the state it had at the version it restored, from the rollback's
+/// version on, unless that is the state it already has.
+fn replay(items: Vec<Item>) -> Vec<VisiblePartition> {
+    let mut history: BTreeMap<String, Vec<State>> = BTreeMap::new();
+    let state_at = |states: &[State], version: Option<i64>| -> (bool, Option<VisibleBuild>) {
+        let Some(version) = version else { return (false, None) };
+        let n_before = states.partition_point(|s| s.since <= version);
+        if n_before == 0 { (false, None) } else { (states[n_before - 1].published, states[n_before - 1].build.clone()) }
+    };
+    let restore = |states: &mut Vec<State>, at: i64, restored: Option<i64>| {
+        let (published, build) = state_at(states, restored);
+        let unchanged = states.last().is_some_and(|s| s.published == published && s.build == build);
+        if !unchanged {
+            states.push(State { since: at, published, build });
+        }
+    };
+    for item in items {
+        match item.restored {
+            None => history.entry(item.partition).or_default().push(State {
+                since: item.delta_version,
+                published: true,
+                build: item.build,
+            }),
+            Some(restored) if item.partition == WHOLE_TABLE => {
+                for states in history.values_mut() {
+                    restore(states, item.delta_version, restored);
+                }
+            }
+            Some(restored) => restore(history.entry(item.partition).or_default(), item.delta_version, restored),
+        }
+    }
+    history
+        .into_iter()
+        .filter_map(|(partition, states)| {
+            let last = states.last()?.clone();
+            last.published.then_some(VisiblePartition { partition, since_version: last.since, build: last.build })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn published(partition: &str, v: i64, step: &str) -> Item {
+        let build = VisibleBuild { step_id: step.to_owned(), task: "t".to_owned(), inputs: Vec::new() };
+        Item { partition: partition.to_owned(), delta_version: v, restored: None, build: Some(build) }
+    }
+
+    fn rollback(partition: &str, v: i64, to: Option<i64>) -> Item {
+        Item { partition: partition.to_owned(), delta_version: v, restored: Some(to), build: None }
+    }
+
+    fn seen(items: Vec<Item>) -> Vec<(String, i64, Option<String>)> {
+        replay(items).into_iter().map(|p| (p.partition, p.since_version, p.build.map(|b| b.step_id))).collect()
+    }
+
+    #[test]
+    fn the_newest_publication_is_visible_and_a_rollback_brings_back_the_older_build() {
+        let items = vec![published("a", 0, "s1"), published("b", 0, "s1"), published("a", 1, "s2")];
+        assert_eq!(seen(items), [("a".into(), 1, Some("s2".into())), ("b".into(), 0, Some("s1".into()))]);
+        let items = vec![published("a", 0, "s1"), published("a", 1, "s2"), rollback("a", 2, Some(0))];
+        assert_eq!(seen(items), [("a".into(), 2, Some("s1".into()))]);
+    }
+
+    #[test]
+    fn a_whole_table_rollback_changes_only_the_partitions_it_restores() {
+        let items =
+            vec![published("a", 0, "s1"), published("b", 1, "s2"), published("a", 2, "s3"), rollback("*", 3, Some(1))];
+        // a goes back to s1 (changed at 3); b is as it was (still since 1).
+        assert_eq!(seen(items), [("a".into(), 3, Some("s1".into())), ("b".into(), 1, Some("s2".into()))]);
+        // A rollback to before a partition was published unpublishes it; an unknown one too.
+        let items = vec![published("a", 0, "s1"), published("b", 1, "s2"), rollback("*", 2, Some(0))];
+        assert_eq!(seen(items), [("a".into(), 0, Some("s1".into()))]);
+        assert!(seen(vec![published("a", 0, "s1"), rollback("a", 1, None)]).is_empty());
+    }
+}
