@@ -59,6 +59,8 @@ pub struct Snapshot {
     pub queues: BTreeMap<Priority, Queue>,
     /// How long the longest-waiting step in `waiting_for_source` has waited (0 when none waits).
     pub source_wait_oldest_s: f64,
+    /// Per dataset the workspace writes: its stale partitions (built on inputs changed since).
+    pub stale_partitions: BTreeMap<String, u64>,
     /// The scheduler's last gauge; absent before any scheduler ran.
     pub scheduler: Option<SchedulerGauge>,
     /// Per scheduled task: how many intervals ended and were not run (`tidegate status`'s debt),
@@ -240,6 +242,18 @@ impl Monitor {
             self.counted(advanced, |e| e.store += 1)?;
             (tail.step_durations(), tail.publication_durations())
         };
+        let stale = crate::stale::stale_in(&ws.spec, store, None).context("finding stale partitions");
+        let stale = self.counted(stale, |e| e.store += 1)?;
+        let mut stale_partitions: BTreeMap<String, u64> = ws
+            .spec
+            .datasets
+            .iter()
+            .filter(|(_, d)| matches!(d.kind, tidegate_core::spec::DatasetKind::Managed { .. }))
+            .map(|(name, _)| (name.clone(), 0))
+            .collect();
+        for s in stale {
+            *stale_partitions.entry(s.dataset).or_default() += 1;
+        }
         let decided = self.schedules(ws, store, now);
         let (missed, freshness_lag_s) = self.counted(decided, |e| e.store += 1)?;
         Ok(Snapshot {
@@ -247,6 +261,7 @@ impl Monitor {
             steps,
             queues,
             source_wait_oldest_s,
+            stale_partitions,
             scheduler,
             missed,
             freshness_lag_s,

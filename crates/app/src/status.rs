@@ -58,6 +58,22 @@ pub struct Debt {
     /// Per task with steps in `waiting_for_source`: how many, for how long, and which sources.
     #[serde(default)]
     pub waiting_for_source: Vec<SourceWait>,
+    /// Per dataset with stale partitions (built on inputs that changed since): how many
+    /// (`tidegate stale` lists them and why).
+    #[serde(default)]
+    pub stale: Vec<StaleCount>,
+}
+
+/// A dataset's stale partitions, counted.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct StaleCount {
+    /// The dataset.
+    pub dataset: String,
+    /// Its stale partitions.
+    pub partitions: u64,
+    /// The oldest of them.
+    pub first: String,
 }
 
 /// A task's steps waiting for their external sources to arrive.
@@ -213,7 +229,23 @@ pub fn debt(ws: &Workspace, store: &dyn Store, actor: &Actor, now: DateTime<Utc>
                 value
             },
         );
-    Ok(Debt { queues, missed, freshness, scheduler, waiting_for_source: waits.into_values().collect() })
+    let mut stale: BTreeMap<String, StaleCount> = BTreeMap::new();
+    for s in crate::stale::stale_in(&ws.spec, store, None)? {
+        let c = stale.entry(s.dataset.clone()).or_insert_with(|| StaleCount {
+            dataset: s.dataset.clone(),
+            partitions: 0,
+            first: s.partition.clone(),
+        });
+        c.partitions += 1;
+    }
+    Ok(Debt {
+        queues,
+        missed,
+        freshness,
+        scheduler,
+        waiting_for_source: waits.into_values().collect(),
+        stale: stale.into_values().collect(),
+    })
 }
 
 /// The external datasets `task` reads whose arrival is looked at.

@@ -167,6 +167,12 @@ impl Collector for Exposition {
             "How long the longest-waiting step in waiting_for_source has waited for its source (0 when none waits).",
             [(Vec::new(), s.source_wait_oldest_s)],
         )?;
+        gauges(
+            &mut encoder,
+            "tidegate_stale_partitions",
+            "Published partitions of a dataset built on inputs that changed since (`tidegate stale`).",
+            s.stale_partitions.iter().map(|(d, n)| (vec![("dataset", d.clone())], *n as f64)),
+        )?;
         self.encode_scheduler(&mut encoder)?;
         gauges(
             &mut encoder,

@@ -125,6 +125,15 @@ fn print_debt(debt: &Debt) {
         let age = q.oldest_ready_age_s.map(|a| format!(", oldest waiting {a:.0} s")).unwrap_or_default();
         println!("Queue {class}: {} ready, {} running{age}", q.ready, q.running);
     }
+    for s in &debt.stale {
+        say!(
+            "Stale {}: {} partition(s) built on inputs that changed since, from {} (`tidegate stale {}`)",
+            s.dataset,
+            s.partitions,
+            s.first,
+            s.dataset
+        );
+    }
     for w in &debt.waiting_for_source {
         say!(
             "Waiting for source {}: {} step(s) of {}, the longest {:.0} s (since partition {})",

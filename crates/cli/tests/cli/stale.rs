@@ -102,6 +102,12 @@ fn a_partition_built_on_a_republished_input_is_stale_until_run_stale_rebuilds_ex
     );
     assert!(reason["changed_at_version"].as_i64() > reason["read_version"].as_i64(), "{reason}");
     assert_eq!(totals(dir), [1, 1, 1], "published data does not change by itself");
+    let (code, status) = json(dir, &["status", "--json"]);
+    assert_eq!(code, 0, "{status}");
+    assert_eq!(
+        status["debt"]["stale"],
+        serde_json::json!([{ "dataset": "down", "partitions": 1, "first": "2024-01-02" }])
+    );
 
     // `run --stale` rebuilds exactly the stale partition.
     let (code, report) = json(dir, &["run", "make_down", "--stale", "--json"]);

@@ -33,6 +33,7 @@ pub(crate) fn api() -> OpenApiRouter<State> {
         .routes(routes!(health::metrics))
         .routes(routes!(status::status))
         .routes(routes!(status::debt))
+        .routes(routes!(status::stale))
         .routes(routes!(status::tokens))
         .routes(routes!(runs::list, runs::submit))
         .routes(routes!(runs::get))

@@ -56,6 +56,16 @@ pub(crate) async fn debt(
     .await
 }
 
+/// Published partitions built on inputs that changed since, with why (as `tidegate stale --json`).
+#[utoipa::path(get, path = "/api/stale", tag = "status",
+    responses((status = 200, description = "the stale partitions", body = Vec<tidegate_app::stale::StalePartition>), Errors))]
+pub(crate) async fn stale(
+    Shared(state): Shared<State>,
+    Caller(actor): Caller,
+) -> Result<Json<Vec<tidegate_app::stale::StalePartition>>, Problem> {
+    call(&state, move |ws, store| tidegate_app::stale::stale(ws, store.as_ref(), &actor, None)).await
+}
+
 /// Every token with its state (never the token itself); admins only.
 #[utoipa::path(get, path = "/api/tokens", tag = "status",
     responses((status = 200, description = "every token, oldest first", body = Vec<tidegate_app::token::Listed>), Errors))]

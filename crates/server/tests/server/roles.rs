@@ -25,6 +25,7 @@ fn routes() -> Vec<(&'static str, &'static str, Option<Value>, Option<Access>)> 
         ("GET", "/api/openapi.json", None, None),
         ("GET", "/api/status", None, Some(Access::Read)),
         ("GET", "/api/debt", None, Some(Access::Read)),
+        ("GET", "/api/stale", None, Some(Access::Read)),
         ("GET", "/api/tokens", None, Some(Access::ManageTokens)),
         ("GET", "/api/runs", None, Some(Access::Read)),
         (
