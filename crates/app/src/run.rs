@@ -28,6 +28,7 @@ pub fn engine(ws: &Workspace, store: Arc<dyn Store>, lake: Arc<Lake>, workers: u
         ws.clock.clone(),
         Options { max_parallel: workers, ..Options::default() },
     )
+    .with_code_check()
 }
 
 /// Which runs an execution drains.

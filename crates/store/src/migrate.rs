@@ -28,6 +28,7 @@ const REQUEST_KEYS: &str = include_str!("../migrations/0009_request_keys.sql");
 const LINEAGE_CURSORS: &str = include_str!("../migrations/0010_lineage_cursors.sql");
 const JOURNAL_VIA: &str = include_str!("../migrations/0011_journal_via.sql");
 const WORKER_INSTANCES: &str = include_str!("../migrations/0012_worker_instances.sql");
+const STEP_CODE_VERSIONS: &str = include_str!("../migrations/0015_step_code_versions.sql");
 
 /// Every migration, in order. Never edit one that has shipped: add the next number instead.
 const MIGRATIONS: &[Migration] = &[
@@ -48,6 +49,7 @@ const MIGRATIONS: &[Migration] = &[
     Migration { version: 10, name: "lineage_cursors", sqlite: LINEAGE_CURSORS, postgres: LINEAGE_CURSORS },
     Migration { version: 11, name: "journal_via", sqlite: JOURNAL_VIA, postgres: JOURNAL_VIA },
     Migration { version: 12, name: "worker_instances", sqlite: WORKER_INSTANCES, postgres: WORKER_INSTANCES },
+    Migration { version: 15, name: "step_code_versions", sqlite: STEP_CODE_VERSIONS, postgres: STEP_CODE_VERSIONS },
 ];
 
 /// Applies the migrations the database has not seen; returns how many it applied.

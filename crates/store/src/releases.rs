@@ -262,3 +262,54 @@ pub(crate) fn published_step_keys(tx: &mut dyn Tx, keys: &[String]) -> Result<BT
     .map(|row| row.text(0))
     .collect()
 }
+
+/// The body of [`crate::Store::published_code_versions`]: per partition of `dataset` among
+/// `partitions` that some release made visible, the code version of the step whose output the
+/// newest such release (by Delta table version) published; `None` when that release names no
+/// step's output (a rollback restoring older files) or the step's code version was not recorded.
+pub(crate) fn published_code_versions(
+    tx: &mut dyn Tx,
+    dataset: &str,
+    partitions: &[String],
+) -> Result<BTreeMap<String, Option<String>>> {
+    let mut newest: BTreeMap<String, (i64, Option<String>)> = BTreeMap::new();
+    let rows = query_in_chunks_with(tx, dataset, partitions, |placeholders| {
+        format!(
+            "SELECT rv.partition_key, rv.delta_version, s.code_version FROM release_versions rv \
+             LEFT JOIN versions v ON v.id = rv.version_id LEFT JOIN steps s ON s.id = v.step_id \
+             WHERE rv.dataset = ?1 AND rv.partition_key IN ({placeholders})"
+        )
+    })?;
+    for row in &rows {
+        let (partition, delta_version, code) = (row.text(0)?, row.int(1)?, row.opt_text(2)?);
+        match newest.get(&partition) {
+            Some((seen, _)) if *seen >= delta_version => {}
+            _ => {
+                newest.insert(partition, (delta_version, code));
+            }
+        }
+    }
+    Ok(newest.into_iter().map(|(p, (_, code))| (p, code)).collect())
+}
+
+/// [`query_in_chunks`] with a first parameter `?1` (`first`) before the chunk's keys (`?2`...).
+fn query_in_chunks_with(
+    tx: &mut dyn Tx,
+    first: &str,
+    keys: &[String],
+    sql_for: impl Fn(&str) -> String,
+) -> Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    for chunk in keys.chunks(IN_LIST_MAX) {
+        let Some(last) = chunk.last() else { continue };
+        let n = chunk.len().next_power_of_two();
+        let placeholders = (2..=n + 1).map(|i| format!("?{i}")).collect::<Vec<_>>().join(", ");
+        let params: Vec<Value> = std::iter::once(first)
+            .chain(chunk.iter().map(String::as_str))
+            .chain(std::iter::repeat_n(last.as_str(), n - chunk.len()))
+            .map(Value::from)
+            .collect();
+        rows.extend(tx.query(&sql_for(&placeholders), &params)?);
+    }
+    Ok(rows)
+}

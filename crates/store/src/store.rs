@@ -396,6 +396,17 @@ impl<D: Driver> Store for SqlStore<D> {
         self.driver.read(|tx| releases::list(tx, dataset, limit)).map_err(|e| e.context("listing releases"))
     }
 
+    fn published_code_versions(
+        &self,
+        dataset: &str,
+        partitions: &[String],
+    ) -> Result<std::collections::BTreeMap<String, Option<String>>> {
+        let partitions: Vec<String> = partitions.iter().cloned().collect::<BTreeSet<_>>().into_iter().collect();
+        self.driver
+            .read(|tx| releases::published_code_versions(tx, dataset, &partitions))
+            .map_err(|e| e.context(&format!("looking up the published code versions of {dataset}")))
+    }
+
     fn published_step_keys(&self, keys: &[String]) -> Result<BTreeSet<String>> {
         let keys: Vec<String> = keys.iter().cloned().collect::<BTreeSet<_>>().into_iter().collect();
         self.driver

@@ -165,20 +165,43 @@ impl<'e> Drain<'e> {
         // version is read once per turn, not once per step.
         let mut versions: HashMap<String, Option<u64>> = HashMap::new();
         let mut events = Vec::new();
+        let mut code = HashMap::new();
         for (step_id, decision) in self.view.take_dependency_decisions() {
-            let event = match decision {
-                Dependency::Met => {
-                    StepEvent::DepsMet { inputs: self.engine.pin_inputs(&self.view, &step_id, &mut versions).await? }
+            let refusal = self.view.get(&step_id).and_then(|e| self.engine.code_refusal(e, &mut code));
+            let (event, reason) = match (decision, refusal) {
+                (Dependency::Failed { upstream }, _) => (StepEvent::UpstreamFailed { upstream }, "upstream settled"),
+                // The step would run other code than it was submitted with: it does not start.
+                (Dependency::Met, Some(reason)) => {
+                    events.push(self.refused(step_id, reason));
+                    continue;
                 }
-                Dependency::Failed { upstream } => StepEvent::UpstreamFailed { upstream },
+                (Dependency::Met, None) => {
+                    let inputs = self.engine.pin_inputs(&self.view, &step_id, &mut versions).await?;
+                    (StepEvent::DepsMet { inputs }, "upstream settled")
+                }
             };
-            events.push(StepEventRecord {
-                step_id,
-                event,
-                meta: self.engine.meta("upstream settled", &self.correlation),
-            });
+            events.push(StepEventRecord { step_id, event, meta: self.engine.meta(reason, &self.correlation) });
         }
         Ok(events)
+    }
+
+    /// A step refused before it starts (it was planned with other code), cancelled with `reason`.
+    fn refused(&self, step_id: String, reason: String) -> StepEventRecord {
+        let meta = self.engine.meta(reason.clone(), &self.correlation);
+        StepEventRecord { step_id, event: StepEvent::Cancelled { reason }, meta }
+    }
+
+    /// Steps found ready or waiting for a retry when the drain starts (pinned by an earlier
+    /// process) that were planned with other code than this engine would run: refused, as
+    /// [`Drain::dependency_events`] refuses the steps that become ready.
+    pub(super) async fn refuse_changed_code(&mut self) -> Result<()> {
+        let mut code = HashMap::new();
+        let waiting = self.view.in_statuses(|s| matches!(s, StepStatus::Ready | StepStatus::RetryWait));
+        let refused: Vec<(String, String)> = waiting
+            .filter_map(|e| self.engine.code_refusal(e, &mut code).map(|reason| (e.record.id.clone(), reason)))
+            .collect();
+        let events = refused.into_iter().map(|(id, reason)| self.refused(id, reason)).collect();
+        self.commit(events).await
     }
 
     /// 3. Retries that are due, inside the pool's budget. When the budget is spent and nothing in
@@ -297,7 +320,12 @@ impl<'e> Drain<'e> {
             let (validated, held_until) = engine.publishable(&self.view, &self.pacer);
             publish_at = held_until;
             if !validated.is_empty() {
-                self.publishing = engine.start_publication(&validated, &self.view, &mut self.pacer).await?;
+                let mut guarded = engine.guard_rewrites(validated, &self.view, &self.correlation).await?;
+                let refused = std::mem::take(&mut guarded.refused);
+                engine.commit(refused, &mut self.view, &mut self.summary).await?;
+                if !guarded.allowed.is_empty() {
+                    self.publishing = engine.start_publication(guarded, &self.view, &mut self.pacer).await?;
+                }
             }
         }
         Ok(Publishing { published_now, publish_at })
