@@ -366,7 +366,7 @@ impl Engine {
 
     /// Runs and publishes a step only when its task's code now (the spec this engine was given,
     /// the declared files on disk) is the code version the step was planned with; a step planned
-    /// with other code is cancelled with a reason naming both versions and what to do instead
+    /// with other code fails (`refused`) with a reason naming both versions and what to do instead
     /// (decision 0020), and a publication replacing a partition that other code published is
     /// refused unless its dataset says `rewrites = "free"`. Off for engines driven by tests of the
     /// loop on made-up steps.

@@ -133,13 +133,35 @@ fn a_run_queued_before_an_edit_does_not_publish_the_edited_code() {
 
     // Executed after the edit (by a run that drains the queue): its summarize steps are refused.
     ok(ws, &["run", "extract", "--partition", "2024-01-09", "--drain-queue"]);
-    assert_ne!(run_status(ws, &queued_id), "succeeded");
+    assert_eq!(run_status(ws, &queued_id), "failed", "refused steps fail their run");
     assert_eq!(summary(ws), days(3, 3, 2), "neither the edited code nor anything else published for 01..02");
     let (code, steps) = json(ws, &["history", &queued_id, "--json"]);
     assert_eq!(code, 0, "{steps}");
     let text = steps.to_string();
     assert!(text.contains("task summarize's code changed since this step was planned"), "{text}");
     assert!(text.contains("tidegate backfill plan summarize"), "{text}");
+}
+
+#[test]
+fn publication_checks_again_what_was_published_since_the_run_was_submitted() {
+    let dir = workspace(None);
+    let ws = dir.path();
+    // Queued with v1 over a day nobody published yet: nothing to refuse at submission.
+    let (_, queued) = json(ws, &["submit", "summarize", "--partition", "2024-01-05", "--json"]);
+    let queued_id = queued["run"]["id"].as_str().expect("the queued run's id").to_owned();
+    // Meanwhile v2 publishes that day (a new partition for it), and the SQL goes back to v1.
+    let v1 = dir.spec();
+    edit_sql(&dir);
+    ok(ws, &["run", "summarize", "--partition", "2024-01-05"]);
+    dir.set_spec(v1);
+    // The queued run's code is the workspace's again, so it runs; its publication would replace
+    // v2's output without review, and is refused at that last moment.
+    ok(ws, &["run", "extract", "--partition", "2024-01-09", "--drain-queue"]);
+    assert_eq!(run_status(ws, &queued_id), "failed");
+    assert_eq!(summary(ws), days(5, 5, 20), "v2's output stays");
+    let (_, story) = json(ws, &["history", &queued_id, "--json"]);
+    let text = story.to_string();
+    assert!(text.contains("refused at publication: partition 2024-01-05 of summary"), "{text}");
 }
 
 #[test]

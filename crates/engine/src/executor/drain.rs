@@ -185,10 +185,10 @@ impl<'e> Drain<'e> {
         Ok(events)
     }
 
-    /// A step refused before it starts (it was planned with other code), cancelled with `reason`.
+    /// A step refused before it starts (it was planned with other code): it fails with `reason` (`refused`).
     fn refused(&self, step_id: String, reason: String) -> StepEventRecord {
         let meta = self.engine.meta(reason.clone(), &self.correlation);
-        StepEventRecord { step_id, event: StepEvent::Cancelled { reason }, meta }
+        StepEventRecord { step_id, event: StepEvent::Refused { reason }, meta }
     }
 
     /// Steps found ready or waiting for a retry when the drain starts (pinned by an earlier

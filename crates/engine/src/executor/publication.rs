@@ -165,7 +165,7 @@ pub(super) struct Guarded {
     pub(super) allowed: Vec<String>,
     /// Per allowed step, the free rewrites it makes.
     free: HashMap<String, Vec<FreeRewrite>>,
-    /// The refused steps, cancelled.
+    /// The refused steps, failed (`refused`).
     pub(super) refused: Vec<StepEventRecord>,
 }
 
@@ -242,7 +242,7 @@ impl Engine {
     }
 
     /// The last check before `step_ids` are committed (decision 0020): a step whose partition
-    /// holds the output of another code version than the step's is refused (cancelled, naming
+    /// holds the output of another code version than the step's is refused (failed, naming
     /// both and the backfill that would replace it under review), unless the dataset says
     /// `rewrites = "free"`, when the replacement goes ahead and is journaled after its commit.
     /// A run is checked when it is submitted too; this catches what was published meanwhile.
@@ -280,7 +280,7 @@ impl Engine {
                 }
                 Err(reason) => {
                     let meta = self.meta(reason.clone(), correlation);
-                    guarded.refused.push(StepEventRecord { step_id, event: StepEvent::Cancelled { reason }, meta });
+                    guarded.refused.push(StepEventRecord { step_id, event: StepEvent::Refused { reason }, meta });
                 }
             }
         }
