@@ -69,11 +69,14 @@ fn reviewed_outputs<'s>(spec: &'s Spec, task: &str) -> impl Iterator<Item = &'s 
         .map(String::as_str)
 }
 
+/// One task's rewrites, for the message: its datasets, the code versions published, the partitions.
+type TaskRewrites<'a> = (BTreeSet<&'a str>, BTreeSet<&'a str>, BTreeSet<String>);
+
 /// Refuses a run that would rewrite `rewrites` (none: nothing to refuse), naming each task's
 /// partitions, the code versions, and the backfill command that replaces them under review.
 pub fn refuse(rewrites: &[Rewrite]) -> Result<()> {
     let Some(first) = rewrites.first() else { return Ok(()) };
-    let mut by_task: BTreeMap<&str, (BTreeSet<&str>, BTreeSet<&str>, BTreeSet<String>)> = BTreeMap::new();
+    let mut by_task: BTreeMap<&str, TaskRewrites<'_>> = BTreeMap::new();
     for r in rewrites {
         let (datasets, published, partitions) = by_task.entry(&r.task).or_default();
         datasets.insert(&r.dataset);
@@ -92,9 +95,8 @@ pub fn refuse(rewrites: &[Rewrite]) -> Result<()> {
             published.iter().copied().collect::<Vec<_>>().join(", "),
         ));
         let (from, to) = (partitions.first().map_or("", String::as_str), partitions.last().map_or("", String::as_str));
-        commands.push(format!(
-            "  tidegate backfill plan {task} --from {from} --to {to} --reprocess all --reason \"...\""
-        ));
+        commands
+            .push(format!("  tidegate backfill plan {task} --from {from} --to {to} --reprocess all --reason \"...\""));
     }
     crate::refuse!(
         Conflict,

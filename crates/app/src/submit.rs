@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 use tidegate_core::actor::Actor;
 use tidegate_core::idempotency::{PinnedInput, StepIdentity};
 use tidegate_core::plan::Plan;
-use tidegate_core::spec::model::{Dataset, DatasetKind, WriteMode};
 use tidegate_core::spec::Spec;
+use tidegate_core::spec::model::{Dataset, DatasetKind, WriteMode};
 use tidegate_core::state::Step;
 use tidegate_store::{JournalMeta, NewStep, Priority, RunRecord, RunRequest, Store, Trigger};
 

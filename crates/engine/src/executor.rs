@@ -378,11 +378,7 @@ impl Engine {
 
     /// Why the step `entry` must not run the code this engine would run for it now, if it must
     /// not. `cache` holds each task's current code version for the caller's turn.
-    fn code_refusal(
-        &self,
-        entry: &crate::view::Entry,
-        cache: &mut HashMap<String, Option<String>>,
-    ) -> Option<String> {
+    fn code_refusal(&self, entry: &crate::view::Entry, cache: &mut HashMap<String, Option<String>>) -> Option<String> {
         if !self.code_check {
             return None;
         }

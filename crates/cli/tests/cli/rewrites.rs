@@ -57,6 +57,15 @@ fn run_status(ws: &Path, run_id: &str) -> String {
     run["status"].as_str().expect("status").to_owned()
 }
 
+/// Executes the queue (with a run of its own), which ends with the refused steps' failures.
+fn drain_queue(ws: &Path) {
+    let out =
+        tidegate(ws).args(["run", "extract", "--partition", "2024-01-09", "--drain-queue"]).output().expect("runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "the drain saw a refused step fail: {stdout}");
+    assert!(stdout.contains("failed"), "{stdout}");
+}
+
 #[test]
 fn a_run_with_changed_code_over_published_partitions_is_refused_and_changes_nothing() {
     let dir = workspace(None);
@@ -66,7 +75,8 @@ fn a_run_with_changed_code_over_published_partitions_is_refused_and_changes_noth
     let version = crate::common::latest_version(&table(ws, "summary"));
     edit_sql(&dir);
 
-    let out = tidegate(ws).args(["run", "summarize", "--from", "2024-01-01", "--to", "2024-01-05"]).output().expect("runs");
+    let out =
+        tidegate(ws).args(["run", "summarize", "--from", "2024-01-01", "--to", "2024-01-05"]).output().expect("runs");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "refused: {stderr}");
     assert!(stderr.contains("would replace published history"), "{stderr}");
@@ -131,8 +141,9 @@ fn a_run_queued_before_an_edit_does_not_publish_the_edited_code() {
     let queued_id = queued["run"]["id"].as_str().expect("the queued run's id").to_owned();
     edit_sql(&dir);
 
-    // Executed after the edit (by a run that drains the queue): its summarize steps are refused.
-    ok(ws, &["run", "extract", "--partition", "2024-01-09", "--drain-queue"]);
+    // Executed after the edit (by a run that drains the queue): its summarize steps are refused,
+    // and the drain reports their failure.
+    drain_queue(ws);
     assert_eq!(run_status(ws, &queued_id), "failed", "refused steps fail their run");
     assert_eq!(summary(ws), days(3, 3, 2), "neither the edited code nor anything else published for 01..02");
     let (code, steps) = json(ws, &["history", &queued_id, "--json"]);
@@ -156,7 +167,7 @@ fn publication_checks_again_what_was_published_since_the_run_was_submitted() {
     dir.set_spec(v1);
     // The queued run's code is the workspace's again, so it runs; its publication would replace
     // v2's output without review, and is refused at that last moment.
-    ok(ws, &["run", "extract", "--partition", "2024-01-09", "--drain-queue"]);
+    drain_queue(ws);
     assert_eq!(run_status(ws, &queued_id), "failed");
     assert_eq!(summary(ws), days(5, 5, 20), "v2's output stays");
     let (_, story) = json(ws, &["history", &queued_id, "--json"]);
@@ -176,8 +187,18 @@ fn backfill_start_runs_only_its_own_backfill() {
     let (code, planned) = json(
         ws,
         &[
-            "backfill", "plan", "summarize", "--from", "2024-01-01", "--to", "2024-01-02", "--reprocess", "all",
-            "--reason", "count times ten", "--json",
+            "backfill",
+            "plan",
+            "summarize",
+            "--from",
+            "2024-01-01",
+            "--to",
+            "2024-01-02",
+            "--reprocess",
+            "all",
+            "--reason",
+            "count times ten",
+            "--json",
         ],
     );
     assert_eq!(code, 0, "{planned}");
@@ -204,6 +225,6 @@ fn a_rewrite_policy_on_an_external_dataset_is_a_clear_error() {
     let out = tidegate(dir.path()).args(["validate"]).output().expect("runs");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("tidegate.toml:6:12: external.feed.rewrites:"), "file:line:col and the setting: {stderr}");
+    assert!(stderr.contains("tidegate.toml:6:13: external.feed.rewrites:"), "file:line:col and the setting: {stderr}");
     assert!(stderr.contains("an external dataset is produced outside the workspace"), "{stderr}");
 }

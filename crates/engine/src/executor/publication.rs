@@ -246,7 +246,12 @@ impl Engine {
     /// both and the backfill that would replace it under review), unless the dataset says
     /// `rewrites = "free"`, when the replacement goes ahead and is journaled after its commit.
     /// A run is checked when it is submitted too; this catches what was published meanwhile.
-    pub(super) async fn guard_rewrites(&self, step_ids: Vec<String>, view: &View, correlation: &str) -> Result<Guarded> {
+    pub(super) async fn guard_rewrites(
+        &self,
+        step_ids: Vec<String>,
+        view: &View,
+        correlation: &str,
+    ) -> Result<Guarded> {
         if !self.code_check {
             return Ok(Guarded { allowed: step_ids, ..Guarded::default() });
         }
