@@ -256,6 +256,9 @@ pub struct Engine {
     runner: Arc<dyn attempt::Runner>,
     /// When set, the only run this engine executes; other unfinished runs wait for another drain.
     only_run: Option<String>,
+    /// With `only_run`: runs created at or after this instant are executed too (live work
+    /// submitted while this engine runs, whose submitters follow it), not the queue from before.
+    also_since: Option<DateTime<Utc>>,
     /// Whether a step runs and publishes only the code it was planned with (decision 0020).
     code_check: bool,
     /// Publications failing with an error worth retrying (a full disk, an unreachable store),
@@ -326,6 +329,7 @@ impl Engine {
             stop: None,
             runner,
             only_run: None,
+            also_since: None,
             code_check: false,
             trouble,
         }
@@ -364,6 +368,15 @@ impl Engine {
         self
     }
 
+    /// With [`Engine::with_only_run`]: also executes the runs submitted at or after `since` (live
+    /// work arriving while this engine holds the scheduler role, whose `run` commands follow it
+    /// instead of executing), but none of the runs queued before (decision 0020).
+    #[must_use]
+    pub fn with_runs_submitted_since(mut self, since: DateTime<Utc>) -> Self {
+        self.also_since = Some(since);
+        self
+    }
+
     /// Runs and publishes a step only when its task's code now (the spec this engine was given,
     /// the declared files on disk) is the code version the step was planned with; a step planned
     /// with other code fails (`refused`) with a reason naming both versions and what to do instead
@@ -392,9 +405,9 @@ impl Engine {
         crate::code::refusal(&record.task, &record.partition, planned, current.as_deref()?, backfill)
     }
 
-    /// Whether this engine executes `run_id`.
-    fn executes(&self, run_id: &str) -> bool {
-        self.only_run.as_deref().is_none_or(|only| only == run_id)
+    /// Whether this engine executes the run `run_id`, created at `created_at`.
+    fn executes(&self, run_id: &str, created_at: DateTime<Utc>) -> bool {
+        self.only_run.as_deref().is_none_or(|only| only == run_id) || self.also_since.is_some_and(|t| created_at >= t)
     }
 
     /// Tells `f` the steps by status as they change.
@@ -651,7 +664,7 @@ impl Engine {
         let runs = self.db(|s| s.runs(RUNS_WATCHED)).await?;
         let new: Vec<_> = runs
             .into_iter()
-            .filter(|r| !r.status.is_terminal() && !view.has_run(&r.id) && self.executes(&r.id))
+            .filter(|r| !r.status.is_terminal() && !view.has_run(&r.id) && self.executes(&r.id, r.created_at))
             .collect();
         for run in new {
             let rid = run.id.clone();

@@ -1,7 +1,7 @@
 //! The store test suite, written once against `&StoreUnderTest` and run on every backend by
 //! [`backend_tests!`]: each function is one property of the `Store` contract.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Barrier};
 use std::thread;
 
@@ -75,6 +75,7 @@ macro_rules! all_backend_tests {
             releases_recorded_together_are_all_or_nothing,
             a_release_none_of_whose_steps_may_publish_is_not_recorded,
             published_step_keys_finds_exactly_the_published_keys,
+            a_published_partition_has_the_code_version_of_the_step_its_newest_release_published,
             checkpoint_is_refused_until_its_version_is_staged,
             checkpoint_is_refused_unless_its_staged_output_holds_the_rows_it_declares,
             scheduler_role_is_held_by_one_owner_until_it_expires,
@@ -1238,6 +1239,35 @@ pub fn published_step_keys_finds_exactly_the_published_keys(t: &StoreUnderTest) 
     assert_eq!(found, BTreeSet::from(["step-key-0".to_owned()]));
     assert_eq!(store.published_step_keys(&[]).expect("looking up nothing"), BTreeSet::new());
     assert_eq!(store.published_step_keys(&["step-key-2".to_owned()]).expect("looking up"), BTreeSet::new());
+}
+
+/// Issue 32, item 3 (decision 0020): a step keeps the code version it was planned with, and a
+/// published partition's code version is that of the step whose output its newest release (by
+/// Delta version) published; a rollback's item names no output, so the code version is unknown.
+pub fn a_published_partition_has_the_code_version_of_the_step_its_newest_release_published(t: &StoreUnderTest) {
+    let store = &*t.store;
+    let (_, steps) = create_ready(store, 2);
+    assert_eq!(steps.iter().map(|s| s.code_version.as_deref()).collect::<Vec<_>>(), [Some("code-0"), Some("code-1")]);
+    let partitions = ["2024-01-01".to_owned(), "2024-01-02".to_owned()];
+    let published = |expected: Option<&str>| {
+        let found = store.published_code_versions("features", &partitions).expect("looking up");
+        let expected = BTreeMap::from([("2024-01-01".to_owned(), expected.map(str::to_owned))]);
+        assert_eq!(found, expected, "only the published partition, with its code version");
+    };
+    assert_eq!(store.published_code_versions("features", &partitions).expect("looking up"), BTreeMap::new());
+    for (i, step) in steps.iter().enumerate() {
+        let lease = validated(store, &step.id, "features", t0());
+        let version = format!("v-{}", step.id);
+        let mut release = release_record(&format!("r{i}"), ReleaseKind::Publish, &[("features", Some(&version))], t0());
+        release.items[0].delta_version = i64::try_from(i).expect("small") + 1;
+        store.record_release(&release, &[(step.id.clone(), lease.epoch)], &meta(t0())).expect("recording");
+        published(Some(&format!("code-{i}")));
+    }
+    let mut rollback = release_record("r9", ReleaseKind::Rollback, &[("features", None)], t0());
+    rollback.items[0].delta_version = 3;
+    store.record_release(&rollback, &[], &meta(t0())).expect("recording the rollback");
+    published(None);
+    assert_eq!(store.published_code_versions("elsewhere", &partitions).expect("looking up"), BTreeMap::new());
 }
 
 /// Issue 32, item 7: a checkpoint declaring more (or fewer) rows than the output it covers holds
