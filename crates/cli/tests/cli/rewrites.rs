@@ -176,6 +176,43 @@ fn publication_checks_again_what_was_published_since_the_run_was_submitted() {
 }
 
 #[test]
+fn a_declared_file_edited_after_submission_is_a_code_change_too() {
+    // The task's code is its argv and the files it declares: here a script on disk.
+    let spec = r#"
+[project]
+name = "rewrites"
+
+[datasets.rows]
+partitioning = { grain = "day", start = "2024-01-01" }
+write = { mode = "replace" }
+
+[tasks.write_rows]
+command = ["sh", "rows.sh"]
+files = ["rows.sh"]
+outputs = ["rows"]
+"#;
+    let dir = TestWorkspace::new(spec);
+    let ws = dir.path();
+    let script = |n: u32| format!("printf 'n\\n{n}\\n' > \"$TIDEGATE_OUTPUT_DIR/rows.csv\"\n");
+    dir.write("rows.sh", script(1));
+    let (_, queued) = json(ws, &["submit", "write_rows", "--partition", "2024-01-01", "--json"]);
+    let queued_id = queued["run"]["id"].as_str().expect("the queued run's id").to_owned();
+    dir.write("rows.sh", script(2));
+    let drain = ["run", "write_rows", "--partition", "2024-01-05", "--drain-queue"];
+    let out = tidegate(ws).args(drain).output().expect("runs");
+    assert_eq!(out.status.code(), Some(1), "the drain saw the refused step fail: {out:?}");
+    assert_eq!(run_status(ws, &queued_id), "failed", "the edited script did not run under the old submission");
+    let (_, story) = json(ws, &["history", &queued_id, "--json"]);
+    assert!(story.to_string().contains("task write_rows's code changed"), "{story}");
+    // Run now, the edited script publishes the new day; edited again, it may not replace it.
+    ok(ws, &["run", "write_rows", "--partition", "2024-01-01"]);
+    dir.write("rows.sh", script(3));
+    let out = tidegate(ws).args(["run", "write_rows", "--partition", "2024-01-01"]).output().expect("runs");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("would replace published history"), "{out:?}");
+}
+
+#[test]
 fn backfill_start_runs_only_its_own_backfill() {
     let dir = workspace(None);
     let ws = dir.path();
