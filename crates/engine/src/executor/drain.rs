@@ -185,7 +185,8 @@ impl<'e> Drain<'e> {
         Ok(events)
     }
 
-    /// A step refused before it starts (it was planned with other code): it fails with `reason` (`refused`).
+    /// A step refused before it starts (it was planned with other code): it fails with `reason`
+    /// (the `refused` event).
     fn refused(&self, step_id: String, reason: String) -> StepEventRecord {
         let meta = self.engine.meta(reason.clone(), &self.correlation);
         StepEventRecord { step_id, event: StepEvent::Refused { reason }, meta }
