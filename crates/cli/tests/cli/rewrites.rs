@@ -250,6 +250,16 @@ fn backfill_start_runs_only_its_own_backfill() {
     let totals: &Value = &compared["datasets"][0]["totals"];
     assert_eq!((totals["n_added"].as_u64(), totals["n_removed"].as_u64()), (Some(2), Some(2)), "{compared}");
     assert_eq!(summary(ws), days(1, 2, 2), "published history untouched until approved");
+
+    // Approved by a second person and published, the backfill's code is what those days hold:
+    // running them again with it is no rewrite.
+    let approve = ["backfill", "approve", &id, "--comparison", &crate::common::comparison_of(ws, &id)];
+    let out = crate::common::tidegate_as(ws, Some("bo")).args(approve).output().expect("runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    ok(ws, &["backfill", "publish", &id]);
+    assert_eq!(summary(ws), days(1, 2, 20));
+    let (code, again) = json(ws, &["run", "summarize", "--from", "2024-01-01", "--to", "2024-01-02", "--json"]);
+    assert_eq!((code, again["status"].as_str()), (0, Some("succeeded")), "{again}");
 }
 
 #[test]
