@@ -11,6 +11,8 @@ use crate::sql::{Row, Tx, Value};
 use crate::steps::{Applier, apply_held, finish_applying};
 use crate::{Error, JournalMeta, Outcome, ReleaseItem, ReleaseKind, ReleaseRecord, Result, StepEventRecord};
 
+/// The partition key of a release item that covers the whole table (a rollback of all of it).
+const WHOLE_TABLE: &str = "*";
 /// The most releases one `releases` call returns.
 const RELEASES_MAX: u32 = 10_000;
 /// The most keys bound in one `IN (...)` list; longer lists are split into chunks of this size.
@@ -286,6 +288,18 @@ pub(crate) fn published_code_versions(
             Some((seen, _)) if *seen >= delta_version => {}
             _ => {
                 newest.insert(partition, (delta_version, code));
+            }
+        }
+    }
+    // A rollback of the whole table (its item's partition is `*`) restored every partition.
+    let whole = tx.query(
+        "SELECT MAX(delta_version) FROM release_versions WHERE dataset = ?1 AND partition_key = ?2",
+        &[dataset.into(), WHOLE_TABLE.into()],
+    )?;
+    if let Some(restored_at) = whole.first().map(|r| r.opt_int(0)).transpose()?.flatten() {
+        for (delta_version, code) in newest.values_mut() {
+            if *delta_version < restored_at {
+                *code = None;
             }
         }
     }

@@ -1246,26 +1246,40 @@ pub fn published_step_keys_finds_exactly_the_published_keys(t: &StoreUnderTest) 
 /// Delta version) published; a rollback's item names no output, so the code version is unknown.
 pub fn a_published_partition_has_the_code_version_of_the_step_its_newest_release_published(t: &StoreUnderTest) {
     let store = &*t.store;
-    let (_, steps) = create_ready(store, 2);
-    assert_eq!(steps.iter().map(|s| s.code_version.as_deref()).collect::<Vec<_>>(), [Some("code-0"), Some("code-1")]);
+    let (_, steps) = create_ready(store, 3);
+    let planned: Vec<Option<&str>> = steps.iter().map(|s| s.code_version.as_deref()).collect();
+    assert_eq!(planned, [Some("code-0"), Some("code-1"), Some("code-2")]);
     let partitions = ["2024-01-01".to_owned(), "2024-01-02".to_owned()];
     let published = |expected: Option<&str>| {
         let found = store.published_code_versions("features", &partitions).expect("looking up");
         let expected = BTreeMap::from([("2024-01-01".to_owned(), expected.map(str::to_owned))]);
         assert_eq!(found, expected, "only the published partition, with its code version");
     };
-    assert_eq!(store.published_code_versions("features", &partitions).expect("looking up"), BTreeMap::new());
-    for (i, step) in steps.iter().enumerate() {
+    let publish = |i: usize, delta_version: i64| {
+        let step = &steps[i];
         let lease = validated(store, &step.id, "features", t0());
         let version = format!("v-{}", step.id);
         let mut release = release_record(&format!("r{i}"), ReleaseKind::Publish, &[("features", Some(&version))], t0());
-        release.items[0].delta_version = i64::try_from(i).expect("small") + 1;
+        release.items[0].delta_version = delta_version;
         store.record_release(&release, &[(step.id.clone(), lease.epoch)], &meta(t0())).expect("recording");
-        published(Some(&format!("code-{i}")));
-    }
-    let mut rollback = release_record("r9", ReleaseKind::Rollback, &[("features", None)], t0());
-    rollback.items[0].delta_version = 3;
-    store.record_release(&rollback, &[], &meta(t0())).expect("recording the rollback");
+    };
+    let roll_back = |id: &str, partition: &str, delta_version: i64| {
+        let mut rollback = release_record(id, ReleaseKind::Rollback, &[("features", None)], t0());
+        rollback.items[0].partition = partition.to_owned();
+        rollback.items[0].delta_version = delta_version;
+        store.record_release(&rollback, &[], &meta(t0())).expect("recording the rollback");
+    };
+    assert_eq!(store.published_code_versions("features", &partitions).expect("looking up"), BTreeMap::new());
+    publish(0, 1);
+    published(Some("code-0"));
+    publish(1, 2);
+    published(Some("code-1"));
+    // A rollback of the partition, then of the whole table: what it holds is no step's output.
+    roll_back("undo-1", "2024-01-01", 3);
+    published(None);
+    publish(2, 4);
+    published(Some("code-2"));
+    roll_back("undo-all", "*", 5);
     published(None);
     assert_eq!(store.published_code_versions("elsewhere", &partitions).expect("looking up"), BTreeMap::new());
 }
