@@ -99,6 +99,7 @@ async fn finish_step(
                 partition: step.partition.clone(),
                 version_id: version_ids.get(&i.dataset).cloned(),
                 delta_version: i64::try_from(i.table_version).unwrap_or(i64::MAX),
+                restores_version: None,
             })
             .collect(),
     };

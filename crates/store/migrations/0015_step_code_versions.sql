@@ -3,3 +3,6 @@
 -- published partition's code version is known from its release (decision 0020). NULL for steps
 -- planned before this column: their code version is unknown. Portable SQL.
 ALTER TABLE steps ADD COLUMN code_version TEXT;
+-- For a rollback's item: the table version whose files it restored, so that the code version a
+-- partition holds after a rollback is the one it held at that version. NULL otherwise.
+ALTER TABLE release_versions ADD COLUMN restores_delta_version BIGINT;

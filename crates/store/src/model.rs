@@ -582,6 +582,10 @@ pub struct ReleaseItem {
     pub version_id: Option<String>,
     /// The Delta table version the commit created.
     pub delta_version: i64,
+    /// For a rollback: the table version whose files it restored (what the partition holds now
+    /// is what it held then); `None` for a publication.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restores_version: Option<i64>,
 }
 
 /// Progress of a long step: stored only after the output it covers is staged.

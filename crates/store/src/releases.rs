@@ -72,8 +72,8 @@ fn with_items(tx: &mut dyn Tx, rows: &[Row]) -> Result<Vec<ReleaseRecord>> {
     let mut items: BTreeMap<String, Vec<ReleaseItem>> = BTreeMap::new();
     let item_rows = query_in_chunks(tx, &ids, |placeholders| {
         format!(
-            "SELECT release_id, dataset, partition_key, version_id, delta_version FROM release_versions \
-             WHERE release_id IN ({placeholders}) ORDER BY release_id, item_idx"
+            "SELECT release_id, dataset, partition_key, version_id, delta_version, restores_delta_version \
+             FROM release_versions WHERE release_id IN ({placeholders}) ORDER BY release_id, item_idx"
         )
     })?;
     for row in &item_rows {
@@ -82,6 +82,7 @@ fn with_items(tx: &mut dyn Tx, rows: &[Row]) -> Result<Vec<ReleaseRecord>> {
             partition: row.text(2)?,
             version_id: row.opt_text(3)?,
             delta_version: row.int(4)?,
+            restores_version: row.opt_int(5)?,
         });
     }
     for release in &mut releases {
@@ -163,8 +164,8 @@ fn insert_release(
     for (item_idx, item) in release.items.iter().enumerate() {
         tx.execute(
             "INSERT INTO release_versions \
-             (release_id, item_idx, dataset, partition_key, version_id, delta_version) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+             (release_id, item_idx, dataset, partition_key, version_id, delta_version, restores_delta_version) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             &[
                 release.id.as_str().into(),
                 Value::Int(to_i64("release item index", item_idx as u64)?),
@@ -172,6 +173,7 @@ fn insert_release(
                 item.partition.as_str().into(),
                 item.version_id.as_deref().into(),
                 Value::Int(item.delta_version),
+                item.restores_version.into(),
             ],
         )?;
     }
@@ -265,45 +267,73 @@ pub(crate) fn published_step_keys(tx: &mut dyn Tx, keys: &[String]) -> Result<BT
     .collect()
 }
 
+/// The most rollbacks [`held`] follows back for one partition, each to an older table version.
+const ROLLBACK_HOPS_MAX: usize = 1_000;
+
+/// One release item of a partition (or of the whole table), as [`held`] reads it.
+struct HeldItem {
+    partition: String,
+    delta_version: i64,
+    rollback: bool,
+    code_version: Option<String>,
+    restores_version: Option<i64>,
+}
+
 /// The body of [`crate::Store::published_code_versions`]: per partition of `dataset` among
-/// `partitions` that some release made visible, the code version of the step whose output the
-/// newest such release (by Delta table version) published; `None` when that release names no
-/// step's output (a rollback restoring older files) or the step's code version was not recorded.
+/// `partitions` that some release named, the code version of the step whose output it holds now
+/// ([`held`]); `None` when unknown.
 pub(crate) fn published_code_versions(
     tx: &mut dyn Tx,
     dataset: &str,
     partitions: &[String],
 ) -> Result<BTreeMap<String, Option<String>>> {
-    let mut newest: BTreeMap<String, (i64, Option<String>)> = BTreeMap::new();
-    let rows = query_in_chunks_with(tx, dataset, partitions, |placeholders| {
+    let mut keys = partitions.to_vec();
+    keys.push(WHOLE_TABLE.to_owned());
+    let rows = query_in_chunks_with(tx, dataset, &keys, |placeholders| {
         format!(
-            "SELECT rv.partition_key, rv.delta_version, s.code_version FROM release_versions rv \
+            "SELECT rv.partition_key, rv.delta_version, r.kind, s.code_version, rv.restores_delta_version \
+             FROM release_versions rv JOIN releases r ON r.id = rv.release_id \
              LEFT JOIN versions v ON v.id = rv.version_id LEFT JOIN steps s ON s.id = v.step_id \
              WHERE rv.dataset = ?1 AND rv.partition_key IN ({placeholders})"
         )
     })?;
-    for row in &rows {
-        let (partition, delta_version, code) = (row.text(0)?, row.int(1)?, row.opt_text(2)?);
-        match newest.get(&partition) {
-            Some((seen, _)) if *seen >= delta_version => {}
-            _ => {
-                newest.insert(partition, (delta_version, code));
-            }
+    let mut items = rows
+        .iter()
+        .map(|row| {
+            Ok(HeldItem {
+                partition: row.text(0)?,
+                delta_version: row.int(1)?,
+                rollback: row.text(2)? == release_kind_text(ReleaseKind::Rollback),
+                code_version: row.opt_text(3)?,
+                restores_version: row.opt_int(4)?,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    items.sort_by_key(|i| std::cmp::Reverse(i.delta_version));
+    let mut out = BTreeMap::new();
+    for p in partitions {
+        if items.iter().any(|i| &i.partition == p) {
+            out.insert(p.clone(), held(&items, p, i64::MAX));
         }
     }
-    // A rollback of the whole table (its item's partition is `*`) restored every partition.
-    let whole = tx.query(
-        "SELECT MAX(delta_version) FROM release_versions WHERE dataset = ?1 AND partition_key = ?2",
-        &[dataset.into(), WHOLE_TABLE.into()],
-    )?;
-    if let Some(restored_at) = whole.first().map(|r| r.opt_int(0)).transpose()?.flatten() {
-        for (delta_version, code) in newest.values_mut() {
-            if *delta_version < restored_at {
-                *code = None;
-            }
+    Ok(out)
+}
+
+/// The code version partition `p` held at table version `at`, from `items` newest first: its
+/// newest item (or the whole table's) at or before `at`. A publication's is its step's; a
+/// rollback's is what the partition held at the version it restored; unknown (`None`) for a
+/// rollback recorded without that version, before the partition's first item, or past
+/// [`ROLLBACK_HOPS_MAX`].
+fn held(items: &[HeldItem], p: &str, mut at: i64) -> Option<String> {
+    for _ in 0..ROLLBACK_HOPS_MAX {
+        let item = items.iter().find(|i| i.delta_version <= at && (i.partition == p || i.partition == WHOLE_TABLE))?;
+        if !item.rollback {
+            return item.code_version.clone();
         }
+        // Each rollback restores an older version than its own, so this walks back and ends.
+        at = item.restores_version.filter(|v| *v < item.delta_version)?;
     }
-    Ok(newest.into_iter().map(|(p, (_, code))| (p, code)).collect())
+    None
 }
 
 /// [`query_in_chunks`] with a first parameter `?1` (`first`) before the chunk's keys (`?2`...).

@@ -112,6 +112,7 @@ pub fn release_record(id: &str, kind: ReleaseKind, items: &[(&str, Option<&str>)
                 partition: "2024-01-01".to_owned(),
                 version_id: version_id.map(str::to_owned),
                 delta_version,
+                restores_version: None,
             })
             .collect(),
     }

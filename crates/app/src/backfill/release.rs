@@ -232,6 +232,7 @@ async fn publish_release(
                     partition: p.key.clone(),
                     version_id: version_ids.get(&(published.dataset.clone(), p.key.clone())).cloned(),
                     delta_version: i64::try_from(published.table_version)?,
+                    restores_version: None,
                 });
             }
         }
@@ -461,6 +462,7 @@ pub fn rollback(
                     partition: p.clone(),
                     version_id: None,
                     delta_version: i64::try_from(r.new_version).unwrap_or(i64::MAX),
+                    restores_version: i64::try_from(r.version).ok(),
                 })
             })
             .collect();

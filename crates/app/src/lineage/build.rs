@@ -780,6 +780,7 @@ mod tests {
                 partition: "2024-01-01".to_owned(),
                 version_id: None,
                 delta_version: 7,
+                restores_version: None,
             }],
         };
         Records {

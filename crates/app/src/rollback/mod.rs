@@ -158,6 +158,7 @@ pub fn rollback(
                 partition: p.clone(),
                 version_id: None,
                 delta_version: i64::try_from(new_version).unwrap_or(i64::MAX),
+                restores_version: i64::try_from(target).ok(),
             })
             .collect(),
     };

@@ -392,6 +392,7 @@ fn record(ws: &Workspace, store: &dyn Store, actor: &Actor, plan: &Undone, reaso
                     partition: p.clone(),
                     version_id: None,
                     delta_version: version,
+                    restores_version: i64::try_from(d.to_version).ok(),
                 })
                 .collect::<Vec<_>>()
         })

@@ -211,6 +211,7 @@ fn publication_bookkeeping(store: &dyn Store, run_ids: &[String]) -> Result<f64>
                     partition: step.partition.clone(),
                     version_id: Some(version.id.clone()),
                     delta_version: i64::try_from(delta_version).unwrap_or(i64::MAX),
+                    restores_version: None,
                 }],
             };
             batch.push((record, vec![(step.id.clone(), step.state.epoch)]));

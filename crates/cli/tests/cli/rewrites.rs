@@ -253,13 +253,43 @@ fn backfill_start_runs_only_its_own_backfill() {
 
     // Approved by a second person and published, the backfill's code is what those days hold:
     // running them again with it is no rewrite.
-    let approve = ["backfill", "approve", &id, "--comparison", &crate::common::comparison_of(ws, &id)];
-    let out = crate::common::tidegate_as(ws, Some("bo")).args(approve).output().expect("runs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    ok(ws, &["backfill", "publish", &id]);
+    approve_and_publish(ws, &id);
     assert_eq!(summary(ws), days(1, 2, 20));
     let (code, again) = json(ws, &["run", "summarize", "--from", "2024-01-01", "--to", "2024-01-02", "--json"]);
     assert_eq!((code, again["status"].as_str()), (0, Some("succeeded")), "{again}");
+}
+
+/// Approves backfill `id` as a second person (bo) and publishes it.
+fn approve_and_publish(ws: &Path, id: &str) {
+    let approve = ["backfill", "approve", id, "--comparison", &crate::common::comparison_of(ws, id)];
+    let out = crate::common::tidegate_as(ws, Some("bo")).args(approve).output().expect("runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    ok(ws, &["backfill", "publish", id]);
+}
+
+#[test]
+fn after_a_backfill_is_rolled_back_its_code_may_not_replace_the_restored_history() {
+    let dir = workspace(None);
+    let ws = dir.path();
+    ok(ws, &["run", "summarize", "--from", "2024-01-01", "--to", "2024-01-02"]);
+    edit_sql(&dir);
+    let plan = ["backfill", "plan", "summarize", "--from", "2024-01-01", "--to", "2024-01-02", "--reprocess", "all"];
+    let (code, planned) = json(ws, &[&plan[..], &["--reason", "times ten", "--json"]].concat());
+    assert_eq!(code, 0, "{planned}");
+    let id = planned["id"].as_str().expect("backfill id").to_owned();
+    ok(ws, &["backfill", "start", &id]);
+    ok(ws, &["backfill", "compare", &id]);
+    approve_and_publish(ws, &id);
+    ok(ws, &["backfill", "rollback", &id]);
+    assert_eq!(summary(ws), days(1, 2, 2), "the first code's history is back");
+    // What the days hold is the first code's output again (the rollback says which version it
+    // restored): the edited code may not replace it without review.
+    let out =
+        tidegate(ws).args(["run", "summarize", "--from", "2024-01-01", "--to", "2024-01-02"]).output().expect("runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("partitions 2024-01-01, 2024-01-02 of summary (task summarize)"), "{stderr}");
+    assert_eq!(summary(ws), days(1, 2, 2));
 }
 
 #[test]

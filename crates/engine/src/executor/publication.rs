@@ -556,6 +556,7 @@ impl Engine {
                 partition: p.partition.clone(),
                 version_id: p.version_ids.get(&i.dataset).cloned(),
                 delta_version: i64::try_from(i.table_version).unwrap_or(i64::MAX),
+                restores_version: None,
             })
             .collect();
         let release = ReleaseRecord {

@@ -1263,10 +1263,11 @@ pub fn a_published_partition_has_the_code_version_of_the_step_its_newest_release
         release.items[0].delta_version = delta_version;
         store.record_release(&release, &[(step.id.clone(), lease.epoch)], &meta(t0())).expect("recording");
     };
-    let roll_back = |id: &str, partition: &str, delta_version: i64| {
+    let roll_back = |id: &str, partition: &str, delta_version: i64, restores: Option<i64>| {
         let mut rollback = release_record(id, ReleaseKind::Rollback, &[("features", None)], t0());
         rollback.items[0].partition = partition.to_owned();
         rollback.items[0].delta_version = delta_version;
+        rollback.items[0].restores_version = restores;
         store.record_release(&rollback, &[], &meta(t0())).expect("recording the rollback");
     };
     assert_eq!(store.published_code_versions("features", &partitions).expect("looking up"), BTreeMap::new());
@@ -1274,13 +1275,21 @@ pub fn a_published_partition_has_the_code_version_of_the_step_its_newest_release
     published(Some("code-0"));
     publish(1, 2);
     published(Some("code-1"));
-    // A rollback of the partition, then of the whole table: what it holds is no step's output.
-    roll_back("undo-1", "2024-01-01", 3);
+    // A rollback of the partition to version 1 holds what version 1 held; one that does not say
+    // which version it restored holds what nobody knows.
+    roll_back("undo-1", "2024-01-01", 3, Some(1));
+    published(Some("code-0"));
+    roll_back("undo-2", "2024-01-01", 4, None);
     published(None);
-    publish(2, 4);
+    publish(2, 5);
     published(Some("code-2"));
-    roll_back("undo-all", "*", 5);
+    // The whole table rolled back to version 3: the partition as the first rollback left it.
+    roll_back("undo-all", "*", 6, Some(3));
+    published(Some("code-0"));
+    // Back to before the partition's first publication: it holds nothing published.
+    roll_back("undo-everything", "*", 7, Some(0));
     published(None);
+    assert_eq!(store.release("undo-1").expect("reading").map(|r| r.items[0].restores_version), Some(Some(1)));
     assert_eq!(store.published_code_versions("elsewhere", &partitions).expect("looking up"), BTreeMap::new());
 }
 
