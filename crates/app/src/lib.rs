@@ -19,6 +19,7 @@ pub mod monitor;
 pub mod plan;
 pub mod reconcile;
 pub mod refusal;
+pub mod rewrites;
 pub mod rollback;
 pub mod run;
 pub mod schedule;

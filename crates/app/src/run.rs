@@ -28,6 +28,7 @@ pub fn engine(ws: &Workspace, store: Arc<dyn Store>, lake: Arc<Lake>, workers: u
         ws.clock.clone(),
         Options { max_parallel: workers, ..Options::default() },
     )
+    .with_code_check()
 }
 
 /// Which runs an execution drains.
@@ -39,6 +40,10 @@ pub enum Scope<'a> {
     Run(&'a str),
     /// Every unfinished run, until this one settles.
     RunAndQueue(&'a str),
+    /// This run, and the runs submitted while it executes (live work whose submitters follow
+    /// this process), until it settles; runs queued before wait (a backfill's start, decision
+    /// 0020).
+    RunAndLater(&'a str),
 }
 
 /// Executes the runs `scope` names with an in-process engine of `workers` slots. For one run,
@@ -78,6 +83,9 @@ fn execute_only(
             Scope::Everything => engine.drain().await?,
             Scope::Run(run_id) => engine.with_only_run(run_id).drain_until(run_id).await?,
             Scope::RunAndQueue(run_id) => engine.drain_until(run_id).await?,
+            Scope::RunAndLater(run_id) => {
+                engine.with_only_run(run_id).with_runs_submitted_since(ws.now()).drain_until(run_id).await?
+            }
         })
     })
 }

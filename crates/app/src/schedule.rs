@@ -375,8 +375,8 @@ fn submit_wanted(
     }
     let plan = combined_plan(&ws.spec, wanted)?;
     let steps = submit::new_steps(ws, &plan, &BTreeMap::new(), false)?;
-    let partitions: Vec<String> =
-        wanted.iter().flat_map(|(t, keys)| keys.iter().map(move |k| format!("{t}@{k}"))).collect();
+    let Some(steps) = without_rewrites(ws, store, actor, steps, now)? else { return Ok(None) };
+    let partitions: Vec<String> = steps.iter().map(|s| s.name.clone()).collect();
     let request = RunRequest {
         target: wanted.keys().cloned().collect::<Vec<_>>().join(","),
         partitions,
@@ -425,4 +425,42 @@ fn combined_plan(spec: &Spec, wanted: &BTreeMap<String, Vec<String>>) -> Result<
         s.upstream.retain(|u| wanted_names.contains(u));
     }
     Ok(Plan { target: wanted.keys().cloned().collect::<Vec<_>>().join(","), steps })
+}
+
+/// The steps of a tick's run less those that would replace partitions another code version
+/// published in a dataset under review (decision 0020): left out, journaled as
+/// `rewrite_refused` with the backfill that replaces them, and no longer waited for by the rest.
+/// `None` when nothing is left.
+fn without_rewrites(
+    ws: &Workspace,
+    store: &dyn Store,
+    actor: &Actor,
+    mut steps: Vec<tidegate_store::NewStep>,
+    now: DateTime<Utc>,
+) -> Result<Option<Vec<tidegate_store::NewStep>>> {
+    let rewrites = crate::rewrites::under_review(&ws.spec, store, &steps)?;
+    if !rewrites.is_empty() {
+        let refused: BTreeSet<String> = rewrites.iter().map(|r| format!("{}@{}", r.task, r.partition)).collect();
+        let reason = crate::rewrites::refuse(&rewrites).err().map(|e| e.to_string()).unwrap_or_default();
+        let decision = Decision {
+            kind: "rewrite_refused".to_owned(),
+            run_id: None,
+            task: None,
+            partition: None,
+            payload: serde_json::json!({ "steps": refused, "rewrites": rewrites }),
+        };
+        let meta = JournalMeta {
+            via: Some(actor.via()),
+            actor: actor.name.clone(),
+            correlation_id: format!("tick-{}", now.timestamp()),
+            reason,
+            at: ws.now(),
+        };
+        store.record_decision(&decision, &meta)?;
+        steps.retain(|s| !refused.contains(&s.name));
+        for s in &mut steps {
+            s.upstream.retain(|u| !refused.contains(u));
+        }
+    }
+    Ok(if steps.is_empty() { None } else { Some(steps) })
 }

@@ -3,13 +3,13 @@
 
 use std::collections::BTreeMap;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use tidegate_core::actor::Actor;
-use tidegate_core::idempotency::{self, FileContent, PinnedInput, StepIdentity};
+use tidegate_core::idempotency::{PinnedInput, StepIdentity};
 use tidegate_core::plan::Plan;
+use tidegate_core::spec::Spec;
 use tidegate_core::spec::model::{Dataset, DatasetKind, WriteMode};
-use tidegate_core::spec::{Spec, TaskRun};
 use tidegate_core::state::Step;
 use tidegate_store::{JournalMeta, NewStep, Priority, RunRecord, RunRequest, Store, Trigger};
 
@@ -74,6 +74,7 @@ fn create_run(ws: &Workspace, store: &dyn Store, actor: &Actor, submit: &SubmitR
     let plan = target.plan(&ws.spec)?;
     refuse_rewrites(ws, &plan)?;
     let steps = new_steps(ws, &plan, &BTreeMap::new(), false)?;
+    crate::rewrites::refuse(&crate::rewrites::under_review(&ws.spec, store, &steps)?)?;
     let meta = JournalMeta {
         via: Some(actor.via()),
         actor: request.requester.clone(),
@@ -116,21 +117,7 @@ fn refuse_rewrites(ws: &Workspace, plan: &Plan) -> Result<()> {
 
 /// Code versions per task: the command or SQL text plus the declared files' contents.
 pub fn code_versions(ws: &Workspace) -> Result<BTreeMap<String, String>> {
-    let mut out = BTreeMap::new();
-    for (name, task) in &ws.spec.tasks {
-        let mut contents = Vec::new();
-        if let TaskRun::Command { files, .. } = &task.run {
-            for f in files {
-                let path = ws.root.join(f);
-                let bytes = std::fs::read(&path)
-                    .with_context(|| format!("reading {} declared in tasks.{name}.files", path.display()))?;
-                contents.push((f.clone(), bytes));
-            }
-        }
-        let files: Vec<FileContent<'_>> = contents.iter().map(|(p, b)| FileContent { path: p, bytes: b }).collect();
-        out.insert(name.clone(), idempotency::code_version(&task.run, &files));
-    }
-    Ok(out)
+    Ok(tidegate_engine::code::versions(&ws.spec, &ws.root)?)
 }
 
 /// Turns planned steps into store rows with their idempotency keys. `pins` fixes the table

@@ -100,6 +100,9 @@ pub struct Validation {
     pub n_tasks: usize,
     /// Worker pools.
     pub n_pools: usize,
+    /// Datasets whose published partitions any run may replace with other code's output, without
+    /// review (`rewrites = "free"`; decision 0020).
+    pub free_rewrites: Vec<String>,
     /// Every problem, with its file, line and setting.
     pub errors: Vec<spec::Diagnostic>,
 }
@@ -122,6 +125,12 @@ pub fn validate(explicit: Option<&Path>) -> Result<Validation> {
                 n_external,
                 n_tasks: spec.tasks.len(),
                 n_pools: spec.pools.len(),
+                free_rewrites: spec
+                    .datasets
+                    .values()
+                    .filter(|d| d.rewrites == spec::Rewrites::Free)
+                    .map(|d| d.name.clone())
+                    .collect(),
                 errors: Vec::new(),
             }
         }
@@ -133,6 +142,7 @@ pub fn validate(explicit: Option<&Path>) -> Result<Validation> {
             n_external: 0,
             n_tasks: 0,
             n_pools: 0,
+            free_rewrites: Vec::new(),
             errors: diags.0,
         },
     })

@@ -193,6 +193,7 @@ fn dataset(name: &str, partitioning: Partitioning, write: WriteMode, columns: Ve
         columns,
         checks: vec![],
         review_flags: ReviewFlags::DEFAULT,
+        rewrites: tidegate_core::spec::Rewrites::Review,
     }
 }
 

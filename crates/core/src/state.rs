@@ -287,6 +287,13 @@ pub enum StepEvent {
         /// Why it is not needed, in words.
         reason: String,
     },
+    /// The step would run or publish other code than it was planned with, or replace history
+    /// that needs review (decision 0020): it fails without running (or without publishing), a
+    /// deterministic failure whose reason says what to do instead.
+    Refused {
+        /// Why, naming the code versions and the command to use.
+        reason: String,
+    },
     /// An operator stopped the step; legal from any status that is not terminal.
     Cancelled {
         /// Why it was cancelled, in words.
@@ -316,6 +323,7 @@ impl StepEvent {
             StepEvent::Published { .. } => "published",
             StepEvent::Superseded { .. } => "superseded",
             StepEvent::Skipped { .. } => "skipped",
+            StepEvent::Refused { .. } => "refused",
             StepEvent::Cancelled { .. } => "cancelled",
         }
     }
@@ -448,6 +456,11 @@ pub fn apply(step: &Step, event: &StepEvent) -> Result<Step, Error> {
             E::Superseded { .. },
         ) => S::Superseded,
         (S::Pending | S::WaitingForSource | S::Ready, E::Skipped { .. }) => S::Skipped,
+        (S::Pending | S::WaitingForSource | S::Ready | S::RetryWait | S::Validated, E::Refused { reason }) => {
+            next.retry_at = None;
+            next.last_failure = Some(Failure { class: ErrorClass::Deterministic, reason: reason.clone() });
+            S::Failed
+        }
         (_, E::Cancelled { .. }) => S::Cancelled,
         _ => return Err(illegal()),
     };

@@ -49,6 +49,7 @@ fn events(epoch: u64) -> Vec<StepEvent> {
         StepEvent::Published { epoch, release: "r1".into() },
         StepEvent::Superseded { by: "run-2".into() },
         StepEvent::Skipped { reason: "already published".into() },
+        StepEvent::Refused { reason: "planned with other code".into() },
         StepEvent::Cancelled { reason: "operator".into() },
     ]
 }

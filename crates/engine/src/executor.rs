@@ -256,6 +256,11 @@ pub struct Engine {
     runner: Arc<dyn attempt::Runner>,
     /// When set, the only run this engine executes; other unfinished runs wait for another drain.
     only_run: Option<String>,
+    /// With `only_run`: runs created at or after this instant are executed too (live work
+    /// submitted while this engine runs, whose submitters follow it), not the queue from before.
+    also_since: Option<DateTime<Utc>>,
+    /// Whether a step runs and publishes only the code it was planned with (decision 0020).
+    code_check: bool,
     /// Publications failing with an error worth retrying (a full disk, an unreachable store),
     /// so that the first failure and then one in [`publication::TROUBLE_EVERY`] are logged.
     trouble: std::sync::Mutex<publication::Trouble>,
@@ -313,7 +318,21 @@ impl Engine {
         let runner = Arc::new(attempt::TaskRunner);
         let site = attempt::Site::new(workspace, lake_uri);
         let trouble = std::sync::Mutex::default();
-        Self { store, lake, spec, site, clock, opts, progress: None, stop: None, runner, only_run: None, trouble }
+        Self {
+            store,
+            lake,
+            spec,
+            site,
+            clock,
+            opts,
+            progress: None,
+            stop: None,
+            runner,
+            only_run: None,
+            also_since: None,
+            code_check: false,
+            trouble,
+        }
     }
 
     /// Runs attempts with `runner` instead of the task's command or SQL (a benchmark's no-op).
@@ -349,9 +368,46 @@ impl Engine {
         self
     }
 
-    /// Whether this engine executes `run_id`.
-    fn executes(&self, run_id: &str) -> bool {
-        self.only_run.as_deref().is_none_or(|only| only == run_id)
+    /// With [`Engine::with_only_run`]: also executes the runs submitted at or after `since` (live
+    /// work arriving while this engine holds the scheduler role, whose `run` commands follow it
+    /// instead of executing), but none of the runs queued before (decision 0020).
+    #[must_use]
+    pub fn with_runs_submitted_since(mut self, since: DateTime<Utc>) -> Self {
+        self.also_since = Some(since);
+        self
+    }
+
+    /// Runs and publishes a step only when its task's code now (the spec this engine was given,
+    /// the declared files on disk) is the code version the step was planned with; a step planned
+    /// with other code fails (`refused`) with a reason naming both versions and what to do instead
+    /// (decision 0020), and a publication replacing a partition that other code published is
+    /// refused unless its dataset says `rewrites = "free"`. Off for engines driven by tests of the
+    /// loop on made-up steps.
+    #[must_use]
+    pub fn with_code_check(mut self) -> Self {
+        self.code_check = true;
+        self
+    }
+
+    /// Why the step `entry` must not run the code this engine would run for it now, if it must
+    /// not. `cache` holds each task's current code version for the caller's turn.
+    fn code_refusal(&self, entry: &crate::view::Entry, cache: &mut HashMap<String, Option<String>>) -> Option<String> {
+        if !self.code_check {
+            return None;
+        }
+        let record = &entry.record;
+        let planned = record.code_version.as_deref()?;
+        let current = cache.entry(record.task.clone()).or_insert_with(|| {
+            // A declared file that cannot be read fails the attempt itself, with its reason.
+            crate::code::version_of(&self.spec, &self.site.workspace, &record.task).and_then(Result::ok)
+        });
+        let backfill = entry.backfill_id.as_deref();
+        crate::code::refusal(&record.task, &record.partition, planned, current.as_deref()?, backfill)
+    }
+
+    /// Whether this engine executes the run `run_id`, created at `created_at`.
+    fn executes(&self, run_id: &str, created_at: DateTime<Utc>) -> bool {
+        self.only_run.as_deref().is_none_or(|only| only == run_id) || self.also_since.is_some_and(|t| created_at >= t)
     }
 
     /// Tells `f` the steps by status as they change.
@@ -474,6 +530,7 @@ impl Engine {
     /// what each phase does).
     async fn drain_inner(&self) -> Result<Summary> {
         let mut drain = Drain::start(self).await?;
+        drain.refuse_changed_code().await?;
         loop {
             let now = self.clock.now();
             // First: a process that was stopped past its lease must find out before it starts or
@@ -608,7 +665,7 @@ impl Engine {
         let runs = self.db(|s| s.runs(RUNS_WATCHED)).await?;
         let new: Vec<_> = runs
             .into_iter()
-            .filter(|r| !r.status.is_terminal() && !view.has_run(&r.id) && self.executes(&r.id))
+            .filter(|r| !r.status.is_terminal() && !view.has_run(&r.id) && self.executes(&r.id, r.created_at))
             .collect();
         for run in new {
             let rid = run.id.clone();

@@ -9,6 +9,7 @@
 
 pub mod attempt;
 pub mod checkpoint;
+pub mod code;
 pub mod executor;
 pub mod failpoint;
 pub mod leftovers;

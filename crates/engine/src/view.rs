@@ -488,6 +488,7 @@ mod tests {
             inputs: Vec::new(),
             state,
             updated_at: tidegate_testkit::fixed_instant(),
+            code_version: None,
         }
     }
 

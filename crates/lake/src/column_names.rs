@@ -135,6 +135,7 @@ mod tests {
             columns: vec![],
             checks: vec![],
             review_flags: ReviewFlags::DEFAULT,
+            rewrites: tidegate_core::spec::Rewrites::Review,
         }
     }
 

@@ -207,6 +207,15 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn visible_builds(&self, dataset: &str) -> Result<Vec<VisiblePartition>>;
     /// The step keys among `keys` that some step already published (identical work to skip).
     fn published_step_keys(&self, keys: &[String]) -> Result<std::collections::BTreeSet<String>>;
+    /// For each of `partitions` of `dataset` that a release made visible, the code version of the
+    /// step whose output is visible now (the newest release's); `None` when unknown (restored by
+    /// a rollback, or published before code versions were recorded). Never-published partitions
+    /// are absent.
+    fn published_code_versions(
+        &self,
+        dataset: &str,
+        partitions: &[String],
+    ) -> Result<std::collections::BTreeMap<String, Option<String>>>;
 
     /// Stores a running attempt's checkpoint for a granule, in one transaction with `versions`
     /// (the staged output it covers, if not recorded before) and the `Checkpointed` event, fenced

@@ -29,6 +29,7 @@ const LINEAGE_CURSORS: &str = include_str!("../migrations/0010_lineage_cursors.s
 const JOURNAL_VIA: &str = include_str!("../migrations/0011_journal_via.sql");
 const WORKER_INSTANCES: &str = include_str!("../migrations/0012_worker_instances.sql");
 const RESTORED_VERSIONS: &str = include_str!("../migrations/0013_restored_versions.sql");
+const STEP_CODE_VERSIONS: &str = include_str!("../migrations/0014_step_code_versions.sql");
 
 /// Every migration, in order. Never edit one that has shipped: add the next number instead.
 const MIGRATIONS: &[Migration] = &[
@@ -50,6 +51,7 @@ const MIGRATIONS: &[Migration] = &[
     Migration { version: 11, name: "journal_via", sqlite: JOURNAL_VIA, postgres: JOURNAL_VIA },
     Migration { version: 12, name: "worker_instances", sqlite: WORKER_INSTANCES, postgres: WORKER_INSTANCES },
     Migration { version: 13, name: "restored_versions", sqlite: RESTORED_VERSIONS, postgres: RESTORED_VERSIONS },
+    Migration { version: 14, name: "step_code_versions", sqlite: STEP_CODE_VERSIONS, postgres: STEP_CODE_VERSIONS },
 ];
 
 /// Applies the migrations the database has not seen; returns how many it applied.

@@ -149,6 +149,10 @@ pub struct StepRecord {
     pub state: Step,
     /// When the step's state last changed.
     pub updated_at: DateTime<Utc>,
+    /// The task's code version when the step was planned: the only code it may run and publish
+    /// (decision 0020). `None` for steps stored before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code_version: Option<String>,
 }
 
 impl StepRecord {

@@ -337,6 +337,97 @@ pub(crate) fn published_partitions(tx: &mut dyn Tx, dataset: &str) -> Result<BTr
     Ok(replay(&items))
 }
 
+/// The most rollbacks [`held`] follows back for one partition, each to an older table version.
+const ROLLBACK_HOPS_MAX: usize = 1_000;
+
+/// One release item of a partition (or of the whole table), as [`held`] reads it.
+struct HeldItem {
+    partition: String,
+    delta_version: i64,
+    rollback: bool,
+    code_version: Option<String>,
+    restored_delta_version: Option<i64>,
+}
+
+/// The body of [`crate::Store::published_code_versions`]: per partition of `dataset` among
+/// `partitions` that some release named, the code version of the step whose output it holds now
+/// ([`held`]); `None` when unknown.
+pub(crate) fn published_code_versions(
+    tx: &mut dyn Tx,
+    dataset: &str,
+    partitions: &[String],
+) -> Result<BTreeMap<String, Option<String>>> {
+    let mut keys = partitions.to_vec();
+    keys.push(WHOLE_TABLE.to_owned());
+    let rows = query_in_chunks_with(tx, dataset, &keys, |placeholders| {
+        format!(
+            "SELECT rv.partition_key, rv.delta_version, r.kind, s.code_version, rv.restored_delta_version \
+             FROM release_versions rv JOIN releases r ON r.id = rv.release_id \
+             LEFT JOIN versions v ON v.id = rv.version_id LEFT JOIN steps s ON s.id = v.step_id \
+             WHERE rv.dataset = ?1 AND rv.partition_key IN ({placeholders})"
+        )
+    })?;
+    let mut items = rows
+        .iter()
+        .map(|row| {
+            Ok(HeldItem {
+                partition: row.text(0)?,
+                delta_version: row.int(1)?,
+                rollback: row.text(2)? == release_kind_text(ReleaseKind::Rollback),
+                code_version: row.opt_text(3)?,
+                restored_delta_version: row.opt_int(4)?,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    items.sort_by_key(|i| std::cmp::Reverse(i.delta_version));
+    let mut out = BTreeMap::new();
+    for p in partitions {
+        if items.iter().any(|i| &i.partition == p) {
+            out.insert(p.clone(), held(&items, p, i64::MAX));
+        }
+    }
+    Ok(out)
+}
+
+/// The code version partition `p` held at table version `at`, from `items` newest first: its
+/// newest item (or the whole table's) at or before `at`. A publication's is its step's; a
+/// rollback's is what the partition held at the version it restored; unknown (`None`) for a
+/// rollback recorded without that version, before the partition's first item, or past
+/// [`ROLLBACK_HOPS_MAX`].
+fn held(items: &[HeldItem], p: &str, mut at: i64) -> Option<String> {
+    for _ in 0..ROLLBACK_HOPS_MAX {
+        let item = items.iter().find(|i| i.delta_version <= at && (i.partition == p || i.partition == WHOLE_TABLE))?;
+        if !item.rollback {
+            return item.code_version.clone();
+        }
+        // Each rollback restores an older version than its own, so this walks back and ends.
+        at = item.restored_delta_version.filter(|v| *v < item.delta_version)?;
+    }
+    None
+}
+
+/// [`query_in_chunks`] with a first parameter `?1` (`first`) before the chunk's keys (`?2`...).
+fn query_in_chunks_with(
+    tx: &mut dyn Tx,
+    first: &str,
+    keys: &[String],
+    sql_for: impl Fn(&str) -> String,
+) -> Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    for chunk in keys.chunks(IN_LIST_MAX) {
+        let Some(last) = chunk.last() else { continue };
+        let n = chunk.len().next_power_of_two();
+        let placeholders = (2..=n + 1).map(|i| format!("?{i}")).collect::<Vec<_>>().join(", ");
+        let params: Vec<Value> = std::iter::once(first)
+            .chain(chunk.iter().map(String::as_str))
+            .chain(std::iter::repeat_n(last.as_str(), n - chunk.len()))
+            .map(Value::from)
+            .collect();
+        rows.extend(tx.query(&sql_for(&placeholders), &params)?);
+    }
+    Ok(rows)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -368,8 +368,9 @@ fn insert_run(
         let status = step.state.status.as_str();
         tx.execute(
             "INSERT INTO steps (id, run_id, step_idx, name, task, partition_key, interval_start, interval_end, \
-             step_key, pool, upstream_json, inputs_json, status, attempt, epoch, state_json, created_at, updated_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
+             step_key, pool, upstream_json, inputs_json, status, attempt, epoch, state_json, created_at, updated_at, \
+             code_version) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)",
             &[
                 step_id.as_str().into(),
                 run.id.as_str().into(),
@@ -389,6 +390,7 @@ fn insert_run(
                 to_json(&step.state)?.into(),
                 fmt_ts(meta.at).into(),
                 fmt_ts(meta.at).into(),
+                step.code_version.as_deref().into(),
             ],
         )?;
         journal.append(

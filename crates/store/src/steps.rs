@@ -16,7 +16,7 @@ use crate::sql::{Row, Tx, Value};
 use crate::{AttemptRecord, Error, JournalMeta, Outcome, Result, StepEventRecord, StepRecord};
 
 pub(crate) const STEP_COLUMNS: &str = "id, run_id, name, task, partition_key, interval_start, interval_end, step_key, \
-                                       pool, upstream_json, inputs_json, state_json, updated_at";
+                                       pool, upstream_json, inputs_json, state_json, updated_at, code_version";
 
 const ATTEMPT_COLUMNS: &str = "step_id, attempt, epoch, worker, started_at, ended_at, outcome, reason";
 
@@ -39,6 +39,7 @@ pub(crate) fn step_from_row(row: &Row) -> Result<StepRecord> {
         inputs: from_json(&format!("the pinned inputs of step {id}"), &row.text(10)?)?,
         state: from_json(&format!("the state of step {id}"), &row.text(11)?)?,
         updated_at: parse_ts(&row.text(12)?)?,
+        code_version: row.opt_text(13)?,
         id,
     })
 }

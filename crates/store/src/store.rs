@@ -408,6 +408,17 @@ impl<D: Driver> Store for SqlStore<D> {
             .map_err(|e| e.context(&format!("reading the published partitions of {dataset}")))
     }
 
+    fn published_code_versions(
+        &self,
+        dataset: &str,
+        partitions: &[String],
+    ) -> Result<std::collections::BTreeMap<String, Option<String>>> {
+        let partitions: Vec<String> = partitions.iter().cloned().collect::<BTreeSet<_>>().into_iter().collect();
+        self.driver
+            .read(|tx| releases::published_code_versions(tx, dataset, &partitions))
+            .map_err(|e| e.context(&format!("looking up the published code versions of {dataset}")))
+    }
+
     fn published_step_keys(&self, keys: &[String]) -> Result<BTreeSet<String>> {
         let keys: Vec<String> = keys.iter().cloned().collect::<BTreeSet<_>>().into_iter().collect();
         self.driver

@@ -184,6 +184,7 @@ const ATTEMPT_KINDS: &[&str] = &[
     "lease_expired",
     "cancelled",
     "superseded",
+    "refused",
 ];
 
 /// What [`events`] will look up for `entries`.
@@ -298,6 +299,8 @@ impl Builder<'_> {
             "lease_expired" => (EventType::Abort, self.attempt_of(step, epoch?)?),
             // Terminal: the attempt they end is the step's last.
             "cancelled" | "superseded" if OPEN_ATTEMPT.contains(&from) => (EventType::Abort, step.state.attempt),
+            // Refused at publication (decision 0020): the validated attempt's output is not published.
+            "refused" if OPEN_ATTEMPT.contains(&from) => (EventType::Fail, step.state.attempt),
             _ => return None,
         };
         let run = self.records.runs.get(&step.run_id)?;
@@ -745,6 +748,7 @@ mod tests {
             inputs: Vec::new(),
             state,
             updated_at: at(0),
+            code_version: None,
         };
         let attempt = |n: u32| AttemptRecord {
             step_id: STEP.to_owned(),

@@ -47,7 +47,10 @@ pub struct SubmitArgs {
 /// Each step's output is staged invisibly, checked, and published as one Delta commit per
 /// dataset. Transient failures are retried with backoff inside the pool's retry budget;
 /// deterministic ones fail at once with the reason. Interrupting and running again resumes: the
-/// state store knows what was done, and a replayed publication adds nothing.
+/// state store knows what was done, and a replayed publication adds nothing. A run that would
+/// replace partitions published by another version of a task's code is refused, naming them and
+/// the `tidegate backfill plan` that replaces them under review (unless the dataset declares
+/// `rewrites = "free"`); a step runs only the code it was submitted with.
 #[derive(Debug, clap::Args)]
 #[command(
     after_help = "Examples:\n  tidegate run daily_stats --from 2024-01-01 --to 2024-01-07\n  tidegate run events --partition 2024-01-03 --idempotency-key events-2024-01-03\n  tidegate run daily_stats --from 2024-01-01 --to 2024-01-31 --workers 8 --json"

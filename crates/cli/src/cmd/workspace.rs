@@ -76,6 +76,12 @@ pub fn validate(ws: Option<&Path>, args: ValidateArgs) -> Result<ExitCode> {
                 report.n_pools,
                 report.spec_hash.as_deref().map_or("", |h| &h[..12])
             );
+            for dataset in &report.free_rewrites {
+                println!(
+                    "  {dataset}: rewrites = \"free\": any run may replace its published partitions with the output \
+                     of other code, without review (each replacement is journaled as free_rewrite)"
+                );
+            }
         } else {
             let n = report.errors.len();
             eprintln!("{}", tidegate_core::spec::Diagnostics(report.errors.clone()));

@@ -29,6 +29,7 @@ mod python_helper;
 mod reconcile;
 mod remote;
 mod retries;
+mod rewrites;
 mod runs;
 mod s3;
 mod schema;

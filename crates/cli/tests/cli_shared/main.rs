@@ -38,6 +38,7 @@ mod suite {
     mod python_helper;
     mod remote;
     mod retries;
+    mod rewrites;
     mod runs;
     mod schema;
     mod serve;

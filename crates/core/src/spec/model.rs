@@ -130,6 +130,36 @@ pub struct Dataset {
     pub checks: Vec<Check>,
     /// `review_flags`: when a backfill comparison flags a partition of this dataset.
     pub review_flags: ReviewFlags,
+    /// `rewrites` (default `"review"`): whether a run may replace a partition published by other
+    /// code without a governed backfill.
+    pub rewrites: Rewrites,
+}
+
+/// `rewrites = "review" | "free"`: who may replace a published partition of a dataset with the
+/// output of other code (decision 0020). A partition never published, or published by the same
+/// code version, is never a rewrite.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum Rewrites {
+    /// Only a governed backfill (plan, compare, approve, publish) may: a run is refused.
+    #[default]
+    Review,
+    /// Any run may (scratch data); each such replacement is journaled (`free_rewrite`).
+    Free,
+}
+
+impl Rewrites {
+    /// Every value, as a spec spells it.
+    pub const NAMES: [&str; 2] = ["review", "free"];
+
+    /// The value as a spec spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Rewrites::Review => "review",
+            Rewrites::Free => "free",
+        }
+    }
 }
 
 /// A threshold of [`ReviewFlags`]: a limit, or `None` when that statistic never flags (`"off"`).

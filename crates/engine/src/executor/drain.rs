@@ -200,9 +200,17 @@ impl<'e> Drain<'e> {
         let mut versions: HashMap<String, Option<u64>> = HashMap::new();
         let mut events = Vec::new();
         let now = self.engine.clock.now();
+        let mut code = HashMap::new();
         for (step_id, decision) in self.view.take_dependency_decisions() {
-            let event = match decision {
-                Dependency::Met => {
+            let refusal = self.view.get(&step_id).and_then(|e| self.engine.code_refusal(e, &mut code));
+            let (event, reason) = match (decision, refusal) {
+                (Dependency::Failed { upstream }, _) => (StepEvent::UpstreamFailed { upstream }, "upstream settled"),
+                // The step would run other code than it was submitted with: it does not start.
+                (Dependency::Met, Some(reason)) => {
+                    events.push(self.refused(step_id, reason));
+                    continue;
+                }
+                (Dependency::Met, None) => {
                     let inputs = self.view.get(&step_id).map(|e| external_inputs(&e.record.inputs)).unwrap_or_default();
                     if let Some((poll, timeout)) = crate::source::waits(&self.engine.spec, &inputs) {
                         // Ready once its sources are: looked at in the background (`source_events`).
@@ -210,15 +218,11 @@ impl<'e> Drain<'e> {
                         self.sources.insert(step_id, watch);
                         continue;
                     }
-                    StepEvent::DepsMet { inputs: self.engine.pin_inputs(&self.view, &step_id, &mut versions).await? }
+                    let inputs = self.engine.pin_inputs(&self.view, &step_id, &mut versions).await?;
+                    (StepEvent::DepsMet { inputs }, "upstream settled")
                 }
-                Dependency::Failed { upstream } => StepEvent::UpstreamFailed { upstream },
             };
-            events.push(StepEventRecord {
-                step_id,
-                event,
-                meta: self.engine.meta("upstream settled", &self.correlation),
-            });
+            events.push(StepEventRecord { step_id, event, meta: self.engine.meta(reason, &self.correlation) });
         }
         Ok(events)
     }
@@ -249,6 +253,7 @@ impl<'e> Drain<'e> {
     /// One pass over the waiting steps: settles the looks that finished, starts the ones due.
     async fn look_at_sources(&mut self, now: DateTime<Utc>) -> Result<Vec<StepEventRecord>> {
         let mut versions: HashMap<String, Option<u64>> = HashMap::new();
+        let mut code = HashMap::new();
         let mut events = Vec::new();
         let ids: Vec<String> = self.sources.keys().cloned().collect();
         for id in ids {
@@ -275,6 +280,11 @@ impl<'e> Drain<'e> {
                 match seen {
                     None => {
                         self.sources.remove(&id);
+                        let refusal = self.view.get(&id).and_then(|e| self.engine.code_refusal(e, &mut code));
+                        if let Some(reason) = refusal {
+                            events.push(self.refused(id, reason));
+                            continue;
+                        }
                         let inputs = self.engine.pin_inputs(&self.view, &id, &mut versions).await?;
                         let meta = self.engine.meta("upstream settled; every source is ready", &self.correlation);
                         events.push(StepEventRecord { step_id: id, event: StepEvent::DepsMet { inputs }, meta });
@@ -319,6 +329,26 @@ impl<'e> Drain<'e> {
             }
         }
         Ok(events)
+    }
+
+    /// A step refused before it starts (it was planned with other code): it fails with `reason`
+    /// (the `refused` event).
+    fn refused(&self, step_id: String, reason: String) -> StepEventRecord {
+        let meta = self.engine.meta(reason.clone(), &self.correlation);
+        StepEventRecord { step_id, event: StepEvent::Refused { reason }, meta }
+    }
+
+    /// Steps found ready or waiting for a retry when the drain starts (pinned by an earlier
+    /// process) that were planned with other code than this engine would run: refused, as
+    /// [`Drain::dependency_events`] refuses the steps that become ready.
+    pub(super) async fn refuse_changed_code(&mut self) -> Result<()> {
+        let mut code = HashMap::new();
+        let waiting = self.view.in_statuses(|s| matches!(s, StepStatus::Ready | StepStatus::RetryWait));
+        let refused: Vec<(String, String)> = waiting
+            .filter_map(|e| self.engine.code_refusal(e, &mut code).map(|reason| (e.record.id.clone(), reason)))
+            .collect();
+        let events = refused.into_iter().map(|(id, reason)| self.refused(id, reason)).collect();
+        self.commit(events).await
     }
 
     /// 3. Retries that are due, inside the pool's budget. When the budget is spent and nothing in
@@ -437,7 +467,12 @@ impl<'e> Drain<'e> {
             let (validated, held_until) = engine.publishable(&self.view, &self.pacer);
             publish_at = held_until;
             if !validated.is_empty() {
-                self.publishing = engine.start_publication(&validated, &self.view, &mut self.pacer).await?;
+                let mut guarded = engine.guard_rewrites(validated, &self.view, &self.correlation).await?;
+                let refused = std::mem::take(&mut guarded.refused);
+                engine.commit(refused, &mut self.view, &mut self.summary).await?;
+                if !guarded.allowed.is_empty() {
+                    self.publishing = engine.start_publication(guarded, &self.view, &mut self.pacer).await?;
+                }
             }
         }
         Ok(Publishing { published_now, publish_at })

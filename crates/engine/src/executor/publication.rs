@@ -223,6 +223,28 @@ struct Pending {
     run_id: String,
     partition: String,
     version_ids: HashMap<String, String>,
+    /// The partitions it replaces that other code published, in datasets with
+    /// `rewrites = "free"`: journaled once its commit happened.
+    free_rewrites: Vec<FreeRewrite>,
+}
+
+/// A published partition of a dataset with `rewrites = "free"` that a step replaces with the
+/// output of another code version: no review, but the journal says so (`free_rewrite`).
+#[derive(Debug, Clone)]
+pub(super) struct FreeRewrite {
+    decision: Decision,
+    reason: String,
+}
+
+/// What [`Engine::guard_rewrites`] lets through, and what it refuses.
+#[derive(Debug, Default)]
+pub(super) struct Guarded {
+    /// The steps that may be published.
+    pub(super) allowed: Vec<String>,
+    /// Per allowed step, the free rewrites it makes.
+    free: HashMap<String, Vec<FreeRewrite>>,
+    /// The refused steps, failed (`refused`).
+    pub(super) refused: Vec<StepEventRecord>,
 }
 
 /// A release whose Delta commit happened, waiting to be recorded in the store with its step.
@@ -310,15 +332,111 @@ impl Engine {
         self.spec.tasks.get(task).map_or(&[], |t| &t.outputs[..])
     }
 
+    /// The last check before `step_ids` are committed (decision 0020): a step whose partition
+    /// holds the output of another code version than the step's is refused (failed, naming
+    /// both and the backfill that would replace it under review), unless the dataset says
+    /// `rewrites = "free"`, when the replacement goes ahead and is journaled after its commit.
+    /// A run is checked when it is submitted too; this catches what was published meanwhile.
+    pub(super) async fn guard_rewrites(
+        &self,
+        step_ids: Vec<String>,
+        view: &View,
+        correlation: &str,
+    ) -> Result<Guarded> {
+        if !self.code_check {
+            return Ok(Guarded { allowed: step_ids, ..Guarded::default() });
+        }
+        let mut wanted: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for e in step_ids.iter().filter_map(|id| view.get(id)).filter(|e| e.record.code_version.is_some()) {
+            for d in self.outputs_of(&e.record.task) {
+                wanted.entry(d.clone()).or_default().insert(e.record.partition.clone());
+            }
+        }
+        let published: BTreeMap<String, BTreeMap<String, Option<String>>> = if wanted.is_empty() {
+            BTreeMap::new()
+        } else {
+            self.db(move |s| {
+                wanted
+                    .into_iter()
+                    .map(|(d, parts)| {
+                        let parts: Vec<String> = parts.into_iter().collect();
+                        s.published_code_versions(&d, &parts).map(|v| (d, v))
+                    })
+                    .collect()
+            })
+            .await?
+        };
+        let mut guarded = Guarded::default();
+        for step_id in step_ids {
+            let Some(e) = view.get(&step_id) else { continue };
+            match self.rewrites_of(e, &published) {
+                Ok(free) => {
+                    guarded.free.insert(step_id.clone(), free);
+                    guarded.allowed.push(step_id);
+                }
+                Err(reason) => {
+                    let meta = self.meta(reason.clone(), correlation);
+                    guarded.refused.push(StepEventRecord { step_id, event: StepEvent::Refused { reason }, meta });
+                }
+            }
+        }
+        Ok(guarded)
+    }
+
+    /// The free rewrites publishing `e` makes, or why it is refused.
+    fn rewrites_of(
+        &self,
+        e: &crate::view::Entry,
+        published: &BTreeMap<String, BTreeMap<String, Option<String>>>,
+    ) -> std::result::Result<Vec<FreeRewrite>, String> {
+        let (record, mut free) = (&e.record, Vec::new());
+        let Some(planned) = record.code_version.as_deref() else { return Ok(free) };
+        for d in self.outputs_of(&record.task) {
+            let Some(Some(before)) = published.get(d).and_then(|p| p.get(&record.partition)) else { continue };
+            if before == planned {
+                continue;
+            }
+            let (task, partition) = (&record.task, &record.partition);
+            let (was, now) = (crate::code::short(before), crate::code::short(planned));
+            let policy = self.spec.datasets.get(d).map(|d| d.rewrites).unwrap_or_default();
+            if policy == tidegate_core::spec::Rewrites::Review {
+                return Err(format!(
+                    "refused at publication: partition {partition} of {d} holds the output of code version {was} \
+                     and this step's is {now}; replacing published history needs review: \
+                     `tidegate backfill plan {task} --from {partition} --to {partition} --reprocess all --reason \
+                     \"...\"` (or declare rewrites = \"free\" in [datasets.{d}])"
+                ));
+            }
+            let decision = Decision {
+                kind: "free_rewrite".to_owned(),
+                run_id: Some(record.run_id.clone()),
+                task: Some(task.clone()),
+                partition: Some(partition.clone()),
+                payload: serde_json::json!({
+                    "dataset": d, "step_id": record.id, "published_code_version": before, "code_version": planned,
+                    "rewrites": "free",
+                }),
+            };
+            let reason = format!(
+                "free rewrite (rewrites = \"free\" in [datasets.{d}]): partition {partition}, published by code \
+                 version {was}, replaced by task {task}'s code version {now} without review"
+            );
+            free.push(FreeRewrite { decision, reason });
+        }
+        Ok(free)
+    }
+
     /// Starts publishing `step_ids` (validated steps): their staged versions are read from the
     /// store in one trip, and the Delta commits are made on their own task; the pacer notes their
     /// datasets. `None` when none of the steps is still in the view.
     pub(super) async fn start_publication(
         &self,
-        step_ids: &[String],
+        guarded: Guarded,
         view: &View,
         pacer: &mut Pacer,
     ) -> Result<Option<InPublication>> {
+        let Guarded { allowed, mut free, .. } = guarded;
+        let step_ids = &allowed[..];
         // The versions this loop recorded when the steps staged; steps staged before a restart
         // (or by another scheduler) have theirs read back, in one trip.
         let unknown: Vec<String> = step_ids.iter().filter(|id| view.staged(id).is_none()).cloned().collect();
@@ -341,7 +459,8 @@ impl Engine {
                 Some(noted) => noted.to_vec(),
                 None => read.remove(step_id).unwrap_or_default(),
             };
-            if let Some((p, release)) = self.prepare_release(step_id, &records, view, &anchor)? {
+            if let Some((mut p, release)) = self.prepare_release(step_id, &records, view, &anchor)? {
+                p.free_rewrites = free.remove(step_id).unwrap_or_default();
                 pending.push(p);
                 releases.push(release);
             }
@@ -388,7 +507,11 @@ impl Engine {
         let outcomes = outcomes.map_err(|e| Error::Internal(format!("the publication task failed: {e}")))?;
         let mut recorded: Vec<Recorded> = Vec::new();
         let mut events: Vec<StepEventRecord> = Vec::new();
-        for (p, outcome) in publication.pending.into_iter().zip(outcomes) {
+        let mut free_rewrites: Vec<FreeRewrite> = Vec::new();
+        for (mut p, outcome) in publication.pending.into_iter().zip(outcomes) {
+            if outcome.is_ok() {
+                free_rewrites.append(&mut p.free_rewrites);
+            }
             let run_id = view.get(&p.step_id).map(|e| e.record.run_id.clone()).unwrap_or_default();
             match &outcome {
                 Ok(publication) => tracing::info!(
@@ -441,6 +564,10 @@ impl Engine {
         self.record_releases(recorded, view, summary, correlation).await?;
         if any {
             crate::failpoint::hit("after-record-release");
+        }
+        for FreeRewrite { decision, reason } in free_rewrites {
+            let meta = self.meta(reason, correlation);
+            self.db(move |s| s.record_decision(&decision, &meta)).await?;
         }
         for (run_id, release) in last_of_run {
             if view.run_succeeded(&run_id) {
@@ -687,6 +814,7 @@ impl Engine {
             release_id,
             run_id: entry.record.run_id.clone(),
             partition: entry.record.partition.clone(),
+            free_rewrites: Vec::new(),
             version_ids,
         };
         Ok(Some((pending, release)))

@@ -144,12 +144,12 @@ async fn begin(state: State, caller: Caller, id: String, resume: bool) -> Result
     Ok((StatusCode::ACCEPTED, begun))
 }
 
-/// Drains a started backfill's run in the background (the queue too, live work first, as
-/// `tidegate backfill start` does), then settles the backfill as staged or failed.
+/// Drains a started backfill's run in the background (its own run and live work submitted
+/// meanwhile, as `tidegate backfill start` does), then settles the backfill as staged or failed.
 fn drain(state: &State, actor: Actor, id: String, run_id: String) {
     let (ws, store, workers) = (state.ws.clone(), state.store.clone(), state.options.workers);
     tokio::task::spawn_blocking(move || {
-        let scope = tidegate_app::run::Scope::RunAndQueue(&run_id);
+        let scope = tidegate_app::run::Scope::RunAndLater(&run_id);
         let outcome = tidegate_app::run::execute(&ws, store.clone(), &actor, workers, None, scope)
             .and_then(|_| backfill::settle(&ws, store.as_ref(), &actor, &id));
         match outcome {

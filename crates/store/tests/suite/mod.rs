@@ -1,7 +1,7 @@
 //! The store test suite, written once against `&StoreUnderTest` and run on every backend by
 //! [`backend_tests!`]: each function is one property of the `Store` contract.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Barrier};
 use std::thread;
 
@@ -76,6 +76,7 @@ macro_rules! all_backend_tests {
             a_release_none_of_whose_steps_may_publish_is_not_recorded,
             published_step_keys_finds_exactly_the_published_keys,
             published_partitions_follow_publications_and_rollbacks,
+            a_published_partition_has_the_code_version_of_the_step_its_newest_release_published,
             checkpoint_is_refused_until_its_version_is_staged,
             checkpoint_is_refused_unless_its_staged_output_holds_the_rows_it_declares,
             scheduler_role_is_held_by_one_owner_until_it_expires,
@@ -1278,6 +1279,58 @@ pub fn published_step_keys_finds_exactly_the_published_keys(t: &StoreUnderTest) 
     assert_eq!(found, BTreeSet::from(["step-key-0".to_owned()]));
     assert_eq!(store.published_step_keys(&[]).expect("looking up nothing"), BTreeSet::new());
     assert_eq!(store.published_step_keys(&["step-key-2".to_owned()]).expect("looking up"), BTreeSet::new());
+}
+
+/// Issue 32, item 3 (decision 0020): a step keeps the code version it was planned with, and a
+/// published partition's code version is that of the step whose output its newest release (by
+/// Delta version) published; a rollback's item names no output, so the code version is unknown.
+pub fn a_published_partition_has_the_code_version_of_the_step_its_newest_release_published(t: &StoreUnderTest) {
+    let store = &*t.store;
+    let (_, steps) = create_ready(store, 3);
+    let planned: Vec<Option<&str>> = steps.iter().map(|s| s.code_version.as_deref()).collect();
+    assert_eq!(planned, [Some("code-0"), Some("code-1"), Some("code-2")]);
+    let partitions = ["2024-01-01".to_owned(), "2024-01-02".to_owned()];
+    let published = |expected: Option<&str>| {
+        let found = store.published_code_versions("features", &partitions).expect("looking up");
+        let expected = BTreeMap::from([("2024-01-01".to_owned(), expected.map(str::to_owned))]);
+        assert_eq!(found, expected, "only the published partition, with its code version");
+    };
+    let publish = |i: usize, delta_version: i64| {
+        let step = &steps[i];
+        let lease = validated(store, &step.id, "features", t0());
+        let version = format!("v-{}", step.id);
+        let mut release = release_record(&format!("r{i}"), ReleaseKind::Publish, &[("features", Some(&version))], t0());
+        release.items[0].delta_version = delta_version;
+        store.record_release(&release, &[(step.id.clone(), lease.epoch)], &meta(t0())).expect("recording");
+    };
+    let roll_back = |id: &str, partition: &str, delta_version: i64, restores: Option<i64>| {
+        let mut rollback = release_record(id, ReleaseKind::Rollback, &[("features", None)], t0());
+        rollback.items[0].partition = partition.to_owned();
+        rollback.items[0].delta_version = delta_version;
+        rollback.items[0].restored_delta_version = restores;
+        store.record_release(&rollback, &[], &meta(t0())).expect("recording the rollback");
+    };
+    assert_eq!(store.published_code_versions("features", &partitions).expect("looking up"), BTreeMap::new());
+    publish(0, 1);
+    published(Some("code-0"));
+    publish(1, 2);
+    published(Some("code-1"));
+    // A rollback of the partition to version 1 holds what version 1 held; one that does not say
+    // which version it restored holds what nobody knows.
+    roll_back("undo-1", "2024-01-01", 3, Some(1));
+    published(Some("code-0"));
+    roll_back("undo-2", "2024-01-01", 4, None);
+    published(None);
+    publish(2, 5);
+    published(Some("code-2"));
+    // The whole table rolled back to version 3: the partition as the first rollback left it.
+    roll_back("undo-all", "*", 6, Some(3));
+    published(Some("code-0"));
+    // Back to before the partition's first publication: it holds nothing published.
+    roll_back("undo-everything", "*", 7, Some(0));
+    published(None);
+    assert_eq!(store.release("undo-1").expect("reading").map(|r| r.items[0].restored_delta_version), Some(Some(1)));
+    assert_eq!(store.published_code_versions("elsewhere", &partitions).expect("looking up"), BTreeMap::new());
 }
 
 /// Issue 32, item 7: a checkpoint declaring more (or fewer) rows than the output it covers holds

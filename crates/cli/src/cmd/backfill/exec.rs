@@ -92,9 +92,10 @@ pub(crate) fn start_and_wait(
                     "Backfill {id} running as run {run_id}: {n_steps} steps into staging, at most {max_active} at once"
                 );
             }
-            // A backfill runs below live work, never in its way: its process executes the queue
-            // too, live runs first.
-            let scope = Scope::RunAndQueue(&run_id);
+            // The backfill's own run, below live work submitted meanwhile (its `run` commands
+            // follow this process); runs queued before are not this command's to execute
+            // (decision 0020).
+            let scope = Scope::RunAndLater(&run_id);
             with_progress(talk, |p| tidegate_app::run::execute(ws, store.clone(), actor, workers, p, scope))?;
             tidegate_app::backfill::settle(ws, store.as_ref(), actor, &id)?
         }

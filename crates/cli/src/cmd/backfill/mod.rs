@@ -27,7 +27,8 @@ pub enum Command {
     /// Run a planned backfill into staging (published data is untouched).
     ///
     /// Its steps run below live work, within its throttle, and stop at staged, validated output.
-    /// Interrupted or crashed, `start` again resumes where it stopped.
+    /// This backfill's run executes here, and live runs submitted while it does; runs queued
+    /// before it started wait for `serve`, `tick` or `run --drain-queue`. Interrupted or crashed, `start` again resumes where it stopped.
     #[command(
         after_help = "Examples:\n  tidegate backfill start bf-1a2b3c4d\n  tidegate backfill start bf-1a2b3c4d --workers 8 --json"
     )]

@@ -10,11 +10,12 @@ use crate::partition::{Grain, is_valid_static_key};
 use crate::spec::{
     Aggregate, COLUMN_NAME_FORBIDDEN_CHARS, Check, CheckRule, Column, DEFAULT_PARTITION_COLUMN,
     DEFAULT_READY_COMMAND_TIMEOUT_S, DEFAULT_READY_POLL_S, DEFAULT_READY_TIMEOUT_S, Dataset, DatasetKind, Loc,
-    MAX_DEDUP_LOOKBACK, Partitioning, ReadyCheck, ReviewFlags, SourceReadiness, WriteMode, partition_column_type,
+    MAX_DEDUP_LOOKBACK, Partitioning, ReadyCheck, ReviewFlags, Rewrites, SourceReadiness, WriteMode,
+    partition_column_type,
 };
 
 const MANAGED_KEYS: &[&str] =
-    &["partitioning", "write", "consumers", "slice_columns", "columns", "checks", "review_flags"];
+    &["partitioning", "write", "consumers", "slice_columns", "columns", "checks", "review_flags", "rewrites"];
 const EXTERNAL_KEYS: &[&str] =
     &["partitioning", "location", "consumers", "columns", "ready", "ready_timeout_s", "ready_poll_s"];
 const READY_KEYS: &[&str] = &["command", "command_timeout_s"];
@@ -46,6 +47,7 @@ pub(crate) struct DatasetDraft {
     columns: Vec<Column>,
     checks: Vec<Check>,
     review_flags: Option<ReviewFlags>,
+    rewrites: Option<Rewrites>,
 }
 
 impl DatasetDraft {
@@ -73,6 +75,7 @@ impl DatasetDraft {
             columns: self.columns,
             checks: self.checks,
             review_flags: self.review_flags?,
+            rewrites: self.rewrites?,
         })
     }
 }
@@ -160,6 +163,10 @@ fn dataset(
         Some(f) => super::review::review_flags(ctx, &f),
         None => Some(ReviewFlags::DEFAULT),
     };
+    let rewrites = match obj.get(ctx, "rewrites").filter(|_| !external) {
+        Some(f) => rewrites(ctx, &f),
+        None => Some(Rewrites::Review),
+    };
     if let Some(Some(columns)) = &columns {
         check_column_refs(ctx, &obj.path, columns, &refs);
         if let (Some(p), Some((name, site)), Some(f)) = (&partitioning, &partition_column, &partitioning_field) {
@@ -181,6 +188,7 @@ fn dataset(
         columns: columns.flatten().unwrap_or_default(),
         checks,
         review_flags,
+        rewrites,
     })
 }
 
@@ -219,6 +227,25 @@ fn readiness(ctx: &mut Ctx<'_>, obj: &Obj<'_, '_>, has_location: bool) -> Option
     Some(SourceReadiness { check: check?, timeout_s: u64::from(timeout_s?), poll_s: u64::from(poll_s?) })
 }
 
+/// `rewrites = "review" | "free"`.
+fn rewrites(ctx: &mut Ctx<'_>, f: &Field<'_, '_>) -> Option<Rewrites> {
+    match f.str(ctx)? {
+        "review" => Some(Rewrites::Review),
+        "free" => Some(Rewrites::Free),
+        other => {
+            let help = did_you_mean(other, Rewrites::NAMES.iter().copied()).or_else(|| {
+                Some(
+                    "\"review\" (the default) sends a run that would replace partitions published by other code \
+                     to a governed backfill; \"free\" lets any run replace them (scratch data)"
+                        .to_owned(),
+                )
+            });
+            f.invalid(ctx, format!("\"{}\"", clip(other)), "expected \"review\" or \"free\"", help);
+            None
+        }
+    }
+}
+
 /// Unknown keys, with a specific message for the settings that belong to the other kind of dataset.
 fn allow_dataset_keys(ctx: &mut Ctx<'_>, obj: &Obj<'_, '_>, external: bool) {
     let name = obj.path.full();
@@ -244,9 +271,22 @@ fn allow_dataset_keys(ctx: &mut Ctx<'_>, obj: &Obj<'_, '_>, external: bool) {
     let known = if external { EXTERNAL_KEYS } else { MANAGED_KEYS };
     let mut allowed = known.to_vec();
     allowed.push(misplaced);
+    if external {
+        allowed.push("rewrites");
+    }
     obj.allow_only(ctx, &allowed);
     if let Some(f) = obj.get(ctx, misplaced) {
         ctx.report(f.span(), &f.path, message.to_owned(), Some(help));
+    }
+    if external && let Some(f) = obj.get(ctx, "rewrites") {
+        let message = "rewrites is a policy for the partitions Tidegate publishes, but an external dataset is \
+                       produced outside the workspace: Tidegate never writes it"
+            .to_owned();
+        let help = format!(
+            "remove rewrites, or move the dataset to [{}] and list it in the outputs of the task that writes it",
+            name.replacen("external.", "datasets.", 1)
+        );
+        ctx.report(f.span(), &f.path, message, Some(help));
     }
 }
 

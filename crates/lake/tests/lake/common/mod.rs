@@ -143,6 +143,7 @@ pub fn dataset(name: &str, write: WriteMode, columns: Vec<Column>) -> Dataset {
         columns,
         checks: vec![],
         review_flags: ReviewFlags::DEFAULT,
+        rewrites: tidegate_core::spec::Rewrites::Review,
     }
 }
 
