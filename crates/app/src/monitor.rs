@@ -242,7 +242,7 @@ impl Monitor {
             self.counted(advanced, |e| e.store += 1)?;
             (tail.step_durations(), tail.publication_durations())
         };
-        let stale = crate::stale::stale_in(&ws.spec, store, None).context("finding stale partitions");
+        let stale = crate::stale::stale_in(ws, store, None).context("finding stale partitions");
         let stale = self.counted(stale, |e| e.store += 1)?;
         let mut stale_partitions: BTreeMap<String, u64> = ws
             .spec

@@ -48,6 +48,14 @@ pub enum Reason {
         /// The table version at which the input's content changed since.
         changed_at_version: i64,
     },
+    /// The task's code changed since the partition was built (its command or SQL, or a declared
+    /// file). Rebuilding it replaces history with other code: a governed backfill.
+    Code {
+        /// The code version that built it.
+        built_with: String,
+        /// The task's code version now.
+        now: String,
+    },
 }
 
 impl std::fmt::Display for Reason {
@@ -59,6 +67,12 @@ impl std::fmt::Display for Reason {
                     read_version.map_or_else(|| "before it had a table".to_owned(), |v| format!("at version {v}"));
                 write!(f, "{what} read {read}, changed at version {changed_at_version}")
             }
+            Reason::Code { built_with, now } => write!(
+                f,
+                "built by code version {}, the task's code is now {}",
+                tidegate_engine::code::short(built_with),
+                tidegate_engine::code::short(now)
+            ),
         }
     }
 }
@@ -67,11 +81,18 @@ impl std::fmt::Display for Reason {
 /// dataset and partition order.
 pub fn stale(ws: &Workspace, store: &dyn Store, actor: &Actor, dataset: Option<&str>) -> Result<Vec<StalePartition>> {
     require(actor, Access::Read)?;
-    stale_in(&ws.spec, store, dataset)
+    stale_in(ws, store, dataset)
 }
 
 /// [`stale`] without the role check, for operations that already made it.
-pub(crate) fn stale_in(spec: &Spec, store: &dyn Store, only: Option<&str>) -> Result<Vec<StalePartition>> {
+pub(crate) fn stale_in(ws: &Workspace, store: &dyn Store, only: Option<&str>) -> Result<Vec<StalePartition>> {
+    let spec: &Spec = &ws.spec;
+    // Every task's code now; a task whose declared file cannot be read is not judged on code.
+    let code_now: BTreeMap<String, String> = spec
+        .tasks
+        .keys()
+        .filter_map(|t| Some((t.clone(), tidegate_engine::code::version_of(spec, &ws.root, t)?.ok()?)))
+        .collect();
     let mut visible: BTreeMap<String, BTreeMap<String, VisiblePartition>> = BTreeMap::new();
     let load = |name: &str, visible: &mut BTreeMap<String, BTreeMap<String, VisiblePartition>>| -> Result<()> {
         if !visible.contains_key(name) {
@@ -90,6 +111,11 @@ pub(crate) fn stale_in(spec: &Spec, store: &dyn Store, only: Option<&str>) -> Re
         for part in partitions {
             let Some(build) = &part.build else { continue };
             let mut reasons = Vec::new();
+            if let (Some(built_with), Some(now)) = (&build.code_version, code_now.get(&build.task))
+                && built_with != now
+            {
+                reasons.push(Reason::Code { built_with: built_with.clone(), now: now.clone() });
+            }
             for input in &build.inputs {
                 let Some(input_ds) = spec.datasets.get(&input.dataset) else { continue };
                 // A source outside the workspace has no releases to compare with.
@@ -146,7 +172,7 @@ pub fn stale_keys(ws: &Workspace, store: &dyn Store, task: &str) -> Result<Vec<S
     let Some(t) = ws.spec.tasks.get(task) else { return Ok(Vec::new()) };
     let mut keys = BTreeSet::new();
     for d in &t.outputs {
-        keys.extend(stale_in(&ws.spec, store, Some(d))?.into_iter().map(|s| s.partition));
+        keys.extend(stale_in(ws, store, Some(d))?.into_iter().map(|s| s.partition));
     }
     Ok(keys.into_iter().collect())
 }

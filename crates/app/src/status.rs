@@ -230,7 +230,7 @@ pub fn debt(ws: &Workspace, store: &dyn Store, actor: &Actor, now: DateTime<Utc>
             },
         );
     let mut stale: BTreeMap<String, StaleCount> = BTreeMap::new();
-    for s in crate::stale::stale_in(&ws.spec, store, None)? {
+    for s in crate::stale::stale_in(ws, store, None)? {
         let c = stale.entry(s.dataset.clone()).or_insert_with(|| StaleCount {
             dataset: s.dataset.clone(),
             partitions: 0,

@@ -35,7 +35,8 @@ struct State {
 /// The body of [`crate::Store::visible_builds`].
 pub(crate) fn visible_builds(tx: &mut dyn Tx, dataset: &str) -> Result<Vec<VisiblePartition>> {
     let rows = tx.query(
-        "SELECT rv.partition_key, rv.delta_version, r.kind, rv.restored_delta_version, s.id, s.task, s.state_json \
+        "SELECT rv.partition_key, rv.delta_version, r.kind, rv.restored_delta_version, s.id, s.task, s.state_json, \
+         s.code_version \
          FROM release_versions rv JOIN releases r ON r.id = rv.release_id \
          LEFT JOIN versions v ON v.id = rv.version_id LEFT JOIN steps s ON s.id = v.step_id \
          WHERE rv.dataset = ?1 ORDER BY rv.delta_version, r.created_at, rv.release_id, rv.item_idx",
@@ -50,7 +51,7 @@ pub(crate) fn visible_builds(tx: &mut dyn Tx, dataset: &str) -> Result<Vec<Visib
         let build = match (row.opt_text(4)?, row.opt_text(5)?, row.opt_text(6)?) {
             (Some(step_id), Some(task), Some(state)) => {
                 let state: Step = from_json(&format!("the state of step {step_id}"), &state)?;
-                Some(VisibleBuild { step_id, task, inputs: state.pinned })
+                Some(VisibleBuild { step_id, task, inputs: state.pinned, code_version: row.opt_text(7)? })
             }
             _ => None,
         };
@@ -105,7 +106,8 @@ mod tests {
     use super::*;
 
     fn published(partition: &str, v: i64, step: &str) -> Item {
-        let build = VisibleBuild { step_id: step.to_owned(), task: "t".to_owned(), inputs: Vec::new() };
+        let build =
+            VisibleBuild { step_id: step.to_owned(), task: "t".to_owned(), inputs: Vec::new(), code_version: None };
         Item { partition: partition.to_owned(), delta_version: v, restored: None, build: Some(build) }
     }
 

@@ -522,6 +522,8 @@ pub struct VisibleBuild {
     pub task: String,
     /// The input versions it read.
     pub inputs: Vec<tidegate_core::idempotency::PinnedInput>,
+    /// The code version it ran; `None` for a step planned before code versions were stored.
+    pub code_version: Option<String>,
 }
 
 /// One priority class's queue.

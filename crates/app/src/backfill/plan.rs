@@ -347,7 +347,7 @@ fn wanted_steps(ws: &Workspace, store: &dyn Store, plan: &Plan, reprocess: Repro
     }
     if reprocess == Reprocess::Stale {
         let stale: BTreeSet<(String, String)> =
-            crate::stale::stale_in(&ws.spec, store, None)?.into_iter().map(|s| (s.dataset, s.partition)).collect();
+            crate::stale::stale_in(ws, store, None)?.into_iter().map(|s| (s.dataset, s.partition)).collect();
         return Ok(plan
             .steps
             .iter()

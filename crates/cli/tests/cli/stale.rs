@@ -146,3 +146,44 @@ fn a_partition_built_on_a_republished_input_is_stale_until_run_stale_rebuilds_ex
     let text = plan.to_string();
     assert!(text.contains("make_down@2024-01-02") && !text.contains("make_down@2024-01-01"), "{plan}");
 }
+
+#[test]
+fn a_code_change_makes_partitions_stale_and_rebuilding_them_goes_through_review() {
+    let ws = workspace();
+    let dir = ws.path();
+    let (code, report) = json(dir, &["run", "make_down", "--from", "2024-01-01", "--to", "2024-01-02", "--json"]);
+    assert_eq!(code, 0, "{report}");
+    assert!(stale(dir).is_empty());
+
+    let spec = std::fs::read_to_string(dir.join("tidegate.toml")).expect("spec");
+    ws.set_spec(spec.replace("SUM(v) AS BIGINT", "SUM(v) * 10 AS BIGINT"));
+    let found = stale(dir);
+    assert_eq!(found.iter().map(|s| s.1.as_str()).collect::<Vec<_>>(), ["2024-01-01", "2024-01-02"], "{found:?}");
+    assert_eq!(found[0].2["kind"], "code", "{found:?}");
+
+    // Rebuilding with other code replaces history: refused, pointing at a backfill.
+    let out = tidegate(dir).args(["run", "make_down", "--stale"]).output().expect("runs");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{said}");
+    assert!(said.contains("would replace published history") && said.contains("backfill plan make_down"), "{said}");
+    assert_eq!(totals(dir), [1, 1]);
+    let (code, plan) = json(
+        dir,
+        &[
+            "backfill",
+            "plan",
+            "make_down",
+            "--from",
+            "2024-01-01",
+            "--to",
+            "2024-01-02",
+            "--reprocess",
+            "stale",
+            "--reason",
+            "new formula",
+            "--json",
+        ],
+    );
+    assert_eq!(code, 0, "{plan}");
+    assert!(plan.to_string().contains("make_down@2024-01-02"), "{plan}");
+}
