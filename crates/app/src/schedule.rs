@@ -93,6 +93,8 @@ pub struct Started {
     pub superseded: Vec<Superseded>,
     /// The sensor tasks' partitions, started or still waiting for their sources.
     pub arrivals: Vec<Arrival>,
+    /// Per task, the stale partitions of its `stale = "rebuild"` datasets a run was submitted for.
+    pub stale_rebuilds: BTreeMap<String, Vec<String>>,
 }
 
 /// Decides every scheduled task's due intervals at `now`, from what the store recorded as
@@ -172,6 +174,8 @@ pub struct Tick {
     pub superseded: Vec<Superseded>,
     /// The sensor tasks' partitions, started or still waiting for their sources.
     pub arrivals: Vec<Arrival>,
+    /// Per task, the stale partitions of its `stale = "rebuild"` datasets this tick rebuilds.
+    pub stale_rebuilds: BTreeMap<String, Vec<String>>,
 }
 
 /// Evaluates the schedules at `now` and, unless `dry_run`, submits the runs that are due (see
@@ -179,13 +183,17 @@ pub struct Tick {
 pub fn tick(ws: &Workspace, store: &dyn Store, actor: &Actor, now: DateTime<Utc>, dry_run: bool) -> Result<Tick> {
     require(actor, Access::RunWork)?;
     let decisions = decide(&ws.spec, store, now)?;
-    let Started { runs, superseded, arrivals } = if dry_run {
+    let Started { runs, superseded, arrivals, stale_rebuilds } = if dry_run {
         let covered = covered(store)?;
-        Started { arrivals: arrivals(ws, store, &covered, now)?, ..Started::default() }
+        Started {
+            arrivals: arrivals(ws, store, &covered, now)?,
+            stale_rebuilds: stale_rebuilds(ws, store, &covered)?,
+            ..Started::default()
+        }
     } else {
         start_due(ws, store, actor, &decisions, now)?
     };
-    Ok(Tick { now, decisions, runs, superseded, arrivals })
+    Ok(Tick { now, decisions, runs, superseded, arrivals, stale_rebuilds })
 }
 
 /// Submits the runs the decisions start: each task's live intervals (due at its latest fire
@@ -245,7 +253,34 @@ pub fn start_due(
     let arrived: BTreeMap<String, Vec<String>> =
         arrivals.iter().filter(|a| !a.started.is_empty()).map(|a| (a.task.clone(), a.started.clone())).collect();
     runs.extend(submit_wanted(ws, store, actor, &arrived, Trigger::Schedule, Priority::Live, now, "arrival")?);
-    Ok(Started { runs, superseded, arrivals })
+    // Below live work; a rebuild with other code is left out (journaled `rewrite_refused`).
+    let stale_rebuilds = stale_rebuilds(ws, store, &covered)?;
+    runs.extend(submit_wanted(ws, store, actor, &stale_rebuilds, Trigger::Catchup, Priority::Catchup, now, "stale")?);
+    Ok(Started { runs, superseded, arrivals, stale_rebuilds })
+}
+
+/// Per task writing a `stale = "rebuild"` dataset, its stale partitions that no unfinished run
+/// covers already.
+fn stale_rebuilds(
+    ws: &Workspace,
+    store: &dyn Store,
+    covered: &BTreeMap<(String, String), String>,
+) -> Result<BTreeMap<String, Vec<String>>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let eager = ws.spec.datasets.iter().filter(|(_, d)| d.stale == tidegate_core::spec::StalePolicy::Rebuild);
+    for (name, _) in eager {
+        for s in crate::stale::stale_in(ws, store, Some(name))? {
+            // A partition stale by code is a rewrite: reported, and left to a governed backfill.
+            let by_inputs_only = s.reasons.iter().all(|r| matches!(r, crate::stale::Reason::Input { .. }));
+            if by_inputs_only && !covered.contains_key(&(s.task.clone(), s.partition.clone())) {
+                let keys = out.entry(s.task).or_default();
+                if !keys.contains(&s.partition) {
+                    keys.push(s.partition);
+                }
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// The (task, partition) pairs that unfinished runs cover, with the run covering each.

@@ -194,6 +194,7 @@ fn dataset(name: &str, partitioning: Partitioning, write: WriteMode, columns: Ve
         checks: vec![],
         review_flags: ReviewFlags::DEFAULT,
         rewrites: tidegate_core::spec::Rewrites::Review,
+        stale: tidegate_core::spec::StalePolicy::Report,
     }
 }
 

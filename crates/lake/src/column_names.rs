@@ -136,6 +136,7 @@ mod tests {
             checks: vec![],
             review_flags: ReviewFlags::DEFAULT,
             rewrites: tidegate_core::spec::Rewrites::Review,
+            stale: tidegate_core::spec::StalePolicy::Report,
         }
     }
 

@@ -187,3 +187,32 @@ fn a_code_change_makes_partitions_stale_and_rebuilding_them_goes_through_review(
     assert_eq!(code, 0, "{plan}");
     assert!(plan.to_string().contains("make_down@2024-01-02"), "{plan}");
 }
+
+#[test]
+fn a_dataset_that_rebuilds_when_stale_is_rebuilt_by_the_next_tick_but_never_with_other_code() {
+    let ws = workspace();
+    let dir = ws.path();
+    let spec = std::fs::read_to_string(dir.join("tidegate.toml")).expect("spec");
+    ws.set_spec(spec.replacen("[datasets.down]\n", "[datasets.down]\nstale = \"rebuild\"\n", 1));
+    let (code, report) = json(dir, &["run", "make_down", "--from", "2024-01-01", "--to", "2024-01-02", "--json"]);
+    assert_eq!(code, 0, "{report}");
+    std::fs::write(dir.join("value.txt"), "7").expect("value");
+    let (code, report) = json(dir, &["run", "make_up", "--partition", "2024-01-02", "--json"]);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(stale(dir).len(), 1);
+
+    let (code, tick) = json(dir, &["tick", "--json"]);
+    assert_eq!(code, 0, "{tick}");
+    assert_eq!(tick["stale_rebuilds"], serde_json::json!({ "make_down": ["2024-01-02"] }), "{tick}");
+    assert_eq!(totals(dir), [1, 7]);
+    assert!(stale(dir).is_empty());
+
+    // With other code the partitions are stale too, but a tick does not rewrite history.
+    let spec = std::fs::read_to_string(dir.join("tidegate.toml")).expect("spec");
+    ws.set_spec(spec.replace("SUM(v) AS BIGINT", "SUM(v) * 10 AS BIGINT"));
+    assert_eq!(stale(dir).len(), 2);
+    let (code, tick) = json(dir, &["tick", "--json"]);
+    assert_eq!(code, 0, "{tick}");
+    assert_eq!(tick["stale_rebuilds"], serde_json::json!({}), "{tick}");
+    assert_eq!(totals(dir), [1, 7]);
+}

@@ -133,6 +133,22 @@ pub struct Dataset {
     /// `rewrites` (default `"review"`): whether a run may replace a partition published by other
     /// code without a governed backfill.
     pub rewrites: Rewrites,
+    /// `stale` (default `"report"`): what the scheduler does with a partition built on inputs that
+    /// changed since (invariant 14).
+    pub stale: StalePolicy,
+}
+
+/// `stale = "report" | "rebuild"`: whether stale partitions are only reported (`tidegate stale`,
+/// `status`, `/metrics`) or also rebuilt by each tick, below live work. A rebuild that would
+/// replace history with other code is never made by a tick: that stays a governed backfill.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StalePolicy {
+    /// Reported only.
+    #[default]
+    Report,
+    /// Reported, and rebuilt by each tick (as a catch-up run) when the rebuild runs the same code.
+    Rebuild,
 }
 
 /// `rewrites = "review" | "free"`: who may replace a published partition of a dataset with the

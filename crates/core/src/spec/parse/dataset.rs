@@ -15,7 +15,7 @@ use crate::spec::{
 };
 
 const MANAGED_KEYS: &[&str] =
-    &["partitioning", "write", "consumers", "slice_columns", "columns", "checks", "review_flags", "rewrites"];
+    &["partitioning", "write", "consumers", "slice_columns", "columns", "checks", "review_flags", "rewrites", "stale"];
 const EXTERNAL_KEYS: &[&str] =
     &["partitioning", "location", "consumers", "columns", "ready", "ready_timeout_s", "ready_poll_s"];
 const READY_KEYS: &[&str] = &["command", "command_timeout_s"];
@@ -48,6 +48,7 @@ pub(crate) struct DatasetDraft {
     checks: Vec<Check>,
     review_flags: Option<ReviewFlags>,
     rewrites: Option<Rewrites>,
+    stale: Option<crate::spec::StalePolicy>,
 }
 
 impl DatasetDraft {
@@ -76,6 +77,7 @@ impl DatasetDraft {
             checks: self.checks,
             review_flags: self.review_flags?,
             rewrites: self.rewrites?,
+            stale: self.stale?,
         })
     }
 }
@@ -167,6 +169,20 @@ fn dataset(
         Some(f) => rewrites(ctx, &f),
         None => Some(Rewrites::Review),
     };
+    let stale = match obj.get(ctx, "stale").filter(|_| !external) {
+        Some(f) => match f.str(ctx) {
+            Some("report") => Some(crate::spec::StalePolicy::Report),
+            Some("rebuild") => Some(crate::spec::StalePolicy::Rebuild),
+            Some(other) => {
+                let help = did_you_mean(other, ["report", "rebuild"])
+                    .unwrap_or_else(|| "\"report\" (the default) or \"rebuild\"".to_owned());
+                f.invalid(ctx, format!("\"{}\"", clip(other)), "expected \"report\" or \"rebuild\"", Some(help));
+                None
+            }
+            None => None,
+        },
+        None => Some(crate::spec::StalePolicy::Report),
+    };
     if let Some(Some(columns)) = &columns {
         check_column_refs(ctx, &obj.path, columns, &refs);
         if let (Some(p), Some((name, site)), Some(f)) = (&partitioning, &partition_column, &partitioning_field) {
@@ -189,6 +205,7 @@ fn dataset(
         checks,
         review_flags,
         rewrites,
+        stale,
     })
 }
 

@@ -144,6 +144,7 @@ pub fn dataset(name: &str, write: WriteMode, columns: Vec<Column>) -> Dataset {
         checks: vec![],
         review_flags: ReviewFlags::DEFAULT,
         rewrites: tidegate_core::spec::Rewrites::Review,
+        stale: tidegate_core::spec::StalePolicy::Report,
     }
 }
 
