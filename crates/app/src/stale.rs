@@ -129,7 +129,9 @@ pub(crate) fn stale_in(ws: &Workspace, store: &dyn Store, only: Option<&str>) ->
                     if p.build.as_ref().is_some_and(|b| input.staged_steps.contains(&b.step_id)) {
                         return true;
                     }
-                    input.version.is_some_and(|v| p.since_version <= v)
+                    // The content read (at the pinned version) is the content visible now: a
+                    // rollback that brought back what was read is no change.
+                    p.content_at(input.version) == Some(p.origin_version)
                 };
                 if input.partitions.is_empty() {
                     if let Some(p) = now.values().filter(|p| !fresh(p)).max_by_key(|p| p.since_version) {

@@ -28,6 +28,9 @@ struct Item {
 #[derive(Clone, PartialEq)]
 struct State {
     since: i64,
+    /// The table version whose publication first made this content visible: a rollback
+    /// restores the content, and its origin, of the version it restored.
+    origin: i64,
     published: bool,
     build: Option<VisibleBuild>,
 }
@@ -65,22 +68,31 @@ pub(crate) fn visible_builds(tx: &mut dyn Tx, dataset: &str) -> Result<Vec<Visib
 /// version on, unless that is the state it already has.
 fn replay(items: Vec<Item>) -> Vec<VisiblePartition> {
     let mut history: BTreeMap<String, Vec<State>> = BTreeMap::new();
-    let state_at = |states: &[State], version: Option<i64>| -> (bool, Option<VisibleBuild>) {
-        let Some(version) = version else { return (false, None) };
+    let state_at = |states: &[State], version: Option<i64>| -> Option<State> {
+        let version = version?;
         let n_before = states.partition_point(|s| s.since <= version);
-        if n_before == 0 { (false, None) } else { (states[n_before - 1].published, states[n_before - 1].build.clone()) }
+        n_before.checked_sub(1).map(|i| states[i].clone())
     };
     let restore = |states: &mut Vec<State>, at: i64, restored: Option<i64>| {
-        let (published, build) = state_at(states, restored);
-        let unchanged = states.last().is_some_and(|s| s.published == published && s.build == build);
+        let then = state_at(states, restored).filter(|s| s.published);
+        let unchanged = match (states.last(), &then) {
+            (Some(now), Some(then)) => now.published && now.origin == then.origin,
+            (Some(now), None) => !now.published,
+            (None, _) => true,
+        };
         if !unchanged {
-            states.push(State { since: at, published, build });
+            let state = match then {
+                Some(then) => State { since: at, ..then },
+                None => State { since: at, origin: at, published: false, build: None },
+            };
+            states.push(state);
         }
     };
     for item in items {
         match item.restored {
             None => history.entry(item.partition).or_default().push(State {
                 since: item.delta_version,
+                origin: item.delta_version,
                 published: true,
                 build: item.build,
             }),
@@ -96,7 +108,14 @@ fn replay(items: Vec<Item>) -> Vec<VisiblePartition> {
         .into_iter()
         .filter_map(|(partition, states)| {
             let last = states.last()?.clone();
-            last.published.then_some(VisiblePartition { partition, since_version: last.since, build: last.build })
+            let contents = states.iter().map(|s| (s.since, s.published.then_some(s.origin))).collect();
+            last.published.then_some(VisiblePartition {
+                partition,
+                since_version: last.since,
+                origin_version: last.origin,
+                contents,
+                build: last.build,
+            })
         })
         .collect()
 }
@@ -125,6 +144,17 @@ mod tests {
         assert_eq!(seen(items), [("a".into(), 1, Some("s2".into())), ("b".into(), 0, Some("s1".into()))]);
         let items = vec![published("a", 0, "s1"), published("a", 1, "s2"), rollback("a", 2, Some(0))];
         assert_eq!(seen(items), [("a".into(), 2, Some("s1".into()))]);
+    }
+
+    #[test]
+    fn a_rollback_brings_back_the_content_a_reader_read_before() {
+        // Published at 0 (read by a downstream at version 0), replaced at 1, rolled back at 2.
+        let items = vec![published("a", 0, "s1"), published("a", 1, "s2"), rollback("a", 2, Some(0))];
+        let a = replay(items).pop().expect("a is visible");
+        assert_eq!((a.since_version, a.origin_version), (2, 0));
+        assert_eq!(a.content_at(Some(0)), Some(0), "what was read at 0 is what is visible now");
+        assert_eq!(a.content_at(Some(1)), Some(1), "what was read at 1 is not");
+        assert_eq!(a.content_at(None), None);
     }
 
     #[test]

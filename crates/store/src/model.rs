@@ -506,11 +506,26 @@ pub struct StepCounts {
 pub struct VisiblePartition {
     /// The partition's key.
     pub partition: String,
-    /// The table version at which its current content became visible.
+    /// The table version at which its current content became visible (a rollback's own version
+    /// when a rollback brought it back).
     pub since_version: i64,
+    /// The table version whose publication first made this content visible (before a rollback
+    /// that restored it): two partitions states with one origin hold the same content.
+    pub origin_version: i64,
+    /// Its history: from each table version on, the origin of its content (`None`: unpublished).
+    pub contents: Vec<(i64, Option<i64>)>,
     /// The step whose output it is; `None` when unknown (a rollback restored a state the store
     /// recorded no step for).
     pub build: Option<VisibleBuild>,
+}
+
+impl VisiblePartition {
+    /// The origin of the content it held at table version `version` (`None`: none then).
+    pub fn content_at(&self, version: Option<i64>) -> Option<i64> {
+        let version = version?;
+        let n_before = self.contents.partition_point(|(since, _)| *since <= version);
+        n_before.checked_sub(1).and_then(|i| self.contents[i].1)
+    }
 }
 
 /// The step behind a visible partition.
