@@ -100,6 +100,7 @@ async fn finish_step(
                 version_id: version_ids.get(&i.dataset).cloned(),
                 delta_version: i64::try_from(i.table_version).unwrap_or(i64::MAX),
                 restored_delta_version: None,
+                unchanged: false,
             })
             .collect(),
     };

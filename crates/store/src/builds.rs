@@ -22,6 +22,8 @@ struct Item {
     /// recorded, so the partition's build is unknown from then on).
     restored: Option<Option<i64>>,
     build: Option<VisibleBuild>,
+    /// The commit changed nothing in the partition (an append of rows all published before).
+    unchanged: bool,
 }
 
 /// A partition's state from one table version on: published or not, and by which build.
@@ -39,7 +41,7 @@ struct State {
 pub(crate) fn visible_builds(tx: &mut dyn Tx, dataset: &str) -> Result<Vec<VisiblePartition>> {
     let rows = tx.query(
         "SELECT rv.partition_key, rv.delta_version, r.kind, rv.restored_delta_version, s.id, s.task, s.state_json, \
-         s.code_version \
+         s.code_version, rv.unchanged \
          FROM release_versions rv JOIN releases r ON r.id = rv.release_id \
          LEFT JOIN versions v ON v.id = rv.version_id LEFT JOIN steps s ON s.id = v.step_id \
          WHERE rv.dataset = ?1 ORDER BY rv.delta_version, r.created_at, rv.release_id, rv.item_idx",
@@ -58,7 +60,8 @@ pub(crate) fn visible_builds(tx: &mut dyn Tx, dataset: &str) -> Result<Vec<Visib
             }
             _ => None,
         };
-        items.push(Item { partition: row.text(0)?, delta_version: row.int(1)?, restored, build });
+        let unchanged = row.opt_int(8)? == Some(1);
+        items.push(Item { partition: row.text(0)?, delta_version: row.int(1)?, restored, build, unchanged });
     }
     Ok(replay(items))
 }
@@ -90,12 +93,15 @@ fn replay(items: Vec<Item>) -> Vec<VisiblePartition> {
     };
     for item in items {
         match item.restored {
-            None => history.entry(item.partition).or_default().push(State {
-                since: item.delta_version,
-                origin: item.delta_version,
-                published: true,
-                build: item.build,
-            }),
+            None => {
+                let states = history.entry(item.partition).or_default();
+                // A publication that changed nothing leaves the content (and its origin) as it was.
+                let origin = match states.last() {
+                    Some(last) if item.unchanged && last.published => last.origin,
+                    _ => item.delta_version,
+                };
+                states.push(State { since: item.delta_version, origin, published: true, build: item.build });
+            }
             Some(restored) if item.partition == WHOLE_TABLE => {
                 for states in history.values_mut() {
                     restore(states, item.delta_version, restored);
@@ -127,11 +133,11 @@ mod tests {
     fn published(partition: &str, v: i64, step: &str) -> Item {
         let build =
             VisibleBuild { step_id: step.to_owned(), task: "t".to_owned(), inputs: Vec::new(), code_version: None };
-        Item { partition: partition.to_owned(), delta_version: v, restored: None, build: Some(build) }
+        Item { partition: partition.to_owned(), delta_version: v, restored: None, build: Some(build), unchanged: false }
     }
 
     fn rollback(partition: &str, v: i64, to: Option<i64>) -> Item {
-        Item { partition: partition.to_owned(), delta_version: v, restored: Some(to), build: None }
+        Item { partition: partition.to_owned(), delta_version: v, restored: Some(to), build: None, unchanged: false }
     }
 
     fn seen(items: Vec<Item>) -> Vec<(String, i64, Option<String>)> {

@@ -30,6 +30,7 @@ const JOURNAL_VIA: &str = include_str!("../migrations/0011_journal_via.sql");
 const WORKER_INSTANCES: &str = include_str!("../migrations/0012_worker_instances.sql");
 const RESTORED_VERSIONS: &str = include_str!("../migrations/0013_restored_versions.sql");
 const STEP_CODE_VERSIONS: &str = include_str!("../migrations/0014_step_code_versions.sql");
+const UNCHANGED_RELEASE_ITEMS: &str = include_str!("../migrations/0015_unchanged_release_items.sql");
 
 /// Every migration, in order. Never edit one that has shipped: add the next number instead.
 const MIGRATIONS: &[Migration] = &[
@@ -52,6 +53,12 @@ const MIGRATIONS: &[Migration] = &[
     Migration { version: 12, name: "worker_instances", sqlite: WORKER_INSTANCES, postgres: WORKER_INSTANCES },
     Migration { version: 13, name: "restored_versions", sqlite: RESTORED_VERSIONS, postgres: RESTORED_VERSIONS },
     Migration { version: 14, name: "step_code_versions", sqlite: STEP_CODE_VERSIONS, postgres: STEP_CODE_VERSIONS },
+    Migration {
+        version: 15,
+        name: "unchanged_release_items",
+        sqlite: UNCHANGED_RELEASE_ITEMS,
+        postgres: UNCHANGED_RELEASE_ITEMS,
+    },
 ];
 
 /// Applies the migrations the database has not seen; returns how many it applied.

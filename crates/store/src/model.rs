@@ -628,6 +628,10 @@ pub struct ReleaseItem {
     /// `*`) it restored; the store derives what is published from it (decision 0018).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restored_delta_version: Option<i64>,
+    /// The commit changed nothing in this partition (an append whose every row was already
+    /// published): what was built on it is not stale (invariant 14).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unchanged: bool,
 }
 
 /// Progress of a long step: stored only after the output it covers is staged.

@@ -70,7 +70,7 @@ fn with_items(tx: &mut dyn Tx, rows: &[Row]) -> Result<Vec<ReleaseRecord>> {
     let mut items: BTreeMap<String, Vec<ReleaseItem>> = BTreeMap::new();
     let item_rows = query_in_chunks(tx, &ids, |placeholders| {
         format!(
-            "SELECT release_id, dataset, partition_key, version_id, delta_version, restored_delta_version \
+            "SELECT release_id, dataset, partition_key, version_id, delta_version, restored_delta_version, unchanged \
              FROM release_versions WHERE release_id IN ({placeholders}) ORDER BY release_id, item_idx"
         )
     })?;
@@ -81,6 +81,7 @@ fn with_items(tx: &mut dyn Tx, rows: &[Row]) -> Result<Vec<ReleaseRecord>> {
             version_id: row.opt_text(3)?,
             delta_version: row.int(4)?,
             restored_delta_version: row.opt_int(5)?,
+            unchanged: row.opt_int(6)? == Some(1),
         });
     }
     for release in &mut releases {
@@ -162,8 +163,8 @@ fn insert_release(
     for (item_idx, item) in release.items.iter().enumerate() {
         tx.execute(
             "INSERT INTO release_versions \
-             (release_id, item_idx, dataset, partition_key, version_id, delta_version, restored_delta_version) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+             (release_id, item_idx, dataset, partition_key, version_id, delta_version, restored_delta_version, \
+             unchanged) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
             &[
                 release.id.as_str().into(),
                 Value::Int(to_i64("release item index", item_idx as u64)?),
@@ -172,6 +173,7 @@ fn insert_release(
                 item.version_id.as_deref().into(),
                 Value::Int(item.delta_version),
                 item.restored_delta_version.map_or(Value::Null, Value::Int),
+                if item.unchanged { Value::Int(1) } else { Value::Null },
             ],
         )?;
     }

@@ -113,6 +113,7 @@ pub fn release_record(id: &str, kind: ReleaseKind, items: &[(&str, Option<&str>)
                 version_id: version_id.map(str::to_owned),
                 delta_version,
                 restored_delta_version: None,
+                unchanged: false,
             })
             .collect(),
     }

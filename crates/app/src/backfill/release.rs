@@ -233,6 +233,7 @@ async fn publish_release(
                     version_id: version_ids.get(&(published.dataset.clone(), p.key.clone())).cloned(),
                     delta_version: i64::try_from(published.table_version)?,
                     restored_delta_version: None,
+                    unchanged: false,
                 });
             }
         }
@@ -463,6 +464,7 @@ pub fn rollback(
                     version_id: None,
                     delta_version: i64::try_from(r.new_version).unwrap_or(i64::MAX),
                     restored_delta_version: i64::try_from(r.version).ok(),
+                    unchanged: false,
                 })
             })
             .collect();

@@ -781,6 +781,7 @@ mod tests {
                 version_id: None,
                 delta_version: 7,
                 restored_delta_version: None,
+                unchanged: false,
             }],
         };
         Records {

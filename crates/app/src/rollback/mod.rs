@@ -159,6 +159,7 @@ pub fn rollback(
                 version_id: None,
                 delta_version: i64::try_from(new_version).unwrap_or(i64::MAX),
                 restored_delta_version: i64::try_from(target).ok(),
+                unchanged: false,
             })
             .collect(),
     };

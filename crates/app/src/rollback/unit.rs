@@ -394,6 +394,7 @@ fn record(ws: &Workspace, store: &dyn Store, actor: &Actor, plan: &Undone, reaso
                     version_id: None,
                     delta_version: version,
                     restored_delta_version: restored,
+                    unchanged: false,
                 })
                 .collect::<Vec<_>>()
         })

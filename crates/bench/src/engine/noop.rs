@@ -212,6 +212,7 @@ fn publication_bookkeeping(store: &dyn Store, run_ids: &[String]) -> Result<f64>
                     version_id: Some(version.id.clone()),
                     delta_version: i64::try_from(delta_version).unwrap_or(i64::MAX),
                     restored_delta_version: None,
+                    unchanged: false,
                 }],
             };
             batch.push((record, vec![(step.id.clone(), step.state.epoch)]));

@@ -232,6 +232,12 @@ fn the_demo_tells_its_whole_story() {
             "the store and the lake agree",
             "its hash chain verifies",
             "Done in",
+            // A late source waited for, a correction's stale downstream rebuilt, a code change
+            // over history refused in favour of a backfill (docs/wrong-data.md).
+            "waited: source campaigns partition",
+            "sessions:2024-01-08 is stale: clicks:2024-01-08 read at version",
+            "0 stale partitions left",
+            "refused: this run would replace published history",
         ] {
             assert!(stdout.contains(line), "demo round {round} does not say {line:?}:\n{stdout}");
         }

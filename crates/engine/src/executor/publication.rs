@@ -648,6 +648,8 @@ impl Engine {
                 version_id: p.version_ids.get(&i.dataset).cloned(),
                 delta_version: i64::try_from(i.table_version).unwrap_or(i64::MAX),
                 restored_delta_version: None,
+                // An append whose every row was already published changed nothing readers see.
+                unchanged: !i.already_published && i.n_rows_added == 0 && i.n_files_removed == 0,
             })
             .collect();
         let release = ReleaseRecord {

@@ -1228,6 +1228,7 @@ fn features_release(id: &str, kind: ReleaseKind, items: &[(&str, i64, Option<i64
             version_id: None,
             delta_version: *delta_version,
             restored_delta_version: *restored,
+            unchanged: false,
         })
         .collect();
     release

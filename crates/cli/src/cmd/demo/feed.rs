@@ -107,6 +107,11 @@ pub fn corrupt_marker(ws: &Path, day: &str) -> PathBuf {
     ws.join("feed").join(format!("corrupt-{day}"))
 }
 
+/// `feed/correction-DAY`: the vendor's corrected delivery of DAY carries purchases it missed.
+pub fn correction_marker(ws: &Path, day: &str) -> PathBuf {
+    ws.join("feed").join(format!("correction-{day}"))
+}
+
 /// The command task's body: reads its context from the environment Tidegate gives it.
 pub fn run(args: FeedArgs) -> Result<ExitCode> {
     let day = std::env::var("TIDEGATE_PARTITION").context("TIDEGATE_PARTITION is not set: run me through tidegate")?;
@@ -119,7 +124,19 @@ pub fn run(args: FeedArgs) -> Result<ExitCode> {
         return Ok(ExitCode::from(75));
     }
     let corrupt = corrupt_marker(&ws, &day).exists();
-    let events = events(args.seed, args.users, date, corrupt);
+    let mut events = events(args.seed, args.users, date, corrupt);
+    if correction_marker(&ws, &day).exists() {
+        // Purchases the first delivery missed, with ids of their own.
+        for i in 0..6_u32 {
+            events.push(Event {
+                event_id: format!("{day}-fix-{i:02}"),
+                user_id: format!("u{:03}", i * 5),
+                event_type: "purchase".to_owned(),
+                ts: format!("{day}T12:{i:02}:00Z"),
+                received_at: format!("{day}T23:{i:02}:00Z"),
+            });
+        }
+    }
     if events.is_empty() {
         bail!("no events generated for {day}");
     }

@@ -5,6 +5,7 @@
 //! takes a bug fix that also adds a column through a governed backfill and back out again, and
 //! ends with a summary built from the journal.
 
+mod chapters;
 pub mod feed;
 
 use std::collections::BTreeMap;
@@ -165,15 +166,19 @@ pub fn run(args: Args) -> Result<ExitCode> {
     ));
     let _ = run_target(ws, &you, "user_features", &day(history_end + 1), &day(last - 1), false)?;
 
-    chapter(6, "A consumer's view before the fix");
+    chapters::late_source(&dir, ws, &you, last)?;
+    chapters::stale_downstream(&dir, ws, &you)?;
+
+    chapter(8, "A consumer's view before the fix");
     let consumer = "SELECT ROUND(AVG(purchase_rate), 4) AS avg_purchase_rate, COUNT(*) AS user_days FROM user_features";
     say(&format!("tidegate sql \"{consumer}\""));
     show_sql(ws, &you, consumer)?;
 
-    chapter(7, "A bug fix in the feature SQL becomes a governed backfill");
+    chapter(9, "A bug fix in the feature SQL becomes a governed backfill");
     say("purchase_rate divided clicks, not purchases, by events. Fixing tidegate.toml, and adding the purchase count");
     say("as a column (a schema change: it goes through the same review):");
     fix_feature_sql(&dir)?;
+    chapters::rewrite_refused(ws, &you, &day(1), &day(last))?;
     say(&format!(
         "{}: tidegate backfill plan user_features --from {} --to {} --reprocess all --include-downstream --max-active-runs 2 --reason \"...\"",
         you.name,
@@ -198,19 +203,19 @@ pub fn run(args: Args) -> Result<ExitCode> {
     backfill::plan::print_plan(&planned);
     let id = planned.id;
 
-    chapter(8, "Run it into staging, throttled below live work");
+    chapter(10, "Run it into staging, throttled below live work");
     let report = backfill::exec::start_and_wait(&workspace, &store, &you, &id, false, 4, true)?;
     backfill::exec::print_report(&report);
     say("Published data is untouched while it waits for review:");
     show_sql(ws, &you, consumer)?;
 
-    chapter(9, "Compare with what is published");
+    chapter(11, "Compare with what is published");
     let html = dir.join("backfill-report.html");
     let compared = app_backfill::compare(&workspace, store.as_ref(), &you, &id)?;
     backfill::review::write_html(&compared, &html)?;
     backfill::review::print_compared(&compared, Some(&html));
 
-    chapter(10, "Approval by a second person");
+    chapter(12, "Approval by a second person");
     say(&format!(
         "{} (you: identities are established by the OS account running tidegate, never typed) tries to approve:",
         you.name
@@ -230,14 +235,14 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let approved = app_backfill::approve(&workspace, store.as_ref(), &reviewer, &approval)?;
     backfill::review::print_approved(&approved)?;
 
-    chapter(11, "Publish: one atomic commit per dataset");
+    chapter(13, "Publish: one atomic commit per dataset");
     let published = app_backfill::publish(&workspace, &store, &reviewer, &id)?;
     backfill::release::print_published(&published);
     say("The consumer's query now:");
     show_sql(ws, &you, consumer)?;
     say(&format!("user_features' columns now: {}", columns_of(&dir, "user_features")?.join(", ")));
 
-    chapter(12, "Rollback restores exactly what was there");
+    chapter(14, "Rollback restores exactly what was there");
     let rolled_back = app_backfill::rollback(&workspace, &store, &reviewer, &id, "demo: undoing the backfill", wait)?;
     backfill::release::print_rolled_back(&rolled_back);
     say("The consumer's query after the rollback (identical to chapter 6):");
@@ -247,7 +252,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         columns_of(&dir, "user_features")?.join(", ")
     ));
 
-    chapter(13, "Reconcile: nothing left behind");
+    chapter(15, "Reconcile: nothing left behind");
     say("tidegate reconcile");
     let keep_logs =
         tidegate_app::input::duration(tidegate_app::reconcile::DEFAULT_KEEP_LOGS).map_err(anyhow::Error::msg)?;
@@ -413,6 +418,24 @@ GROUP BY user_id
 inputs = [{{ dataset = "user_features", mapping = "same" }}]
 outputs = ["training_snapshot"]
 schedule = "0 6 * * 1"
+
+# A partner drops one CSV of campaign spend per day under landing/campaigns/DAY/: a step that
+# reads a day waits until its file is there (ready = "location", the default with a location).
+[external.campaigns]
+partitioning = {{ grain = "day", start = "2024-01-01" }}
+location = "landing/campaigns/{{date}}"
+ready_poll_s = 1
+ready_timeout_s = 120
+
+[datasets.campaign_days]
+partitioning = {{ grain = "day", start = "2024-01-01" }}
+write = {{ mode = "replace" }}
+columns = [{{ name = "campaign", type = "string" }}, {{ name = "spend", type = "float64" }}]
+
+[tasks.load_campaigns]
+command = ["sh", "-c", "cp \"$TIDEGATE_INPUT_CAMPAIGNS_PATH\"/*.csv \"$TIDEGATE_OUTPUT_DIR\"/"]
+inputs = [{{ dataset = "campaigns", mapping = "same" }}]
+outputs = ["campaign_days"]
 "#
     )
 }
@@ -509,7 +532,7 @@ fn summary(dir: &Path, started: Instant) -> Result<ExitCode> {
     }
     let n = |k: &str| kinds.get(k).copied().unwrap_or(0);
     let chain = store.verify_journal()?;
-    chapter(14, "What the journal says");
+    chapter(16, "What the journal says");
     say("What was intended:");
     say(&format!("  {} runs requested; {} steps planned", n("run_created"), n("step_planned")));
     for b in store.backfills(10)? {
