@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use anyhow::Result;
 use serde::Serialize;
 use tidegate_core::actor::Actor;
-use tidegate_core::spec::{DatasetKind, Spec};
+use tidegate_core::spec::{DatasetKind, Spec, WriteMode};
 use tidegate_store::{Store, VisiblePartition};
 
 use crate::actor::{Access, require};
@@ -107,7 +107,13 @@ pub(crate) fn stale_in(ws: &Workspace, store: &dyn Store, only: Option<&str>) ->
             continue;
         }
         load(name, &mut visible)?;
-        let partitions: Vec<VisiblePartition> = visible[name].values().cloned().collect();
+        let mut partitions: Vec<VisiblePartition> = visible[name].values().cloned().collect();
+        // A snapshot dataset's newest partition is the dataset; an older one is history that a
+        // rebuild would only supersede.
+        if matches!(ds.kind, DatasetKind::Managed { write: WriteMode::Snapshot }) {
+            let newest = partitions.iter().map(|p| p.partition.clone()).max();
+            partitions.retain(|p| Some(&p.partition) == newest.as_ref());
+        }
         for part in partitions {
             let Some(build) = &part.build else { continue };
             let mut reasons = Vec::new();

@@ -109,6 +109,10 @@ pub(super) fn stale_downstream(dir: &Path, ws: Option<&Path>, you: &Actor) -> Re
         }
     }
     let left = tidegate_app::stale::stale(&workspace, store.as_ref(), you, None)?;
+    for s in &left {
+        let why: Vec<String> = s.reasons.iter().map(ToString::to_string).collect();
+        say(&format!("  still stale: {}:{}: {}", s.dataset, s.partition, why.join("; ")));
+    }
     say(&format!("tidegate stale: {} stale partitions left; each was rebuilt on what is published now.", left.len()));
     Ok(())
 }
