@@ -26,9 +26,10 @@ pub struct Args {
     pub now: Option<String>,
 }
 
-/// List published partitions built from inputs that have changed since (republished, rebuilt by a
-/// backfill, rolled back): they are stale until rebuilt, with `tidegate run TARGET --stale` or a
-/// backfill with `--reprocess stale`.
+/// List published partitions built from inputs or code that changed since (an input republished,
+/// rebuilt by a backfill or rolled back; the task's command, SQL or files edited): they are stale
+/// until rebuilt, with `tidegate run TARGET --stale` (inputs) or a backfill with `--reprocess
+/// stale` (code: history changes only under review).
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Examples:\n  tidegate stale\n  tidegate stale user_features --json")]
 pub struct StaleArgs {
