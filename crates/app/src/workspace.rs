@@ -257,7 +257,7 @@ impl Workspace {
 
     /// The lake URL with a relative folder resolved against the workspace folder.
     pub fn lake_url(&self) -> String {
-        resolve(&self.root, &self.spec.project.lake_url)
+        tidegate_core::source::resolve(&self.root, &self.spec.project.lake_url)
     }
 
     /// Opens the workspace's store, creating and migrating it on first use. A store with an
@@ -279,14 +279,6 @@ pub async fn open_lake(ws: &Workspace) -> Result<Arc<Lake>> {
 /// The async runtime an operation that reads or writes the lake runs on.
 pub fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")
-}
-
-fn resolve(root: &Path, url: &str) -> String {
-    if url.contains("://") || Path::new(url).is_absolute() {
-        url.to_owned()
-    } else {
-        root.join(url).display().to_string()
-    }
 }
 
 /// An HTTP URL (an OpenLineage receiver's) as messages show it: its password and every query

@@ -11,6 +11,16 @@ pub const FIELDS: &[&str] = &["partition", "date", "yyyy", "mm", "dd", "hh"];
 /// The fields that need a time partition.
 const TIME_FIELDS: &[&str] = &["date", "yyyy", "mm", "dd", "hh"];
 
+/// A location as Tidegate reads it: a URL (`s3://...`) or an absolute path as written; a relative
+/// path relative to the workspace folder. Pure: nothing is looked at.
+pub fn resolve(workspace: &std::path::Path, location: &str) -> String {
+    if location.contains("://") || std::path::Path::new(location).is_absolute() {
+        location.to_owned()
+    } else {
+        workspace.join(location).display().to_string()
+    }
+}
+
 /// Whether `location` is a template (it names at least one `{field}`).
 pub fn is_template(location: &str) -> bool {
     location.contains('{')

@@ -721,13 +721,7 @@ fn source_env(
         let Some(ds) = spec.datasets.get(&input.dataset) else { continue };
         let tidegate_core::spec::DatasetKind::External { location: Some(location), .. } = &ds.kind else { continue };
         let name = input.dataset.to_uppercase();
-        let resolve = |at: String| {
-            if at.contains("://") || std::path::Path::new(&at).is_absolute() {
-                at
-            } else {
-                workspace.join(at).display().to_string()
-            }
-        };
+        let resolve = |at: String| tidegate_core::source::resolve(workspace, &at);
         if tidegate_core::source::is_template(location) {
             let partitions = tidegate_core::plan::partitions_of(ds, &input.partitions).unwrap_or_default();
             let paths: Vec<String> =

@@ -713,11 +713,7 @@ impl Engine {
         if tidegate_core::source::is_template(at) {
             return None;
         }
-        Some(if at.contains("://") || std::path::Path::new(at).is_absolute() {
-            at.clone()
-        } else {
-            self.site.workspace.join(at).display().to_string()
-        })
+        Some(tidegate_core::source::resolve(&self.site.workspace, at))
     }
 
     /// Pins every input of a step to the table version published now (unless planned with a

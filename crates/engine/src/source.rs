@@ -70,7 +70,8 @@ async fn check(
     workspace: &Path,
     partition: &Partition,
 ) -> Result<(), String> {
-    let rendered = location.map(|l| resolve(workspace, &tidegate_core::source::render(l, partition)));
+    let rendered =
+        location.map(|l| tidegate_core::source::resolve(workspace, &tidegate_core::source::render(l, partition)));
     match how {
         ReadyCheck::None => Ok(()),
         ReadyCheck::Location => {
@@ -88,15 +89,6 @@ async fn check(
             run_check(argv, Duration::from_secs(*timeout_s), workspace, &dataset.name, partition, rendered.as_deref())
                 .await
         }
-    }
-}
-
-/// A relative local location is relative to the workspace; a URL or absolute path is kept.
-fn resolve(workspace: &Path, location: &str) -> String {
-    if location.contains("://") || Path::new(location).is_absolute() {
-        location.to_owned()
-    } else {
-        workspace.join(location).display().to_string()
     }
 }
 

@@ -4,7 +4,6 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -321,7 +320,9 @@ fn context(ws: &Workspace) -> Context {
         .iter()
         .map(|(name, d)| {
             let at = match &d.kind {
-                DatasetKind::External { location: Some(location), .. } => resolve(&ws.root, location),
+                DatasetKind::External { location: Some(location), .. } => {
+                    tidegate_core::source::resolve(&ws.root, location)
+                }
                 _ => format!("{}/{name}", lake.trim_end_matches('/')),
             };
             (name.clone(), locate(&at))
@@ -346,14 +347,6 @@ fn context(ws: &Workspace) -> Context {
         version: env!("CARGO_PKG_VERSION").to_owned(),
         datasets,
         tasks,
-    }
-}
-
-fn resolve(root: &Path, location: &str) -> String {
-    if location.contains("://") || Path::new(location).is_absolute() {
-        location.to_owned()
-    } else {
-        root.join(location).display().to_string()
     }
 }
 
