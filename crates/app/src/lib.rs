@@ -10,6 +10,8 @@ pub mod anchor;
 pub mod backfill;
 pub mod data;
 pub mod history;
+pub mod human;
+pub mod ids;
 pub mod input;
 pub mod lineage;
 pub mod listing;
