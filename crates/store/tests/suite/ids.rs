@@ -1,7 +1,7 @@
 //! Ids found by their first characters: runs, backfills and releases, the matches in order, a
 //! wildcard never taken for one.
 
-use tidegate_store::{Error, IdKind, ReleaseKind, Store};
+use tidegate_store::{Error, IdKind, ReleaseKind};
 use tidegate_testkit::store::{StoreUnderTest, meta, new_steps, release_record, run_request};
 
 use super::{backfill_record, t0};
@@ -11,7 +11,7 @@ pub fn ids_are_found_by_their_first_characters_and_wildcards_are_refused(t: &Sto
     let a = store.create_run(&run_request("a"), &new_steps(1), &meta(t0())).expect("creating a run");
     let b = store.create_run(&run_request("b"), &new_steps(1), &meta(t0())).expect("creating a run");
     let prefix = |kind, p: &str| store.ids_with_prefix(kind, p, 10).expect("finding ids");
-    assert_eq!(prefix(IdKind::Run, &a.id), [a.id.clone()]);
+    assert_eq!(prefix(IdKind::Run, &a.id), vec![a.id.clone()]);
     let mut both = vec![a.id.clone(), b.id.clone()];
     both.sort();
     // Two UUIDv7 made a moment apart share their first characters (they begin with the time).
