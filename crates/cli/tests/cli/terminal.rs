@@ -73,6 +73,15 @@ fn colour_shows_on_a_terminal_only_and_never_with_no_color() {
     let help = on_a_terminal(dir.path(), "cancel --help", &[("NO_COLOR", "1")]);
     assert!(help.contains("Usage") && !help.contains('\x1b'), "NO_COLOR: {help:?}");
 
+    // `serve`'s log lines: coloured on a terminal, plain with NO_COLOR (tracing's colour was once
+    // set from "stderr is a terminal" alone, which overrode NO_COLOR).
+    let ws = TestWorkspace::new(format!("[project]\nname = \"logs\"\n{EXTRACT_SUMMARIZE}"));
+    let serve = "serve --tick-every-s 1 & sleep 2; kill -TERM $!; wait";
+    let logs = on_a_terminal(ws.path(), serve, &[]);
+    assert!(logs.contains("tidegate serve: logs") && logs.contains("\x1b["), "{logs:?}");
+    let logs = on_a_terminal(ws.path(), serve, &[("NO_COLOR", "1")]);
+    assert!(logs.contains("tidegate serve: logs") && !logs.contains('\x1b'), "NO_COLOR: {logs:?}");
+
     // Piped, with a terminal's TERM: no colour.
     let piped = tidegate(dir.path()).arg("validate").env("TERM", "xterm-256color").output().expect("runs");
     assert!(stderr(&piped).starts_with("error: ") && !stderr(&piped).contains('\x1b'), "{}", stderr(&piped));
