@@ -223,8 +223,8 @@ fn consumer_rows(spec: &FrozenSpec) -> Vec<ConsumerRow> {
 fn dataset_view(d: &Comparison) -> DatasetView {
     let t = &d.totals;
     let summary = format!(
-        "{} rows before, {} after: {} added, {} removed, {} changed. Compared with table version {}.",
-        t.rows_before,
+        "{} before, {} after: {} added, {} removed, {} changed. Compared with table version {}.",
+        count(t.rows_before, "row", "rows"),
         t.rows_after,
         t.n_added,
         t.n_removed,

@@ -53,9 +53,9 @@ pub(crate) fn print_history(history: &History) {
     }
     match &chain.break_at {
         None if !anchors.is_empty() => say_err!(
-            "The hash chain of the {} entries is intact, but the lake's commits contradict it: restore the state store \
-             from a backup or investigate who replaced it.",
-            chain.n_entries
+            "The hash chain of the {} is intact, but the lake's commits contradict it: restore the state store from a \
+             backup or investigate who replaced it.",
+            tidegate_app::human::count(chain.n_entries, "entry", "entries")
         ),
         None => println!(
             "Journal: {}, hash chain verified intact.",

@@ -112,9 +112,10 @@ fn print_debt(debt: &Debt) {
         println!("Scheduler ({when}): backlog {}{pace}{eta}", g["backlog"]);
         if let Some(pools) = g["pools"].as_object() {
             for (name, p) in pools {
+                let slots = p["slots"].as_u64().map_or_else(|| p["slots"].to_string(), |n| count(n, "slot", "slots"));
                 println!(
-                    "Pool {name}: {} slots; retry budget left {} of {}",
-                    p["slots"], p["retry_budget_left"], p["retry_budget_burst"]
+                    "Pool {name}: {slots}; retry budget left {} of {}",
+                    p["retry_budget_left"], p["retry_budget_burst"]
                 );
             }
         }

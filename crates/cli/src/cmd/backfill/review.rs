@@ -164,10 +164,11 @@ fn print_review(review: &Review, hash: &str) {
         let t = &d.totals;
         println!();
         say!(
-            "{}: {} -> {} rows; {} added, {} removed, {} changed{}; compared with table version {}",
+            "{}: {} -> {} {}; {} added, {} removed, {} changed{}; compared with table version {}",
             d.dataset,
             t.rows_before,
             t.rows_after,
+            tidegate_app::human::noun(t.rows_after, "row", "rows"),
             t.n_added,
             t.n_removed,
             t.n_changed,
