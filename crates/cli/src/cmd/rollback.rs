@@ -40,7 +40,7 @@ pub struct RollbackArgs {
     /// Undo everything this release published (its id, or a unique prefix of it).
     #[arg(long, conflicts_with_all = ["to_release", "to_version"])]
     pub release: Option<String>,
-    /// Restore DATASET to the table version that preceded this release.
+    /// Restore DATASET to the table version that preceded this release (its id, or a unique prefix).
     #[arg(long, conflicts_with = "to_version", requires = "dataset")]
     pub to_release: Option<String>,
     /// Restore DATASET to exactly this table version.

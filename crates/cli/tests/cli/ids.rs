@@ -86,3 +86,17 @@ fn a_backfill_is_found_by_a_unique_prefix() {
     let cancelled = ok(dir, &["backfill", "cancel", prefix]);
     assert!(cancelled.contains(&format!("Cancelled backfill {id}")), "{cancelled}");
 }
+
+#[test]
+fn a_release_is_found_by_a_unique_prefix_where_rows_are_read_at_it() {
+    let dir = workspace();
+    let dir = dir.path();
+    ok(dir, &["run", "extract", "--partition", "2024-01-01"]);
+    let releases = crate::common::state(dir).texts("SELECT id FROM releases", &[]);
+    let [release] = releases.as_slice() else { panic!("one release: {releases:?}") };
+    let prefix = &release[..8];
+    let (code, rows) = json(dir, &["read", "raw", "--release", prefix, "--json"]);
+    assert_eq!((code, rows.as_array().map(Vec::len)), (0, Some(2)), "{rows}");
+    let (code, rows) = json(dir, &["sql", "SELECT COUNT(*) AS n FROM raw", "--release", prefix, "--json"]);
+    assert_eq!((code, rows[0]["n"].as_i64()), (0, Some(2)), "{rows}");
+}
