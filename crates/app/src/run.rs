@@ -156,8 +156,9 @@ pub struct Cancelled {
 }
 
 /// Cancels every unfinished step of `run_id` (journaled with `reason`): nothing more of it runs or
-/// publishes; what it published stays (undo that with a rollback of the run). A backfill's run is
-/// cancelled through its backfill.
+/// publishes; what it published stays (undo that with a rollback of the run). Its running attempts
+/// are stopped by the processes running them, which look at their steps every
+/// [`tidegate_engine::cancel::CHECK_EVERY`]. A backfill's run is cancelled through its backfill.
 pub fn cancel(ws: &Workspace, store: &dyn Store, actor: &Actor, run_id: &str, reason: &str) -> Result<Cancelled> {
     require(actor, Access::RunWork)?;
     let run = find(store, run_id)?;

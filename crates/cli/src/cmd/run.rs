@@ -79,11 +79,14 @@ pub struct Args {
     pub json: bool,
 }
 
-/// Cancel a run: its unfinished steps stop being scheduled; what it published stays.
+/// Cancel a run: its unfinished steps stop, its running attempts are stopped; what it published stays.
 ///
-/// Attempts running when it is cancelled finish, and their outcome is refused (the steps are
-/// cancelled); nothing more of the run is published. Undo what it published with `tidegate
-/// rollback --run RUN`. A backfill's run is cancelled with `tidegate backfill cancel`.
+/// Attempts running when it is cancelled are stopped within a few seconds by the process running
+/// them (a `serve`, a `run`, or a `tidegate worker` on another machine, which learn of the cancel
+/// through the store): every process the task started is killed, nothing it staged is published,
+/// and the journal records the stop (`attempt_stopped`, with who cancelled and why). Nothing more
+/// of the run is published. Undo what it published with `tidegate rollback --run RUN`. A
+/// backfill's run is cancelled with `tidegate backfill cancel`.
 #[derive(Debug, clap::Args)]
 #[command(
     after_help = "Examples:\n  tidegate cancel 0193a5c2-...\n  tidegate cancel 0193a5c2-... --reason \"wrong range\" --json"
