@@ -9,7 +9,7 @@
 //! sharing a database do not wake each other). The listener's thread counts what it hears in a
 //! [`Feed`] shared by the handle's watches. On SQLite nothing is announced: a watch looks every
 //! [`PROBE_EVERY`] whether another connection committed anything (SQLite's `PRAGMA data_version`
-//! on a connection of its own, a read of a counter in shared memory that touches no table), and
+//! on a connection of its own, SQLite's change counter: no table is read), and
 //! wakes when one did, whatever it was: a wake there means "look again", and callers that need
 //! more than [`PROBE_EVERY`] keep polling at their own pace ([`ChangeWatch::wakes`] says which).
 

@@ -128,6 +128,12 @@ pub fn cancel(ws: Option<&Path>, actor: &Actor, args: CancelArgs) -> Result<Exit
 /// A run cancelled, for people.
 pub(crate) fn print_cancelled(c: &Cancelled) {
     println!("Cancelled run {} ({} unfinished steps cancelled)", c.run_id, c.n_steps_cancelled);
+    if c.n_attempts_stopping > 0 {
+        say!(
+            "{} running attempts are being stopped by the processes running them (within a few seconds)",
+            c.n_attempts_stopping
+        );
+    }
     if !c.published.is_empty() {
         say!(
             "{} of its steps had already committed their publication (a process stopped before recording it); \

@@ -242,6 +242,7 @@ outputs = ["raw"]
         assert!(submitted.elapsed() < Duration::from_secs(20), "the submitted run waits for serve's next tick");
         std::thread::sleep(Duration::from_millis(50));
     }
+    eprintln!("the submitted run's step was claimed {:?} after `submit` returned", submitted.elapsed());
     let deadline = Instant::now() + Duration::from_secs(60);
     while published(&second) == 0 {
         assert!(Instant::now() < deadline, "the second run never published");

@@ -128,6 +128,12 @@ pub(crate) fn print_cancelled(r: &BackfillRecord, cancelled: &Cancelled) {
         r.id,
         cancelled.n_steps_cancelled
     );
+    if cancelled.n_attempts_stopping > 0 {
+        say!(
+            "{} running attempts are being stopped by the processes running them (within a few seconds)",
+            cancelled.n_attempts_stopping
+        );
+    }
 }
 
 pub(crate) fn print_report(r: &Report) {
