@@ -79,7 +79,7 @@ pub struct Args {
     pub json: bool,
 }
 
-/// Cancel a run: its unfinished steps stop, its running attempts are stopped; what it published stays.
+/// Cancel a run: its unfinished steps and running attempts stop; what it published stays.
 ///
 /// Attempts running when it is cancelled are stopped within a few seconds by the process running
 /// them (a `serve`, a `run`, or a `tidegate worker` on another machine, which learn of the cancel
