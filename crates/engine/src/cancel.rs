@@ -124,7 +124,7 @@ pub(crate) async fn record_stop(store: &Arc<dyn Store>, a: &Attempt, cancel: &Ca
         actor: a.lease.worker.clone(),
         correlation_id: cancel.correlation_id.clone(),
         reason: format!(
-            "attempt {} of step {} stopped (its processes killed): the step was {}",
+            "attempt {} of step {} stopped: the step was {}",
             a.lease.attempt,
             a.step.id,
             cancel.describe()
