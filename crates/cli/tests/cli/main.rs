@@ -8,6 +8,7 @@ const SHARED: bool = false;
 mod backend;
 mod backfill;
 mod canary;
+mod cancel;
 mod catchup;
 mod checkpoints;
 mod cluster;

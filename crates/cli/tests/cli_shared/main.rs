@@ -23,6 +23,7 @@ mod suite {
 
     mod backfill;
     mod canary;
+    mod cancel;
     mod catchup;
     mod checkpoints;
     mod crash;
