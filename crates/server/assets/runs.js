@@ -87,9 +87,12 @@ export async function show(root, [id], ctx) {
     fill(failuresBox, failures.length === 0 ? h('p', { class: 'muted' }, 'None.') :
       h('ul', { id: 'failures' }, failures.map((f) => {
         const step = byName.get(f.step);
+        const tail = h('pre', { class: 'log-tail', hidden: true });
+        if (step && step.state.attempt > 0) showTail(step, tail);
         return h('li', { 'data-step': step ? step.id : f.step },
           h('strong', {}, f.step), ` (${plural(f.attempts, 'attempt')}): `, h('span', { class: 'reason' }, f.reason), ' ',
-          step ? h('a', { class: 'log-link', href: '#log-viewer', onclick: (e) => { e.preventDefault(); openLog(step, null); } }, 'log') : null);
+          step ? h('a', { class: 'log-link', href: '#log-viewer', onclick: (e) => { e.preventDefault(); openLog(step, null); } }, 'whole log') : null,
+          tail);
       })));
     fill(timelineBox, timeline(run, steps, attempts));
     fill(stepsBox, table({ id: 'steps' }, ['Step', 'Partition', 'Status', 'Attempts', 'Pool', 'Updated', 'Log'],
@@ -162,6 +165,19 @@ function timeline(run, steps, attempts) {
   const more = steps.length > shown.length ? h('p', { class: 'muted' }, `The first ${shown.length} of ${steps.length} steps.`) : null;
   return h('div', { class: 'timeline' }, svg, more,
     h('p', { class: 'muted' }, 'Grey: waiting to start. Bars: attempts (green succeeded, red failed, blue running). Diamond: published.'));
+}
+
+/** The end of a failed step's standard error, under its reason. */
+async function showTail(step, pre) {
+  try {
+    const piece = await get(`/api/steps/${encodeURIComponent(step.id)}/log?stream=stderr&tail=1024`);
+    if (piece.text) {
+      pre.textContent = (piece.from > 0 ? '…' : '') + piece.text;
+      pre.hidden = false;
+    }
+  } catch (e) {
+    // The reason stays; the log's end is a convenience.
+  }
 }
 
 /** Shows a step's log, attempt by attempt, and follows it while the step runs. */
