@@ -7,6 +7,7 @@ const SHARED: bool = false;
 
 mod backend;
 mod backfill;
+mod browser;
 mod canary;
 mod catchup;
 mod checkpoints;
@@ -40,4 +41,5 @@ mod stale;
 mod standby;
 mod usage;
 mod vacuum;
+mod webdriver;
 mod worker;

@@ -13,15 +13,17 @@
 /// Whether every workspace runs on PostgreSQL and S3 (this binary) or on the defaults (`cli`).
 const SHARED: bool = true;
 
-use suite::{backend, common};
+use suite::{backend, common, webdriver};
 
 #[path = "../cli"]
 #[allow(dead_code, reason = "helpers used only by the modules this binary leaves out")]
 mod suite {
     pub(crate) mod backend;
     pub(crate) mod common;
+    pub(crate) mod webdriver;
 
     mod backfill;
+    mod browser;
     mod canary;
     mod catchup;
     mod checkpoints;
