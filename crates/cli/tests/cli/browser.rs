@@ -91,6 +91,8 @@ struct Story {
     failed_run: String,
     /// A backfill of `summary` requested by ana, started and compared: waiting for review.
     backfill: String,
+    /// vi's token: a viewer's.
+    viewer_token: String,
 }
 
 fn story() -> Story {
@@ -132,7 +134,9 @@ fn story() -> Story {
     assert_eq!(started["status"], "staged", "{started}");
     cli_json(ws, Some("ana"), &["backfill", "compare", &backfill, "--json"]);
     token_of(ws, "bo");
-    Story { dir, failed_run, backfill }
+    let minted = cli_json(ws, None, &["token", "create", "--name", "vi", "--role", "viewer", "--json"]);
+    let viewer_token = minted["token"].as_str().expect("vi's token").to_owned();
+    Story { dir, failed_run, backfill, viewer_token }
 }
 
 /// `tidegate serve --http` on a free port of the loopback interface; stopped on drop.
@@ -234,7 +238,9 @@ impl Walk {
     /// Runs one part of the story; a failure is recorded (with the server's log tail) and the
     /// walk goes on, so one broken screen does not hide the others.
     fn part(&mut self, name: &str, part: impl FnOnce(&mut Walk)) {
+        let started = Instant::now();
         let outcome = catch_unwind(AssertUnwindSafe(|| part(self)));
+        println!("{name}: {:.1} s", started.elapsed().as_secs_f64());
         if let Err(panic) = outcome {
             let message = panic
                 .downcast_ref::<String>()
@@ -279,14 +285,15 @@ impl Walk {
         self.screen(screen, screen);
     }
 
-    /// Signs in with `user`'s token from the sign-in form; the grid follows.
+    /// Signs in with `user`'s token from the sign-in form (vi's a viewer's, the others an
+    /// approver's); the grid follows.
     fn sign_in(&mut self, user: &str, shot: Option<&str>) {
         self.browser.goto(&format!("{}/", self.base()));
         let input = self.browser.find("form#sign-in input#token");
         if let Some(shot) = shot {
             self.checked(shot);
         }
-        let token = token_of(self.story.dir.path(), user);
+        let token = if user == "vi" { self.story.viewer_token.clone() } else { token_of(self.story.dir.path(), user) };
         self.browser.type_into(&input, &token);
         self.browser.click_css("button#sign-in-submit");
         self.browser.wait_screen("grid");
@@ -315,8 +322,8 @@ impl Walk {
             handlers: document.querySelectorAll('[onerror]').length,\
             pwned: window.__pwned === undefined ? null : String(window.__pwned),\
             html_has_tag: document.body.innerHTML.includes('<img src=x') || document.body.innerHTML.includes('<script>window')};";
+        assert_eq!(self.browser.take_alert(), None, "{place}: an alert opened");
         let found = self.browser.exec(probe, &[]);
-        assert_eq!(self.browser.alert_text(), None, "{place}: an alert opened");
         assert_eq!(found["imgs"], 0, "{place}: a hostile <img> became an element: {found}");
         assert_eq!(found["inline_scripts"], 0, "{place}: an inline <script> element: {found}");
         assert_eq!(found["handlers"], 0, "{place}: an element with onerror: {found}");
@@ -402,8 +409,10 @@ fn the_web_ui_in_chromium_shows_and_steers_the_workspace() {
     const TEST: &str = "the_web_ui_in_chromium_shows_and_steers_the_workspace";
     let folder = if crate::backend::is_shared() { "postgres-s3" } else { "sqlite-folder" };
     let Some(browser) = Browser::start(TEST, folder) else { return };
+    let started = Instant::now();
     let story = story();
     let served = Served::start(story.dir.path());
+    println!("the workspace and serve: {:.1} s", started.elapsed().as_secs_f64());
     let mut walk = Walk { browser, served, story, findings: Findings::default() };
 
     walk.part("the page's headers", headers);
@@ -417,6 +426,7 @@ fn the_web_ui_in_chromium_shows_and_steers_the_workspace() {
     walk.part("sign out ends the session on the server", sign_out);
     walk.part("a second person: a forged approve without CSRF is refused, the page's is accepted", approver);
     walk.part("publish and roll back from the page", publish_and_roll_back);
+    walk.part("a viewer sees everything read-only", viewer);
 
     let f = &walk.findings;
     assert!(
@@ -656,4 +666,23 @@ fn publish_and_roll_back(w: &mut Walk) {
     assert_eq!(w.backfill_status()["status"], "rolled_back");
     w.browser.wait_screen("backfill");
     w.checked("backfill-rolled-back");
+}
+
+/// vi, a viewer, reads the same pages without a single action on them.
+fn viewer(w: &mut Walk) {
+    if w.browser.try_find("button#sign-out").is_some() {
+        w.browser.click_css("button#sign-out");
+        w.browser.find("form#sign-in");
+    }
+    w.sign_in("vi", None);
+    w.browser.goto(&format!("{}/#/backfills/{}", w.base(), w.story.backfill));
+    w.screen("backfill", "backfill-viewer");
+    let actions =
+        w.browser.exec("return [...document.querySelectorAll('button[data-action]')].map(b => b.dataset.action);", &[]);
+    assert_eq!(actions, json!([]), "a viewer's review page offers actions");
+    w.browser.goto(&format!("{}/#/runs/{}", w.base(), w.story.failed_run));
+    w.screen("run", "run-viewer");
+    let actions =
+        w.browser.exec("return [...document.querySelectorAll('button[data-action]')].map(b => b.dataset.action);", &[]);
+    assert_eq!(actions, json!([]), "a viewer's run page offers actions");
 }

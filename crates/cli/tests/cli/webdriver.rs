@@ -15,6 +15,8 @@ use serde_json::{Value, json};
 const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 /// How long a screen may take to render its data (PostgreSQL and S3 on 2 busy cores included).
 const SCREEN_WAIT: Duration = Duration::from_secs(30);
+/// How long a loaded page may lack `main#main` before the wait gives up on it.
+const NOT_THE_UI: Duration = Duration::from_secs(3);
 /// How long chromedriver may take to answer its first `/status`.
 const DRIVER_WAIT: Duration = Duration::from_secs(20);
 /// How long one script (axe-core's run included) may take in the page.
@@ -286,10 +288,14 @@ impl Browser {
         value.as_str().map(str::to_owned)
     }
 
-    /// The text of an open `alert`/`confirm`, `None` when none is open.
-    pub fn alert_text(&self) -> Option<String> {
+    /// The text of an open `alert`/`confirm`, dismissed (so the walk can go on); `None` when
+    /// none is open.
+    pub fn take_alert(&self) -> Option<String> {
         match self.raw("GET", "/alert/text", &Value::Null) {
-            Ok(text) => Some(text.as_str().unwrap_or_default().to_owned()),
+            Ok(text) => {
+                let _ = self.raw("POST", "/alert/dismiss", &json!({}));
+                Some(text.as_str().unwrap_or_default().to_owned())
+            }
             Err(e) if e.code == "no such alert" => None,
             Err(e) => panic!("reading the alert: {}: {}", e.code, e.message),
         }
@@ -310,11 +316,17 @@ impl Browser {
     pub fn wait_screen(&mut self, screen: &str) {
         let deadline = Instant::now() + SCREEN_WAIT;
         let probe = "const m = document.querySelector('main#main'); \
-                     return m ? [m.getAttribute('data-ready'), m.getAttribute('data-screen')] : [null, null];";
+                     return m ? [m.getAttribute('data-ready'), m.getAttribute('data-screen')] : [null, null, document.readyState];";
+        let started = Instant::now();
         loop {
             let state = self.exec(probe, &[]);
             if state[0] == "true" && state[1] == screen {
                 return;
+            }
+            // A loaded page without `main#main` is not the UI (a 404, an error page): no use waiting.
+            if state[2] == "complete" && started.elapsed() > NOT_THE_UI {
+                let why = self.diagnosis();
+                panic!("screen {screen:?}: the page has no main#main; it is not the UI\n{why}");
             }
             if Instant::now() > deadline {
                 let why = self.diagnosis();
