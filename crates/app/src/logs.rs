@@ -366,3 +366,71 @@ fn log_file(ws: &Workspace, step_id: &str, attempt: u32, suffix: &str) -> Option
     let path = logs_dir(&default_work_dir(&ws.root)).join(format!("{}.{suffix}", attempt_name(step_id, attempt)));
     path.exists().then_some(path)
 }
+
+/// A piece of one attempt's log, as text: what `GET /api/steps/{id}/log` answers, so a client
+/// reads a log over HTTP, from wherever the attempt wrote it, without a path on the server's
+/// disk; followed by asking again from `next` until `finished`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct LogText {
+    /// The step's id.
+    pub step_id: String,
+    /// The attempt's number, from 1 (0: the step has made no attempt).
+    pub attempt: u32,
+    /// `stdout` or `stderr`.
+    pub stream: String,
+    /// The step's status now.
+    pub status: StepStatus,
+    /// Whether the step has finished, so the log will not grow.
+    pub finished: bool,
+    /// The byte offset `text` starts at.
+    pub from: u64,
+    /// The offset to ask from for what follows.
+    pub next: u64,
+    /// The log's size now, in bytes.
+    pub size: u64,
+    /// The bytes read (at most [`READ_BYTES_MAX`]), as UTF-8 with invalid sequences replaced.
+    pub text: String,
+}
+
+/// Up to [`READ_BYTES_MAX`] bytes of `stream` of attempt `attempt` (the newest unless given) of
+/// step `step_id`, from byte `from`.
+pub fn text(
+    ws: &Workspace,
+    store: &dyn Store,
+    actor: &Actor,
+    step_id: &str,
+    attempt: Option<u32>,
+    stream: &str,
+    from: u64,
+) -> Result<LogText> {
+    require(actor, Access::Read)?;
+    if !matches!(stream, "stdout" | "stderr") {
+        crate::refuse!(Invalid, "a log's stream is `stdout` or `stderr`, not {stream:?}");
+    }
+    let Some(step) = store.step(step_id)? else {
+        crate::refuse!(NotFound, "no step {step_id:?} in this workspace's store");
+    };
+    let mut logs = Logs::new(ws, Vec::new());
+    let selector = Selector::Step(step.id.clone());
+    let n = attempt.unwrap_or(step.state.attempt);
+    let status = step.status();
+    let empty = |n| LogText {
+        step_id: step.id.clone(),
+        attempt: n,
+        stream: stream.to_owned(),
+        status,
+        finished: status.is_terminal(),
+        from,
+        next: from,
+        size: 0,
+        text: String::new(),
+    };
+    if n == 0 {
+        return Ok(empty(0));
+    }
+    let found = logs.attempts(store, actor, &selector, Some(n))?;
+    let Some(file) = found.first().and_then(|a| stream_of(a, stream)).cloned() else { return Ok(empty(n)) };
+    let (bytes, next, size) = logs.read(&file, from)?;
+    Ok(LogText { text: String::from_utf8_lossy(&bytes).into_owned(), next, size, ..empty(n) })
+}

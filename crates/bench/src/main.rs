@@ -7,9 +7,11 @@
 //! Everything happens in a fresh folder under the system temp folder, removed at the end.
 
 mod engine;
+mod fill;
 mod http;
 mod lake;
 mod monitor;
+mod overview;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -46,6 +48,9 @@ enum Command {
     Http(http::HttpArgs),
     /// `/metrics`: one scrape's cost on a store with many steps, against `status::debt`.
     Monitor(MonitorArgs),
+    /// The web UI's overview grid: 20 datasets x 365 partitions over 100,000 steps, against
+    /// `status::debt`.
+    Overview(overview::OverviewArgs),
 }
 
 fn main() -> ExitCode {
@@ -54,6 +59,7 @@ fn main() -> ExitCode {
         Command::Engine(args) => engine::run(args),
         Command::Http(args) => http::run(&args),
         Command::Monitor(args) => monitor::run(args),
+        Command::Overview(args) => overview::run(args),
     };
     result.unwrap_or_else(|e| {
         eprintln!("error: {e:#}");

@@ -10,7 +10,6 @@
 //! entries to read). Baseline: `status::debt` (what `GET /api/debt` and `tidegate status`
 //! compute), in the same run.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
@@ -20,12 +19,9 @@ use chrono::{Duration, TimeZone as _, Utc};
 use serde_json::{Value, json};
 use tidegate_app::actor::os_account;
 use tidegate_app::monitor::Monitor;
-use tidegate_app::target::{Partitions, Target};
+use tidegate_app::status;
 use tidegate_app::workspace::{self as ws_mod, Workspace};
-use tidegate_app::{status, submit};
-use tidegate_core::state::StepEvent;
-use tidegate_engine::executor::MAX_EVENTS_PER_COMMIT;
-use tidegate_store::{JournalMeta, Priority, RunRequest, StepEventRecord, Store, Trigger};
+use tidegate_store::Store;
 
 use crate::{Samples, Scratch, command_line, load_average, machine, now_text, progress, round};
 
@@ -149,50 +145,5 @@ fn add_run(ws: &Workspace, store: &dyn Store, first: usize, finish: bool) -> Res
     let start = Utc.with_ymd_and_hms(2000, 1, 1, 0, 0, 0).single().context("a valid instant")?;
     let hour = |i: usize| (start + Duration::hours(i64::try_from(i).unwrap_or(i64::MAX))).to_rfc3339();
     let (from, to) = (hour(first), hour(first + RUN_STEPS - 1));
-    let target = Target {
-        target: "noop".to_owned(),
-        partitions: Partitions::Range { from: from.clone(), to: to.clone() },
-        only: true,
-        downstream: false,
-    };
-    let steps = submit::new_steps(ws, &target.plan(&ws.spec)?, &BTreeMap::new(), false)?;
-    let request = RunRequest {
-        target: "noop".to_owned(),
-        partitions: vec![format!("{from}..{to}")],
-        scope: "only".to_owned(),
-        trigger: Trigger::Manual,
-        priority: Priority::Live,
-        requester: ACTOR.to_owned(),
-        spec_hash: ws.spec.hash.clone(),
-        params: BTreeMap::new(),
-        backfill_id: None,
-        idempotency_key: None,
-    };
-    let run = store.submit_run(&request, &steps, &meta())?.run;
-    let events: Vec<StepEventRecord> = store
-        .steps(&run.id)?
-        .into_iter()
-        .map(|s| {
-            let event = if finish {
-                StepEvent::Skipped { reason: "bench".to_owned() }
-            } else {
-                StepEvent::DepsMet { inputs: vec![] }
-            };
-            StepEventRecord { step_id: s.id, event, meta: meta() }
-        })
-        .collect();
-    for chunk in events.chunks(MAX_EVENTS_PER_COMMIT) {
-        store.commit(chunk)?;
-    }
-    Ok(())
-}
-
-fn meta() -> JournalMeta {
-    JournalMeta {
-        via: None,
-        actor: ACTOR.to_owned(),
-        correlation_id: ACTOR.to_owned(),
-        reason: "bench".to_owned(),
-        at: Utc::now(),
-    }
+    crate::fill::planned_run(ws, store, ACTOR, "noop", (&from, &to), finish)
 }

@@ -29,38 +29,44 @@ impl FromRequestParts<State> for Caller {
         if let Some(caller) = parts.extensions.get::<Caller>() {
             return Ok(caller.clone());
         }
-        let client = client(parts, state.options.trust_proxy);
-        if let Some(wait) = client.as_ref().and_then(|c| state.failed_auth.locked_out(c.ip, Instant::now())) {
-            // Whole seconds, rounded up: a client that waits that long is let in.
-            let wait_s = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
-            let wait_s = u16::try_from(wait_s.max(1)).unwrap_or(u16::MAX);
-            return Err(Problem::too_many_failures(wait_s));
-        }
-        let token = bearer(parts)?;
-        let origin = client.as_ref().map_or_else(|| "unknown".to_owned(), |c| c.origin.clone());
-        let (store, ws) = (state.store.clone(), state.ws.clone());
-        let authenticated = tokio::task::spawn_blocking(move || {
-            tidegate_app::actor::authenticate(store.as_ref(), &token, &origin, "the Authorization header", ws.now())
-        })
-        .await
-        .map_err(|e| Problem::internal(&format!("authentication task: {e}")))?;
-        match authenticated {
-            Ok(actor) => {
-                // Kept for the extractors that follow (a body is read only once its caller may
-                // send it, `extract::Body`).
-                parts.extensions.insert(Caller(actor.clone()));
-                Ok(Caller(actor))
-            }
-            Err(e) => {
-                if let Some(client) = client
-                    && tidegate_app::refusal::kind(&e) == Some(tidegate_app::Kind::Unauthenticated)
-                {
-                    state.failed_auth.failed(client.ip, Instant::now());
-                }
-                Err(Problem::from_operation(&e))
-            }
-        }
+        let (token, by_session) = credentials(parts, state)?;
+        let actor = establish(parts, state, token, by_session).await?;
+        // Kept for the extractors that follow (a body is read only once its caller may send
+        // it, `extract::Body`).
+        parts.extensions.insert(Caller(actor.clone()));
+        Ok(Caller(actor))
     }
+}
+
+/// The actor `token` establishes for this request (through the application layer's
+/// `authenticate`, which journals nothing and finds the token by its hash), its origin the
+/// client's address; a failed authentication counts against the address ([`FailedAuth`]), and an
+/// address over its limit is refused before the token is looked at.
+pub(crate) async fn establish(parts: &Parts, state: &State, token: String, by_session: bool) -> Result<Actor, Problem> {
+    let client = client(parts, state.options.trust_proxy);
+    if let Some(wait) = client.as_ref().and_then(|c| state.failed_auth.locked_out(c.ip, Instant::now())) {
+        // Whole seconds, rounded up: a client that waits that long is let in.
+        let wait_s = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+        let wait_s = u16::try_from(wait_s.max(1)).unwrap_or(u16::MAX);
+        return Err(Problem::too_many_failures(wait_s));
+    }
+    let origin = client.as_ref().map_or_else(|| "unknown".to_owned(), |c| c.origin.clone());
+    let origin = if by_session { format!("{origin} (web session)") } else { origin };
+    let (store, ws) = (state.store.clone(), state.ws.clone());
+    let given_in = if by_session { "the browser session" } else { "the Authorization header" };
+    let authenticated = tokio::task::spawn_blocking(move || {
+        tidegate_app::actor::authenticate(store.as_ref(), &token, &origin, given_in, ws.now())
+    })
+    .await
+    .map_err(|e| Problem::internal(&format!("authentication task: {e}")))?;
+    authenticated.map_err(|e| {
+        if let Some(client) = client
+            && tidegate_app::refusal::kind(&e) == Some(tidegate_app::Kind::Unauthenticated)
+        {
+            state.failed_auth.failed(client.ip, Instant::now());
+        }
+        Problem::from_operation(&e)
+    })
 }
 
 /// Where a request comes from: the address failed authentications are counted against, and
@@ -68,6 +74,17 @@ impl FromRequestParts<State> for Caller {
 struct Client {
     ip: IpAddr,
     origin: String,
+}
+
+/// Whether the client reached the server over TLS: only a trusted proxy can say so
+/// (`X-Forwarded-Proto: https`), as `serve` itself speaks plain HTTP.
+pub(crate) fn over_tls(parts: &Parts, trust_proxy: bool) -> bool {
+    trust_proxy
+        && parts
+            .headers
+            .get("x-forwarded-proto")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.split(',').next_back().is_some_and(|p| p.trim().eq_ignore_ascii_case("https")))
 }
 
 /// The client: the peer, or behind a trusted proxy (`trust_proxy`) the last address of
@@ -132,6 +149,35 @@ impl FailedAuth {
         let f = by_peer.entry(peer).or_insert(Failures { since: now, n: 0 });
         f.n = f.n.saturating_add(1);
     }
+}
+
+/// The token a request presents and whether it came by a browser session: the bearer token of
+/// its `Authorization` header, or without one, the token its session cookie's session signed in
+/// with (`crate::ui::session`), once a state-changing request has also echoed the session's CSRF
+/// token. A cookie naming no live session is a 401 that asks to sign in again.
+fn credentials(parts: &Parts, state: &State) -> Result<(String, bool), Problem> {
+    use crate::ui::session;
+    if parts.headers.contains_key(AUTHORIZATION) {
+        return bearer(parts).map(|token| (token, false));
+    }
+    let Some(id) = session::cookie(&parts.headers) else { return bearer(parts).map(|token| (token, false)) };
+    let Some(s) = state.sessions.get(&id, Instant::now()) else {
+        return Err(Problem::unauthenticated(
+            "the browser session has ended (signed out or expired): sign in again",
+            true,
+        ));
+    };
+    if session::changes_state(parts) && !session::csrf_matches(&parts.headers, &s.csrf) {
+        return Err(Problem::new(
+            axum::http::StatusCode::FORBIDDEN,
+            "csrf",
+            format!(
+                "a change from a browser session must carry the session's CSRF token in `{}`: reload the page",
+                session::CSRF_HEADER
+            ),
+        ));
+    }
+    Ok((s.token, true))
 }
 
 /// The token of an `Authorization: Bearer TOKEN` header, or a 401 that says what is missing.

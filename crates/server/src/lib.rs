@@ -16,6 +16,7 @@ mod openapi;
 mod polled;
 mod problem;
 mod routes;
+mod ui;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -29,6 +30,7 @@ use tidegate_store::Store;
 pub use openapi::document;
 pub use polled::POLLED_TTL;
 pub use problem::Problem;
+pub use ui::weight_gzipped as ui_weight_gzipped;
 
 /// The largest request body accepted, in bytes: every request body is a small JSON object.
 pub const BODY_BYTES_MAX: usize = 64 * 1024;
@@ -114,10 +116,12 @@ pub(crate) struct State {
     pub(crate) request_errors: Arc<metrics::RequestErrors>,
     /// A permit per SQL query over HTTP running now ([`Options::sql_queries_at_once`]).
     pub(crate) sql_slots: Arc<tokio::sync::Semaphore>,
+    /// The web UI's signed-in browsers (`ui::session`).
+    pub(crate) sessions: Arc<ui::session::Sessions>,
 }
 
 /// The API's routes over `ws` and `store`, with the OpenAPI document they generate served at
-/// `/api/openapi.json`, `Idempotency-Key` on the routes the document gives it (decision 0009),
+/// `/api/openapi.json`, the web UI at `/` (`ui`), `Idempotency-Key` on the routes the document gives it (decision 0009),
 /// bodies limited to [`BODY_BYTES_MAX`] and no CORS headers (browsers on other origins cannot
 /// call it).
 pub fn router(ws: Arc<Workspace>, store: Arc<dyn Store>, options: Options) -> Router {
@@ -134,6 +138,7 @@ pub fn router(ws: Arc<Workspace>, store: Arc<dyn Store>, options: Options) -> Ro
         monitor,
         request_errors: request_errors.clone(),
         sql_slots: Arc::new(tokio::sync::Semaphore::new(options.sql_queries_at_once.max(1))),
+        sessions: Arc::default(),
     };
     let (router, api) = routes::api().split_for_parts();
     let keys = idempotency::Keys::new(state.clone(), &api);
@@ -141,11 +146,13 @@ pub fn router(ws: Arc<Workspace>, store: Arc<dyn Store>, options: Options) -> Ro
     router
         .route("/api/openapi.json", axum::routing::get(move || openapi::serve(api.clone())))
         .route_layer(axum::middleware::from_fn_with_state(keys, idempotency::layer))
+        .merge(ui::routes())
         .fallback(problem::not_found)
         .method_not_allowed_fallback(problem::method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(request_errors, metrics::count_failed_calls))
         .layer(axum::middleware::from_fn_with_state(polled, polled::forget_on_change))
         .layer(axum::extract::DefaultBodyLimit::max(BODY_BYTES_MAX))
+        .layer(axum::middleware::from_fn(ui::security_headers))
         .layer(axum::middleware::from_fn(request_span))
         .with_state(state)
 }

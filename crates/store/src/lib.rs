@@ -22,6 +22,7 @@ mod metrics;
 mod migrate;
 mod model;
 mod notify;
+mod overview;
 mod postgres;
 mod releases;
 mod request_keys;
@@ -259,6 +260,14 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn put_metric(&self, name: &str, value: &serde_json::Value, now: DateTime<Utc>) -> Result<()>;
     /// Every gauge with when it was last set, by name.
     fn metrics(&self) -> Result<Vec<(String, serde_json::Value, DateTime<Utc>)>>;
+    /// The newest step of each partition of `task` (by partition key), leaving out steps that say
+    /// nothing about the partition's data (skipped, superseded, cancelled): what the web UI's
+    /// overview colours a partition by.
+    fn newest_steps(&self, task: &str) -> Result<Vec<StepRecord>>;
+    /// The steps of `task` for `partition`, newest first, at most `limit`.
+    fn partition_steps(&self, task: &str, partition: &str, limit: u32) -> Result<Vec<StepRecord>>;
+    /// Attempts started at or after `since`, newest first, at most `limit`, each with its task.
+    fn recent_attempts(&self, since: DateTime<Utc>, limit: u32) -> Result<Vec<(String, AttemptRecord)>>;
     /// Steps counted for monitoring, with two grouped counts (no step is read): every step by
     /// status, and the queues of unfinished runs per priority class.
     fn step_counts(&self) -> Result<StepCounts>;

@@ -164,6 +164,7 @@ impl StepRecord {
 
 /// One attempt of a step.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AttemptRecord {
     /// The step this attempt belongs to.
     pub step_id: String,
@@ -554,6 +555,7 @@ pub struct QueueCount {
 
 /// The staged output of one attempt for one dataset partition.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct VersionRecord {
     /// The version's id, unique among versions (the engine's: its staging id and dataset).
     pub id: String,

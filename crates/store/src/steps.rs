@@ -44,7 +44,7 @@ pub(crate) fn step_from_row(row: &Row) -> Result<StepRecord> {
     })
 }
 
-fn attempt_from_row(row: &Row) -> Result<AttemptRecord> {
+pub(crate) fn attempt_from_row(row: &Row) -> Result<AttemptRecord> {
     Ok(AttemptRecord {
         step_id: row.text(0)?,
         attempt: to_u32("attempt number", row.int(1)?)?,

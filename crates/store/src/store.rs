@@ -402,6 +402,24 @@ impl<D: Driver> Store for SqlStore<D> {
             .map_err(|e| e.context("reading what built a dataset's partitions"))
     }
 
+    fn newest_steps(&self, task: &str) -> Result<Vec<StepRecord>> {
+        self.driver
+            .read(|tx| crate::overview::newest_steps(tx, task))
+            .map_err(|e| e.context(&format!("reading the newest steps of task {task}")))
+    }
+
+    fn partition_steps(&self, task: &str, partition: &str, limit: u32) -> Result<Vec<StepRecord>> {
+        self.driver
+            .read(|tx| crate::overview::partition_steps(tx, task, partition, limit))
+            .map_err(|e| e.context(&format!("reading the steps of {task} for {partition}")))
+    }
+
+    fn recent_attempts(&self, since: DateTime<Utc>, limit: u32) -> Result<Vec<(String, AttemptRecord)>> {
+        self.driver
+            .read(|tx| crate::overview::recent_attempts(tx, since, limit))
+            .map_err(|e| e.context("reading recent attempts"))
+    }
+
     fn published_partitions(&self, dataset: &str) -> Result<BTreeSet<String>> {
         self.driver
             .read(|tx| releases::published_partitions(tx, dataset))

@@ -7,6 +7,7 @@ mod backfills;
 mod data;
 mod health;
 mod journal;
+mod overview;
 mod runs;
 mod status;
 
@@ -35,6 +36,12 @@ pub(crate) fn api() -> OpenApiRouter<State> {
         .routes(routes!(status::debt))
         .routes(routes!(status::stale))
         .routes(routes!(status::tokens))
+        .routes(routes!(overview::grid))
+        .routes(routes!(overview::graph))
+        .routes(routes!(overview::dataset))
+        .routes(routes!(overview::partition))
+        .routes(routes!(overview::log))
+        .routes(routes!(overview::attempts))
         .routes(routes!(runs::list, runs::submit))
         .routes(routes!(runs::get))
         .routes(routes!(runs::steps))

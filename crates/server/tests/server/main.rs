@@ -19,3 +19,4 @@ mod roles;
 mod schemathesis;
 mod security;
 mod sql;
+mod ui;

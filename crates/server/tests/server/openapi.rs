@@ -19,6 +19,10 @@ const FREE_FORM: &[&str] = &[
     "BackfillRecord.spec",
     "Page_BackfillRecord.items[].comparison",
     "Page_BackfillRecord.items[].spec",
+    // What the lake reported of a staged version: its files with their sizes, and per-column
+    // statistics with the checks' results (a partition's steps, `GET /api/datasets/{name}/partitions/{key}`).
+    "VersionRecord.files",
+    "VersionRecord.stats",
     // The metadata a commit carries: Tidegate's keys, and whatever other writers of the table put.
     "Commit.metadata{}",
     // The scheduler's last gauge, as the scheduler wrote it.

@@ -27,6 +27,12 @@ fn routes() -> Vec<(&'static str, &'static str, Option<Value>, Option<Access>)> 
         ("GET", "/api/debt", None, Some(Access::Read)),
         ("GET", "/api/stale", None, Some(Access::Read)),
         ("GET", "/api/tokens", None, Some(Access::ManageTokens)),
+        ("GET", "/api/grid", None, Some(Access::Read)),
+        ("GET", "/api/graph", None, Some(Access::Read)),
+        ("GET", "/api/datasets/no_such_dataset", None, Some(Access::Read)),
+        ("GET", "/api/datasets/no_such_dataset/partitions/2024-01-01", None, Some(Access::Read)),
+        ("GET", "/api/steps/no-such-step/log", None, Some(Access::Read)),
+        ("GET", "/api/runs/no-such-run/attempts", None, Some(Access::Read)),
         ("GET", "/api/runs", None, Some(Access::Read)),
         (
             "POST",
@@ -86,8 +92,9 @@ fn call(server: &Server, method: &str, path: &str, token: Option<&str>, body: Op
 fn template(path: &str) -> String {
     path.split('/')
         .map(|seg| match seg {
-            "no-such-run" | "no-such-release" | "bf-none" => "{id}",
+            "no-such-run" | "no-such-release" | "bf-none" | "no-such-step" => "{id}",
             "no_such_dataset" => "{name}",
+            "2024-01-01" => "{key}",
             other => other,
         })
         .collect::<Vec<_>>()

@@ -25,4 +25,5 @@ mod suite {
     mod schemathesis;
     mod security;
     mod sql;
+    mod ui;
 }

@@ -577,7 +577,28 @@ fn summary(dir: &Path, started: Instant) -> Result<ExitCode> {
     println!("  {tg} -C {d} sql \"SELECT event_type, COUNT(*) FROM clicks GROUP BY 1\"");
     println!("  {tg} init my-pipeline      # your own workspace, with a commented tidegate.toml");
     println!("  open {d}/backfill-report.html");
+    let (yours, reviewers) = mint_ui_tokens(dir)?;
+    println!();
+    println!("See it in a browser (the web UI, served with the scheduler):");
+    println!("  {tg} -C {d} serve --http 127.0.0.1:8080");
+    println!("  then open http://127.0.0.1:8080 and sign in with your token (admin; you requested the backfills):");
+    println!("    {yours}");
+    println!("  or as {REVIEWER} (approver, the second person who reviews a backfill):");
+    println!("    {reviewers}");
+    println!("  (demo tokens, valid 30 days; `{tg} -C {d} token revoke` ends them)");
     Ok(ExitCode::SUCCESS)
+}
+
+/// Tokens for the web UI: one for the person running the demo (its admin, who requested the
+/// backfills) and one for the reviewer, so both sides of the two-person rule can be tried.
+fn mint_ui_tokens(dir: &Path) -> Result<(String, String)> {
+    let ws = tidegate_app::workspace::load(Some(dir))?;
+    let store = ws.open_store()?;
+    let admin = tidegate_app::actor::os_account();
+    let mint = |name: &str, role| tidegate_app::token::mint(&ws, store.as_ref(), &admin, name, role, 30);
+    let yours = mint(&admin.name, tidegate_core::actor::Role::Admin)?;
+    let reviewers = mint(REVIEWER, tidegate_core::actor::Role::Approver)?;
+    Ok((yours.token, reviewers.token))
 }
 
 /// How the user can call this binary again: `tidegate` when that is what is on the PATH,

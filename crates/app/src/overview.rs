@@ -1,0 +1,370 @@
+//! The overview: every dataset Tidegate writes by its partitions, each partition in one state
+//! (published, stale, failed, running, queued, waiting for its source, missed, never built), and
+//! one partition's steps with their attempts and versions. What the web UI's grid shows; computed
+//! from the store (the newest step of each partition, the publications replayed, the schedule's
+//! debt and the staleness judgement), never from the lake.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use anyhow::Result;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use tidegate_core::actor::Actor;
+use tidegate_core::spec::DatasetKind;
+use tidegate_core::state::StepStatus;
+use tidegate_store::{AttemptRecord, StepRecord, Store, VersionRecord};
+
+use crate::actor::{Access, require};
+use crate::workspace::Workspace;
+
+/// What a partition of a dataset is now, as one word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum CellState {
+    /// Visible to readers, built from the inputs and code it would be built from now.
+    Published,
+    /// Visible, but built on inputs or code that changed since (`tidegate stale`).
+    Stale,
+    /// Its newest step failed (whatever an earlier release left visible).
+    Failed,
+    /// An attempt holds a lease: computing, staged or validating.
+    Running,
+    /// Planned and not started: waiting for upstream steps, a slot or a retry's backoff.
+    Queued,
+    /// Waiting for a partition of an external source to arrive.
+    Waiting,
+    /// Owed by the schedule and not built (debt).
+    Missed,
+    /// Nothing: never planned, built or owed.
+    None,
+}
+
+impl CellState {
+    /// The state of a partition whose newest step is `newest`, from whether it is `published`,
+    /// `stale` and `owed`: work in flight first (it is about to change what is visible), then a
+    /// failure of the newest step, then what readers see, then debt.
+    pub fn of(newest: Option<StepStatus>, published: bool, stale: bool, owed: bool) -> CellState {
+        match newest {
+            Some(s) if s.holds_lease() || s == StepStatus::Validated => return CellState::Running,
+            Some(StepStatus::WaitingForSource) => return CellState::Waiting,
+            Some(StepStatus::Pending | StepStatus::Ready | StepStatus::RetryWait) => return CellState::Queued,
+            Some(StepStatus::Failed | StepStatus::UpstreamFailed) => return CellState::Failed,
+            _ => {}
+        }
+        match (published, stale, owed) {
+            (true, true, _) => CellState::Stale,
+            (true, false, _) => CellState::Published,
+            (false, _, true) => CellState::Missed,
+            (false, _, false) => CellState::None,
+        }
+    }
+}
+
+/// Which part of the overview to compute.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct GridQuery {
+    /// Only datasets whose name contains this.
+    pub dataset: Option<String>,
+    /// Only the datasets this task writes.
+    pub task: Option<String>,
+    /// Only partitions before this key (the page before: the previous answer's `older`).
+    pub before: Option<String>,
+    /// Only partitions from this key on.
+    pub from: Option<String>,
+    /// Only partitions up to this key.
+    pub to: Option<String>,
+    /// How many partitions (columns), newest first: [`COLUMNS_DEFAULT`] unless asked, at most
+    /// [`COLUMNS_MAX`].
+    pub columns: Option<u32>,
+}
+
+/// Columns per answer unless asked.
+pub const COLUMNS_DEFAULT: u32 = 90;
+/// The most columns one answer holds.
+pub const COLUMNS_MAX: u32 = 1000;
+
+/// Datasets by partitions.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Grid {
+    /// The partition keys shown, newest first: the union of every row's partitions that have a
+    /// step, a publication or debt.
+    pub columns: Vec<String>,
+    /// One row per dataset Tidegate writes, by name.
+    pub rows: Vec<GridRow>,
+    /// The key to ask `before` for the next, older page; absent on the oldest.
+    pub older: Option<String>,
+    /// Cells per state over the whole answer.
+    pub counts: BTreeMap<String, u64>,
+}
+
+/// One dataset's partitions.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct GridRow {
+    /// The dataset.
+    pub dataset: String,
+    /// The task that writes it.
+    pub task: Option<String>,
+    /// One state per column.
+    pub cells: Vec<CellState>,
+}
+
+/// What every partition of every dataset Tidegate writes is, a page of columns at a time.
+pub fn grid(ws: &Workspace, store: &dyn Store, actor: &Actor, query: &GridQuery, now: DateTime<Utc>) -> Result<Grid> {
+    require(actor, Access::Read)?;
+    let spec = &ws.spec;
+    let owed = owed(ws, store, now)?;
+    let mut stale: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for s in crate::stale::stale_in(ws, store, None)? {
+        stale.entry(s.dataset).or_default().insert(s.partition);
+    }
+    let mut rows = Vec::new();
+    let mut keys: BTreeSet<String> = BTreeSet::new();
+    let mut by_row = Vec::new();
+    for dataset in spec.datasets.values().filter(|d| matches!(d.kind, DatasetKind::Managed { .. })) {
+        let task = spec.tasks.values().find(|t| t.outputs.contains(&dataset.name)).map(|t| t.name.clone());
+        if query.dataset.as_deref().is_some_and(|f| !dataset.name.contains(f)) {
+            continue;
+        }
+        if query.task.as_deref().is_some_and(|f| task.as_deref() != Some(f)) {
+            continue;
+        }
+        let newest: BTreeMap<String, StepStatus> = match &task {
+            Some(t) => store.newest_steps(t)?.into_iter().map(|s| (s.partition.clone(), s.status())).collect(),
+            None => BTreeMap::new(),
+        };
+        let published = store.published_partitions(&dataset.name)?;
+        let owed = task.as_ref().and_then(|t| owed.get(t)).cloned().unwrap_or_default();
+        keys.extend(newest.keys().cloned());
+        keys.extend(published.iter().cloned());
+        keys.extend(owed.iter().cloned());
+        let stale = stale.remove(&dataset.name).unwrap_or_default();
+        by_row.push((dataset.name.clone(), task, newest, published, stale, owed));
+    }
+    let in_range = |k: &String| {
+        query.before.as_ref().is_none_or(|b| k < b)
+            && query.from.as_ref().is_none_or(|f| k >= f)
+            && query.to.as_ref().is_none_or(|t| k <= t)
+    };
+    let n = query.columns.unwrap_or(COLUMNS_DEFAULT).clamp(1, COLUMNS_MAX) as usize;
+    let mut candidates = keys.into_iter().rev().filter(in_range);
+    let columns: Vec<String> = candidates.by_ref().take(n).collect();
+    let older = candidates.next().and(columns.last().cloned());
+    let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+    for (dataset, task, newest, published, stale, owed) in by_row {
+        let cells: Vec<CellState> = columns
+            .iter()
+            .map(|k| CellState::of(newest.get(k).copied(), published.contains(k), stale.contains(k), owed.contains(k)))
+            .collect();
+        for c in &cells {
+            *counts.entry(word(*c)).or_default() += 1;
+        }
+        rows.push(GridRow { dataset, task, cells });
+    }
+    Ok(Grid { columns, rows, older, counts })
+}
+
+fn word(state: CellState) -> String {
+    serde_json::to_value(state).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
+}
+
+/// Per scheduled task, the intervals it owes now (gaps between publications and due ones), the
+/// newest [`crate::schedule::LISTED_MAX`] of each.
+fn owed(ws: &Workspace, store: &dyn Store, now: DateTime<Utc>) -> Result<BTreeMap<String, BTreeSet<String>>> {
+    Ok(crate::schedule::decide(&ws.spec, store, now)?
+        .into_iter()
+        .map(|d| (d.task, d.gaps.into_iter().chain(d.due).chain(d.debt).collect()))
+        .collect())
+}
+
+/// One partition of a dataset: its state, and the steps that built or tried to build it.
+#[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PartitionDetail {
+    /// The dataset.
+    pub dataset: String,
+    /// The partition's key.
+    pub partition: String,
+    /// The task that writes it.
+    pub task: Option<String>,
+    /// Its state, as the overview shows it.
+    pub state: CellState,
+    /// Why it is stale, when it is (`tidegate stale`).
+    pub stale: Vec<crate::stale::Reason>,
+    /// The steps of its task for it, newest first ([`PARTITION_STEPS_MAX`] at most).
+    pub steps: Vec<PartitionStep>,
+}
+
+/// A step of a partition with its attempts and the versions they staged.
+#[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PartitionStep {
+    /// The step.
+    pub step: StepRecord,
+    /// Its attempts, oldest first.
+    pub attempts: Vec<AttemptRecord>,
+    /// The versions its attempts staged.
+    pub versions: Vec<VersionRecord>,
+}
+
+/// The most steps [`partition`] lists.
+pub const PARTITION_STEPS_MAX: u32 = 20;
+
+/// One partition of `dataset`: its state and its steps, newest first.
+pub fn partition(
+    ws: &Workspace,
+    store: &dyn Store,
+    actor: &Actor,
+    dataset: &str,
+    key: &str,
+    now: DateTime<Utc>,
+) -> Result<PartitionDetail> {
+    require(actor, Access::Read)?;
+    let spec = &ws.spec;
+    let Some(d) = spec.datasets.get(dataset) else {
+        crate::refuse!(NotFound, "no dataset named {dataset:?} in this workspace's spec");
+    };
+    let task = spec.tasks.values().find(|t| t.outputs.contains(&d.name)).map(|t| t.name.clone());
+    let mut steps = Vec::new();
+    if let Some(t) = &task {
+        for step in store.partition_steps(t, key, PARTITION_STEPS_MAX)? {
+            let attempts = store.attempts(&step.id)?;
+            let versions = store.versions(&step.id)?.into_iter().filter(|v| v.dataset == d.name).collect();
+            steps.push(PartitionStep { step, attempts, versions });
+        }
+    }
+    let newest = steps
+        .iter()
+        .map(|s| s.step.status())
+        .find(|s| !matches!(s, StepStatus::Skipped | StepStatus::Superseded | StepStatus::Cancelled));
+    let published = store.published_partitions(&d.name)?.contains(key);
+    let stale: Vec<crate::stale::Reason> = crate::stale::stale_in(ws, store, Some(&d.name))?
+        .into_iter()
+        .filter(|s| s.partition == key)
+        .flat_map(|s| s.reasons)
+        .collect();
+    let owed =
+        task.as_ref().is_some_and(|t| owed(ws, store, now).is_ok_and(|o| o.get(t).is_some_and(|k| k.contains(key))));
+    let state = CellState::of(newest, published, !stale.is_empty(), owed);
+    Ok(PartitionDetail { dataset: d.name.clone(), partition: key.to_owned(), task, state, stale, steps })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn work_in_flight_then_failure_then_what_readers_see_then_debt() {
+        use CellState as C;
+        use StepStatus as S;
+        assert_eq!(C::of(Some(S::Running), true, true, false), C::Running);
+        assert_eq!(C::of(Some(S::Validated), false, false, false), C::Running);
+        assert_eq!(C::of(Some(S::WaitingForSource), false, false, true), C::Waiting);
+        assert_eq!(C::of(Some(S::RetryWait), true, false, false), C::Queued);
+        assert_eq!(C::of(Some(S::Failed), true, false, false), C::Failed);
+        assert_eq!(C::of(Some(S::UpstreamFailed), false, false, true), C::Failed);
+        assert_eq!(C::of(Some(S::Published), true, true, false), C::Stale);
+        assert_eq!(C::of(Some(S::AwaitingApproval), true, false, false), C::Published);
+        assert_eq!(C::of(None, false, false, true), C::Missed);
+        assert_eq!(C::of(None, false, false, false), C::None);
+        assert_eq!(word(C::Waiting), "waiting");
+    }
+}
+
+/// A dataset as its page shows it: its declaration, who feeds it and whom it feeds, what built
+/// each visible partition, its releases and what is stale. Its Delta versions and partition sizes
+/// come from the lake (`data::versions`, `data::partitions`).
+#[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DatasetDetail {
+    /// The dataset.
+    pub name: String,
+    /// Its declaration in the spec (kind and write mode, partitioning, columns, checks,
+    /// consumers...), as `tidegate validate --json` shows it.
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub spec: serde_json::Value,
+    /// The task that writes it.
+    pub task: Option<String>,
+    /// The datasets its task reads.
+    pub upstream: Vec<String>,
+    /// The datasets written by tasks that read it.
+    pub downstream: Vec<String>,
+    /// Each visible partition and the step that built it, with its input versions and code version.
+    pub builds: Vec<PartitionBuild>,
+    /// Its newest releases, newest first.
+    pub releases: Vec<tidegate_store::ReleaseRecord>,
+    /// Its stale partitions and why.
+    pub stale: Vec<crate::stale::StalePartition>,
+}
+
+/// What built one visible partition.
+#[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PartitionBuild {
+    /// The partition.
+    pub partition: String,
+    /// The table version its content became visible at.
+    pub since_version: i64,
+    /// The step whose output it is (unknown after a rollback to a state no step was recorded for).
+    pub step_id: Option<String>,
+    /// The code version that step ran.
+    pub code_version: Option<String>,
+    /// The input versions it read.
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub inputs: serde_json::Value,
+}
+
+/// How many releases [`dataset`] lists.
+pub const DATASET_RELEASES_MAX: u32 = 50;
+
+/// The dataset called `name`.
+pub fn dataset(ws: &Workspace, store: &dyn Store, actor: &Actor, name: &str) -> Result<DatasetDetail> {
+    require(actor, Access::Read)?;
+    let spec = &ws.spec;
+    let Some(d) = spec.datasets.get(name) else {
+        crate::refuse!(NotFound, "no dataset named {name:?} in this workspace's spec");
+    };
+    let writer = spec.tasks.values().find(|t| t.outputs.contains(&d.name));
+    let upstream = writer.map(|t| t.inputs.iter().map(|i| i.dataset.clone()).collect()).unwrap_or_default();
+    let downstream = spec
+        .tasks
+        .values()
+        .filter(|t| t.inputs.iter().any(|i| i.dataset == d.name))
+        .flat_map(|t| t.outputs.iter().cloned())
+        .collect();
+    let builds = store
+        .visible_builds(&d.name)?
+        .into_iter()
+        .map(|p| PartitionBuild {
+            partition: p.partition,
+            since_version: p.since_version,
+            step_id: p.build.as_ref().map(|b| b.step_id.clone()),
+            code_version: p.build.as_ref().and_then(|b| b.code_version.clone()),
+            inputs: p.build.map(|b| serde_json::to_value(b.inputs).unwrap_or_default()).unwrap_or_default(),
+        })
+        .collect();
+    Ok(DatasetDetail {
+        name: d.name.clone(),
+        spec: serde_json::to_value(d)?,
+        task: writer.map(|t| t.name.clone()),
+        upstream,
+        downstream,
+        builds,
+        releases: store.releases(Some(&d.name), DATASET_RELEASES_MAX)?,
+        stale: crate::stale::stale_in(ws, store, Some(&d.name))?,
+    })
+}
+
+/// Every attempt of the steps of run `run_id`, by step in plan order and attempt: what a run's
+/// timeline draws.
+pub fn run_attempts(store: &dyn Store, actor: &Actor, run_id: &str) -> Result<Vec<AttemptRecord>> {
+    require(actor, Access::Read)?;
+    let run = crate::run::find(store, run_id)?;
+    let mut out = Vec::new();
+    for step in store.steps(&run.id)? {
+        out.extend(store.attempts(&step.id)?);
+    }
+    Ok(out)
+}
