@@ -377,6 +377,13 @@ impl Walk {
         }
     }
 
+    /// The kinds of the journal entries whose reason or payload holds `text`.
+    fn journal_mentions(&self, text: &str) -> Vec<String> {
+        let like = format!("%{text}%");
+        let sql = "SELECT kind FROM journal WHERE reason LIKE ?1 OR payload LIKE ?1 ORDER BY seq";
+        common::state(self.story.dir.path()).texts(sql, &[&like])
+    }
+
     /// The backfill as the CLI reads it.
     fn backfill_status(&self) -> Value {
         let id = &self.story.backfill;
@@ -462,7 +469,10 @@ fn wrong_token(w: &mut Walk) {
         assert!(Instant::now() < deadline, "no refusal in #sign-in-error\n{}", w.browser.diagnosis());
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert!(w.browser.try_find("nav#nav").is_none(), "a refused token shows no navigation");
+    let nav = w
+        .browser
+        .exec("const n = document.querySelector('nav#nav'); return !!n && !n.hidden && n.offsetParent !== null;", &[]);
+    assert_eq!(nav, false, "a refused token shows no navigation");
     w.checked("sign-in-refused");
 }
 
@@ -499,17 +509,20 @@ fn grid(w: &mut Walk) {
             "summary:{day} is stale by `tidegate stale`"
         );
     }
-    // The state filter keeps only failed cells in view.
-    let filter = w.browser.find("select#filter-state");
-    w.browser.click(&filter);
+    // The state filter keeps the datasets with a failed cell, their other cells dimmed.
+    w.browser.click_css("select#filter-state");
     w.browser.click_css("select#filter-state option[value=\"failed\"]");
-    std::thread::sleep(Duration::from_millis(300));
-    let shown = w.browser.exec(
+    let rows = w
+        .browser
+        .exec("return [...document.querySelectorAll('table#grid tr[data-dataset]')].map(r => r.dataset.dataset);", &[]);
+    assert_eq!(rows, json!(["raw"]), "the failed filter keeps the datasets with a failed cell");
+    let bright = w.browser.exec(
         "return [...document.querySelectorAll('table#grid td[data-state]')]\
-           .filter(c => c.offsetParent !== null && c.getAttribute('data-state') !== 'failed').length;",
+           .filter(c => c.dataset.state !== 'failed' && !c.querySelector('.dim')).map(c => c.dataset.partition);",
         &[],
     );
-    assert_eq!(shown, 0, "the failed filter shows only failed cells");
+    assert_eq!(bright, json!([]), "the failed filter dims every other cell");
+    w.checked("grid-failed-filter");
 }
 
 /// From the failed cell to its step's run, its reason and its log: each hostile string as text.
@@ -517,9 +530,9 @@ fn failed_step(w: &mut Walk) {
     w.browser.goto(&format!("{}/#/grid", w.base()));
     w.browser.wait_screen("grid");
     w.browser.click_css(&format!("table#grid tr[data-dataset=\"raw\"] td[data-partition=\"{FAILED_DAY}\"]"));
-    let link = w.browser.find("#cell-detail a[data-step]");
+    w.browser.find("#cell-detail a[data-step]");
     w.checked("grid-cell-detail");
-    w.browser.click(&link);
+    w.browser.click_css("#cell-detail a[data-step]");
     w.screen("run", "run");
     assert!(
         w.browser.url().contains(&w.story.failed_run),
@@ -650,6 +663,12 @@ fn approver(w: &mut Walk) {
     let status = w.backfill_status();
     assert_eq!(status["status"], "approved", "{status}");
     assert_eq!(status["approval"]["by"], "bo", "{status}");
+    // Issue 33: "approve or reject with a comment": the comment typed is kept with the approval.
+    assert_eq!(
+        w.journal_mentions("checked the comparison"),
+        vec!["backfill_approved"],
+        "the approval's comment is recorded"
+    );
 }
 
 /// Publish, then roll back, from the review page, each after its confirmation dialog.
@@ -661,9 +680,12 @@ fn publish_and_roll_back(w: &mut Walk) {
     assert_eq!(w.backfill_status()["status"], "published");
     w.browser.wait_screen("backfill");
     w.checked("backfill-published");
+    let comment = w.browser.find("textarea#comment");
+    w.browser.type_into(&comment, "undone from the browser test");
     w.act("rollback");
     w.wait_backfill_state("rolled back");
     assert_eq!(w.backfill_status()["status"], "rolled_back");
+    assert!(!w.journal_mentions("undone from the browser test").is_empty(), "the rollback's comment is its reason");
     w.browser.wait_screen("backfill");
     w.checked("backfill-rolled-back");
 }

@@ -17,6 +17,8 @@ const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 const SCREEN_WAIT: Duration = Duration::from_secs(30);
 /// How long a loaded page may lack `main#main` before the wait gives up on it.
 const NOT_THE_UI: Duration = Duration::from_secs(3);
+/// How many times a click finds its element again after a redraw made it stale.
+const STALE_RETRIES: usize = 3;
 /// How long chromedriver may take to answer its first `/status`.
 const DRIVER_WAIT: Duration = Duration::from_secs(20);
 /// How long one script (axe-core's run included) may take in the page.
@@ -255,15 +257,18 @@ impl Browser {
         }
     }
 
-    /// Clicks `element` (scrolled into view first, as a person would).
-    pub fn click(&self, element: &Element) {
-        self.call("POST", &format!("/element/{}/click", element.0), &json!({}));
-    }
-
-    /// Clicks the first element matching `css`, waiting for it.
+    /// Clicks the first element matching `css`, waiting for it. Found and clicked again when the
+    /// screen re-rendered in between (live screens redraw every few seconds).
     pub fn click_css(&mut self, css: &str) {
-        let element = self.find(css);
-        self.click(&element);
+        for _ in 0..STALE_RETRIES {
+            let element = self.find(css);
+            match self.raw("POST", &format!("/element/{}/click", element.0), &json!({})) {
+                Err(e) if e.code == "stale element reference" => continue,
+                Err(e) => panic!("clicking {css}: {}: {}", e.code, e.message),
+                Ok(_) => return,
+            }
+        }
+        panic!("clicking {css}: the element went stale {STALE_RETRIES} times");
     }
 
     /// Types `text` into `element` (an input or textarea), after clearing it.
@@ -272,14 +277,12 @@ impl Browser {
         self.call("POST", &format!("/element/{}/value", element.0), &json!({ "text": text }));
     }
 
-    /// The element's rendered text.
-    pub fn text(&self, element: &Element) -> String {
-        self.call("GET", &format!("/element/{}/text", element.0), &Value::Null).as_str().unwrap_or_default().to_owned()
-    }
-
-    /// The rendered text of the first element matching `css`, `None` if there is none.
+    /// The rendered text of the first element matching `css`, `None` if there is none (read in
+    /// one script, so a redraw cannot leave a stale reference between finding and reading).
     pub fn text_of(&self, css: &str) -> Option<String> {
-        self.try_find(css).map(|e| self.text(&e))
+        let text =
+            self.exec("const e = document.querySelector(arguments[0]); return e ? e.innerText : null;", &[json!(css)]);
+        text.as_str().map(str::to_owned)
     }
 
     /// The element's attribute `name`, `None` if it has none.
@@ -380,7 +383,8 @@ impl Browser {
         let script = "const done = arguments[arguments.length - 1];\
             axe.run(document, {resultTypes: ['violations']})\
               .then(r => done(r.violations.filter(v => v.impact === 'serious' || v.impact === 'critical')\
-                .map(v => v.impact + ' ' + v.id + ': ' + v.help + ' at ' + v.nodes.map(n => n.target.join(' ')).join(', '))))\
+                .map(v => v.impact + ' ' + v.id + ': ' + v.help + ' at ' + v.nodes.map(n => n.target.join(' ') + ' (' +\
+                  [...n.any, ...n.all, ...n.none].map(c => c.message).join('; ').slice(0, 240) + ')').join(', '))))\
               .catch(e => done(['axe-core failed: ' + e]));";
         let found = self.exec_async(script, &[]);
         found.as_array().into_iter().flatten().map(|v| v.as_str().unwrap_or_default().to_owned()).collect()
