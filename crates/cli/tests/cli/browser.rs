@@ -21,6 +21,10 @@ use crate::webdriver::{Browser, free_port};
 const HOSTILE_IMG: &str = r#"<img src=x onerror="window.__pwned='img';alert('img')">"#;
 const HOSTILE_SCRIPT: &str = "<script>window.__pwned='script';alert('script')</script>";
 
+/// A hostile value in the data (no comma, no quote: one CSV field), which a backfill's comparison
+/// shows in its sample rows.
+const HOSTILE_VALUE: &str = "<b>bold</b><img src=x onerror=window.__pwned='data'>";
+
 /// The failed day: its task logs hostile lines and ends with one (the failure's reason).
 const FAILED_DAY: &str = "2024-01-07";
 
@@ -35,12 +39,17 @@ heartbeat_s = 1
 [datasets.raw]
 partitioning = {{ grain = "day", start = "2024-01-01" }}
 write = {{ mode = "replace" }}
-columns = [{{ name = "id", type = "int64", nullable = false }}, {{ name = "day", type = "string" }}, {{ name = "v", type = "int64" }}]
+columns = [{{ name = "id", type = "int64", nullable = false }}, {{ name = "day", type = "string" }}, {{ name = "v", type = "int64" }}, {{ name = "label", type = "string" }}]
 
 [datasets.summary]
 partitioning = {{ grain = "day", start = "2024-01-01" }}
 write = {{ mode = "replace" }}
 consumers = ["dashboard"]
+
+[[datasets.summary.checks]]
+# One row a day: also the key the backfill's comparison matches rows by.
+type = "unique"
+columns = ["day"]
 
 [tasks.extract]
 command = ["sh", "{script}"]
@@ -49,7 +58,7 @@ exit_codes = {{ deterministic = [65] }}
 timeout_s = 60
 
 [tasks.summarize]
-sql = "SELECT day, COUNT(*) AS n, SUM(v) AS total FROM raw GROUP BY day"
+sql = "SELECT day, MAX(label) AS label, COUNT(*) AS n, SUM(v) AS total FROM raw GROUP BY day"
 inputs = ["raw"]
 outputs = ["summary"]
 timeout_s = 60
@@ -68,8 +77,8 @@ fn extract_script() -> String {
          cat >&2 <<'ERR'\nhostile log line {HOSTILE_IMG} {HOSTILE_SCRIPT}\nbad delivery {HOSTILE_IMG}\nERR\n\
          exit 65\n\
          fi\n\
-         printf 'id,day,v\\n1,%s,10\\n2,%s,20\\n3,%s,30\\n' \"$TIDEGATE_PARTITION\" \"$TIDEGATE_PARTITION\" \"$TIDEGATE_PARTITION\" \
-         > \"$TIDEGATE_OUTPUT_DIR/raw.csv\"\n"
+         cat > \"$TIDEGATE_OUTPUT_DIR/raw.csv\" <<CSV\nid,day,v,label\n1,$TIDEGATE_PARTITION,10,{HOSTILE_VALUE}\n\
+         2,$TIDEGATE_PARTITION,20,{HOSTILE_VALUE}\n3,$TIDEGATE_PARTITION,30,{HOSTILE_VALUE}\nCSV\n"
     )
 }
 
@@ -616,7 +625,10 @@ fn requester(w: &mut Walk) {
     w.screen("backfill", "backfill-requester");
     assert!(w.browser.try_find("#backfill-spec").is_some() && w.browser.try_find("#comparison").is_some());
     assert!(w.browser.try_find("button[data-action=\"approve\"]").is_none(), "the requester sees an approve button");
-    w.assert_inert("the backfill's review (a hostile reason)");
+    w.assert_inert("the backfill's review (a hostile reason and hostile values)");
+    let compared = w.browser.exec("return document.querySelector('#comparison')?.textContent ?? '';", &[]);
+    let compared = compared.as_str().unwrap_or_default();
+    assert!(compared.contains(HOSTILE_VALUE), "the comparison shows the changed rows' values as text: {compared}");
     let before = w.backfill_status();
     let session = w.session_cookie();
     let me = session_of(&w.base(), &session);
