@@ -149,14 +149,16 @@ fn story() -> Story {
 }
 
 /// `tidegate serve --http` on a free port of the loopback interface; stopped on drop.
-struct Served {
+pub(crate) struct Served {
     child: Child,
-    base: String,
+    /// `http://127.0.0.1:PORT`.
+    pub(crate) base: String,
     log: std::path::PathBuf,
 }
 
 impl Served {
-    fn start(dir: &Path) -> Served {
+    /// Starts serving the workspace in `dir` and waits until it answers.
+    pub(crate) fn start(dir: &Path) -> Served {
         let port = free_port();
         let log = dir.join("serve.log");
         let child = tidegate(dir)
@@ -226,13 +228,46 @@ fn session_of(base: &str, session: &str) -> Reply {
 
 /// What one walk through the UI found wrong on its screens, beyond the failed parts.
 #[derive(Default)]
-struct Findings {
+pub(crate) struct Findings {
     /// Parts of the story that failed, with their panic message.
-    failed: Vec<String>,
+    pub(crate) failed: Vec<String>,
     /// axe-core's serious and critical violations, per screen.
     axe: Vec<String>,
     /// Console errors, per screen.
     console: Vec<String>,
+}
+
+impl Findings {
+    /// Saves a screenshot of the page as it is now as `shot`, runs axe-core on it and reads the
+    /// console, recording what they find under `shot`.
+    pub(crate) fn check(&mut self, browser: &mut Browser, shot: &str) {
+        browser.screenshot(shot);
+        for violation in browser.axe_violations() {
+            self.axe.push(format!("{shot}: {violation}"));
+        }
+        for entry in browser.console_errors() {
+            // The contract's own answer to a page without a session (GET /ui/session: 401) and
+            // to a refused token are the server's answers, not the page's errors.
+            let expected =
+                entry.source == "network" && entry.message.contains("/ui/session") && entry.message.contains("401");
+            if !expected {
+                self.console.push(format!("{shot}: {} {}", entry.source, entry.message));
+            }
+        }
+    }
+
+    /// Fails the test with everything found, if anything was.
+    pub(crate) fn assert_none(&self, folder: &str, served: &Served) {
+        assert!(
+            self.failed.is_empty() && self.axe.is_empty() && self.console.is_empty(),
+            "the UI walk found:\n- failed parts:\n{}\n- axe-core serious/critical violations:\n{}\n- console errors:\n{}\n\
+             (screenshots in target/ui-screenshots/{folder}/)\n--- serve's log (tail):\n{}",
+            self.failed.join("\n\n"),
+            self.axe.join("\n"),
+            self.console.join("\n"),
+            served.log().lines().rev().take(30).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n"),
+        );
+    }
 }
 
 /// The browser and the server the parts of the story share.
@@ -273,19 +308,7 @@ impl Walk {
 
     /// Screenshot, axe-core and console of the page as it is now, recorded under `shot`.
     fn checked(&mut self, shot: &str) {
-        self.browser.screenshot(shot);
-        for violation in self.browser.axe_violations() {
-            self.findings.axe.push(format!("{shot}: {violation}"));
-        }
-        for entry in self.browser.console_errors() {
-            // The contract's own answer to a page without a session (GET /ui/session: 401) and
-            // to a refused token are the server's answers, not the page's errors.
-            let expected =
-                entry.source == "network" && entry.message.contains("/ui/session") && entry.message.contains("401");
-            if !expected {
-                self.findings.console.push(format!("{shot}: {} {}", entry.source, entry.message));
-            }
-        }
+        self.findings.check(&mut self.browser, shot);
     }
 
     /// Navigates with the header's link to `nav` and waits for its screen.
@@ -444,16 +467,7 @@ fn the_web_ui_in_chromium_shows_and_steers_the_workspace() {
     walk.part("publish and roll back from the page", publish_and_roll_back);
     walk.part("a viewer sees everything read-only", viewer);
 
-    let f = &walk.findings;
-    assert!(
-        f.failed.is_empty() && f.axe.is_empty() && f.console.is_empty(),
-        "the UI walk found:\n- failed parts:\n{}\n- axe-core serious/critical violations:\n{}\n- console errors:\n{}\n\
-         (screenshots in target/ui-screenshots/{folder}/)\n--- serve's log (tail):\n{}",
-        f.failed.join("\n\n"),
-        f.axe.join("\n"),
-        f.console.join("\n"),
-        walk.served.log().lines().rev().take(30).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n"),
-    );
+    walk.findings.assert_none(folder, &walk.served);
 }
 
 /// The page and its assets come with a Content-Security-Policy forbidding inline script and framing.

@@ -8,6 +8,7 @@ const SHARED: bool = false;
 mod backend;
 mod backfill;
 mod browser;
+mod browser_demo;
 mod canary;
 mod catchup;
 mod checkpoints;

@@ -5,6 +5,7 @@
 //! `common::table` (see `tests/cli/backend.rs`).
 //!
 //! Left out, as about the defaults rather than the backends: the spec corpus and `init` (no state),
+//! the demo in a browser (`browser_demo`: the demo builds its own workspace, as in `usage`),
 //! help and snapshot output (which print the workspace's own paths), tampering by hand with a
 //! SQLite file (the store suite tampers on both backends) or with a lake folder's files (`reconcile`,
 //! and `reconcile` and `sql` of `guarantees`: what a folder holds beside Tidegate's tables, planted
