@@ -64,10 +64,16 @@ impl CellState {
 /// Which part of the overview to compute.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct GridQuery {
+    /// The partitioning whose datasets to show (`day`, `week (Europe/Paris)`, `static keys`...,
+    /// as [`Grid::axes`] names them); the one most datasets share unless given.
+    pub axis: Option<String>,
     /// Only datasets whose name contains this.
     pub dataset: Option<String>,
     /// Only the datasets this task writes.
     pub task: Option<String>,
+    /// Only partitions with a step or a publication: hides intervals the schedule owes and
+    /// nothing has touched (they stay counted in [`Grid::hidden_missed`]).
+    pub activity: bool,
     /// Only partitions before this key (the page before: the previous answer's `older`).
     pub before: Option<String>,
     /// Only partitions from this key on.
@@ -84,19 +90,35 @@ pub const COLUMNS_DEFAULT: u32 = 90;
 /// The most columns one answer holds.
 pub const COLUMNS_MAX: u32 = 1000;
 
-/// Datasets by partitions.
+/// Datasets by partitions, for the datasets of one partitioning (their keys line up).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Grid {
-    /// The partition keys shown, newest first: the union of every row's partitions that have a
-    /// step, a publication or debt.
+    /// Every partitioning of the workspace's datasets, with how many datasets use it.
+    pub axes: Vec<Axis>,
+    /// The partitioning shown.
+    pub axis: String,
+    /// The partition keys shown, newest first: the union of the rows' partitions that have a
+    /// step, a publication or debt (without debt when only `activity` was asked).
     pub columns: Vec<String>,
-    /// One row per dataset Tidegate writes, by name.
+    /// One row per dataset Tidegate writes with this partitioning, by name.
     pub rows: Vec<GridRow>,
     /// The key to ask `before` for the next, older page; absent on the oldest.
     pub older: Option<String>,
     /// Cells per state over the whole answer.
     pub counts: BTreeMap<String, u64>,
+    /// Owed intervals left out because only partitions with activity were asked for.
+    pub hidden_missed: u64,
+}
+
+/// A partitioning and how many datasets use it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Axis {
+    /// Its name: the grain with its time zone, or `static keys`.
+    pub name: String,
+    /// Datasets Tidegate writes with it.
+    pub datasets: u32,
 }
 
 /// One dataset's partitions.
@@ -111,19 +133,46 @@ pub struct GridRow {
     pub cells: Vec<CellState>,
 }
 
-/// What every partition of every dataset Tidegate writes is, a page of columns at a time.
+/// The name of a dataset's partitioning: datasets with one name have keys that line up.
+pub fn axis_name(dataset: &tidegate_core::spec::Dataset) -> String {
+    match &dataset.partitioning {
+        tidegate_core::spec::Partitioning::Time { grain, time_zone, .. } => match time_zone {
+            Some(tz) => format!("{} ({})", grain.as_str(), tz.name()),
+            None => grain.as_str().to_owned(),
+        },
+        tidegate_core::spec::Partitioning::Static { .. } => "static keys".to_owned(),
+    }
+}
+
+/// What every partition of the datasets of one partitioning is, a page of columns at a time.
 pub fn grid(ws: &Workspace, store: &dyn Store, actor: &Actor, query: &GridQuery, now: DateTime<Utc>) -> Result<Grid> {
     require(actor, Access::Read)?;
     let spec = &ws.spec;
+    let managed: Vec<&tidegate_core::spec::Dataset> =
+        spec.datasets.values().filter(|d| matches!(d.kind, DatasetKind::Managed { .. })).collect();
+    let mut axes: BTreeMap<String, u32> = BTreeMap::new();
+    for d in &managed {
+        *axes.entry(axis_name(d)).or_default() += 1;
+    }
+    let axis = match &query.axis {
+        Some(a) if axes.contains_key(a) => a.clone(),
+        Some(a) => crate::refuse!(
+            Invalid,
+            "axis {a:?}: no dataset is partitioned so; the workspace's partitionings are {}",
+            axes.keys().map(|k| format!("{k:?}")).collect::<Vec<_>>().join(", ")
+        ),
+        // The most shared, the shorter grain first among equals.
+        None => axes.iter().max_by_key(|(_, n)| **n).map(|(a, _)| a.clone()).unwrap_or_default(),
+    };
     let owed = owed(ws, store, now)?;
     let mut stale: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for s in crate::stale::stale_in(ws, store, None)? {
         stale.entry(s.dataset).or_default().insert(s.partition);
     }
-    let mut rows = Vec::new();
     let mut keys: BTreeSet<String> = BTreeSet::new();
+    let mut owed_keys: BTreeSet<String> = BTreeSet::new();
     let mut by_row = Vec::new();
-    for dataset in spec.datasets.values().filter(|d| matches!(d.kind, DatasetKind::Managed { .. })) {
+    for dataset in managed.into_iter().filter(|d| axis_name(d) == axis) {
         let task = spec.tasks.values().find(|t| t.outputs.contains(&dataset.name)).map(|t| t.name.clone());
         if query.dataset.as_deref().is_some_and(|f| !dataset.name.contains(f)) {
             continue;
@@ -139,9 +188,13 @@ pub fn grid(ws: &Workspace, store: &dyn Store, actor: &Actor, query: &GridQuery,
         let owed = task.as_ref().and_then(|t| owed.get(t)).cloned().unwrap_or_default();
         keys.extend(newest.keys().cloned());
         keys.extend(published.iter().cloned());
-        keys.extend(owed.iter().cloned());
+        owed_keys.extend(owed.iter().cloned());
         let stale = stale.remove(&dataset.name).unwrap_or_default();
         by_row.push((dataset.name.clone(), task, newest, published, stale, owed));
+    }
+    let hidden_missed = if query.activity { owed_keys.difference(&keys).count() as u64 } else { 0 };
+    if !query.activity {
+        keys.extend(owed_keys);
     }
     let in_range = |k: &String| {
         query.before.as_ref().is_none_or(|b| k < b)
@@ -153,6 +206,7 @@ pub fn grid(ws: &Workspace, store: &dyn Store, actor: &Actor, query: &GridQuery,
     let columns: Vec<String> = candidates.by_ref().take(n).collect();
     let older = candidates.next().and(columns.last().cloned());
     let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+    let mut rows = Vec::new();
     for (dataset, task, newest, published, stale, owed) in by_row {
         let cells: Vec<CellState> = columns
             .iter()
@@ -163,7 +217,8 @@ pub fn grid(ws: &Workspace, store: &dyn Store, actor: &Actor, query: &GridQuery,
         }
         rows.push(GridRow { dataset, task, cells });
     }
-    Ok(Grid { columns, rows, older, counts })
+    let axes = axes.into_iter().map(|(name, datasets)| Axis { name, datasets }).collect();
+    Ok(Grid { axes, axis, columns, rows, older, counts, hidden_missed })
 }
 
 fn word(state: CellState) -> String {

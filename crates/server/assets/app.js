@@ -189,8 +189,9 @@ document.getElementById('sign-out').addEventListener('click', signOut);
 
 (async () => {
   try {
-    signedIn(await get('/ui/session'));
+    const session = await get('/ui/session');
+    if (session && session.signed_in) signedIn(session); else signInForm('');
   } catch (e) {
-    signInForm('');
+    signInForm(`The server did not answer: ${e.message}`);
   }
 })();

@@ -25,8 +25,7 @@ export async function show(root, [name]) {
       h('p', {}, 'Upstream: ', d.upstream.length ? d.upstream.map((u, i) => [i ? ', ' : '', h('a', { href: route('datasets', u) }, u)]) : 'none'),
       h('p', {}, 'Downstream: ', d.downstream.length ? d.downstream.map((u, i) => [i ? ', ' : '', h('a', { href: route('datasets', u) }, u)]) : 'none')),
     h('h2', {}, 'Stale partitions'),
-    h('div', { id: 'stale' }, d.stale.length === 0 ? h('p', { class: 'muted' }, 'None.') :
-      h('ul', {}, d.stale.map((s) => h('li', {}, h('strong', {}, s.partition), ': ', s.reasons.map(staleReason).join('; '))))),
+    h('div', { id: 'stale' }, d.stale.length === 0 ? h('p', { class: 'muted' }, 'None.') : staleGroups(d.stale)),
     h('h2', {}, 'Versions'),
     table({ id: 'versions' }, ['Version', 'When', 'Operation', 'Run', 'Release', 'Spec', 'Author'],
       versions.slice().reverse().slice(0, 200).map((v) => [String(v.version), time(v.timestamp), v.operation || '',
@@ -47,4 +46,19 @@ export async function show(root, [name]) {
     table({ id: 'releases' }, ['Release', 'Kind', 'When', 'Run', 'Reason'],
       d.releases.map((r) => [shortId(r.id), r.kind, time(r.created_at), r.run_id ? h('a', { href: route('runs', r.run_id) }, shortId(r.run_id)) : '', r.reason || ''])),
     h('details', {}, h('summary', {}, 'Declaration'), h('pre', {}, JSON.stringify(spec, null, 2))));
+}
+
+/** Stale partitions grouped by their reasons: `31 partitions (2024-01-01 … 2024-01-31): code changed…`. */
+function staleGroups(stale) {
+  const groups = new Map();
+  for (const s of stale) {
+    const why = s.reasons.map(staleReason).join('; ');
+    if (!groups.has(why)) groups.set(why, []);
+    groups.get(why).push(s.partition);
+  }
+  return h('ul', {}, [...groups].map(([why, keys]) => {
+    keys.sort();
+    const which = keys.length === 1 ? keys[0] : `${keys.length} partitions (${keys[0]} … ${keys[keys.length - 1]})`;
+    return h('li', { 'data-partitions': keys.join(' ') }, h('strong', {}, which), ': ', why);
+  }));
 }

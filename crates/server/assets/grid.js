@@ -12,7 +12,9 @@ const WORDS = {
 };
 
 export async function show(root, args, ctx) {
-  const q = { dataset: '', state: '', from: '', to: '', before: '' };
+  const q = { axis: '', dataset: '', state: '', from: '', to: '', before: '' };
+  const axisSelect = h('select', { id: 'filter-axis' });
+  const activity = h('input', { id: 'filter-activity', type: 'checkbox', checked: true });
   const datasetInput = h('input', { id: 'filter-dataset', type: 'search', placeholder: 'name contains' });
   const stateSelect = h('select', { id: 'filter-state' },
     h('option', { value: '' }, 'any state'), STATES.map((s) => h('option', { value: s }, WORDS[s])));
@@ -26,8 +28,9 @@ export async function show(root, args, ctx) {
   fill(root,
     h('h1', {}, 'Overview'),
     h('form', { class: 'filters', role: 'search', onsubmit: (e) => { e.preventDefault(); load(); } },
-      h('label', {}, 'Dataset', datasetInput), h('label', {}, 'State', stateSelect),
+      h('label', {}, 'Partitioning', axisSelect), h('label', {}, 'Dataset', datasetInput), h('label', {}, 'State', stateSelect),
       h('label', {}, 'From partition', fromInput), h('label', {}, 'To partition', toInput),
+      h('label', { class: 'check' }, h('span', {}, activity, ' Only partitions with data or work')),
       h('button', { type: 'submit' }, 'Apply'), newest, older),
     legend(), summary, wrap, detail);
 
@@ -36,9 +39,14 @@ export async function show(root, args, ctx) {
     q.dataset = datasetInput.value.trim();
     q.from = fromInput.value.trim();
     q.to = toInput.value.trim();
-    const params = new URLSearchParams({ columns: '90' });
-    for (const k of ['dataset', 'from', 'to', 'before']) if (q[k]) params.set(k, q[k]);
+    q.axis = axisSelect.value;
+    const params = new URLSearchParams({ columns: '90', activity: activity.checked ? 'true' : 'false' });
+    for (const k of ['axis', 'dataset', 'from', 'to', 'before']) if (q[k]) params.set(k, q[k]);
     answer = await get(`/api/grid?${params}`);
+    if (axisSelect.options.length !== answer.axes.length) {
+      fill(axisSelect, answer.axes.map((a) => h('option', { value: a.name, selected: a.name === answer.axis },
+        `${a.name} (${a.datasets} ${a.datasets === 1 ? 'dataset' : 'datasets'})`)));
+    }
     draw();
   }
   function draw() {
@@ -49,7 +57,8 @@ export async function show(root, args, ctx) {
       .map(([s, n]) => `${n} ${WORDS[s] || s}`).join(', ');
     fill(summary, `${answer.rows.length} datasets × ${answer.columns.length} partitions`,
       answer.columns.length ? ` (${answer.columns[answer.columns.length - 1]} to ${answer.columns[0]})` : '',
-      counts ? `: ${counts}` : '');
+      counts ? `: ${counts}` : '',
+      answer.hidden_missed ? `. ${answer.hidden_missed} owed intervals nothing has touched are hidden (untick "Only partitions with data or work"; the Operations screen lists the debt).` : '');
     fill(wrap, gridTable(answer, q.state, openCell));
   }
   async function openCell(dataset, partition) {
@@ -62,6 +71,8 @@ export async function show(root, args, ctx) {
     }
   }
   stateSelect.addEventListener('change', () => answer && draw());
+  axisSelect.addEventListener('change', () => { q.before = ''; load(); });
+  activity.addEventListener('change', () => { q.before = ''; load(); });
   older.addEventListener('click', () => { q.before = answer.older; load(); });
   newest.addEventListener('click', () => { q.before = ''; load(); });
   await load();

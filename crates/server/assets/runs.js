@@ -76,8 +76,6 @@ export async function show(root, [id], ctx) {
       span(run.request.partitions), ' · ', run.request.trigger, ' · requested by ', run.request.requester,
       ' · ', time(run.created_at)),
     actions(run, finished, () => ctx.reload()),
-    h('h2', {}, 'Timeline'),
-    timeline(run, steps, attempts),
     h('h2', {}, 'Failures'),
     failures.length === 0 ? h('p', { class: 'muted' }, 'None.') :
       h('ul', { id: 'failures' }, failures.map((f) => {
@@ -86,6 +84,8 @@ export async function show(root, [id], ctx) {
           h('strong', {}, f.step), ` (${plural(f.attempts, 'attempt')}): `, h('span', { class: 'reason' }, f.reason), ' ',
           step ? h('a', { class: 'log-link', href: '#log-viewer', onclick: (e) => { e.preventDefault(); openLog(step, null); } }, 'log') : null);
       })),
+    h('h2', {}, 'Timeline'),
+    timeline(run, steps, attempts),
     h('h2', {}, 'Steps'),
     table({ id: 'steps' }, ['Step', 'Partition', 'Status', 'Attempts', 'Pool', 'Updated', 'Log'],
       steps.map((s) => ({

@@ -18,6 +18,12 @@ use crate::problem::Problem;
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub(crate) struct GridParams {
+    /// The partitioning whose datasets to show, as the answer's `axes` name them (the one most
+    /// datasets share by default).
+    axis: Option<String>,
+    /// `true`: only partitions with a step or a publication (owed intervals nothing touched are
+    /// counted in `hidden_missed` instead).
+    activity: Option<bool>,
     /// Only datasets whose name contains this.
     dataset: Option<String>,
     /// Only the datasets this task writes.
@@ -33,7 +39,8 @@ pub(crate) struct GridParams {
     columns: Option<u32>,
 }
 
-/// Every dataset Tidegate writes by its partitions, each partition's state in one word.
+/// The datasets Tidegate writes with one partitioning by their partitions (newest first), each
+/// partition's state in one word.
 #[utoipa::path(get, path = "/api/grid", tag = "status", params(GridParams),
     responses((status = 200, description = "datasets by partitions, newest first", body = tidegate_app::overview::Grid), Errors))]
 pub(crate) async fn grid(
@@ -49,6 +56,8 @@ pub(crate) async fn grid(
         ));
     }
     let query = tidegate_app::overview::GridQuery {
+        axis: crate::extract::given(q.axis),
+        activity: q.activity.unwrap_or(false),
         dataset: crate::extract::given(q.dataset),
         task: crate::extract::given(q.task),
         before: crate::extract::given(q.before),
@@ -58,8 +67,8 @@ pub(crate) async fn grid(
     };
     // The key names every parameter, so equal questions share one answer (`polled`).
     let key = format!(
-        "/api/grid?{:?}|{:?}|{:?}|{:?}|{:?}|{:?}",
-        query.dataset, query.task, query.before, query.from, query.to, query.columns
+        "/api/grid?{:?}|{}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}",
+        query.axis, query.activity, query.dataset, query.task, query.before, query.from, query.to, query.columns
     );
     let me = actor.clone();
     polled(&state, &actor, Access::Read, &key, move |ws, store| {

@@ -194,6 +194,8 @@ pub(crate) async fn security_headers(request: axum::extract::Request, next: axum
 /// A signed-in browser, as the page learns it.
 #[derive(Debug, Serialize)]
 struct SignedIn {
+    /// Always true here; `GET /ui/session` answers `{"signed_in": false}` without a session.
+    signed_in: bool,
     /// The person's name.
     actor: String,
     /// Their role.
@@ -257,6 +259,7 @@ async fn sign_in(Shared(state): Shared<State>, request: axum::extract::Request) 
     let secure = crate::auth::over_tls(&parts, state.options.trust_proxy);
     let cookie = HeaderValue::from_str(&session::set_cookie(&id, secure));
     let body = SignedIn {
+        signed_in: true,
         actor: actor.name.clone(),
         role: actor.role().to_string(),
         csrf: session.csrf,
@@ -271,15 +274,21 @@ async fn sign_in(Shared(state): Shared<State>, request: axum::extract::Request) 
 }
 
 /// `GET /ui/session`: who the session is (its token authenticated again, so a revoked token ends
-/// it) and its CSRF token, for a page that was reloaded.
+/// it) and its CSRF token, for a page that was reloaded; `{"signed_in": false}` without a live
+/// session (a 200: a page that is not signed in yet is not an error for the browser to report).
 async fn whoami(Shared(state): Shared<State>, parts: Parts) -> Response {
     let Some((_, s)) = live(&parts, &state) else {
-        return Problem::unauthenticated("not signed in", false).into_response();
+        return (
+            [(CACHE_CONTROL, HeaderValue::from_static("no-store"))],
+            Json(serde_json::json!({ "signed_in": false })),
+        )
+            .into_response();
     };
     match crate::auth::establish(&parts, &state, s.token.clone(), true).await {
         Ok(actor) => (
             [(CACHE_CONTROL, HeaderValue::from_static("no-store"))],
             Json(SignedIn {
+                signed_in: true,
                 actor: actor.name.clone(),
                 role: actor.role().to_string(),
                 csrf: s.csrf,

@@ -90,6 +90,7 @@ fn a_session_authenticates_as_its_token_and_a_change_needs_its_csrf_token() {
     let me = with_cookie(&server, "GET", "/ui/session", &cookie, None, None);
     assert_eq!(me.status, 200, "{}", me.body);
     assert_eq!((me.json()["actor"].clone(), me.json()["role"].clone()), (json!("ana"), json!("operator")));
+    assert_eq!(me.json()["signed_in"], json!(true));
     let status = with_cookie(&server, "GET", "/api/status", &cookie, None, None);
     assert_eq!(status.status, 200, "{}", status.body);
 
@@ -133,7 +134,8 @@ fn signing_out_ends_the_session_on_the_server_and_a_revoked_token_ends_its_sessi
     assert_eq!(out.status, 204, "{}", out.body);
     assert!(out.header("set-cookie").is_some_and(|c| c.contains("Max-Age=0")), "{out:?}");
     // The cookie kept after signing out is refused.
-    assert_eq!(with_cookie(&server, "GET", "/ui/session", &cookie, None, None).status, 401);
+    let me = with_cookie(&server, "GET", "/ui/session", &cookie, None, None);
+    assert_eq!((me.status, me.json()["signed_in"].clone()), (200, json!(false)), "{}", me.body);
     assert_eq!(with_cookie(&server, "GET", "/api/status", &cookie, None, None).status, 401);
 
     let admin = server.token("ad", Role::Admin);
@@ -165,11 +167,13 @@ fn a_bad_token_signs_nobody_in() {
     assert!(r.header("set-cookie").is_none());
     let form = send(server.addr, "POST", "/ui/session", None, &[("Content-Type", "text/plain")], b"token=x");
     assert!(form.status == 415 || form.status == 400, "{}", form.body);
-    assert_eq!(send(server.addr, "GET", "/ui/session", None, &[], b"").status, 401);
-    assert_eq!(
-        send(server.addr, "GET", "/ui/session", None, &[("Cookie", "tidegate_session=forged")], b"").status,
-        401
-    );
+    for cookie in [None, Some("tidegate_session=forged")] {
+        let headers: Vec<(&str, &str)> = cookie.map(|c| ("Cookie", c)).into_iter().collect();
+        let me = send(server.addr, "GET", "/ui/session", None, &headers, b"");
+        assert_eq!((me.status, me.json()["signed_in"].clone()), (200, json!(false)), "{}", me.body);
+        let api = send(server.addr, "GET", "/api/status", None, &headers, b"");
+        assert_eq!(api.status, 401, "{}", api.body);
+    }
 }
 
 #[test]
