@@ -226,6 +226,13 @@ fn session_of(base: &str, session: &str) -> Reply {
     http("GET", &format!("{base}/ui/session"), &[("Cookie", cookie.as_str())], None)
 }
 
+/// Whether `GET /ui/session` answered with a live session (`{"signed_in": true, ...}`); without
+/// one it answers `{"signed_in": false}` (or, as it once did, 401).
+fn signed_in(reply: &Reply) -> bool {
+    let body: Value = serde_json::from_str(&reply.body).unwrap_or(Value::Null);
+    reply.status == 200 && body["signed_in"] == true
+}
+
 /// What one walk through the UI found wrong on its screens, beyond the failed parts.
 #[derive(Default)]
 pub(crate) struct Findings {
@@ -646,7 +653,7 @@ fn requester(w: &mut Walk) {
     let before = w.backfill_status();
     let session = w.session_cookie();
     let me = session_of(&w.base(), &session);
-    assert_eq!(me.status, 200, "ana's session: {}", me.body);
+    assert!(signed_in(&me), "ana's session: {} {}", me.status, me.body);
     let me: Value = serde_json::from_str(&me.body).expect("GET /ui/session answers JSON");
     let csrf = me["csrf"].as_str().expect("the session's CSRF token").to_owned();
     let forged = w.forged_approve(&session, Some(&csrf));
@@ -660,11 +667,12 @@ fn sign_out(w: &mut Walk) {
     w.browser.goto(&format!("{}/#/grid", w.base()));
     w.browser.wait_screen("grid");
     let session = w.session_cookie();
-    assert_eq!(session_of(&w.base(), &session).status, 200, "the session is live before signing out");
+    let before = session_of(&w.base(), &session);
+    assert!(signed_in(&before), "the session is live before signing out: {} {}", before.status, before.body);
     w.browser.click_css("button#sign-out");
     w.browser.find("form#sign-in");
     let after = session_of(&w.base(), &session);
-    assert_eq!(after.status, 401, "the old cookie after signing out: {}", after.body);
+    assert!(!signed_in(&after), "the old cookie after signing out: {} {}", after.status, after.body);
     let cookie = format!("tidegate_session={session}");
     let api = http("GET", &format!("{}/api/status", w.base()), &[("Cookie", cookie.as_str())], None);
     assert_eq!(api.status, 401, "the API refuses the old cookie too: {}", api.body);
