@@ -352,20 +352,23 @@ impl Walk {
         self.browser.exec(script, &[json!(dataset), json!(partition)]).as_str().map(str::to_owned)
     }
 
-    /// Asserts that nothing hostile became markup or ran in the page: no `<img src=x>`, no
-    /// inline `<script>`, no script's mark, no alert.
+    /// Asserts that nothing hostile became markup or ran in the page: no `<img src=x>`, `<b>` or
+    /// inline `<script>` element, no script's mark, no alert. (The Content-Security-Policy stops
+    /// an injected handler from running, so the elements are what show an injection.)
     fn assert_inert(&self, place: &str) {
         let probe = "return {\
             imgs: [...document.querySelectorAll('img')].filter(i => i.getAttribute('src') === 'x').length,\
             inline_scripts: [...document.scripts].filter(s => !s.src).length,\
             handlers: document.querySelectorAll('[onerror]').length,\
             pwned: window.__pwned === undefined ? null : String(window.__pwned),\
-            html_has_tag: document.body.innerHTML.includes('<img src=x') || document.body.innerHTML.includes('<script>window')};";
+            bold: [...document.querySelectorAll('b')].filter(b => b.textContent === 'bold').length,\
+            html_has_tag: document.body.innerHTML.includes('<img src=\"x\"') || document.body.innerHTML.includes('<script>window')};";
         assert_eq!(self.browser.take_alert(), None, "{place}: an alert opened");
         let found = self.browser.exec(probe, &[]);
         assert_eq!(found["imgs"], 0, "{place}: a hostile <img> became an element: {found}");
         assert_eq!(found["inline_scripts"], 0, "{place}: an inline <script> element: {found}");
         assert_eq!(found["handlers"], 0, "{place}: an element with onerror: {found}");
+        assert_eq!(found["bold"], 0, "{place}: a hostile <b> became an element: {found}");
         assert!(found["pwned"].is_null(), "{place}: hostile script ran: {found}");
         assert_eq!(found["html_has_tag"], false, "{place}: hostile markup unescaped in the DOM: {found}");
     }
