@@ -174,12 +174,12 @@ pub fn refuse_lost_store(ws: &Workspace, store: &dyn Store) -> Result<()> {
         crate::refuse!(
             Conflict,
             "the state store {} holds no journal, but the lake holds Tidegate releases ({} version {} was committed \
-             when the journal held {} entries): the store was lost, emptied or replaced. Restore it from a backup, or \
-             point `state` in {} at the store these tables belong to; nothing was changed",
+             when the journal held {}): the store was lost, emptied or replaced. Restore it from a backup, or point \
+             `state` in {} at the store these tables belong to; nothing was changed",
             ws.state,
             a.dataset,
             a.version,
-            a.anchor.journal_seq,
+            crate::human::count(a.anchor.journal_seq, "entry", "entries"),
             ws.spec.file
         );
     }

@@ -95,9 +95,10 @@ pub fn read(ws: &Workspace, actor: &Actor, request: &ReadRequest) -> Result<Vec<
     declared(ws, dataset)?;
     // A key the dataset's partitioning cannot have is a mistake, not a partition without rows.
     tidegate_core::plan::partitions_of(&ws.spec.datasets[dataset], &request.partitions)?;
+    let release = whole_release(ws, request.release.as_deref())?;
     let batches = runtime()?.block_on(async {
         let lake = open_lake(ws).await?;
-        let version = match &request.release {
+        let version = match &release {
             None => request.version,
             Some(r) => Some(release_version(ws, &lake, r, dataset).await?),
         };
@@ -110,11 +111,12 @@ pub fn read(ws: &Workspace, actor: &Actor, request: &ReadRequest) -> Result<Vec<
 /// Runs a read-only query within its limits.
 pub fn sql(ws: &Workspace, actor: &Actor, request: &SqlRequest) -> Result<Vec<RecordBatch>> {
     require(actor, Access::Read)?;
+    let release = whole_release(ws, request.release.as_deref())?;
     runtime()?.block_on(async {
         let url = ws.lake_url();
         let lake = Lake::open(&url).await.with_context(|| format!("opening the lake at {url}"))?;
         let lake = lake.with_query_limits(request.limits);
-        match &request.release {
+        match &release {
             None => anyhow::Ok(lake.sql(&request.query).await?),
             Some(r) => {
                 let pointer = pointer(&lake, r).await?;
@@ -122,6 +124,21 @@ pub fn sql(ws: &Workspace, actor: &Actor, request: &SqlRequest) -> Result<Vec<Re
             }
         }
     })
+}
+
+/// The release `given` names, by its whole id: `latest` as it is, an id or a unique prefix of one
+/// as the store finds it (`ids::release`).
+fn whole_release(ws: &Workspace, given: Option<&str>) -> Result<Option<String>> {
+    match given {
+        None => Ok(None),
+        Some(LATEST) => Ok(Some(LATEST.to_owned())),
+        Some(id) => match crate::ids::release(ws.open_store()?.as_ref(), id) {
+            Ok(whole) => Ok(Some(whole)),
+            // A release the store does not hold may still name a pointer: the lake answers for it.
+            Err(e) if crate::refusal::kind(&e) == Some(crate::Kind::NotFound) => Ok(Some(id.to_owned())),
+            Err(e) => Err(e),
+        },
+    }
 }
 
 /// The table version of `dataset` that `release` stands for: the one it published, else the one
@@ -196,7 +213,7 @@ pub fn releases(
 /// The release `id`: what it made visible, by whom, and what it restores if it is a rollback.
 pub fn release(store: &dyn tidegate_store::Store, actor: &Actor, id: &str) -> Result<tidegate_store::ReleaseRecord> {
     require(actor, Access::Read)?;
-    match store.release(id)? {
+    match store.release(&crate::ids::release(store, id)?)? {
         Some(release) => Ok(release),
         None => crate::refuse!(NotFound, "no release {id:?}"),
     }

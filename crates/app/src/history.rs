@@ -145,9 +145,18 @@ fn resolve(ws: &Workspace, store: &dyn Store, subject: &str, limit: u32) -> Resu
     if store.step(subject)?.is_some() {
         return Ok(JournalQuery { step_id: Some(subject.to_owned()), ..base });
     }
+    // A run named by the first characters of its id, as every command takes one.
+    let prefix = subject.to_ascii_lowercase();
+    if prefix.len() >= crate::ids::PREFIX_LEN_MIN
+        && tidegate_store::is_id_prefix(&prefix)
+        && !store.ids_with_prefix(tidegate_store::IdKind::Run, &prefix, 1)?.is_empty()
+    {
+        return Ok(JournalQuery { run_id: Some(crate::ids::run(store, subject)?), ..base });
+    }
     crate::refuse!(
         NotFound,
-        "{subject:?} is not a run id, a step id, TASK@PARTITION or DATASET:PARTITION in this workspace"
+        "{subject:?} is not a run id (or the start of one), a step id, TASK@PARTITION or DATASET:PARTITION in this \
+         workspace"
     )
 }
 

@@ -11,6 +11,8 @@ pub mod backfill;
 pub mod data;
 pub mod graph;
 pub mod history;
+pub mod human;
+pub mod ids;
 pub mod input;
 pub mod lineage;
 pub mod listing;

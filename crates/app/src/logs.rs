@@ -337,8 +337,8 @@ pub fn failures_of(ws: &Workspace, steps: &[StepRecord]) -> Vec<StepFailure> {
 fn steps_of(store: &dyn Store, selector: &Selector) -> Result<Vec<StepRecord>> {
     match selector {
         Selector::Run(run_id) => {
-            crate::run::find(store, run_id)?;
-            Ok(store.steps(run_id)?)
+            let run = crate::run::find(store, run_id)?;
+            Ok(store.steps(&run.id)?)
         }
         Selector::Step(step_id) => match store.step(step_id)? {
             Some(step) => Ok(vec![step]),

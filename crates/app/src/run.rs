@@ -161,6 +161,7 @@ pub struct Cancelled {
 pub fn cancel(ws: &Workspace, store: &dyn Store, actor: &Actor, run_id: &str, reason: &str) -> Result<Cancelled> {
     require(actor, Access::RunWork)?;
     let run = find(store, run_id)?;
+    let run_id = run.id.as_str();
     if let Some(backfill) = &run.request.backfill_id {
         crate::refuse!(
             Conflict,
@@ -198,9 +199,10 @@ pub fn cancel(ws: &Workspace, store: &dyn Store, actor: &Actor, run_id: &str, re
     Ok(Cancelled { run_id: run_id.to_owned(), n_steps_cancelled, published })
 }
 
-/// The run `run_id`, or a refusal (not found) that says where the known ones are.
+/// The run `run_id` names (its whole id or a unique prefix, `ids::run`), or a refusal (not found)
+/// that says where the known ones are.
 pub fn find(store: &dyn Store, run_id: &str) -> Result<RunRecord> {
-    match store.run(run_id)? {
+    match store.run(&crate::ids::run(store, run_id)?)? {
         Some(run) => Ok(run),
         None => crate::refuse!(NotFound, "no run {run_id:?}; `tidegate status` lists the recent ones"),
     }
@@ -232,8 +234,8 @@ pub fn get(store: &dyn Store, actor: &Actor, run_id: &str) -> Result<crate::stat
 /// The steps of run `run_id`, in plan order, with their state (status, attempts, pins).
 pub fn steps(store: &dyn Store, actor: &Actor, run_id: &str) -> Result<Vec<StepRecord>> {
     require(actor, Access::Read)?;
-    find(store, run_id)?;
-    Ok(store.steps(run_id)?)
+    let run = find(store, run_id)?;
+    Ok(store.steps(&run.id)?)
 }
 
 fn line(store: &dyn Store, run: RunRecord) -> Result<crate::status::RunStatusLine> {

@@ -142,8 +142,8 @@ async fn vacuum_journaled(
         // Nothing to delete needs no intent; the outcome below still records that vacuum ran.
         if !planned.deleted.is_empty() {
             let reason = format!(
-                "deleting {} file(s) no kept version of {dataset} references (plan {attempt}, against version {})",
-                planned.deleted.len(),
+                "deleting {} no kept version of {dataset} references (plan {attempt}, against version {})",
+                crate::human::count(planned.deleted.len(), "file", "files"),
                 planned.current_version
             );
             journal.write("vacuum_started", reason, summary(planned, attempt))?;
@@ -152,7 +152,10 @@ async fn vacuum_journaled(
             // A commit landed after the plan was made: plan again against it.
             continue;
         };
-        let reason = format!("deleted {} file(s) no kept version of {dataset} references", done.deleted.len());
+        let reason = format!(
+            "deleted {} no kept version of {dataset} references",
+            crate::human::count(done.deleted.len(), "file", "files")
+        );
         journal.write("vacuumed", reason, summary(&done, attempt))?;
         return Ok(done);
     }

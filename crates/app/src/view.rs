@@ -63,6 +63,19 @@ pub fn span(keys: &[String]) -> String {
     }
 }
 
+/// `keys` cut into runs of consecutive keys (as [`keys`] defines them), as index ranges into
+/// `keys`, in order: `[2024-01-01, 2024-01-02, 2024-01-05]` is `[0..2, 2..3]`.
+pub fn consecutive(keys: &[String]) -> Vec<std::ops::Range<usize>> {
+    let mut runs: Vec<std::ops::Range<usize>> = Vec::new();
+    for (i, key) in keys.iter().enumerate() {
+        match runs.last_mut() {
+            Some(run) if next_key(&keys[run.end - 1]).as_deref() == Some(key.as_str()) => run.end = i + 1,
+            _ => runs.push(i..i + 1),
+        }
+    }
+    runs
+}
+
 /// A run of consecutive keys: its first and last, with a prefix, and how many.
 struct Group {
     first: String,
@@ -193,6 +206,13 @@ mod tests {
         assert_eq!(keys(&hours, 4), "2024-01-01T22..2024-01-02T00 (3)");
         let versions = owned(&["0", "1", "2", "3", "7"]);
         assert_eq!(keys(&versions, 4), "0..3 (4), 7");
+    }
+
+    #[test]
+    fn consecutive_keys_are_cut_into_runs() {
+        let days = owned(&["2024-01-01", "2024-01-02", "2024-01-05", "2024-01-06", "2024-01-07", "x"]);
+        assert_eq!(consecutive(&days), vec![0..2, 2..5, 5..6]);
+        assert!(consecutive(&[]).is_empty());
     }
 
     #[test]

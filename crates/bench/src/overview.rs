@@ -3,7 +3,7 @@
 //!
 //! The store: 20 daily datasets over 2024 (every other one reading the one before, so staleness
 //! has inputs to judge), each of their 7,300 partitions built and published by a real run in
-//! this process (no-op commands, a folder lake), then runs of every partition again whose steps
+//! this process (one-row SQL tasks, a folder lake), then runs of every partition again whose steps
 //! were skipped until the store holds `--steps` steps (the newest-step query must pass over
 //! them), and one last run left ready (queued cells).
 //!
@@ -139,8 +139,12 @@ fn spec(state: Option<&str>) -> String {
         text.push_str(&format!(
             "[datasets.d{i:02}]\npartitioning = {{ grain = \"day\", start = \"2024-01-01\" }}\nwrite = {{ mode = \"replace\" }}\n\n"
         ));
-        let inputs = if i % 2 == 1 { format!("inputs = [\"d{:02}\"]\n", i - 1) } else { String::new() };
-        text.push_str(&format!("[tasks.t{i:02}]\ncommand = [\"/bin/true\"]\n{inputs}outputs = [\"d{i:02}\"]\n\n"));
+        let (sql, inputs) = if i % 2 == 1 {
+            (format!("SELECT COUNT(*) AS n FROM d{:02}", i - 1), format!("inputs = [\"d{:02}\"]\n", i - 1))
+        } else {
+            ("SELECT 1 AS n".to_owned(), String::new())
+        };
+        text.push_str(&format!("[tasks.t{i:02}]\nsql = \"{sql}\"\n{inputs}outputs = [\"d{i:02}\"]\n\n"));
     }
     text
 }

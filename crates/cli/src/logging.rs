@@ -1,10 +1,11 @@
 //! What the long-running commands (`serve`, `worker`) say goes through `tracing`: human lines by
 //! default, JSON lines with `--log-format json`, filtered by `RUST_LOG` (unless set, tidegate's
-//! own events from `info` and other crates' from `warn`), on standard error.
-
-use std::io::IsTerminal as _;
+//! own events from `info` and other crates' from `warn`), on standard error; coloured only where
+//! `output::colour` says so (a terminal, `NO_COLOR` unset).
 
 use tracing_subscriber::EnvFilter;
+
+use crate::output::colour;
 
 /// The filter without `RUST_LOG`: every `tidegate*` crate's events from info, others' from warn.
 pub const DEFAULT_FILTER: &str = "warn,tidegate=info";
@@ -31,7 +32,7 @@ pub fn init(format: LogFormat) {
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false);
     // A second init (a test calling twice) keeps the first writer.
     let _ = match format {
-        LogFormat::Human => builder.with_ansi(std::io::stderr().is_terminal()).try_init(),
+        LogFormat::Human => builder.with_ansi(colour()).try_init(),
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
     };
 }
@@ -41,5 +42,5 @@ pub fn init(format: LogFormat) {
 pub fn init_foreground() {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(FOREGROUND_FILTER));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false);
-    let _ = builder.with_ansi(std::io::stderr().is_terminal()).try_init();
+    let _ = builder.with_ansi(colour()).try_init();
 }

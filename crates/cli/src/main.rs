@@ -132,13 +132,22 @@ enum Command {
 
 fn main() -> ExitCode {
     quiet_on_reported_panics();
-    match run(Cli::parse()) {
+    let code = match run(Cli::parse()) {
         Ok(code) => code,
         Err(e) if is_closed_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("{} {e:#}", output::error_label());
             ExitCode::from(1)
         }
+    };
+    // Output that could not be written (a full disk under `> file`) fails the command, quietly
+    // when the pipe's reader has merely gone.
+    match output::write_failure() {
+        Some(why) => {
+            eprintln!("{} could not write the output: {why}", output::error_label());
+            ExitCode::from(1)
+        }
+        None => code,
     }
 }
 

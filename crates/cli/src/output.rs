@@ -4,9 +4,14 @@
 //! ([`table`]), long sentences wrap with a hanging indent ([`say`]), and long lists of partitions
 //! become ranges (`tidegate_app::view::keys`). `--json` output is never shaped for people. The
 //! rows `read` and `sql` print are the user's data and are printed whole, however wide
-//! (`cmd::data`).
+//! (`cmd::data`). Sizes, durations and counts are worded by `tidegate_app::human`, as every
+//! front end words them.
+//!
+//! Every write to stdout and stderr goes through [`out`] and [`err`]: a reader that has gone ends
+//! the output quietly. Colour is used only where [`colour`] says it can be seen.
 
 use std::process::ExitCode;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Result;
@@ -18,9 +23,14 @@ static STDOUT_GONE: AtomicBool = AtomicBool::new(false);
 /// Whether stderr's reader has gone.
 static STDERR_GONE: AtomicBool = AtomicBool::new(false);
 
+/// The first failure to write other than a closed pipe (a full disk under `> file`), reported
+/// when the command ends ([`write_failure`]).
+static WRITE_FAILURE: Mutex<Option<String>> = Mutex::new(None);
+
 /// Writes `text` on stdout (the crate's `println!` and `print!`). A reader that has gone is not
 /// an error: this and every later write to stdout are dropped, and the command goes on to its
-/// end and its exit code. Any other failure to write panics, as `println!` does.
+/// end and its exit code. Any other failure to write stops the output there too and is reported
+/// when the command ends ([`write_failure`]), never as a panic.
 pub fn out(text: std::fmt::Arguments<'_>) {
     write_unless_gone(&mut std::io::stdout().lock(), &STDOUT_GONE, text);
 }
@@ -42,8 +52,37 @@ fn write_unless_gone(w: &mut impl std::io::Write, gone: &AtomicBool, text: std::
     match w.write_fmt(text) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => gone.store(true, Ordering::Relaxed),
-        Err(e) => panic!("failed printing: {e}"),
+        Err(e) => {
+            gone.store(true, Ordering::Relaxed);
+            if let Ok(mut failure) = WRITE_FAILURE.lock() {
+                failure.get_or_insert_with(|| e.to_string());
+            }
+        }
     }
+}
+
+/// Why output could not be written, other than a reader that has gone: the command fails with it.
+pub fn write_failure() -> Option<String> {
+    WRITE_FAILURE.lock().ok().and_then(|f| f.clone())
+}
+
+/// Whether text written to stderr, where the command's colour goes (log lines, `error:`), may
+/// carry colour: only on a terminal, and never with `NO_COLOR` set (`CLICOLOR=0` too;
+/// `CLICOLOR_FORCE` forces it). This is anstream's rule, the one clap's help follows on stdout,
+/// so the whole command agrees. What a command prints on stdout is never coloured.
+pub fn colour() -> bool {
+    anstream::AutoStream::choice(&std::io::stderr()) != anstream::ColorChoice::Never
+}
+
+/// `text` in `style` when [`colour`] allows it, else as it is.
+pub fn styled(style: anstyle::Style, text: &str) -> String {
+    if colour() { format!("{style}{text}{style:#}") } else { text.to_owned() }
+}
+
+/// The `error:` that starts an error's line on stderr: bold red on a terminal.
+pub fn error_label() -> String {
+    let red = anstyle::Style::new().bold().fg_color(Some(anstyle::AnsiColor::Red.into()));
+    styled(red, "error:")
 }
 
 /// Stdout as a writer for the formats that stream (CSV), with [`out`]'s rule: once its reader
@@ -186,11 +225,6 @@ pub fn wrap_indent(text: &str, indent: Option<usize>) -> String {
         .join("\n")
 }
 
-/// A byte count for humans: `512 B`, `1.5 KiB`, `3.2 MiB`, `1.0 GiB`.
-pub fn human_bytes(n: u64) -> String {
-    bytesize::ByteSize::b(n).display().iec().to_string()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -213,12 +247,5 @@ mod tests {
         let out = wrap(&text);
         assert!(out.lines().count() > 2 && out.lines().all(|l| l.chars().count() <= WIDTH), "{out}");
         assert!(out.lines().skip(1).all(|l| l.starts_with("    word")), "{out}");
-    }
-
-    #[test]
-    fn sizes_are_binary_units() {
-        assert_eq!(human_bytes(512), "512 B");
-        assert_eq!(human_bytes(1536), "1.5 KiB");
-        assert_eq!(human_bytes(3 * 1024 * 1024 + 200 * 1024), "3.2 MiB");
     }
 }

@@ -17,7 +17,9 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
                        Every POST that changes state takes an `Idempotency-Key` header \
                        (draft-ietf-httpapi-idempotency-key-header); those whose effect a retry would repeat \
                        (submitting a run, planning a backfill, rolling a dataset back) require it. A retry with the \
-                       same key and request gets the first response again, marked `Idempotent-Replayed: true`."
+                       same key and request gets the first response again, marked `Idempotent-Replayed: true`. A run, \
+                       backfill or release id in a path may be a unique prefix of it (4 characters or more), as git \
+                       takes a commit's."
     ),
     components(schemas(crate::problem::Problem)),
     modifiers(&Bearer),

@@ -14,6 +14,7 @@ mod checkpoints;
 mod claims;
 mod codec;
 mod error;
+mod ids;
 mod journal;
 mod lineage;
 mod location;
@@ -37,6 +38,7 @@ mod tokens;
 mod workers;
 
 pub use error::{Error, Result};
+pub use ids::is_id_prefix;
 pub use location::Location;
 pub use model::*;
 pub use notify::{Change, ChangeWatch};
@@ -374,6 +376,13 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn backfill(&self, id: &str) -> Result<Option<BackfillRecord>>;
     /// The newest backfills first, at most `limit`.
     fn backfills(&self, limit: u32) -> Result<Vec<BackfillRecord>>;
+
+    // ----- Ids. -----
+
+    /// The ids of `kind` that start with `prefix`, in order, at most `limit`: how a person's
+    /// short id is found. A prefix with a character no id has ([`is_id_prefix`]) is
+    /// [`Error::InvalidRequest`].
+    fn ids_with_prefix(&self, kind: IdKind, prefix: &str, limit: u32) -> Result<Vec<String>>;
     /// Compare-and-set: applies `change` when the backfill's status is one of `expect` (else
     /// [`Error::Conflict`] naming both), journaled as `kind` in the same transaction. `change`
     /// sees the record as the transaction read it and may refuse (its error is returned and

@@ -581,6 +581,28 @@ pub struct VersionRecord {
     pub created_at: DateTime<Utc>,
 }
 
+/// What an id names, for [`crate::Store::ids_with_prefix`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdKind {
+    /// A run (`runs.id`, a UUID).
+    Run,
+    /// A backfill (`backfills.id`, `bf-` and 8 hex digits).
+    Backfill,
+    /// A release (`releases.id`: `rel-`, `rb-` or `rollback-` and more).
+    Release,
+}
+
+impl IdKind {
+    /// The word for it: `run`, `backfill`, `release`.
+    pub fn noun(self) -> &'static str {
+        match self {
+            IdKind::Run => "run",
+            IdKind::Backfill => "backfill",
+            IdKind::Release => "release",
+        }
+    }
+}
+
 /// What kind of publication a release is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

@@ -19,13 +19,13 @@ use crate::sql::Driver;
 use crate::sqlite::Sqlite;
 use crate::{
     ActiveStep, AttemptRecord, Backend, BackfillRecord, BackfillStatus, ChainReport, CheckpointRecord, Claim,
-    ClaimRequest, Claimed, Decision, Error, JournalEntry, JournalHead, JournalMeta, JournalQuery, Lease, LockOutcome,
-    NewStep, NewToken, Outcome, ReleaseRecord, RequestKey, RequestKeyClaim, RequestKeyRecord, Result, RunRecord,
-    RunRequest, StagedRecord, StepCounts, StepEventRecord, StepRecord, Store, StoredResponse, Submission, TokenRecord,
-    VersionRecord, WorkerIdentity, WorkerRecord,
+    ClaimRequest, Claimed, Decision, Error, IdKind, JournalEntry, JournalHead, JournalMeta, JournalQuery, Lease,
+    LockOutcome, NewStep, NewToken, Outcome, ReleaseRecord, RequestKey, RequestKeyClaim, RequestKeyRecord, Result,
+    RunRecord, RunRequest, StagedRecord, StepCounts, StepEventRecord, StepRecord, Store, StoredResponse, Submission,
+    TokenRecord, VersionRecord, WorkerIdentity, WorkerRecord,
 };
 use crate::{
-    backfill, checkpoints, claims, journal, lineage, locks, metrics, releases, request_keys, runs, scheduler_role,
+    backfill, checkpoints, claims, ids, journal, lineage, locks, metrics, releases, request_keys, runs, scheduler_role,
     staging, steps, tokens, workers,
 };
 
@@ -660,6 +660,12 @@ impl<D: Driver> Store for SqlStore<D> {
 
     fn backfills(&self, limit: u32) -> Result<Vec<BackfillRecord>> {
         self.driver.read(|tx| backfill::list(tx, limit.into())).map_err(|e| e.context("listing backfills"))
+    }
+
+    fn ids_with_prefix(&self, kind: IdKind, prefix: &str, limit: u32) -> Result<Vec<String>> {
+        self.driver
+            .read(|tx| ids::with_prefix(tx, kind, prefix, limit))
+            .map_err(|e| e.context(&format!("finding the {} ids starting with {prefix:?}", kind.noun())))
     }
 
     fn update_backfill(

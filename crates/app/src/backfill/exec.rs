@@ -46,6 +46,7 @@ pub enum Begun {
 /// run) and marks it running. Its steps stop at staged, validated output.
 pub fn start(ws: &Workspace, store: &dyn Store, actor: &Actor, id: &str, resume: bool) -> Result<Begun> {
     require(actor, Access::ChangeBackfill)?;
+    let id = &crate::ids::backfill(store, id)?;
     let (record, spec) = load(store, id)?;
     ensure_spec_unchanged(ws, &record, &spec)?;
     let expect: &[BackfillStatus] = if resume {
@@ -119,7 +120,7 @@ fn ensure_run(ws: &Workspace, store: &dyn Store, record: &BackfillRecord, spec: 
 /// Moves a running backfill to staged or failed once its run settled, and reports where it stands.
 pub fn settle(ws: &Workspace, store: &dyn Store, actor: &Actor, id: &str) -> Result<Report> {
     require(actor, Access::ChangeBackfill)?;
-    let record = settled(ws, store, actor, id)?;
+    let record = settled(ws, store, actor, &crate::ids::backfill(store, id)?)?;
     Report::of(ws, store, &record)
 }
 
@@ -133,7 +134,11 @@ fn settled(ws: &Workspace, store: &dyn Store, actor: &Actor, id: &str) -> Result
         }
         RunStatus::Failed => {
             let failed = store.steps(run_id)?.into_iter().filter(|s| s.status() == StepStatus::Failed).count();
-            (BackfillStatus::Failed, "backfill_failed", format!("{failed} steps failed; nothing was published"))
+            (
+                BackfillStatus::Failed,
+                "backfill_failed",
+                format!("{} failed; nothing was published", crate::human::count(failed, "step", "steps")),
+            )
         }
         _ => return Ok(record),
     };
@@ -162,8 +167,9 @@ pub fn pause(
 ) -> Result<BackfillRecord> {
     require(actor, Access::ChangeBackfill)?;
     let reason = reason.unwrap_or("paused by operator").to_owned();
-    // An unknown id is answered as every backfill command answers it, with where to find the known ones.
-    load(store, id)?;
+    // A prefix becomes the whole id; an unknown id is answered as every backfill command answers it.
+    let (record, _) = load(store, id)?;
+    let id = record.id.as_str();
     Ok(store.update_backfill(
         id,
         &[BackfillStatus::Running, BackfillStatus::Planned],
@@ -192,8 +198,9 @@ pub struct Cancelled {
 pub fn cancel(ws: &Workspace, store: &dyn Store, actor: &Actor, id: &str, reason: Option<&str>) -> Result<Cancelled> {
     require(actor, Access::ChangeBackfill)?;
     let reason = reason.unwrap_or("cancelled by operator").to_owned();
-    // An unknown id is answered as every backfill command answers it, with where to find the known ones.
-    load(store, id)?;
+    // A prefix becomes the whole id; an unknown id is answered as every backfill command answers it.
+    let (record, _) = load(store, id)?;
+    let id = record.id.as_str();
     let record = store.update_backfill(
         id,
         &[

@@ -20,8 +20,10 @@ pub use plan::{BlastRadius, FrozenSpec, Impact, PlanRequest, Planned, Reprocess,
 pub use release::{Published, Restored, RolledBack, publish, rollback};
 pub use review::{ApproveRequest, CompareRequest, Compared, FlagOverrides, Review, approve, compare, compare_with};
 
-/// A backfill and its frozen spec, or an error that says how to list the known ones.
+/// A backfill (named by its whole id or a unique prefix, `ids::backfill`) and its frozen spec, or
+/// an error that says how to list the known ones.
 pub fn load(store: &dyn Store, id: &str) -> Result<(BackfillRecord, FrozenSpec)> {
+    let id = &crate::ids::backfill(store, id)?;
     let Some(record) = store.backfill(id)? else {
         crate::refuse!(NotFound, "no backfill {id:?}; `tidegate backfill list` shows the known ones");
     };

@@ -14,6 +14,8 @@ use tidegate_core::spec::model::{Limit, ReviewFlags};
 use tidegate_lake::{Comparison, PartitionComparison};
 use tidegate_store::BackfillRecord;
 
+use crate::human::{count, duration, size};
+
 use super::{FrozenSpec, Review, short};
 
 /// The template; its `.html` name turns on HTML escaping of every value.
@@ -132,14 +134,18 @@ impl Page {
         let n_flagged: u64 = review.datasets.iter().map(|d| d.totals.n_flagged).sum();
         let verdict = match n_flagged {
             0 => format!("No partition flagged ({n_partitions} compared)"),
-            n => format!("{n} of {n_partitions} partitions flagged"),
+            n => format!("{n} of {} flagged", count(n_partitions, "partition", "partitions")),
         };
         let verdict_lines = review
             .datasets
             .iter()
             .map(|d| {
-                let mut line =
-                    format!("{}: {} of {} partitions flagged", d.dataset, d.totals.n_flagged, d.partitions.len());
+                let mut line = format!(
+                    "{}: {} of {} flagged",
+                    d.dataset,
+                    d.totals.n_flagged,
+                    count(d.partitions.len(), "partition", "partitions")
+                );
                 if !d.schema_changes.is_empty() {
                     line.push_str(&format!("; schema {}", d.schema_changes.join("; ")));
                 }
@@ -183,18 +189,18 @@ fn radius_rows(spec: &FrozenSpec) -> Vec<RadiusRow> {
             },
             consumers: if d.consumers.is_empty() { "none declared".to_owned() } else { d.consumers.join(", ") },
             current_rows: d.current_rows,
-            current_bytes: bytes(d.current_bytes),
+            current_bytes: size(d.current_bytes),
         })
         .collect()
 }
 
 fn radius_note(spec: &FrozenSpec) -> String {
     let radius = &spec.blast_radius;
-    let mut note = format!("{} steps", radius.n_steps);
+    let mut note = count(radius.n_steps, "step", "steps");
     if let (Some(compute), Some(wall)) = (radius.estimated_compute_s, radius.estimated_wall_s) {
-        note.push_str(&format!(", about {} of compute ({} wall clock)", seconds(compute), seconds(wall)));
+        note.push_str(&format!(", about {} of compute ({} wall clock)", duration(compute), duration(wall)));
     }
-    note.push_str(&format!("; staging needs about {}", bytes(radius.estimated_staging_bytes)));
+    note.push_str(&format!("; staging needs about {}", size(radius.estimated_staging_bytes)));
     note
 }
 
@@ -217,8 +223,8 @@ fn consumer_rows(spec: &FrozenSpec) -> Vec<ConsumerRow> {
 fn dataset_view(d: &Comparison) -> DatasetView {
     let t = &d.totals;
     let summary = format!(
-        "{} rows before, {} after: {} added, {} removed, {} changed. Compared with table version {}.",
-        t.rows_before,
+        "{} before, {} after: {} added, {} removed, {} changed. Compared with table version {}.",
+        count(t.rows_before, "row", "rows"),
         t.rows_after,
         t.n_added,
         t.n_removed,
@@ -422,28 +428,6 @@ fn signed_pct(pct: f64) -> String {
         "new".to_owned()
     } else {
         format!("{pct:+.1}%")
-    }
-}
-
-fn bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KB", "MB", "GB", "TB"];
-    #[allow(clippy::cast_precision_loss, reason = "a size shown to one decimal")]
-    let mut x = n as f64;
-    let mut unit = 0;
-    while x >= 1000.0 && unit + 1 < UNITS.len() {
-        x /= 1000.0;
-        unit += 1;
-    }
-    if unit == 0 { format!("{n} B") } else { format!("{x:.1} {}", UNITS[unit]) }
-}
-
-fn seconds(s: f64) -> String {
-    if s < 90.0 {
-        format!("{s:.0} s")
-    } else if s < 5400.0 {
-        format!("{:.0} min", s / 60.0)
-    } else {
-        format!("{:.1} h", s / 3600.0)
     }
 }
 

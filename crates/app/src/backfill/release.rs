@@ -45,6 +45,7 @@ pub struct Published {
 /// approved comparison read (the approval is then withdrawn). Safe to run again after a crash.
 pub fn publish(ws: &Workspace, store: &Arc<dyn Store>, actor: &Actor, id: &str) -> Result<Published> {
     require(actor, Access::ChangeBackfill)?;
+    let id = &crate::ids::backfill(store.as_ref(), id)?;
     let (record, spec) = load(store.as_ref(), id)?;
     if record.status != BackfillStatus::Approved {
         crate::refuse!(
@@ -391,6 +392,7 @@ pub fn rollback(
     lock_wait: Duration,
 ) -> Result<RolledBack> {
     require(actor, Access::ChangeBackfill)?;
+    let id = &crate::ids::backfill(store.as_ref(), id)?;
     let (record, spec) = load(store.as_ref(), id)?;
     if record.status != BackfillStatus::Published {
         crate::refuse!(

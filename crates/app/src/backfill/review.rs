@@ -284,7 +284,8 @@ pub fn compare(ws: &Workspace, store: &dyn Store, actor: &Actor, id: &str) -> Re
 /// another).
 pub fn compare_with(ws: &Workspace, store: &dyn Store, actor: &Actor, request: &CompareRequest) -> Result<Compared> {
     require(actor, Access::ChangeBackfill)?;
-    let id = request.id.as_str();
+    let id = crate::ids::backfill(store, &request.id)?;
+    let id = id.as_str();
     let (record, spec) = load(store, id)?;
     if !matches!(record.status, BackfillStatus::Staged | BackfillStatus::Approved) {
         crate::refuse!(
@@ -354,7 +355,8 @@ pub struct ApproveRequest {
 /// the requester under any spelling of the name (unless the workspace allows self-approval).
 pub fn approve(ws: &Workspace, store: &dyn Store, actor: &Actor, request: &ApproveRequest) -> Result<BackfillRecord> {
     require(actor, Access::ApproveBackfill)?;
-    let id = request.id.as_str();
+    let id = crate::ids::backfill(store, &request.id)?;
+    let id = id.as_str();
     let (record, spec) = load(store, id)?;
     let approver = actor.name.clone();
     if actor.is(&record.requester) && !ws.spec.project.allow_self_approval {

@@ -91,7 +91,12 @@ impl fmt::Display for Delivery {
             if let Some(why) = &t.pending {
                 write!(f, "; events for {} wait for the next export ({why})", t.target)?;
             } else if t.n_rejected > 0 {
-                write!(f, "; {} refused {} events as invalid", t.target, t.n_rejected)?;
+                write!(
+                    f,
+                    "; {} refused {} as invalid",
+                    t.target,
+                    crate::human::count(t.n_rejected, "event", "events")
+                )?;
             }
         }
         Ok(())

@@ -102,7 +102,9 @@ pub fn rollback(
         let (target, undoing) = match (&request.to_release, request.to_version) {
             (_, Some(v)) => (v, None),
             (Some(r), None) => {
-                let Some(rel) = store.release(r)? else { crate::refuse!(NotFound, "no release {r:?}") };
+                let rel = store.release(&crate::ids::release(store.as_ref(), r)?)?;
+                let Some(rel) = rel else { crate::refuse!(NotFound, "no release {r:?}") };
+                let r = &rel.id;
                 let Some(item) = rel.items.iter().find(|i| i.dataset == request.dataset) else {
                     crate::refuse!(Invalid, "release {r} did not publish {}", request.dataset);
                 };

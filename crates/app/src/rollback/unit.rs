@@ -91,6 +91,7 @@ pub struct Undone {
 pub fn undo(ws: &Workspace, store: &Arc<dyn Store>, actor: &Actor, request: &UndoRequest) -> Result<Undone> {
     require(actor, Access::ChangeTables)?;
     crate::input::require_reason(&request.reason)?;
+    let request = &request.with_whole_ids(store.as_ref())?;
     let mut plan = plan(ws, store.as_ref(), request)?;
     if request.dry_run {
         return Ok(plan);
@@ -419,6 +420,18 @@ fn record(ws: &Workspace, store: &dyn Store, actor: &Actor, plan: &Undone, reaso
     };
     store.record_release(&rr, &[], &meta)?;
     Ok(())
+}
+
+impl UndoRequest {
+    /// The request with its run or release named by its whole id (a person may give a prefix).
+    fn with_whole_ids(&self, store: &dyn Store) -> Result<UndoRequest> {
+        let unit = match &self.unit {
+            Unit::Run(id) => Unit::Run(crate::ids::run(store, id)?),
+            Unit::Release(id) => Unit::Release(crate::ids::release(store, id)?),
+            Unit::LatestRun(dataset) => Unit::LatestRun(dataset.clone()),
+        };
+        Ok(UndoRequest { unit, ..self.clone() })
+    }
 }
 
 /// The unit in words.

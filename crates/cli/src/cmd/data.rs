@@ -35,8 +35,9 @@ pub struct ReadArgs {
     /// A Delta table version (see `tidegate history DATASET:PARTITION` or the table's log).
     #[arg(long, conflicts_with = "release", value_parser = tidegate_app::input::table_version, allow_negative_numbers = true)]
     pub version: Option<u64>,
-    /// The table version a release published, or for a dataset it did not publish the one its
-    /// pointer names; `latest` for the newest release pointer (see docs/reading-tables.md).
+    /// The table version a release published (its id, or a unique prefix of it), or for a dataset
+    /// it did not publish the one its pointer names; `latest` for the newest release pointer (see
+    /// docs/reading-tables.md).
     #[arg(long)]
     pub release: Option<String>,
     /// At most this many rows.
@@ -61,8 +62,9 @@ pub struct SqlArgs {
     /// The longest the query may run, in seconds.
     #[arg(long, default_value_t = tidegate_lake::USER_QUERY_TIME_LIMIT_S, value_parser = clap::value_parser!(u64).range(1..))]
     pub time_limit_s: u64,
-    /// Read every dataset at the versions this release's pointer names (`latest`: the newest),
-    /// so the query sees whole releases only: never one run's features beside another's labels.
+    /// Read every dataset at the versions this release's pointer names (its id or a unique prefix;
+    /// `latest`: the newest), so the query sees whole releases only: never one run's features
+    /// beside another's labels.
     #[arg(long)]
     pub release: Option<String>,
     #[command(flatten)]

@@ -34,10 +34,15 @@ pub struct ManArgs {
     pub out_dir: Option<PathBuf>,
 }
 
-/// Prints the completion script of `command` for the chosen shell.
+/// Prints the completion script of `command` for the chosen shell. The script is made whole
+/// first: `clap_complete` panics on a failed write, and a reader may stop early
+/// (`tidegate completions zsh | head`), which ends the output quietly (`output::Stdout`).
 pub fn completions(mut command: clap::Command, args: &CompletionsArgs) -> Result<ExitCode> {
     let name = command.get_name().to_owned();
-    clap_complete::generate(args.shell, &mut command, name, &mut std::io::stdout());
+    let mut script = Vec::new();
+    clap_complete::generate(args.shell, &mut command, name, &mut script);
+    let mut stdout = crate::output::Stdout;
+    stdout.write_all(&script).and_then(|()| stdout.flush()).context("printing the completion script")?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -46,7 +51,10 @@ pub fn man(command: clap::Command, args: &ManArgs) -> Result<ExitCode> {
     let mut command = command.disable_help_subcommand(true);
     command.build();
     match &args.out_dir {
-        None => page(&command, &mut std::io::stdout()).context("printing the man page")?,
+        None => {
+            let mut stdout = crate::output::Stdout;
+            page(&command, &mut stdout).and_then(|()| stdout.flush()).context("printing the man page")?;
+        }
         Some(dir) => {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
             write_pages(&command, dir)?;

@@ -13,8 +13,9 @@ use crate::output;
 
 /// Explain a run, a step or a dataset partition from the journal, after verifying its hash chain.
 ///
-/// SUBJECT is a run id, a step id, a step name (task@partition) or DATASET:PARTITION. Without a
-/// subject, the most recent entries are shown. The chain is always verified first, and checked
+/// SUBJECT is a run id (or its first characters, 4 or more, as git takes a commit's), a step id,
+/// a step name (task@partition) or DATASET:PARTITION. Without a subject, the most recent entries
+/// are shown. The chain is always verified first, and checked
 /// against the lake: every Delta commit Tidegate makes carries the journal's head, so a journal
 /// truncated, rolled back or rewritten before the newest commit is found. If a row was edited,
 /// deleted or cannot be read, or the lake contradicts the journal, the command says where and
@@ -24,7 +25,7 @@ use crate::output;
     after_help = "Examples:\n  tidegate history\n  tidegate history 0193a5c2-...            # a run\n  tidegate history daily_stats:2024-01-03  # a dataset partition\n  tidegate history clean_events@2024-01-03 --json"
 )]
 pub struct Args {
-    /// A run id, step id, task@partition, or DATASET:PARTITION.
+    /// A run id (or a unique prefix of one), step id, task@partition, or DATASET:PARTITION.
     pub subject: Option<String>,
     /// At most this many entries.
     #[arg(long, default_value_t = 200, allow_negative_numbers = true)]
@@ -52,11 +53,14 @@ pub(crate) fn print_history(history: &History) {
     }
     match &chain.break_at {
         None if !anchors.is_empty() => say_err!(
-            "The hash chain of the {} entries is intact, but the lake's commits contradict it: restore the state store \
-             from a backup or investigate who replaced it.",
-            chain.n_entries
+            "The hash chain of the {} is intact, but the lake's commits contradict it: restore the state store from a \
+             backup or investigate who replaced it.",
+            tidegate_app::human::count(chain.n_entries, "entry", "entries")
         ),
-        None => println!("Journal: {} entries, hash chain verified intact.", chain.n_entries),
+        None => println!(
+            "Journal: {}, hash chain verified intact.",
+            tidegate_app::human::count(chain.n_entries, "entry", "entries")
+        ),
         Some(b) => {
             say_err!("Journal hash chain BROKEN at entry {}: {}", b.seq, b.problem);
             say_err!(

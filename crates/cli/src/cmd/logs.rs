@@ -30,7 +30,7 @@ pub struct Args {
     pub task: Option<String>,
     /// The partition key.
     pub partition: Option<String>,
-    /// Every step of this run.
+    /// Every step of this run (its id, or a unique prefix of it).
     #[arg(long, conflicts_with = "step")]
     pub run: Option<String>,
     /// This step, by id.
@@ -87,8 +87,8 @@ pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
                     if from > 0 {
                         say!(
                             "(the last {} of {}; the whole log is {})",
-                            output::human_bytes(logs::READ_BYTES_MAX),
-                            output::human_bytes(size),
+                            tidegate_app::human::size(logs::READ_BYTES_MAX),
+                            tidegate_app::human::size(size),
                             file.location()
                         );
                     }

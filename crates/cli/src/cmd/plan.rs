@@ -5,11 +5,12 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{Result, bail};
+use tidegate_app::human::count;
 use tidegate_app::submit::SubmitRequest;
 use tidegate_app::target::{Partitions, Target};
 use tidegate_app::view::{self, MAX_GROUPS};
 use tidegate_app::{plan, workspace};
-use tidegate_core::plan::Plan;
+use tidegate_core::plan::{Plan, PlannedStep};
 use tidegate_store::{Priority, Trigger};
 
 use crate::output;
@@ -94,31 +95,82 @@ pub fn run(ws: Option<&Path>, args: Args) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The most steps of one task, with consecutive partitions in one level, listed one a line;
+/// more become one line for their range (`task@2024-01-01..2024-12-31 (366 partitions)`), so a
+/// plan over a year reads in a few lines. `--json` and `--graph` list every step.
+pub const STEPS_LISTED_MAX: usize = 7;
+
+/// The plan for people: its levels, each step (or each long range of a task's steps) with what it
+/// waits for, and the critical path.
 pub fn text(plan: &Plan) -> String {
     let mut out = String::new();
     let n_tasks = plan.steps.iter().map(|s| s.task.as_str()).collect::<std::collections::BTreeSet<_>>().len();
-    let _ = writeln!(out, "Plan for {}: {} steps over {} tasks", plan.target, plan.steps.len(), n_tasks);
-    let mut level = None;
-    for s in &plan.steps {
-        if level != Some(s.level) {
-            let width = plan.level_widths()[s.level as usize];
-            let _ = writeln!(
-                out,
-                "\nlevel {} ({width} step{} can run in parallel)",
-                s.level,
-                if width == 1 { "" } else { "s" }
-            );
-            level = Some(s.level);
+    let _ = writeln!(
+        out,
+        "Plan for {}: {} over {}",
+        plan.target,
+        count(plan.steps.len(), "step", "steps"),
+        count(n_tasks, "task", "tasks")
+    );
+    let widths = plan.level_widths();
+    for (level, width) in widths.iter().enumerate() {
+        let steps: Vec<&PlannedStep> = plan.steps.iter().filter(|s| s.level as usize == level).collect();
+        let _ = writeln!(out, "\nlevel {level} ({} can run in parallel)", count(*width, "step", "steps"));
+        for line in level_lines(&steps) {
+            let _ = writeln!(out, "{}", output::wrap_indent(&format!("  {line}"), Some(6)));
         }
-        let waits = if s.upstream.is_empty() {
-            String::new()
-        } else {
-            format!("  <- {}", view::steps(&s.upstream, MAX_GROUPS))
-        };
-        let _ = writeln!(out, "{}", output::wrap_indent(&format!("  {}{waits}", s.name), Some(6)));
     }
     let path = plan.critical_path();
-    let line = format!("critical path ({} steps): {}", path.len(), path.join(" -> "));
+    let line = format!("critical path ({}): {}", count(path.len(), "step", "steps"), path.join(" -> "));
     let _ = writeln!(out, "\n{}", output::wrap(&line));
     out
+}
+
+/// The lines of one level: each task's steps in plan order, a run of more than
+/// [`STEPS_LISTED_MAX`] consecutive partitions as one line, with what the steps wait for.
+fn level_lines(steps: &[&PlannedStep]) -> Vec<String> {
+    let mut tasks: Vec<(&str, Vec<&PlannedStep>)> = Vec::new();
+    for s in steps {
+        match tasks.iter_mut().find(|(t, _)| *t == s.task) {
+            Some((_, of_task)) => of_task.push(s),
+            None => tasks.push((&s.task, vec![s])),
+        }
+    }
+    let mut lines = Vec::new();
+    for (task, of_task) in tasks {
+        let keys: Vec<String> = of_task.iter().map(|s| key_of(&s.name).to_owned()).collect();
+        for run in view::consecutive(&keys) {
+            let group = &of_task[run.clone()];
+            if group.len() <= STEPS_LISTED_MAX {
+                lines.extend(group.iter().map(|s| with_waits(s.name.clone(), &s.upstream)));
+                continue;
+            }
+            let mut upstream: Vec<String> = Vec::new();
+            for s in group {
+                for u in &s.upstream {
+                    if !upstream.contains(u) {
+                        upstream.push(u.clone());
+                    }
+                }
+            }
+            let name = format!(
+                "{task}@{}..{} ({})",
+                keys[run.start],
+                keys[run.end - 1],
+                count(group.len(), "partition", "partitions")
+            );
+            lines.push(with_waits(name, &upstream));
+        }
+    }
+    lines
+}
+
+/// `name`, and what it waits for when anything.
+fn with_waits(name: String, upstream: &[String]) -> String {
+    if upstream.is_empty() { name } else { format!("{name}  <- {}", view::steps(upstream, MAX_GROUPS)) }
+}
+
+/// The partition key of a step name (`task@key`).
+fn key_of(name: &str) -> &str {
+    name.split_once('@').map_or(name, |(_, key)| key)
 }

@@ -6,6 +6,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{Result, bail};
+use tidegate_app::human::count;
 use tidegate_app::reconcile::{DEFAULT_KEEP_LOGS, Reconciled, delete_reported, reconciled};
 use tidegate_app::rollback::{RollbackRequest, RolledBack, UndoRequest, Undone, Unit, undo};
 use tidegate_app::view;
@@ -33,13 +34,13 @@ pub struct RollbackArgs {
     /// The dataset (required unless --run or --release says what to undo).
     #[arg(required_unless_present_any = ["run", "release"])]
     pub dataset: Option<String>,
-    /// Undo everything this run published.
+    /// Undo everything this run published (its id, or a unique prefix of it).
     #[arg(long, conflicts_with_all = ["release", "to_release", "to_version"])]
     pub run: Option<String>,
-    /// Undo everything this release published.
+    /// Undo everything this release published (its id, or a unique prefix of it).
     #[arg(long, conflicts_with_all = ["to_release", "to_version"])]
     pub release: Option<String>,
-    /// Restore DATASET to the table version that preceded this release.
+    /// Restore DATASET to the table version that preceded this release (its id, or a unique prefix).
     #[arg(long, conflicts_with = "to_version", requires = "dataset")]
     pub to_release: Option<String>,
     /// Restore DATASET to exactly this table version.
@@ -206,13 +207,12 @@ fn print_reconciled(report: &Reconciled) {
     print_cleaned(&report.cleaned);
     let swept = &report.attempts;
     say!(
-        "Removed {} output folder(s) and {} log file(s) of finished attempts ({}); kept {} of running attempts and {} \
-         log file(s) newer than --keep-logs",
-        swept.folders_removed.len(),
-        swept.logs_removed.len(),
-        output::human_bytes(swept.n_bytes_removed),
+        "Removed {} and {} of finished attempts ({}); kept {} of running attempts and {} newer than --keep-logs",
+        count(swept.folders_removed.len(), "output folder", "output folders"),
+        count(swept.logs_removed.len(), "log file", "log files"),
+        tidegate_app::human::size(swept.n_bytes_removed),
         swept.n_kept_live,
-        swept.n_logs_kept
+        count(swept.n_logs_kept, "log file", "log files")
     );
     if !report.log_copies_removed.is_empty() {
         say!("Removed {} copies of finished attempts' logs from the lake", report.log_copies_removed.len());
@@ -262,8 +262,8 @@ fn print_reconciled(report: &Reconciled) {
 /// The human report of what reconcile deleted, kept and left alone in the lake.
 fn print_cleaned(cleaned: &Reconciliation) {
     say!(
-        "Deleted {} abandoned staging file(s); kept {} referenced by table versions and {} owned by unfinished steps",
-        cleaned.deleted.len(),
+        "Deleted {}; kept {} referenced by table versions and {} owned by unfinished steps",
+        count(cleaned.deleted.len(), "abandoned staging file", "abandoned staging files"),
         cleaned.n_kept_referenced,
         cleaned.n_kept_known
     );

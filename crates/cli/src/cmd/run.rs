@@ -10,6 +10,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
+use tidegate_app::human::{count, duration};
 use tidegate_app::run::{Cancelled, Outcome};
 use tidegate_app::submit::{self, SubmitRequest, Submitted};
 use tidegate_app::target::{Partitions, Target};
@@ -89,7 +90,7 @@ pub struct Args {
     after_help = "Examples:\n  tidegate cancel 0193a5c2-...\n  tidegate cancel 0193a5c2-... --reason \"wrong range\" --json"
 )]
 pub struct CancelArgs {
-    /// The run (see `tidegate status`).
+    /// The run: its id, or the first characters of it (4 or more; see `tidegate status`).
     pub run: String,
     /// Why (recorded in the journal).
     #[arg(long, default_value = "cancelled by operator", value_parser = tidegate_app::input::reason)]
@@ -107,11 +108,13 @@ pub fn submit(ws: Option<&Path>, actor: &Actor, args: SubmitArgs) -> Result<Exit
 /// A submission for people.
 pub(crate) fn print_submitted(s: &Submitted) {
     if s.created {
-        println!("Created run {} ({} steps, queued)", s.run.id, s.n_steps);
+        println!("Created run {} ({}, queued)", s.run.id, count(s.n_steps, "step", "steps"));
     } else {
         println!(
-            "Run {} already exists for this idempotency key ({} steps, {}); nothing new was created",
-            s.run.id, s.n_steps, s.run.status
+            "Run {} already exists for this idempotency key ({}, {}); nothing new was created",
+            s.run.id,
+            count(s.n_steps, "step", "steps"),
+            s.run.status
         );
     }
 }
@@ -124,7 +127,11 @@ pub fn cancel(ws: Option<&Path>, actor: &Actor, args: CancelArgs) -> Result<Exit
 
 /// A run cancelled, for people.
 pub(crate) fn print_cancelled(c: &Cancelled) {
-    println!("Cancelled run {} ({} unfinished steps cancelled)", c.run_id, c.n_steps_cancelled);
+    println!(
+        "Cancelled run {} ({} cancelled)",
+        c.run_id,
+        count(c.n_steps_cancelled, "unfinished step", "unfinished steps")
+    );
     if !c.published.is_empty() {
         say!(
             "{} of its steps had already committed their publication (a process stopped before recording it); \
@@ -183,7 +190,7 @@ pub(crate) fn submit_and_run(
     let submitted = submit::submit(ws, store.as_ref(), actor, request)?;
     if !json {
         let verb = if submitted.created { "Created" } else { "Resuming" };
-        eprintln!("{verb} run {} ({} steps)", submitted.run.id, submitted.n_steps);
+        eprintln!("{verb} run {} ({})", submitted.run.id, count(submitted.n_steps, "step", "steps"));
     }
     let outcome = with_progress(!json, |progress| {
         tidegate_app::run::execute_submitted(ws, store, actor, &submitted, workers, with_queue, progress)
@@ -196,31 +203,31 @@ pub(crate) fn submit_and_run(
 fn print_outcome(outcome: &Outcome) {
     let (s, id) = (&outcome.summary, &outcome.run_id);
     say!(
-        "Run {id} {}: {} published, {} failed, {} skipped, {} retries, {} rejected stale reports in {:.1} s",
+        "Run {id} {}: {} published, {} failed, {} skipped, {}, {} in {}",
         outcome.status,
         s.published,
         s.failed,
         s.skipped,
-        s.retried,
-        s.rejected,
-        outcome.elapsed_s
+        count(s.retried, "retry", "retries"),
+        count(s.rejected, "rejected stale report", "rejected stale reports"),
+        duration(outcome.elapsed_s)
     );
     // Rows the write modes left out are data a reader will not find: said, never silent.
     if s.duplicates_dropped > 0 {
         say!(
-            "  {} duplicate rows dropped by dedup_key (already published, or earlier in the delivery)",
-            s.duplicates_dropped
+            "  {} dropped by dedup_key (already published, or earlier in the delivery)",
+            count(s.duplicates_dropped, "duplicate row", "duplicate rows")
         );
     }
     if s.late_rows_ignored > 0 {
         say!(
-            "  {} late rows ignored by merge: the table holds a newer row of their key by order_by",
-            s.late_rows_ignored
+            "  {} ignored by merge: the table holds a newer row of their key by order_by",
+            count(s.late_rows_ignored, "late row", "late rows")
         );
     }
     for f in &outcome.failures {
         let log = f.log.as_ref().map(|p| format!("\n    log: {}", p.display())).unwrap_or_default();
-        say!("  {} failed after {} attempt(s): {}{log}", f.step, f.attempts, f.reason);
+        say!("  {} failed after {}: {}{log}", f.step, count(f.attempts, "attempt", "attempts"), f.reason);
     }
     if !outcome.failures.is_empty() {
         // One command a line, each whole, to copy.
@@ -259,9 +266,14 @@ impl Progress {
             return Progress::Lines;
         }
         let bar = indicatif::ProgressBar::with_draw_target(Some(0), indicatif::ProgressDrawTarget::stderr());
-        let template = "[{bar:24}] {pos}/{len} steps, ETA {eta}: {wide_msg}";
+        // The message takes what the terminal's width leaves (cut there, never wrapped); the time
+        // left is worded as every duration is.
+        let template = "[{bar:24}] {pos}/{len} steps, ETA {left}: {wide_msg}";
         if let Ok(style) = indicatif::ProgressStyle::with_template(template) {
-            bar.set_style(style.progress_chars("=> "));
+            let left = |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                let _ = w.write_str(&duration(state.eta().as_secs_f64()));
+            };
+            bar.set_style(style.progress_chars("=> ").with_key("left", left));
         }
         Progress::Bar(bar)
     }
@@ -294,11 +306,14 @@ impl Progress {
     }
 }
 
-/// The plain progress line: `[33/78] ETA 3 s: 30 published, ...`, cut to the output's width.
+/// The widest a progress line is: it fits an 80-column terminal, or a log viewer's line.
+pub const PROGRESS_WIDTH: usize = 80;
+
+/// The plain progress line: `[33/78] ETA 3.0 s: 30 published, ...`, cut to [`PROGRESS_WIDTH`].
 fn plain_line(tally: &BTreeMap<String, usize>, elapsed_s: f64) -> String {
     let p = view::Progress::of(tally, elapsed_s);
-    let eta = p.eta_s.map(|left| format!(" ETA {left:.0} s:")).unwrap_or_default();
-    cut(&format!("[{}/{}]{eta} {}", p.done, p.total, view::states(tally)), output::WIDTH)
+    let eta = p.eta_s.map(|left| format!(" ETA {}:", duration(left))).unwrap_or_default();
+    cut(&format!("[{}/{}]{eta} {}", p.done, p.total, view::states(tally)), PROGRESS_WIDTH)
 }
 
 /// `line` cut to `width` characters, ending in `…` when cut.
@@ -309,4 +324,29 @@ fn cut(line: &str, width: usize) -> String {
     let mut cut: String = line.chars().take(width - 1).collect();
     cut.push('…');
     cut
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run of a year's steps in many states: the plain progress line fits 80 columns.
+    #[test]
+    fn the_progress_line_fits_80_columns() {
+        let tally: BTreeMap<String, usize> = [
+            ("published", 120_000),
+            ("failed", 1_200),
+            ("upstream_failed", 3_400),
+            ("running", 16),
+            ("retry_wait", 9),
+            ("ready", 200_000),
+            ("pending", 99_000),
+        ]
+        .into_iter()
+        .map(|(s, n)| (s.to_owned(), n))
+        .collect();
+        let line = plain_line(&tally, 5_000.0);
+        assert!(line.chars().count() <= 80, "{} columns: {line}", line.chars().count());
+        assert!(line.starts_with("[124600/423625] ETA 3 h 19 min: 120000 published"), "{line}");
+    }
 }

@@ -204,8 +204,8 @@ pub fn worker(ws: Option<&Path>, actor: &Actor, args: WorkerArgs) -> Result<Exit
             slots = args.slots,
             project,
             work_dir = %work_dir.display(),
-            "tidegate worker {name}: {} slot(s) (SIGTERM or Ctrl-C stops)",
-            args.slots
+            "tidegate worker {name}: {} (SIGTERM or Ctrl-C stops)",
+            tidegate_app::human::count(args.slots, "slot", "slots")
         );
         worker::work(&ws, store, lake, actor, &request, name.clone(), stop).await
     })?;
@@ -262,17 +262,21 @@ fn print_event(event: Event) {
             warn!(retry_in_ms, "the store or the lake is unavailable ({reason}); trying again in {retry_in_ms} ms");
         }
         Event::Lineage(d) if d.is_pending() => warn!(n_events = d.n_events(), "lineage: {d}"),
-        Event::Lineage(d) => info!(n_events = d.n_events(), "lineage: {} events delivered ({d})", d.n_events()),
+        Event::Lineage(d) => info!(
+            n_events = d.n_events(),
+            "lineage: {} delivered ({d})",
+            tidegate_app::human::count(d.n_events(), "event", "events")
+        ),
         Event::Drained(s) => info!(
             published = s.published,
             failed = s.failed,
             skipped = s.skipped,
             retried = s.retried,
-            "drained: {} published, {} failed, {} skipped, {} retries",
+            "drained: {} published, {} failed, {} skipped, {}",
             s.published,
             s.failed,
             s.skipped,
-            s.retried
+            tidegate_app::human::count(s.retried, "retry", "retries")
         ),
     }
 }

@@ -5,6 +5,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Result;
+use tidegate_app::human::{count, duration};
 use tidegate_app::status::{Debt, Status};
 use tidegate_app::view::{self, MAX_GROUPS};
 use tidegate_core::actor::Actor;
@@ -102,18 +103,19 @@ fn print_debt(debt: &Debt) {
         let num = |k: &str| g[k].as_f64();
         let when = if g["stale"].as_bool() == Some(true) {
             // A scheduler writes its gauge while it drains; an idle `serve` waits without writing.
-            format!("as of its last drain, {:.0} s ago", num("age_s").unwrap_or_default())
+            format!("as of its last drain, {} ago", duration(num("age_s").unwrap_or_default()))
         } else {
             "live".to_owned()
         };
-        let eta = num("backlog_eta_s").map(|e| format!(", ETA {e:.0} s")).unwrap_or_default();
+        let eta = num("backlog_eta_s").map(|e| format!(", ETA {}", duration(e))).unwrap_or_default();
         let pace = num("throughput_per_s").map(|r| format!(", {r:.1} steps/s")).unwrap_or_default();
         println!("Scheduler ({when}): backlog {}{pace}{eta}", g["backlog"]);
         if let Some(pools) = g["pools"].as_object() {
             for (name, p) in pools {
+                let slots = p["slots"].as_u64().map_or_else(|| p["slots"].to_string(), |n| count(n, "slot", "slots"));
                 println!(
-                    "Pool {name}: {} slots; retry budget left {} of {}",
-                    p["slots"], p["retry_budget_left"], p["retry_budget_burst"]
+                    "Pool {name}: {slots}; retry budget left {} of {}",
+                    p["retry_budget_left"], p["retry_budget_burst"]
                 );
             }
         }
@@ -123,25 +125,25 @@ fn print_debt(debt: &Debt) {
         }
     }
     for (class, q) in &debt.queues {
-        let age = q.oldest_ready_age_s.map(|a| format!(", oldest waiting {a:.0} s")).unwrap_or_default();
+        let age = q.oldest_ready_age_s.map(|a| format!(", oldest waiting {}", duration(a))).unwrap_or_default();
         println!("Queue {class}: {} ready, {} running{age}", q.ready, q.running);
     }
     for s in &debt.stale {
         say!(
-            "Stale {}: {} partition(s) built on inputs that changed since, from {} (`tidegate stale {}`)",
+            "Stale {}: {} built on inputs that changed since, from {} (`tidegate stale {}`)",
             s.dataset,
-            s.partitions,
+            count(s.partitions, "partition", "partitions"),
             s.first,
             s.dataset
         );
     }
     for w in &debt.waiting_for_source {
         say!(
-            "Waiting for source {}: {} step(s) of {}, the longest {:.0} s (since partition {})",
+            "Waiting for source {}: {} of {}, the longest {} (since partition {})",
             w.sources.join(", "),
-            w.steps,
+            count(w.steps, "step", "steps"),
             w.task,
-            w.longest_s,
+            duration(w.longest_s),
             w.oldest_partition
         );
     }

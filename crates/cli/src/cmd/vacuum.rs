@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use chrono::Duration;
+use tidegate_app::human::{count, size};
 use tidegate_app::vacuum::{Keep, VacuumReport, VacuumRequest};
 use tidegate_app::view::{self, MAX_GROUPS};
 use tidegate_core::actor::Actor;
@@ -71,22 +72,25 @@ fn print_report(report: &VacuumReport) {
     for d in &report.datasets {
         let kept: Vec<String> = d.kept_versions.iter().map(u64::to_string).collect();
         say!(
-            "{}: {verb} {} file(s), {}; kept versions {} (current {}), {} file(s) they need",
+            "{}: {verb} {}, {}; kept versions {} (current {}), {} they need",
             d.dataset,
-            d.deleted.len(),
-            output::human_bytes(d.n_bytes_deleted),
+            count(d.deleted.len(), "file", "files"),
+            size(d.n_bytes_deleted),
             view::keys(&kept, MAX_GROUPS),
             d.current_version,
-            d.n_kept_referenced
+            count(d.n_kept_referenced, "file", "files")
         );
         if d.n_left_unpublished > 0 {
-            say!("  {} never-published staged file(s) left to `tidegate reconcile`", d.n_left_unpublished);
+            say!(
+                "  {} left to `tidegate reconcile`",
+                count(d.n_left_unpublished, "never-published staged file", "never-published staged files")
+            );
         }
     }
     println!(
-        "Total: {verb} {} file(s), {}{}",
-        report.n_files_deleted,
-        output::human_bytes(report.n_bytes_deleted),
+        "Total: {verb} {}, {}{}",
+        count(report.n_files_deleted, "file", "files"),
+        size(report.n_bytes_deleted),
         if report.dry_run { " (dry run: nothing was deleted)" } else { "" }
     );
 }

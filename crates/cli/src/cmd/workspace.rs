@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Result;
+use tidegate_app::human::count;
 use tidegate_app::workspace::{self, EXAMPLE_TARGET};
 
 use crate::output;
@@ -68,12 +69,12 @@ pub fn validate(ws: Option<&Path>, args: ValidateArgs) -> Result<ExitCode> {
     output::emit(args.json, &report, |report| {
         if report.valid {
             println!(
-                "{} is valid: {} datasets, {} external, {} tasks, {} pools (spec hash {})",
+                "{} is valid: {}, {} external, {}, {} (spec hash {})",
                 report.file,
-                report.n_datasets,
+                count(report.n_datasets, "dataset", "datasets"),
                 report.n_external,
-                report.n_tasks,
-                report.n_pools,
+                count(report.n_tasks, "task", "tasks"),
+                count(report.n_pools, "pool", "pools"),
                 report.spec_hash.as_deref().map_or("", |h| &h[..12])
             );
             for dataset in &report.free_rewrites {

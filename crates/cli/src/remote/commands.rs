@@ -296,8 +296,9 @@ fn start(server: &Server, args: backfill::exec::StartArgs, action: &str) -> Resu
         Begun::Running { id, run_id, n_steps, max_active } => {
             if talk {
                 say_err!(
-                    "Backfill {id} running on the server as run {run_id}: {n_steps} steps into staging, at most \
-                     {max_active} at once"
+                    "Backfill {id} running on the server as run {run_id}: {} into staging, at most {max_active} at \
+                     once",
+                    tidegate_app::human::count(n_steps, "step", "steps")
                 );
             }
             let mut settled_since = None;

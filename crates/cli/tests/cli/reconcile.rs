@@ -194,7 +194,7 @@ fn reconcile_removes_what_finished_attempts_left_in_the_workspace() {
     let kept: Vec<String> = names_in(&copies).iter().flat_map(|step| names_in(&copies.join(step))).collect();
     assert_eq!(kept, ["attempt-1.stdout.log"], "the waiting step's copy stays");
     let text = ok(ws, &["reconcile"]);
-    assert!(text.contains("Removed 0 output folder(s) and 0 log file(s) of finished attempts (0 B)"), "{text}");
+    assert!(text.contains("Removed 0 output folders and 0 log files of finished attempts (0 B)"), "{text}");
 
     let out = tidegate(ws).args(["reconcile", "--keep-logs", "forever"]).output().expect("runs");
     assert!(!out.status.success());

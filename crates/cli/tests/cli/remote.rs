@@ -273,3 +273,37 @@ fn keys(value: &Value) -> Vec<String> {
     }
     out
 }
+
+/// A run is found over HTTP by the first characters of its id, as locally: a unique prefix
+/// shows and cancels it, an ambiguous one is refused with the server's words, listing both.
+#[test]
+fn a_run_is_found_over_http_by_a_unique_prefix() {
+    let (dir, serve) = served();
+    let ana = mint(dir.path(), "ana", "operator");
+    let elsewhere = tempfile::tempdir().expect("a folder without a workspace");
+    let (here, url) = (elsewhere.path(), serve.url.as_str());
+    let submit = |partition: &str| {
+        let run = json_of(
+            &remote(here, url, Some(&ana), &["submit", "extract", "--partition", partition, "--json"]),
+            "submit",
+        );
+        run["run"]["id"].as_str().expect("a run id").to_owned()
+    };
+    let (first, second) = (submit("2024-01-05"), submit("2024-01-06"));
+    let alike =
+        |a: &str, b: &str| -> String { a.chars().zip(b.chars()).take_while(|(x, y)| x == y).map(|(x, _)| x).collect() };
+    let shared = alike(&first, &second);
+    // The shortest prefix of the first that begins no other run (the workspace ran one before).
+    let (_, status) = common::json(dir.path(), &["status", "--json"]);
+    let runs = status["runs"].as_array().expect("runs").iter().filter_map(|r| r["id"].as_str());
+    let longest_alike = runs.filter(|id| *id != first).map(|id| alike(&first, id).len()).max().unwrap_or(0);
+    let unique = &first[..longest_alike.max(3) + 1];
+
+    let logs = json_of(&remote(here, url, Some(&ana), &["logs", "--run", unique, "--json"]), "logs by a prefix");
+    assert_eq!(logs, serde_json::json!([]), "a queued run has no attempts yet");
+    let cancelled = ok(&remote(here, url, Some(&ana), &["cancel", unique]), "cancel by a prefix");
+    assert!(cancelled.starts_with(&format!("Cancelled run {first}")), "{cancelled}");
+    let ambiguous = refused(&remote(here, url, Some(&ana), &["cancel", &shared]), "an ambiguous prefix");
+    assert!(ambiguous.contains("begins more than one run id"), "{ambiguous}");
+    assert!(ambiguous.contains(&first) && ambiguous.contains(&second), "{ambiguous}");
+}

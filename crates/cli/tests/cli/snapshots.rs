@@ -66,7 +66,7 @@ fn redactions() -> Vec<(String, &'static str)> {
         (r"\bbf-[0-9a-f]{8}\b".to_owned(), "bf-xxxxxxxx"),
         // `status` shows the scheduler's pace and ETA only once a run has lasted a second, which
         // depends on the machine's speed; the backlog stays.
-        (r"(backlog \d+), \d+(\.\d+)? steps/s(, ETA \d+ s)?".to_owned(), "$1"),
+        (r"(backlog \d+), \d+(\.\d+)? steps/s(, ETA [^\n]+)?".to_owned(), "$1"),
         (r"\b\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(\.\d+)?Z?".to_owned(), "YYYY-MM-DD hh:mm:ss"),
         (r"\b\d{4}-\d\d-\d\d \d\d:\d\d\b".to_owned(), "YYYY-MM-DD hh:mm"),
         (r"\b[0-9a-f]{12,}\b".to_owned(), "[hash]"),

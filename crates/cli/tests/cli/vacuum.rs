@@ -157,7 +157,7 @@ fn vacuum_refuses_bad_arguments() {
     }
     // Nothing published yet: nothing to do, and the summary says so.
     let text = ok(ws, &["vacuum", "--dry-run"]);
-    assert!(text.contains("Total: would delete 0 file(s), 0 B (dry run: nothing was deleted)"), "{text}");
+    assert!(text.contains("Total: would delete 0 files, 0 B (dry run: nothing was deleted)"), "{text}");
 }
 
 /// Puts a maintenance lock on `dataset` as another process would, expiring `expires_in_s` from now.

@@ -34,6 +34,7 @@ mod suite {
     mod dedup;
     mod failpoints;
     mod fencing;
+    mod ids;
     mod lineage;
     mod locations;
     mod pipes;

@@ -131,8 +131,8 @@ pub(crate) async fn failures(
     Path(id): Path<String>,
 ) -> Result<Json<Vec<tidegate_app::logs::StepFailure>>, Problem> {
     call(&state, move |ws, store| {
-        tidegate_app::run::find(store.as_ref(), &id)?;
-        tidegate_app::logs::failures(ws, store.as_ref(), &actor, &id)
+        let run = tidegate_app::run::find(store.as_ref(), &id)?;
+        tidegate_app::logs::failures(ws, store.as_ref(), &actor, &run.id)
     })
     .await
 }

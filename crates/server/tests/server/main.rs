@@ -11,6 +11,7 @@ const SHARED: bool = false;
 mod backfill;
 mod common;
 mod idempotency;
+mod ids;
 mod metrics;
 mod openapi;
 mod paging;

@@ -19,6 +19,7 @@ mod suite {
 
     mod backfill;
     mod idempotency;
+    mod ids;
     mod metrics;
     mod paging;
     mod roles;

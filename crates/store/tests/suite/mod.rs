@@ -100,15 +100,18 @@ macro_rules! all_backend_tests {
             step_counts_count_every_step_by_status_and_queues_by_class,
             the_schema_is_current_until_a_migration_is_missing_or_unknown,
             watches_hear_what_other_handles_commit_and_nothing_rolled_back,
+            ids_are_found_by_their_first_characters_and_wildcards_are_refused,
         );
     };
 }
 
 mod counts;
+mod ids;
 mod notify;
 mod request_keys;
 mod workers;
 pub use counts::*;
+pub use ids::*;
 pub use notify::*;
 pub use request_keys::*;
 pub use workers::*;

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use tidegate_app::backfill::{Begun, Cancelled, Report, short};
+use tidegate_app::human::{count, duration};
 use tidegate_app::run::Scope;
 use tidegate_app::workspace::Workspace;
 use tidegate_core::actor::Actor;
@@ -21,7 +22,7 @@ use crate::output;
 /// A backfill to run into staging (`start` and `resume`, which say what they do).
 #[derive(Debug, clap::Args)]
 pub struct StartArgs {
-    /// The backfill's id (`bf-...`, see `tidegate backfill list`).
+    /// The backfill's id (`bf-...`, see `tidegate backfill list`), or a unique prefix of it.
     pub id: String,
     /// Attempts this process runs at once, 1 to 4096 (the backfill's own throttle still applies;
     /// with --server, the server's workers run it).
@@ -34,7 +35,7 @@ pub struct StartArgs {
 /// A backfill to steer (`pause` and `cancel`, which say what they do).
 #[derive(Debug, clap::Args)]
 pub struct IdArgs {
-    /// The backfill's id (`bf-...`, see `tidegate backfill list`).
+    /// The backfill's id (`bf-...`, see `tidegate backfill list`), or a unique prefix of it.
     pub id: String,
     /// Why (recorded in the journal).
     #[arg(long, value_parser = tidegate_app::input::reason)]
@@ -46,7 +47,7 @@ pub struct IdArgs {
 /// Progress, throughput, ETA and failures of a backfill.
 #[derive(Debug, clap::Args)]
 pub struct StatusArgs {
-    /// The backfill's id (`bf-...`, see `tidegate backfill list`).
+    /// The backfill's id (`bf-...`, see `tidegate backfill list`), or a unique prefix of it.
     pub id: String,
     /// Redraw every second until the backfill stops moving.
     #[arg(long)]
@@ -89,7 +90,8 @@ pub(crate) fn start_and_wait(
         Begun::Running { id, run_id, n_steps, max_active } => {
             if talk {
                 say_err!(
-                    "Backfill {id} running as run {run_id}: {n_steps} steps into staging, at most {max_active} at once"
+                    "Backfill {id} running as run {run_id}: {} into staging, at most {max_active} at once",
+                    count(n_steps, "step", "steps")
                 );
             }
             // The backfill's own run, below live work submitted meanwhile (its `run` commands
@@ -123,10 +125,10 @@ pub fn cancel(ws: Option<&Path>, actor: &Actor, args: IdArgs) -> Result<ExitCode
 /// A backfill cancelled, for people.
 pub(crate) fn print_cancelled(r: &BackfillRecord, cancelled: &Cancelled) {
     say!(
-        "Cancelled backfill {} ({} unfinished steps cancelled). Nothing it staged was published; \
-         `tidegate reconcile` removes the staged files.",
+        "Cancelled backfill {} ({} cancelled). Nothing it staged was published; `tidegate reconcile` removes the \
+         staged files.",
         r.id,
-        cancelled.n_steps_cancelled
+        count(cancelled.n_steps_cancelled, "unfinished step", "unfinished steps")
     );
 }
 
@@ -141,11 +143,11 @@ pub(crate) fn print_report(r: &Report) {
         if detail.is_empty() { "none started".to_owned() } else { detail.join(", ") }
     );
     if let (Some(e), Some(rate)) = (r.elapsed_s, r.steps_per_s) {
-        let eta = r.eta_s.map(|s| format!(", ETA {s:.0} s")).unwrap_or_default();
-        println!("  {e:.1} s elapsed, {rate:.2} steps/s{eta}");
+        let eta = r.eta_s.map(|s| format!(", ETA {}", duration(s))).unwrap_or_default();
+        println!("  {} elapsed, {rate:.2} steps/s{eta}", duration(e));
     }
     for f in &r.failures {
-        say!("  failed: {} after {} attempts: {}", f.step, f.attempts, f.reason);
+        say!("  failed: {} after {}: {}", f.step, count(f.attempts, "attempt", "attempts"), f.reason);
     }
     if let (Some(hash), None) = (&r.comparison_hash, &r.approval) {
         println!("  compared: comparison {} (what an approval names)", short(hash));
@@ -202,7 +204,11 @@ pub(crate) fn print_list(backfills: &[BackfillRecord]) {
             b.status.to_string(),
             b.requester.clone(),
             b.created_at.format("%Y-%m-%d %H:%M").to_string(),
-            format!("{} datasets, {partitions} partitions", b.footprint.len()),
+            format!(
+                "{}, {}",
+                count(b.footprint.len(), "dataset", "datasets"),
+                count(partitions, "partition", "partitions")
+            ),
             b.reason.clone(),
         ]
     });

@@ -104,8 +104,8 @@ pub(crate) fn print_plan(planned: &Planned) {
     println!("Planned backfill {id} (spec {}), requested by {}", short(spec_hash), spec.requester);
     say!("  reason: {}", spec.reason);
     println!(
-        "  {} steps, reprocess {}, at most {} at once{}",
-        br.n_steps,
+        "  {}, reprocess {}, at most {} at once{}",
+        tidegate_app::human::count(br.n_steps, "step", "steps"),
         spec.reprocess.as_str(),
         spec.throttle.max_active,
         spec.throttle.rate_per_s.map(|r| format!(", {r} starts/s")).unwrap_or_default()
@@ -120,7 +120,7 @@ pub(crate) fn print_plan(planned: &Planned) {
             format!("{}{task}{}", d.dataset, if d.downstream { " (downstream)" } else { "" }),
             view::keys(&d.partitions, 2),
             d.current_rows.to_string(),
-            output::human_bytes(d.current_bytes),
+            tidegate_app::human::size(d.current_bytes),
             if d.consumers.is_empty() { "-".to_owned() } else { d.consumers.join(", ") },
         ]
     });
@@ -129,11 +129,12 @@ pub(crate) fn print_plan(planned: &Planned) {
     }
     match (br.estimated_compute_s, br.estimated_wall_s) {
         (Some(c), Some(w)) => {
-            println!("Estimated compute {c:.1} s (about {w:.1} s under the throttle), from step history")
+            let (c, w) = (tidegate_app::human::duration(c), tidegate_app::human::duration(w));
+            println!("Estimated compute {c} (about {w} under the throttle), from step history")
         }
         _ => println!("Estimated compute: unknown (no step history for some task yet)"),
     }
-    println!("Staging needs about {}", output::human_bytes(br.estimated_staging_bytes));
+    println!("Staging needs about {}", tidegate_app::human::size(br.estimated_staging_bytes));
     println!();
     println!("Nothing runs until you start it:  tidegate backfill start {id}");
 }

@@ -20,7 +20,7 @@ use crate::output;
 /// (to .tidegate/openlineage.jsonl unless [lineage] in tidegate.toml says otherwise).
 #[derive(Debug, clap::Args)]
 pub struct PublishArgs {
-    /// The backfill's id (`bf-...`, see `tidegate backfill list`).
+    /// The backfill's id (`bf-...`, see `tidegate backfill list`), or a unique prefix of it.
     pub id: String,
     #[command(flatten)]
     pub out: Json,
@@ -29,7 +29,7 @@ pub struct PublishArgs {
 /// Undo a published backfill: restore the exact previous version of every partition it changed.
 #[derive(Debug, clap::Args)]
 pub struct RollbackArgs {
-    /// The backfill's id (`bf-...`, see `tidegate backfill list`).
+    /// The backfill's id (`bf-...`, see `tidegate backfill list`), or a unique prefix of it.
     pub id: String,
     /// Why (recorded in the journal).
     #[arg(long, default_value = "backfill rolled back by operator", value_parser = tidegate_app::input::reason)]
@@ -77,9 +77,9 @@ pub(crate) fn print_rolled_back(done: &RolledBack) {
     println!("Rolled back backfill {} as release {}:", done.backfill_id, done.release_id);
     for r in &done.restored {
         println!(
-            "  {}: {} partitions restored to their table version {} files (new version {})",
+            "  {}: {} restored to their table version {} files (new version {})",
             r.dataset,
-            r.partitions.len(),
+            tidegate_app::human::count(r.partitions.len(), "partition", "partitions"),
             r.version,
             r.new_version
         );

@@ -31,7 +31,7 @@ const MAX_PARTITIONS_SHOWN: usize = 8;
     after_help = "Examples:\n  tidegate backfill compare bf-1a2b3c4d\n  tidegate backfill compare bf-1a2b3c4d --html review.html\n  tidegate backfill compare bf-1a2b3c4d --flag-mean-pct 25 --flag-null-rise-points off\n  tidegate backfill compare bf-1a2b3c4d --json"
 )]
 pub struct CompareArgs {
-    /// The backfill's id (`bf-...`, see `tidegate backfill list`).
+    /// The backfill's id (`bf-...`, see `tidegate backfill list`), or a unique prefix of it.
     pub id: String,
     /// Also write a self-contained HTML report to this file.
     #[arg(long, value_name = "FILE")]
@@ -111,7 +111,7 @@ impl CompareArgs {
     after_help = "Examples:\n  TIDEGATE_TOKEN=tgt_... tidegate backfill approve bf-1a2b3c4d --comparison 3fa9c2d1e0ab   # as the token's holder\n  tidegate backfill approve bf-1a2b3c4d --comparison 3fa9c2d1e0ab                          # as your OS account"
 )]
 pub struct ApproveArgs {
-    /// The backfill's id (`bf-...`, see `tidegate backfill list`).
+    /// The backfill's id (`bf-...`, see `tidegate backfill list`), or a unique prefix of it.
     pub id: String,
     /// The hash of the comparison you reviewed (12 or more of its characters, as shown).
     #[arg(long, value_name = "HASH")]
@@ -164,14 +164,19 @@ fn print_review(review: &Review, hash: &str) {
         let t = &d.totals;
         println!();
         say!(
-            "{}: {} -> {} rows; {} added, {} removed, {} changed{}; compared with table version {}",
+            "{}: {} -> {} {}; {} added, {} removed, {} changed{}; compared with table version {}",
             d.dataset,
             t.rows_before,
             t.rows_after,
+            tidegate_app::human::noun(t.rows_after, "row", "rows"),
             t.n_added,
             t.n_removed,
             t.n_changed,
-            if t.n_flagged > 0 { format!("; {} partitions flagged", t.n_flagged) } else { String::new() },
+            if t.n_flagged > 0 {
+                format!("; {} flagged", tidegate_app::human::count(t.n_flagged, "partition", "partitions"))
+            } else {
+                String::new()
+            },
             d.published_version.map_or_else(|| "none".to_owned(), |v| v.to_string()),
         );
         for change in &d.schema_changes {
@@ -202,7 +207,12 @@ fn print_review(review: &Review, hash: &str) {
             ]
         });
         if d.partitions.len() > shown.len() {
-            println!("  ... and {} more partitions (see --json or --html)", d.partitions.len() - shown.len());
+            let more = d.partitions.len() - shown.len();
+            println!(
+                "  ... and {} more {} (see --json or --html)",
+                more,
+                tidegate_app::human::noun(more, "partition", "partitions")
+            );
         }
         for p in shown.iter().filter(|p| !p.flagged.is_empty()) {
             say!("  {} flagged: {}", p.partition, p.flagged.join("; "));

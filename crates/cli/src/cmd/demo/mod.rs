@@ -15,6 +15,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use chrono::{Duration, NaiveDate};
+use tidegate_app::human;
 use tidegate_core::actor::Actor;
 use tidegate_store::{BackfillStatus, JournalQuery, Priority, Store, Trigger};
 
@@ -258,24 +259,23 @@ pub fn run(args: Args) -> Result<ExitCode> {
         tidegate_app::input::duration(tidegate_app::reconcile::DEFAULT_KEEP_LOGS).map_err(anyhow::Error::msg)?;
     let reconciled = tidegate_app::reconcile::reconciled(&workspace, store.as_ref(), &you, keep_logs)?;
     say(&format!(
-        "  removed {} staged file(s) that no table version references (failed and superseded attempts'); kept {} \
-         that table versions use",
-        reconciled.cleaned.deleted.len(),
+        "  removed {} that no table version references (failed and superseded attempts'); kept {} that table \
+         versions use",
+        human::count(reconciled.cleaned.deleted.len(), "staged file", "staged files"),
         reconciled.cleaned.n_kept_referenced
     ));
     say(&format!(
-        "  removed {} output folder(s) of finished attempts; kept {} log file(s) (30 days)",
-        reconciled.attempts.folders_removed.len(),
-        reconciled.attempts.n_logs_kept
+        "  removed {} of finished attempts; kept {} (30 days)",
+        human::count(reconciled.attempts.folders_removed.len(), "output folder", "output folders"),
+        human::count(reconciled.attempts.n_logs_kept, "log file", "log files")
     ));
     let d = &reconciled.differences;
     if !d.is_empty() {
         bail!(
-            "reconcile found the store and the lake apart ({} unknown version(s), {} missing version(s), {} missing \
-             file(s)); `tidegate -C {} reconcile` lists them",
-            d.unknown_versions.len(),
-            d.missing_versions.len(),
-            d.missing_files.len(),
+            "reconcile found the store and the lake apart ({}, {}, {}); `tidegate -C {} reconcile` lists them",
+            human::count(d.unknown_versions.len(), "unknown version", "unknown versions"),
+            human::count(d.missing_versions.len(), "missing version", "missing versions"),
+            human::count(d.missing_files.len(), "missing file", "missing files"),
             dir.display()
         );
     }
@@ -534,22 +534,26 @@ fn summary(dir: &Path, started: Instant) -> Result<ExitCode> {
     let chain = store.verify_journal()?;
     chapter(16, "What the journal says");
     say("What was intended:");
-    say(&format!("  {} runs requested; {} steps planned", n("run_created"), n("step_planned")));
+    say(&format!(
+        "  {} requested; {} planned",
+        human::count(n("run_created"), "run", "runs"),
+        human::count(n("step_planned"), "step", "steps")
+    ));
     for b in store.backfills(10)? {
         say(&format!("  backfill {} by {}: \"{}\"", b.id, b.requester, b.reason));
     }
     say("What happened:");
     say(&format!(
-        "  {} attempts started, {} retried after a transient failure, {} blocked by a failed check",
-        n("claimed"),
+        "  {} started, {} retried after a transient failure, {} blocked by a failed check",
+        human::count(n("claimed"), "attempt", "attempts"),
         n("retry_due"),
         n("checks_failed")
     ));
     say(&format!(
-        "  {} steps published in {} releases; {} rollbacks",
-        n("published"),
-        n("release_published"),
-        n("release_restored")
+        "  {} published in {}; {}",
+        human::count(n("published"), "step", "steps"),
+        human::count(n("release_published"), "release", "releases"),
+        human::count(n("release_restored"), "rollback", "rollbacks")
     ));
     for b in store.backfills(10)? {
         let approval = b.approval.as_ref().map(|a| format!(", approved by {}", a.by)).unwrap_or_default();
@@ -562,12 +566,12 @@ fn summary(dir: &Path, started: Instant) -> Result<ExitCode> {
     say("  only published releases: staged output, the failed day's bad data and the backfill before its approval \
          were never visible; every release is a Delta commit readable by DuckDB, Polars, pandas, Spark.");
     say(&format!(
-        "The journal holds {} entries; its hash chain {}.",
-        chain.n_entries,
+        "The journal holds {}; its hash chain {}.",
+        human::count(chain.n_entries, "entry", "entries"),
         if chain.break_at.is_none() { "verifies" } else { "is BROKEN" }
     ));
     println!();
-    println!("Done in {:.1} s. Try next:", started.elapsed().as_secs_f64());
+    println!("Done in {}. Try next:", human::duration(started.elapsed().as_secs_f64()));
     let d = dir.display();
     let tg = invocation();
     println!("  {tg} -C {d} status");
