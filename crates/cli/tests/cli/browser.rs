@@ -400,7 +400,7 @@ impl Walk {
         self.browser.click_css(&format!("button[data-action=\"{action}\"]"));
         // Approving is not dangerous: a dialog may or may not follow; the others must confirm.
         let dangerous = action != "approve";
-        let deadline = Instant::now() + Duration::from_secs(if dangerous { 10 } else { 1 });
+        let deadline = Instant::now() + Duration::from_secs(if dangerous { 10 } else { 3 });
         loop {
             let open =
                 self.browser.exec("const d = document.querySelector('dialog#confirm'); return !!(d && d.open);", &[]);
