@@ -475,6 +475,7 @@ fn the_web_ui_in_chromium_shows_and_steers_the_workspace() {
     walk.part("sign out ends the session on the server", sign_out);
     walk.part("a second person: a forged approve without CSRF is refused, the page's is accepted", approver);
     walk.part("publish and roll back from the page", publish_and_roll_back);
+    walk.part("a run submitted twice from the form (a double click) is one run", double_submit);
     walk.part("a viewer sees everything read-only", viewer);
 
     walk.findings.assert_none(folder, &walk.served);
@@ -725,6 +726,40 @@ fn publish_and_roll_back(w: &mut Walk) {
     assert!(!w.journal_mentions("undone from the browser test").is_empty(), "the rollback's comment is its reason");
     w.browser.wait_screen("backfill");
     w.checked("backfill-rolled-back");
+}
+
+/// The run form sent twice before its first answer (what a double click or an impatient second
+/// press does): the page sends both under one Idempotency-Key, and one run is made.
+fn double_submit(w: &mut Walk) {
+    const DAY: &str = "2024-01-08";
+    w.browser.goto(&format!("{}/#/runs", w.base()));
+    w.browser.wait_screen("runs");
+    w.browser.click_css("select#submit-task");
+    w.browser.click_css("select#submit-task option[value=\"extract\"]");
+    for field in ["input#submit-from", "input#submit-to"] {
+        let input = w.browser.find(field);
+        w.browser.type_into(&input, DAY);
+    }
+    w.browser.exec("const f = document.querySelector('form#submit-run'); f.requestSubmit(); f.requestSubmit();", &[]);
+    w.browser.find("form#submit-run .ok");
+    let state = common::state(w.story.dir.path());
+    let runs =
+        || state.texts("SELECT DISTINCT run_id FROM steps WHERE task = 'extract' AND partition_key = ?1", &[DAY]);
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < deadline {
+        assert!(runs().len() <= 1, "two runs for one intended submission: {:?}", runs());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(runs().len(), 1, "the submission made its run");
+    // The second request, sent while the first is in flight under the same key, is answered 409
+    // (the key in use): the browser logs that answer; anything else is the page's error.
+    let errors = w.browser.console_errors();
+    let unexpected: Vec<_> = errors
+        .iter()
+        .filter(|e| !(e.source == "network" && e.message.contains("/api/runs") && e.message.contains("409")))
+        .collect();
+    assert!(unexpected.is_empty(), "console errors: {unexpected:?}");
+    w.checked("runs-submitted");
 }
 
 /// vi, a viewer, reads the same pages without a single action on them.
