@@ -367,8 +367,7 @@ pub struct PartitionBuild {
     /// The code version that step ran.
     pub code_version: Option<String>,
     /// The input versions it read.
-    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
-    pub inputs: serde_json::Value,
+    pub inputs: Vec<tidegate_core::idempotency::PinnedInput>,
 }
 
 /// How many releases [`dataset`] lists.
@@ -397,7 +396,7 @@ pub fn dataset(ws: &Workspace, store: &dyn Store, actor: &Actor, name: &str) -> 
             since_version: p.since_version,
             step_id: p.build.as_ref().map(|b| b.step_id.clone()),
             code_version: p.build.as_ref().and_then(|b| b.code_version.clone()),
-            inputs: p.build.map(|b| serde_json::to_value(b.inputs).unwrap_or_default()).unwrap_or_default(),
+            inputs: p.build.map(|b| b.inputs).unwrap_or_default(),
         })
         .collect();
     Ok(DatasetDetail {

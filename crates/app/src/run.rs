@@ -149,6 +149,10 @@ pub struct Cancelled {
     pub run_id: String,
     /// Its steps that were not finished, now cancelled.
     pub n_steps_cancelled: usize,
+    /// Of those, the steps an attempt was running for: the process running each (this machine's
+    /// scheduler or a worker) stops it within a few seconds, killing every process of its task.
+    #[serde(default)]
+    pub n_attempts_stopping: usize,
     /// Its steps whose publication had already committed (a process killed between its commit
     /// and its record): recorded as their releases instead of cancelled, so no published row is
     /// left outside the journal. Undo them with a rollback of the run.
@@ -156,8 +160,9 @@ pub struct Cancelled {
 }
 
 /// Cancels every unfinished step of `run_id` (journaled with `reason`): nothing more of it runs or
-/// publishes; what it published stays (undo that with a rollback of the run). A backfill's run is
-/// cancelled through its backfill.
+/// publishes; what it published stays (undo that with a rollback of the run). Its running attempts
+/// are stopped by the processes running them, which look at their steps every
+/// [`tidegate_engine::cancel::CHECK_EVERY`]. A backfill's run is cancelled through its backfill.
 pub fn cancel(ws: &Workspace, store: &dyn Store, actor: &Actor, run_id: &str, reason: &str) -> Result<Cancelled> {
     require(actor, Access::RunWork)?;
     let run = find(store, run_id)?;
@@ -183,10 +188,10 @@ pub fn cancel(ws: &Workspace, store: &dyn Store, actor: &Actor, run_id: &str, re
         let lake = open_lake(ws).await?;
         crate::unrecorded::finish(ws, store, &lake, run_id, &meta).await
     })?;
-    let events: Vec<StepEventRecord> = store
-        .steps(run_id)?
+    let unfinished: Vec<StepRecord> = store.steps(run_id)?.into_iter().filter(|s| !s.status().is_terminal()).collect();
+    let n_attempts_stopping = unfinished.iter().filter(|s| s.status().holds_lease()).count();
+    let events: Vec<StepEventRecord> = unfinished
         .into_iter()
-        .filter(|s| !s.status().is_terminal())
         .map(|s| StepEventRecord {
             step_id: s.id,
             event: StepEvent::Cancelled { reason: reason.to_owned() },
@@ -196,7 +201,7 @@ pub fn cancel(ws: &Workspace, store: &dyn Store, actor: &Actor, run_id: &str, re
     let n_steps_cancelled = events.len();
     store.commit(&events)?;
     crate::lineage::export(ws, store);
-    Ok(Cancelled { run_id: run_id.to_owned(), n_steps_cancelled, published })
+    Ok(Cancelled { run_id: run_id.to_owned(), n_steps_cancelled, n_attempts_stopping, published })
 }
 
 /// The run `run_id` names (its whole id or a unique prefix, `ids::run`), or a refusal (not found)

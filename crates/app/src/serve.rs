@@ -6,10 +6,11 @@
 //! stands by while the role is held and takes it when it is free or its holder's lease expired (it
 //! died, or was stopped or cut off). A holder that finds its role taken mid-drain steps down
 //! (journaled) and stands by.
-//! Between ticks it sleeps until the next one, or until another process submits a run where the
-//! store announces it (PostgreSQL's `LISTEN/NOTIFY`), so that a run submitted to an idle
-//! scheduler starts at once without the scheduler polling the store; on SQLite it waits for the
-//! tick as it always has.
+//! Between ticks it sleeps until the next one, or until another process submits a run, so that
+//! a run submitted to an idle scheduler starts at once without the scheduler polling the store:
+//! PostgreSQL announces it (`LISTEN/NOTIFY`); on SQLite the store's watch notices any commit
+//! within `tidegate_store::PROBE_EVERY` (`PRAGMA data_version`), and the scheduler then looks
+//! for a run submitted since its turn began (one read).
 //! Setting the stop flag ends it cleanly: no new attempt starts, attempts in flight finish and
 //! report, the scheduler role is given up.
 //! Beside the loop, a task exports OpenLineage events as the journal grows (`lineage::follow`),
@@ -23,6 +24,7 @@ use anyhow::Result;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use tidegate_core::actor::Actor;
+use tidegate_core::state::RunStatus;
 use tidegate_engine::{Summary, Wakeups};
 use tidegate_lake::Lake;
 use tidegate_store::{Change, Store};
@@ -181,7 +183,7 @@ impl Turns {
         submitted: &mut Wakeups,
         observe: &mut (dyn FnMut(Event) + Send),
     ) -> Result<()> {
-        let started = Instant::now();
+        let (started, turn_began) = (Instant::now(), ws.now());
         if !engine.try_scheduler_role().await? {
             if !self.standing_by {
                 observe(Event::StandingBy);
@@ -214,7 +216,7 @@ impl Turns {
         // Between ticks the role is free: a backfill's publication or a rollback (which take it
         // to publish) go ahead, and a standby may take over; the next tick takes it if it can.
         engine.give_up_scheduler_role().await?;
-        wait_for_work(stop, submitted, store, self.next_tick).await
+        wait_for_work(stop, submitted, store, self.next_tick, turn_began).await
     }
 }
 
@@ -241,16 +243,33 @@ fn tick(ws: &Workspace, store: &dyn Store, actor: &Actor, observe: &mut (dyn FnM
 /// How many of the newest runs a woken scheduler reads to see whether one is unfinished.
 const RUNS_LOOKED_AT: u32 = 20;
 
-/// Sleeps until `until` (the next tick), waking early when `stop` is set or when a run was
-/// submitted that is not finished yet (a run the last tick submitted and the drain finished
-/// wakes it too, and is looked up and slept on: one read, no drain).
-async fn wait_for_work(stop: &AtomicBool, submitted: &mut Wakeups, store: &dyn Store, until: Instant) -> Result<()> {
+/// How far behind this scheduler's clock a submitting process's clock may be (another machine's,
+/// on PostgreSQL) for its run to count as submitted during the turn.
+const SUBMITTER_CLOCK_SKEW_S: i64 = 300;
+
+/// Sleeps until `until` (the next tick), waking early when `stop` is set or when a run
+/// submitted since `turn_began` (this turn's drain started, less [`SUBMITTER_CLOCK_SKEW_S`]) is not
+/// finished yet, and is not waiting for an approval. A wake-up for anything else (on SQLite, any
+/// commit: a worker's heartbeat, a run the drain finished) is one read and back to sleep, so
+/// that runs left unfinished from before (a backfill awaiting approval) do not start a drain on
+/// every commit.
+async fn wait_for_work(
+    stop: &AtomicBool,
+    submitted: &mut Wakeups,
+    store: &dyn Store,
+    until: Instant,
+    turn_began: DateTime<Utc>,
+) -> Result<()> {
     while !stop.load(Ordering::SeqCst) && Instant::now() < until {
         let slice = STOP_POLL.min(until.saturating_duration_since(Instant::now()));
         tokio::select! {
             () = submitted.changed() => {
                 let runs = tokio::task::block_in_place(|| store.runs(RUNS_LOOKED_AT))?;
-                if runs.iter().any(|r| !r.status.is_terminal()) {
+                let since = turn_began - chrono::Duration::seconds(SUBMITTER_CLOCK_SKEW_S);
+                let new_work = |r: &tidegate_store::RunRecord| {
+                    !r.status.is_terminal() && r.status != RunStatus::AwaitingApproval && r.created_at >= since
+                };
+                if runs.iter().any(new_work) {
                     return Ok(());
                 }
             }

@@ -87,6 +87,19 @@ pub enum Report {
         /// When it ended, on the engine's clock.
         ended_at: DateTime<Utc>,
     },
+    /// The attempt was stopped because its step was cancelled while it ran: its processes were
+    /// killed, and the stop journaled (`attempt_stopped`). Nothing of it is recorded: the step is
+    /// cancelled already, and what it staged is never published.
+    Stopped {
+        /// The step.
+        step_id: String,
+        /// The lease epoch it ran under.
+        epoch: u64,
+        /// Who cancelled the step, and why.
+        reason: String,
+        /// When it ended, on the engine's clock.
+        ended_at: DateTime<Utc>,
+    },
 }
 
 impl Attempt {
@@ -206,13 +219,16 @@ impl Report {
                 }
             }
             Report::Failed { class, reason, .. } => tracing::warn!(class = ?class, reason, "attempt failed"),
+            Report::Stopped { reason, .. } => tracing::info!(reason, "attempt stopped: its step was cancelled"),
         }
     }
 
     /// The step this report is about.
     pub fn step_id(&self) -> &str {
         match self {
-            Report::Staged { step_id, .. } | Report::Failed { step_id, .. } => step_id,
+            Report::Staged { step_id, .. } | Report::Failed { step_id, .. } | Report::Stopped { step_id, .. } => {
+                step_id
+            }
         }
     }
 }
@@ -263,8 +279,16 @@ pub async fn run(attempt: Attempt, store: Arc<dyn Store>, lake: Arc<Lake>) -> Re
         attempt.heartbeat,
         attempt.lease_ttl_s,
     ));
-    let result = execute(&attempt, &store, &lake, &secrets, &redactor).await;
+    let (stop_tx, stop) = tokio::sync::watch::channel(None);
+    let watcher = tokio::spawn(crate::cancel::watch(store.clone(), step_id.clone(), epoch, stop_tx));
+    let result = execute(&attempt, &store, &lake, &secrets, &redactor, stop.clone()).await;
     heartbeat.abort();
+    watcher.abort();
+    let stopped = stop.borrow().clone();
+    if let Some(cancel) = stopped {
+        crate::cancel::record_stop(&store, &attempt, &cancel).await;
+        return Report::Stopped { step_id, epoch, reason: cancel.describe(), ended_at: clock.now() };
+    }
     // What the attempt reports is journaled and stored: the task's data or output quoted in a
     // failure or a check's detail must not carry its secrets there.
     match result {
@@ -356,14 +380,21 @@ async fn execute(
     lake: &Lake,
     secrets: &SecretEnv,
     redactor: &Secrets,
+    stop: crate::cancel::StopSignal,
 ) -> Result<(Vec<StagedVersion>, Vec<CheckResult>), Failure> {
     let staging_id = staging_id(&a.step.id, a.lease.attempt);
     let versions = match &a.task.run {
         TaskRun::Command { argv, .. } => {
             let task = TaskProcess { argv, secrets, redactor };
-            run_command(a, &task, store, lake, &staging_id).await?
+            run_command(a, &task, store, lake, &staging_id, stop).await?
         }
-        TaskRun::Sql { query } => run_sql(a, query, store, lake, &staging_id).await?,
+        // The query runs in this process: dropping it stops it.
+        TaskRun::Sql { query } => tokio::select! {
+            versions = run_sql(a, query, store, lake, &staging_id) => versions?,
+            () = crate::cancel::stopped(stop) => {
+                return Err((ErrorClass::Deterministic, "stopped: its step was cancelled".to_owned()));
+            }
+        },
     };
     crate::failpoint::hit("after-stage-output");
     let mut checks = Vec::new();
@@ -447,6 +478,7 @@ async fn run_command(
     store: &Arc<dyn Store>,
     lake: &Lake,
     staging_id: &str,
+    stop: crate::cancel::StopSignal,
 ) -> Result<Vec<StagedVersion>, Failure> {
     // The output folders, and the folder the task appends its checkpoints in (made once per
     // working folder). Made on this thread: the working folder is the process's own, on a local
@@ -473,8 +505,8 @@ async fn run_command(
         log_max_bytes: a.task.log_max_bytes,
     };
     // The process runs on its own task so that staging a checkpointed granule never stalls the
-    // reading of its output pipes or its timeout.
-    let mut process = tokio::spawn(async move { process::run(&spec).await });
+    // reading of its output pipes or its timeout. A cancel of its step kills its processes.
+    let mut process = tokio::spawn(async move { process::run_until(&spec, crate::cancel::stopped(stop)).await });
     let mut checkpoints = Checkpoints::new(a, store.clone(), lake, task.redactor);
     let mut poll = tokio::time::interval(CHECKPOINT_POLL);
     let mut copies = LogCopies::new(a, lake);
@@ -815,6 +847,8 @@ pub fn settle(
                 n_rows: versions.iter().map(|v| v.n_rows).sum(),
             }
         }
+        // Journaled by the attempt; the step is cancelled already.
+        Report::Stopped { .. } => Settlement { staged: None, events: Vec::new(), n_rows: 0 },
     }
 }
 

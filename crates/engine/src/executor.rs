@@ -810,8 +810,13 @@ impl Engine {
     ) -> Result<()> {
         // Each staged attempt's record, with the events that may follow only once it is stored.
         let mut staged: Vec<StagedRecord> = Vec::new();
+        // Attempts stopped by a cancel: their steps, cancelled elsewhere, are read back.
+        let mut stopped: Vec<String> = Vec::new();
         for report in reports {
             let Some(entry) = view.get(report.step_id()) else { continue };
+            if matches!(report, Report::Stopped { .. }) {
+                stopped.push(report.step_id().to_owned());
+            }
             // Backpressure protects a struggling dependency from load: only transient failures
             // count. A deterministic one (bad input, bad config) says nothing about load, and
             // counting it throttled a task failing on every partition down to the floor rate.
@@ -833,6 +838,9 @@ impl Engine {
                 }
                 None => events.extend(settlement.events),
             }
+        }
+        for step_id in stopped {
+            self.refresh(&step_id, view).await?;
         }
         if staged.is_empty() {
             return Ok(());

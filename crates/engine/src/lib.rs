@@ -8,6 +8,7 @@
 //! checked their lease epoch, so a paused worker that comes back cannot publish.
 
 pub mod attempt;
+pub mod cancel;
 pub mod checkpoint;
 pub mod code;
 pub mod executor;

@@ -1,6 +1,7 @@
 //! Running a command task's process: argv without a shell, an explicit environment, stdout and
 //! stderr captured to files with secret values redacted and within a size cap, and at its end
-//! (exit, timeout or cancellation) every process it started killed ([`tree`]).
+//! (exit, timeout, its step cancelled, or its attempt dropped) every process it started killed
+//! ([`tree`]).
 
 mod log;
 mod tree;
@@ -126,6 +127,20 @@ const PIPES_RECHECK: Duration = Duration::from_millis(250);
 
 /// Runs the process to completion or timeout, and then kills whatever it left running.
 pub async fn run(spec: &Spec) -> Result<Finished, Error> {
+    run_until(spec, std::future::pending()).await
+}
+
+/// How the task's own process ended, before its tree is killed.
+enum Ended {
+    Exited(std::io::Result<std::process::ExitStatus>),
+    TimedOut,
+    /// `stop` resolved first (its step was cancelled).
+    Stopped,
+}
+
+/// [`run`], ended early once `stop` resolves: the whole process tree is killed then, as at a
+/// timeout, and the process reported as killed by SIGKILL.
+pub async fn run_until(spec: &Spec, stop: impl std::future::Future<Output = ()>) -> Result<Finished, Error> {
     let (program, args) = spec.argv.split_first().ok_or(Error::EmptyArgv)?;
     // Before the first spawn: a process inherits whether an ancestor is a subreaper when forked.
     tree::become_subreaper();
@@ -148,20 +163,30 @@ pub async fn run(spec: &Spec) -> Result<Finished, Error> {
         tokio::spawn(log::capture(child.stdout.take(), stdout_log.clone(), secrets.clone(), spec.log_max_bytes, false));
     let err = tokio::spawn(log::capture(child.stderr.take(), stderr_log.clone(), secrets, spec.log_max_bytes, true));
 
-    let status = tokio::time::timeout(spec.timeout, child.wait()).await;
-    // Whether the task finished or timed out, nothing it started may outlive it: a process left
-    // behind could write into the output folder after staging, and one holding the pipes open
-    // would keep the log readers from ever finishing.
-    let alive = if matches!(status, Ok(Ok(_))) { None } else { main };
+    let ended = tokio::select! {
+        status = tokio::time::timeout(spec.timeout, child.wait()) => match status {
+            Ok(status) => Ended::Exited(status),
+            Err(_elapsed) => Ended::TimedOut,
+        },
+        () = stop => Ended::Stopped,
+    };
+    // Whether the task finished, timed out or was stopped, nothing it started may outlive it: a
+    // process left behind could write into the output folder after staging, and one holding the
+    // pipes open would keep the log readers from ever finishing.
+    let alive = if matches!(ended, Ended::Exited(Ok(_))) { None } else { main };
     let killed = tree::kill_all(alive, main, &guard.attempt());
     guard.killed = true;
-    let exit = match status {
-        Err(_elapsed) => {
+    let exit = match ended {
+        Ended::TimedOut => {
             let _ = child.wait().await;
             Exit::TimedOut
         }
-        Ok(Err(_)) => Exit::Signal { signal: Signal::SIGKILL as i32 },
-        Ok(Ok(status)) => exit_of(status),
+        Ended::Stopped => {
+            let _ = child.wait().await;
+            Exit::Signal { signal: Signal::SIGKILL as i32 }
+        }
+        Ended::Exited(Err(_)) => Exit::Signal { signal: Signal::SIGKILL as i32 },
+        Ended::Exited(Ok(status)) => exit_of(status),
     };
     // Reaped by tokio: its pid may be reused, so the guard forgets it.
     tree::disown(guard.main.take());

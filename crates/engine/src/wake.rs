@@ -2,8 +2,11 @@
 //! scheduler or worker awaits a change (a run submitted, a step leased, an attempt ended) beside
 //! its reports and timers instead of polling the store. The watch blocks, so a thread of its own
 //! waits on it and passes each change on; it ends within [`WAIT_SLICE`] of the [`Wakeups`] being
-//! dropped. On a store whose watches only sleep (SQLite) there is no thread, [`Wakeups::changed`]
-//! never resolves, and the loops poll at the pace they always had ([`Wakeups::wakes`]).
+//! dropped. On SQLite, where nothing is announced, the watch looks every
+//! [`tidegate_store::PROBE_EVERY`] whether anything was committed and [`Wakeups::changed`]
+//! resolves for any commit; loops that need to know sooner poll at the pace they always had
+//! ([`Wakeups::wakes`] is false there). On a store whose watches only sleep there is no thread and
+//! [`Wakeups::changed`] never resolves.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,8 +22,10 @@ pub const WAIT_SLICE: Duration = Duration::from_secs(1);
 /// Changes of the store, as an async loop awaits them.
 #[derive(Debug)]
 pub struct Wakeups {
-    /// Counts the changes heard; `None` when the store announces none.
+    /// Counts the changes heard; `None` when the store's watches only sleep.
     heard: Option<watch::Receiver<u64>>,
+    /// Whether changes are announced as they commit (PostgreSQL), not only noticed by a probe.
+    announced: bool,
 }
 
 impl Wakeups {
@@ -37,8 +42,9 @@ impl Wakeups {
     }
 
     fn from_watch(mut store_watch: ChangeWatch) -> Result<Self> {
-        if !store_watch.wakes() {
-            return Ok(Self { heard: None });
+        let announced = store_watch.wakes();
+        if !store_watch.notices() {
+            return Ok(Self { heard: None, announced });
         }
         let (tx, rx) = watch::channel(0u64);
         std::thread::Builder::new()
@@ -51,18 +57,19 @@ impl Wakeups {
                 }
             })
             .map_err(|e| Error::Internal(format!("starting the wake-up thread: {e}")))?;
-        Ok(Self { heard: Some(rx) })
+        Ok(Self { heard: Some(rx), announced })
     }
 
-    /// Whether [`Wakeups::changed`] resolves when a watched change commits; when false the
-    /// caller keeps polling.
+    /// Whether [`Wakeups::changed`] resolves as soon as a watched change commits; when false the
+    /// caller keeps polling at its own pace (on SQLite it resolves within
+    /// [`tidegate_store::PROBE_EVERY`] of any commit).
     pub fn wakes(&self) -> bool {
-        self.heard.is_some()
+        self.announced
     }
 
     /// Resolves once a watched change was committed since the last time it resolved (or since
-    /// the start); never, on a store that announces nothing. Cancel-safe: a change heard while
-    /// nobody awaited is reported by the next call.
+    /// the start), or on SQLite once anything was; never, on a store whose watches only sleep.
+    /// Cancel-safe: a change heard while nobody awaited is reported by the next call.
     pub async fn changed(&mut self) {
         if let Some(rx) = &mut self.heard
             && rx.changed().await.is_ok()

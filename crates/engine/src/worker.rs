@@ -5,7 +5,8 @@
 //! leases are announced), runs each attempt (heartbeating the lease as any attempt does), and
 //! writes the outcome itself (staged versions, then the checks' verdict, or the failure), fenced
 //! by the lease epoch. It never promotes, retries or publishes: those stay with the single
-//! scheduler.
+//! scheduler. An attempt whose step is cancelled meanwhile is stopped here, its processes killed
+//! (`cancel`): the worker learns of the cancel through the store.
 //!
 //! It shares nothing with the scheduler but the store and the lake: attempts write their output,
 //! logs and checkpoint files in the worker's own working folder ([`Site::work_dir`]), read their
@@ -57,6 +58,8 @@ pub struct WorkerSummary {
     pub failed: usize,
     /// Outcomes the store refused because the lease had moved on (fenced).
     pub rejected: usize,
+    /// Attempts stopped because their steps were cancelled.
+    pub stopped: usize,
 }
 
 /// One worker process.
@@ -241,6 +244,11 @@ impl Worker {
 
     /// Writes an attempt's outcome: staged versions (fenced), then the events that follow.
     async fn settle(&self, lease: Lease, report: Report, summary: &mut WorkerSummary) -> Result<()> {
+        if matches!(report, Report::Stopped { .. }) {
+            // Journaled by the attempt; the step is cancelled already.
+            summary.stopped += 1;
+            return Ok(());
+        }
         let sid = lease.step_id.clone();
         let Some(step) = self.db(move |s| s.step(&sid)).await? else { return Ok(()) };
         let run_id = step.run_id.clone();

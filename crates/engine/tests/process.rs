@@ -126,6 +126,27 @@ async fn a_cancelled_run_kills_children_that_left_the_process_group() {
 }
 
 #[tokio::test]
+async fn a_stopped_run_kills_the_whole_tree_and_reports_a_kill() {
+    // What a cancel does to a running attempt (issue 34): the timeout's path, at once.
+    let dir = tempfile::tempdir().expect("tmp");
+    let script = "setsid sleep 90.4715 > /dev/null 2>&1 < /dev/null & sleep 91.4715 & echo started; sleep 92.4715";
+    let s = spec(dir.path(), &["sh", "-c", script], 60_000);
+    let log = dir.path().join("logs").join("stdout.log");
+    let started = log.clone();
+    let stop = async move {
+        while !std::fs::read_to_string(&started).is_ok_and(|t| t.contains("started")) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let began = std::time::Instant::now();
+    let done = process::run_until(&s, stop).await.expect("runs");
+    assert_eq!(done.exit, Exit::Signal { signal: 9 });
+    assert!(began.elapsed() < Duration::from_secs(30), "it waited for the task: {:?}", began.elapsed());
+    let left = alive_with("0.4715");
+    assert!(left.is_empty(), "processes outlived their stopped attempt: {left:?}");
+}
+
+#[tokio::test]
 async fn an_orphan_that_exits_on_its_own_is_reaped() {
     // Orphans are reparented to this process (the subreaper): one that exits before its attempt
     // ends must not stay a zombie. Its program has a name of its own to be found by.

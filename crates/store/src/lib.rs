@@ -41,7 +41,7 @@ pub use error::{Error, Result};
 pub use ids::is_id_prefix;
 pub use location::Location;
 pub use model::*;
-pub use notify::{Change, ChangeWatch};
+pub use notify::{Change, ChangeWatch, PROBE_EVERY};
 pub use postgres::Postgres;
 
 /// The PostgreSQL driver's session settings and write lock, for tests that stand in for a store
@@ -292,7 +292,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// [`ChangeWatch::wait`] returns when one has. Runs submitted, steps leased to a worker
     /// process and attempts ended are announced by the transactions that make them. On
     /// PostgreSQL the first watch of a handle opens a connection that `LISTEN`s; on SQLite a
-    /// watch's waits only sleep ([`ChangeWatch::wakes`] is false) and callers keep polling.
+    /// watch opens a connection of its own and its waits return within
+    /// [`notify::PROBE_EVERY`] of any commit ([`ChangeWatch::wakes`] is false: callers that must
+    /// know sooner keep polling).
     fn watch(&self, changes: &[Change]) -> Result<ChangeWatch>;
 
     /// Takes or renews `dataset`'s maintenance lock for `owner` until `now + ttl_s`, for

@@ -7,8 +7,11 @@
 //! delivers only when (and if) the transaction commits, and each store handle that is watched
 //! keeps one connection that `LISTEN`s on the schema's channel (`tidegate.<schema>`, so schemas
 //! sharing a database do not wake each other). The listener's thread counts what it hears in a
-//! [`Feed`] shared by the handle's watches. On SQLite nothing is announced: a watch only sleeps,
-//! and callers keep polling at their own pace ([`ChangeWatch::wakes`] says which).
+//! [`Feed`] shared by the handle's watches. On SQLite nothing is announced: a watch looks every
+//! [`PROBE_EVERY`] whether another connection committed anything (SQLite's `PRAGMA data_version`
+//! on a connection of its own, SQLite's change counter: no table is read), and
+//! wakes when one did, whatever it was: a wake there means "look again", and callers that need
+//! more than [`PROBE_EVERY`] keep polling at their own pace ([`ChangeWatch::wakes`] says which).
 
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -95,33 +98,66 @@ impl Feed {
     }
 }
 
+/// How often a watch on a store that announces nothing (SQLite) looks whether anything was
+/// committed ([`Probe`]).
+pub const PROBE_EVERY: Duration = Duration::from_millis(200);
+
+/// On a store that announces nothing: a cheap look at whether any other connection committed
+/// since the last look (true), polled every [`PROBE_EVERY`] by the watch's waits. A look that
+/// fails says false: the caller's own polling is the safety net.
+pub(crate) type Probe = Box<dyn FnMut() -> bool + Send>;
+
 /// Waits for some kinds of [`Change`] committed by any process (this one included) after the
 /// watch began or after its last wait returned. Made by `Store::watch`.
-#[derive(Debug)]
 pub struct ChangeWatch {
-    /// `None` on a store that announces nothing (SQLite): waits only sleep.
+    /// `None` on a store that announces nothing (SQLite): waits probe, or only sleep.
     feed: Option<Arc<Feed>>,
+    /// Where nothing is announced: the look at whether anything was committed.
+    probe: Option<Probe>,
     watched: Vec<Change>,
     /// The counts already seen.
     seen: [u64; Change::ALL.len()],
 }
 
+impl std::fmt::Debug for ChangeWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChangeWatch")
+            .field("feed", &self.feed)
+            .field("probes", &self.probe.is_some())
+            .field("watched", &self.watched)
+            .finish_non_exhaustive()
+    }
+}
+
 impl ChangeWatch {
     /// A watch on a store that announces nothing: [`ChangeWatch::wait`] sleeps its timeout.
     pub(crate) fn sleeping(changes: &[Change]) -> Self {
-        Self { feed: None, watched: changes.to_vec(), seen: [0; Change::ALL.len()] }
+        Self { feed: None, probe: None, watched: changes.to_vec(), seen: [0; Change::ALL.len()] }
+    }
+
+    /// A watch on a store that announces nothing but can be looked at: [`ChangeWatch::wait`]
+    /// returns within [`PROBE_EVERY`] of any commit (of any kind) after the watch began.
+    pub(crate) fn probing(probe: Probe, changes: &[Change]) -> Self {
+        Self { probe: Some(probe), ..Self::sleeping(changes) }
     }
 
     /// A watch on `feed`, seeing only what it hears from now on.
     pub(crate) fn on(feed: Arc<Feed>, changes: &[Change]) -> Self {
         let seen = feed.counts();
-        Self { feed: Some(feed), watched: changes.to_vec(), seen }
+        Self { feed: Some(feed), probe: None, watched: changes.to_vec(), seen }
     }
 
-    /// Whether a wait wakes when a watched change commits (PostgreSQL), rather than only sleeping
-    /// its timeout (SQLite), in which case the caller polls as it would without a watch.
+    /// Whether a wait wakes as soon as a watched change commits (PostgreSQL), rather than
+    /// within [`PROBE_EVERY`] of any commit or only after its timeout (SQLite), in which case a
+    /// caller that needs to know sooner polls as it would without a watch.
     pub fn wakes(&self) -> bool {
         self.feed.is_some()
+    }
+
+    /// Whether a wait can return before its timeout at all: announced changes (PostgreSQL), or
+    /// any commit seen by the watch's probe (SQLite). False for a watch that only sleeps.
+    pub fn notices(&self) -> bool {
+        self.feed.is_some() || self.probe.is_some()
     }
 
     /// Whether the store handle this watch listens through is gone (its waits return at once).
@@ -130,12 +166,12 @@ impl ChangeWatch {
     }
 
     /// Blocks until a watched change committed since the watch began or its last wait returned,
-    /// or until `timeout`; true when a change woke it. On a store that announces nothing, sleeps
+    /// or until `timeout`; true when a change woke it. On a store that announces nothing, true
+    /// within [`PROBE_EVERY`] of any commit since (a change of any kind: look again), or sleeps
     /// `timeout` and returns false.
     pub fn wait(&mut self, timeout: Duration) -> bool {
         let Some(feed) = &self.feed else {
-            std::thread::sleep(timeout);
-            return false;
+            return self.probe_for(timeout);
         };
         let deadline = Instant::now() + timeout;
         let mut state = feed.state.lock().unwrap_or_else(PoisonError::into_inner);
@@ -150,6 +186,25 @@ impl ChangeWatch {
                 return false;
             }
             state = feed.heard.wait_timeout(state, left).unwrap_or_else(PoisonError::into_inner).0;
+        }
+    }
+
+    /// The wait of a watch on a store that announces nothing: a look every [`PROBE_EVERY`].
+    fn probe_for(&mut self, timeout: Duration) -> bool {
+        let Some(probe) = &mut self.probe else {
+            std::thread::sleep(timeout);
+            return false;
+        };
+        let deadline = Instant::now() + timeout;
+        loop {
+            if probe() {
+                return true;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            std::thread::sleep(PROBE_EVERY.min(left));
         }
     }
 }
@@ -255,5 +310,20 @@ mod tests {
         assert!(!runs.wait(Duration::from_secs(30)) && runs.is_closed());
         assert!(started.elapsed() < Duration::from_secs(5), "a closed feed returns at once");
         assert_eq!(Change::ALL.map(|c| Change::parse(c.as_str())), Change::ALL.map(Some));
+    }
+
+    #[test]
+    fn a_probing_watch_wakes_when_its_probe_sees_a_commit_and_sleeps_otherwise() {
+        let seen = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = seen.clone();
+        let probe: Probe = Box::new(move || flag.swap(false, std::sync::atomic::Ordering::SeqCst));
+        let mut watch = ChangeWatch::probing(probe, &[Change::RunSubmitted]);
+        assert!(watch.notices() && !watch.wakes());
+        assert!(!watch.wait(Duration::from_millis(1)), "nothing committed");
+        seen.store(true, std::sync::atomic::Ordering::SeqCst);
+        let started = Instant::now();
+        assert!(watch.wait(Duration::from_secs(30)), "a commit wakes it");
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert!(!ChangeWatch::sleeping(&[Change::RunSubmitted]).notices());
     }
 }

@@ -130,8 +130,8 @@ pub trait Driver: Send + Sync + fmt::Debug + 'static {
     /// Runs `f` on a connection for reading; each statement sees committed data.
     fn read<T: Send>(&self, f: impl FnOnce(&mut dyn Tx) -> Result<T> + Send) -> Result<T>;
 
-    /// A watch for `changes` announced by [`Tx::notify`] from now on; on a backend that announces
-    /// nothing (SQLite), one whose waits only sleep.
+    /// A watch for `changes` announced by [`Tx::notify`] from now on; by default (a backend that
+    /// announces nothing and cannot be looked at) one whose waits only sleep.
     fn watch(&self, changes: &[Change]) -> Result<ChangeWatch> {
         Ok(ChangeWatch::sleeping(changes))
     }

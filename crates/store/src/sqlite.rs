@@ -12,6 +12,7 @@ use rusqlite::config::DbConfig;
 use rusqlite::types::{ToSql, ToSqlOutput, ValueRef};
 use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior, params_from_iter};
 
+use crate::notify::{Change, ChangeWatch};
 use crate::sql::{Driver, Row, Tx, Value};
 use crate::{Backend, Error, Result};
 
@@ -131,6 +132,23 @@ impl Driver for Sqlite {
         self.give_back(conn);
         result
     }
+
+    /// A watch whose waits look at `PRAGMA data_version` on a connection of the watch's own: the
+    /// value changes when any other connection (another process, or this one's pool) commits.
+    fn watch(&self, changes: &[Change]) -> Result<ChangeWatch> {
+        let conn = open_connection(&self.path)?;
+        let mut last = data_version(&conn)?;
+        let probe = Box::new(move || match data_version(&conn) {
+            Ok(now) => std::mem::replace(&mut last, now) != now,
+            Err(_) => false,
+        });
+        Ok(ChangeWatch::probing(probe, changes))
+    }
+}
+
+/// SQLite's count of the commits other connections made, as `conn` sees it.
+fn data_version(conn: &Connection) -> Result<i64> {
+    conn.query_row("PRAGMA data_version", [], |r| r.get(0)).map_err(map_err)
 }
 
 /// A connection, inside a transaction or not (`rusqlite::Transaction` derefs to it).

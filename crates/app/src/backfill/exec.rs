@@ -192,6 +192,10 @@ pub struct Cancelled {
     pub record: BackfillRecord,
     /// Its steps that had not finished.
     pub n_steps_cancelled: usize,
+    /// Of those, the steps an attempt was running for: the process running each stops it within a
+    /// few seconds, killing every process of its task.
+    #[serde(default)]
+    pub n_attempts_stopping: usize,
 }
 
 /// Cancels a backfill and its unfinished steps. Nothing it staged is published.
@@ -222,12 +226,12 @@ pub fn cancel(ws: &Workspace, store: &dyn Store, actor: &Actor, id: &str, reason
         },
         &meta(ws, actor, reason.clone(), id),
     )?;
-    let mut n_cancelled = 0;
+    let (mut n_cancelled, mut n_attempts_stopping) = (0, 0);
     if let Some(run_id) = &record.run_id {
-        let events: Vec<StepEventRecord> = store
-            .steps(run_id)?
+        let unfinished: Vec<_> = store.steps(run_id)?.into_iter().filter(|s| !s.status().is_terminal()).collect();
+        n_attempts_stopping = unfinished.iter().filter(|s| s.status().holds_lease()).count();
+        let events: Vec<StepEventRecord> = unfinished
             .into_iter()
-            .filter(|s| !s.status().is_terminal())
             .map(|s| StepEventRecord {
                 step_id: s.id,
                 event: StepEvent::Cancelled { reason: reason.clone() },
@@ -238,7 +242,7 @@ pub fn cancel(ws: &Workspace, store: &dyn Store, actor: &Actor, id: &str, reason
         store.commit(&events)?;
     }
     crate::lineage::export(ws, store);
-    Ok(Cancelled { record, n_steps_cancelled: n_cancelled })
+    Ok(Cancelled { record, n_steps_cancelled: n_cancelled, n_attempts_stopping })
 }
 
 /// What `status` shows.

@@ -80,11 +80,14 @@ pub struct Args {
     pub json: bool,
 }
 
-/// Cancel a run: its unfinished steps stop being scheduled; what it published stays.
+/// Cancel a run: its unfinished steps and running attempts stop; what it published stays.
 ///
-/// Attempts running when it is cancelled finish, and their outcome is refused (the steps are
-/// cancelled); nothing more of the run is published. Undo what it published with `tidegate
-/// rollback --run RUN`. A backfill's run is cancelled with `tidegate backfill cancel`.
+/// Attempts running when it is cancelled are stopped within a few seconds by the process running
+/// them (a `serve`, a `run`, or a `tidegate worker` on another machine, which learn of the cancel
+/// through the store): every process the task started is killed, nothing it staged is published,
+/// and the journal records the stop (`attempt_stopped`, with who cancelled and why). Nothing more
+/// of the run is published. Undo what it published with `tidegate rollback --run RUN`. A
+/// backfill's run is cancelled with `tidegate backfill cancel`.
 #[derive(Debug, clap::Args)]
 #[command(
     after_help = "Examples:\n  tidegate cancel 0193a5c2-...\n  tidegate cancel 0193a5c2-... --reason \"wrong range\" --json"
@@ -132,6 +135,12 @@ pub(crate) fn print_cancelled(c: &Cancelled) {
         c.run_id,
         count(c.n_steps_cancelled, "unfinished step", "unfinished steps")
     );
+    if c.n_attempts_stopping > 0 {
+        say!(
+            "{} being stopped by the processes running them (within a few seconds)",
+            count(c.n_attempts_stopping, "running attempt is", "running attempts are")
+        );
+    }
     if !c.published.is_empty() {
         say!(
             "{} of its steps had already committed their publication (a process stopped before recording it); \

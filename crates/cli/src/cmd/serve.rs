@@ -215,10 +215,12 @@ pub fn worker(ws: Option<&Path>, actor: &Actor, args: WorkerArgs) -> Result<Exit
             staged = s.staged,
             failed = s.failed,
             rejected = s.rejected,
-            "tidegate worker {name}: stopped cleanly ({} staged, {} failed, {} refused as stale)",
+            stopped = s.stopped,
+            "tidegate worker {name}: stopped cleanly ({} staged, {} failed, {} refused as stale, {} stopped by a cancel)",
             s.staged,
             s.failed,
-            s.rejected
+            s.rejected,
+            s.stopped
         );
     })
 }

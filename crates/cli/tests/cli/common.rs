@@ -69,6 +69,20 @@ pub fn tidegate(dir: &Path) -> Command {
     cmd
 }
 
+/// The processes whose command line holds `marker` (a number no other process uses), as
+/// `pid: command line`. A killed process left as a zombie has none, and is not listed.
+pub fn alive_with(marker: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
+        let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if text.contains(marker) {
+            found.push(format!("{}: {text}", entry.file_name().to_string_lossy()));
+        }
+    }
+    found
+}
+
 /// The workspace's state database, read and written past Tidegate.
 pub fn state(dir: &Path) -> StateDb {
     backend::state(dir)

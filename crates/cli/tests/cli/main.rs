@@ -10,6 +10,7 @@ mod backfill;
 mod browser;
 mod browser_demo;
 mod canary;
+mod cancel;
 mod catchup;
 mod checkpoints;
 mod cluster;

@@ -182,3 +182,93 @@ fn every_log_line_of_a_request_or_an_attempt_names_it() {
 fn read(path: &std::path::Path) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
 }
+
+/// Kills process `pid` if the test fails, so that a failure leaves no server behind.
+struct KillOnPanic(u32);
+
+impl Drop for KillOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let _ = Command::new("kill").args(["-KILL", &self.0.to_string()]).status();
+        }
+    }
+}
+
+/// Issue 34, item 10: a run submitted by another process to an idle `serve` starts within
+/// seconds, not at the next tick (an hour away here), and so does one submitted over HTTP to the
+/// serve itself. PostgreSQL announces a submission; on SQLite the serve's watch notices the commit
+/// (`PRAGMA data_version`, looked at every 200 ms). On main, SQLite's serve slept until the tick.
+#[test]
+fn a_run_submitted_to_an_idle_serve_starts_within_seconds_not_at_the_next_tick() {
+    let dir = TestWorkspace::new(
+        r#"
+[project]
+name = "prompt_submit"
+
+[datasets.raw]
+partitioning = { grain = "day", start = "2024-01-01" }
+write = { mode = "replace" }
+columns = [{ name = "id", type = "int64" }]
+
+[tasks.extract]
+command = ["sh", "-c", "printf 'id\n1\n' > \"$TIDEGATE_OUTPUT_DIR/raw.csv\""]
+outputs = ["raw"]
+"#,
+    );
+    let (code, minted) =
+        crate::common::json(dir.path(), &["token", "create", "--name", "op", "--role", "operator", "--json"]);
+    assert_eq!(code, 0, "{minted}");
+    let token = minted["token"].as_str().expect("a token").to_owned();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port").local_addr().expect("addr").port();
+    let url = format!("http://127.0.0.1:{port}");
+    // `server`: through the serve's own HTTP API instead of the store.
+    let submit = |day: &str, server: Option<&str>| -> String {
+        let mut cmd = tidegate(dir.path());
+        if let Some(url) = server {
+            cmd.env_remove("TIDEGATE_SERVER").env("TIDEGATE_TOKEN", &token).args(["--server", url]);
+        }
+        let out = cmd.args(["submit", "extract", "--partition", day, "--json"]).output().expect("submit");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let submitted: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        submitted["run"]["id"].as_str().expect("a run id").to_owned()
+    };
+    let count_of = |kind: &str, run_id: &str| {
+        state(dir.path())
+            .try_rows("SELECT COUNT(*) FROM journal WHERE kind = ?1 AND run_id = ?2", &[kind, run_id])
+            .map_or(0, |rows| rows[0][0].int())
+    };
+    let wait_until_published = |run_id: &str| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while count_of("published", run_id) == 0 {
+            assert!(Instant::now() < deadline, "run {run_id} never published");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    // The first run is drained by the serve's first turn; then it sleeps until the next tick.
+    let first = submit("2024-01-01", None);
+    let serve = tidegate(dir.path())
+        .args(["serve", "--tick-every-s", "3600", "--http", &format!("127.0.0.1:{port}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn serve");
+    let _guard = KillOnPanic(serve.id());
+    wait_until_published(&first);
+
+    for (day, server, how) in [("2024-01-02", None, "by `submit`"), ("2024-01-03", Some(url.as_str()), "over HTTP")] {
+        // Idle now: its drain ended with nothing left to do.
+        std::thread::sleep(Duration::from_secs(1));
+        let run_id = submit(day, server);
+        let submitted = Instant::now();
+        // Generous for a loaded machine; the tick is an hour away.
+        while count_of("claimed", &run_id) == 0 {
+            assert!(submitted.elapsed() < Duration::from_secs(20), "the run submitted {how} waits for the next tick");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        eprintln!("the run submitted {how} was claimed {:?} after the submission returned", submitted.elapsed());
+        wait_until_published(&run_id);
+    }
+    assert!(Command::new("kill").args(["-TERM", &serve.id().to_string()]).status().expect("kill").success());
+    let out = serve.wait_with_output().expect("serve exits");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}

@@ -26,6 +26,7 @@ mod suite {
     mod backfill;
     mod browser;
     mod canary;
+    mod cancel;
     mod catchup;
     mod checkpoints;
     mod crash;

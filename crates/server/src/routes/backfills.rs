@@ -245,7 +245,8 @@ pub(crate) async fn pause(
     call(&state, move |ws, store| backfill::pause(ws, store.as_ref(), &actor, &id, body.reason.as_deref())).await
 }
 
-/// Cancels a backfill and its unfinished steps; nothing it staged is published.
+/// Cancels a backfill and its unfinished steps, stopping its running attempts within a few seconds
+/// (`n_attempts_stopping`); nothing it staged is published.
 #[utoipa::path(post, path = "/api/backfills/{id}/cancel", tag = "backfills", params(("id" = String, Path, description = "a backfill id"), KeyOptional),
     request_body = ReasonBody,
     responses((status = 200, description = "the backfill, cancelled", body = backfill::Cancelled), Errors))]

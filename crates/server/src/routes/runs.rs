@@ -159,7 +159,8 @@ pub(crate) async fn logs(
     call(&state, move |ws, store| tidegate_app::logs::attempts(ws, store.as_ref(), &actor, &selector, q.attempt)).await
 }
 
-/// Cancels a run's unfinished steps; what it published stays.
+/// Cancels a run's unfinished steps; its running attempts are stopped within a few seconds by the
+/// processes running them (`n_attempts_stopping`); what it published stays.
 #[utoipa::path(post, path = "/api/runs/{id}/cancel", tag = "runs", params(("id" = String, Path, description = "a run id"), KeyOptional),
     request_body = super::ReasonBody,
     responses((status = 200, description = "the run, cancelled", body = tidegate_app::run::Cancelled), Errors))]

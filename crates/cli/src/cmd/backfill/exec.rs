@@ -130,6 +130,12 @@ pub(crate) fn print_cancelled(r: &BackfillRecord, cancelled: &Cancelled) {
         r.id,
         count(cancelled.n_steps_cancelled, "unfinished step", "unfinished steps")
     );
+    if cancelled.n_attempts_stopping > 0 {
+        say!(
+            "{} being stopped by the processes running them (within a few seconds)",
+            count(cancelled.n_attempts_stopping, "running attempt is", "running attempts are")
+        );
+    }
 }
 
 pub(crate) fn print_report(r: &Report) {

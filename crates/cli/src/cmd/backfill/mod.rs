@@ -53,7 +53,9 @@ pub enum Command {
     Resume(exec::StartArgs),
     /// Cancel a backfill before it is published: its unfinished steps are cancelled.
     ///
-    /// Nothing it staged is published; `tidegate reconcile` removes the staged files.
+    /// Its running attempts are stopped within a few seconds by the processes running them, every
+    /// process their tasks started killed (journaled as `attempt_stopped`). Nothing it staged is
+    /// published; `tidegate reconcile` removes the staged files.
     #[command(
         after_help = "Examples:\n  tidegate backfill cancel bf-1a2b3c4d --reason \"superseded by bf-5e6f7a8b\"\n  tidegate backfill cancel bf-1a2b3c4d --json"
     )]

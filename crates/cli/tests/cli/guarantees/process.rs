@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tidegate_testkit::TestWorkspace;
 
-use crate::common::{json, tidegate};
+use crate::common::{alive_with, json, tidegate};
 
 /// A workspace with one daily dataset `out` written by task `t`, whose settings are `task`
 /// (TOML lines: at least `command`). Heartbeats every second, so a timeout of a few seconds
@@ -73,19 +73,6 @@ fn attempts(dir: &Path) -> Vec<(i64, Option<String>)> {
         .into_iter()
         .map(|row| (row[0].int(), row[1].text()))
         .collect()
-}
-
-/// The processes whose command line holds `marker` (a number no other process uses).
-fn alive_with(marker: &str) -> Vec<String> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
-        let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        if text.contains(marker) {
-            found.push(format!("{}: {text}", entry.file_name().to_string_lossy()));
-        }
-    }
-    found
 }
 
 /// Every file under `root` whose bytes contain `needle`.
