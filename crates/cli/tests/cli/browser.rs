@@ -25,6 +25,10 @@ const HOSTILE_SCRIPT: &str = "<script>window.__pwned='script';alert('script')</s
 /// shows in its sample rows.
 const HOSTILE_VALUE: &str = "<b>bold</b><img src=x onerror=window.__pwned='data'>";
 
+/// The day whose task runs for a while, logging a line at its start and one near its end: the
+/// log viewer follows it live.
+const LIVE_DAY: &str = "2024-01-09";
+
 /// The failed day: its task logs hostile lines and ends with one (the failure's reason).
 const FAILED_DAY: &str = "2024-01-07";
 
@@ -76,6 +80,9 @@ fn extract_script() -> String {
          cat <<'OUT'\nstdout says {HOSTILE_SCRIPT}\nOUT\n\
          cat >&2 <<'ERR'\nhostile log line {HOSTILE_IMG} {HOSTILE_SCRIPT}\nbad delivery {HOSTILE_IMG}\nERR\n\
          exit 65\n\
+         fi\n\
+         if [ \"$TIDEGATE_PARTITION\" = \"{LIVE_DAY}\" ]; then\n\
+         echo 'live line one' >&2; sleep 8; echo 'live line two' >&2; sleep 1\n\
          fi\n\
          cat > \"$TIDEGATE_OUTPUT_DIR/raw.csv\" <<CSV\nid,day,v,label\n1,$TIDEGATE_PARTITION,10,{HOSTILE_VALUE}\n\
          2,$TIDEGATE_PARTITION,20,{HOSTILE_VALUE}\n3,$TIDEGATE_PARTITION,30,{HOSTILE_VALUE}\nCSV\n"
@@ -373,6 +380,22 @@ impl Walk {
         assert_eq!(found["html_has_tag"], false, "{place}: hostile markup unescaped in the DOM: {found}");
     }
 
+    /// Waits until the element `css` shows `text`; panics with what it shows after `wait`.
+    fn wait_text(&mut self, css: &str, text: &str, wait: Duration) {
+        let deadline = Instant::now() + wait;
+        loop {
+            let shown = self.browser.text_of(css);
+            if shown.as_deref().is_some_and(|t| t.contains(text)) {
+                return;
+            }
+            if Instant::now() > deadline {
+                let why = self.browser.diagnosis();
+                panic!("{css} did not show {text:?} within {wait:?} (it shows {shown:?})\n{why}");
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
     /// The backfill's state as its review page shows it, normalised (`rolled back`).
     fn backfill_state(&self) -> String {
         let text = self.browser.text_of("#backfill-state").unwrap_or_default();
@@ -476,6 +499,7 @@ fn the_web_ui_in_chromium_shows_and_steers_the_workspace() {
     walk.part("a second person: a forged approve without CSRF is refused, the page's is accepted", approver);
     walk.part("publish and roll back from the page", publish_and_roll_back);
     walk.part("a run submitted twice from the form (a double click) is one run", double_submit);
+    walk.part("the log viewer follows a live attempt", live_log);
     walk.part("a viewer sees everything read-only", viewer);
 
     walk.findings.assert_none(folder, &walk.served);
@@ -760,6 +784,26 @@ fn double_submit(w: &mut Walk) {
         .collect();
     assert!(unexpected.is_empty(), "console errors: {unexpected:?}");
     w.checked("runs-submitted");
+}
+
+/// A run submitted from the form, its step's log opened while the attempt runs: the viewer shows
+/// the line logged at its start and then, without being opened again, the line logged 8 s later.
+fn live_log(w: &mut Walk) {
+    w.browser.goto(&format!("{}/#/runs", w.base()));
+    w.browser.wait_screen("runs");
+    w.browser.click_css("select#submit-task");
+    w.browser.click_css("select#submit-task option[value=\"extract\"]");
+    for field in ["input#submit-from", "input#submit-to"] {
+        let input = w.browser.find(field);
+        w.browser.type_into(&input, LIVE_DAY);
+    }
+    w.browser.click_css("form#submit-run button[type=\"submit\"]");
+    w.browser.click_css("form#submit-run .ok a");
+    w.browser.wait_screen("run");
+    w.browser.click_css("table#steps tr[data-status=\"running\"] button.log-button");
+    w.wait_text("pre#log", "live line one", Duration::from_secs(10));
+    w.checked("run-live-log");
+    w.wait_text("pre#log", "live line two", Duration::from_secs(20));
 }
 
 /// vi, a viewer, reads the same pages without a single action on them.
