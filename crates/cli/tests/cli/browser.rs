@@ -789,6 +789,10 @@ fn double_submit(w: &mut Walk) {
 /// A run submitted from the form, its step's log opened while the attempt runs: the viewer shows
 /// the line logged at its start and then, without being opened again, the line logged 8 s later.
 fn live_log(w: &mut Walk) {
+    // Through another screen: the runs screen again at the same address would keep the last
+    // submission's answer in its form.
+    w.browser.goto(&format!("{}/#/grid", w.base()));
+    w.browser.wait_screen("grid");
     w.browser.goto(&format!("{}/#/runs", w.base()));
     w.browser.wait_screen("runs");
     w.browser.click_css("select#submit-task");
