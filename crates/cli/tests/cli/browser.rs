@@ -505,7 +505,7 @@ fn the_web_ui_in_chromium_shows_and_steers_the_workspace() {
     walk.findings.assert_none(folder, &walk.served);
 }
 
-/// The page and its assets come with a Content-Security-Policy forbidding inline script and framing.
+/// Every response comes with a Content-Security-Policy forbidding inline script and framing.
 fn headers(w: &mut Walk) {
     let page = http("GET", &format!("{}/", w.base()), &[], None);
     assert_eq!(page.status, 200, "GET / serves the UI: {}", page.body);
@@ -514,6 +514,12 @@ fn headers(w: &mut Walk) {
     assert!(!csp.contains("unsafe-inline") && !csp.contains("unsafe-eval"), "CSP allows inline script: {csp:?}");
     assert!(!page.body.to_lowercase().contains("<script>"), "no inline script in the page");
     assert!(!page.body.contains("http://") && !page.body.contains("https://"), "no outside assets (offline)");
+    // Every response: an asset, an API refusal, a page that is not there.
+    for path in ["/ui/app.js", "/api/status", "/no/such/page"] {
+        let reply = http("GET", &format!("{}{path}", w.base()), &[], None);
+        let csp = reply.headers.get("content-security-policy").and_then(|v| v.to_str().ok()).unwrap_or_default();
+        assert!(csp.contains("frame-ancestors 'none'"), "GET {path} ({}) carries the CSP: {csp:?}", reply.status);
+    }
 }
 
 fn wrong_token(w: &mut Walk) {
