@@ -19,6 +19,8 @@ const SCREEN_WAIT: Duration = Duration::from_secs(30);
 const NOT_THE_UI: Duration = Duration::from_secs(3);
 /// How many times a click finds its element again after a redraw made it stale.
 const STALE_RETRIES: usize = 3;
+/// How many ports chromedriver is started on before giving up.
+const DRIVER_TRIES: usize = 3;
 /// How long chromedriver may take to answer its first `/status`.
 const DRIVER_WAIT: Duration = Duration::from_secs(20);
 /// How long one script (axe-core's run included) may take in the page.
@@ -93,6 +95,36 @@ pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").expect("a free port").local_addr().expect("its address").port()
 }
 
+/// chromedriver on a free port, answering `/status` ready: the process and its root URL. A port
+/// taken between choosing and binding it makes chromedriver exit; another port is tried then.
+fn spawn_driver(runtime: &tokio::runtime::Runtime, http: &reqwest::Client) -> (Child, String) {
+    for _ in 0..DRIVER_TRIES {
+        let port = free_port();
+        let mut driver = Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting chromedriver");
+        let root = format!("http://127.0.0.1:{port}");
+        let deadline = Instant::now() + DRIVER_WAIT;
+        while Instant::now() < deadline && driver.try_wait().is_ok_and(|exited| exited.is_none()) {
+            let status = runtime.block_on(async {
+                let answer = http.get(format!("{root}/status")).send().await.ok()?;
+                serde_json::from_str::<Value>(&answer.text().await.ok()?).ok()
+            });
+            if status.is_some_and(|s| s["value"]["ready"] == true) {
+                return (driver, root);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = driver.kill();
+        let _ = driver.wait();
+    }
+    panic!("chromedriver did not start on a free port ({DRIVER_TRIES} tries of {DRIVER_WAIT:?})");
+}
+
 impl Browser {
     /// Starts chromedriver and a headless Chromium session; `None` (after `service_missing`,
     /// which fails under CI) when Chromium, chromedriver or axe-core is missing. Screenshots go
@@ -115,14 +147,6 @@ impl Browser {
             );
             return None;
         };
-        let port = free_port();
-        let driver = Command::new("chromedriver")
-            .arg(format!("--port={port}"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("starting chromedriver");
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
         let profile = tempfile::tempdir().expect("a Chromium profile folder");
         let shots = std::env::var_os(SHOTS_VAR).map(PathBuf::from).unwrap_or_else(|| {
@@ -131,17 +155,9 @@ impl Browser {
         });
         let shots = shots.join(folder);
         std::fs::create_dir_all(&shots).expect("a folder for the screenshots");
-        let mut browser = Browser {
-            driver,
-            session: format!("http://127.0.0.1:{port}"),
-            http: reqwest::Client::new(),
-            runtime,
-            axe,
-            shots,
-            seen: Vec::new(),
-            profile,
-        };
-        browser.wait_for_driver();
+        let http = reqwest::Client::new();
+        let (driver, root) = spawn_driver(&runtime, &http);
+        let mut browser = Browser { driver, session: root, http, runtime, axe, shots, seen: Vec::new(), profile };
         let args = [
             "--headless=new".to_owned(),
             "--no-sandbox".to_owned(),
@@ -163,23 +179,6 @@ impl Browser {
         browser.session = format!("{}/session/{id}", browser.session);
         browser.call("POST", "/timeouts", &json!({"script": SCRIPT_TIMEOUT_MS, "implicit": 0}));
         Some(browser)
-    }
-
-    fn wait_for_driver(&self) {
-        let deadline = Instant::now() + DRIVER_WAIT;
-        loop {
-            if let Ok(status) = self.raw("GET", "/status", &Value::Null)
-                && status["ready"] == true
-            {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "chromedriver did not answer on {} within {DRIVER_WAIT:?}",
-                self.session
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
     }
 
     /// One WebDriver command relative to the driver's root (before a session) or the session.
