@@ -277,11 +277,21 @@ impl Findings {
             "the UI walk found:\n- failed parts:\n{}\n- axe-core serious/critical violations:\n{}\n- console errors:\n{}\n\
              (screenshots in target/ui-screenshots/{folder}/)\n--- serve's log (tail):\n{}",
             self.failed.join("\n\n"),
-            self.axe.join("\n"),
+            by_finding(&self.axe).join("\n"),
             self.console.join("\n"),
             served.log().lines().rev().take(30).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n"),
         );
     }
+}
+
+/// `screen: finding` lines grouped by finding: each once, with the screens it was found on.
+fn by_finding(lines: &[String]) -> Vec<String> {
+    let mut found: std::collections::BTreeMap<&str, Vec<&str>> = std::collections::BTreeMap::new();
+    for line in lines {
+        let (screen, finding) = line.split_once(": ").unwrap_or(("?", line));
+        found.entry(finding).or_default().push(screen);
+    }
+    found.into_iter().map(|(finding, screens)| format!("{finding}\n  on: {}", screens.join(", "))).collect()
 }
 
 /// The browser and the server the parts of the story share.
