@@ -133,7 +133,7 @@ pub fn graph(ws: &Workspace, store: &dyn Store, actor: &Actor, now: DateTime<Utc
         let failed = match spec.tasks.values().find(|t| t.outputs.contains(&d.name)) {
             Some(t) => {
                 let newest = store.newest_steps(&t.name)?;
-                newest.iter().filter(|s| matches!(s.status(), StepStatus::Failed | StepStatus::UpstreamFailed)).count()
+                newest.iter().filter(|(_, s)| matches!(s, StepStatus::Failed | StepStatus::UpstreamFailed)).count()
                     as u64
             }
             None => 0,

@@ -181,7 +181,7 @@ pub fn grid(ws: &Workspace, store: &dyn Store, actor: &Actor, query: &GridQuery,
             continue;
         }
         let newest: BTreeMap<String, StepStatus> = match &task {
-            Some(t) => store.newest_steps(t)?.into_iter().map(|s| (s.partition.clone(), s.status())).collect(),
+            Some(t) => store.newest_steps(t)?.into_iter().collect(),
             None => BTreeMap::new(),
         };
         let published = store.published_partitions(&dataset.name)?;

@@ -51,12 +51,25 @@ pub struct OverviewArgs {
     /// Keep the temp folder (its path is printed) instead of removing it.
     #[arg(long)]
     pub keep: bool,
+    /// Measure over the store a kept earlier run left in DIR instead of building one.
+    #[arg(long, value_name = "DIR")]
+    pub reuse: Option<std::path::PathBuf>,
 }
 
 pub fn run(args: OverviewArgs) -> Result<std::process::ExitCode> {
     ensure!(args.steps >= DATASETS * DAYS && args.repeats >= 1, "--steps must be at least {}", DATASETS * DAYS);
-    let scratch = Scratch::new(args.keep)?;
-    let (ws, store) = prepare(&scratch.path, &args)?;
+    let scratch;
+    let (ws, store) = match &args.reuse {
+        Some(dir) => {
+            let ws = ws_mod::load(Some(dir))?;
+            let store = ws.open_store()?;
+            (ws, store)
+        }
+        None => {
+            scratch = Scratch::new(args.keep)?;
+            prepare(&scratch.path, &args)?
+        }
+    };
     let counts = store.step_counts()?;
     progress(&format!("store ready ({counts:?}); answering"));
     let actor = os_account();
@@ -79,6 +92,14 @@ pub fn run(args: OverviewArgs) -> Result<std::process::ExitCode> {
     let page = time(&|| cells(90).map(drop))?;
     let whole = time(&|| cells(365).map(drop))?;
     let debt = time(&|| status::debt(&ws, store.as_ref(), &actor, ws.now()).map(drop))?;
+    // Where the grid's time goes: its parts, each alone.
+    let tasks: Vec<String> = ws.spec.tasks.keys().cloned().collect();
+    let datasets: Vec<String> = ws.spec.datasets.keys().cloned().collect();
+    let newest = time(&|| tasks.iter().try_for_each(|t| store.newest_steps(t).map(drop).map_err(Into::into)))?;
+    let published =
+        time(&|| datasets.iter().try_for_each(|d| store.published_partitions(d).map(drop).map_err(Into::into)))?;
+    let stale = time(&|| tidegate_app::stale::stale(&ws, store.as_ref(), &actor, None).map(drop))?;
+    let decide = time(&|| tidegate_app::schedule::decide(&ws.spec, store.as_ref(), ws.now()).map(drop))?;
     let report = json!({
         "benchmark": "overview",
         "command": command_line(),
@@ -92,6 +113,12 @@ pub fn run(args: OverviewArgs) -> Result<std::process::ExitCode> {
         "grid_90_columns": stats(&page, n90),
         "grid_365_columns": stats(&whole, n365),
         "baseline_status_debt": stats(&debt, 0),
+        "parts": {
+            "newest_steps_per_task": stats(&newest, 0),
+            "published_partitions_per_dataset": stats(&published, 0),
+            "stale": stats(&stale, 0),
+            "schedule_decide": stats(&decide, 0),
+        },
     });
     print(&report, args.json);
     Ok(std::process::ExitCode::SUCCESS)

@@ -5,14 +5,20 @@
 
 use std::collections::BTreeMap;
 
-use tidegate_core::state::Step;
-
 use crate::codec::from_json;
 use crate::sql::Tx;
 use crate::{Result, VisibleBuild, VisiblePartition};
 
 /// The partition a rollback's item names when it restored a whole table.
 const WHOLE_TABLE: &str = "*";
+
+/// The part of a step's state a build needs: the inputs it pinned (decoding only this, not the
+/// whole state, keeps a pass over a big dataset's release items cheap).
+#[derive(serde::Deserialize)]
+struct Pins {
+    #[serde(default)]
+    pinned: Vec<tidegate_core::idempotency::PinnedInput>,
+}
 
 /// One release item, with the step behind it (none for a rollback).
 struct Item {
@@ -55,7 +61,7 @@ pub(crate) fn visible_builds(tx: &mut dyn Tx, dataset: &str) -> Result<Vec<Visib
         };
         let build = match (row.opt_text(4)?, row.opt_text(5)?, row.opt_text(6)?) {
             (Some(step_id), Some(task), Some(state)) => {
-                let state: Step = from_json(&format!("the state of step {step_id}"), &state)?;
+                let state: Pins = from_json(&format!("the state of step {step_id}"), &state)?;
                 Some(VisibleBuild { step_id, task, inputs: state.pinned, code_version: row.opt_text(7)? })
             }
             _ => None,

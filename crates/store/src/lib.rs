@@ -262,10 +262,10 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn put_metric(&self, name: &str, value: &serde_json::Value, now: DateTime<Utc>) -> Result<()>;
     /// Every gauge with when it was last set, by name.
     fn metrics(&self) -> Result<Vec<(String, serde_json::Value, DateTime<Utc>)>>;
-    /// The newest step of each partition of `task` (by partition key), leaving out steps that say
-    /// nothing about the partition's data (skipped, superseded, cancelled): what the web UI's
-    /// overview colours a partition by.
-    fn newest_steps(&self, task: &str) -> Result<Vec<StepRecord>>;
+    /// The status of the newest step of each partition of `task` (by partition key), leaving out
+    /// steps that say nothing about the partition's data (skipped, superseded, cancelled): what
+    /// the web UI's overview colours a partition by.
+    fn newest_steps(&self, task: &str) -> Result<Vec<(String, tidegate_core::state::StepStatus)>>;
     /// The steps of `task` for `partition`, newest first, at most `limit`.
     fn partition_steps(&self, task: &str, partition: &str, limit: u32) -> Result<Vec<StepRecord>>;
     /// Attempts started at or after `since`, newest first, at most `limit`, each with its task.

@@ -31,6 +31,7 @@ const WORKER_INSTANCES: &str = include_str!("../migrations/0012_worker_instances
 const RESTORED_VERSIONS: &str = include_str!("../migrations/0013_restored_versions.sql");
 const STEP_CODE_VERSIONS: &str = include_str!("../migrations/0014_step_code_versions.sql");
 const UNCHANGED_RELEASE_ITEMS: &str = include_str!("../migrations/0015_unchanged_release_items.sql");
+const STEPS_NEWEST_PER_PARTITION: &str = include_str!("../migrations/0016_steps_newest_per_partition.sql");
 
 /// Every migration, in order. Never edit one that has shipped: add the next number instead.
 const MIGRATIONS: &[Migration] = &[
@@ -58,6 +59,12 @@ const MIGRATIONS: &[Migration] = &[
         name: "unchanged_release_items",
         sqlite: UNCHANGED_RELEASE_ITEMS,
         postgres: UNCHANGED_RELEASE_ITEMS,
+    },
+    Migration {
+        version: 16,
+        name: "steps_newest_per_partition",
+        sqlite: STEPS_NEWEST_PER_PARTITION,
+        postgres: STEPS_NEWEST_PER_PARTITION,
     },
 ];
 

@@ -3,6 +3,7 @@
 //! scheduler already keeps (`steps_by_task_partition`, `attempts`' primary key).
 
 use chrono::{DateTime, Utc};
+use tidegate_core::state::StepStatus;
 
 use crate::codec::fmt_ts;
 use crate::sql::Tx;
@@ -13,14 +14,23 @@ use crate::{AttemptRecord, Result, StepRecord};
 /// the work, or an operator stopped it before it did anything visible.
 const SILENT: &str = "('skipped', 'superseded', 'cancelled')";
 
-/// The body of [`crate::Store::newest_steps`].
-pub(crate) fn newest_steps(tx: &mut dyn Tx, task: &str) -> Result<Vec<StepRecord>> {
+/// The body of [`crate::Store::newest_steps`]: read from the index `steps_newest_per_partition`
+/// alone (migration 0016), no step's state decoded.
+pub(crate) fn newest_steps(tx: &mut dyn Tx, task: &str) -> Result<Vec<(String, StepStatus)>> {
     let sql = format!(
-        "SELECT {STEP_COLUMNS} FROM (SELECT {STEP_COLUMNS}, ROW_NUMBER() OVER (PARTITION BY partition_key \
-         ORDER BY created_at DESC, id DESC) AS newest FROM steps WHERE task = ?1 AND status NOT IN {SILENT}) t \
-         WHERE newest = 1 ORDER BY partition_key"
+        "SELECT partition_key, status FROM (SELECT partition_key, status, ROW_NUMBER() OVER (PARTITION BY \
+         partition_key ORDER BY created_at DESC, id DESC) AS newest FROM steps WHERE task = ?1 AND status NOT IN \
+         {SILENT}) t WHERE newest = 1 ORDER BY partition_key"
     );
-    tx.query(&sql, &[task.into()])?.iter().map(step_from_row).collect()
+    tx.query(&sql, &[task.into()])?
+        .iter()
+        .map(|row| {
+            let status = row.text(1)?;
+            let status = StepStatus::parse(&status)
+                .ok_or_else(|| crate::Error::Corrupt(format!("a step of {task} has the unknown status {status:?}")))?;
+            Ok((row.text(0)?, status))
+        })
+        .collect()
 }
 
 /// The body of [`crate::Store::partition_steps`].

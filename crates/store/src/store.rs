@@ -402,7 +402,7 @@ impl<D: Driver> Store for SqlStore<D> {
             .map_err(|e| e.context("reading what built a dataset's partitions"))
     }
 
-    fn newest_steps(&self, task: &str) -> Result<Vec<StepRecord>> {
+    fn newest_steps(&self, task: &str) -> Result<Vec<(String, tidegate_core::state::StepStatus)>> {
         self.driver
             .read(|tx| crate::overview::newest_steps(tx, task))
             .map_err(|e| e.context(&format!("reading the newest steps of task {task}")))
