@@ -83,7 +83,7 @@ export async function show(root, [id], ctx) {
       h('p', {}, h('span', { id: 'run-state' }, badge(run.status)), ' ', run.request.target, ' · ',
         span(run.request.partitions), ' · ', run.request.trigger, ' · requested by ', run.request.requester,
         ' · ', time(run.created_at)),
-      actions(run, finished, () => ctx.reload()));
+      actions(run, finished, () => ctx.reload(), failures.length > 0));
     fill(failuresBox, failures.length === 0 ? h('p', { class: 'muted' }, 'None.') :
       h('ul', { id: 'failures' }, failures.map((f) => {
         const step = byName.get(f.step);
@@ -106,9 +106,24 @@ export async function show(root, [id], ctx) {
   ctx.every(3000, () => { if (!finished) load().catch(() => {}); });
 }
 
-function actions(run, finished, ctxReload) {
+function actions(run, finished, ctxReload, failed) {
   if (!may('operator')) return null;
   const buttons = [];
+  if (finished && failed) {
+    buttons.push(h('button', { type: 'button', 'data-action': 'rerun', class: 'primary', onclick: async () => {
+      const downstream = h('input', { type: 'checkbox', id: 'rerun-downstream' });
+      const ok = await confirmDialog('Re-run the failed steps?', h('div', {},
+        h('p', {}, 'A new run, linked to this one, rebuilds the partitions whose steps failed.'),
+        h('label', { for: 'rerun-downstream' }, downstream, ' also rebuild what reads them (downstream)')), { yes: 'Re-run' });
+      if (!ok) return;
+      try {
+        const r = await act(`rerun:${run.id}:${downstream.checked}`, 'POST', `/api/runs/${encodeURIComponent(run.id)}/rerun`,
+          { failed: true, downstream: downstream.checked, reason: ok.reason || null });
+        const id = r && (r.run_id || (r.run && r.run.id));
+        if (id) location.hash = route('runs', id); else ctxReload();
+      } catch (e) { showError(e); }
+    } }, 'Re-run failed'));
+  }
   if (!finished) {
     buttons.push(h('button', { type: 'button', 'data-action': 'cancel', class: 'danger', onclick: async () => {
       const ok = await confirmDialog('Cancel this run?', h('p', {}, 'Steps not yet published stop; what is published stays.'));
