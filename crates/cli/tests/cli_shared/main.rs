@@ -39,6 +39,7 @@ mod suite {
     mod pointer;
     mod python_helper;
     mod remote;
+    mod rerun;
     mod retries;
     mod rewrites;
     mod runs;
