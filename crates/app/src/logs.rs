@@ -395,8 +395,17 @@ pub struct LogText {
     pub text: String,
 }
 
+/// Where [`text`] starts reading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    /// At this byte offset.
+    Offset(u64),
+    /// This many bytes before the log's end (the end of a failed attempt's log).
+    Tail(u64),
+}
+
 /// Up to [`READ_BYTES_MAX`] bytes of `stream` of attempt `attempt` (the newest unless given) of
-/// step `step_id`, from byte `from`.
+/// step `step_id`, from where `start` says.
 pub fn text(
     ws: &Workspace,
     store: &dyn Store,
@@ -404,7 +413,7 @@ pub fn text(
     step_id: &str,
     attempt: Option<u32>,
     stream: &str,
-    from: u64,
+    start: Start,
 ) -> Result<LogText> {
     require(actor, Access::Read)?;
     if !matches!(stream, "stdout" | "stderr") {
@@ -417,7 +426,7 @@ pub fn text(
     let selector = Selector::Step(step.id.clone());
     let n = attempt.unwrap_or(step.state.attempt);
     let status = step.status();
-    let empty = |n| LogText {
+    let empty = |n, from| LogText {
         step_id: step.id.clone(),
         attempt: n,
         stream: stream.to_owned(),
@@ -428,11 +437,19 @@ pub fn text(
         size: 0,
         text: String::new(),
     };
+    let at = match start {
+        Start::Offset(at) => at,
+        Start::Tail(_) => 0,
+    };
     if n == 0 {
-        return Ok(empty(0));
+        return Ok(empty(0, at));
     }
     let found = logs.attempts(store, actor, &selector, Some(n))?;
-    let Some(file) = found.first().and_then(|a| stream_of(a, stream)).cloned() else { return Ok(empty(n)) };
+    let Some(file) = found.first().and_then(|a| stream_of(a, stream)).cloned() else { return Ok(empty(n, at)) };
+    let from = match start {
+        Start::Offset(at) => at,
+        Start::Tail(n) => file.size().saturating_sub(n),
+    };
     let (bytes, next, size) = logs.read(&file, from)?;
-    Ok(LogText { text: String::from_utf8_lossy(&bytes).into_owned(), next, size, ..empty(n) })
+    Ok(LogText { text: String::from_utf8_lossy(&bytes).into_owned(), next, size, ..empty(n, from) })
 }

@@ -244,9 +244,5 @@ pub fn steps(store: &dyn Store, actor: &Actor, run_id: &str) -> Result<Vec<StepR
 }
 
 fn line(store: &dyn Store, run: RunRecord) -> Result<crate::status::RunStatusLine> {
-    let mut steps = std::collections::BTreeMap::new();
-    for s in store.steps(&run.id)? {
-        *steps.entry(s.status().to_string()).or_insert(0) += 1;
-    }
-    Ok(crate::status::RunStatusLine { run, steps })
+    crate::status::RunStatusLine::of(store, run)
 }

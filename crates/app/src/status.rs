@@ -25,6 +25,14 @@ pub struct RunStatusLine {
     pub steps: BTreeMap<String, u32>,
 }
 
+impl RunStatusLine {
+    /// `run` with its steps counted by status (counted by the store, no step read).
+    pub fn of(store: &dyn Store, run: RunRecord) -> Result<RunStatusLine> {
+        let steps = store.run_step_counts(&run.id)?;
+        Ok(RunStatusLine { run, steps })
+    }
+}
+
 /// The workspace's recent runs and what it owes.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -141,11 +149,7 @@ pub fn status(ws: &Workspace, store: &dyn Store, actor: &Actor, limit: u32, now:
     require(actor, Access::Read)?;
     let mut runs = Vec::new();
     for run in store.runs(limit)? {
-        let mut steps = BTreeMap::new();
-        for s in store.steps(&run.id)? {
-            *steps.entry(s.status().to_string()).or_insert(0) += 1;
-        }
-        runs.push(RunStatusLine { run, steps });
+        runs.push(RunStatusLine::of(store, run)?);
     }
     let debt = debt(ws, store, actor, now)?;
     Ok(Status { project: ws.spec.project.name.clone(), state: ws.state.to_string(), runs, debt })

@@ -37,6 +37,11 @@ pub(crate) struct HttpArgs {
     /// a dashboard polls about once a second).
     #[arg(long, default_value_t = 0)]
     think_ms: u64,
+    /// Clients poll what the web UI's screens poll (the overview grid, the status, the runs and
+    /// the graph, in turn) instead of `/api/status` and `/api/runs`: with `--clients 50
+    /// --think-ms 5000`, fifty open UIs.
+    #[arg(long)]
+    ui: bool,
     /// Rounds (each: W(N) without the load, then with it).
     #[arg(long, default_value_t = 3)]
     repeats: usize,
@@ -70,7 +75,8 @@ pub(crate) fn run(args: &HttpArgs) -> Result<std::process::ExitCode> {
         let clients: Vec<_> = (0..args.clients)
             .map(|i| {
                 let (stop, token, think) = (stop.clone(), token.clone(), Duration::from_millis(args.think_ms));
-                std::thread::spawn(move || client(addr, &token, i, think, &stop))
+                let paths = if args.ui { UI_PATHS } else { DASHBOARD_PATHS };
+                std::thread::spawn(move || client(addr, &token, i, think, paths, &stop))
             })
             .collect();
         std::thread::sleep(Duration::from_millis(500));
@@ -105,6 +111,7 @@ pub(crate) fn run(args: &HttpArgs) -> Result<std::process::ExitCode> {
         "n": args.n,
         "clients": args.clients,
         "think_ms": args.think_ms,
+        "reads": if args.ui { "web UI screens" } else { "status and runs" },
         "w_quiet_s": q,
         "w_loaded_s": l,
         "w_quiet_tasks_per_s": tasks / q,
@@ -227,14 +234,21 @@ struct ClientStats {
     failed: u64,
 }
 
-/// Reads `/api/status` and `/api/runs` in turn over one kept-alive connection until `stop`;
-/// a connection the server closes is reopened (and the request counted as failed).
-fn client(addr: SocketAddr, token: &str, i: usize, think: Duration, stop: &AtomicBool) -> ClientStats {
+/// What a dashboard reads.
+const DASHBOARD_PATHS: &[&str] = &["/api/status", "/api/runs?limit=20"];
+/// What the web UI's screens poll: the overview (its first page, partitions with activity), the
+/// operations screen's status, the runs screen and the graph.
+const UI_PATHS: &[&str] =
+    &["/api/grid?columns=90&activity=true", "/api/status?limit=1", "/api/runs?limit=100", "/api/graph"];
+
+/// Reads `paths` in turn over one kept-alive connection until `stop`; a connection the server
+/// closes is reopened (and the request counted as failed).
+fn client(addr: SocketAddr, token: &str, i: usize, think: Duration, paths: &[&str], stop: &AtomicBool) -> ClientStats {
     let mut stats = ClientStats::default();
     let mut conn: Option<BufReader<TcpStream>> = None;
     let mut k = i;
     while !stop.load(Ordering::Relaxed) {
-        let path = if k.is_multiple_of(2) { "/api/status" } else { "/api/runs?limit=20" };
+        let path = paths[k % paths.len()];
         k += 1;
         let started = Instant::now();
         let ok = conn

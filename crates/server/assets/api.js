@@ -58,8 +58,21 @@ export function intent(what) {
   return { key, done() { sessionStorage.removeItem(slot); } };
 }
 
-/** Does `what` once per intent: sends the change under its key and forgets the key once answered. */
-export async function act(what, method, path, body) {
+const inflight = new Map();
+
+/**
+ * Does `what` once per intent: sends the change under its key and forgets the key once answered.
+ * The same intent asked again while its request is in flight (a double click, a form submitted
+ * twice) gets that request's answer instead of a second request.
+ */
+export function act(what, method, path, body) {
+  if (inflight.has(what)) return inflight.get(what);
+  const p = send(what, method, path, body).finally(() => inflight.delete(what));
+  inflight.set(what, p);
+  return p;
+}
+
+async function send(what, method, path, body) {
   const i = intent(what);
   try {
     const result = await change(method, path, body, i.key);

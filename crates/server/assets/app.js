@@ -89,7 +89,11 @@ async function render() {
     error.textContent = e instanceof ApiError ? e.message : `Something went wrong: ${e.message || e}`;
     console.warn(e);
   }
-  if (token === generation) main.dataset.ready = 'true';
+  if (token === generation) {
+    main.dataset.ready = 'true';
+    // When the screen had its data, for whoever measures (BENCHMARKS.md, first render).
+    performance.mark(`tidegate:ready:${name}`);
+  }
 }
 
 /** Shows an error of an action (not of loading) in #error. */

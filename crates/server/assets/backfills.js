@@ -107,7 +107,7 @@ function actions(report, path, requester, ctx) {
     if (s === 'staged' || s === 'approved') buttons.push(button('compare', 'Compare again', run('compare', 'POST', `${path}/compare`, () => undefined)));
   }
   if (may('approver') && !requester && s === 'staged' && report.comparison_hash) {
-    buttons.push(button('approve', 'Approve', run('approve', 'POST', `${path}/approve`, () => ({ comparison: report.comparison_hash }),
+    buttons.push(button('approve', 'Approve', run('approve', 'POST', `${path}/approve`, () => ({ comparison: report.comparison_hash, comment: comment.value.trim() || null }),
       { title: 'Approve this backfill?', body: h('p', {}, `You approve comparison ${String(report.comparison_hash).slice(0, 12)} as reviewed. Publication stays a separate step.`), yes: 'Approve' }), 'primary'));
     buttons.push(button('reject', 'Reject', run('reject', 'POST', `${path}/cancel`, () => ({ reason: `rejected in review by ${me.actor}: ${comment.value.trim() || 'no comment'}` }),
       { title: 'Reject this backfill?', body: h('p', {}, 'It is cancelled and its staged output discarded; the published data stays as it is.'), yes: 'Reject' }), 'danger'));

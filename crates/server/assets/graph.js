@@ -33,7 +33,8 @@ function render(g) {
   const critical = new Set(g.critical_path);
   const width = 20 + Math.max(1, layers.size) * (W + GAP_X);
   const height = 20 + maxRows * (H + GAP_Y);
-  const svg = h('svg:svg', { id: 'graph', width, height, viewBox: `0 0 ${width} ${height}`, role: 'img',
+  // A group, not an image: its dataset nodes are links (an image's children are not focusable).
+  const svg = h('svg:svg', { id: 'graph', width, height, viewBox: `0 0 ${width} ${height}`, role: 'group',
     'aria-label': `Dependency graph of ${g.nodes.length} tasks and datasets; critical path ${g.critical_path.join(' → ')}` });
   for (const e of g.edges) {
     const a = pos.get(e.from);

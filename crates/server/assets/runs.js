@@ -60,41 +60,50 @@ function submitForm(tasks) {
 }
 
 export async function show(root, [id], ctx) {
-  const [run, steps, attempts, failures] = await Promise.all([
-    get(`/api/runs/${encodeURIComponent(id)}`),
-    get(`/api/runs/${encodeURIComponent(id)}/steps`),
-    get(`/api/runs/${encodeURIComponent(id)}/attempts`),
-    get(`/api/runs/${encodeURIComponent(id)}/failures`),
-  ]);
+  const base = `/api/runs/${encodeURIComponent(id)}`;
+  // The parts a live run refreshes; the log viewer is left alone so that it keeps following.
+  const head = h('div');
+  const failuresBox = h('div');
+  const timelineBox = h('div');
+  const stepsBox = h('div');
   const viewer = h('section', { id: 'log-viewer' });
-  const byName = new Map(steps.map((s) => [s.name, s]));
-  const openLog = (step, attempt) => followLog(viewer, step, attempt, ctx);
-  const finished = ['succeeded', 'failed', 'cancelled', 'partially_failed'].includes(run.status);
-  fill(root,
-    h('h1', {}, 'Run ', h('span', { class: 'mono' }, run.id)),
-    h('p', {}, h('span', { id: 'run-state' }, badge(run.status)), ' ', run.request.target, ' · ',
-      span(run.request.partitions), ' · ', run.request.trigger, ' · requested by ', run.request.requester,
-      ' · ', time(run.created_at)),
-    actions(run, finished, () => ctx.reload()),
-    h('h2', {}, 'Failures'),
-    failures.length === 0 ? h('p', { class: 'muted' }, 'None.') :
+  fill(root, head, h('h2', {}, 'Failures'), failuresBox, h('h2', {}, 'Timeline'), timelineBox,
+    h('h2', {}, 'Steps'), stepsBox, viewer);
+  let finished = false;
+  const load = async () => {
+    const [run, steps, attempts, failures] = await Promise.all([
+      get(base), get(`${base}/steps`), get(`${base}/attempts`), get(`${base}/failures`),
+    ]);
+    if (!ctx.current()) return;
+    const byName = new Map(steps.map((s) => [s.name, s]));
+    const openLog = (step, attempt) => followLog(viewer, step, attempt, ctx);
+    finished = ['succeeded', 'failed', 'cancelled', 'partially_failed'].includes(run.status);
+    fill(head,
+      h('h1', {}, 'Run ', h('span', { class: 'mono' }, run.id)),
+      h('p', {}, h('span', { id: 'run-state' }, badge(run.status)), ' ', run.request.target, ' · ',
+        span(run.request.partitions), ' · ', run.request.trigger, ' · requested by ', run.request.requester,
+        ' · ', time(run.created_at)),
+      actions(run, finished, () => ctx.reload()));
+    fill(failuresBox, failures.length === 0 ? h('p', { class: 'muted' }, 'None.') :
       h('ul', { id: 'failures' }, failures.map((f) => {
         const step = byName.get(f.step);
+        const tail = h('pre', { class: 'log-tail', hidden: true });
+        if (step && step.state.attempt > 0) showTail(step, tail);
         return h('li', { 'data-step': step ? step.id : f.step },
           h('strong', {}, f.step), ` (${plural(f.attempts, 'attempt')}): `, h('span', { class: 'reason' }, f.reason), ' ',
-          step ? h('a', { class: 'log-link', href: '#log-viewer', onclick: (e) => { e.preventDefault(); openLog(step, null); } }, 'log') : null);
-      })),
-    h('h2', {}, 'Timeline'),
-    timeline(run, steps, attempts),
-    h('h2', {}, 'Steps'),
-    table({ id: 'steps' }, ['Step', 'Partition', 'Status', 'Attempts', 'Pool', 'Updated', 'Log'],
+          step ? h('a', { class: 'log-link', href: '#log-viewer', onclick: (e) => { e.preventDefault(); openLog(step, null); } }, 'whole log') : null,
+          tail);
+      })));
+    fill(timelineBox, timeline(run, steps, attempts));
+    fill(stepsBox, table({ id: 'steps' }, ['Step', 'Partition', 'Status', 'Attempts', 'Pool', 'Updated', 'Log'],
       steps.map((s) => ({
         attrs: { 'data-step': s.id, 'data-status': s.state.status },
         cells: [s.task, s.partition, badge(s.state.status), String(s.state.attempt), s.pool, time(s.updated_at),
           s.state.attempt > 0 ? h('button', { type: 'button', class: 'log-button', onclick: () => openLog(s, null) }, 'log') : ''],
-      }))),
-    viewer);
-  if (!finished) ctx.every(3000, () => ctx.reload());
+      }))));
+  };
+  await load();
+  ctx.every(3000, () => { if (!finished) load().catch(() => {}); });
 }
 
 function actions(run, finished, ctxReload) {
@@ -156,6 +165,19 @@ function timeline(run, steps, attempts) {
   const more = steps.length > shown.length ? h('p', { class: 'muted' }, `The first ${shown.length} of ${steps.length} steps.`) : null;
   return h('div', { class: 'timeline' }, svg, more,
     h('p', { class: 'muted' }, 'Grey: waiting to start. Bars: attempts (green succeeded, red failed, blue running). Diamond: published.'));
+}
+
+/** The end of a failed step's standard error, under its reason. */
+async function showTail(step, pre) {
+  try {
+    const piece = await get(`/api/steps/${encodeURIComponent(step.id)}/log?stream=stderr&tail=1024`);
+    if (piece.text) {
+      pre.textContent = (piece.from > 0 ? '…' : '') + piece.text;
+      pre.hidden = false;
+    }
+  } catch (e) {
+    // The reason stays; the log's end is a convenience.
+  }
 }
 
 /** Shows a step's log, attempt by attempt, and follows it while the step runs. */

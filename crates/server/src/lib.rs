@@ -28,7 +28,7 @@ use tidegate_app::workspace::Workspace;
 use tidegate_store::Store;
 
 pub use openapi::document;
-pub use polled::POLLED_TTL;
+pub use polled::{POLLED_TTL, POLLED_UI_TTL};
 pub use problem::Problem;
 pub use ui::weight_gzipped as ui_weight_gzipped;
 

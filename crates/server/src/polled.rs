@@ -18,11 +18,17 @@ use tokio::sync::OnceCell;
 /// routes that summarise, none on the routes that name one run, step or backfill.
 pub const POLLED_TTL: Duration = Duration::from_secs(1);
 
+/// How long the web UI's heavier answers (`/api/grid`, `/api/graph`: a pass over every dataset's
+/// publications and staleness) are served: as long as the page waits between two looks, so that
+/// any number of open pages costs one computation per interval (BENCHMARKS.md, http load with
+/// `--ui`). A change made through this server still forgets them at once.
+pub const POLLED_UI_TTL: Duration = Duration::from_secs(5);
+
 /// The most answers kept at once (one per route and query string); beyond it the oldest go.
 const POLLED_ENTRIES_MAX: usize = 1_024;
 
-/// An answer (its JSON, once computed) and when its computation started.
-type Entry = (Instant, Arc<OnceCell<Bytes>>);
+/// An answer (its JSON, once computed), when its computation started and how long it is served.
+type Entry = (Instant, Duration, Arc<OnceCell<Bytes>>);
 
 /// Answers by route and query string.
 #[derive(Debug, Default)]
@@ -32,24 +38,24 @@ pub(crate) struct Polled {
 
 impl Polled {
     /// The cell holding (or about to hold) the answer for `key`: the current one while it is
-    /// younger than [`POLLED_TTL`], a new one otherwise.
-    pub(crate) fn cell(&self, key: &str, now: Instant) -> Arc<OnceCell<Bytes>> {
+    /// younger than `ttl` ([`POLLED_TTL`] or [`POLLED_UI_TTL`]), a new one otherwise.
+    pub(crate) fn cell(&self, key: &str, ttl: Duration, now: Instant) -> Arc<OnceCell<Bytes>> {
         let mut entries = self.entries.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some((born, cell)) = entries.get(key)
-            && now.duration_since(*born) < POLLED_TTL
+        if let Some((born, kept, cell)) = entries.get(key)
+            && now.duration_since(*born) < *kept
         {
             return cell.clone();
         }
         if entries.len() >= POLLED_ENTRIES_MAX {
-            entries.retain(|_, (born, _)| now.duration_since(*born) < POLLED_TTL);
+            entries.retain(|_, (born, kept, _)| now.duration_since(*born) < *kept);
         }
         if entries.len() >= POLLED_ENTRIES_MAX
-            && let Some(oldest) = entries.iter().min_by_key(|(_, (born, _))| *born).map(|(k, _)| k.clone())
+            && let Some(oldest) = entries.iter().min_by_key(|(_, (born, _, _))| *born).map(|(k, _)| k.clone())
         {
             entries.remove(&oldest);
         }
         let cell = Arc::new(OnceCell::new());
-        entries.insert(key.to_owned(), (now, cell.clone()));
+        entries.insert(key.to_owned(), (now, ttl, cell.clone()));
         cell
     }
 }
@@ -85,12 +91,18 @@ mod tests {
     fn an_answer_is_shared_until_it_is_a_second_old_and_the_table_stays_bounded() {
         let polled = Polled::default();
         let t0 = Instant::now();
-        let first = polled.cell("/api/status", t0);
-        assert!(Arc::ptr_eq(&first, &polled.cell("/api/status", t0 + Duration::from_millis(999))));
-        assert!(!Arc::ptr_eq(&first, &polled.cell("/api/runs", t0)), "another route, another answer");
-        assert!(!Arc::ptr_eq(&first, &polled.cell("/api/status", t0 + POLLED_TTL)), "a second later, computed anew");
+        let first = polled.cell("/api/status", POLLED_TTL, t0);
+        assert!(Arc::ptr_eq(&first, &polled.cell("/api/status", POLLED_TTL, t0 + Duration::from_millis(999))));
+        assert!(!Arc::ptr_eq(&first, &polled.cell("/api/runs", POLLED_TTL, t0)), "another route, another answer");
+        let later = polled.cell("/api/status", POLLED_TTL, t0 + POLLED_TTL);
+        assert!(!Arc::ptr_eq(&first, &later), "a second later, computed anew");
+        let grid = polled.cell("/api/grid", POLLED_UI_TTL, t0);
+        assert!(
+            Arc::ptr_eq(&grid, &polled.cell("/api/grid", POLLED_UI_TTL, t0 + Duration::from_secs(4))),
+            "kept longer"
+        );
         for i in 0..3 * POLLED_ENTRIES_MAX {
-            polled.cell(&format!("/api/runs?cursor={i}"), t0 + POLLED_TTL);
+            polled.cell(&format!("/api/runs?cursor={i}"), POLLED_TTL, t0 + POLLED_UI_TTL);
         }
         assert!(polled.entries.lock().expect("entries").len() <= POLLED_ENTRIES_MAX);
     }

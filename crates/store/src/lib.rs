@@ -266,6 +266,8 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// steps that say nothing about the partition's data (skipped, superseded, cancelled): what
     /// the web UI's overview colours a partition by.
     fn newest_steps(&self, task: &str) -> Result<Vec<(String, tidegate_core::state::StepStatus)>>;
+    /// Run `run_id`'s steps counted by status (the status's stored name), without reading them.
+    fn run_step_counts(&self, run_id: &str) -> Result<std::collections::BTreeMap<String, u32>>;
     /// The steps of `task` for `partition`, newest first, at most `limit`.
     fn partition_steps(&self, task: &str, partition: &str, limit: u32) -> Result<Vec<StepRecord>>;
     /// Attempts started at or after `since`, newest first, at most `limit`, each with its task.

@@ -56,3 +56,11 @@ pub(crate) fn recent_attempts(
     )?;
     rows.iter().map(|row| Ok((row.text(8)?, attempt_from_row(row)?))).collect()
 }
+
+/// The body of [`crate::Store::run_step_counts`]: counted in the index `steps_by_run_status`.
+pub(crate) fn run_step_counts(tx: &mut dyn Tx, run_id: &str) -> Result<std::collections::BTreeMap<String, u32>> {
+    tx.query("SELECT status, COUNT(*) FROM steps WHERE run_id = ?1 GROUP BY status", &[run_id.into()])?
+        .iter()
+        .map(|row| Ok((row.text(0)?, crate::codec::to_u32("a count of steps", row.int(1)?)?)))
+        .collect()
+}

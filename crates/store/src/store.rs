@@ -408,6 +408,12 @@ impl<D: Driver> Store for SqlStore<D> {
             .map_err(|e| e.context(&format!("reading the newest steps of task {task}")))
     }
 
+    fn run_step_counts(&self, run_id: &str) -> Result<std::collections::BTreeMap<String, u32>> {
+        self.driver
+            .read(|tx| crate::overview::run_step_counts(tx, run_id))
+            .map_err(|e| e.context(&format!("counting the steps of run {run_id}")))
+    }
+
     fn partition_steps(&self, task: &str, partition: &str, limit: u32) -> Result<Vec<StepRecord>> {
         self.driver
             .read(|tx| crate::overview::partition_steps(tx, task, partition, limit))

@@ -347,6 +347,8 @@ pub struct ApproveRequest {
     /// The hash of the comparison the approver reviewed (as `compare` and the API show it: the
     /// whole hash or its first 12 characters or more). Another current comparison refuses.
     pub comparison: String,
+    /// The approver's comment, recorded in the journal with the approval.
+    pub comment: Option<String>,
 }
 
 /// Approves a compared backfill as `actor`, binding the approval to its spec hash and to the
@@ -432,9 +434,17 @@ pub fn approve(ws: &Workspace, store: &dyn Store, actor: &Actor, request: &Appro
             b.approval = Some(a.clone());
             Ok(())
         },
-        &meta(ws, actor, format!("approved by {}", actor.describe()), &record.id),
+        &meta(ws, actor, approval_reason(actor, request.comment.as_deref()), &record.id),
     )?;
     Ok(updated)
+}
+
+/// The journal's reason for an approval: who, and their comment when they left one.
+fn approval_reason(actor: &Actor, comment: Option<&str>) -> String {
+    match comment.map(str::trim).filter(|c| !c.is_empty()) {
+        Some(c) => format!("approved by {}: {c}", actor.describe()),
+        None => format!("approved by {}", actor.describe()),
+    }
 }
 
 /// Refuses unless `named` names `recorded`, the comparison recorded now: the whole hash, or a

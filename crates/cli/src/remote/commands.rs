@@ -254,7 +254,7 @@ fn backfill(server: &Server, command: backfill::Command) -> Result<ExitCode> {
             if let Some(name) = &args.approver {
                 bail!(backfill::review::approver_named(name, &args.id));
             }
-            let body = json!({ "comparison": args.comparison });
+            let body = json!({ "comparison": args.comparison, "comment": args.comment });
             let updated: BackfillRecord = server.post_keyed(&steer(&args.id, "approve"), &body, &new_key())?;
             if args.out.json {
                 output::json(&updated)?;

@@ -7,6 +7,8 @@ const SHARED: bool = false;
 
 mod backend;
 mod backfill;
+mod browser;
+mod browser_demo;
 mod canary;
 mod cancel;
 mod catchup;
@@ -44,4 +46,5 @@ mod standby;
 mod terminal;
 mod usage;
 mod vacuum;
+mod webdriver;
 mod worker;

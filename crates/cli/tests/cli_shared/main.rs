@@ -5,6 +5,7 @@
 //! `common::table` (see `tests/cli/backend.rs`).
 //!
 //! Left out, as about the defaults rather than the backends: the spec corpus and `init` (no state),
+//! the demo in a browser (`browser_demo`: the demo builds its own workspace, as in `usage`),
 //! help and snapshot output (which print the workspace's own paths), tampering by hand with a
 //! SQLite file (the store suite tampers on both backends) or with a lake folder's files (`reconcile`,
 //! and `reconcile` and `sql` of `guarantees`: what a folder holds beside Tidegate's tables, planted
@@ -13,15 +14,17 @@
 /// Whether every workspace runs on PostgreSQL and S3 (this binary) or on the defaults (`cli`).
 const SHARED: bool = true;
 
-use suite::{backend, common};
+use suite::{backend, common, webdriver};
 
 #[path = "../cli"]
 #[allow(dead_code, reason = "helpers used only by the modules this binary leaves out")]
 mod suite {
     pub(crate) mod backend;
     pub(crate) mod common;
+    pub(crate) mod webdriver;
 
     mod backfill;
+    mod browser;
     mod canary;
     mod cancel;
     mod catchup;

@@ -179,6 +179,8 @@ pub(crate) struct ApproveBody {
     /// The hash of the comparison reviewed (`comparison_hash` of the backfill or of its compare
     /// answer; 12 characters or more). A backfill compared again since refuses the approval (409).
     comparison: String,
+    /// The approver's comment, recorded in the journal with the approval.
+    comment: Option<String>,
 }
 
 /// Approves a compared backfill as the caller: another identity than its requester, with the
@@ -195,7 +197,7 @@ pub(crate) async fn approve(
     writable(&state, &caller)?;
     let body = body.read(&caller.0, Access::ApproveBackfill)?;
     let actor = caller.0;
-    let request = backfill::ApproveRequest { id, comparison: body.comparison };
+    let request = backfill::ApproveRequest { id, comparison: body.comparison, comment: body.comment };
     call(&state, move |ws, store| backfill::approve(ws, store.as_ref(), &actor, &request)).await
 }
 

@@ -98,9 +98,21 @@ pub(crate) async fn polled<T: Serialize + Send + 'static>(
     key: &str,
     operation: impl FnOnce(&Workspace, &Arc<dyn Store>) -> anyhow::Result<T> + Send + 'static,
 ) -> Result<axum::response::Response, Problem> {
+    polled_for(state, actor, access, key, crate::polled::POLLED_TTL, operation).await
+}
+
+/// [`polled`] with the answer kept for `ttl`.
+pub(crate) async fn polled_for<T: Serialize + Send + 'static>(
+    state: &State,
+    actor: &tidegate_core::actor::Actor,
+    access: tidegate_app::actor::Access,
+    key: &str,
+    ttl: std::time::Duration,
+    operation: impl FnOnce(&Workspace, &Arc<dyn Store>) -> anyhow::Result<T> + Send + 'static,
+) -> Result<axum::response::Response, Problem> {
     use axum::response::IntoResponse as _;
     tidegate_app::actor::require(actor, access).map_err(|e| Problem::from_operation(&e))?;
-    let cell = state.polled.cell(key, std::time::Instant::now());
+    let cell = state.polled.cell(key, ttl, std::time::Instant::now());
     let body = cell
         .get_or_try_init(|| async {
             let Json(value) = call(state, operation).await?;

@@ -8,10 +8,11 @@ use utoipa::IntoParams;
 
 use tidegate_app::actor::Access;
 
-use super::{Errors, call, polled};
+use super::{Errors, call, polled_for};
 use crate::State;
 use crate::auth::Caller;
 use crate::extract::{Path, Query};
+use crate::polled::POLLED_UI_TTL;
 use crate::problem::Problem;
 
 /// Which part of the overview.
@@ -40,7 +41,7 @@ pub(crate) struct GridParams {
 }
 
 /// The datasets Tidegate writes with one partitioning by their partitions (newest first), each
-/// partition's state in one word.
+/// partition's state in one word; an answer is shared for 5 s.
 #[utoipa::path(get, path = "/api/grid", tag = "status", params(GridParams),
     responses((status = 200, description = "datasets by partitions, newest first", body = tidegate_app::overview::Grid), Errors))]
 pub(crate) async fn grid(
@@ -71,7 +72,7 @@ pub(crate) async fn grid(
         query.axis, query.activity, query.dataset, query.task, query.before, query.from, query.to, query.columns
     );
     let me = actor.clone();
-    polled(&state, &actor, Access::Read, &key, move |ws, store| {
+    polled_for(&state, &actor, Access::Read, &key, POLLED_UI_TTL, move |ws, store| {
         tidegate_app::overview::grid(ws, store.as_ref(), &me, &query, ws.now())
     })
     .await
@@ -101,7 +102,8 @@ pub(crate) async fn dataset(
     call(&state, move |ws, store| tidegate_app::overview::dataset(ws, store.as_ref(), &actor, &name)).await
 }
 
-/// Tasks and datasets as a graph, each task with its last hour, and the critical path.
+/// Tasks and datasets as a graph, each task with its last hour, and the critical path; an answer
+/// is shared for 5 s.
 #[utoipa::path(get, path = "/api/graph", tag = "status",
     responses((status = 200, description = "the graph", body = tidegate_app::graph::Graph), Errors))]
 pub(crate) async fn graph(
@@ -109,7 +111,7 @@ pub(crate) async fn graph(
     Caller(actor): Caller,
 ) -> Result<axum::response::Response, Problem> {
     let me = actor.clone();
-    polled(&state, &actor, Access::Read, "/api/graph", move |ws, store| {
+    polled_for(&state, &actor, Access::Read, "/api/graph", POLLED_UI_TTL, move |ws, store| {
         tidegate_app::graph::graph(ws, store.as_ref(), &me, ws.now())
     })
     .await
@@ -126,6 +128,8 @@ pub(crate) struct LogParams {
     stream: Option<String>,
     /// The byte offset to read from (a previous answer's `next`); 0 unless given.
     from: Option<u64>,
+    /// Instead of `from`: this many bytes before the log's end (its last lines).
+    tail: Option<u64>,
 }
 
 /// A piece of an attempt's log as text (at most 1 MiB), wherever the attempt wrote it; ask again
@@ -138,9 +142,20 @@ pub(crate) async fn log(
     Path(id): Path<String>,
     Query(q): Query<LogParams>,
 ) -> Result<Json<tidegate_app::logs::LogText>, Problem> {
+    use tidegate_app::logs::Start;
     let stream = q.stream.unwrap_or_else(|| "stdout".to_owned());
-    let from = q.from.unwrap_or(0);
-    call(&state, move |ws, store| tidegate_app::logs::text(ws, store.as_ref(), &actor, &id, q.attempt, &stream, from))
+    let start = match (q.from, q.tail) {
+        (Some(_), Some(_)) => {
+            return Err(Problem::new(
+                axum::http::StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid",
+                "give `from` or `tail`, not both",
+            ));
+        }
+        (_, Some(n)) => Start::Tail(n),
+        (at, None) => Start::Offset(at.unwrap_or(0)),
+    };
+    call(&state, move |ws, store| tidegate_app::logs::text(ws, store.as_ref(), &actor, &id, q.attempt, &stream, start))
         .await
 }
 

@@ -116,6 +116,9 @@ pub struct ApproveArgs {
     /// The hash of the comparison you reviewed (12 or more of its characters, as shown).
     #[arg(long, value_name = "HASH")]
     pub comparison: String,
+    /// Your comment as the reviewer, recorded in the journal with the approval.
+    #[arg(long, value_name = "TEXT")]
+    pub comment: Option<String>,
     /// Refused: an approver is established, not named. Run the command as the approver.
     #[arg(long = "as", value_name = "NAME", hide = true)]
     pub approver: Option<String>,
@@ -268,7 +271,11 @@ pub fn approve(ws: Option<&Path>, actor: &Actor, args: ApproveArgs) -> Result<Ex
     if let Some(name) = &args.approver {
         bail!(approver_named(name, &args.id));
     }
-    let request = tidegate_app::backfill::ApproveRequest { id: args.id.clone(), comparison: args.comparison.clone() };
+    let request = tidegate_app::backfill::ApproveRequest {
+        id: args.id.clone(),
+        comparison: args.comparison.clone(),
+        comment: args.comment.clone(),
+    };
     let updated = tidegate_app::backfill::approve(&ws, store.as_ref(), actor, &request)?;
     if args.out.json {
         output::json(&updated)?;

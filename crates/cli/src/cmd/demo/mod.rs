@@ -221,7 +221,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
         "{} (you: identities are established by the OS account running tidegate, never typed) tries to approve:",
         you.name
     ));
-    let approval = app_backfill::ApproveRequest { id: id.clone(), comparison: compared.comparison_hash.clone() };
+    let approval = app_backfill::ApproveRequest {
+        id: id.clone(),
+        comparison: compared.comparison_hash.clone(),
+        comment: Some("the comparison shows only the intended change".to_owned()),
+    };
     match app_backfill::approve(&workspace, store.as_ref(), &you, &approval) {
         Ok(_) => bail!("self-approval was accepted; the demo expected it to be refused"),
         Err(e) => say(&format!("refused: {e}")),
