@@ -53,7 +53,8 @@ pub fn run(server: &Server, args: cmd::logs::Args) -> Result<ExitCode> {
 /// The attempts of step `step_id` (only `attempt` if given), as the step log route tells them:
 /// its newest attempt and its status. The route answers by step id, so that is the name shown.
 fn step_attempts(server: &Server, step_id: &str, attempt: Option<u32>) -> Result<Vec<AttemptLogs>> {
-    let mut query = vec![("stream", "stdout".to_owned())];
+    // `tail=0`: where the log ends, so nothing of it is read here.
+    let mut query = vec![("stream", "stdout".to_owned()), ("tail", "0".to_owned())];
     if let Some(n) = attempt {
         query.push(("attempt", n.to_string()));
     }
@@ -89,22 +90,20 @@ fn piece(server: &Server, a: &AttemptLogs, stream: &str, from: u64) -> Result<Lo
     server.get(&["api", "steps", &a.step_id, "log"], &query)
 }
 
-/// Prints `stream` of attempt `a`, its end when it is longer than one read (where a failure is,
-/// saying where the rest is), and returns the offset it ended at.
+/// Prints the end of `stream` of attempt `a` (the last [`READ_BYTES_MAX`], where a failure is,
+/// saying where the rest is when that is not all of it), and returns the offset it ended at.
 fn print_tail(server: &Server, a: &AttemptLogs, stream: &str, file: &LogFile) -> Result<u64> {
-    let first = piece(server, a, stream, 0)?;
-    if first.size <= first.next {
-        print!("{}", first.text);
-        return Ok(first.next);
+    let query =
+        [("attempt", a.attempt.to_string()), ("stream", stream.to_owned()), ("tail", READ_BYTES_MAX.to_string())];
+    let tail: LogText = server.get(&["api", "steps", &a.step_id, "log"], &query)?;
+    if tail.from > 0 {
+        say!(
+            "(the last {} of {}; the whole log is at {} on the server)",
+            tidegate_app::human::size(READ_BYTES_MAX),
+            tidegate_app::human::size(tail.size),
+            file.location()
+        );
     }
-    let from = first.size.saturating_sub(READ_BYTES_MAX);
-    say!(
-        "(the last {} of {}; the whole log is at {} on the server)",
-        tidegate_app::human::size(READ_BYTES_MAX),
-        tidegate_app::human::size(first.size),
-        file.location()
-    );
-    let tail = piece(server, a, stream, from)?;
     print!("{}", tail.text);
     Ok(tail.next)
 }

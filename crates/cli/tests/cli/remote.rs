@@ -328,6 +328,15 @@ command = ["sh", "-c", "echo starting $TIDEGATE_PARTITION; echo 'the upstream AP
 outputs = ["out"]
 retry = { attempts = 1 }
 
+[datasets.chatty_out]
+partitioning = { grain = "day", start = "2024-01-01" }
+write = { mode = "replace" }
+
+[tasks.chatty]
+command = ["sh", "-c", "yes 'a line of progress' | head -c 2200000 >&2; echo 'THE REAL ERROR' >&2; exit 3"]
+outputs = ["chatty_out"]
+retry = { attempts = 1 }
+
 [tasks.slow]
 command = ["sh", "-c", "echo first; while [ ! -f '{GO}' ]; do sleep 0.1; done; echo second"]
 outputs = ["slow_out"]
@@ -367,6 +376,23 @@ fn logs_over_a_server_print_a_failed_step_s_stderr_text() {
     assert!(by_step.contains("starting 2024-01-05") && by_step.contains("the upstream API said no"), "{by_step}");
     let by_task = refused(&remote(here, url, Some(&viewer), &["logs", "flaky", "2024-01-05"]), "logs TASK PARTITION");
     assert!(by_task.contains("--run RUN") && by_task.contains("--step STEP"), "{by_task}");
+}
+
+/// A log longer than one read shows its end over a server, as locally, naming the route of the rest.
+#[test]
+fn logs_over_a_server_show_a_long_log_s_end() {
+    let dir = TestWorkspace::new(LOGGING.replace("{GO}", "/nonexistent"));
+    let out = common::tidegate(dir.path()).args(["run", "chatty", "--partition", "2024-01-01"]).output().expect("runs");
+    assert!(!out.status.success(), "the task fails");
+    let run = newest_run(dir.path()).expect("the failed run");
+    let serve = Serve::start(dir.path());
+    let viewer = mint(dir.path(), "vi", "viewer");
+    let elsewhere = tempfile::tempdir().expect("a folder without a workspace");
+    let logs = ok(&remote(elsewhere.path(), &serve.url, Some(&viewer), &["logs", "--run", &run, "--stderr"]), "logs");
+    assert!(logs.trim_end().ends_with("THE REAL ERROR"), "the end of the log, where the failure is");
+    let flat = logs[..400.min(logs.len())].split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(flat.contains("(the last 1.0 MiB of 2.1 MiB; the whole log is at /api/steps/"), "{flat}");
+    assert!(logs.len() < 1_200_000, "about 1 MiB shown, not the whole log");
 }
 
 /// `logs --server --follow` prints what the attempt writes while it runs, until its step ends.
