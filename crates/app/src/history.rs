@@ -39,7 +39,7 @@ impl History {
 }
 
 /// Entry kinds that record intent: what was asked for and planned.
-const INTENDED: &[&str] = &["run_created", "step_planned", "backfill_planned", "approved"];
+const INTENDED: &[&str] = &["run_created", "step_planned", "backfill_planned", "approved", crate::rerun::RERUN_KIND];
 /// Entry kinds that changed what readers can see.
 const VISIBLE: &[&str] = &["published", "release_published", "rolled_back", "release_restored"];
 

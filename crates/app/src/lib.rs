@@ -23,6 +23,7 @@ pub mod overview;
 pub mod plan;
 pub mod reconcile;
 pub mod refusal;
+pub mod rerun;
 pub mod rewrites;
 pub mod rollback;
 pub mod run;

@@ -103,10 +103,12 @@ pub struct AttemptLogs {
     pub status: StepStatus,
     /// The worker that ran it.
     pub worker: String,
-    /// What the task wrote to standard output, if it ran a command that wrote anything.
+    /// Where what the task wrote to standard output is, if it ran a command that wrote anything:
+    /// a path on this machine or its copy's URL in the lake; from a server, the URL path of the
+    /// route that serves its text (`/api/steps/{id}/log?attempt=N&stream=stdout`).
     #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
     pub stdout: Option<LogFile>,
-    /// What it wrote to standard error.
+    /// Where what it wrote to standard error is, as `stdout` says.
     #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
     pub stderr: Option<LogFile>,
 }

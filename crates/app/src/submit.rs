@@ -69,20 +69,36 @@ fn create_run(ws: &Workspace, store: &dyn Store, actor: &Actor, submit: &SubmitR
         backfill_id: None,
         idempotency_key: idempotency_key.clone(),
     };
+    let plan = target.plan(&ws.spec)?;
+    let reason = format!("{} run of {}", format!("{trigger:?}").to_lowercase(), target.target);
+    submit_planned(ws, store, actor, &request, &plan, reason)
+}
+
+/// Submits `plan` as the run `request` asks for, journaled with `reason`, after the checks every
+/// submission passes: no schema change readers cannot follow, no partition published by another
+/// version of a task's code replaced outside a review (`rewrites`). Returns the run and whether
+/// it was created now (under an idempotency key already used, the run created then).
+pub(crate) fn submit_planned(
+    ws: &Workspace,
+    store: &dyn Store,
+    actor: &Actor,
+    request: &RunRequest,
+    plan: &Plan,
+    reason: String,
+) -> Result<(RunRecord, bool)> {
     // Plan first, then submit in one transaction: a crash between the two leaves nothing behind,
     // and a replay under the same key returns the run the first submission created.
-    let plan = target.plan(&ws.spec)?;
-    refuse_rewrites(ws, &plan)?;
-    let steps = new_steps(ws, &plan, &BTreeMap::new(), false)?;
+    refuse_rewrites(ws, plan)?;
+    let steps = new_steps(ws, plan, &BTreeMap::new(), false)?;
     crate::rewrites::refuse(&crate::rewrites::under_review(&ws.spec, store, &steps)?)?;
     let meta = JournalMeta {
         via: Some(actor.via()),
         actor: request.requester.clone(),
         correlation_id: uuid::Uuid::now_v7().to_string(),
-        reason: format!("{} run of {}", format!("{trigger:?}").to_lowercase(), target.target),
+        reason,
         at: ws.now(),
     };
-    let submission = store.submit_run(&request, &steps, &meta)?;
+    let submission = store.submit_run(request, &steps, &meta)?;
     Ok((submission.run, submission.created))
 }
 

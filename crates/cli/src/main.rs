@@ -106,6 +106,7 @@ enum Command {
     Submit(cmd::run::SubmitArgs),
     Run(cmd::run::Args),
     Cancel(cmd::run::CancelArgs),
+    Rerun(cmd::rerun::Args),
     Logs(cmd::logs::Args),
     #[command(subcommand)]
     Backfill(cmd::backfill::Command),
@@ -178,6 +179,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Submit(args) => cmd::run::submit(ws, &actor()?, args),
         Command::Run(args) => cmd::run::run(ws, &actor()?, args),
         Command::Cancel(args) => cmd::run::cancel(ws, &actor()?, args),
+        Command::Rerun(args) => cmd::rerun::run(ws, &actor()?, args),
         Command::Logs(args) => cmd::logs::run(ws, &actor()?, args),
         Command::Backfill(command) => cmd::backfill::run(ws, &actor()?, command),
         Command::Read(args) => cmd::data::read(ws, &actor()?, args),

@@ -337,22 +337,51 @@ pub fn input_partitions(
 pub fn plan(request: &Request<'_>) -> Result<Plan, Error> {
     let spec = request.spec;
     let target = resolve_target(spec, request.target)?;
+    let seeds: Vec<(String, Partition)> =
+        select_partitions(spec, target, &request.selection)?.into_iter().map(|p| (target.name.clone(), p)).collect();
+    close(spec, target, seeds, request.include_upstream, request.include_downstream)
+}
+
+/// Plans exactly the (task, partition) pairs of `seeds` (a rerun's failed steps, which may be of
+/// several tasks), plus, with `include_downstream`, every step downstream of them, as [`plan`]
+/// widens a target's. `target` names the plan. A task not in `spec` is [`Error::UnknownTarget`].
+pub fn plan_steps(
+    spec: &Spec,
+    target: &str,
+    seeds: Vec<(String, Partition)>,
+    include_downstream: bool,
+) -> Result<Plan, Error> {
+    if let Some((task, _)) = seeds.iter().find(|(task, _)| !spec.tasks.contains_key(task)) {
+        return Err(Error::UnknownTarget { target: task.clone(), file: spec.file.clone(), suggestion: None });
+    }
+    let target = resolve_target(spec, target)?;
+    close(spec, target, seeds, false, include_downstream)
+}
+
+/// The plan of `seeds` with their upstream closure (`include_upstream`), then the downstream
+/// closure of everything that rebuilds (`include_downstream`).
+fn close(
+    spec: &Spec,
+    target: &Task,
+    seeds: Vec<(String, Partition)>,
+    include_upstream: bool,
+    include_downstream: bool,
+) -> Result<Plan, Error> {
     let edges = Edges::of(spec);
     let mut closure = Closure::default();
-    let mut queue: VecDeque<(String, Partition)> =
-        select_partitions(spec, target, &request.selection)?.into_iter().map(|p| (target.name.clone(), p)).collect();
+    let mut queue: VecDeque<(String, Partition)> = seeds.into_iter().collect();
     let mut rebuilt = Vec::new();
     while let Some((task_name, p)) = queue.pop_front() {
         if !closure.insert(&task_name, &p)? {
             continue;
         }
         let task = &spec.tasks[&task_name];
-        if request.include_upstream {
+        if include_upstream {
             queue.extend(upstream_needs(spec, &edges, task, &p));
         }
         rebuilt.push((task_name, p));
     }
-    if request.include_downstream {
+    if include_downstream {
         let mut queue: VecDeque<(String, Partition)> = VecDeque::new();
         for (task_name, p) in &rebuilt {
             queue.extend(downstream_needs(spec, &edges, &spec.tasks[task_name], p));

@@ -241,3 +241,37 @@ fn bad_targets_and_bounds_are_explained() {
             .contains("--from yesterday")
     );
 }
+
+/// A rerun's plan: exactly the given steps of several tasks, with the dependencies between them,
+/// none of their upstream; with the downstream closure, what reads them too.
+#[test]
+fn given_steps_are_planned_alone_or_with_what_reads_them() {
+    use tidegate_core::partition::Partition;
+    let spec = spec::parse("tidegate.toml", PIPELINE).expect("valid");
+    let day = |task: &str, key: &str| {
+        let dataset = &spec.datasets[&spec.tasks[task].outputs[0]];
+        let p = plan::partitions_of(dataset, &[key.to_owned()]).expect("a partition").remove(0);
+        (task.to_owned(), Partition { key: p.key, interval: p.interval })
+    };
+    let render = |p: plan::Plan| -> String {
+        let line = |s: &plan::PlannedStep| {
+            let up = if s.upstream.is_empty() { String::new() } else { format!(" <- {}", s.upstream.join(", ")) };
+            format!("{} {}{up}", s.level, s.name)
+        };
+        p.steps.iter().map(line).collect::<Vec<_>>().join("\n")
+    };
+    let seeds = vec![day("sessionize", "2024-01-03"), day("featurize", "2024-01-03")];
+    let alone = plan::plan_steps(&spec, "features", seeds.clone(), false).expect("plans");
+    assert_eq!(render(alone), "0 sessionize@2024-01-03\n1 featurize@2024-01-03 <- sessionize@2024-01-03");
+    let wider = plan::plan_steps(&spec, "features", seeds, true).expect("plans");
+    assert_eq!(
+        render(wider),
+        "0 sessionize@2024-01-03\n\
+         1 featurize@2024-01-03 <- sessionize@2024-01-03\n\
+         1 featurize@2024-01-04 <- sessionize@2024-01-03\n\
+         2 snapshot@2024-W01 <- featurize@2024-01-03, featurize@2024-01-04"
+    );
+    let gone =
+        plan::plan_steps(&spec, "features", vec![("no_such_task".to_owned(), day("featurize", "2024-01-03").1)], false);
+    assert!(gone.is_err_and(|e| e.to_string().contains("no_such_task")));
+}

@@ -19,7 +19,9 @@ use crate::output;
 ///
 /// A log is read where the attempt wrote it when that is on this machine (the workspace's
 /// .tidegate folder, a worker's folder in it, or TIDEGATE_WORK_DIR), else from its copy in the
-/// lake, which attempts on every machine write: so a worker's logs are read from anywhere.
+/// lake, which attempts on every machine write: so a worker's logs are read from anywhere. With
+/// --server, a run's or a step's logs are read as text from the server (--follow included), never
+/// from a path on its disk.
 #[derive(Debug, clap::Args)]
 #[command(
     after_help = "Examples:\n  tidegate logs clean_events 2024-01-03\n  tidegate logs clean_events 2024-01-03 --attempt 2 --stderr\n  tidegate logs --run 0193a5c2-...\n  tidegate logs --step 0193a5c3-... --follow"
@@ -48,7 +50,8 @@ pub struct Args {
     /// Keep printing the newest attempt's output until its step finishes.
     #[arg(long, conflicts_with = "json")]
     pub follow: bool,
-    /// List the attempts and their log files as JSON, without their contents.
+    /// List the attempts and their log files as JSON, without their contents (with --server,
+    /// the server's routes that serve each log's text).
     #[arg(long)]
     pub json: bool,
 }

@@ -8,6 +8,7 @@ pub mod docs;
 pub mod history;
 pub mod logs;
 pub mod plan;
+pub mod rerun;
 pub mod rollback;
 pub mod run;
 pub mod serve;

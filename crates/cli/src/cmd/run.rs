@@ -201,8 +201,22 @@ pub(crate) fn submit_and_run(
         let verb = if submitted.created { "Created" } else { "Resuming" };
         eprintln!("{verb} run {} ({})", submitted.run.id, count(submitted.n_steps, "step", "steps"));
     }
+    run_submitted(ws, actor, &submitted, workers, with_queue, json)
+}
+
+/// Drains the `submitted` run in this process with `workers` slots, printing its outcome (as
+/// JSON with `json`); the exit status says whether any step failed.
+pub(crate) fn run_submitted(
+    ws: &Workspace,
+    actor: &Actor,
+    submitted: &Submitted,
+    workers: usize,
+    with_queue: bool,
+    json: bool,
+) -> Result<ExitCode> {
+    let store = ws.open_store()?;
     let outcome = with_progress(!json, |progress| {
-        tidegate_app::run::execute_submitted(ws, store, actor, &submitted, workers, with_queue, progress)
+        tidegate_app::run::execute_submitted(ws, store, actor, submitted, workers, with_queue, progress)
     })?;
     output::emit(json, &outcome, print_outcome)?;
     Ok(if outcome.succeeded() { ExitCode::SUCCESS } else { ExitCode::from(1) })

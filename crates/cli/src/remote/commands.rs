@@ -43,7 +43,8 @@ pub fn run(url: &str, token_file: Option<&Path>, command: Command) -> Result<Exi
         Command::Status(args) => status(&server, args),
         Command::Submit(args) => submit(&server, args),
         Command::Cancel(args) => cancel(&server, args),
-        Command::Logs(args) => logs(&server, args),
+        Command::Rerun(args) => rerun(&server, args),
+        Command::Logs(args) => super::logs::run(&server, args),
         Command::Backfill(command) => self::backfill(&server, command),
         Command::Read(args) => read(&server, args),
         Command::Sql(args) => sql(&server, args),
@@ -110,17 +111,17 @@ fn cancel(server: &Server, args: cmd::run::CancelArgs) -> Result<ExitCode> {
     output::emit(args.out.json, &cancelled, cmd::run::print_cancelled)
 }
 
-fn logs(server: &Server, args: cmd::logs::Args) -> Result<ExitCode> {
-    let (Some(run), true, false) = (&args.run, args.json, args.follow) else {
-        bail!(
-            "`tidegate logs` prints log files that are on the server's machine; on a server, `tidegate --server URL \
-             logs --run RUN --json` lists a run's attempts and where their logs are"
-        );
-    };
-    let query: Vec<(&str, String)> = args.attempt.map(|a| ("attempt", a.to_string())).into_iter().collect();
-    let attempts: Vec<tidegate_app::logs::AttemptLogs> = server.get(&["api", "runs", run, "logs"], &query)?;
-    output::json(&attempts)?;
-    Ok(ExitCode::SUCCESS)
+fn rerun(server: &Server, args: cmd::rerun::Args) -> Result<ExitCode> {
+    if args.workers != 4 {
+        bail!("--workers sets this process's slots for a local rerun; on a server its scheduler runs the new run");
+    }
+    let body = json!({ "failed": args.failed, "downstream": args.downstream, "reason": args.reason });
+    let key = args.idempotency_key.clone().unwrap_or_else(new_key);
+    let rerun: tidegate_app::rerun::Rerun = server.post_keyed(&["api", "runs", &args.run, "rerun"], &body, &key)?;
+    output::emit(args.json, &rerun, |r| {
+        cmd::rerun::print_rerun(r);
+        cmd::run::print_submitted(&r.submitted);
+    })
 }
 
 fn history(server: &Server, args: cmd::history::Args) -> Result<ExitCode> {

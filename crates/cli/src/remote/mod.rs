@@ -10,6 +10,7 @@
 //! with the same key, cannot do the work twice.
 
 pub mod commands;
+pub mod logs;
 
 use std::path::Path;
 use std::time::Duration;

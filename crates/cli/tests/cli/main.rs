@@ -32,6 +32,7 @@ mod pointer;
 mod python_helper;
 mod reconcile;
 mod remote;
+mod rerun;
 mod retries;
 mod rewrites;
 mod runs;

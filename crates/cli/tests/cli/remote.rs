@@ -307,3 +307,145 @@ fn a_run_is_found_over_http_by_a_unique_prefix() {
     assert!(ambiguous.contains("begins more than one run id"), "{ambiguous}");
     assert!(ambiguous.contains(&first) && ambiguous.contains(&second), "{ambiguous}");
 }
+
+/// A task that fails for 2024-01-05 saying why on stderr, and one that writes a line, waits for
+/// a file named `go` in the workspace, then writes another.
+const LOGGING: &str = r#"
+[project]
+name = "remote_logs"
+
+[datasets.out]
+partitioning = { grain = "day", start = "2024-01-01" }
+write = { mode = "replace" }
+
+[datasets.slow_out]
+partitioning = { grain = "day", start = "2024-01-01" }
+write = { mode = "replace" }
+columns = [{ name = "x", type = "int64" }]
+
+[tasks.flaky]
+command = ["sh", "-c", "echo starting $TIDEGATE_PARTITION; echo 'the upstream API said no' >&2; exit 3"]
+outputs = ["out"]
+retry = { attempts = 1 }
+
+[datasets.chatty_out]
+partitioning = { grain = "day", start = "2024-01-01" }
+write = { mode = "replace" }
+
+[tasks.chatty]
+command = ["sh", "-c", "yes 'a line of progress' | head -c 2200000 >&2; echo 'THE REAL ERROR' >&2; exit 3"]
+outputs = ["chatty_out"]
+retry = { attempts = 1 }
+
+[tasks.slow]
+command = ["sh", "-c", "echo first; while [ ! -f '{GO}' ]; do sleep 0.1; done; echo second"]
+outputs = ["slow_out"]
+timeout_s = 120
+"#;
+
+/// The newest run's id in the workspace `dir`.
+fn newest_run(dir: &Path) -> Option<String> {
+    let (_, status) = common::json(dir, &["status", "--json"]);
+    status["runs"].as_array()?.first()?["id"].as_str().map(str::to_owned)
+}
+
+/// `logs --server` reads a failed step's stderr as text from the server, by run and by step, and
+/// the run's listing names the server's routes, not paths on its disk.
+#[test]
+fn logs_over_a_server_print_a_failed_step_s_stderr_text() {
+    let dir = TestWorkspace::new(LOGGING.replace("{GO}", "/nonexistent"));
+    let out = common::tidegate(dir.path()).args(["run", "flaky", "--partition", "2024-01-05"]).output().expect("runs");
+    assert!(!out.status.success(), "the task fails");
+    let run = newest_run(dir.path()).expect("the failed run");
+    let serve = Serve::start(dir.path());
+    let viewer = mint(dir.path(), "vi", "viewer");
+    let elsewhere = tempfile::tempdir().expect("a folder without a workspace");
+    let (here, url) = (elsewhere.path(), serve.url.as_str());
+
+    let shown = ok(&remote(here, url, Some(&viewer), &["logs", "--run", &run, "--stderr"]), "logs --run");
+    assert!(shown.contains("== flaky@2024-01-05 attempt 1 (failed), stderr"), "{shown}");
+    assert!(shown.contains("the upstream API said no") && !shown.contains("starting"), "{shown}");
+
+    let listed = json_of(&remote(here, url, Some(&viewer), &["logs", "--run", &run, "--json"]), "logs --json");
+    let text = listed.to_string();
+    assert!(!text.contains(&dir.path().display().to_string()), "a path on the server's disk: {text}");
+    let step = listed[0]["step_id"].as_str().expect("a step id").to_owned();
+    assert_eq!(listed[0]["stderr"], format!("/api/steps/{step}/log?attempt=1&stream=stderr"));
+
+    let by_step = ok(&remote(here, url, Some(&viewer), &["logs", "--step", &step]), "logs --step");
+    assert!(by_step.contains("starting 2024-01-05") && by_step.contains("the upstream API said no"), "{by_step}");
+    let by_task = refused(&remote(here, url, Some(&viewer), &["logs", "flaky", "2024-01-05"]), "logs TASK PARTITION");
+    assert!(by_task.contains("--run RUN") && by_task.contains("--step STEP"), "{by_task}");
+}
+
+/// A log longer than one read shows its end over a server, as locally, naming the route of the rest.
+#[test]
+fn logs_over_a_server_show_a_long_log_s_end() {
+    let dir = TestWorkspace::new(LOGGING.replace("{GO}", "/nonexistent"));
+    let out = common::tidegate(dir.path()).args(["run", "chatty", "--partition", "2024-01-01"]).output().expect("runs");
+    assert!(!out.status.success(), "the task fails");
+    let run = newest_run(dir.path()).expect("the failed run");
+    let serve = Serve::start(dir.path());
+    let viewer = mint(dir.path(), "vi", "viewer");
+    let elsewhere = tempfile::tempdir().expect("a folder without a workspace");
+    let logs = ok(&remote(elsewhere.path(), &serve.url, Some(&viewer), &["logs", "--run", &run, "--stderr"]), "logs");
+    assert!(logs.trim_end().ends_with("THE REAL ERROR"), "the end of the log, where the failure is");
+    let flat = logs[..400.min(logs.len())].split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(flat.contains("(the last 1.0 MiB of 2.1 MiB; the whole log is at /api/steps/"), "{flat}");
+    assert!(logs.len() < 1_200_000, "about 1 MiB shown, not the whole log");
+}
+
+/// `logs --server --follow` prints what the attempt writes while it runs, until its step ends.
+#[test]
+fn logs_over_a_server_follow_lines_appended_while_the_attempt_runs() {
+    use std::io::Read as _;
+    let scratch = tempfile::tempdir().expect("a folder for the go file");
+    let go = scratch.path().join("go");
+    let dir = TestWorkspace::new(LOGGING.replace("{GO}", &go.display().to_string()));
+    let serve = Serve::start(dir.path());
+    let viewer = mint(dir.path(), "vi", "viewer");
+    let running = common::tidegate(dir.path())
+        .args(["run", "slow", "--partition", "2024-01-01"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the run starts");
+    let elsewhere = tempfile::tempdir().expect("a folder without a workspace");
+    let (here, url) = (elsewhere.path(), serve.url.as_str());
+    // Once the attempt has written its first line, follow it from elsewhere.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let run = loop {
+        if let Some(run) = newest_run(dir.path()) {
+            let shown = remote(here, url, Some(&viewer), &["logs", "--run", &run, "--stdout"]);
+            if String::from_utf8_lossy(&shown.stdout).contains("first") {
+                break run;
+            }
+        }
+        assert!(Instant::now() < deadline, "the attempt never wrote its first line: {}", server_log(dir.path()));
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let mut follower = common::tidegate(here);
+    follower
+        .env_remove("TIDEGATE_SERVER")
+        .env_remove("TIDEGATE_TOKEN_FILE")
+        .env("TIDEGATE_TOKEN", &viewer)
+        .args(["--server", url, "logs", "--run", &run, "--stdout", "--follow"])
+        .stdout(Stdio::piped());
+    let mut follower = follower.spawn().expect("the follower starts");
+    let mut stdout = follower.stdout.take().expect("its stdout");
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        stdout.read_to_string(&mut text).expect("the follower's output");
+        text
+    });
+    // The follower is following (it printed the first line) before the second is written.
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(follower.try_wait().expect("the follower").is_none(), "the follower stopped before the step ended");
+    std::fs::write(&go, "").expect("the go file");
+    assert!(running.wait_with_output().expect("the run ends").status.success());
+    let status = follower.wait().expect("the follower ends");
+    let text = reader.join().expect("the reader");
+    assert!(status.success(), "{text}");
+    let (first, second) = (text.find("first"), text.find("second"));
+    assert!(first.is_some() && first < second, "first, then second, in one follow: {text}");
+}

@@ -42,6 +42,7 @@ mod suite {
     mod pointer;
     mod python_helper;
     mod remote;
+    mod rerun;
     mod retries;
     mod rewrites;
     mod runs;

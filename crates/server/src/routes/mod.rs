@@ -48,6 +48,7 @@ pub(crate) fn api() -> OpenApiRouter<State> {
         .routes(routes!(runs::failures))
         .routes(routes!(runs::logs))
         .routes(routes!(runs::cancel))
+        .routes(routes!(runs::rerun))
         .routes(routes!(runs::rollback))
         .routes(routes!(data::releases))
         .routes(routes!(data::release))

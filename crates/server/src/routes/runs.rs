@@ -1,4 +1,4 @@
-//! Runs: submit, list, get, steps, failures, logs, cancel, and undo as a unit.
+//! Runs: submit, list, get, steps, failures, logs, cancel, rerun, and undo as a unit.
 
 use std::time::Duration;
 
@@ -146,9 +146,10 @@ pub(crate) struct LogsQuery {
     attempt: Option<u32>,
 }
 
-/// The attempts of a run's steps and their log files.
+/// The attempts of a run's steps, each log as the path of the route that serves its text: a
+/// path on the server's disk means nothing to a client, and is not the client's to know.
 #[utoipa::path(get, path = "/api/runs/{id}/logs", tag = "runs", params(("id" = String, Path, description = "a run id"), LogsQuery),
-    responses((status = 200, description = "the attempts and their log files, oldest first", body = Vec<tidegate_app::logs::AttemptLogs>), Errors))]
+    responses((status = 200, description = "the attempts, oldest first; `stdout` and `stderr` are the URL paths of         `GET /api/steps/{id}/log` for each stream that has a log (null when it has none)", body = Vec<tidegate_app::logs::AttemptLogs>), Errors))]
 pub(crate) async fn logs(
     Shared(state): Shared<State>,
     Caller(actor): Caller,
@@ -156,7 +157,21 @@ pub(crate) async fn logs(
     Query(q): Query<LogsQuery>,
 ) -> Result<Json<Vec<tidegate_app::logs::AttemptLogs>>, Problem> {
     let selector = tidegate_app::logs::Selector::Run(id);
-    call(&state, move |ws, store| tidegate_app::logs::attempts(ws, store.as_ref(), &actor, &selector, q.attempt)).await
+    let Json(attempts) =
+        call(&state, move |ws, store| tidegate_app::logs::attempts(ws, store.as_ref(), &actor, &selector, q.attempt))
+            .await?;
+    Ok(Json(attempts.into_iter().map(linked).collect()))
+}
+
+/// An attempt's logs as the paths of the step log route that serves each stream's text.
+fn linked(mut a: tidegate_app::logs::AttemptLogs) -> tidegate_app::logs::AttemptLogs {
+    use tidegate_app::logs::LogFile;
+    let route =
+        |stream: &str| LogFile::Reported(format!("/api/steps/{}/log?attempt={}&stream={stream}", a.step_id, a.attempt));
+    let (stdout, stderr) = (a.stdout.as_ref().map(|_| route("stdout")), a.stderr.as_ref().map(|_| route("stderr")));
+    a.stdout = stdout;
+    a.stderr = stderr;
+    a
 }
 
 /// Cancels a run's unfinished steps; its running attempts are stopped within a few seconds by the
@@ -175,6 +190,51 @@ pub(crate) async fn cancel(
     let actor = caller.0;
     let reason = body.reason.unwrap_or_else(|| "cancelled over HTTP".to_owned());
     call(&state, move |ws, store| tidegate_app::run::cancel(ws, store.as_ref(), &actor, &id, &reason)).await
+}
+
+/// A rerun of a run's failed steps.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RerunBody {
+    /// Rerun the run's failed and upstream-failed steps: must be `true` (the one kind of rerun).
+    failed: bool,
+    /// Also rerun every step downstream of them in the spec, for the same partitions.
+    #[serde(default)]
+    downstream: bool,
+    /// Why, in words; recorded in the journal of both runs.
+    reason: Option<String>,
+}
+
+/// Queues a new run over a run's failed and upstream-failed steps (with `downstream`, also every
+/// step downstream of them), linked to it both ways in the journal and in the new run's
+/// `request.params.rerun_of`; 201 when created. 409 when the run has no failed step.
+#[utoipa::path(post, path = "/api/runs/{id}/rerun", tag = "runs", params(("id" = String, Path, description = "a run id"), KeyOptional),
+    request_body = RerunBody,
+    responses((status = 201, description = "the new run, queued", body = tidegate_app::rerun::Rerun), Errors))]
+pub(crate) async fn rerun(
+    Shared(state): Shared<State>,
+    caller: Caller,
+    Path(id): Path<String>,
+    body: Body<RerunBody>,
+) -> Result<(StatusCode, Json<tidegate_app::rerun::Rerun>), Problem> {
+    writable(&state, &caller)?;
+    let body = body.read(&caller.0, Access::RunWork)?;
+    if !body.failed {
+        return Err(Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid",
+            "failed: must be true (a rerun runs a run's failed steps again)",
+        ));
+    }
+    let actor = caller.0;
+    let request = tidegate_app::rerun::RerunRequest {
+        run: id,
+        downstream: body.downstream,
+        reason: body.reason.unwrap_or_else(|| "rerun over HTTP".to_owned()),
+        idempotency_key: None,
+    };
+    let rerun = call(&state, move |ws, store| tidegate_app::rerun::rerun(ws, store.as_ref(), &actor, &request)).await?;
+    Ok((StatusCode::CREATED, rerun))
 }
 
 /// An undo of a run or a release as a unit.

@@ -16,6 +16,7 @@ mod metrics;
 mod openapi;
 mod paging;
 mod readyz;
+mod rerun;
 mod roles;
 mod schemathesis;
 mod security;

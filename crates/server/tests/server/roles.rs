@@ -45,6 +45,12 @@ fn routes() -> Vec<(&'static str, &'static str, Option<Value>, Option<Access>)> 
         ("GET", "/api/runs/no-such-run/failures", None, Some(Access::Read)),
         ("GET", "/api/runs/no-such-run/logs", None, Some(Access::Read)),
         ("POST", "/api/runs/no-such-run/cancel", Some(reason.clone()), Some(Access::RunWork)),
+        (
+            "POST",
+            "/api/runs/no-such-run/rerun",
+            Some(json!({ "failed": true, "reason": "matrix" })),
+            Some(Access::RunWork),
+        ),
         ("POST", "/api/runs/no-such-run/rollback", Some(reason.clone()), Some(Access::ChangeTables)),
         ("GET", "/api/releases", None, Some(Access::Read)),
         ("GET", "/api/releases/no-such-release", None, Some(Access::Read)),
