@@ -22,6 +22,7 @@ mod suite {
     mod ids;
     mod metrics;
     mod paging;
+    mod pauses;
     mod roles;
     mod schemathesis;
     mod security;
