@@ -13,15 +13,19 @@ use tidegate_testkit::TestWorkspace;
 use crate::common::{json, state, tidegate};
 
 /// Two quick day-partitioned tasks, `a` and `b`, each writing its own dataset from 2024-01-01;
-/// `s` is scheduled daily from five days ago (catch-up off).
+/// `c` does the same in pool `side`; `s` is scheduled daily from five days ago (catch-up off).
 fn workspace() -> TestWorkspace {
     let recent = (chrono::Utc::now() - chrono::Duration::days(5)).format("%Y-%m-%d").to_string();
     let write =
         serde_json::to_string(&["sh", "-c", "printf 'v\\nx\\n' > \"$TIDEGATE_OUTPUT_DIR/o.csv\""]).expect("JSON");
-    let mut spec = String::from("[project]\nname = \"pause_test\"\nheartbeat_s = 1\nlease_ttl_s = 5\n");
-    for (task, start, extra) in
-        [("a", "2024-01-01", ""), ("b", "2024-01-01", ""), ("s", recent.as_str(), "schedule = \"@daily\"\n")]
-    {
+    let spec = String::from("[project]\nname = \"pause_test\"\nheartbeat_s = 1\nlease_ttl_s = 5\n");
+    let mut spec = format!("{spec}\n[pools.side]\nslots = 1\n");
+    for (task, start, extra) in [
+        ("a", "2024-01-01", ""),
+        ("b", "2024-01-01", ""),
+        ("c", "2024-01-01", "pool = \"side\"\n"),
+        ("s", recent.as_str(), "schedule = \"@daily\"\n"),
+    ] {
         spec.push_str(&format!(
             "\n[datasets.out_{task}]\npartitioning = {{ grain = \"day\", start = \"{start}\" }}\n\
              write = {{ mode = \"replace\" }}\ncolumns = [{{ name = \"v\", type = \"string\" }}]\n\
@@ -154,6 +158,27 @@ fn a_paused_tasks_steps_stay_ready_while_another_task_runs_and_run_once_resumed(
 }
 
 #[test]
+fn a_paused_pools_steps_stay_ready_while_another_pools_run() {
+    let dir = workspace();
+    let ws = dir.path();
+    ok_json(ws, &["pause", "pool:side", "--reason", "warehouse full", "--json"]);
+    let serve = spawn(ws, &["serve", "--tick-every-s", "3600"]);
+    let mut cleanup = Cleanup(vec![serve.id()]);
+    let held = submit(ws, "c");
+    let other = submit(ws, "a");
+    wait_for("task a's run to succeed", 120, || run_status(ws, &other) == "succeeded");
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(step_statuses(ws, &held), ["ready"], "the paused pool's step was not started");
+    let listed = ok_json(ws, &["pauses", "--json"]);
+    assert_eq!((listed[0]["what"].as_str(), listed[0]["held_back"].as_u64()), (Some("pool:side"), Some(1)));
+    ok_json(ws, &["resume", "pool:side", "--reason", "room again", "--json"]);
+    wait_for("task c's run to succeed once resumed", 120, || run_status(ws, &held) == "succeeded");
+    let out = stop(serve);
+    cleanup.0.clear();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
 fn pausing_the_backfill_class_holds_a_started_backfill_while_a_live_run_proceeds() {
     let dir = workspace();
     let ws = dir.path();
@@ -218,7 +243,7 @@ fn bad_pauses_are_clear_errors() {
     let dir = workspace();
     let ws = dir.path();
     let unknown = fails(ws, &["pause", "task:nope", "--reason", "x"]);
-    assert!(unknown.contains("no task of that name") && unknown.contains("a, b, s"), "{unknown}");
+    assert!(unknown.contains("no task of that name") && unknown.contains("a, b, c, s"), "{unknown}");
     let pool = fails(ws, &["pause", "pool:nope", "--reason", "x"]);
     assert!(pool.contains("no pool of that name"), "{pool}");
     let what = fails(ws, &["pause", "everything", "--reason", "x"]);
