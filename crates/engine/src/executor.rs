@@ -914,6 +914,12 @@ impl Engine {
             let used = remote.values().filter(|r| r.worker == w.id).count();
             free.push((w.id.clone(), (w.slots as usize).saturating_sub(used)));
         }
+        // A pool's time windows (`windows`, in its `time_zone`) give it other slots while they hold.
+        for (name, pool) in pools.iter_mut() {
+            if let Some(spec) = self.spec.pools.get(name) {
+                pool.slots = spec.slots_at(now);
+            }
+        }
         let mut room = free.iter().map(|(_, n)| n).sum::<usize>().min(MAX_CLAIMS_PER_TICK);
         if room == 0 || view.count(StepStatus::Ready) == 0 {
             return Ok(Vec::new());

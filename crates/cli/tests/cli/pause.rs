@@ -15,11 +15,16 @@ use crate::common::{json, state, tidegate};
 /// Two quick day-partitioned tasks, `a` and `b`, each writing its own dataset from 2024-01-01;
 /// `c` does the same in pool `side`; `s` is scheduled daily from five days ago (catch-up off).
 fn workspace() -> TestWorkspace {
+    TestWorkspace::new(spec(""))
+}
+
+/// The spec of [`workspace`], with `side` added to pool `side`'s settings.
+fn spec(side: &str) -> String {
     let recent = (chrono::Utc::now() - chrono::Duration::days(5)).format("%Y-%m-%d").to_string();
     let write =
         serde_json::to_string(&["sh", "-c", "printf 'v\\nx\\n' > \"$TIDEGATE_OUTPUT_DIR/o.csv\""]).expect("JSON");
     let spec = String::from("[project]\nname = \"pause_test\"\nheartbeat_s = 1\nlease_ttl_s = 5\n");
-    let mut spec = format!("{spec}\n[pools.side]\nslots = 1\n");
+    let mut spec = format!("{spec}\n[pools.side]\nslots = 1\n{side}");
     for (task, start, extra) in [
         ("a", "2024-01-01", ""),
         ("b", "2024-01-01", ""),
@@ -32,7 +37,7 @@ fn workspace() -> TestWorkspace {
              \n[tasks.{task}]\ncommand = {write}\noutputs = [\"out_{task}\"]\ntimeout_s = 60\n{extra}"
         ));
     }
-    TestWorkspace::new(spec)
+    spec
 }
 
 /// Kills the processes a test started if it fails before stopping them.
@@ -173,6 +178,34 @@ fn a_paused_pools_steps_stay_ready_while_another_pools_run() {
     assert_eq!((listed[0]["what"].as_str(), listed[0]["held_back"].as_u64()), (Some("pool:side"), Some(1)));
     ok_json(ws, &["resume", "pool:side", "--reason", "room again", "--json"]);
     wait_for("task c's run to succeed once resumed", 120, || run_status(ws, &held) == "succeeded");
+    let out = stop(serve);
+    cleanup.0.clear();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A pool's time window (here one that always holds, with no slots) gives the scheduler its
+/// slots: the pool's step waits while another pool's run proceeds, and runs once the window is
+/// gone.
+#[test]
+fn a_pool_window_with_no_slots_holds_the_pools_steps_while_it_holds() {
+    let always = "time_zone = \"Europe/Paris\"\nwindows = [{ days = \"mon-sun\", from = \"00:00\", to = \"24:00\", slots = 0 }]\n";
+    let dir = TestWorkspace::new(spec(always));
+    let ws = dir.path();
+    let serve = spawn(ws, &["serve", "--tick-every-s", "3600"]);
+    let mut cleanup = Cleanup(vec![serve.id()]);
+    let held = submit(ws, "c");
+    let other = submit(ws, "a");
+    wait_for("task a's run to succeed", 120, || run_status(ws, &other) == "succeeded");
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(step_statuses(ws, &held), ["ready"], "no slot in the window: the step was not started");
+    let out = stop(serve);
+    cleanup.0.clear();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    dir.set_spec(spec(""));
+    let serve = spawn(ws, &["serve", "--tick-every-s", "3600"]);
+    cleanup.0.push(serve.id());
+    wait_for("task c's run to succeed without the window", 120, || run_status(ws, &held) == "succeeded");
     let out = stop(serve);
     cleanup.0.clear();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
