@@ -20,6 +20,7 @@ pub mod lock;
 pub mod logs;
 pub mod monitor;
 pub mod overview;
+pub mod pause;
 pub mod plan;
 pub mod reconcile;
 pub mod refusal;

@@ -73,6 +73,9 @@ pub struct Snapshot {
     pub step_durations: Vec<Labelled>,
     /// Publication durations by task, since this monitor's first scrape.
     pub publication_durations: Vec<Labelled>,
+    /// What is paused (`tidegate pause`): each `schedule:TASK`, `task:TASK`, `pool:NAME` or
+    /// `class:...` in force.
+    pub paused: Vec<String>,
     /// Store and lake calls of this monitor (scrapes and readiness checks) that failed.
     pub errors: Errors,
 }
@@ -256,6 +259,8 @@ impl Monitor {
         }
         let decided = self.schedules(ws, store, now);
         let (missed, freshness_lag_s) = self.counted(decided, |e| e.store += 1)?;
+        let pauses = store.pauses().context("listing pauses");
+        let paused = self.counted(pauses, |e| e.store += 1)?.into_iter().map(|p| p.what).collect();
         Ok(Snapshot {
             at: now,
             steps,
@@ -267,6 +272,7 @@ impl Monitor {
             freshness_lag_s,
             step_durations,
             publication_durations,
+            paused,
             errors: *lock(&self.errors),
         })
     }

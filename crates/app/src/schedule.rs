@@ -59,6 +59,10 @@ pub struct TaskDecision {
     pub gaps: Vec<String>,
     /// The oldest missed interval (a gap, else the oldest debt).
     pub oldest_missed: Option<String>,
+    /// Why the tick plans nothing for it: its schedule is paused (`tidegate pause
+    /// schedule:TASK`), with who paused it and why; its owed intervals stay debt.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub paused: Option<String>,
 }
 
 /// A due interval not run because an unfinished run of another trigger already covers it (a
@@ -103,6 +107,7 @@ pub struct Started {
 pub fn decide(spec: &Spec, store: &dyn Store, now: DateTime<Utc>) -> Result<Vec<TaskDecision>> {
     let mut published: BTreeMap<&str, BTreeSet<DateTime<Utc>>> = BTreeMap::new();
     let mut out = Vec::new();
+    let paused = store.pauses()?;
     for task in spec.tasks.values().filter(|t| t.schedule.is_some()) {
         let Some(dataset) = task.outputs.first() else { continue };
         let Some(axis) = plan::axis_of(&spec.datasets[dataset]) else { continue };
@@ -111,7 +116,18 @@ pub fn decide(spec: &Spec, store: &dyn Store, now: DateTime<Utc>) -> Result<Vec<
             let starts = store.published_partitions(dataset)?.iter().filter_map(|k| axis.parse_key(k).ok()).collect();
             published.insert(dataset, starts);
         }
-        let Some(decision) = decide_task(task, &axis, &published[dataset.as_str()], now)? else { continue };
+        let Some(mut decision) = decide_task(task, &axis, &published[dataset.as_str()], now)? else { continue };
+        if let Some(p) = paused.iter().find(|p| p.what == format!("schedule:{}", task.name)) {
+            // A paused schedule plans nothing: what it would run stays owed, as debt.
+            decision.paused = Some(format!("schedule paused by {}: {}", p.actor, p.reason));
+            decision.run.clear();
+            decision.live.clear();
+            decision.n_debt = decision.n_due;
+            decision.debt.clone_from(&decision.due);
+            if decision.oldest_missed.is_none() {
+                decision.oldest_missed = decision.due.first().cloned();
+            }
+        }
         out.push(decision);
     }
     Ok(out)
@@ -157,6 +173,7 @@ fn decide_task(
         n_gaps: owed.n_gaps,
         gaps,
         oldest_missed,
+        paused: None,
     }))
 }
 
@@ -249,7 +266,14 @@ pub fn start_due(
     for (trigger, priority) in [(Trigger::Schedule, Priority::Live), (Trigger::Catchup, Priority::Catchup)] {
         runs.extend(submit_due(ws, store, actor, &decisions, trigger, priority, now)?);
     }
-    let arrivals = arrivals(ws, store, &covered, now)?;
+    let mut arrivals = arrivals(ws, store, &covered, now)?;
+    // A sensor task whose schedule is paused starts nothing either: its arrived partitions wait.
+    let paused: BTreeSet<String> =
+        store.pauses()?.into_iter().filter_map(|p| p.what.strip_prefix("schedule:").map(str::to_owned)).collect();
+    for a in arrivals.iter_mut().filter(|a| paused.contains(&a.task)) {
+        let started = std::mem::take(&mut a.started);
+        a.waiting.extend(started);
+    }
     let arrived: BTreeMap<String, Vec<String>> =
         arrivals.iter().filter(|a| !a.started.is_empty()).map(|a| (a.task.clone(), a.started.clone())).collect();
     runs.extend(submit_wanted(ws, store, actor, &arrived, Trigger::Schedule, Priority::Live, now, "arrival")?);

@@ -70,6 +70,9 @@ pub struct Debt {
     /// (`tidegate stale` lists them and why).
     #[serde(default)]
     pub stale: Vec<StaleCount>,
+    /// The pauses in force (`tidegate pause`), each with what it holds back now.
+    #[serde(default)]
+    pub paused: Vec<crate::pause::PauseLine>,
 }
 
 /// A dataset's stale partitions, counted.
@@ -160,7 +163,8 @@ pub fn debt(ws: &Workspace, store: &dyn Store, actor: &Actor, now: DateTime<Utc>
     require(actor, Access::Read)?;
     let mut queues: BTreeMap<String, Queue> = BTreeMap::new();
     let mut waits: BTreeMap<String, SourceWait> = BTreeMap::new();
-    for a in store.active_steps()? {
+    let active = store.active_steps()?;
+    for a in &active {
         if a.step.status() == StepStatus::WaitingForSource {
             #[allow(clippy::cast_precision_loss, reason = "a duration far below 2^52 ms, exact as f64")]
             let waited = (now - a.step.updated_at).num_milliseconds().max(0) as f64 / 1000.0;
@@ -190,6 +194,7 @@ pub fn debt(ws: &Workspace, store: &dyn Store, actor: &Actor, now: DateTime<Utc>
         }
     }
     let decisions = crate::schedule::decide(&ws.spec, store, now)?;
+    let paused = crate::pause::lines(store.pauses()?, &active, &decisions);
     let freshness = decisions
         .iter()
         .map(|d| {
@@ -249,6 +254,7 @@ pub fn debt(ws: &Workspace, store: &dyn Store, actor: &Actor, now: DateTime<Utc>
         scheduler,
         waiting_for_source: waits.into_values().collect(),
         stale: stale.into_values().collect(),
+        paused,
     })
 }
 

@@ -10,6 +10,7 @@ pub mod actor;
 pub mod clock;
 pub mod idempotency;
 pub mod partition;
+pub mod pause;
 pub mod plan;
 pub mod retry;
 pub mod rng;

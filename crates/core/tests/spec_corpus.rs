@@ -155,3 +155,22 @@ proptest! {
         }
     }
 }
+
+/// A pool's windows give it their slots while they hold, in the pool's zone; outside them the
+/// pool has its own.
+#[test]
+fn pool_windows_hold_in_the_pools_zone() {
+    let spec = parse("pool_windows.toml", include_str!("good_specs/pool_windows.toml")).expect("valid");
+    let pool = &spec.pools["warehouse"];
+    let at = |s: &str| chrono::DateTime::parse_from_rfc3339(s).expect("an instant").with_timezone(&chrono::Utc);
+    // Wednesday 2024-01-03: Paris is UTC+1 in winter.
+    assert_eq!(pool.slots_at(at("2024-01-03T07:59:00Z")), 8, "08:59 in Paris: before the window");
+    assert_eq!(pool.slots_at(at("2024-01-03T08:00:00Z")), 2, "09:00 in Paris: the window holds");
+    assert_eq!(pool.slots_at(at("2024-01-03T16:59:59Z")), 2, "17:59:59 in Paris");
+    assert_eq!(pool.slots_at(at("2024-01-03T17:00:00Z")), 8, "18:00 in Paris: it ended");
+    // Sunday 2024-01-07 all day in Paris, which begins at 23:00 UTC on Saturday.
+    assert_eq!(pool.slots_at(at("2024-01-06T23:00:00Z")), 0, "Sunday 00:00 in Paris");
+    assert_eq!(pool.slots_at(at("2024-01-06T22:59:00Z")), 8, "still Saturday in Paris");
+    assert_eq!(pool.slots_at(at("2024-01-07T22:59:59Z")), 0, "Sunday 23:59:59 in Paris");
+    assert_eq!(spec.pools["default"].slots_at(at("2024-01-03T08:00:00Z")), 4, "no windows: its slots");
+}

@@ -11,6 +11,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use tidegate_core::clock::Clock;
 use tidegate_core::idempotency::PinnedInput;
+use tidegate_core::pause::{Pausable, PausedClass, Pauses};
 use tidegate_core::retry::{ErrorClass, RetryBudget};
 use tidegate_core::schedule::{self, ClassLoad, RateLimit, Shares};
 use tidegate_core::spec::{DatasetKind, Spec};
@@ -22,7 +23,7 @@ use tidegate_store::{
 };
 
 use crate::attempt::{self, Attempt, Report};
-use crate::view::View;
+use crate::view::{self, View};
 use crate::{Error, Result};
 
 mod drain;
@@ -269,6 +270,15 @@ pub struct Engine {
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Engine").field("site", &self.site).field("opts", &self.opts).finish_non_exhaustive()
+    }
+}
+
+/// The pausable class of a priority (live work is paused by task or pool, not as a class).
+fn paused_class(p: Priority) -> Option<PausedClass> {
+    match p {
+        Priority::Live => None,
+        Priority::Catchup => Some(PausedClass::Catchup),
+        Priority::Backfill => Some(PausedClass::Backfill),
     }
 }
 
@@ -638,6 +648,13 @@ impl Engine {
     }
 
     /// Re-reads the throttle and pause state of every backfill that holds partitions.
+    /// The pauses in force, read again every REFRESH_EVERY so that `pause` and `resume` take
+    /// effect within a second.
+    async fn refresh_pauses(&self) -> Result<Pauses> {
+        let pauses = self.db(|s| s.pauses()).await?;
+        Ok(Pauses::parse(pauses.iter().map(|p| p.what.as_str())))
+    }
+
     async fn refresh_gates(&self, gates: &mut HashMap<String, BackfillGate>) -> Result<()> {
         let backfills: Vec<_> = self
             .db(|s| s.backfills(BACKFILLS_WATCHED))
@@ -884,6 +901,7 @@ impl Engine {
         view: &mut View,
         pools: &mut HashMap<String, PoolState>,
         gates: &mut HashMap<String, BackfillGate>,
+        pauses: &Pauses,
         dispatch: Dispatch<'_>,
         correlation: &str,
     ) -> Result<Vec<Attempt>> {
@@ -895,6 +913,12 @@ impl Engine {
         for w in workers {
             let used = remote.values().filter(|r| r.worker == w.id).count();
             free.push((w.id.clone(), (w.slots as usize).saturating_sub(used)));
+        }
+        // A pool's time windows (`windows`, in its `time_zone`) give it other slots while they hold.
+        for (name, pool) in pools.iter_mut() {
+            if let Some(spec) = self.spec.pools.get(name) {
+                pool.slots = spec.slots_at(now);
+            }
         }
         let mut room = free.iter().map(|(_, n)| n).sum::<usize>().min(MAX_CLAIMS_PER_TICK);
         if room == 0 || view.count(StepStatus::Ready) == 0 {
@@ -921,12 +945,19 @@ impl Engine {
         let mut queues: BTreeMap<String, [Vec<String>; 3]> = BTreeMap::new();
         let mut pool_names: Vec<&String> = pools.keys().collect();
         pool_names.sort();
-        for pool_name in pool_names {
+        // A paused pool's or class's ready steps are not looked at; a paused task's are skipped
+        // one by one (they stay ready, shown as paused by `status`).
+        let tasks_paused = pauses.any_task();
+        for pool_name in pool_names.into_iter().filter(|p| !pauses.contains(&Pausable::Pool((*p).clone()))) {
             let classes = [Priority::Live, Priority::Catchup, Priority::Backfill].map(|priority| {
-                if priority == Priority::Catchup {
-                    return view.take_ready_each(pool_name, priority, room, |e| catchup.admit(e));
+                if paused_class(priority).is_some_and(|c| pauses.contains(&Pausable::Class(c))) {
+                    return Vec::new();
                 }
-                view.take_ready(pool_name, priority, room, |e| {
+                let unpaused = |e: &view::Entry| !tasks_paused || !pauses.task(&e.record.task);
+                if priority == Priority::Catchup {
+                    return view.take_ready_each(pool_name, priority, room, |e| unpaused(e) && catchup.admit(e));
+                }
+                let mut admit = |e: &view::Entry| {
                     let Some(b) = &e.backfill_id else { return true };
                     let (Some(left), Some(gate)) = (backfill_room.get_mut(b), gates.get_mut(b)) else { return false };
                     if *left == 0 || !gate.rate.try_start(now) {
@@ -934,7 +965,12 @@ impl Engine {
                     }
                     *left -= 1;
                     true
-                })
+                };
+                if tasks_paused {
+                    // Refused one task at a time, not one run at a time.
+                    return view.take_ready_each(pool_name, priority, room, |e| unpaused(e) && admit(e));
+                }
+                view.take_ready(pool_name, priority, room, admit)
             });
             if classes.iter().any(|q| !q.is_empty()) {
                 queues.insert(pool_name.clone(), classes);

@@ -173,6 +173,12 @@ impl Collector for Exposition {
             "Published partitions of a dataset built on inputs that changed since (`tidegate stale`).",
             s.stale_partitions.iter().map(|(d, n)| (vec![("dataset", d.clone())], *n as f64)),
         )?;
+        gauges(
+            &mut encoder,
+            "tidegate_paused",
+            "1 while an operator's pause is in force (`tidegate pauses`): schedule:TASK, task:TASK, pool:NAME or class:CLASS.",
+            s.paused.iter().map(|w| (vec![("what", w.clone())], 1.0)),
+        )?;
         self.encode_scheduler(&mut encoder)?;
         gauges(
             &mut encoder,

@@ -24,6 +24,7 @@ mod migrate;
 mod model;
 mod notify;
 mod overview;
+mod pauses;
 mod postgres;
 mod releases;
 mod request_keys;
@@ -315,6 +316,18 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Removes `dataset`'s lock if `owner` still holds it, for a caller that proved its holder
     /// dead (journaled as `dataset_unlocked` with `meta`'s actor and reason); whether it did.
     fn break_dataset_lock(&self, dataset: &str, owner: &str, meta: &JournalMeta) -> Result<bool>;
+
+    // ----- Pauses. -----
+
+    /// Pauses `what` (`schedule:TASK`, `task:TASK`, `pool:NAME`, `class:catchup`,
+    /// `class:backfill`; the caller checked it) for `meta`'s actor and reason, journaled as
+    /// `paused`; [`PauseOutcome::Already`] with the pause in force when it is paused already.
+    fn pause(&self, what: &str, meta: &JournalMeta) -> Result<PauseOutcome>;
+    /// Ends the pause of `what`, journaled as `resumed`; the pause it ended, `None` when `what`
+    /// was not paused (nothing journaled).
+    fn resume(&self, what: &str, meta: &JournalMeta) -> Result<Option<PauseRecord>>;
+    /// The pauses in force, oldest first.
+    fn pauses(&self) -> Result<Vec<PauseRecord>>;
 
     // ----- The OpenLineage export. -----
 

@@ -32,6 +32,7 @@ const RESTORED_VERSIONS: &str = include_str!("../migrations/0013_restored_versio
 const STEP_CODE_VERSIONS: &str = include_str!("../migrations/0014_step_code_versions.sql");
 const UNCHANGED_RELEASE_ITEMS: &str = include_str!("../migrations/0015_unchanged_release_items.sql");
 const STEPS_NEWEST_PER_PARTITION: &str = include_str!("../migrations/0016_steps_newest_per_partition.sql");
+const PAUSES: &str = include_str!("../migrations/0017_pauses.sql");
 
 /// Every migration, in order. Never edit one that has shipped: add the next number instead.
 const MIGRATIONS: &[Migration] = &[
@@ -66,6 +67,7 @@ const MIGRATIONS: &[Migration] = &[
         sqlite: STEPS_NEWEST_PER_PARTITION,
         postgres: STEPS_NEWEST_PER_PARTITION,
     },
+    Migration { version: 17, name: "pauses", sqlite: PAUSES, postgres: PAUSES },
 ];
 
 /// Applies the migrations the database has not seen; returns how many it applied.

@@ -320,6 +320,30 @@ pub struct DatasetLock {
     pub expires_at: DateTime<Utc>,
 }
 
+/// A pause in force: what is paused, by whom, why and since when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PauseRecord {
+    /// What is paused: `schedule:TASK`, `task:TASK`, `pool:NAME`, `class:catchup` or
+    /// `class:backfill`.
+    pub what: String,
+    /// Who paused it.
+    pub actor: String,
+    /// Why, in their words.
+    pub reason: String,
+    /// When.
+    pub paused_at: DateTime<Utc>,
+}
+
+/// The answer to a request to pause something.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PauseOutcome {
+    /// Paused now.
+    Paused(PauseRecord),
+    /// It was paused already (nothing changed): the pause in force.
+    Already(PauseRecord),
+}
+
 /// The answer to a request for a dataset's maintenance lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LockOutcome {

@@ -20,13 +20,13 @@ use crate::sqlite::Sqlite;
 use crate::{
     ActiveStep, AttemptRecord, Backend, BackfillRecord, BackfillStatus, ChainReport, CheckpointRecord, Claim,
     ClaimRequest, Claimed, Decision, Error, IdKind, JournalEntry, JournalHead, JournalMeta, JournalQuery, Lease,
-    LockOutcome, NewStep, NewToken, Outcome, ReleaseRecord, RequestKey, RequestKeyClaim, RequestKeyRecord, Result,
-    RunRecord, RunRequest, StagedRecord, StepCounts, StepEventRecord, StepRecord, Store, StoredResponse, Submission,
-    TokenRecord, VersionRecord, WorkerIdentity, WorkerRecord,
+    LockOutcome, NewStep, NewToken, Outcome, PauseOutcome, PauseRecord, ReleaseRecord, RequestKey, RequestKeyClaim,
+    RequestKeyRecord, Result, RunRecord, RunRequest, StagedRecord, StepCounts, StepEventRecord, StepRecord, Store,
+    StoredResponse, Submission, TokenRecord, VersionRecord, WorkerIdentity, WorkerRecord,
 };
 use crate::{
-    backfill, checkpoints, claims, ids, journal, lineage, locks, metrics, releases, request_keys, runs, scheduler_role,
-    staging, steps, tokens, workers,
+    backfill, checkpoints, claims, ids, journal, lineage, locks, metrics, pauses, releases, request_keys, runs,
+    scheduler_role, staging, steps, tokens, workers,
 };
 
 /// Store settings.
@@ -588,6 +588,18 @@ impl<D: Driver> Store for SqlStore<D> {
         self.driver
             .write(|tx| locks::break_lock(tx, dataset, owner, meta))
             .map_err(|e| e.context(&format!("breaking the lock {owner} holds on {dataset}")))
+    }
+
+    fn pause(&self, what: &str, meta: &JournalMeta) -> Result<PauseOutcome> {
+        self.driver.write(|tx| pauses::pause(tx, what, meta)).map_err(|e| e.context(&format!("pausing {what}")))
+    }
+
+    fn resume(&self, what: &str, meta: &JournalMeta) -> Result<Option<PauseRecord>> {
+        self.driver.write(|tx| pauses::resume(tx, what, meta)).map_err(|e| e.context(&format!("resuming {what}")))
+    }
+
+    fn pauses(&self) -> Result<Vec<PauseRecord>> {
+        self.driver.read(pauses::list).map_err(|e| e.context("listing pauses"))
     }
 
     fn unlock_dataset(&self, dataset: &str, owner: &str, now: DateTime<Utc>) -> Result<()> {

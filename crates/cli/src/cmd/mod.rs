@@ -7,6 +7,7 @@ pub mod demo;
 pub mod docs;
 pub mod history;
 pub mod logs;
+pub mod pause;
 pub mod plan;
 pub mod rerun;
 pub mod rollback;

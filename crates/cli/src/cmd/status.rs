@@ -128,6 +128,9 @@ fn print_debt(debt: &Debt) {
         let age = q.oldest_ready_age_s.map(|a| format!(", oldest waiting {}", duration(a))).unwrap_or_default();
         println!("Queue {class}: {} ready, {} running{age}", q.ready, q.running);
     }
+    for p in &debt.paused {
+        say!("Paused {}", crate::cmd::pause::pause_line(p));
+    }
     for s in &debt.stale {
         say!(
             "Stale {}: {} built on inputs that changed since, from {} (`tidegate stale {}`)",

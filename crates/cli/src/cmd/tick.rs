@@ -96,6 +96,10 @@ fn print_decisions(decisions: &[TaskDecision], now: DateTime<Utc>) {
         println!("  no scheduled task has a time-partitioned output");
     }
     for d in decisions {
+        if let Some(why) = &d.paused {
+            say!("  {}: paused, nothing planned ({why}); {} due, left owed", d.task, d.n_due);
+            continue;
+        }
         if d.n_due == 0 {
             println!("  {}: up to date (newest published {})", d.task, d.newest_published.as_deref().unwrap_or("-"));
             continue;

@@ -41,6 +41,21 @@ pub fn run(url: &str, token_file: Option<&Path>, command: Command) -> Result<Exi
     let server = Server::connect(url, token_file)?;
     match command {
         Command::Status(args) => status(&server, args),
+        Command::Pause(args) => {
+            let body = json!({ "what": args.what, "reason": args.reason });
+            let paused: tidegate_store::PauseRecord = server.post_keyed(&["api", "pauses"], &body, &new_key())?;
+            output::emit(args.out.json, &paused, cmd::pause::print_paused)
+        }
+        Command::Resume(args) => {
+            let body = json!({ "what": args.what, "reason": args.reason });
+            let ended: tidegate_store::PauseRecord =
+                server.post_keyed(&["api", "pauses", "resume"], &body, &new_key())?;
+            output::emit(args.out.json, &ended, cmd::pause::print_resumed)
+        }
+        Command::Pauses(args) => {
+            let pauses: Vec<tidegate_app::pause::PauseLine> = server.get(&["api", "pauses"], &[])?;
+            output::emit(args.out.json, &pauses, |p| cmd::pause::print_pauses(p))
+        }
         Command::Submit(args) => submit(&server, args),
         Command::Cancel(args) => cancel(&server, args),
         Command::Rerun(args) => rerun(&server, args),

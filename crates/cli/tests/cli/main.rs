@@ -27,6 +27,7 @@ mod lineage;
 mod locations;
 mod machines;
 mod output;
+mod pause;
 mod pipes;
 mod pointer;
 mod python_helper;

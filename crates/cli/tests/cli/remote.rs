@@ -448,4 +448,26 @@ fn logs_over_a_server_follow_lines_appended_while_the_attempt_runs() {
     assert!(status.success(), "{text}");
     let (first, second) = (text.find("first"), text.find("second"));
     assert!(first.is_some() && first < second, "first, then second, in one follow: {text}");
+/// `pause`, `pauses` and `resume` over HTTP print what they print locally and refuse alike.
+#[test]
+fn pauses_over_http_are_the_local_ones() {
+    let (dir, serve) = served();
+    let ana = mint(dir.path(), "ana", "operator");
+    let elsewhere = tempfile::tempdir().expect("a folder without a workspace");
+    let (here, url) = (elsewhere.path(), serve.url.as_str());
+
+    let paused = json_of(
+        &remote(here, url, Some(&ana), &["pause", "task:summarize", "--reason", "numbers off", "--json"]),
+        "pause",
+    );
+    assert_eq!((paused["what"].as_str(), paused["actor"].as_str()), (Some("task:summarize"), Some("ana")));
+    let listed_remote = ok(&remote(here, url, Some(&ana), &["pauses"]), "remote pauses");
+    assert_eq!(listed_remote, common::ok(dir.path(), &["pauses"]));
+    assert!(listed_remote.contains("task:summarize: paused by ana"), "{listed_remote}");
+    let twice = refused(&remote(here, url, Some(&ana), &["pause", "task:summarize", "--reason", "x"]), "twice");
+    assert!(twice.contains("paused already"), "{twice}");
+    let resumed = ok(&remote(here, url, Some(&ana), &["resume", "task:summarize", "--reason", "fine"]), "resume");
+    assert!(resumed.starts_with("Resumed task:summarize"), "{resumed}");
+    let again = refused(&remote(here, url, Some(&ana), &["resume", "task:summarize", "--reason", "x"]), "again");
+    assert!(again.contains("is not paused"), "{again}");
 }

@@ -38,6 +38,7 @@ mod suite {
     mod ids;
     mod lineage;
     mod locations;
+    mod pause;
     mod pipes;
     mod pointer;
     mod python_helper;

@@ -101,6 +101,45 @@ pub struct Pool {
     pub retry_budget_ratio: f64,
     /// `retry_budget_burst` (default 5): retries allowed before the ratio applies.
     pub retry_budget_burst: u32,
+    /// `time_zone` (default UTC): the zone the `windows` are read in.
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "serialize_tz")]
+    pub time_zone: Option<Tz>,
+    /// `windows` (optional): times of the week when the pool has other `slots`, the first that
+    /// holds winning.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub windows: Vec<PoolWindow>,
+}
+
+/// `windows = [{ days = "mon-fri", from = "09:00", to = "18:00", slots = 1 }]`: while the
+/// pool's local time is on one of `days` and in `[from, to)`, the pool has `slots` slots.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PoolWindow {
+    /// The days it holds on, Monday first (`days`: `"mon-fri"`, `"sat,sun"`, `"mon"`).
+    pub days: [bool; 7],
+    /// When it starts each of those days (`from`, `"HH:MM"`).
+    pub from: chrono::NaiveTime,
+    /// When it ends each of those days, exclusive (`to`, `"HH:MM"`, after `from`; `"24:00"` is
+    /// the end of the day).
+    pub to: Option<chrono::NaiveTime>,
+    /// The pool's slots while it holds (0 holds every start back).
+    pub slots: u32,
+}
+
+impl Pool {
+    /// The pool's slots at `now`: the first window that holds in the pool's zone, else `slots`.
+    pub fn slots_at(&self, now: DateTime<Utc>) -> u32 {
+        use chrono::{Datelike as _, Timelike as _};
+        if self.windows.is_empty() {
+            return self.slots;
+        }
+        let local = now.with_timezone(&self.time_zone.unwrap_or(Tz::UTC)).naive_local();
+        let (day, time) = (local.weekday().num_days_from_monday() as usize, local.time());
+        let time = time.with_nanosecond(0).unwrap_or(time);
+        self.windows
+            .iter()
+            .find(|w| w.days[day] && time >= w.from && w.to.is_none_or(|to| time < to))
+            .map_or(self.slots, |w| w.slots)
+    }
 }
 
 /// The name of the pool every task uses unless it names another; it always exists.

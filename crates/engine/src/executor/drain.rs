@@ -82,6 +82,8 @@ pub(super) struct Drain<'e> {
     last_scheduler_renewal: DateTime<Utc>,
     _renewal: Renewal,
     gates: HashMap<String, BackfillGate>,
+    /// The pauses in force (issue 34), read with the gates.
+    pauses: tidegate_core::pause::Pauses,
     last_refresh: Option<Instant>,
     last_lease_check: Option<Instant>,
     workers: Vec<WorkerRecord>,
@@ -121,6 +123,7 @@ impl<'e> Drain<'e> {
             last_scheduler_renewal: engine.clock.now(),
             _renewal: renewal,
             gates: HashMap::new(),
+            pauses: tidegate_core::pause::Pauses::default(),
             last_refresh: None,
             last_lease_check: None,
             workers: Vec::new(),
@@ -158,6 +161,7 @@ impl<'e> Drain<'e> {
             return Ok(());
         }
         self.engine.refresh_gates(&mut self.gates).await?;
+        self.pauses = self.engine.refresh_pauses().await?;
         // A long-lived server would otherwise hold every step it ever ran.
         self.view.forget_finished_runs();
         self.engine.discover_runs(&mut self.view).await?;
@@ -419,8 +423,9 @@ impl<'e> Drain<'e> {
         }
         let dispatch = Dispatch { in_flight: self.in_flight, workers: &self.workers, remote: &mut self.remote };
         let engine = self.engine;
-        let claimed =
-            engine.claim(&mut self.view, &mut self.pools, &mut self.gates, dispatch, &self.correlation).await?;
+        let claimed = engine
+            .claim(&mut self.view, &mut self.pools, &mut self.gates, &self.pauses, dispatch, &self.correlation)
+            .await?;
         for attempt in claimed {
             self.in_flight += 1;
             let (store, lake, tx, runner) =

@@ -8,6 +8,7 @@ mod data;
 mod health;
 mod journal;
 mod overview;
+mod pauses;
 mod runs;
 mod status;
 
@@ -70,6 +71,8 @@ pub(crate) fn api() -> OpenApiRouter<State> {
         .routes(routes!(backfills::rollback))
         .routes(routes!(backfills::pause))
         .routes(routes!(backfills::cancel))
+        .routes(routes!(pauses::list, pauses::pause))
+        .routes(routes!(pauses::resume))
 }
 
 /// Runs `operation` on a blocking thread (operations block on the store) with the workspace and

@@ -15,6 +15,7 @@ mod ids;
 mod metrics;
 mod openapi;
 mod paging;
+mod pauses;
 mod readyz;
 mod rerun;
 mod roles;

@@ -83,6 +83,19 @@ fn routes() -> Vec<(&'static str, &'static str, Option<Value>, Option<Access>)> 
         ("POST", "/api/backfills/bf-none/rollback", Some(reason.clone()), Some(Access::ChangeBackfill)),
         ("POST", "/api/backfills/bf-none/pause", Some(reason.clone()), Some(Access::ChangeBackfill)),
         ("POST", "/api/backfills/bf-none/cancel", Some(reason), Some(Access::ChangeBackfill)),
+        ("GET", "/api/pauses", None, Some(Access::Read)),
+        (
+            "POST",
+            "/api/pauses",
+            Some(json!({ "what": "task:no_such_task", "reason": "matrix" })),
+            Some(Access::RunWork),
+        ),
+        (
+            "POST",
+            "/api/pauses/resume",
+            Some(json!({ "what": "task:no_such_task", "reason": "matrix" })),
+            Some(Access::RunWork),
+        ),
     ]
 }
 

@@ -23,6 +23,7 @@ mod suite {
     mod metrics;
     mod paging;
     mod rerun;
+    mod pauses;
     mod roles;
     mod schemathesis;
     mod security;

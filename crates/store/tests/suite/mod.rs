@@ -10,8 +10,9 @@ use tidegate_core::retry::ErrorClass;
 use tidegate_core::state::{RunStatus, StepEvent, StepStatus};
 use tidegate_store::{
     Approval, BackfillRecord, BackfillStatus, CheckpointRecord, Claim, Error, IN_FLIGHT_TIMEOUT_S, JournalEntry,
-    JournalQuery, Lease, LockOutcome, NewToken, Outcome, Priority, ReleaseItem, ReleaseKind, ReleaseRecord, RunRecord,
-    RunRequest, SqlStore, StagedRecord, StepEventRecord, StepRecord, Store, Throttle, WorkerIdentity,
+    JournalQuery, Lease, LockOutcome, NewToken, Outcome, PauseOutcome, Priority, ReleaseItem, ReleaseKind,
+    ReleaseRecord, RunRecord, RunRequest, SqlStore, StagedRecord, StepEventRecord, StepRecord, Store, Throttle,
+    WorkerIdentity,
 };
 use tidegate_testkit::fixed_instant;
 use tidegate_testkit::store::{
@@ -81,6 +82,7 @@ macro_rules! all_backend_tests {
             checkpoint_is_refused_unless_its_staged_output_holds_the_rows_it_declares,
             scheduler_role_is_held_by_one_owner_until_it_expires,
             a_dataset_lock_is_held_by_one_owner_per_dataset_until_it_expires,
+            a_pause_holds_until_resumed_and_both_are_journaled,
             workers_register_renew_expire_and_see_their_leases,
             a_worker_name_is_held_by_one_live_process_until_it_stops_or_lapses,
             racing_registrations_of_one_name_let_exactly_one_process_in,
@@ -1597,6 +1599,47 @@ pub fn a_dataset_lock_is_held_by_one_owner_per_dataset_until_it_expires(t: &Stor
             entry("dataset_locked", "vacuum-1", "events", &null),
         ],
         "taking and giving up a lock are journaled, renewals and refusals are not"
+    );
+    assert_chain_intact(store);
+}
+
+pub fn a_pause_holds_until_resumed_and_both_are_journaled(t: &StoreUnderTest) {
+    let store = &*t.store;
+    let why = |reason: &str, at_s: i64| tidegate_store::JournalMeta {
+        actor: "ana".to_owned(),
+        reason: reason.to_owned(),
+        ..meta(t0() + secs(at_s))
+    };
+    let PauseOutcome::Paused(paused) = store.pause("task:a", &why("feed wrong", 0)).expect("pausing") else {
+        panic!("nothing was paused yet")
+    };
+    assert_eq!((paused.what.as_str(), paused.actor.as_str(), paused.reason.as_str()), ("task:a", "ana", "feed wrong"));
+    let PauseOutcome::Already(held) = store.pause("task:a", &why("again", 1)).expect("pausing twice") else {
+        panic!("a second pause of the same thing changes nothing")
+    };
+    assert_eq!(held, paused, "the refusal names the pause in force");
+    store.pause("class:backfill", &why("incident", 2)).expect("pausing a class");
+    let listed: Vec<String> = store.pauses().expect("listing").into_iter().map(|p| p.what).collect();
+    assert_eq!(listed, ["task:a", "class:backfill"], "oldest first");
+
+    assert_eq!(store.resume("task:a", &why("fixed", 3)).expect("resuming"), Some(paused));
+    assert_eq!(store.resume("task:a", &why("fixed again", 4)).expect("resuming twice"), None);
+    let listed: Vec<String> = store.pauses().expect("listing").into_iter().map(|p| p.what).collect();
+    assert_eq!(listed, ["class:backfill"]);
+
+    let entries: Vec<(String, Option<String>, String, serde_json::Value)> =
+        all_entries(store).into_iter().map(|e| (e.kind, e.task, e.reason, e.payload["what"].clone())).collect();
+    let entry = |kind: &str, task: Option<&str>, reason: &str, what: &str| {
+        (kind.to_owned(), task.map(str::to_owned), reason.to_owned(), serde_json::json!(what))
+    };
+    assert_eq!(
+        entries,
+        [
+            entry("paused", Some("a"), "feed wrong", "task:a"),
+            entry("paused", None, "incident", "class:backfill"),
+            entry("resumed", Some("a"), "fixed", "task:a"),
+        ],
+        "pausing and resuming are journaled with their reasons; refusals are not"
     );
     assert_chain_intact(store);
 }

@@ -482,7 +482,7 @@ fn grain(ctx: &mut Ctx<'_>, f: &Field<'_, '_>) -> Option<Grain> {
     None
 }
 
-fn zone(ctx: &mut Ctx<'_>, f: &Field<'_, '_>) -> Option<chrono_tz::Tz> {
+pub(crate) fn zone(ctx: &mut Ctx<'_>, f: &Field<'_, '_>) -> Option<chrono_tz::Tz> {
     let s = f.str(ctx)?;
     match values::zone(s) {
         Ok(tz) => Some(tz),

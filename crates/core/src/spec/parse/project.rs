@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 
 use toml_span::Span;
 
-use super::reader::{Ctx, Obj, Path, check_name};
-use crate::spec::{DEFAULT_POOL, Pool, Project};
+use super::reader::{Ctx, Field, Obj, Path, check_name, clip};
+use crate::spec::{DEFAULT_POOL, Pool, PoolWindow, Project};
 
 /// The most seconds a lease may live: a dead worker's step waits this long before it is re-run.
 const MAX_LEASE_TTL_S: u32 = 3_600;
@@ -33,7 +33,9 @@ const PROJECT_KEYS: &[&str] = &[
     "idempotency_ttl_h",
     "log_max_bytes",
 ];
-const POOL_KEYS: &[&str] = &["slots", "rate_per_s", "retry_budget_ratio", "retry_budget_burst"];
+const POOL_KEYS: &[&str] = &["slots", "rate_per_s", "retry_budget_ratio", "retry_budget_burst", "time_zone", "windows"];
+const WINDOW_KEYS: &[&str] = &["days", "from", "to", "slots"];
+const DAYS: [&str; 7] = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"];
 
 /// `[project]` with the timing settings kept apart: `None` means invalid (already reported), so
 /// checks that compare them with other settings stay quiet instead of piling up.
@@ -135,6 +137,8 @@ pub(crate) fn pools(ctx: &mut Ctx<'_>, root: &Obj<'_, '_>) -> BTreeMap<String, O
         rate_per_s: None,
         retry_budget_ratio: 0.2,
         retry_budget_burst: 5,
+        time_zone: None,
+        windows: Vec::new(),
     }));
     out
 }
@@ -167,10 +171,102 @@ fn pool(ctx: &mut Ctx<'_>, obj: &Obj<'_, '_>) -> Option<Pool> {
         }),
     };
     let retry_budget_burst = obj.u32_or(ctx, "retry_budget_burst", 5, 0, MAX_RETRY_BUDGET_BURST);
+    let time_zone = match obj.get(ctx, "time_zone") {
+        None => Some(None),
+        Some(f) => super::dataset::zone(ctx, &f).map(Some),
+    };
+    let windows = match obj.get(ctx, "windows") {
+        None => Some(Vec::new()),
+        Some(f) => f
+            .array(
+                ctx,
+                "an array of windows such as [{ days = \"mon-fri\", from = \"09:00\", to = \"18:00\", slots = 1 }]",
+            )
+            .and_then(|items| {
+                let windows: Vec<Option<PoolWindow>> = items.iter().map(|item| window(ctx, item)).collect();
+                windows.into_iter().collect::<Option<Vec<_>>>()
+            }),
+    };
     Some(Pool {
         slots: slots?,
         rate_per_s: rate_per_s?,
         retry_budget_ratio: retry_budget_ratio?,
         retry_budget_burst: retry_budget_burst?,
+        time_zone: time_zone?,
+        windows: windows?,
     })
+}
+
+/// One of a pool's `windows`: `{ days = "mon-fri", from = "09:00", to = "18:00", slots = 1 }`.
+fn window(ctx: &mut Ctx<'_>, f: &Field<'_, '_>) -> Option<PoolWindow> {
+    let obj = f.obj(ctx)?;
+    obj.allow_only(ctx, WINDOW_KEYS);
+    let days = obj.require(ctx, "days", "days = \"mon-fri\"").and_then(|d| {
+        let text = d.str(ctx)?;
+        let parsed = days(text);
+        if parsed.is_none() {
+            let reason = "expected days of the week such as \"mon-fri\", \"sat,sun\" or \"wed\" (mon, tue, wed, thu, fri, sat, sun)";
+            d.invalid(ctx, format!("\"{}\"", clip(text)), reason, None);
+        }
+        parsed
+    });
+    let time = |ctx: &mut Ctx<'_>, key: &str, example: &str| {
+        let t = obj.require(ctx, key, example)?;
+        let text = t.str(ctx)?;
+        let parsed = if text == "24:00" && key == "to" {
+            Some(None)
+        } else {
+            chrono::NaiveTime::parse_from_str(text, "%H:%M").ok().map(Some)
+        };
+        if parsed.is_none() {
+            let reason = if key == "to" {
+                "expected a time of day \"HH:MM\" (00:00 to 24:00)"
+            } else {
+                "expected a time of day \"HH:MM\" (00:00 to 23:59)"
+            };
+            t.invalid(ctx, format!("\"{}\"", clip(text)), reason, None);
+        }
+        Some((parsed?, t))
+    };
+    let from = time(ctx, "from", "from = \"09:00\"");
+    let to = time(ctx, "to", "to = \"18:00\"");
+    let slots = obj
+        .require(ctx, "slots", "slots = 1")
+        .and_then(|s| s.int_in(ctx, 0, i64::from(MAX_SLOTS)))
+        .and_then(|n| u32::try_from(n).ok());
+    let (from, (to, to_field)) = (from?.0.unwrap_or_default(), to?);
+    if to.is_some_and(|to| to <= from) {
+        let help =
+            Some("a window ends after it starts on the same day; split one that spans midnight in two".to_owned());
+        to_field.invalid(
+            ctx,
+            format!("\"{}\"", to.map(|t| t.format("%H:%M").to_string()).unwrap_or_default()),
+            &format!("must be after from = \"{}\"", from.format("%H:%M")),
+            help,
+        );
+        return None;
+    }
+    Some(PoolWindow { days: days?, from, to, slots: slots? })
+}
+
+/// `"mon-fri"`, `"sat,sun"`, `"mon"`, `"fri-mon"` (wrapping): the days named, Monday first.
+fn days(text: &str) -> Option<[bool; 7]> {
+    let index = |d: &str| DAYS.iter().position(|k| k.eq_ignore_ascii_case(d.trim()));
+    let mut out = [false; 7];
+    for part in text.split(',') {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (mut i, j) = (index(a)?, index(b)?);
+                loop {
+                    out[i] = true;
+                    if i == j {
+                        break;
+                    }
+                    i = (i + 1) % 7;
+                }
+            }
+            None => out[index(part)?] = true,
+        }
+    }
+    Some(out)
 }
