@@ -448,6 +448,8 @@ fn logs_over_a_server_follow_lines_appended_while_the_attempt_runs() {
     assert!(status.success(), "{text}");
     let (first, second) = (text.find("first"), text.find("second"));
     assert!(first.is_some() && first < second, "first, then second, in one follow: {text}");
+}
+
 /// `pause`, `pauses` and `resume` over HTTP print what they print locally and refuse alike.
 #[test]
 fn pauses_over_http_are_the_local_ones() {

@@ -160,7 +160,7 @@ fn a_key_is_required_where_a_retry_would_repeat_the_effect_and_is_1_to_255_visib
     let required: Vec<&str> = keyed.iter().filter(|k| k.2).map(|k| k.1.as_str()).collect();
     assert_eq!(required, ["/api/backfills", "/api/datasets/{name}/rollback", "/api/runs"]);
     assert!(keyed.iter().all(|(method, _, _)| method == "post"), "{keyed:?}");
-    assert_eq!(keyed.len(), 15, "every POST but /api/sql: {keyed:?}");
+    assert_eq!(keyed.len(), 17, "every POST but /api/sql: {keyed:?}");
 }
 
 #[test]

@@ -22,8 +22,8 @@ mod suite {
     mod ids;
     mod metrics;
     mod paging;
-    mod rerun;
     mod pauses;
+    mod rerun;
     mod roles;
     mod schemathesis;
     mod security;
