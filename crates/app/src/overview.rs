@@ -165,10 +165,13 @@ pub fn grid(ws: &Workspace, store: &dyn Store, actor: &Actor, query: &GridQuery,
         None => axes.iter().max_by_key(|(_, n)| **n).map(|(a, _)| a.clone()).unwrap_or_default(),
     };
     let owed = owed(ws, store, now)?;
+    // One pass over the release items gives both what is stale and what is published.
+    let judged = crate::stale::judge(ws, store, None)?;
     let mut stale: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for s in crate::stale::stale_in(ws, store, None)? {
+    for s in judged.stale {
         stale.entry(s.dataset).or_default().insert(s.partition);
     }
+    let mut visible = judged.visible;
     let mut keys: BTreeSet<String> = BTreeSet::new();
     let mut owed_keys: BTreeSet<String> = BTreeSet::new();
     let mut by_row = Vec::new();
@@ -184,7 +187,10 @@ pub fn grid(ws: &Workspace, store: &dyn Store, actor: &Actor, query: &GridQuery,
             Some(t) => store.newest_steps(t)?.into_iter().collect(),
             None => BTreeMap::new(),
         };
-        let published = store.published_partitions(&dataset.name)?;
+        let published = match visible.remove(&dataset.name) {
+            Some(p) => p,
+            None => store.published_partitions(&dataset.name)?,
+        };
         let owed = task.as_ref().and_then(|t| owed.get(t)).cloned().unwrap_or_default();
         keys.extend(newest.keys().cloned());
         keys.extend(published.iter().cloned());

@@ -86,6 +86,21 @@ pub fn stale(ws: &Workspace, store: &dyn Store, actor: &Actor, dataset: Option<&
 
 /// [`stale`] without the role check, for operations that already made it.
 pub(crate) fn stale_in(ws: &Workspace, store: &dyn Store, only: Option<&str>) -> Result<Vec<StalePartition>> {
+    Ok(judge(ws, store, only)?.stale)
+}
+
+/// What [`judge`] found: the stale partitions, and the partitions visible now of every dataset it
+/// read (the ones it judged and their inputs), so a caller that also needs what is published
+/// does not replay the same release items again.
+pub(crate) struct Judged {
+    /// The stale partitions.
+    pub(crate) stale: Vec<StalePartition>,
+    /// The visible partitions of each dataset read.
+    pub(crate) visible: BTreeMap<String, BTreeSet<String>>,
+}
+
+/// The stale partitions of every dataset Tidegate writes (or only `only`), and what is visible.
+pub(crate) fn judge(ws: &Workspace, store: &dyn Store, only: Option<&str>) -> Result<Judged> {
     let spec: &Spec = &ws.spec;
     // Every task's code now; a task whose declared file cannot be read is not judged on code.
     let code_now: BTreeMap<String, String> = spec
@@ -172,7 +187,8 @@ pub(crate) fn stale_in(ws: &Workspace, store: &dyn Store, only: Option<&str>) ->
             }
         }
     }
-    Ok(out)
+    let visible = visible.into_iter().map(|(name, parts)| (name, parts.into_keys().collect())).collect();
+    Ok(Judged { stale: out, visible })
 }
 
 /// The stale partitions of `task`'s datasets, as the keys a run selects.
