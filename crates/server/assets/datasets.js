@@ -9,8 +9,10 @@ import { staleReason } from './grid.js';
 
 export async function show(root, [name], ctx) {
   const base = `/api/datasets/${encodeURIComponent(name)}`;
-  const [d, versions, sizes] = await Promise.all([
-    get(base),
+  // The dataset first: a name that is not one (a mistyped or hostile address) is one refusal,
+  // not three requests whose late answers land on the next screen.
+  const d = await get(base);
+  const [versions, sizes] = await Promise.all([
     get(`${base}/versions`).catch(() => []),
     get(`${base}/partitions`).catch(() => []),
   ]);
