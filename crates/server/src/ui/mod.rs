@@ -41,65 +41,31 @@ struct Asset {
     bytes: &'static [u8],
 }
 
+/// An embedded file of `assets/`, by name.
+macro_rules! asset {
+    ($name:literal, $content_type:expr) => {
+        Asset { name: $name, content_type: $content_type, bytes: include_bytes!(concat!("../../assets/", $name)) }
+    };
+}
+
+/// The type of the UI's scripts.
+const JS: &str = "text/javascript; charset=utf-8";
+
 /// Every file of the UI. `index.html` is the page; the rest are loaded by it.
 const ASSETS: &[Asset] = &[
-    Asset {
-        name: "index.html",
-        content_type: "text/html; charset=utf-8",
-        bytes: include_bytes!("../../assets/index.html"),
-    },
-    Asset { name: "app.css", content_type: "text/css; charset=utf-8", bytes: include_bytes!("../../assets/app.css") },
-    Asset {
-        name: "app.js",
-        content_type: "text/javascript; charset=utf-8",
-        bytes: include_bytes!("../../assets/app.js"),
-    },
-    Asset {
-        name: "dom.js",
-        content_type: "text/javascript; charset=utf-8",
-        bytes: include_bytes!("../../assets/dom.js"),
-    },
-    Asset {
-        name: "api.js",
-        content_type: "text/javascript; charset=utf-8",
-        bytes: include_bytes!("../../assets/api.js"),
-    },
-    Asset {
-        name: "grid.js",
-        content_type: "text/javascript; charset=utf-8",
-        bytes: include_bytes!("../../assets/grid.js"),
-    },
-    Asset {
-        name: "runs.js",
-        content_type: "text/javascript; charset=utf-8",
-        bytes: include_bytes!("../../assets/runs.js"),
-    },
-    Asset {
-        name: "backfills.js",
-        content_type: "text/javascript; charset=utf-8",
-        bytes: include_bytes!("../../assets/backfills.js"),
-    },
-    Asset {
-        name: "datasets.js",
-        content_type: "text/javascript; charset=utf-8",
-        bytes: include_bytes!("../../assets/datasets.js"),
-    },
-    Asset {
-        name: "graph.js",
-        content_type: "text/javascript; charset=utf-8",
-        bytes: include_bytes!("../../assets/graph.js"),
-    },
-    Asset {
-        name: "ops.js",
-        content_type: "text/javascript; charset=utf-8",
-        bytes: include_bytes!("../../assets/ops.js"),
-    },
-    Asset {
-        name: "journal.js",
-        content_type: "text/javascript; charset=utf-8",
-        bytes: include_bytes!("../../assets/journal.js"),
-    },
-    Asset { name: "favicon.svg", content_type: "image/svg+xml", bytes: include_bytes!("../../assets/favicon.svg") },
+    asset!("index.html", "text/html; charset=utf-8"),
+    asset!("app.css", "text/css; charset=utf-8"),
+    asset!("favicon.svg", "image/svg+xml"),
+    asset!("app.js", JS),
+    asset!("dom.js", JS),
+    asset!("api.js", JS),
+    asset!("grid.js", JS),
+    asset!("runs.js", JS),
+    asset!("backfills.js", JS),
+    asset!("datasets.js", JS),
+    asset!("graph.js", JS),
+    asset!("ops.js", JS),
+    asset!("journal.js", JS),
 ];
 
 /// An asset ready to send: its bytes, gzipped once, and its entity tag.
