@@ -172,6 +172,19 @@ struct SignedIn {
     expires_in_s: u64,
 }
 
+impl SignedIn {
+    /// What the page learns of `actor`'s live `session`.
+    fn of(actor: &tidegate_core::actor::Actor, session: session::Session) -> SignedIn {
+        SignedIn {
+            signed_in: true,
+            actor: actor.name.clone(),
+            role: actor.role().to_string(),
+            expires_in_s: session.expires.saturating_duration_since(Instant::now()).as_secs(),
+            csrf: session.csrf,
+        }
+    }
+}
+
 /// The sign-in form's body.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -224,13 +237,7 @@ async fn sign_in(Shared(state): Shared<State>, request: axum::extract::Request) 
     tracing::info!(actor = %actor.describe(), "signed in to the web UI");
     let secure = crate::auth::over_tls(&parts, state.options.trust_proxy);
     let cookie = HeaderValue::from_str(&session::set_cookie(&id, secure));
-    let body = SignedIn {
-        signed_in: true,
-        actor: actor.name.clone(),
-        role: actor.role().to_string(),
-        csrf: session.csrf,
-        expires_in_s: session::SESSION_TTL.as_secs(),
-    };
+    let body = SignedIn::of(&actor, session);
     match cookie {
         Ok(cookie) => {
             ([(SET_COOKIE, cookie), (CACHE_CONTROL, HeaderValue::from_static("no-store"))], Json(body)).into_response()
@@ -251,17 +258,9 @@ async fn whoami(Shared(state): Shared<State>, parts: Parts) -> Response {
             .into_response();
     };
     match crate::auth::establish(&parts, &state, s.token.clone(), true).await {
-        Ok(actor) => (
-            [(CACHE_CONTROL, HeaderValue::from_static("no-store"))],
-            Json(SignedIn {
-                signed_in: true,
-                actor: actor.name.clone(),
-                role: actor.role().to_string(),
-                csrf: s.csrf,
-                expires_in_s: s.expires.saturating_duration_since(Instant::now()).as_secs(),
-            }),
-        )
-            .into_response(),
+        Ok(actor) => {
+            ([(CACHE_CONTROL, HeaderValue::from_static("no-store"))], Json(SignedIn::of(&actor, s))).into_response()
+        }
         Err(p) => p.into_response(),
     }
 }
