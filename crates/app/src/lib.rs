@@ -6,6 +6,7 @@
 //! engine, the store and the lake do the work; above it, front ends render the results.
 
 pub mod actor;
+pub mod alerts;
 pub mod anchor;
 pub mod backfill;
 pub mod data;
@@ -19,6 +20,7 @@ pub mod listing;
 pub mod lock;
 pub mod logs;
 pub mod monitor;
+pub mod notify;
 pub mod overview;
 pub mod pause;
 pub mod plan;

@@ -36,6 +36,8 @@ const JOURNAL_PAGE: u32 = 5_000;
 /// On the first scrape, how many entries before the journal's head are read without observing
 /// anything, to learn when the attempts then in flight were claimed.
 const WARM_UP_ENTRIES: u64 = 10_000;
+/// The newest backfills a scrape looks at for one awaiting approval.
+const APPROVALS_WATCHED: u32 = 500;
 /// The most attempts in flight (and validated steps awaiting publication) remembered at once.
 const STEPS_WATCHED_MAX: usize = 100_000;
 
@@ -59,6 +61,9 @@ pub struct Snapshot {
     pub queues: BTreeMap<Priority, Queue>,
     /// How long the longest-waiting step in `waiting_for_source` has waited (0 when none waits).
     pub source_wait_oldest_s: f64,
+    /// How long the compared backfill waiting longest for its approval has waited (0 when none
+    /// waits).
+    pub approval_wait_oldest_s: f64,
     /// Per dataset the workspace writes: its stale partitions (built on inputs changed since).
     pub stale_partitions: BTreeMap<String, u64>,
     /// The scheduler's last gauge; absent before any scheduler ran.
@@ -237,7 +242,7 @@ impl Monitor {
     /// the snapshot, and is counted.
     pub fn snapshot(&self, ws: &Workspace, store: &dyn Store, actor: &Actor, now: DateTime<Utc>) -> Result<Snapshot> {
         require(actor, Access::Read)?;
-        let read = self.read_store(store, now);
+        let read = Self::read_store(store, now);
         let (steps, queues, scheduler, source_wait_oldest_s) = self.counted(read, |e| e.store += 1)?;
         let (step_durations, publication_durations) = {
             let mut tail = lock(&self.tail);
@@ -257,8 +262,10 @@ impl Monitor {
         for s in stale {
             *stale_partitions.entry(s.dataset).or_default() += 1;
         }
-        let decided = self.schedules(ws, store, now);
+        let decided = Self::schedules(ws, store, now);
         let (missed, freshness_lag_s) = self.counted(decided, |e| e.store += 1)?;
+        let waiting = Self::approval_wait(store, now);
+        let approval_wait_oldest_s = self.counted(waiting, |e| e.store += 1)?;
         let pauses = store.pauses().context("listing pauses");
         let paused = self.counted(pauses, |e| e.store += 1)?.into_iter().map(|p| p.what).collect();
         Ok(Snapshot {
@@ -266,6 +273,7 @@ impl Monitor {
             steps,
             queues,
             source_wait_oldest_s,
+            approval_wait_oldest_s,
             stale_partitions,
             scheduler,
             missed,
@@ -297,8 +305,7 @@ impl Monitor {
 
     /// Steps by status, queues per class and the scheduler's gauge.
     #[allow(clippy::type_complexity, reason = "three parts of the snapshot, named where they are used")]
-    fn read_store(
-        &self,
+    pub(crate) fn read_store(
         store: &dyn Store,
         now: DateTime<Utc>,
     ) -> Result<(BTreeMap<StepStatus, u64>, BTreeMap<Priority, Queue>, Option<SchedulerGauge>, f64)> {
@@ -327,10 +334,20 @@ impl Monitor {
         Ok((steps, queues, scheduler, source_wait))
     }
 
+    /// How long the compared backfill waiting longest for its approval has waited.
+    fn approval_wait(store: &dyn Store, now: DateTime<Utc>) -> Result<f64> {
+        let backfills = store.backfills(APPROVALS_WATCHED).context("listing backfills")?;
+        let oldest = backfills
+            .iter()
+            .filter(|b| b.status == tidegate_store::BackfillStatus::Staged && b.comparison_hash.is_some())
+            .map(|b| b.updated_at)
+            .min();
+        Ok(oldest.map_or(0.0, |since| seconds(now - since)))
+    }
+
     /// Missed intervals per scheduled task and freshness lag per dataset, decided from what the
     /// store recorded as published (decision 0018).
-    fn schedules(
-        &self,
+    pub(crate) fn schedules(
         ws: &Workspace,
         store: &dyn Store,
         now: DateTime<Utc>,

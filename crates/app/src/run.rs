@@ -60,6 +60,7 @@ pub fn execute(
 ) -> Result<Summary> {
     let summary = execute_only(ws, store.clone(), actor, workers, progress, scope)?;
     crate::lineage::export(ws, store.as_ref());
+    crate::notify::deliver(ws, store.as_ref());
     Ok(summary)
 }
 
@@ -137,6 +138,7 @@ pub fn execute_submitted(
     let failures = failures(ws, store.as_ref(), actor, run_id)?;
     let (created, status) = (submitted.created, run.status.to_string());
     let lineage = crate::lineage::export(ws, store.as_ref());
+    crate::notify::deliver(ws, store.as_ref());
     Ok(Outcome { run_id: run.id, created, status, summary, elapsed_s, failures, lineage })
 }
 
@@ -201,6 +203,7 @@ pub fn cancel(ws: &Workspace, store: &dyn Store, actor: &Actor, run_id: &str, re
     let n_steps_cancelled = events.len();
     store.commit(&events)?;
     crate::lineage::export(ws, store);
+    crate::notify::deliver(ws, store);
     Ok(Cancelled { run_id: run_id.to_owned(), n_steps_cancelled, n_attempts_stopping, published })
 }
 

@@ -43,6 +43,8 @@ pub struct ServeOptions {
     pub tick_every: Duration,
     /// Attempts this process runs itself at once; 0 leaves every attempt to worker processes.
     pub workers: usize,
+    /// The time between evaluations of the `[alerts]` rules.
+    pub alerts_every: Duration,
 }
 
 /// What the scheduler did, as it does it, for its front end to show or log.
@@ -91,6 +93,16 @@ pub enum Event {
     /// The OpenLineage export delivered events, or events started or stopped waiting for a
     /// transport (the export runs beside the scheduler and never holds it up).
     Lineage(crate::lineage::Delivery),
+    /// An evaluation of the alert rules fired or resolved alerts.
+    Alerts(crate::alerts::Evaluation),
+    /// Receivers were told of alerts or publications, or a receiver is down (its notifications
+    /// wait for it).
+    Notified(Vec<crate::notify::Told>),
+    /// An evaluation of the alert rules failed (the next one tries again).
+    AlertsFailed {
+        /// What failed.
+        reason: String,
+    },
 }
 
 /// Runs the scheduler until `stop` is set: one tick per `options.tick_every`, each followed by a
@@ -114,11 +126,25 @@ pub async fn serve(
     let (lineage_tx, mut lineage) = tokio::sync::mpsc::unbounded_channel();
     let exporter = crate::lineage::Exporter::new(ws);
     let follower = tokio::spawn(crate::lineage::follow(exporter, store.clone(), stop.clone(), lineage_tx));
+    let (alerts_tx, mut alerts) = tokio::sync::mpsc::unbounded_channel();
+    let shared = Arc::new(ws.clone());
+    let watcher = tokio::spawn(crate::alerts::watch(
+        shared.clone(),
+        store.clone(),
+        options.alerts_every,
+        stop.clone(),
+        alerts_tx.clone(),
+    ));
+    let notifier = crate::notify::Notifier::new(shared);
+    let teller = tokio::spawn(crate::notify::follow(notifier, store.clone(), stop.clone(), alerts_tx));
     let mut turns = Turns { standing_by: false, first: true, next_tick: Instant::now() };
     let mut backoff = OUTAGE_RETRY_FIRST;
     while !stop.load(Ordering::SeqCst) {
         while let Ok(delivery) = lineage.try_recv() {
             observe(Event::Lineage(delivery));
+        }
+        while let Ok(event) = alerts.try_recv() {
+            observe(event);
         }
         match turns.take(&engine, ws, store.as_ref(), actor, options, &stop, &mut submitted, observe).await {
             Ok(()) => backoff = OUTAGE_RETRY_FIRST,
@@ -141,8 +167,13 @@ pub async fn serve(
     }
     // The follower exports once more after the stop flag, so the last drain's events go out.
     let _ = follower.await;
+    let _ = watcher.await;
+    let _ = teller.await;
     while let Ok(delivery) = lineage.try_recv() {
         observe(Event::Lineage(delivery));
+    }
+    while let Ok(event) = alerts.try_recv() {
+        observe(event);
     }
     Ok(())
 }

@@ -21,7 +21,7 @@ pub const LAKE_VAR: &str = "TIDEGATE_LAKE";
 
 /// A loaded workspace: its folder, its validated spec, where its state is and the clock its
 /// operations read.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Workspace {
     /// The folder holding `tidegate.toml`.
     pub root: PathBuf,

@@ -118,6 +118,8 @@ enum Command {
     Pause(cmd::pause::PauseArgs),
     Resume(cmd::pause::ResumeArgs),
     Pauses(cmd::pause::PausesArgs),
+    #[command(subcommand)]
+    Alerts(cmd::alerts::Command),
     Status(cmd::status::Args),
     Stale(cmd::status::StaleArgs),
     History(cmd::history::Args),
@@ -193,6 +195,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Pause(args) => cmd::pause::pause(ws, &actor()?, args),
         Command::Resume(args) => cmd::pause::resume(ws, &actor()?, args),
         Command::Pauses(args) => cmd::pause::list(ws, &actor()?, args),
+        Command::Alerts(command) => cmd::alerts::run(ws, &actor()?, command),
         Command::Status(args) => cmd::status::run(ws, &actor()?, args),
         Command::Stale(args) => cmd::status::stale(ws, &actor()?, args),
         Command::History(args) => cmd::history::run(ws, &actor()?, args),

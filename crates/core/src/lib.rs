@@ -7,6 +7,7 @@
 //! samples in. The one exception is `clock::SystemClock`, the clock callers inject.
 
 pub mod actor;
+pub mod alert;
 pub mod clock;
 pub mod idempotency;
 pub mod partition;

@@ -169,6 +169,12 @@ impl Collector for Exposition {
         )?;
         gauges(
             &mut encoder,
+            "tidegate_approval_wait_oldest_seconds",
+            "How long the compared backfill waiting longest for its approval has waited (0 when none waits).",
+            [(Vec::new(), s.approval_wait_oldest_s)],
+        )?;
+        gauges(
+            &mut encoder,
             "tidegate_stale_partitions",
             "Published partitions of a dataset built on inputs that changed since (`tidegate stale`).",
             s.stale_partitions.iter().map(|(d, n)| (vec![("dataset", d.clone())], *n as f64)),
@@ -191,6 +197,14 @@ impl Collector for Exposition {
             "tidegate_freshness_lag_seconds",
             "Now minus the end of the newest published partition of a dataset a scheduled task writes.",
             s.freshness_lag_s.iter().map(|(dataset, lag)| (vec![("dataset", dataset.clone())], *lag)),
+        )?;
+        counters(
+            &mut encoder,
+            "tidegate_attempts",
+            "Attempts that ended, by task and outcome (staged, failed, cancelled), since this server started watching.",
+            s.step_durations
+                .iter()
+                .map(|l| (l.labels.iter().map(|(k, v)| (*k, v.clone())).collect(), l.histogram.count)),
         )?;
         histograms(
             &mut encoder,
@@ -292,6 +306,24 @@ fn gauges(
     let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
     for (labels, value) in &samples {
         ConstGauge::new(*value).encode(family.encode_family(labels)?)?;
+    }
+    Ok(())
+}
+
+/// A counter family (`_total` added by the encoder); nothing when it has no sample.
+fn counters(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    samples: impl IntoIterator<Item = (Vec<(&'static str, String)>, u64)>,
+) -> Result<(), std::fmt::Error> {
+    let samples: Vec<_> = samples.into_iter().collect();
+    if samples.is_empty() {
+        return Ok(());
+    }
+    let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for (labels, value) in &samples {
+        ConstCounter::new(*value).encode(family.encode_family(labels)?)?;
     }
     Ok(())
 }

@@ -8,6 +8,7 @@
 //! new state and appends the journal entry in the same transaction. A rejected event (illegal, or
 //! fenced by a newer lease epoch) changes no state and is journaled as a rejection.
 
+mod alerts;
 mod backfill;
 mod builds;
 mod checkpoints;
@@ -328,6 +329,23 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn resume(&self, what: &str, meta: &JournalMeta) -> Result<Option<PauseRecord>>;
     /// The pauses in force, oldest first.
     fn pauses(&self) -> Result<Vec<PauseRecord>>;
+
+    // ----- Alerts (decision 0023). -----
+
+    /// Every alert episode's state the store holds, by rule and subject.
+    fn alert_states(&self) -> Result<Vec<AlertStateRecord>>;
+    /// Moves one rule's episode for one subject from `change.from` (`None`: no row yet) to
+    /// `change.to`, journaling `change.entry` in the same transaction; `false`, writing nothing,
+    /// when the state was no longer `change.from` (another evaluator moved it first).
+    fn move_alert(&self, change: &AlertMove, meta: &JournalMeta) -> Result<bool>;
+    /// Records `silence`, journaled as `silenced`.
+    fn silence(&self, silence: &SilenceRecord, meta: &JournalMeta) -> Result<()>;
+    /// Ends silence `id` early, journaled as `unsilenced`; `None` when no silence of that id is
+    /// in force.
+    fn end_silence(&self, id: &str, meta: &JournalMeta) -> Result<Option<SilenceRecord>>;
+    /// The silences in force at `in_force_at`, or every silence ever made when `None`, oldest
+    /// first.
+    fn silences(&self, in_force_at: Option<DateTime<Utc>>) -> Result<Vec<SilenceRecord>>;
 
     // ----- The OpenLineage export. -----
 

@@ -33,6 +33,7 @@ const STEP_CODE_VERSIONS: &str = include_str!("../migrations/0014_step_code_vers
 const UNCHANGED_RELEASE_ITEMS: &str = include_str!("../migrations/0015_unchanged_release_items.sql");
 const STEPS_NEWEST_PER_PARTITION: &str = include_str!("../migrations/0016_steps_newest_per_partition.sql");
 const PAUSES: &str = include_str!("../migrations/0017_pauses.sql");
+const ALERTS: &str = include_str!("../migrations/0018_alerts.sql");
 
 /// Every migration, in order. Never edit one that has shipped: add the next number instead.
 const MIGRATIONS: &[Migration] = &[
@@ -68,6 +69,7 @@ const MIGRATIONS: &[Migration] = &[
         postgres: STEPS_NEWEST_PER_PARTITION,
     },
     Migration { version: 17, name: "pauses", sqlite: PAUSES, postgres: PAUSES },
+    Migration { version: 18, name: "alerts", sqlite: ALERTS, postgres: ALERTS },
 ];
 
 /// Applies the migrations the database has not seen; returns how many it applied.

@@ -978,3 +978,72 @@ pub struct JournalHead {
     /// The newest entry's hash.
     pub hash: String,
 }
+
+/// One alert rule's episode for one subject, as the store keeps it (decision 0023).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AlertStateRecord {
+    /// The rule's name.
+    pub rule: String,
+    /// What it watches here: a task, pool, dataset or backfill, or `*`.
+    pub subject: String,
+    /// The episode's state as JSON (`tidegate_core::alert::Episode`).
+    pub state: String,
+    /// How many episodes fired so far.
+    pub episodes: u64,
+    /// Whether the firing episode was silenced when it fired.
+    pub quiet: bool,
+    /// When the state last moved.
+    pub updated_at: DateTime<Utc>,
+}
+
+/// A move of one alert episode's state, with the journal entry it makes, if any.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlertMove {
+    /// The rule's name.
+    pub rule: String,
+    /// The subject.
+    pub subject: String,
+    /// The state its writer read (`None`: no row yet).
+    pub from: Option<String>,
+    /// The new state.
+    pub to: String,
+    /// Episodes fired, counting this one if it fires.
+    pub episodes: u64,
+    /// Whether the firing episode is silenced.
+    pub quiet: bool,
+    /// The journal entry's kind (`alert_fired`, `alert_resolved`) and payload.
+    pub entry: Option<(String, String)>,
+}
+
+/// A silence: notifications of a rule's alerts (for one subject, or all) held back until it
+/// expires. The episodes still fire and resolve in the journal.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SilenceRecord {
+    /// Its id (`sil-...`).
+    pub id: String,
+    /// The rule it silences.
+    pub rule: String,
+    /// The one subject it silences; every subject when absent.
+    pub subject: Option<String>,
+    /// Who made it.
+    pub actor: String,
+    /// Why, in their words.
+    pub reason: String,
+    /// When it was made.
+    pub created_at: DateTime<Utc>,
+    /// When it ends by itself.
+    pub expires_at: DateTime<Utc>,
+    /// When it was ended early, if it was.
+    pub ended_at: Option<DateTime<Utc>>,
+}
+
+impl SilenceRecord {
+    /// Whether it holds back `rule`'s notifications for `subject` at `now`.
+    pub fn covers(&self, rule: &str, subject: &str, now: DateTime<Utc>) -> bool {
+        self.rule == rule
+            && self.subject.as_deref().is_none_or(|s| s == subject)
+            && self.ended_at.is_none()
+            && now < self.expires_at
+    }
+}

@@ -18,14 +18,15 @@ use crate::postgres::Postgres;
 use crate::sql::Driver;
 use crate::sqlite::Sqlite;
 use crate::{
-    ActiveStep, AttemptRecord, Backend, BackfillRecord, BackfillStatus, ChainReport, CheckpointRecord, Claim,
-    ClaimRequest, Claimed, Decision, Error, IdKind, JournalEntry, JournalHead, JournalMeta, JournalQuery, Lease,
-    LockOutcome, NewStep, NewToken, Outcome, PauseOutcome, PauseRecord, ReleaseRecord, RequestKey, RequestKeyClaim,
-    RequestKeyRecord, Result, RunRecord, RunRequest, StagedRecord, StepCounts, StepEventRecord, StepRecord, Store,
-    StoredResponse, Submission, TokenRecord, VersionRecord, WorkerIdentity, WorkerRecord,
+    ActiveStep, AlertMove, AlertStateRecord, AttemptRecord, Backend, BackfillRecord, BackfillStatus, ChainReport,
+    CheckpointRecord, Claim, ClaimRequest, Claimed, Decision, Error, IdKind, JournalEntry, JournalHead, JournalMeta,
+    JournalQuery, Lease, LockOutcome, NewStep, NewToken, Outcome, PauseOutcome, PauseRecord, ReleaseRecord, RequestKey,
+    RequestKeyClaim, RequestKeyRecord, Result, RunRecord, RunRequest, SilenceRecord, StagedRecord, StepCounts,
+    StepEventRecord, StepRecord, Store, StoredResponse, Submission, TokenRecord, VersionRecord, WorkerIdentity,
+    WorkerRecord,
 };
 use crate::{
-    backfill, checkpoints, claims, ids, journal, lineage, locks, metrics, pauses, releases, request_keys, runs,
+    alerts, backfill, checkpoints, claims, ids, journal, lineage, locks, metrics, pauses, releases, request_keys, runs,
     scheduler_role, staging, steps, tokens, workers,
 };
 
@@ -600,6 +601,30 @@ impl<D: Driver> Store for SqlStore<D> {
 
     fn pauses(&self) -> Result<Vec<PauseRecord>> {
         self.driver.read(pauses::list).map_err(|e| e.context("listing pauses"))
+    }
+
+    fn alert_states(&self) -> Result<Vec<AlertStateRecord>> {
+        self.driver.read(alerts::states).map_err(|e| e.context("reading alert states"))
+    }
+
+    fn move_alert(&self, change: &AlertMove, meta: &JournalMeta) -> Result<bool> {
+        self.driver
+            .write(|tx| alerts::move_alert(tx, change, meta))
+            .map_err(|e| e.context(&format!("recording alert {} for {}", change.rule, change.subject)))
+    }
+
+    fn silence(&self, silence: &SilenceRecord, meta: &JournalMeta) -> Result<()> {
+        self.driver
+            .write(|tx| alerts::silence(tx, silence, meta))
+            .map_err(|e| e.context(&format!("silencing {}", silence.rule)))
+    }
+
+    fn end_silence(&self, id: &str, meta: &JournalMeta) -> Result<Option<SilenceRecord>> {
+        self.driver.write(|tx| alerts::end_silence(tx, id, meta)).map_err(|e| e.context(&format!("ending {id}")))
+    }
+
+    fn silences(&self, in_force_at: Option<DateTime<Utc>>) -> Result<Vec<SilenceRecord>> {
+        self.driver.read(|tx| alerts::silences(tx, in_force_at)).map_err(|e| e.context("listing silences"))
     }
 
     fn unlock_dataset(&self, dataset: &str, owner: &str, now: DateTime<Utc>) -> Result<()> {

@@ -242,6 +242,7 @@ pub fn cancel(ws: &Workspace, store: &dyn Store, actor: &Actor, id: &str, reason
         store.commit(&events)?;
     }
     crate::lineage::export(ws, store);
+    crate::notify::deliver(ws, store);
     Ok(Cancelled { record, n_steps_cancelled: n_cancelled, n_attempts_stopping })
 }
 

@@ -156,6 +156,7 @@ pub fn publish(ws: &Workspace, store: &Arc<dyn Store>, actor: &Actor, id: &str) 
         &meta(ws, actor, format!("published as release {release_id}, approved by {}", approval.by), &record.id),
     )?;
     let lineage = crate::lineage::export(ws, store.as_ref());
+    crate::notify::deliver(ws, store.as_ref());
     Ok(Published { backfill_id: record.id.clone(), release_id, publication, lineage })
 }
 
@@ -495,5 +496,6 @@ pub fn rollback(
         &meta(ws, actor, reason.to_owned(), &record.id),
     )?;
     let lineage = crate::lineage::export(ws, store.as_ref());
+    crate::notify::deliver(ws, store.as_ref());
     Ok(RolledBack { backfill_id: record.id.clone(), release_id, restored, lineage })
 }

@@ -176,5 +176,6 @@ pub fn rollback(
     };
     let meta = JournalMeta::of(actor, release_id.clone(), reason, ws.now());
     store.record_release(&record, &[], &meta)?;
+    crate::notify::deliver(ws, store.as_ref());
     Ok(RolledBack { dataset: request.dataset.clone(), restored_version: target, new_version, release_id, adopted })
 }

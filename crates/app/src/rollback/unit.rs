@@ -98,6 +98,7 @@ pub fn undo(ws: &Workspace, store: &Arc<dyn Store>, actor: &Actor, request: &Und
     }
     restore(ws, store, actor, &mut plan, request.lock_wait)?;
     record(ws, store.as_ref(), actor, &plan, &request.reason)?;
+    crate::notify::deliver(ws, store.as_ref());
     Ok(plan)
 }
 

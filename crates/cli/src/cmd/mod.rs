@@ -1,6 +1,7 @@
 //! One module per subcommand: its clap arguments and its `run`; here, the flags and steps they
 //! share.
 
+pub mod alerts;
 pub mod backfill;
 pub mod data;
 pub mod demo;

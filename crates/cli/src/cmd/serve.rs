@@ -37,6 +37,9 @@ pub struct Args {
     /// Seconds between schedule evaluations.
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600), allow_negative_numbers = true)]
     pub tick_every_s: u64,
+    /// Seconds between evaluations of the `[alerts]` rules (`tidegate alerts status`).
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=3600), allow_negative_numbers = true)]
+    pub alerts_every_s: u64,
     /// Attempts this process runs itself at once (pools may allow fewer); 0 runs every attempt
     /// in `tidegate worker` processes.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(0..=4096), allow_negative_numbers = true)]
@@ -106,7 +109,11 @@ pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
     crate::logging::init(args.log_format);
     let ws = Arc::new(workspace::load(ws)?);
     let store = ws.open_store()?;
-    let options = ServeOptions { tick_every: Duration::from_secs(args.tick_every_s), workers: args.workers.into() };
+    let options = ServeOptions {
+        tick_every: Duration::from_secs(args.tick_every_s),
+        workers: args.workers.into(),
+        alerts_every: Duration::from_secs(args.alerts_every_s),
+    };
     runtime()?.block_on(async {
         let stop = stop_on_signal("tidegate serve: stopping; attempts in flight will finish")?;
         let project = &ws.spec.project.name;
@@ -263,6 +270,27 @@ fn print_event(event: Event) {
         Event::Interrupted { reason, retry_in_ms } => {
             warn!(retry_in_ms, "the store or the lake is unavailable ({reason}); trying again in {retry_in_ms} ms");
         }
+        Event::Alerts(e) => {
+            for fired in &e.fired {
+                warn!(alert = %fired, "alert fired: {fired}");
+            }
+            for resolved in &e.resolved {
+                info!(alert = %resolved, "alert resolved: {resolved}");
+            }
+        }
+        Event::Notified(passes) => {
+            for t in passes {
+                match &t.pending {
+                    Some(why) => {
+                        warn!(receiver = %t.receiver, delivered = t.n_delivered, "notifications to {} wait: {why}", t.receiver)
+                    }
+                    None => {
+                        info!(receiver = %t.receiver, delivered = t.n_delivered, refused = t.n_refused, "told {}: {} delivered", t.receiver, t.n_delivered)
+                    }
+                }
+            }
+        }
+        Event::AlertsFailed { reason } => warn!("alerts: evaluation failed, tried again next pass: {reason}"),
         Event::Lineage(d) if d.is_pending() => warn!(n_events = d.n_events(), "lineage: {d}"),
         Event::Lineage(d) => info!(
             n_events = d.n_events(),

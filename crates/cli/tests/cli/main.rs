@@ -5,6 +5,7 @@
 /// Whether every workspace runs on PostgreSQL and S3 (the `cli_shared` binary) or on the defaults.
 const SHARED: bool = false;
 
+mod alerts;
 mod backend;
 mod backfill;
 mod browser;

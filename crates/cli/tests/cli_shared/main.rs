@@ -23,6 +23,7 @@ mod suite {
     pub(crate) mod common;
     pub(crate) mod webdriver;
 
+    mod alerts;
     mod backfill;
     mod browser;
     mod canary;

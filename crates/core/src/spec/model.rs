@@ -38,6 +38,10 @@ pub struct Spec {
     pub tasks: BTreeMap<String, Task>,
     /// `[lineage]`: where OpenLineage events go.
     pub lineage: Lineage,
+    /// `[alerts]` by name.
+    pub alerts: BTreeMap<String, AlertRule>,
+    /// `[receivers]` by name.
+    pub receivers: BTreeMap<String, Receiver>,
 }
 
 /// `[project]`: names and where state and tables live.
@@ -669,4 +673,200 @@ impl Default for ExitCodes {
     fn default() -> Self {
         Self { transient: vec![75], deterministic: vec![65, 78] }
     }
+}
+
+/// `[alerts.NAME]`: a condition on the workspace watched over time (issue 34, decision 0023). It
+/// fires only once the condition has held for `for_s`, once per episode, and resolves when the
+/// condition clears.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AlertRule {
+    /// The rule's name: its key under `[alerts]`.
+    pub name: String,
+    /// `when` and its settings: what is watched, and the limit.
+    pub condition: AlertCondition,
+    /// `for` (default `"0s"`): how long the condition must hold before the alert fires.
+    pub for_s: u64,
+    /// `receivers` (optional): the `[receivers]` told when it fires and resolves.
+    pub receivers: Vec<String>,
+    /// `severity` (default `page`): `page` or `ticket`, passed on to receivers and Prometheus.
+    pub severity: Severity,
+}
+
+/// How urgent an alert is, as receivers and Prometheus see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    /// Someone acts now.
+    Page,
+    /// Someone acts in working hours.
+    Ticket,
+}
+
+impl Severity {
+    /// The word in the spec, a notification and a Prometheus label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Page => "page",
+            Severity::Ticket => "ticket",
+        }
+    }
+}
+
+/// What an alert rule watches (`when`). A rule without its optional subject (`task`, `pool`,
+/// `dataset`) watches every task, pool or dataset of its kind, each an episode of its own.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "when", rename_all = "snake_case")]
+pub enum AlertCondition {
+    /// `failure_rate`: of the attempts that ended in the last `window`, the share that failed is
+    /// above `above` (0 to 1), once at least `min_attempts` ended.
+    FailureRate {
+        /// `task` or `pool` (optional): whose attempts; every task when neither is set.
+        scope: FailureScope,
+        /// `above`: the share, between 0 and 1.
+        above: f64,
+        /// `window` (default `"1h"`): how far back attempts count.
+        window_s: u64,
+        /// `min_attempts` (default 3): fewer ended attempts say nothing.
+        min_attempts: u32,
+    },
+    /// `consecutive_failures`: a task's last `at_least` ended attempts all failed.
+    ConsecutiveFailures {
+        /// `task` (optional): every task when absent.
+        task: Option<String>,
+        /// `at_least` (default 3).
+        at_least: u32,
+    },
+    /// `freshness_lag`: the end of a scheduled dataset's newest published partition is more than
+    /// `above` behind now.
+    FreshnessLag {
+        /// `dataset` (optional): every dataset a scheduled task writes when absent.
+        dataset: Option<String>,
+        /// `above`: a duration.
+        above_s: u64,
+    },
+    /// `backlog_eta`: at the scheduler's recent pace, the backlog takes more than `above`.
+    BacklogEta {
+        /// `above`: a duration.
+        above_s: u64,
+    },
+    /// `retry_budget_exhausted`: a pool's retry budget allows no retry now.
+    RetryBudgetExhausted {
+        /// `pool` (optional): every pool when absent.
+        pool: Option<String>,
+    },
+    /// `source_waiting`: a step has waited for a source of `dataset` longer than `above`.
+    SourceWaiting {
+        /// `dataset` (optional, an `[external]` one): any source when absent.
+        dataset: Option<String>,
+        /// `above`: a duration.
+        above_s: u64,
+    },
+    /// `stale_partitions`: a dataset holds more than `above` partitions built on inputs changed
+    /// since.
+    StalePartitions {
+        /// `dataset` (optional): every dataset Tidegate writes when absent.
+        dataset: Option<String>,
+        /// `above` (default 0).
+        above: u64,
+    },
+    /// `approval_waiting`: a compared backfill has waited for its approval longer than `above`.
+    ApprovalWaiting {
+        /// `above`: a duration.
+        above_s: u64,
+    },
+}
+
+/// Whose attempts a `failure_rate` rule counts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureScope {
+    /// One task.
+    Task(String),
+    /// Every task, each on its own.
+    EveryTask,
+    /// The tasks of one pool, together.
+    Pool(String),
+}
+
+impl AlertCondition {
+    /// The `when` word.
+    pub fn when(&self) -> &'static str {
+        match self {
+            AlertCondition::FailureRate { .. } => "failure_rate",
+            AlertCondition::ConsecutiveFailures { .. } => "consecutive_failures",
+            AlertCondition::FreshnessLag { .. } => "freshness_lag",
+            AlertCondition::BacklogEta { .. } => "backlog_eta",
+            AlertCondition::RetryBudgetExhausted { .. } => "retry_budget_exhausted",
+            AlertCondition::SourceWaiting { .. } => "source_waiting",
+            AlertCondition::StalePartitions { .. } => "stale_partitions",
+            AlertCondition::ApprovalWaiting { .. } => "approval_waiting",
+        }
+    }
+}
+
+/// `[receivers.NAME]`: where notifications go: alerts that name it, and publications of the
+/// datasets whose `consumers` name it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Receiver {
+    /// The receiver's name: its key under `[receivers]`.
+    pub name: String,
+    /// `kind` and its settings.
+    pub kind: ReceiverKind,
+    /// `timeout_s` (default 10, at most 300): how long one delivery may take.
+    pub timeout_s: u32,
+}
+
+/// How a receiver is reached.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ReceiverKind {
+    /// `kind = "webhook"`: a JSON POST, signed with HMAC-SHA256 when `secret_env` is set.
+    Webhook {
+        /// `url` or `url_env`: where to POST.
+        url: Endpoint,
+        /// `secret_env` (optional): the variable holding the signing key.
+        secret_env: Option<String>,
+    },
+    /// `kind = "slack"`: a Slack-compatible incoming webhook (`{"text": ...}`).
+    Slack {
+        /// `url` or `url_env` (Slack's URLs hold their secret: prefer `url_env`).
+        url: Endpoint,
+    },
+    /// `kind = "email"`: a mail over SMTP.
+    Email {
+        /// `smtp`: `host:port` of the mail server.
+        smtp: String,
+        /// `tls` (default `"starttls"`): `none`, `starttls` or `tls`.
+        tls: SmtpTls,
+        /// `from`: the sender's address.
+        from: String,
+        /// `to`: the recipients' addresses.
+        to: Vec<String>,
+        /// `username_env` and `password_env` (optional, together): the variables holding the
+        /// SMTP login.
+        login_env: Option<(String, String)>,
+    },
+}
+
+/// A URL written in the spec, or the environment variable that holds it (for URLs that carry
+/// their own secret). Messages show neither an `_env` URL nor a password.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Endpoint {
+    /// `url = "..."`.
+    Url(String),
+    /// `url_env = "VAR"`.
+    Env(String),
+}
+
+/// How the SMTP connection is secured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SmtpTls {
+    /// Plain text (a relay on the same machine or network only).
+    None,
+    /// Upgraded with STARTTLS, which the server must offer.
+    Starttls,
+    /// TLS from the first byte (port 465).
+    Tls,
 }

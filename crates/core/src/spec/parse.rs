@@ -2,6 +2,7 @@
 //! every problem is reported at once (not only the first), then checked as a whole for
 //! contradictions between settings. The result is a [`Spec`] that needs no further validation.
 
+mod alerts;
 mod dataset;
 mod graph;
 mod lineage;
@@ -19,7 +20,8 @@ pub(super) use self::reader::did_you_mean;
 use self::reader::{Ctx, Obj, Path};
 use super::{Diagnostic, Diagnostics, Spec};
 
-const TOP_LEVEL_KEYS: &[&str] = &["project", "pools", "datasets", "external", "tasks", "lineage"];
+const TOP_LEVEL_KEYS: &[&str] =
+    &["project", "pools", "datasets", "external", "tasks", "lineage", "receivers", "alerts"];
 
 /// Parses and validates a spec; `file` is only used in messages. Never panics, whatever the text.
 pub fn parse(file: &str, text: &str) -> Result<Spec, Diagnostics> {
@@ -42,6 +44,14 @@ pub fn parse(file: &str, text: &str) -> Result<Spec, Diagnostics> {
     let datasets = dataset::datasets(&mut ctx, &root);
     let tasks = task::tasks(&mut ctx, &root);
     let lineage = lineage::lineage(&mut ctx, &root, &project.project.name);
+    let receivers = alerts::receivers(&mut ctx, &root);
+    let names = alerts::Names {
+        tasks: tasks.keys().map(String::as_str).collect(),
+        pools: pools.keys().map(String::as_str).collect(),
+        datasets: datasets.iter().map(|(name, d)| (name.as_str(), d.external)).collect(),
+    };
+    let alerts = alerts::alerts(&mut ctx, &root, &names, &receivers);
+    let receivers = receivers.into_iter().filter_map(|(name, r)| r.map(|r| (name, r))).collect();
     let drafts = graph::Drafts {
         top_level_ok,
         heartbeat_s: project.heartbeat_s,
@@ -62,6 +72,8 @@ pub fn parse(file: &str, text: &str) -> Result<Spec, Diagnostics> {
         datasets: datasets.into_iter().map(|(name, d)| d.finish().map(|d| (name, d))).collect::<Option<_>>(),
         tasks: tasks.into_iter().map(|(name, t)| (name, with_project_log_cap(t, log_max_bytes))).collect(),
         lineage,
+        alerts,
+        receivers,
     };
     spec.ok_or_else(|| Diagnostics(vec![internal_error(file)]))
 }
@@ -80,15 +92,17 @@ struct PartialSpec {
     datasets: Option<BTreeMap<String, crate::spec::Dataset>>,
     tasks: BTreeMap<String, crate::spec::Task>,
     lineage: crate::spec::Lineage,
+    alerts: BTreeMap<String, crate::spec::AlertRule>,
+    receivers: BTreeMap<String, crate::spec::Receiver>,
 }
 
 impl PartialSpec {
     fn ok_or_else(self, err: impl FnOnce() -> Diagnostics) -> Result<Spec, Diagnostics> {
         match (self.pools, self.datasets) {
             (Some(pools), Some(datasets)) => {
-                let (file, hash, project, tasks, lineage) =
-                    (self.file, self.hash, self.project, self.tasks, self.lineage);
-                Ok(Spec { file, hash, project, pools, datasets, tasks, lineage })
+                let (file, hash, project, tasks, lineage, alerts, receivers) =
+                    (self.file, self.hash, self.project, self.tasks, self.lineage, self.alerts, self.receivers);
+                Ok(Spec { file, hash, project, pools, datasets, tasks, lineage, alerts, receivers })
             }
             _ => Err(err()),
         }
