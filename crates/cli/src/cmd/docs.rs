@@ -1,6 +1,8 @@
-//! `tidegate completions` and `tidegate man`: shell completion scripts and man pages generated
-//! from the command line's own definition (`clap_complete`, `clap_mangen`), so they never drift
-//! from `--help`.
+//! `tidegate completions` and `tidegate man`: shell completion scripts, man pages and the
+//! Markdown reference (docs/cli.md) generated from the command line's own definition
+//! (`clap_complete`, `clap_mangen`, `markdown`), so they never drift from `--help`.
+
+mod markdown;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -24,14 +26,19 @@ pub struct CompletionsArgs {
 ///
 /// Without --out-dir, prints tidegate(1) in roff on stdout: view it with `man -l -`. With it,
 /// writes tidegate.1 and a page for every command (tidegate-run.1, tidegate-backfill-plan.1, ...).
+/// With --markdown, prints the reference of every command in Markdown instead (docs/cli.md).
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Examples:\n  tidegate man | man -l -\n  tidegate man --out-dir /usr/local/share/man/man1 && man tidegate-backfill-plan"
+    after_help = "Examples:\n  tidegate man | man -l -\n  tidegate man --out-dir /usr/local/share/man/man1 && man tidegate-backfill-plan\n  tidegate man --markdown > docs/cli.md      # the reference, from the workspace's root"
 )]
 pub struct ManArgs {
     /// Write a page per command into this folder (created if missing) instead of printing one.
     #[arg(long, value_name = "DIR")]
     pub out_dir: Option<PathBuf>,
+
+    /// Print every command's reference as one Markdown page (the one checked in as docs/cli.md).
+    #[arg(long, conflicts_with = "out_dir")]
+    pub markdown: bool,
 }
 
 /// Prints the completion script of `command` for the chosen shell. The script is made whole
@@ -46,11 +53,17 @@ pub fn completions(mut command: clap::Command, args: &CompletionsArgs) -> Result
     Ok(ExitCode::SUCCESS)
 }
 
-/// Prints `command`'s man page, or writes a page per command into `--out-dir`.
+/// Prints `command`'s man page, or writes a page per command into `--out-dir`, or prints the
+/// Markdown reference (`--markdown`).
 pub fn man(command: clap::Command, args: &ManArgs) -> Result<ExitCode> {
     let mut command = command.disable_help_subcommand(true);
     command.build();
     match &args.out_dir {
+        None if args.markdown => {
+            let mut stdout = crate::output::Stdout;
+            let page = markdown::reference(&command);
+            stdout.write_all(page.as_bytes()).and_then(|()| stdout.flush()).context("printing the reference")?;
+        }
         None => {
             let mut stdout = crate::output::Stdout;
             page(&command, &mut stdout).and_then(|()| stdout.flush()).context("printing the man page")?;

@@ -20,6 +20,7 @@ mod crash;
 mod data;
 mod debt;
 mod dedup;
+mod docs;
 mod failpoints;
 mod fencing;
 mod guarantees;

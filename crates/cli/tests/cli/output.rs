@@ -139,7 +139,7 @@ fn subcommands(dir: &Path, args: &[&str]) -> Vec<String> {
 
 /// Every command under `path` a user can call (`backfill plan` as `["backfill", "plan"]`), depth
 /// first, with its `--help`.
-fn commands(dir: &Path, path: &[String], out: &mut Vec<(Vec<String>, String)>) {
+pub(crate) fn commands(dir: &Path, path: &[String], out: &mut Vec<(Vec<String>, String)>) {
     let args: Vec<&str> = path.iter().map(String::as_str).chain(["--help"]).collect();
     let help = both(dir, &args);
     let subcommands = if help.contains("Commands:\n") { subcommands(dir, &args) } else { Vec::new() };
