@@ -234,7 +234,7 @@ impl Exposition {
         let Some(g) = &self.snapshot.scheduler else { return Ok(()) };
         gauges(
             encoder,
-            "tidegate_scheduler_gauge_age_seconds",
+            "tidegate_scheduler_report_age_seconds",
             "How old the scheduler's last gauge (retry budgets, backlog, ETA) is; it grows when no scheduler runs.",
             [(vec![], g.age_s)],
         )?;

@@ -297,7 +297,7 @@ fn check(f: &Families, format: &str) {
         ("tidegate_queue_oldest_ready_age_seconds", "gauge"),
         ("tidegate_retry_budget_left", "gauge"),
         ("tidegate_backlog_steps", "gauge"),
-        ("tidegate_scheduler_gauge_age_seconds", "gauge"),
+        ("tidegate_scheduler_report_age_seconds", "gauge"),
         ("tidegate_missed_intervals", "gauge"),
         ("tidegate_freshness_lag_seconds", "gauge"),
         ("tidegate_step_duration_seconds", "histogram"),
@@ -345,4 +345,79 @@ fn check(f: &Families, format: &str) {
     assert!(f.value("tidegate_retry_budget_left", "tidegate_retry_budget_left", &[("pool", "default")]) >= 0.0);
     let errors = f.value("tidegate_store_errors", "tidegate_store_errors_total", &[("during", "request")]);
     assert_eq!(errors, 0.0, "{format}");
+}
+
+/// Issue 34, item 4: what `/metrics` exposes passes `promtool check metrics` (the Prometheus
+/// project's own lint), and every metric the exported alert rules read is exposed once the
+/// workspace has run work, so the rules `tidegate alerts export --prometheus` writes can fire.
+#[test]
+fn metrics_pass_promtool_and_carry_every_metric_the_exported_rules_read() {
+    const TEST: &str = "metrics_pass_promtool_and_carry_every_metric_the_exported_rules_read";
+    if !Command::new("promtool").arg("--version").output().is_ok_and(|o| o.status.success()) {
+        tidegate_testkit::service_missing(TEST, "promtool (Debian's prometheus package, as .ci/run installs it)");
+        return;
+    }
+    let alerts = r#"
+[alerts.failing]
+when = "failure_rate"
+above = 0.5
+[alerts.in_a_row]
+when = "consecutive_failures"
+[alerts.late]
+when = "freshness_lag"
+above = "2d"
+[alerts.budget]
+when = "retry_budget_exhausted"
+[alerts.source]
+when = "source_waiting"
+above = "1h"
+[alerts.stale]
+when = "stale_partitions"
+[alerts.review]
+when = "approval_waiting"
+above = "1d"
+"#;
+    let dir = workspace(&format!("{}{alerts}", spec("")));
+    let server = Server::start(&dir);
+    let viewer = server.token("prometheus", Role::Viewer);
+    assert_eq!(scrape(&server, &viewer, None).0, 200);
+    run_work(&server);
+    let (status, _, text) = scrape(&server, &viewer, None);
+    assert_eq!(status, 200, "{text}");
+
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool runs");
+    std::io::Write::write_all(&mut promtool.stdin.take().expect("stdin"), text.as_bytes()).expect("written");
+    let checked = promtool.wait_with_output().expect("promtool ends");
+    let said = format!("{}{}", String::from_utf8_lossy(&checked.stdout), String::from_utf8_lossy(&checked.stderr));
+    assert!(
+        checked.status.success() && said.trim().is_empty(),
+        "promtool check metrics ({}) found:\n{said}\nin:\n{text}",
+        checked.status
+    );
+
+    let rules = tidegate_app::alerts::prometheus::rules(&server.ws.spec);
+    let path = dir.path().join("rules.yml");
+    std::fs::write(&path, &rules).expect("written");
+    let checked = Command::new("promtool").args(["check", "rules"]).arg(&path).output().expect("promtool runs");
+    assert!(checked.status.success(), "{}\n{rules}", String::from_utf8_lossy(&checked.stderr));
+    let exposed: std::collections::BTreeSet<&str> =
+        text.lines().filter(|l| !l.starts_with('#')).filter_map(|l| l.split(['{', ' ']).next()).collect();
+    let mut read: Vec<&str> = rules
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("expr: "))
+        .flat_map(|expr| expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')))
+        .filter(|w| w.starts_with("tidegate_") && w.len() > "tidegate_".len())
+        .collect();
+    read.sort_unstable();
+    read.dedup();
+    assert!(read.len() >= 6, "{read:?}");
+    for metric in read {
+        assert!(exposed.contains(metric), "the rules read {metric}, which /metrics does not expose:\n{text}");
+    }
 }
