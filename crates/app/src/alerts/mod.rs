@@ -220,6 +220,26 @@ fn payload(
     })
 }
 
+/// What `tidegate alerts check` did: one pass, then the receivers told of what it and anything
+/// before it journaled.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Checked {
+    /// The pass.
+    #[serde(flatten)]
+    pub evaluation: Evaluation,
+    /// Per receiver: what it was told, or why its notifications wait.
+    pub told: Vec<crate::notify::Told>,
+}
+
+/// One pass now and its notifications, for `actor` (operator): `tidegate alerts check`, the way
+/// to evaluate the rules of a workspace no `serve` watches (from cron, say).
+pub fn check(ws: &Workspace, store: &dyn Store, actor: &Actor) -> Result<Checked> {
+    require(actor, Access::RunWork)?;
+    let evaluation = evaluate(ws, store)?;
+    let told = crate::notify::deliver(ws, store);
+    Ok(Checked { evaluation, told })
+}
+
 /// Every rule's episodes, for `actor` (viewer and above): the rules the spec declares, each
 /// with the subjects it has a state for (a rule never read yet shows as one clear line).
 pub fn status(ws: &Workspace, store: &dyn Store, actor: &Actor) -> Result<Vec<AlertLine>> {

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use tidegate_app::alerts::{self, AlertLine, Evaluation, SilenceRequest};
+use tidegate_app::alerts::{self, AlertLine, Checked, Evaluation, SilenceRequest};
 use tidegate_core::actor::Actor;
 use tidegate_store::SilenceRecord;
 
@@ -121,9 +121,8 @@ pub fn run(ws: Option<&Path>, actor: &Actor, command: Command) -> Result<ExitCod
             output::emit(args.out.json, &lines, |l| print_status(l))
         }
         Command::Check(args) => {
-            tidegate_app::actor::require(actor, tidegate_app::actor::Access::RunWork)?;
-            let evaluation = alerts::evaluate(&ws, store)?;
-            output::emit(args.out.json, &evaluation, print_evaluation)
+            let checked = alerts::check(&ws, store, actor)?;
+            output::emit(args.out.json, &checked, print_checked)
         }
         Command::Silence(args) => {
             let request =
@@ -164,6 +163,23 @@ fn print_status(lines: &[AlertLine]) {
         let state = if l.silenced { format!("{} (silenced)", l.state) } else { l.state.clone() };
         vec![l.rule.clone(), l.subject.clone(), state, at(l.since), l.episodes.to_string(), l.condition.clone()]
     });
+}
+
+fn print_checked(c: &Checked) {
+    print_evaluation(&c.evaluation);
+    for t in &c.told {
+        match &t.pending {
+            Some(why) => say!("{}: {} delivered; the rest waits ({why})", t.receiver, t.n_delivered),
+            None if t.n_delivered + t.n_refused > 0 => {
+                say!(
+                    "{}: told {}",
+                    t.receiver,
+                    tidegate_app::human::count(t.n_delivered, "notification", "notifications")
+                )
+            }
+            None => {}
+        }
+    }
 }
 
 fn print_evaluation(e: &Evaluation) {

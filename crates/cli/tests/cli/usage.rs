@@ -225,7 +225,13 @@ fn the_demo_tells_its_whole_story() {
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         assert!(out.status.success(), "demo round {round} failed:\n{stdout}\n{}", stderr(&out));
         for line in [
-            "1 retried after a transient failure, 1 blocked by a failed check",
+            "1 retried after a transient failure, 3 blocked by a failed check",
+            // Alerts: one-off failures page nobody, a failing feed pages once and resolves, and
+            // a consumer is told of the backfill's publication (docs/alerts.md).
+            "fired nothing: the timeout of",
+            "tidegate alerts check: pending, nothing fired",
+            "tidegate alerts check: fired: feed_failing ingest_clicks",
+            "tidegate alerts check: resolved: feed_failing ingest_clicks",
             "2 rollbacks",
             "Rolling back run ",
             "schema change: column n_purchases added (int64, nullable)",
@@ -256,10 +262,18 @@ fn the_demo_tells_its_whole_story() {
         // The column the backfill adds: there once published, gone after the rollback (the
         // sentences as said, whatever their wrapping).
         let flat = stdout.split_whitespace().collect::<Vec<_>>().join(" ");
+        for told in [
+            "the on-call's webhook, was told (1 notification so far): FIRING [page] feed_failing on ingest_clicks",
+            "the on-call's webhook, was told (2 notifications so far): RESOLVED feed_failing on ingest_clicks",
+            "a consumer of user_features, was told",
+            "republished by a backfill in release rel-bf-",
+        ] {
+            assert!(flat.contains(told), "demo round {round} does not say {told:?}:\n{flat}");
+        }
         assert!(flat.contains("columns now: user_id, n_sessions, n_events, purchase_rate, tg_partition, n_purchases"));
         assert!(flat.contains("before it): user_id, n_sessions, n_events, purchase_rate, tg_partition ━━"), "{flat}");
-        // The consumer's answer in chapters 6 (before), 8 (backfill staged), 11 (published) and
-        // 12 (rolled back).
+        // The consumer's answer in chapters 9 (before), 11 (backfill staged), 14 (published) and
+        // 15 (rolled back).
         let answers: Vec<&str> =
             stdout.lines().filter(|l| l.starts_with("| ") && !l.contains("avg_purchase_rate")).collect();
         assert_eq!(answers.len(), 4, "four consumer queries:\n{stdout}");

@@ -22,7 +22,7 @@ const CORRECTED_DAY: u32 = 8;
 
 /// A step whose source has not arrived waits, visibly, and runs once it lands.
 pub(super) fn late_source(dir: &Path, ws: Option<&Path>, you: &Actor, _last: u32) -> Result<()> {
-    chapter(6, "A source that arrives late: the step waits for it");
+    chapter(7, "A source that arrives late: the step waits for it");
     let (first, second) = (day(CAMPAIGN_DAYS.0), day(CAMPAIGN_DAYS.1));
     say(&format!(
         "A partner drops campaign spend as a CSV per day under landing/campaigns/DAY/. {first} is there; {second} lands in 3 s."
@@ -68,7 +68,7 @@ pub(super) fn late_source(dir: &Path, ws: Option<&Path>, you: &Actor, _last: u32
 
 /// A corrected delivery upstream makes what was built on the old one stale; rebuilt exactly.
 pub(super) fn stale_downstream(dir: &Path, ws: Option<&Path>, you: &Actor) -> Result<()> {
-    chapter(7, "A correction upstream: what was built on the old data is stale");
+    chapter(8, "A correction upstream: what was built on the old data is stale");
     let corrected = day(CORRECTED_DAY);
     say(&format!("The vendor re-delivers {corrected} with six purchases its first delivery missed."));
     std::fs::write(feed::correction_marker(dir, &corrected), "")?;
@@ -145,5 +145,76 @@ pub(super) fn rewrite_refused(ws: Option<&Path>, you: &Actor, from: &str, to: &s
             say("History changes only under review: the same change goes through a governed backfill.");
         }
     }
+    Ok(())
+}
+
+/// The two days whose re-deliveries fail in the alerts chapter.
+const BAD_REDELIVERIES: (u32, u32) = (22, 23);
+
+/// One evaluation pass of the alert rules, as `tidegate alerts check` runs it.
+fn check_alerts(ws: Option<&Path>) -> Result<tidegate_app::alerts::Evaluation> {
+    let workspace = workspace::load(ws)?;
+    let store = workspace.open_store()?;
+    Ok(tidegate_app::alerts::check(&workspace, store.as_ref(), &tidegate_app::actor::os_account())?.evaluation)
+}
+
+/// What the newest notification `receiver` got says, narrated.
+pub(super) fn told(inbox: &super::inbox::Inbox, receiver: &str, who: &str) {
+    let got = inbox.of(receiver);
+    match got.last() {
+        Some(n) => say(&format!(
+            "{receiver}, {who}, was told ({} so far): {}",
+            tidegate_app::human::count(got.len(), "notification", "notifications"),
+            n["summary"].as_str().unwrap_or_default()
+        )),
+        None => say(&format!("{receiver}, {who}, was told nothing")),
+    }
+}
+
+/// A one-off failure pages nobody; a feed that keeps failing does, once, and the page resolves
+/// when it recovers (docs/alerts.md).
+pub(super) fn alerts(dir: &Path, ws: Option<&Path>, you: &Actor, inbox: &super::inbox::Inbox) -> Result<()> {
+    chapter(3, "Alerts: a one-off failure pages nobody, a failing feed does");
+    say("feed_failing pages the on-call when ingest_clicks fails twice in a row for 2 s (tidegate.toml [alerts]).");
+    say("tidegate alerts check        (tidegate serve evaluates the rules every 15 s)");
+    let first = check_alerts(ws)?;
+    if !first.fired.is_empty() {
+        bail!("an alert fired for one-off failures: {:?}", first.fired);
+    }
+    say(&format!(
+        "  fired nothing: the timeout of {} and the bad delivery of {} were one failure each, each followed by successes",
+        day(super::OUTAGE_DAY),
+        day(super::CORRUPT_DAY)
+    ));
+    let (a, b) = BAD_REDELIVERIES;
+    say(&format!(
+        "The vendor re-delivers {} and {}, both with bad rows: two failed checks in a row (nothing published changes).",
+        day(a),
+        day(b)
+    ));
+    for n in [a, b] {
+        std::fs::write(feed::corrupt_marker(dir, &day(n)), "")?;
+        let _ = run_target(ws, you, "ingest_clicks", &day(n), &day(n), true)?;
+    }
+    let pending = check_alerts(ws)?;
+    say(&format!(
+        "tidegate alerts check: {} (the condition holds; not yet for 2 s)",
+        if pending.fired.is_empty() { "pending, nothing fired" } else { "fired at once" }
+    ));
+    std::thread::sleep(Duration::from_millis(2_100));
+    let fired = check_alerts(ws)?;
+    say(&format!("tidegate alerts check: fired: {}", fired.fired.join(", ")));
+    if fired.fired.is_empty() {
+        bail!("feed_failing did not fire after its `for`");
+    }
+    told(inbox, "on-call", "the on-call's webhook");
+    for n in [a, b] {
+        std::fs::remove_file(feed::corrupt_marker(dir, &day(n)))?;
+    }
+    say("The vendor fixes the feed; the next delivery succeeds:");
+    let _ = run_target(ws, you, "ingest_clicks", &day(b), &day(b), true)?;
+    let resolved = check_alerts(ws)?;
+    say(&format!("tidegate alerts check: resolved: {}", resolved.resolved.join(", ")));
+    told(inbox, "on-call", "the on-call's webhook");
     Ok(())
 }

@@ -7,6 +7,7 @@
 
 mod chapters;
 pub mod feed;
+mod inbox;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -85,7 +86,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let started = Instant::now();
     let exe = std::env::current_exe().context("finding the tidegate binary for the demo's feed task")?;
     let dir = args.dir.clone();
-    let fresh = prepare(&dir, &exe, args.reuse)?;
+    let inbox = inbox::Inbox::start()?;
+    let fresh = prepare(&dir, &exe, args.reuse, &inbox.url)?;
     let ws = Some(dir.as_path());
     let last = args.days;
     let history_end = last - DOWNTIME_DAYS - 1;
@@ -127,12 +129,14 @@ pub fn run(args: Args) -> Result<ExitCode> {
         duplicates_dropped(&dir, "clicks")?
     ));
 
-    chapter(3, "Weekly training snapshots");
+    chapters::alerts(&dir, ws, &you, &inbox)?;
+
+    chapter(4, "Weekly training snapshots");
     let weeks_end = day(((history_end) / 7) * 7);
     let _ = run_target(ws, &you, "training_snapshot", &day(1), &weeks_end, true)?;
     say("Each snapshot is a complete new version of the dataset; a trainer can pin one with `read --version`.");
 
-    chapter(4, "The scheduler was down; catch-up is off by default");
+    chapter(5, "The scheduler was down; catch-up is off by default");
     say(&format!(
         "The scheduler comes back on {} after {DOWNTIME_DAYS} missed days. Only the newest interval runs;\nthe missed ones are reported as debt instead of stampeding the warehouse.",
         day(last + 1)
@@ -142,7 +146,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     say("Filling the debt on purpose, when it suits us:");
     let _ = run_target(ws, &you, "user_features", &day(history_end + 1), &day(last - 1), false)?;
 
-    chapter(5, "A run undone as a unit");
+    chapter(6, "A run undone as a unit");
     let days_query = "SELECT COUNT(DISTINCT tg_partition) AS n FROM user_features";
     let days_before = count(&dir, days_query)?;
     say("The debt-filling run turns out to have read a bad feed. Undo it as a unit, after seeing what that restores:");
@@ -170,12 +174,12 @@ pub fn run(args: Args) -> Result<ExitCode> {
     chapters::late_source(&dir, ws, &you, last)?;
     chapters::stale_downstream(&dir, ws, &you)?;
 
-    chapter(8, "A consumer's view before the fix");
+    chapter(9, "A consumer's view before the fix");
     let consumer = "SELECT ROUND(AVG(purchase_rate), 4) AS avg_purchase_rate, COUNT(*) AS user_days FROM user_features";
     say(&format!("tidegate sql \"{consumer}\""));
     show_sql(ws, &you, consumer)?;
 
-    chapter(9, "A bug fix in the feature SQL becomes a governed backfill");
+    chapter(10, "A bug fix in the feature SQL becomes a governed backfill");
     say("purchase_rate divided clicks, not purchases, by events. Fixing tidegate.toml, and adding the purchase count");
     say("as a column (a schema change: it goes through the same review):");
     fix_feature_sql(&dir)?;
@@ -204,19 +208,19 @@ pub fn run(args: Args) -> Result<ExitCode> {
     backfill::plan::print_plan(&planned);
     let id = planned.id;
 
-    chapter(10, "Run it into staging, throttled below live work");
+    chapter(11, "Run it into staging, throttled below live work");
     let report = backfill::exec::start_and_wait(&workspace, &store, &you, &id, false, 4, true)?;
     backfill::exec::print_report(&report);
     say("Published data is untouched while it waits for review:");
     show_sql(ws, &you, consumer)?;
 
-    chapter(11, "Compare with what is published");
+    chapter(12, "Compare with what is published");
     let html = dir.join("backfill-report.html");
     let compared = app_backfill::compare(&workspace, store.as_ref(), &you, &id)?;
     backfill::review::write_html(&compared, &html)?;
     backfill::review::print_compared(&compared, Some(&html));
 
-    chapter(12, "Approval by a second person");
+    chapter(13, "Approval by a second person");
     say(&format!(
         "{} (you: identities are established by the OS account running tidegate, never typed) tries to approve:",
         you.name
@@ -240,24 +244,26 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let approved = app_backfill::approve(&workspace, store.as_ref(), &reviewer, &approval)?;
     backfill::review::print_approved(&approved)?;
 
-    chapter(13, "Publish: one atomic commit per dataset");
+    chapter(14, "Publish: one atomic commit per dataset");
     let published = app_backfill::publish(&workspace, &store, &reviewer, &id)?;
     backfill::release::print_published(&published);
+    chapters::told(&inbox, "churn-model", "a consumer of user_features");
     say("The consumer's query now:");
     show_sql(ws, &you, consumer)?;
     say(&format!("user_features' columns now: {}", columns_of(&dir, "user_features")?.join(", ")));
 
-    chapter(14, "Rollback restores exactly what was there");
+    chapter(15, "Rollback restores exactly what was there");
     let rolled_back = app_backfill::rollback(&workspace, &store, &reviewer, &id, "demo: undoing the backfill", wait)?;
     backfill::release::print_rolled_back(&rolled_back);
-    say("The consumer's query after the rollback (identical to chapter 6):");
+    chapters::told(&inbox, "churn-model", "a consumer of user_features");
+    say("The consumer's query after the rollback (identical to chapter 9):");
     show_sql(ws, &you, consumer)?;
     say(&format!(
         "user_features' columns after the rollback (the schema readers saw before it): {}",
         columns_of(&dir, "user_features")?.join(", ")
     ));
 
-    chapter(15, "Reconcile: nothing left behind");
+    chapter(16, "Reconcile: nothing left behind");
     say("tidegate reconcile");
     let keep_logs =
         tidegate_app::input::duration(tidegate_app::reconcile::DEFAULT_KEEP_LOGS).map_err(anyhow::Error::msg)?;
@@ -289,7 +295,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
 }
 
 /// Creates the workspace; returns false when an earlier demo is reused as it is.
-fn prepare(dir: &Path, exe: &Path, reuse: bool) -> Result<bool> {
+fn prepare(dir: &Path, exe: &Path, reuse: bool, inbox: &str) -> Result<bool> {
     if dir.exists() {
         let is_demo = dir.join(MARKER).exists();
         let is_empty = std::fs::read_dir(dir).map(|mut d| d.next().is_none()).unwrap_or(false);
@@ -310,7 +316,7 @@ fn prepare(dir: &Path, exe: &Path, reuse: bool) -> Result<bool> {
     }
     std::fs::create_dir_all(dir.join("feed")).with_context(|| format!("creating {}", dir.display()))?;
     std::fs::write(dir.join(MARKER), "created by `tidegate demo`; safe to delete\n")?;
-    std::fs::write(dir.join(workspace::SPEC_FILE), spec_text(exe))?;
+    std::fs::write(dir.join(workspace::SPEC_FILE), spec_text(exe, inbox))?;
     std::fs::write(feed::outage_marker(dir, &day(OUTAGE_DAY)), "")?;
     std::fs::write(feed::corrupt_marker(dir, &day(CORRUPT_DAY)), "")?;
     Ok(true)
@@ -327,7 +333,7 @@ fn fix_feature_sql(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-fn spec_text(exe: &Path) -> String {
+fn spec_text(exe: &Path, inbox: &str) -> String {
     let exe = exe.display().to_string().replace('\\', "\\\\").replace('"', "\\\"");
     format!(
         r#"# The tidegate demo workspace (created by `tidegate demo`).
@@ -422,6 +428,25 @@ GROUP BY user_id
 inputs = [{{ dataset = "user_features", mapping = "same" }}]
 outputs = ["training_snapshot"]
 schedule = "0 6 * * 1"
+
+# Who is told (docs/alerts.md): the on-call's webhook, and the churn model's team, a consumer of
+# user_features above. Both are the demo's own listener on this machine.
+[receivers.on-call]
+kind = "webhook"
+url = "{inbox}/on-call"
+
+[receivers.churn-model]
+kind = "webhook"
+url = "{inbox}/churn-model"
+
+# Pages when the feed fails twice in a row and stays failed; a one-off failure pages nobody.
+# (2 s so that the demo need not wait; minutes in production.)
+[alerts.feed_failing]
+when = "consecutive_failures"
+task = "ingest_clicks"
+at_least = 2
+for = "2s"
+receivers = ["on-call"]
 
 # A partner drops one CSV of campaign spend per day under landing/campaigns/DAY/: a step that
 # reads a day waits until its file is there (ready = "location", the default with a location).
@@ -536,7 +561,7 @@ fn summary(dir: &Path, started: Instant) -> Result<ExitCode> {
     }
     let n = |k: &str| kinds.get(k).copied().unwrap_or(0);
     let chain = store.verify_journal()?;
-    chapter(16, "What the journal says");
+    chapter(17, "What the journal says");
     say("What was intended:");
     say(&format!(
         "  {} requested; {} planned",
