@@ -1,13 +1,18 @@
 // Operations: backlog and ETA, throughput, queue age per class, freshness lag per dataset,
-// retry budgets, pools, workers and the scheduler with its liveness, sources waited for, staleness.
+// retry budgets, pools, workers and the scheduler with its liveness, sources waited for, staleness,
+// and the alerts: every rule's episodes (firing first) and the silences in force.
 
-import { h, fill, table, duration, plural } from './dom.js';
+import { h, fill, table, duration, plural, time } from './dom.js';
 import { get } from './api.js';
 
 export async function show(root, args, ctx) {
   const holder = h('div');
   fill(root, h('h1', {}, 'Operations'), holder);
-  const draw = async () => fill(holder, render(await get('/api/status?limit=1')));
+  const draw = async () => {
+    const [status, alerts, silences] = await Promise.all(
+      [get('/api/status?limit=1'), get('/api/alerts'), get('/api/alerts/silences')]);
+    fill(holder, renderAlerts(alerts, silences), render(status));
+  };
   await draw();
   ctx.every(5000, () => draw().catch(() => {}));
 }
@@ -44,6 +49,22 @@ function render(status) {
       Object.entries(g.pools).map(([name, p]) => [name, typeof p === 'object' ? Object.entries(p).map(([k, v]) => `${k.replaceAll('_', ' ')}: ${num(v)}`).join(' · ') : String(p)]))
       : h('p', { class: 'muted' }, 'No scheduler gauge yet.'),
     g ? h('details', {}, h('summary', {}, 'The scheduler\'s last gauge'), h('pre', {}, JSON.stringify(g, null, 2))) : null);
+}
+
+// Firing first, then pending, then clear; each with its condition and whether it is silenced.
+function renderAlerts(alerts, silences) {
+  const order = { firing: 0, pending: 1, clear: 2 };
+  const lines = [...alerts].sort((a, b) => order[a.state] - order[b.state] || a.rule.localeCompare(b.rule));
+  const firing = lines.filter((l) => l.state === 'firing').length;
+  return h('div', {},
+    h('h2', {}, firing === 0 ? 'Alerts' : `Alerts: ${firing} firing`),
+    lines.length === 0 ? h('p', { class: 'muted' }, 'No alert rules: declare them under [alerts] in tidegate.toml.') :
+      table({ id: 'alerts' }, ['Rule', 'Subject', 'State', 'Since', 'Episodes', 'Condition'],
+        lines.map((l) => [l.rule, l.subject, l.silenced ? `${l.state} (silenced)` : l.state,
+          l.since ? time(l.since) : '', String(l.episodes), l.condition])),
+    silences.length === 0 ? null :
+      table({ id: 'silences' }, ['Silence', 'Rule', 'Subject', 'Until', 'By', 'Why'],
+        silences.map((s) => [s.id, s.rule, s.subject || 'every subject', time(s.expires_at), s.actor, s.reason])));
 }
 
 function card(title, value) {

@@ -50,6 +50,11 @@ pub struct SqlStore<D: Driver> {
     driver: D,
     idempotency_ttl: Duration,
     n_migrations_applied: usize,
+    /// Per dataset, the last [`Store::visible_builds`] answer and the stamp it was read at
+    /// (`builds::stamp`): the web UI's overview, `/metrics` and the alerts ask it of every
+    /// dataset again and again, and release items only ever grow, so an unchanged stamp is an
+    /// unchanged answer.
+    builds: crate::builds::Memo,
 }
 
 /// The embedded default: a SQLite file.
@@ -95,7 +100,12 @@ impl SqlStore<Postgres> {
 impl<D: Driver> SqlStore<D> {
     fn new(driver: D, options: Options) -> Result<Self> {
         let n_migrations_applied = migrate::migrate(&driver)?;
-        Ok(Self { driver, idempotency_ttl: Duration::hours(options.idempotency_ttl_h.into()), n_migrations_applied })
+        Ok(Self {
+            driver,
+            idempotency_ttl: Duration::hours(options.idempotency_ttl_h.into()),
+            n_migrations_applied,
+            builds: crate::builds::Memo::default(),
+        })
     }
 
     /// How many migrations opening this handle applied (0 when the schema was already current).
@@ -399,7 +409,7 @@ impl<D: Driver> Store for SqlStore<D> {
 
     fn visible_builds(&self, dataset: &str) -> Result<Vec<crate::VisiblePartition>> {
         self.driver
-            .read(|tx| crate::builds::visible_builds(tx, dataset))
+            .read(|tx| self.builds.visible_builds(tx, dataset))
             .map_err(|e| e.context("reading what built a dataset's partitions"))
     }
 

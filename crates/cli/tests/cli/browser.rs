@@ -66,6 +66,16 @@ sql = "SELECT day, MAX(label) AS label, COUNT(*) AS n, SUM(v) AS total FROM raw 
 inputs = ["raw"]
 outputs = ["summary"]
 timeout_s = 60
+
+[alerts.extract_failing]
+when = "consecutive_failures"
+task = "extract"
+at_least = 1
+
+[alerts.summary_stale]
+when = "stale_partitions"
+dataset = "summary"
+severity = "ticket"
 "#,
         script = dir.join("extract.sh").display()
     )
@@ -120,6 +130,8 @@ fn story() -> Story {
     assert!(built.status.success(), "six days: {}", String::from_utf8_lossy(&built.stderr));
     let failed = cli(ws, None, &["run", "extract", "--partition", FAILED_DAY]);
     assert!(!failed.status.success(), "the hostile day fails");
+    let checked = cli(ws, None, &["alerts", "check"]);
+    assert!(checked.status.success(), "alerts check: {}", String::from_utf8_lossy(&checked.stderr));
     let failed_run = common::state(ws)
         .texts("SELECT run_id FROM steps WHERE task = 'extract' AND partition_key = ?1", &[FAILED_DAY])
         .pop()
@@ -654,6 +666,9 @@ fn screens(w: &mut Walk) {
     assert!(w.browser.try_find(&listed).is_some(), "the backfill is listed");
     w.assert_inert("the backfill list (a hostile reason)");
     w.nav("ops", "ops");
+    let alerts = w.browser.text_of("table#alerts").unwrap_or_default();
+    assert!(alerts.contains("extract_failing") && alerts.contains("firing"), "the firing alert: {alerts}");
+    assert!(alerts.contains("summary_stale"), "every rule is listed: {alerts}");
     w.nav("journal", "journal");
     assert!(w.browser.try_find("table#journal").is_some(), "the journal table");
     w.assert_inert("the journal (hostile reasons)");

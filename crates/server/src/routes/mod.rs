@@ -3,6 +3,7 @@
 //! operation's arguments, runs the operation on a blocking thread ([`call`]) and returns its
 //! result as JSON. The operation checks the caller's role itself.
 
+mod alerts;
 mod backfills;
 mod data;
 mod health;
@@ -73,6 +74,9 @@ pub(crate) fn api() -> OpenApiRouter<State> {
         .routes(routes!(backfills::cancel))
         .routes(routes!(pauses::list, pauses::pause))
         .routes(routes!(pauses::resume))
+        .routes(routes!(alerts::status))
+        .routes(routes!(alerts::silences, alerts::silence))
+        .routes(routes!(alerts::end))
 }
 
 /// Runs `operation` on a blocking thread (operations block on the store) with the workspace and

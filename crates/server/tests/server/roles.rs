@@ -96,6 +96,15 @@ fn routes() -> Vec<(&'static str, &'static str, Option<Value>, Option<Access>)> 
             Some(json!({ "what": "task:no_such_task", "reason": "matrix" })),
             Some(Access::RunWork),
         ),
+        ("GET", "/api/alerts", None, Some(Access::Read)),
+        ("GET", "/api/alerts/silences", None, Some(Access::Read)),
+        (
+            "POST",
+            "/api/alerts/silences",
+            Some(json!({ "rule": "no_such_rule", "for_s": 60, "reason": "matrix" })),
+            Some(Access::RunWork),
+        ),
+        ("POST", "/api/alerts/silences/sil-none/end", Some(json!({ "reason": "matrix" })), Some(Access::RunWork)),
     ]
 }
 
@@ -111,7 +120,7 @@ fn call(server: &Server, method: &str, path: &str, token: Option<&str>, body: Op
 fn template(path: &str) -> String {
     path.split('/')
         .map(|seg| match seg {
-            "no-such-run" | "no-such-release" | "bf-none" | "no-such-step" => "{id}",
+            "no-such-run" | "no-such-release" | "bf-none" | "no-such-step" | "sil-none" => "{id}",
             "no_such_dataset" => "{name}",
             "2024-01-01" => "{key}",
             other => other,
