@@ -421,3 +421,78 @@ above = "1d"
         assert!(exposed.contains(metric), "the rules read {metric}, which /metrics does not expose:\n{text}");
     }
 }
+
+/// The store memoises each dataset's visible builds by a stamp of its release items: a server
+/// that answered staleness once still sees a release made since through the same store. Here
+/// `raw` is published again with other values, which makes the `summary` built on it stale; the
+/// answer before, memoised, said nothing was, and the answer after is a fresh store's.
+#[test]
+fn staleness_asked_again_after_a_release_sees_it_through_the_memo() {
+    let dir = tidegate_testkit::TestWorkspace::new("[project]\nname = \"memo\"\n");
+    let value = dir.path().join("value");
+    std::fs::write(&value, "10").expect("the value");
+    let text = format!(
+        r#"[project]
+name = "memo"
+
+[datasets.raw]
+partitioning = {{ grain = "day", start = "2024-01-01" }}
+write = {{ mode = "replace" }}
+columns = [{{ name = "day", type = "string" }}, {{ name = "v", type = "int64" }}]
+
+[datasets.summary]
+partitioning = {{ grain = "day", start = "2024-01-01" }}
+write = {{ mode = "replace" }}
+
+[tasks.extract]
+command = ["sh", "-c", "printf 'day,v\n%s,%s\n' \"$TIDEGATE_PARTITION\" \"$(cat '{value}')\" > \"$TIDEGATE_OUTPUT_DIR/raw.csv\""]
+outputs = ["raw"]
+
+[tasks.summarize]
+sql = "SELECT day, SUM(v) AS total FROM raw GROUP BY day"
+inputs = ["raw"]
+outputs = ["summary"]
+"#,
+        value = value.display()
+    );
+    dir.set_spec(text);
+    let server = Server::start(&dir);
+    let actor = os_account();
+    let stale = |store: &dyn tidegate_store::Store| {
+        let found = tidegate_app::stale::stale(&server.ws, store, &actor, None).expect("staleness");
+        found.into_iter().map(|s| (s.dataset, s.partition)).collect::<Vec<_>>()
+    };
+    let run = |target: &str| {
+        let submitted = submit(&server, target, "2024-01-02".to_owned(), "2024-01-02".to_owned());
+        let scope = tidegate_app::run::Scope::Run(&submitted.run.id);
+        tidegate_app::run::execute(&server.ws, server.store.clone(), &actor, 2, None, scope).expect("the run executes")
+    };
+    assert_eq!(run("summarize").published, 2);
+    assert_eq!(stale(server.store.as_ref()), Vec::new(), "nothing is stale yet");
+    assert_eq!(stale(server.store.as_ref()), Vec::new(), "asked again, from the memo");
+    std::fs::write(&value, "20").expect("other values");
+    let target = tidegate_app::target::Target {
+        target: "extract".to_owned(),
+        partitions: tidegate_app::target::Partitions::Range {
+            from: "2024-01-02".to_owned(),
+            to: "2024-01-02".to_owned(),
+        },
+        only: true,
+        downstream: false,
+    };
+    let request = tidegate_app::submit::SubmitRequest {
+        target,
+        idempotency_key: None,
+        trigger: tidegate_store::Trigger::Manual,
+        priority: tidegate_store::Priority::Live,
+    };
+    let submitted =
+        tidegate_app::submit::submit(&server.ws, server.store.as_ref(), &actor, &request).expect("submitted");
+    let scope = tidegate_app::run::Scope::Run(&submitted.run.id);
+    let summary = tidegate_app::run::execute(&server.ws, server.store.clone(), &actor, 1, None, scope).expect("runs");
+    assert_eq!(summary.published, 1, "raw published again: {summary:?}");
+    let fresh = server.ws.open_store().expect("a store of its own");
+    let expected = vec![("summary".to_owned(), "2024-01-02".to_owned())];
+    assert_eq!(stale(fresh.as_ref()), expected, "a store that never asked");
+    assert_eq!(stale(server.store.as_ref()), expected, "the server's store, which asked before the release");
+}
