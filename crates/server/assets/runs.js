@@ -119,7 +119,7 @@ function actions(run, finished, ctxReload, failed) {
       try {
         const r = await act(`rerun:${run.id}:${downstream.checked}`, 'POST', `/api/runs/${encodeURIComponent(run.id)}/rerun`,
           { failed: true, downstream: downstream.checked, reason: ok.reason || null });
-        const id = r && (r.run_id || (r.run && r.run.id));
+        const id = r && r.submitted && r.submitted.run && r.submitted.run.id;
         if (id) location.hash = route('runs', id); else ctxReload();
       } catch (e) { showError(e); }
     } }, 'Re-run failed'));

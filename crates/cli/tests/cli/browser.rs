@@ -514,6 +514,7 @@ fn the_web_ui_in_chromium_shows_and_steers_the_workspace() {
     walk.part("sign in", |w| w.sign_in("ana", Some("sign-in")));
     walk.part("the grid shows the store's states", grid);
     walk.part("a failed step, followed from the grid to its log, renders hostile text as text", failed_step);
+    walk.part("re-run failed from the run page makes a new run linked to the old one", rerun_failed);
     walk.part("every other screen renders", screens);
     walk.part("a hostile dataset name in the address renders as text", hostile_route);
     walk.part("the requester sees no approve button, and a forged self-approval is refused", requester);
@@ -647,6 +648,37 @@ fn failed_step(w: &mut Walk) {
     }
     w.assert_inert("the log viewer");
     w.checked("run-log");
+}
+
+/// On the failed run's page, "Re-run failed" asks first, then makes a new run (the page goes to
+/// it) over the failed step's partition, which the journal links to the old run.
+fn rerun_failed(w: &mut Walk) {
+    let old = w.story.failed_run.clone();
+    w.browser.goto(&format!("{}/#/runs/{old}", w.base()));
+    w.screen("run", "run");
+    w.browser.click_css("button[data-action=\"rerun\"]");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while w.browser.exec("const d = document.querySelector('dialog#confirm'); return !!(d && d.open);", &[]) != true {
+        assert!(Instant::now() < deadline, "no dialog#confirm for the re-run\n{}", w.browser.diagnosis());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    w.checked("confirm-rerun");
+    w.browser.click_css("button#confirm-yes");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let new = loop {
+        let url = w.browser.url();
+        if let Some(id) = url.split("#/runs/").nth(1).filter(|id| !id.is_empty() && !id.starts_with(&old)) {
+            break id.to_owned();
+        }
+        assert!(Instant::now() < deadline, "the page never went to the new run: {url}\n{}", w.browser.diagnosis());
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    w.screen("run", "run-rerun");
+    let db = common::state(w.story.dir.path());
+    let partitions = db.texts("SELECT partition_key FROM steps WHERE run_id = ?1", &[&new]);
+    assert_eq!(partitions, [FAILED_DAY], "the new run rebuilds the failed partition only");
+    let linked = db.texts("SELECT payload FROM journal WHERE run_id = ?1 AND kind = 'rerun_requested'", &[&old]);
+    assert!(linked.iter().any(|p| p.contains(&new)), "the old run names its rerun: {linked:?}");
 }
 
 /// Every other screen renders its data: graph, runs, a dataset, backfills, operations, journal.
