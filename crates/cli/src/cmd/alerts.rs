@@ -122,8 +122,11 @@ pub fn run(ws: Option<&Path>, actor: &Actor, command: Command) -> Result<ExitCod
         }
         Command::Check(args) => {
             tidegate_app::actor::require(actor, tidegate_app::actor::Access::RunWork)?;
+            tidegate_app::notify::start(&ws, store);
             let evaluation = alerts::evaluate(&ws, store)?;
-            output::emit(args.out.json, &evaluation, print_evaluation)
+            // What fired or resolved tells the rules' receivers now, as `serve` would.
+            let notified = tidegate_app::notify::deliver(&ws, store);
+            output::emit(args.out.json, &Checked { evaluation, notified }, print_checked)
         }
         Command::Silence(args) => {
             let request =
@@ -164,6 +167,28 @@ fn print_status(lines: &[AlertLine]) {
         let state = if l.silenced { format!("{} (silenced)", l.state) } else { l.state.clone() };
         vec![l.rule.clone(), l.subject.clone(), state, at(l.since), l.episodes.to_string(), l.condition.clone()]
     });
+}
+
+/// One evaluation pass, and what the receivers took of the notifications waiting for them.
+#[derive(Debug, serde::Serialize)]
+struct Checked {
+    #[serde(flatten)]
+    evaluation: Evaluation,
+    /// Per receiver: notifications delivered, refused for good, and why the rest waits.
+    notified: Vec<tidegate_app::notify::Told>,
+}
+
+fn print_checked(c: &Checked) {
+    print_evaluation(&c.evaluation);
+    for t in &c.notified {
+        match &t.pending {
+            Some(why) => say!("notifications to {} wait ({} delivered): {why}", t.receiver, t.n_delivered),
+            None if t.n_delivered + t.n_refused > 0 => {
+                say!("told {}: {} delivered, {} refused", t.receiver, t.n_delivered, t.n_refused)
+            }
+            None => {}
+        }
+    }
 }
 
 fn print_evaluation(e: &Evaluation) {
