@@ -74,6 +74,7 @@ fn execute_only(
     scope: Scope<'_>,
 ) -> Result<Summary> {
     require(actor, Access::RunWork)?;
+    crate::notify::start(ws, store.as_ref());
     runtime()?.block_on(async {
         let lake = open_lake(ws).await?;
         let mut engine = engine(ws, store, lake, workers);

@@ -135,6 +135,9 @@ pub async fn serve(
         stop.clone(),
         alerts_tx.clone(),
     ));
+    if !ws.spec.receivers.is_empty() {
+        tokio::task::block_in_place(|| crate::notify::start(ws, store.as_ref()));
+    }
     let notifier = crate::notify::Notifier::new(shared);
     let teller = tokio::spawn(crate::notify::follow(notifier, store.clone(), stop.clone(), alerts_tx));
     let mut turns = Turns { standing_by: false, first: true, next_tick: Instant::now() };

@@ -227,17 +227,19 @@ pub struct Checked {
     /// The pass.
     #[serde(flatten)]
     pub evaluation: Evaluation,
-    /// Per receiver: what it was told, or why its notifications wait.
-    pub told: Vec<crate::notify::Told>,
+    /// Per receiver: notifications delivered, refused for good, and why the rest waits.
+    pub notified: Vec<crate::notify::Told>,
 }
 
 /// One pass now and its notifications, for `actor` (operator): `tidegate alerts check`, the way
 /// to evaluate the rules of a workspace no `serve` watches (from cron, say).
 pub fn check(ws: &Workspace, store: &dyn Store, actor: &Actor) -> Result<Checked> {
     require(actor, Access::RunWork)?;
+    // A receiver seen for the first time starts before this pass, so it hears of what it fires.
+    crate::notify::start(ws, store);
     let evaluation = evaluate(ws, store)?;
-    let told = crate::notify::deliver(ws, store);
-    Ok(Checked { evaluation, told })
+    let notified = crate::notify::deliver(ws, store);
+    Ok(Checked { evaluation, notified })
 }
 
 /// Every rule's episodes, for `actor` (viewer and above): the rules the spec declares, each

@@ -57,6 +57,7 @@ pub fn publish(ws: &Workspace, store: &Arc<dyn Store>, actor: &Actor, id: &str) 
         );
     }
     ensure_spec_unchanged(ws, &record, &spec)?;
+    crate::notify::start(ws, store.as_ref());
     let Some(approval) = record.approval.clone() else {
         bail!("backfill {} is marked approved but holds no approval; this is a bug, please report it", record.id);
     };
@@ -403,6 +404,7 @@ pub fn rollback(
             record.status
         );
     }
+    crate::notify::start(ws, store.as_ref());
     let published_id = record.release_id.clone().context("a published backfill has a release")?;
     let published = store.release(&published_id)?.context("the backfill's release is not in the store")?;
     let release_id = format!("rb-{}", record.id);

@@ -1,13 +1,15 @@
 //! What each journal entry tells which receiver: pure, from the entry and the spec. An alert's
 //! entry names its receivers (as the rule named them when it fired); a release's entry tells
-//! the receivers its datasets' `consumers` name, each about its own datasets only.
+//! the receivers its datasets' `consumers` name, each about its own datasets only. A rollback
+//! that restored a whole table (its entry's partition `*`) names the partitions of the release it
+//! undid, when the caller looked that release up.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tidegate_core::spec::Spec;
-use tidegate_store::JournalEntry;
+use tidegate_store::{JournalEntry, ReleaseRecord};
 
 /// The journal entries that tell someone something.
 pub const KINDS: &[&str] = &["alert_fired", "alert_resolved", "release_published", "release_restored"];
@@ -32,13 +34,40 @@ pub struct Notification {
     pub details: Value,
 }
 
-/// Every (receiver, notification) `entry` makes under `spec`.
-pub fn notifications(entry: &JournalEntry, spec: &Spec) -> Vec<(String, Notification)> {
+/// Every (receiver, notification) `entry` makes under `spec`; `undone` is the release a
+/// `release_restored` entry undid ([`undone_release`]), if the caller has it.
+pub fn notifications(entry: &JournalEntry, spec: &Spec, undone: Option<&ReleaseRecord>) -> Vec<(String, Notification)> {
     match entry.kind.as_str() {
         "alert_fired" | "alert_resolved" => alert(entry, spec),
-        "release_published" | "release_restored" => release(entry, spec),
+        "release_published" | "release_restored" => release(entry, spec, undone),
         _ => Vec::new(),
     }
+}
+
+/// The release whose partitions a rollback's entry does not name (it restored whole tables:
+/// partition `*`), to look up for [`notifications`].
+pub fn undone_release(entry: &JournalEntry) -> Option<&str> {
+    let p = &entry.payload;
+    let whole = p
+        .get("items")
+        .and_then(Value::as_array)
+        .is_some_and(|items| items.iter().any(|i| i.get("partition").and_then(Value::as_str) == Some(WHOLE_TABLE)));
+    if entry.kind != "release_restored" || !whole {
+        return None;
+    }
+    p.get("restores_release_id").and_then(Value::as_str)
+}
+
+/// The partition of a rollback's item that restored the whole table.
+const WHOLE_TABLE: &str = "*";
+
+/// Per dataset a release changed: its partitions, the commit's Delta version and, for a
+/// rollback, the version whose data it restored.
+#[derive(Default)]
+struct Changed {
+    partitions: Vec<String>,
+    delta_version: i64,
+    restored_version: Option<i64>,
 }
 
 fn base(
@@ -94,11 +123,10 @@ fn shown(v: f64) -> String {
     if v.fract() == 0.0 && v.abs() < 1e15 { format!("{v:.0}") } else { format!("{v:.3}") }
 }
 
-fn release(entry: &JournalEntry, spec: &Spec) -> Vec<(String, Notification)> {
+fn release(entry: &JournalEntry, spec: &Spec, undone: Option<&ReleaseRecord>) -> Vec<(String, Notification)> {
     let p = &entry.payload;
     let items = p.get("items").and_then(Value::as_array).cloned().unwrap_or_default();
-    // Per dataset: its partitions and the commit's version.
-    let mut datasets: BTreeMap<String, (Vec<String>, i64)> = BTreeMap::new();
+    let mut datasets: BTreeMap<String, Changed> = BTreeMap::new();
     for item in &items {
         let (Some(dataset), Some(partition)) =
             (item.get("dataset").and_then(Value::as_str), item.get("partition").and_then(Value::as_str))
@@ -107,8 +135,22 @@ fn release(entry: &JournalEntry, spec: &Spec) -> Vec<(String, Notification)> {
         };
         let version = item.get("delta_version").and_then(Value::as_i64).unwrap_or_default();
         let slot = datasets.entry(dataset.to_owned()).or_default();
-        slot.0.push(partition.to_owned());
-        slot.1 = slot.1.max(version);
+        // A whole table restored: the partitions of the release it undid, when known.
+        let undid: Vec<String> = undone
+            .filter(|u| {
+                partition == WHOLE_TABLE && Some(u.id.as_str()) == p.get("restores_release_id").and_then(Value::as_str)
+            })
+            .map(|u| u.items.iter().filter(|i| i.dataset == dataset).map(|i| i.partition.clone()).collect())
+            .unwrap_or_default();
+        if undid.is_empty() {
+            slot.partitions.push(partition.to_owned());
+        } else {
+            slot.partitions.extend(undid);
+        }
+        slot.delta_version = slot.delta_version.max(version);
+        if let Some(restored) = item.get("restored_delta_version").and_then(Value::as_i64) {
+            slot.restored_version = Some(restored);
+        }
     }
     let backfill = p.get("backfill_id").and_then(Value::as_str).map(str::to_owned);
     let event = match (entry.kind.as_str(), &backfill) {
@@ -130,15 +172,22 @@ fn release(entry: &JournalEntry, spec: &Spec) -> Vec<(String, Notification)> {
             let listed: Vec<Value> = names
                 .iter()
                 .map(|n| {
-                    let (partitions, version) = &datasets[*n];
-                    json!({ "dataset": n, "partitions": partitions, "delta_version": version })
+                    let c = &datasets[*n];
+                    let mut listed =
+                        json!({ "dataset": n, "partitions": c.partitions, "delta_version": c.delta_version });
+                    if let Some(restored) = c.restored_version {
+                        listed["restored_delta_version"] = restored.into();
+                    }
+                    listed
                 })
                 .collect();
             let what = names
                 .iter()
                 .map(|n| {
-                    let (partitions, version) = &datasets[*n];
-                    format!("{n} ({}, version {version})", partition_range(partitions))
+                    let c = &datasets[*n];
+                    let restored =
+                        c.restored_version.map_or_else(String::new, |v| format!(", the data of version {v}"));
+                    format!("{n} ({}, version {}{restored})", partition_range(&c.partitions), c.delta_version)
                 })
                 .collect::<Vec<_>>()
                 .join(", ");
@@ -147,7 +196,12 @@ fn release(entry: &JournalEntry, spec: &Spec) -> Vec<(String, Notification)> {
                 "backfill_published" => "republished by a backfill",
                 _ => "published",
             };
-            let reason = if entry.reason.is_empty() { String::new() } else { format!(": {}", entry.reason) };
+            // A publication's entry says only "published": no reason worth repeating.
+            let reason = if entry.reason.is_empty() || entry.reason == verb {
+                String::new()
+            } else {
+                format!(": {}", entry.reason)
+            };
             let summary = format!("{what} {verb} in release {release_id}{reason}");
             let details = json!({
                 "release": release_id,
@@ -169,6 +223,7 @@ fn partition_range(partitions: &[String]) -> String {
     let mut sorted: Vec<&String> = partitions.iter().collect();
     sorted.sort();
     match (sorted.first(), sorted.last()) {
+        (Some(a), _) if *a == WHOLE_TABLE => "the whole table".to_owned(),
         (Some(a), Some(b)) if a == b => (*a).clone(),
         (Some(a), Some(b)) => format!("{a} .. {b}, {} partitions", sorted.len()),
         _ => "no partition".to_owned(),

@@ -4,7 +4,8 @@
 //! the cursor past what the receiver took, as the OpenLineage export does. A receiver that is down
 //! keeps its notifications until it is back (at least once; each carries an id that is the same
 //! on every retry, for receivers that dedupe). A receiver seen for the first time starts at the
-//! journal's head: it is told what happens from then on, not the workspace's whole past.
+//! journal's head ([`start`], before the command's work): it is told what happens from then on,
+//! not the workspace's whole past.
 //!
 //! Publication never waits on a receiver: `tidegate serve` delivers beside its scheduler
 //! ([`follow`]), and the commands that publish deliver once when they are done ([`deliver`]).
@@ -111,9 +112,11 @@ impl Notifier {
             let Some(last) = entries.last().map(|e| e.seq) else { break };
             for entry in &entries {
                 if message::KINDS.contains(&entry.kind.as_str()) {
-                    for (_, n) in
-                        message::notifications(entry, &self.ws.spec).into_iter().filter(|(r, _)| r == &receiver.name)
-                    {
+                    // A rollback of whole tables names the partitions of the release it undid; a
+                    // failed look-up leaves the notification saying "the whole table".
+                    let undone = message::undone_release(entry).and_then(|id| db(|| store.release(id)).ok().flatten());
+                    let made = message::notifications(entry, &self.ws.spec, undone.as_ref());
+                    for (_, n) in made.into_iter().filter(|(r, _)| r == &receiver.name) {
                         match transport::deliver(&self.client, receiver, &n).await {
                             Answer::Delivered => told.n_delivered += 1,
                             Answer::Refused(_) => told.n_refused += 1,
@@ -152,6 +155,30 @@ impl Notifier {
 /// Runs a blocking store call off the runtime's worker thread.
 fn db<T>(f: impl FnOnce() -> T) -> T {
     tokio::task::block_in_place(f)
+}
+
+/// Starts the cursor of each receiver seen for the first time at the journal's head. A command
+/// that publishes, rolls back or evaluates the alerts calls it before its work (and `serve` before
+/// it schedules), so that a receiver just added to the spec is told of what the command then does,
+/// not of the workspace's past. Never fails: a receiver whose cursor could not be started here
+/// starts at its first pass instead.
+pub fn start(ws: &Workspace, store: &dyn Store) {
+    let unseen: Vec<String> = ws
+        .spec
+        .receivers
+        .keys()
+        .map(|name| cursor_key(name))
+        .filter(|key| matches!(store.lineage_cursor(key), Ok(None)))
+        .collect();
+    if unseen.is_empty() {
+        return;
+    }
+    let Ok(head) = store.journal_head() else { return };
+    let seq = head.map_or(0, |h| h.seq);
+    for key in unseen {
+        // A failure here leaves the receiver to its first pass, which starts it at the head then.
+        let _ = store.advance_lineage_cursor(&key, seq, ws.now());
+    }
 }
 
 /// One pass now, for a command that just published or rolled back (its own runtime); what a

@@ -72,6 +72,7 @@ pub fn rollback(
     if let Err(e) = tidegate_core::plan::partitions_of(dataset, &request.partitions) {
         crate::refuse!(Invalid, "{e}; nothing was restored");
     }
+    crate::notify::start(ws, store.as_ref());
     let mut release_id = format!("rollback-{}", uuid::Uuid::now_v7());
     let mut partitions = request.partitions.clone();
     let mut adopted = false;

@@ -96,6 +96,7 @@ pub fn undo(ws: &Workspace, store: &Arc<dyn Store>, actor: &Actor, request: &Und
     if request.dry_run {
         return Ok(plan);
     }
+    crate::notify::start(ws, store.as_ref());
     restore(ws, store, actor, &mut plan, request.lock_wait)?;
     record(ws, store.as_ref(), actor, &plan, &request.reason)?;
     crate::notify::deliver(ws, store.as_ref());

@@ -167,7 +167,7 @@ fn print_status(lines: &[AlertLine]) {
 
 fn print_checked(c: &Checked) {
     print_evaluation(&c.evaluation);
-    for t in &c.told {
+    for t in &c.notified {
         match &t.pending {
             Some(why) => say!("{}: {} delivered; the rest waits ({why})", t.receiver, t.n_delivered),
             None if t.n_delivered + t.n_refused > 0 => {

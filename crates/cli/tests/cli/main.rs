@@ -28,6 +28,7 @@ mod ids;
 mod lineage;
 mod locations;
 mod machines;
+mod notify;
 mod output;
 mod pause;
 mod pipes;

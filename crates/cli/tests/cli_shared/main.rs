@@ -39,6 +39,7 @@ mod suite {
     mod ids;
     mod lineage;
     mod locations;
+    mod notify;
     mod pause;
     mod pipes;
     mod pointer;
