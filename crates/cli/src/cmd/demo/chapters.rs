@@ -148,9 +148,6 @@ pub(super) fn rewrite_refused(ws: Option<&Path>, you: &Actor, from: &str, to: &s
     Ok(())
 }
 
-/// The two days whose re-deliveries fail in the alerts chapter.
-const BAD_REDELIVERIES: (u32, u32) = (22, 23);
-
 /// One evaluation pass of the alert rules, as `tidegate alerts check` runs it.
 fn check_alerts(ws: Option<&Path>) -> Result<tidegate_app::alerts::Evaluation> {
     let workspace = workspace::load(ws)?;
@@ -173,7 +170,14 @@ pub(super) fn told(inbox: &super::inbox::Inbox, receiver: &str, who: &str) {
 
 /// A one-off failure pages nobody; a feed that keeps failing does, once, and the page resolves
 /// when it recovers (docs/alerts.md).
-pub(super) fn alerts(dir: &Path, ws: Option<&Path>, you: &Actor, inbox: &super::inbox::Inbox) -> Result<()> {
+/// `history_end`: the last day chapter 1 published; its re-delivery and the day before's fail.
+pub(super) fn alerts(
+    dir: &Path,
+    ws: Option<&Path>,
+    you: &Actor,
+    inbox: &super::inbox::Inbox,
+    history_end: u32,
+) -> Result<()> {
     chapter(3, "Alerts: a one-off failure pages nobody, a failing feed does");
     say("feed_failing pages the on-call when ingest_clicks fails twice in a row for 2 s (tidegate.toml [alerts]).");
     say("tidegate alerts check        (tidegate serve evaluates the rules every 15 s)");
@@ -186,7 +190,7 @@ pub(super) fn alerts(dir: &Path, ws: Option<&Path>, you: &Actor, inbox: &super::
         day(super::OUTAGE_DAY),
         day(super::CORRUPT_DAY)
     ));
-    let (a, b) = BAD_REDELIVERIES;
+    let (a, b) = (history_end - 1, history_end);
     say(&format!(
         "The vendor re-delivers {} and {}, both with bad rows: two failed checks in a row (nothing published changes).",
         day(a),
@@ -211,8 +215,8 @@ pub(super) fn alerts(dir: &Path, ws: Option<&Path>, you: &Actor, inbox: &super::
     for n in [a, b] {
         std::fs::remove_file(feed::corrupt_marker(dir, &day(n)))?;
     }
-    say("The vendor fixes the feed; the next delivery succeeds:");
-    let _ = run_target(ws, you, "ingest_clicks", &day(b), &day(b), true)?;
+    say("The vendor fixes the feed and delivers both days again; they succeed:");
+    let _ = run_target(ws, you, "ingest_clicks", &day(a), &day(b), true)?;
     let resolved = check_alerts(ws)?;
     say(&format!("tidegate alerts check: resolved: {}", resolved.resolved.join(", ")));
     told(inbox, "on-call", "the on-call's webhook");

@@ -129,7 +129,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         duplicates_dropped(&dir, "clicks")?
     ));
 
-    chapters::alerts(&dir, ws, &you, &inbox)?;
+    chapters::alerts(&dir, ws, &you, &inbox, history_end)?;
 
     chapter(4, "Weekly training snapshots");
     let weeks_end = day(((history_end) / 7) * 7);
