@@ -12,10 +12,11 @@ const WORDS = {
 };
 
 export async function show(root, args, ctx) {
-  const q = { axis: '', dataset: '', state: '', from: '', to: '', before: '' };
+  const q = { axis: '', dataset: '', task: '', state: '', from: '', to: '', before: '' };
   const axisSelect = h('select', { id: 'filter-axis' });
   const activity = h('input', { id: 'filter-activity', type: 'checkbox', checked: true });
   const datasetInput = h('input', { id: 'filter-dataset', type: 'search', placeholder: 'name contains' });
+  const taskInput = h('input', { id: 'filter-task', type: 'search', placeholder: 'the task that writes it', size: 14 });
   const stateSelect = h('select', { id: 'filter-state' },
     h('option', { value: '' }, 'any state'), STATES.map((s) => h('option', { value: s }, WORDS[s])));
   const fromInput = h('input', { id: 'filter-from', type: 'text', placeholder: 'e.g. 2024-01-01', size: 12 });
@@ -28,7 +29,8 @@ export async function show(root, args, ctx) {
   fill(root,
     h('h1', {}, 'Overview'),
     h('form', { class: 'filters', role: 'search', onsubmit: (e) => { e.preventDefault(); load(); } },
-      h('label', {}, 'Partitioning', axisSelect), h('label', {}, 'Dataset', datasetInput), h('label', {}, 'State', stateSelect),
+      h('label', {}, 'Partitioning', axisSelect), h('label', {}, 'Dataset', datasetInput), h('label', {}, 'Task', taskInput),
+      h('label', {}, 'State', stateSelect),
       h('label', {}, 'From partition', fromInput), h('label', {}, 'To partition', toInput),
       h('label', { class: 'check' }, h('span', {}, activity, ' Only partitions with data or work')),
       h('button', { type: 'submit' }, 'Apply'), newest, older),
@@ -37,11 +39,12 @@ export async function show(root, args, ctx) {
   let answer = null;
   async function load() {
     q.dataset = datasetInput.value.trim();
+    q.task = taskInput.value.trim();
     q.from = fromInput.value.trim();
     q.to = toInput.value.trim();
     q.axis = axisSelect.value;
     const params = new URLSearchParams({ columns: '90', activity: activity.checked ? 'true' : 'false' });
-    for (const k of ['axis', 'dataset', 'from', 'to', 'before']) if (q[k]) params.set(k, q[k]);
+    for (const k of ['axis', 'dataset', 'task', 'from', 'to', 'before']) if (q[k]) params.set(k, q[k]);
     answer = await get(`/api/grid?${params}`);
     if (axisSelect.options.length !== answer.axes.length) {
       fill(axisSelect, answer.axes.map((a) => h('option', { value: a.name, selected: a.name === answer.axis },

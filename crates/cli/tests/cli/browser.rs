@@ -610,6 +610,31 @@ fn grid(w: &mut Walk) {
     );
     assert_eq!(bright, json!([]), "the failed filter dims every other cell");
     w.checked("grid-failed-filter");
+    // The task filter keeps the datasets that task writes.
+    w.browser.click_css("select#filter-state option[value=\"\"]");
+    let task = w.browser.find("input#filter-task");
+    w.browser.type_into(&task, "summarize");
+    w.browser.click_css("form.filters button[type=\"submit\"]");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let rows = w.browser.exec(
+            "return [...document.querySelectorAll('table#grid tr[data-dataset]')].map(r => r.dataset.dataset);",
+            &[],
+        );
+        if rows == json!(["summary"]) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the task filter kept {rows}, not only summary");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    w.checked("grid-task-filter");
+    w.browser.exec("document.querySelector('input#filter-task').value = '';", &[]);
+    w.browser.click_css("form.filters button[type=\"submit\"]");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while w.browser.try_find("table#grid tr[data-dataset=\"raw\"]").is_none() {
+        assert!(Instant::now() < deadline, "the grid without the task filter never came back");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// From the failed cell to its step's run, its reason and its log: each hostile string as text.
