@@ -132,7 +132,7 @@ pub fn graph(ws: &Workspace, store: &dyn Store, actor: &Actor, now: DateTime<Utc
         let managed = matches!(d.kind, DatasetKind::Managed { .. });
         let failed = match spec.tasks.values().find(|t| t.outputs.contains(&d.name)) {
             Some(t) => {
-                let newest = store.newest_steps(&t.name)?;
+                let newest = store.newest_steps(&t.name, None)?;
                 newest.iter().filter(|(_, s)| matches!(s, StepStatus::Failed | StepStatus::UpstreamFailed)).count()
                     as u64
             }

@@ -18,7 +18,7 @@ use crate::actor::{Access, require};
 use crate::workspace::Workspace;
 
 /// What a partition of a dataset is now, as one word.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum CellState {
@@ -172,9 +172,7 @@ pub fn grid(ws: &Workspace, store: &dyn Store, actor: &Actor, query: &GridQuery,
         stale.entry(s.dataset).or_default().insert(s.partition);
     }
     let mut visible = judged.visible;
-    let mut keys: BTreeSet<String> = BTreeSet::new();
-    let mut owed_keys: BTreeSet<String> = BTreeSet::new();
-    let mut by_row = Vec::new();
+    let mut rows_found: Vec<Row> = Vec::new();
     for dataset in managed.into_iter().filter(|d| axis_name(d) == axis) {
         let task = spec.tasks.values().find(|t| t.outputs.contains(&dataset.name)).map(|t| t.name.clone());
         if query.dataset.as_deref().is_some_and(|f| !dataset.name.contains(f)) {
@@ -183,48 +181,108 @@ pub fn grid(ws: &Workspace, store: &dyn Store, actor: &Actor, query: &GridQuery,
         if query.task.as_deref().is_some_and(|f| task.as_deref() != Some(f)) {
             continue;
         }
-        let newest: BTreeMap<String, StepStatus> = match &task {
-            Some(t) => store.newest_steps(t)?.into_iter().collect(),
-            None => BTreeMap::new(),
-        };
         let published = match visible.remove(&dataset.name) {
             Some(p) => p,
-            None => store.published_partitions(&dataset.name)?,
+            None => store.visible_builds(&dataset.name)?,
         };
         let owed = task.as_ref().and_then(|t| owed.get(t)).cloned().unwrap_or_default();
-        keys.extend(newest.keys().cloned());
-        keys.extend(published.iter().cloned());
-        owed_keys.extend(owed.iter().cloned());
         let stale = stale.remove(&dataset.name).unwrap_or_default();
-        by_row.push((dataset.name.clone(), task, newest, published, stale, owed));
+        rows_found.push(Row { dataset: dataset.name.clone(), task, newest: Vec::new(), published, stale, owed });
+    }
+    let n = query.columns.unwrap_or(COLUMNS_DEFAULT).clamp(1, COLUMNS_MAX) as usize;
+    let from = steps_from(&rows_found, query, n);
+    for row in &mut rows_found {
+        if let Some(t) = &row.task {
+            row.newest = store.newest_steps(t, from.as_deref())?;
+            // By key, byte-wise, whatever order the database returned them in.
+            row.newest.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        }
+    }
+    // Every key some row has, borrowed from the rows: only the columns shown are copied.
+    let mut keys: BTreeSet<&str> = BTreeSet::new();
+    let mut owed_keys: BTreeSet<&str> = BTreeSet::new();
+    for row in &rows_found {
+        keys.extend(row.newest.iter().map(|(k, _)| k.as_str()));
+        keys.extend(row.published.iter().map(|p| p.partition.as_str()));
+        owed_keys.extend(row.owed.iter().map(String::as_str));
     }
     let hidden_missed = if query.activity { owed_keys.difference(&keys).count() as u64 } else { 0 };
     if !query.activity {
         keys.extend(owed_keys);
     }
-    let in_range = |k: &String| {
-        query.before.as_ref().is_none_or(|b| k < b)
-            && query.from.as_ref().is_none_or(|f| k >= f)
-            && query.to.as_ref().is_none_or(|t| k <= t)
+    let in_range = |k: &&str| {
+        query.before.as_deref().is_none_or(|b| *k < b)
+            && query.from.as_deref().is_none_or(|f| *k >= f)
+            && query.to.as_deref().is_none_or(|t| *k <= t)
     };
-    let n = query.columns.unwrap_or(COLUMNS_DEFAULT).clamp(1, COLUMNS_MAX) as usize;
-    let mut candidates = keys.into_iter().rev().filter(in_range);
-    let columns: Vec<String> = candidates.by_ref().take(n).collect();
-    let older = candidates.next().and(columns.last().cloned());
-    let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+    let (columns, older) = {
+        let mut candidates = keys.into_iter().rev().filter(in_range);
+        let columns: Vec<String> = candidates.by_ref().take(n).map(str::to_owned).collect();
+        let older = candidates.next().and(columns.last().cloned());
+        (columns, older)
+    };
+    let mut by_state: std::collections::HashMap<CellState, u64> = std::collections::HashMap::new();
     let mut rows = Vec::new();
-    for (dataset, task, newest, published, stale, owed) in by_row {
-        let cells: Vec<CellState> = columns
-            .iter()
-            .map(|k| CellState::of(newest.get(k).copied(), published.contains(k), stale.contains(k), owed.contains(k)))
-            .collect();
+    for row in rows_found {
+        let cells: Vec<CellState> = columns.iter().map(|k| row.cell(k)).collect();
         for c in &cells {
-            *counts.entry(word(*c)).or_default() += 1;
+            *by_state.entry(*c).or_default() += 1;
         }
-        rows.push(GridRow { dataset, task, cells });
+        rows.push(GridRow { dataset: row.dataset, task: row.task, cells });
     }
+    let counts = by_state.into_iter().map(|(c, n)| (word(c), n)).collect();
     let axes = axes.into_iter().map(|(name, datasets)| Axis { name, datasets }).collect();
     Ok(Grid { axes, axis, columns, rows, older, counts, hidden_missed })
+}
+
+/// The least partition key whose newest steps can change the answer: the steps of older
+/// partitions are left unread (most of a long history). The columns are the newest `n` keys in
+/// range of the union of the partitions with a step, a publication or debt; when the
+/// publications and debt alone have more than `n` such keys, every column and the next, older
+/// one (for [`Grid::older`]) are at or above the (n+1)th of them, whatever the steps add. In
+/// `activity` mode the debt that no step or publication touched is counted too, so the bound
+/// also reaches down to the oldest owed key.
+fn steps_from(rows: &[Row], query: &GridQuery, n: usize) -> Option<String> {
+    let in_range = |k: &str| {
+        query.before.as_deref().is_none_or(|b| k < b)
+            && query.from.as_deref().is_none_or(|f| k >= f)
+            && query.to.as_deref().is_none_or(|t| k <= t)
+    };
+    let mut known: BTreeSet<&str> = BTreeSet::new();
+    for row in rows {
+        known.extend(row.published.iter().map(|p| p.partition.as_str()).filter(|k| in_range(k)));
+        if !query.activity {
+            known.extend(row.owed.iter().map(String::as_str).filter(|k| in_range(k)));
+        }
+    }
+    let bound = known.iter().rev().nth(n).copied().or(query.from.as_deref());
+    let oldest_owed = rows.iter().filter_map(|r| r.owed.first()).map(String::as_str).min();
+    match (bound, query.activity, oldest_owed) {
+        (Some(b), true, Some(o)) => Some(b.min(o).to_owned()),
+        (Some(b), _, _) => Some(b.to_owned()),
+        (None, _, _) => None,
+    }
+}
+
+/// What the grid knows of one dataset before it picks its columns.
+struct Row {
+    dataset: String,
+    task: Option<String>,
+    /// The newest step's status per partition, by key.
+    newest: Vec<(String, StepStatus)>,
+    /// The visible partitions, in partition order.
+    published: std::sync::Arc<Vec<tidegate_store::VisiblePartition>>,
+    stale: BTreeSet<String>,
+    owed: BTreeSet<String>,
+}
+
+impl Row {
+    /// The state of partition `key`.
+    fn cell(&self, key: &str) -> CellState {
+        let newest = self.newest.binary_search_by(|(k, _)| k.as_str().cmp(key)).ok().map(|i| self.newest[i].1);
+        let published = tidegate_store::VisiblePartition::find(&self.published, key).is_some();
+        CellState::of(newest, published, self.stale.contains(key), self.owed.contains(key))
+    }
 }
 
 fn word(state: CellState) -> String {
@@ -396,13 +454,13 @@ pub fn dataset(ws: &Workspace, store: &dyn Store, actor: &Actor, name: &str) -> 
         .collect();
     let builds = store
         .visible_builds(&d.name)?
-        .into_iter()
+        .iter()
         .map(|p| PartitionBuild {
-            partition: p.partition,
+            partition: p.partition.clone(),
             since_version: p.since_version,
             step_id: p.build.as_ref().map(|b| b.step_id.clone()),
             code_version: p.build.as_ref().and_then(|b| b.code_version.clone()),
-            inputs: p.build.map(|b| b.inputs).unwrap_or_default(),
+            inputs: p.build.as_ref().map(|b| b.inputs.clone()).unwrap_or_default(),
         })
         .collect();
     Ok(DatasetDetail {

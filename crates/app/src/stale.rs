@@ -6,6 +6,7 @@
 //! history rewrites.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use anyhow::Result;
 use serde::Serialize;
@@ -95,11 +96,14 @@ pub(crate) fn stale_in(ws: &Workspace, store: &dyn Store, only: Option<&str>) ->
 pub(crate) struct Judged {
     /// The stale partitions.
     pub(crate) stale: Vec<StalePartition>,
-    /// The visible partitions of each dataset read.
-    pub(crate) visible: BTreeMap<String, BTreeSet<String>>,
+    /// The visible partitions of each dataset read, in partition order
+    /// ([`VisiblePartition::find`] looks one up).
+    pub(crate) visible: BTreeMap<String, Arc<Vec<VisiblePartition>>>,
 }
 
 /// The stale partitions of every dataset Tidegate writes (or only `only`), and what is visible.
+/// Reads each dataset's visible builds once, as the store shares them (nothing is copied): the
+/// judgement is a pass over the visible partitions with a binary search per input partition.
 pub(crate) fn judge(ws: &Workspace, store: &dyn Store, only: Option<&str>) -> Result<Judged> {
     let spec: &Spec = &ws.spec;
     // Every task's code now; a task whose declared file cannot be read is not judged on code.
@@ -108,27 +112,29 @@ pub(crate) fn judge(ws: &Workspace, store: &dyn Store, only: Option<&str>) -> Re
         .keys()
         .filter_map(|t| Some((t.clone(), tidegate_engine::code::version_of(spec, &ws.root, t)?.ok()?)))
         .collect();
-    let mut visible: BTreeMap<String, BTreeMap<String, VisiblePartition>> = BTreeMap::new();
-    let load = |name: &str, visible: &mut BTreeMap<String, BTreeMap<String, VisiblePartition>>| -> Result<()> {
-        if !visible.contains_key(name) {
-            let parts = store.visible_builds(name)?.into_iter().map(|p| (p.partition.clone(), p)).collect();
-            visible.insert(name.to_owned(), parts);
+    let mut visible: BTreeMap<String, Arc<Vec<VisiblePartition>>> = BTreeMap::new();
+    let mut load = |name: &str| -> Result<Arc<Vec<VisiblePartition>>> {
+        if let Some(parts) = visible.get(name) {
+            return Ok(Arc::clone(parts));
         }
-        Ok(())
+        let parts = store.visible_builds(name)?;
+        visible.insert(name.to_owned(), Arc::clone(&parts));
+        Ok(parts)
     };
     let mut out = Vec::new();
     for (name, ds) in &spec.datasets {
         if !matches!(ds.kind, DatasetKind::Managed { .. }) || only.is_some_and(|o| o != name) {
             continue;
         }
-        load(name, &mut visible)?;
-        let mut partitions: Vec<VisiblePartition> = visible[name].values().cloned().collect();
-        // A snapshot dataset's newest partition is the dataset; an older one is history that a
-        // rebuild would only supersede.
-        if matches!(ds.kind, DatasetKind::Managed { write: WriteMode::Snapshot }) {
-            let newest = partitions.iter().map(|p| p.partition.clone()).max();
-            partitions.retain(|p| Some(&p.partition) == newest.as_ref());
-        }
+        let parts = load(name)?;
+        // A snapshot dataset's newest partition (the last, in partition order) is the dataset;
+        // an older one is history that a rebuild would only supersede.
+        let partitions: &[VisiblePartition] = match ds.kind {
+            DatasetKind::Managed { write: WriteMode::Snapshot } => &parts[parts.len().saturating_sub(1)..],
+            _ => &parts,
+        };
+        // The managed inputs' visible partitions, once per dataset judged.
+        let mut inputs_now: BTreeMap<&str, Arc<Vec<VisiblePartition>>> = BTreeMap::new();
         for part in partitions {
             let Some(build) = &part.build else { continue };
             let mut reasons = Vec::new();
@@ -143,8 +149,10 @@ pub(crate) fn judge(ws: &Workspace, store: &dyn Store, only: Option<&str>) -> Re
                 if !matches!(input_ds.kind, DatasetKind::Managed { .. }) {
                     continue;
                 }
-                load(&input.dataset, &mut visible)?;
-                let now = &visible[&input.dataset];
+                let now = match inputs_now.get(input.dataset.as_str()) {
+                    Some(now) => now,
+                    None => inputs_now.entry(input.dataset.as_str()).or_insert(load(&input.dataset)?),
+                };
                 let fresh = |p: &VisiblePartition| {
                     // Read staged inside the same backfill: fresh while that output is visible.
                     if p.build.as_ref().is_some_and(|b| input.staged_steps.contains(&b.step_id)) {
@@ -155,7 +163,7 @@ pub(crate) fn judge(ws: &Workspace, store: &dyn Store, only: Option<&str>) -> Re
                     p.content_at(input.version) == Some(p.origin_version)
                 };
                 if input.partitions.is_empty() {
-                    if let Some(p) = now.values().filter(|p| !fresh(p)).max_by_key(|p| p.since_version) {
+                    if let Some(p) = now.iter().filter(|p| !fresh(p)).max_by_key(|p| p.since_version) {
                         reasons.push(Reason::Input {
                             dataset: input.dataset.clone(),
                             partition: None,
@@ -166,7 +174,7 @@ pub(crate) fn judge(ws: &Workspace, store: &dyn Store, only: Option<&str>) -> Re
                     continue;
                 }
                 for key in &input.partitions {
-                    if let Some(p) = now.get(key).filter(|p| !fresh(p)) {
+                    if let Some(p) = VisiblePartition::find(now, key).filter(|p| !fresh(p)) {
                         reasons.push(Reason::Input {
                             dataset: input.dataset.clone(),
                             partition: Some(key.clone()),
@@ -187,7 +195,6 @@ pub(crate) fn judge(ws: &Workspace, store: &dyn Store, only: Option<&str>) -> Re
             }
         }
     }
-    let visible = visible.into_iter().map(|(name, parts)| (name, parts.into_keys().collect())).collect();
     Ok(Judged { stale: out, visible })
 }
 

@@ -108,7 +108,7 @@ pub fn run(args: OverviewArgs) -> Result<std::process::ExitCode> {
     // Where the grid's time goes: its parts, each alone.
     let tasks: Vec<String> = ws.spec.tasks.keys().cloned().collect();
     let datasets: Vec<String> = ws.spec.datasets.keys().cloned().collect();
-    let newest = time(&|| tasks.iter().try_for_each(|t| store.newest_steps(t).map(drop).map_err(Into::into)))?;
+    let newest = time(&|| tasks.iter().try_for_each(|t| store.newest_steps(t, None).map(drop).map_err(Into::into)))?;
     let published =
         time(&|| datasets.iter().try_for_each(|d| store.published_partitions(d).map(drop).map_err(Into::into)))?;
     let stale = time(&|| tidegate_app::stale::stale(&ws, store.as_ref(), &actor, None).map(drop))?;

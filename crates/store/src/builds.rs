@@ -43,51 +43,7 @@ struct State {
     build: Option<VisibleBuild>,
 }
 
-/// The last answer of [`visible_builds`] per dataset, with the stamp it was read at.
-#[derive(Debug, Default)]
-pub(crate) struct Memo {
-    answers: std::sync::Mutex<std::collections::HashMap<String, Held>>,
-}
-
-/// What changes whenever a dataset's visible builds can: its release items (only ever added,
-/// never changed or removed: a rollback adds its own) counted, and the newest table version
-/// they name. The steps they join are published, and a published step's pins and code version
-/// no longer change.
-type Stamp = (i64, Option<i64>);
-/// A dataset's answer and the stamp it was read at.
-type Held = (Stamp, std::sync::Arc<Vec<VisiblePartition>>);
-
-/// The most datasets a memo keeps; past it, it starts again empty.
-const MEMO_DATASETS_MAX: usize = 4_096;
-
-impl Memo {
-    /// [`visible_builds`], answered from the memo when the dataset's stamp has not moved (one
-    /// indexed count instead of a pass over every item).
-    pub(crate) fn visible_builds(&self, tx: &mut dyn Tx, dataset: &str) -> Result<Vec<VisiblePartition>> {
-        let rows = tx
-            .query("SELECT COUNT(*), MAX(delta_version) FROM release_versions WHERE dataset = ?1", &[dataset.into()])?;
-        let stamp: Stamp = match rows.first() {
-            Some(row) => (row.int(0)?, row.opt_int(1)?),
-            None => (0, None),
-        };
-        let answers = self.answers.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some((held, answer)) = answers.get(dataset)
-            && *held == stamp
-        {
-            return Ok(answer.as_ref().clone());
-        }
-        drop(answers);
-        let answer = visible_builds(tx, dataset)?;
-        let mut answers = self.answers.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if answers.len() >= MEMO_DATASETS_MAX {
-            answers.clear();
-        }
-        answers.insert(dataset.to_owned(), (stamp, std::sync::Arc::new(answer.clone())));
-        Ok(answer)
-    }
-}
-
-/// The body of [`crate::Store::visible_builds`].
+/// The body of [`crate::Store::visible_builds`], in partition order.
 pub(crate) fn visible_builds(tx: &mut dyn Tx, dataset: &str) -> Result<Vec<VisiblePartition>> {
     let rows = tx.query(
         "SELECT rv.partition_key, rv.delta_version, r.kind, rv.restored_delta_version, s.id, s.task, s.state_json, \

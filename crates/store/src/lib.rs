@@ -20,6 +20,7 @@ mod journal;
 mod lineage;
 mod location;
 mod locks;
+mod memo;
 mod metrics;
 mod migrate;
 mod model;
@@ -203,13 +204,16 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn releases(&self, dataset: Option<&str>, limit: u32) -> Result<Vec<ReleaseRecord>>;
     /// The partitions of `dataset` published now, as the store recorded them (decision 0018): every
     /// publication counts, an empty one too, and each rollback gives its partitions the state
-    /// they had at the table version it restored. Costs a pass over the dataset's release items.
-    fn published_partitions(&self, dataset: &str) -> Result<std::collections::BTreeSet<String>>;
+    /// they had at the table version it restored. Shared, and memoised until the dataset's
+    /// releases move: a pass over its release items is paid only then.
+    fn published_partitions(&self, dataset: &str) -> Result<std::sync::Arc<std::collections::BTreeSet<String>>>;
     /// The partitions of `dataset` visible now, each with the table version its content became
     /// visible at and the step that built it (with the inputs it pinned): the newest
     /// publication's, or after a rollback the one visible at the version it restored (invariant
-    /// 14). Costs a pass over the dataset's release items.
-    fn visible_builds(&self, dataset: &str) -> Result<Vec<VisiblePartition>>;
+    /// 14). In partition order (by key, byte-wise), so callers can binary-search them, and shared:
+    /// the answer is memoised until the dataset's releases move, and a pass over its release
+    /// items is paid only then.
+    fn visible_builds(&self, dataset: &str) -> Result<std::sync::Arc<Vec<VisiblePartition>>>;
     /// The step keys among `keys` that some step already published (identical work to skip).
     fn published_step_keys(&self, keys: &[String]) -> Result<std::collections::BTreeSet<String>>;
     /// For each of `partitions` of `dataset` that a release made visible, the code version of the
@@ -266,8 +270,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn metrics(&self) -> Result<Vec<(String, serde_json::Value, DateTime<Utc>)>>;
     /// The status of the newest step of each partition of `task` (by partition key), leaving out
     /// steps that say nothing about the partition's data (skipped, superseded, cancelled): what
-    /// the web UI's overview colours a partition by.
-    fn newest_steps(&self, task: &str) -> Result<Vec<(String, tidegate_core::state::StepStatus)>>;
+    /// the web UI's overview colours a partition by. Only partitions whose key is at least `from`
+    /// (byte-wise) when it is given, in key order.
+    fn newest_steps(&self, task: &str, from: Option<&str>) -> Result<Vec<(String, tidegate_core::state::StepStatus)>>;
     /// Run `run_id`'s steps counted by status (the status's stored name), without reading them.
     fn run_step_counts(&self, run_id: &str) -> Result<std::collections::BTreeMap<String, u32>>;
     /// The steps of `task` for `partition`, newest first, at most `limit`.

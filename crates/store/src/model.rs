@@ -545,6 +545,12 @@ pub struct VisiblePartition {
 }
 
 impl VisiblePartition {
+    /// The partition `key` among `parts` in partition order (as [`crate::Store::visible_builds`]
+    /// answers them), by binary search.
+    pub fn find<'a>(parts: &'a [VisiblePartition], key: &str) -> Option<&'a VisiblePartition> {
+        parts.binary_search_by(|p| p.partition.as_str().cmp(key)).ok().map(|i| &parts[i])
+    }
+
     /// The origin of the content it held at table version `version` (`None`: none then).
     pub fn content_at(&self, version: Option<i64>) -> Option<i64> {
         let version = version?;

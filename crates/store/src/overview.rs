@@ -8,7 +8,7 @@ use tidegate_core::state::StepStatus;
 use crate::codec::fmt_ts;
 use crate::sql::Tx;
 use crate::steps::{STEP_COLUMNS, attempt_from_row, step_from_row};
-use crate::{AttemptRecord, Result, StepRecord};
+use crate::{AttemptRecord, Backend, Result, StepRecord};
 
 /// Statuses that say nothing about a partition's data: the step was not needed, a wider run did
 /// the work, or an operator stopped it before it did anything visible.
@@ -16,13 +16,27 @@ const SILENT: &str = "('skipped', 'superseded', 'cancelled')";
 
 /// The body of [`crate::Store::newest_steps`]: read from the index `steps_newest_per_partition`
 /// alone (migration 0016), no step's state decoded.
-pub(crate) fn newest_steps(tx: &mut dyn Tx, task: &str) -> Result<Vec<(String, StepStatus)>> {
+pub(crate) fn newest_steps(
+    tx: &mut dyn Tx,
+    backend: Backend,
+    task: &str,
+    from: Option<&str>,
+) -> Result<Vec<(String, StepStatus)>> {
+    // Keys compare byte-wise, as Rust's strings do, whatever the database's collation.
+    let key = match backend {
+        Backend::Postgres => "partition_key COLLATE \"C\"",
+        Backend::Sqlite => "partition_key",
+    };
+    let (from_key, params) = match from {
+        Some(from) => (format!("AND {key} >= ?2"), vec![task.into(), from.into()]),
+        None => (String::new(), vec![task.into()]),
+    };
     let sql = format!(
         "SELECT partition_key, status FROM (SELECT partition_key, status, ROW_NUMBER() OVER (PARTITION BY \
          partition_key ORDER BY created_at DESC, id DESC) AS newest FROM steps WHERE task = ?1 AND status NOT IN \
-         {SILENT}) t WHERE newest = 1 ORDER BY partition_key"
+         {SILENT} {from_key}) t WHERE newest = 1 ORDER BY {key}"
     );
-    tx.query(&sql, &[task.into()])?
+    tx.query(&sql, &params)?
         .iter()
         .map(|row| {
             let status = row.text(1)?;

@@ -50,11 +50,9 @@ pub struct SqlStore<D: Driver> {
     driver: D,
     idempotency_ttl: Duration,
     n_migrations_applied: usize,
-    /// Per dataset, the last [`Store::visible_builds`] answer and the stamp it was read at
-    /// (`builds::stamp`): the web UI's overview, `/metrics` and the alerts ask it of every
-    /// dataset again and again, and release items only ever grow, so an unchanged stamp is an
-    /// unchanged answer.
-    builds: crate::builds::Memo,
+    /// Per dataset, the last [`Store::visible_builds`] and [`Store::published_partitions`]
+    /// answers, until its releases move.
+    memo: crate::memo::Memo,
 }
 
 /// The embedded default: a SQLite file.
@@ -104,7 +102,7 @@ impl<D: Driver> SqlStore<D> {
             driver,
             idempotency_ttl: Duration::hours(options.idempotency_ttl_h.into()),
             n_migrations_applied,
-            builds: crate::builds::Memo::default(),
+            memo: crate::memo::Memo::default(),
         })
     }
 
@@ -407,15 +405,15 @@ impl<D: Driver> Store for SqlStore<D> {
         self.driver.read(|tx| releases::list(tx, dataset, limit)).map_err(|e| e.context("listing releases"))
     }
 
-    fn visible_builds(&self, dataset: &str) -> Result<Vec<crate::VisiblePartition>> {
+    fn visible_builds(&self, dataset: &str) -> Result<std::sync::Arc<Vec<crate::VisiblePartition>>> {
         self.driver
-            .read(|tx| self.builds.visible_builds(tx, dataset))
+            .read(|tx| self.memo.builds.get(tx, dataset, crate::builds::visible_builds))
             .map_err(|e| e.context("reading what built a dataset's partitions"))
     }
 
-    fn newest_steps(&self, task: &str) -> Result<Vec<(String, tidegate_core::state::StepStatus)>> {
+    fn newest_steps(&self, task: &str, from: Option<&str>) -> Result<Vec<(String, tidegate_core::state::StepStatus)>> {
         self.driver
-            .read(|tx| crate::overview::newest_steps(tx, task))
+            .read(|tx| crate::overview::newest_steps(tx, self.driver.backend(), task, from))
             .map_err(|e| e.context(&format!("reading the newest steps of task {task}")))
     }
 
@@ -437,9 +435,9 @@ impl<D: Driver> Store for SqlStore<D> {
             .map_err(|e| e.context("reading recent attempts"))
     }
 
-    fn published_partitions(&self, dataset: &str) -> Result<BTreeSet<String>> {
+    fn published_partitions(&self, dataset: &str) -> Result<std::sync::Arc<BTreeSet<String>>> {
         self.driver
-            .read(|tx| releases::published_partitions(tx, dataset))
+            .read(|tx| self.memo.published.get(tx, dataset, releases::published_partitions))
             .map_err(|e| e.context(&format!("reading the published partitions of {dataset}")))
     }
 

@@ -374,7 +374,7 @@ fn missing_steps(ws: &Workspace, store: &dyn Store, plan: &Plan) -> Result<BTree
     let outputs: BTreeSet<&str> =
         plan.steps.iter().flat_map(|s| ws.spec.tasks[&s.task].outputs.iter().map(String::as_str)).collect();
     for d in outputs {
-        present.extend(store.published_partitions(d)?.into_iter().map(|p| (d.to_owned(), p)));
+        present.extend(store.published_partitions(d)?.iter().map(|p| (d.to_owned(), p.clone())));
     }
     let mut keep = BTreeSet::new();
     for s in &plan.steps {

@@ -6,9 +6,10 @@
 //! (`tests/cli/browser.rs`).
 
 use serde_json::{Value, json};
+use tidegate_app::actor::os_account;
 use tidegate_core::actor::Role;
 
-use crate::common::{Response, Server, published_workspace, request_with, send};
+use crate::common::{Response, Server, published_workspace, request_with, send, spec, workspace};
 
 /// Signs in with `token`: the session cookie (`name=value`) and the CSRF token.
 fn sign_in(server: &Server, token: &str) -> (String, String) {
@@ -206,4 +207,80 @@ fn the_overview_answers_from_the_store() {
     let d = server.call("GET", "/api/datasets/summary", Some(&viewer), None).json();
     assert_eq!((d["task"].clone(), d["upstream"].clone()), (json!("summarize"), json!(["raw"])), "{d}");
     assert_eq!(d["builds"].as_array().map(Vec::len), Some(2), "{d}");
+}
+
+/// Paging through the overview a few columns at a time shows the partitions, and the states, that
+/// one answer with every column shows: the pages read only the newest steps of the partitions
+/// they can show, and a partition with a failed step and no publication (older than every
+/// publication, and newer) still gets its column.
+#[test]
+fn pages_of_the_overview_add_up_to_the_whole_grid() {
+    let failing = "case \\\"$TIDEGATE_PARTITION\\\" in 2024-01-01|2024-01-07) exit 3;; esac; printf";
+    let spec = spec("SUM(v)").replacen("printf", failing, 1).replacen(
+        "outputs = [\"raw\"]",
+        "outputs = [\"raw\"]\nretry = { attempts = 1 }",
+        1,
+    );
+    assert!(spec.contains("exit 3") && spec.contains("attempts = 1"), "{spec}");
+    let dir = workspace(&spec);
+    let ws = tidegate_app::workspace::load(Some(dir.path())).expect("the test spec loads");
+    let store = ws.open_store().expect("the store opens");
+    let actor = os_account();
+    let target = tidegate_app::target::Target {
+        target: "summarize".to_owned(),
+        partitions: tidegate_app::target::Partitions::Range { from: "2024-01-01".into(), to: "2024-01-07".into() },
+        only: false,
+        downstream: false,
+    };
+    let request = tidegate_app::submit::SubmitRequest {
+        target,
+        idempotency_key: None,
+        trigger: tidegate_store::Trigger::Manual,
+        priority: tidegate_store::Priority::Live,
+    };
+    let submitted = tidegate_app::submit::submit(&ws, store.as_ref(), &actor, &request).expect("submitted");
+    let summary =
+        tidegate_app::run::execute(&ws, store, &actor, 2, None, tidegate_app::run::Scope::Run(&submitted.run.id))
+            .expect("the run executes");
+    assert_eq!(
+        (summary.published, summary.failed),
+        (10, 4),
+        "extract fails on the 1st and the 7th, summarize with it: {summary:?}"
+    );
+
+    let server = Server::start(&dir);
+    let viewer = server.token("vi", Role::Viewer);
+    let whole = server.call("GET", "/api/grid?columns=1000", Some(&viewer), None).json();
+    let days: Vec<String> = (1..=7).rev().map(|d| format!("2024-01-0{d}")).collect();
+    assert_eq!(whole["columns"], json!(days), "{whole}");
+    assert_eq!(whole["older"], Value::Null, "{whole}");
+    let raw = &whole["rows"][0];
+    assert_eq!(raw["dataset"], "raw", "{whole}");
+    let expected = ["failed", "published", "published", "published", "published", "published", "failed"];
+    assert_eq!(raw["cells"], json!(expected), "{whole}");
+    for columns in 1..=4 {
+        let (mut seen, mut cells, mut before) = (Vec::new(), vec![Vec::new(), Vec::new()], None::<String>);
+        loop {
+            let path = match &before {
+                Some(b) => format!("/api/grid?columns={columns}&before={b}"),
+                None => format!("/api/grid?columns={columns}"),
+            };
+            let page = server.call("GET", &path, Some(&viewer), None).json();
+            let shown = page["columns"].as_array().expect("columns").clone();
+            assert!(!shown.is_empty() && shown.len() <= columns, "{path}: {page}");
+            seen.extend(shown.iter().map(|c| c.as_str().expect("a key").to_owned()));
+            for (i, row) in cells.iter_mut().enumerate() {
+                row.extend(page["rows"][i]["cells"].as_array().expect("cells").iter().cloned());
+            }
+            match page["older"].as_str() {
+                Some(older) => before = Some(older.to_owned()),
+                None => break,
+            }
+            assert!(seen.len() <= days.len(), "{columns} columns a page never ends: {seen:?}");
+        }
+        assert_eq!(seen, days, "{columns} columns a page");
+        for (i, row) in cells.into_iter().enumerate() {
+            assert_eq!(Value::Array(row), whole["rows"][i]["cells"], "{columns} columns a page, row {i}");
+        }
+    }
 }

@@ -1241,7 +1241,7 @@ fn features_release(id: &str, kind: ReleaseKind, items: &[(&str, i64, Option<i64
 
 pub fn published_partitions_follow_publications_and_rollbacks(t: &StoreUnderTest) {
     let store = &*t.store;
-    let published = || store.published_partitions("features").expect("reading").into_iter().collect::<Vec<_>>();
+    let published = || store.published_partitions("features").expect("reading").iter().cloned().collect::<Vec<_>>();
     assert!(published().is_empty());
     let record = |r: ReleaseRecord| store.record_release(&r, &[], &meta(t0())).expect("recording");
     // Publications count whatever they held (an empty partition's too): the store's record.
