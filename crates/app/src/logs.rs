@@ -306,13 +306,28 @@ pub fn read(path: &Path, from: u64) -> Result<(Vec<u8>, u64)> {
 pub struct StepFailure {
     /// The step's name.
     pub step: String,
+    /// The step's id.
+    pub step_id: String,
     /// Attempts it made.
     pub attempts: u32,
     /// Why its last attempt failed (or which upstream step failed).
     pub reason: String,
-    /// Its last attempt's standard error, when there is one.
+    /// Its last attempt's standard error, when there is one: the file's path where the attempt
+    /// ran; over HTTP, the URL path of `GET /api/steps/{id}/log` that serves it (a path on the
+    /// server's disk is not the client's to know).
     #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
-    pub log: Option<PathBuf>,
+    pub log: Option<LogFile>,
+}
+
+impl StepFailure {
+    /// The failure as the HTTP API shows it: its log as the route that serves its text.
+    pub fn linked(mut self) -> StepFailure {
+        if self.log.is_some() {
+            let route = format!("/api/steps/{}/log?attempt={}&stream=stderr", self.step_id, self.attempts);
+            self.log = Some(LogFile::Reported(route));
+        }
+        self
+    }
 }
 
 /// The failed steps of `run_id`, in step order, with their last reason and log.
@@ -328,9 +343,13 @@ pub fn failures_of(ws: &Workspace, steps: &[StepRecord]) -> Vec<StepFailure> {
         .filter(|s| matches!(s.status(), StepStatus::Failed | StepStatus::UpstreamFailed))
         .map(|s| StepFailure {
             step: s.name.clone(),
+            step_id: s.id.clone(),
             attempts: s.state.attempt,
             reason: s.state.last_failure.as_ref().map_or_else(|| s.status().to_string(), |f| f.reason.clone()),
-            log: (s.state.attempt > 0).then(|| log_file(ws, &s.id, s.state.attempt, "stderr.log")).flatten(),
+            log: (s.state.attempt > 0)
+                .then(|| log_file(ws, &s.id, s.state.attempt, "stderr.log"))
+                .flatten()
+                .map(LogFile::Local),
         })
         .collect()
 }

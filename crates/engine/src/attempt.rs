@@ -543,10 +543,12 @@ async fn run_command(
             Exit::Signal { signal } => format!("was killed by signal {signal}"),
             Exit::TimedOut => format!("timed out after {} s", a.task.timeout_s),
         };
+        // The reason is stored and journaled, and read on other machines: it names no path on
+        // this one (`tidegate logs` and `GET /api/steps/{id}/log` find the log by step).
         let detail = match (last_words(&finished.stderr_tail), finished.stderr_tail.is_empty()) {
-            (Some(line), _) => format!(": {line} (log: {})", finished.stderr_log.display()),
+            (Some(line), _) => format!(": {line}"),
             (None, true) => " (it wrote nothing to stderr)".to_owned(),
-            (None, false) => format!(" (it wrote only blank lines to stderr; log: {})", finished.stderr_log.display()),
+            (None, false) => " (it wrote only blank lines to stderr)".to_owned(),
         };
         return Err((class, format!("{} {how}{detail}", argv[0])));
     }

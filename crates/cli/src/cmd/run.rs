@@ -249,7 +249,7 @@ fn print_outcome(outcome: &Outcome) {
         );
     }
     for f in &outcome.failures {
-        let log = f.log.as_ref().map(|p| format!("\n    log: {}", p.display())).unwrap_or_default();
+        let log = f.log.as_ref().map(|p| format!("\n    log: {}", p.location())).unwrap_or_default();
         say!("  {} failed after {}: {}{log}", f.step, count(f.attempts, "attempt", "attempts"), f.reason);
     }
     if !outcome.failures.is_empty() {

@@ -108,7 +108,12 @@ pub(crate) async fn status(
     Caller(actor): Caller,
     Path(id): Path<String>,
 ) -> Result<Json<backfill::Report>, Problem> {
-    call(&state, move |ws, store| backfill::status(ws, store.as_ref(), &actor, &id)).await
+    call(&state, move |ws, store| {
+        let mut report = backfill::status(ws, store.as_ref(), &actor, &id)?;
+        report.failures = report.failures.into_iter().map(tidegate_app::logs::StepFailure::linked).collect();
+        Ok(report)
+    })
+    .await
 }
 
 /// Starts a planned backfill into staging; 202: it runs in the background (poll its status).

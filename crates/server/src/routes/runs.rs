@@ -132,7 +132,8 @@ pub(crate) async fn failures(
 ) -> Result<Json<Vec<tidegate_app::logs::StepFailure>>, Problem> {
     call(&state, move |ws, store| {
         let run = tidegate_app::run::find(store.as_ref(), &id)?;
-        tidegate_app::logs::failures(ws, store.as_ref(), &actor, &run.id)
+        let failures = tidegate_app::logs::failures(ws, store.as_ref(), &actor, &run.id)?;
+        Ok(failures.into_iter().map(tidegate_app::logs::StepFailure::linked).collect())
     })
     .await
 }

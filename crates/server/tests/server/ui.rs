@@ -209,13 +209,12 @@ fn the_overview_answers_from_the_store() {
     assert_eq!(d["builds"].as_array().map(Vec::len), Some(2), "{d}");
 }
 
-/// Paging through the overview a few columns at a time shows the partitions, and the states, that
-/// one answer with every column shows: the pages read only the newest steps of the partitions
-/// they can show, and a partition with a failed step and no publication (older than every
-/// publication, and newer) still gets its column.
-#[test]
-fn pages_of_the_overview_add_up_to_the_whole_grid() {
-    let failing = "case \\\"$TIDEGATE_PARTITION\\\" in 2024-01-01|2024-01-07) exit 3;; esac; printf";
+/// A workspace whose `summarize` ran for the first week of 2024 with `extract` failing (once, no
+/// retry) on the 1st and the 7th: five days published, two failed with their downstream. The run's
+/// id with it.
+fn failing_workspace() -> (crate::common::Ws, String) {
+    let failing =
+        "case \\\"$TIDEGATE_PARTITION\\\" in 2024-01-01|2024-01-07) echo no feed today >&2; exit 3;; esac; printf";
     let spec = spec("SUM(v)").replacen("printf", failing, 1).replacen(
         "outputs = [\"raw\"]",
         "outputs = [\"raw\"]\nretry = { attempts = 1 }",
@@ -247,7 +246,44 @@ fn pages_of_the_overview_add_up_to_the_whole_grid() {
         (10, 4),
         "extract fails on the 1st and the 7th, summarize with it: {summary:?}"
     );
+    (dir, submitted.run.id)
+}
 
+/// A run's failures name each log by the route that serves its text, never by a path on the
+/// server's disk, and the route answers it.
+#[test]
+fn a_failure_names_its_log_by_the_route_that_serves_it() {
+    let (dir, run_id) = failing_workspace();
+    let server = Server::start(&dir);
+    let viewer = server.token("vi", Role::Viewer);
+    let failures = server.call("GET", &format!("/api/runs/{run_id}/failures"), Some(&viewer), None);
+    assert_eq!(failures.status, 200, "{}", failures.body);
+    let failures = failures.json();
+    let extract: Vec<&Value> = failures
+        .as_array()
+        .expect("a list")
+        .iter()
+        .filter(|f| f["step"].as_str().is_some_and(|s| s.starts_with("extract")))
+        .collect();
+    assert_eq!(extract.len(), 2, "{failures}");
+    let root = dir.path().display().to_string();
+    assert!(!failures.to_string().contains(&root), "a server path in {failures}");
+    for f in extract {
+        let step_id = f["step_id"].as_str().expect("a step id");
+        let log = f["log"].as_str().expect("a log");
+        assert_eq!(log, format!("/api/steps/{step_id}/log?attempt=1&stream=stderr"), "{f}");
+        let text = server.call("GET", log, Some(&viewer), None);
+        assert_eq!((text.status, text.json()["step_id"].clone()), (200, json!(step_id)), "{}", text.body);
+    }
+}
+
+/// Paging through the overview a few columns at a time shows the partitions, and the states, that
+/// one answer with every column shows: the pages read only the newest steps of the partitions
+/// they can show, and a partition with a failed step and no publication (older than every
+/// publication, and newer) still gets its column.
+#[test]
+fn pages_of_the_overview_add_up_to_the_whole_grid() {
+    let (dir, _) = failing_workspace();
     let server = Server::start(&dir);
     let viewer = server.token("vi", Role::Viewer);
     let whole = server.call("GET", "/api/grid?columns=1000", Some(&viewer), None).json();

@@ -539,7 +539,6 @@ fn show_failures(dir: &Path) -> Result<()> {
     let entries = store.journal(&JournalQuery::default())?;
     for e in entries.iter().filter(|e| e.kind == "attempt_failed" || e.kind == "checks_failed") {
         let why = e.payload["reason"].as_str().unwrap_or(&e.reason);
-        let why = why.split(" (log: ").next().unwrap_or(why);
         say(&format!(
             "journal #{}: {} {} -> {}: {why}",
             e.seq,
