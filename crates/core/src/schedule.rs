@@ -323,6 +323,28 @@ pub fn next_class(load: &ClassLoad, slots: u32, shares: &Shares) -> Option<usize
     starving.or_else(|| (0..CLASSES).find(|&c| load.ready[c] > 0))
 }
 
+/// Which process each of `n` claims goes to, given each process's free slots (`free`, in
+/// preference order among equals: the scheduler's own process first, whose attempts start
+/// without a store round trip): the one with the most free slots first, so that claims spread
+/// over the workers instead of filling the first one's slots while the others idle. Never more
+/// claims to a process than its free slots; fewer than `n` answers when the slots run out.
+/// Answers indexes into `free`.
+pub fn spread_claims(free: &[usize], n: usize) -> Vec<usize> {
+    let mut left = free.to_vec();
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        // The most free slots; the first among equals.
+        let Some((i, _)) =
+            left.iter().enumerate().filter(|(_, n)| **n > 0).max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(&a.0)))
+        else {
+            break;
+        };
+        left[i] -= 1;
+        out.push(i);
+    }
+    out
+}
+
 /// A token bucket limiting attempt starts per second, with backpressure: when the pool's recent
 /// failure rate climbs past [`BACKPRESSURE_TRIP`], its rate is halved (down to a floor), and it
 /// doubles back toward the configured rate once failures fall below [`BACKPRESSURE_CLEAR`].
@@ -428,6 +450,53 @@ impl RateLimit {
             self.recent.clear();
         }
         (self.current_per_s != before).then_some(self.current_per_s)
+    }
+}
+
+#[cfg(test)]
+mod spread_tests {
+    use proptest::prelude::*;
+
+    use super::spread_claims;
+
+    #[test]
+    fn claims_go_to_the_least_loaded_process_first() {
+        // Four workers of four free slots: six claims, two to each of the first two, one to the
+        // others, not four to the first.
+        assert_eq!(spread_claims(&[4, 4, 4, 4], 6), [0, 1, 2, 3, 0, 1]);
+        // The scheduler's own process has none free: everything to the workers.
+        assert_eq!(spread_claims(&[0, 2, 1], 3), [1, 1, 2]);
+        // A worker with more free slots takes the first claims.
+        assert_eq!(spread_claims(&[1, 3], 3), [1, 1, 0]);
+        // No more than the free slots.
+        assert_eq!(spread_claims(&[1, 1], 5), [0, 1]);
+        assert!(spread_claims(&[], 2).is_empty());
+    }
+
+    proptest! {
+        #[test]
+        fn no_process_gets_more_than_its_free_slots_and_no_slot_idles_while_claims_wait(
+            free in proptest::collection::vec(0usize..8, 0..6),
+            n in 0usize..40,
+        ) {
+            let got = spread_claims(&free, n);
+            prop_assert_eq!(got.len(), n.min(free.iter().sum()));
+            let mut taken = vec![0usize; free.len()];
+            for i in &got {
+                taken[*i] += 1;
+            }
+            for (i, t) in taken.iter().enumerate() {
+                prop_assert!(*t <= free[i]);
+            }
+            // Evenly spread: what is left free differs by at most one between any two processes
+            // that took a claim and any other with free slots left.
+            let left: Vec<usize> = free.iter().zip(&taken).map(|(f, t)| f - t).collect();
+            for (i, t) in taken.iter().enumerate() {
+                if *t > 0 {
+                    prop_assert!(left.iter().all(|l| *l <= left[i] + 1), "{:?} {:?}", free, got);
+                }
+            }
+        }
     }
 }
 

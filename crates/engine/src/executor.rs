@@ -1000,13 +1000,14 @@ impl Engine {
         if picked.is_empty() {
             return Ok(Vec::new());
         }
-        // Each pick goes to the first process with a free slot: local attempts first (no store
-        // round trip to start them), then the workers.
-        let mut slots = free.into_iter().flat_map(|(worker, n)| std::iter::repeat_n(worker, n));
+        // Each pick goes to the process with the most free slots (this one first among equals:
+        // no store round trip to start its attempts), so claims spread over the workers.
+        let counts: Vec<usize> = free.iter().map(|(_, n)| *n).collect();
+        let mut spread = schedule::spread_claims(&counts, picked.len()).into_iter();
         let requests: Vec<ClaimRequest> = picked
             .iter()
             .map(|(id, _, _)| {
-                let worker = slots.next().unwrap_or_else(|| self.opts.worker_id.clone());
+                let worker = spread.next().map_or_else(|| self.opts.worker_id.clone(), |i| free[i].0.clone());
                 let reason = if worker == self.opts.worker_id { "claimed" } else { "leased to a worker" };
                 ClaimRequest { step_id: id.clone(), worker, meta: self.meta(reason, correlation) }
             })
