@@ -9,10 +9,11 @@
 #   scripts/bench-machines.sh load STEPS [kill] 2 schedulers (`serve`, one active, one standby) and 4
 #                                               workers drain STEPS no-op steps (10 independent
 #                                               tasks) on PostgreSQL and a lake folder: steps per
-#                                               second, claim latency p50/p99 (a worker slot's wait
-#                                               from the end of one attempt to the start of its next,
-#                                               while work is queued), and duplicates (Delta commits
-#                                               per step identity > 1, published events per step > 1).
+#                                               second, slot wait p50/p99 (a worker's `staged` to its
+#                                               next `claimed`, from the journal, while work is
+#                                               queued), attempts per worker, and duplicates (Delta
+#                                               commits per step identity > 1, published events per
+#                                               step > 1).
 #                                               With `kill`, the active scheduler is killed with
 #                                               kill -9 when half the steps have published.
 #
@@ -29,7 +30,9 @@ export AWS_ACCESS_KEY_ID=${AWS_ACCESS_KEY_ID:-test} AWS_SECRET_ACCESS_KEY=${AWS_
 S3_BUCKET=${S3_BUCKET:-tidegate-test}
 
 median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
-now() { date +%s.%N; }
+# Seconds since the epoch, from bash itself (no process started: the poller below must not eat
+# the CPU it measures).
+now() { echo "$EPOCHREALTIME"; }
 psql_q() { psql "$PG_URL" -XAtq -c "$1"; }
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done; }
@@ -44,20 +47,31 @@ new_schema() {
 schema_url() { echo "${PG_URL}?options=-c%20search_path%3D$1"; }
 in_schema() { psql "$(schema_url "$1")" -XAtq -c "$2"; }
 
-# Waits until every step of the schema is published; fails after $2 seconds.
+# Waits until every step of the schema is published; fails after $2 seconds. One psql session
+# kept open (a coprocess) answers every 50 ms poll: starting a psql, a date and a bc per poll took
+# half a core of this two-core machine, and made the cluster measurably slower.
 wait_drained() {
-  local schema=$1 within=$2 total=$3 started
-  started=$(now)
+  local schema=$1 within=$2 total=$3 deadline n
+  deadline=$(( ${EPOCHREALTIME%.*} + within ))
+  coproc POLL { psql "$(schema_url "$schema")" -XAtq; }
   while true; do
-    local n
-    n=$(in_schema "$schema" "SELECT COUNT(*) FROM steps WHERE status = 'published'" 2>/dev/null || echo 0)
-    [ "$n" -ge "$total" ] && return 0
-    if [ "$(echo "$(now) - $started > $within" | bc)" = 1 ]; then
+    echo "SELECT COUNT(*) FROM steps WHERE status = 'published';" >&"${POLL[1]}"
+    read -r n <&"${POLL[0]}" || n=0
+    [ "$n" -ge "$total" ] && break
+    if [ "${EPOCHREALTIME%.*}" -ge "$deadline" ]; then
       echo "only $n of $total steps published after ${within}s" >&2
+      exec {POLL[1]}>&-
       return 1
     fi
     sleep 0.05
   done
+  exec {POLL[1]}>&-
+  wait "$POLL_PID" 2>/dev/null || true
+}
+
+# Attempts per worker, as `name:count,...`: a cluster benchmark shows whether the claims spread.
+per_worker() {
+  in_schema "$1" "SELECT string_agg(worker || ':' || n, ',' ORDER BY worker) FROM (SELECT worker, COUNT(*) AS n FROM attempts GROUP BY worker) w"
 }
 
 case "$MODE" in
@@ -77,6 +91,8 @@ w)
       mkdir -p "$tmp/$m"
       {
         printf '[project]\nname = "bench_w"\n'
+        # The two workers' 16 slots, not the default pool's 4, bound what runs at once.
+        printf '[pools.default]\nslots = 16\n'
         for d in raw mid out; do
           printf '[datasets.%s]\npartitioning = { grain = "day", start = "2024-01-01" }\nwrite = { mode = "replace" }\ncolumns = [{ name = "x", type = "int64" }]\n' "$d"
         done
@@ -97,6 +113,7 @@ w)
     end=$(now)
     times+=("$(echo "$end - $start" | bc -l)")
     dups=$(in_schema "$schema" "SELECT COUNT(*) FROM (SELECT step_id FROM journal WHERE kind = 'published' GROUP BY step_id HAVING COUNT(*) > 1) d")
+    echo "attempts per worker: $(per_worker "$schema")" >&2
     [ "$dups" = 0 ] || { echo "$dups steps published twice" >&2; exit 1; }
     for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
     wait "${PIDS[@]}" 2>/dev/null || true
@@ -122,6 +139,8 @@ load)
     mkdir -p "$tmp/$m"
     {
       printf '[project]\nname = "bench_load"\nlease_ttl_s = 10\nheartbeat_s = 2\n'
+      # The cluster's slots, not the default pool's 4, bound what runs at once.
+      printf '[pools.default]\nslots = 16\n'
       for t in $(seq 1 $TASKS); do
         printf '[datasets.d%s]\npartitioning = { grain = "day", start = "1990-01-01" }\nwrite = { mode = "replace" }\ncolumns = [{ name = "x", type = "int64" }]\n' "$t"
         printf '[tasks.t%s]\ncommand = ["true"]\noutputs = ["d%s"]\n' "$t" "$t"
@@ -151,29 +170,29 @@ load)
   wait_drained "$schema" 7200 "$STEPS"
   end=$(now)
   wall=$(echo "$end - $start" | bc -l)
-  # Claim latency: for each attempt, the wait of its worker's freed slot (end of the worker's
-  # previous attempt that ended before it started) while steps were queued.
-  latency=$(in_schema "$schema" "COPY (SELECT worker, started_at, ended_at FROM attempts) TO STDOUT" | python3 -c '
+  # Slot wait: for each worker, from an attempt's `staged` (the worker reported; its slot is free)
+  # to the worker's next `claimed`, both from the journal, while steps were queued. (The
+  # attempts' `ended_at` is written at publication, so it measured publication to next claim.)
+  latency=$(in_schema "$schema" "COPY (SELECT a.worker, j.kind, j.at FROM journal j JOIN attempts a ON a.step_id = j.step_id WHERE j.kind IN ('staged', 'claimed')) TO STDOUT" | python3 -c '
 import sys, bisect
 from datetime import datetime
 by = {}
 for line in sys.stdin:
-    w, s, e = line.rstrip("\n").split("\t")
-    p = lambda t: datetime.fromisoformat(t.replace("Z", "+00:00")).timestamp()
-    by.setdefault(w, []).append((p(s), p(e) if e != "\\N" else None))
+    w, kind, at = line.rstrip("\n").split("\t")
+    t = datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp()
+    by.setdefault(w, {"staged": [], "claimed": []})[kind].append(t)
 gaps = []
-for w, rows in by.items():
-    ends = sorted(e for _, e in rows if e is not None)
-    starts = sorted(s for s, _ in rows)
-    # Pair the k-th end with the first start after it not yet paired: the slot it freed.
+for w, ev in by.items():
+    staged, claimed = sorted(ev["staged"]), sorted(ev["claimed"])
+    # Pair the k-th staged with the first claim after it not yet paired: the slot it freed.
     j = 0
-    for e in ends:
-        j = max(j, bisect.bisect_left(starts, e))
-        if j < len(starts):
-            gaps.append(starts[j] - e)
+    for e in staged:
+        j = max(j, bisect.bisect_left(claimed, e))
+        if j < len(claimed):
+            gaps.append(claimed[j] - e)
             j += 1
 gaps.sort()
-q = lambda f: gaps[min(len(gaps) - 1, int(f * len(gaps)))] * 1000
+q = lambda f: gaps[min(len(gaps) - 1, int(f * len(gaps)))] * 1000 if gaps else float("nan")
 print("%.1f %.1f %d" % (q(0.5), q(0.99), len(gaps)))
 ')
   read -r p50 p99 n_gaps <<< "$latency"
@@ -199,8 +218,8 @@ print(dups)
 EOF
 )
   commits=$(find "$tmp/lake" -path '*_delta_log/*.json' | wc -l)
-  printf 'RESULT system=tidegate-postgres schedulers=2 workers=4x4 steps=%s killed=%s wall_s=%.1f steps_per_s=%.1f submit_s=%.1f claim_p50_ms=%s claim_p99_ms=%s slots_measured=%s dup_published=%s dup_commits=%s delta_commits=%s\n' \
-    "$STEPS" "$killed" "$wall" "$(echo "$STEPS / $wall" | bc -l)" "$(echo "$submitted - $start" | bc -l)" "$p50" "$p99" "$n_gaps" "$dup_published" "$dup_commits" "$commits"
+  printf 'RESULT system=tidegate-postgres schedulers=2 workers=4x4 steps=%s killed=%s wall_s=%.1f steps_per_s=%.1f submit_s=%.1f slot_wait_p50_ms=%s slot_wait_p99_ms=%s slots_measured=%s attempts_per_worker=%s dup_published=%s dup_commits=%s delta_commits=%s\n' \
+    "$STEPS" "$killed" "$wall" "$(echo "$STEPS / $wall" | bc -l)" "$(echo "$submitted - $start" | bc -l)" "$p50" "$p99" "$n_gaps" "$(per_worker "$schema")" "$dup_published" "$dup_commits" "$commits"
   for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   PIDS=()
