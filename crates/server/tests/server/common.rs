@@ -105,8 +105,14 @@ pub fn published_workspace() -> Ws {
 }
 
 /// Runs `summarize` (with what it reads unless `only`) for `from..=to` in the test's process, as
-/// a live run: what a scheduler beside the server would publish.
+/// a live run: what a scheduler beside the server would publish. Nothing may fail.
 pub fn run_live(dir: &Ws, from: &str, to: &str, only: bool) {
+    let (_, (published, failed)) = execute_live(dir, from, to, only);
+    assert_eq!(failed, 0, "{published} published");
+}
+
+/// [`run_live`] whatever fails: the run's id, and its steps published and failed.
+pub fn execute_live(dir: &Ws, from: &str, to: &str, only: bool) -> (String, (usize, usize)) {
     let ws = tidegate_app::workspace::load(Some(dir.path())).expect("the test spec loads");
     let store = ws.open_store().expect("the store opens");
     let actor = os_account();
@@ -126,7 +132,7 @@ pub fn run_live(dir: &Ws, from: &str, to: &str, only: bool) {
     let summary =
         tidegate_app::run::execute(&ws, store, &actor, 2, None, tidegate_app::run::Scope::Run(&submitted.run.id))
             .expect("the run executes");
-    assert_eq!(summary.failed, 0, "{summary:?}");
+    (submitted.run.id, (summary.published, summary.failed))
 }
 
 /// A server on 127.0.0.1 (a free port) over a workspace, stopped on drop.

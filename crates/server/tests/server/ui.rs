@@ -6,10 +6,9 @@
 //! (`tests/cli/browser.rs`).
 
 use serde_json::{Value, json};
-use tidegate_app::actor::os_account;
 use tidegate_core::actor::Role;
 
-use crate::common::{Response, Server, published_workspace, request_with, send, spec, workspace};
+use crate::common::{Response, Server, execute_live, published_workspace, request_with, send, spec, workspace};
 
 /// Signs in with `token`: the session cookie (`name=value`) and the CSRF token.
 fn sign_in(server: &Server, token: &str) -> (String, String) {
@@ -222,31 +221,9 @@ fn failing_workspace() -> (crate::common::Ws, String) {
     );
     assert!(spec.contains("exit 3") && spec.contains("attempts = 1"), "{spec}");
     let dir = workspace(&spec);
-    let ws = tidegate_app::workspace::load(Some(dir.path())).expect("the test spec loads");
-    let store = ws.open_store().expect("the store opens");
-    let actor = os_account();
-    let target = tidegate_app::target::Target {
-        target: "summarize".to_owned(),
-        partitions: tidegate_app::target::Partitions::Range { from: "2024-01-01".into(), to: "2024-01-07".into() },
-        only: false,
-        downstream: false,
-    };
-    let request = tidegate_app::submit::SubmitRequest {
-        target,
-        idempotency_key: None,
-        trigger: tidegate_store::Trigger::Manual,
-        priority: tidegate_store::Priority::Live,
-    };
-    let submitted = tidegate_app::submit::submit(&ws, store.as_ref(), &actor, &request).expect("submitted");
-    let summary =
-        tidegate_app::run::execute(&ws, store, &actor, 2, None, tidegate_app::run::Scope::Run(&submitted.run.id))
-            .expect("the run executes");
-    assert_eq!(
-        (summary.published, summary.failed),
-        (10, 4),
-        "extract fails on the 1st and the 7th, summarize with it: {summary:?}"
-    );
-    (dir, submitted.run.id)
+    let (run_id, ended) = execute_live(&dir, "2024-01-01", "2024-01-07", false);
+    assert_eq!(ended, (10, 4), "published and failed: extract fails on the 1st and the 7th, summarize with it");
+    (dir, run_id)
 }
 
 /// A run's failures name each log by the route that serves its text, never by a path on the
