@@ -67,13 +67,10 @@ impl Notifier {
         Self { ws, client: reqwest::Client::new() }
     }
 
-    /// One pass over every receiver.
+    /// One pass over every receiver, side by side: a receiver that hangs until its timeout
+    /// delays no other.
     pub async fn pass(&self, store: &dyn Store) -> Vec<Told> {
-        let mut out = Vec::new();
-        for receiver in self.ws.spec.receivers.values() {
-            out.push(self.tell(store, receiver).await);
-        }
-        out
+        futures_util::future::join_all(self.ws.spec.receivers.values().map(|r| self.tell(store, r))).await
     }
 
     /// One pass for `receiver`: the entries after its cursor, in order, until it stops taking.
@@ -212,17 +209,21 @@ pub async fn follow(
         let stopping = stop.load(Ordering::SeqCst);
         let now = tokio::time::Instant::now();
         let mut passes = Vec::new();
-        for receiver in notifier.ws.spec.receivers.values() {
-            if waits.get(&receiver.name).is_some_and(|(_, at)| *at > now) && !stopping {
-                continue;
-            }
-            let told = notifier.tell(store.as_ref(), receiver).await;
-            let wait = match (&told.pending, waits.get(&receiver.name)) {
+        // The receivers due now, told side by side.
+        let due = notifier
+            .ws
+            .spec
+            .receivers
+            .values()
+            .filter(|r| stopping || waits.get(&r.name).is_none_or(|(_, at)| *at <= now));
+        let told_all = futures_util::future::join_all(due.map(|r| notifier.tell(store.as_ref(), r))).await;
+        for told in told_all {
+            let wait = match (&told.pending, waits.get(&told.receiver)) {
                 (None, _) => FOLLOW_EVERY,
                 (Some(_), Some((w, _))) => (*w * 2).min(BACKOFF_MAX),
                 (Some(_), None) => FOLLOW_EVERY * 2,
             };
-            waits.insert(receiver.name.clone(), (wait, tokio::time::Instant::now() + wait));
+            waits.insert(told.receiver.clone(), (wait, tokio::time::Instant::now() + wait));
             if told.n_delivered + told.n_refused > 0 || told.pending.is_some() {
                 passes.push(told);
             }

@@ -685,3 +685,57 @@ fn a_receiver_down_gets_everything_once_in_order_after_it_returns_even_across_a_
         hook.taken("/hook").iter().map(|b| b["id"].as_str().unwrap_or_default().to_owned()).collect();
     assert_eq!(ids.len(), all.len(), "distinct delivery ids");
 }
+
+/// What a receiver that never answers saw of another receiver, told in the same pass.
+#[derive(Debug, PartialEq)]
+enum WhileHanging {
+    /// The other receiver had its notification while this one's request still hung.
+    OtherTold,
+    /// Tidegate gave up on this one (its timeout) before the other had anything.
+    GivenUpFirst,
+}
+
+/// Receivers are told side by side: one that accepts the connection and never answers holds
+/// another up for no part of its timeout (sequentially, `a_hang` sorts first and `b_hook` would
+/// wait out the whole timeout).
+#[test]
+fn a_receiver_that_hangs_holds_no_other_up() {
+    let test = "a_receiver_that_hangs_holds_no_other_up";
+    if !python(test, "http.server, hmac", "python3") {
+        return;
+    }
+    let scratch = tempfile::tempdir().expect("a folder for the receiver");
+    let hook = Hook::start(scratch.path());
+    let hang = TcpListener::bind("127.0.0.1:0").expect("a port for the receiver that hangs");
+    let hang_url = format!("http://{}/hang", hang.local_addr().expect("its address"));
+    let hook_log = hook.log.clone();
+    let watcher = std::thread::spawn(move || {
+        let (mut stream, _) = hang.accept().expect("Tidegate connects");
+        stream.set_read_timeout(Some(Duration::from_millis(20))).expect("a read timeout");
+        let mut buf = [0u8; 4096];
+        loop {
+            if std::fs::read_to_string(&hook_log).is_ok_and(|t| !t.trim().is_empty()) {
+                return WhileHanging::OtherTold;
+            }
+            match std::io::Read::read(&mut stream, &mut buf) {
+                Ok(0) => return WhileHanging::GivenUpFirst,
+                Ok(_) => {}
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+                Err(_) => return WhileHanging::GivenUpFirst,
+            }
+        }
+    });
+    let receivers = format!(
+        "[receivers.a_hang]\nkind = \"webhook\"\nurl = \"{hang_url}\"\ntimeout_s = 3\n\n[receivers.b_hook]\nkind = \"webhook\"\nurl = \"{}\"\n",
+        hook.url("/hook")
+    );
+    let (dir, marker) = workspace(&["a_hang", "b_hook"], &[], &receivers);
+    let ws = dir.path();
+    std::fs::write(&marker, "").expect("the feed goes down");
+    run_day(ws, &marker, "2024-01-01");
+    let fired = check(ws, &[]);
+    assert_eq!(fired["fired"], json!(["extract_failing extract"]), "{fired}");
+    assert_eq!(told(&fired, "b_hook")["n_delivered"], 1, "{fired}");
+    assert!(told(&fired, "a_hang")["pending"].as_str().is_some(), "the one that hung waits for the next pass: {fired}");
+    assert_eq!(watcher.join().expect("the watcher"), WhileHanging::OtherTold);
+}
