@@ -25,6 +25,7 @@ mod failpoints;
 mod fencing;
 mod guarantees;
 mod ids;
+mod kubernetes;
 mod lineage;
 mod locations;
 mod machines;
