@@ -61,6 +61,7 @@ fn the_kubernetes_manifests_render_a_locked_down_scheduler_workers_and_api_with_
     assert_eq!(probes["readinessProbe"]["httpGet"]["path"], "/readyz");
     let service = named(&objects, "Service", "tidegate-api");
     assert_eq!(service["spec"]["selector"]["app.kubernetes.io/name"], "tidegate-api");
+    assert_eq!(service["spec"]["sessionAffinity"], "ClientIP", "UI sessions live in the pod that began them");
 
     // The spec from the ConfigMap the folder's tidegate.toml makes, and it validates.
     let config = objects.iter().find(|o| o["kind"] == "ConfigMap").expect("the workspace's ConfigMap");
