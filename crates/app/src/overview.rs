@@ -374,6 +374,59 @@ pub fn partition(
 mod tests {
     use super::*;
 
+    /// A row whose partitions published are `published` and owed `owed` (days of January 2024).
+    fn row(published: &[u32], owed: &[u32]) -> Row {
+        let key = |d: &u32| format!("2024-01-{d:02}");
+        let mut published: Vec<tidegate_store::VisiblePartition> = published
+            .iter()
+            .map(|d| tidegate_store::VisiblePartition {
+                partition: key(d),
+                since_version: 0,
+                origin_version: 0,
+                contents: Vec::new(),
+                build: None,
+            })
+            .collect();
+        published.sort_by(|a, b| a.partition.cmp(&b.partition));
+        Row {
+            dataset: "d".into(),
+            task: Some("t".into()),
+            newest: Vec::new(),
+            published: std::sync::Arc::new(published),
+            stale: BTreeSet::new(),
+            owed: owed.iter().map(key).collect(),
+        }
+    }
+
+    #[test]
+    fn the_steps_read_start_at_the_key_after_the_page_and_its_successor() {
+        let q = GridQuery::default();
+        // Ten published days, three columns: the page (10, 9, 8) and the next, older column (7)
+        // are at or above the (n+1)th newest key, day 7.
+        let rows = [row(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10], &[])];
+        assert_eq!(steps_from(&rows, &q, 3).as_deref(), Some("2024-01-07"));
+        // Debt counts as a key (10, 9, 8 owed; then 3)...
+        let rows = [row(&[1, 2, 3], &[8, 9, 10])];
+        assert_eq!(steps_from(&rows, &q, 3).as_deref(), Some("2024-01-03"));
+        // ...unless only activity is asked: then publications bound it (day 2 for one column),
+        // and the oldest debt too, when it is older (debt nothing touched is counted).
+        let activity = GridQuery { activity: true, ..GridQuery::default() };
+        assert_eq!(steps_from(&rows, &activity, 1).as_deref(), Some("2024-01-02"));
+        let rows = [row(&[2, 3, 4, 5], &[1])];
+        assert_eq!(steps_from(&rows, &activity, 2).as_deref(), Some("2024-01-01"));
+        let rows = [row(&[1, 2, 3, 4, 5], &[4])];
+        // Too few keys to bound: every step is read (or from `from`).
+        assert_eq!(steps_from(&rows, &q, 5), None);
+        let from = GridQuery { from: Some("2024-01-02".into()), ..GridQuery::default() };
+        assert_eq!(steps_from(&rows, &from, 5).as_deref(), Some("2024-01-02"));
+        // A page before a key bounds within what is before it.
+        let before = GridQuery { before: Some("2024-01-04".into()), ..GridQuery::default() };
+        assert_eq!(steps_from(&rows, &before, 1).as_deref(), Some("2024-01-02"));
+        // Across rows: the union of their keys.
+        let rows = [row(&[1, 3, 5], &[]), row(&[2, 4, 6], &[])];
+        assert_eq!(steps_from(&rows, &q, 2).as_deref(), Some("2024-01-04"));
+    }
+
     #[test]
     fn work_in_flight_then_failure_then_what_readers_see_then_debt() {
         use CellState as C;
