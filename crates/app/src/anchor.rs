@@ -3,8 +3,13 @@
 //! rolled back, and one that holds another entry in its place was rewritten. An empty store
 //! beside tables that vouch for a journal is a lost store, not a new workspace.
 //!
-//! What this cannot see: entries appended after the newest commit of every table (nothing has
-//! vouched for them yet), and a store and lake replaced together.
+//! The entries after the newest commit (a run's end, an approval, a cancellation) are vouched for
+//! by the journal's head, written to the lake at the end of every run this process executes and
+//! of every drain of `tidegate serve` ([`vouch`], `tidegate_lake::HEAD_DIR`).
+//!
+//! What this cannot see: entries appended since the last run or drain ended (an approval with no
+//! run after it, until the next drain of a `serve`, at most a tick later), and a store and lake
+//! replaced together.
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
@@ -17,9 +22,9 @@ use crate::workspace::Workspace;
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Mismatch {
-    /// The table.
+    /// The table (or the journal's head anchor, `_tidegate/journal/<project>.json`).
     pub dataset: String,
-    /// Its version that vouches.
+    /// Its version that vouches (0 for the head anchor).
     pub version: u64,
     /// The journal entry it vouches for.
     pub journal_seq: u64,
@@ -38,6 +43,19 @@ pub fn head(ws: &Workspace, store: &dyn Store) -> Result<Option<Anchor>> {
         journal_hash: h.hash,
         project: ws.spec.project.name.clone(),
     }))
+}
+
+/// Vouches for the journal's head in the lake (`tidegate_lake::HEAD_DIR`), at the end of a run or
+/// a drain. Best effort: a lake that cannot take it leaves the entries since the newest commit
+/// unvouched for, said in the log; it fails nothing.
+pub async fn vouch(ws: &Workspace, store: &dyn Store, lake: &Lake) {
+    let result = async {
+        let Some(head) = head(ws, store)? else { return Ok(false) };
+        Ok::<_, anyhow::Error>(lake.vouch_head(&head, ws.now()).await?)
+    };
+    if let Err(e) = result.await {
+        tracing::warn!("the lake could not vouch for the journal's head: {e:#}");
+    }
 }
 
 /// The newest anchors of this project's journal in the workspace's own datasets (another
@@ -88,6 +106,27 @@ pub async fn mismatches(ws: &Workspace, store: &dyn Store, lake: &Lake) -> Resul
         out.push(Mismatch { dataset: a.dataset, version: a.version, journal_seq: seq, problem, unrecorded: false });
     }
     out.extend(unrecorded(store, &anchored)?);
+    if let Some(vouched) = lake.head_anchor(&ws.spec.project.name).await.context("reading the journal's head anchor")? {
+        let seq = vouched.anchor.journal_seq;
+        let what = format!("{}/{}.json", tidegate_lake::HEAD_DIR, ws.spec.project.name);
+        let problem = match store.journal_hash_at(seq)? {
+            Some(hash) if hash == vouched.anchor.journal_hash => None,
+            Some(_) => Some(format!(
+                "journal entry {seq} is not the entry {what} vouches for (written {}): the journal was rewritten from \
+                 entry {seq} or before",
+                vouched.written_at
+            )),
+            None => Some(format!(
+                "the journal ends at entry {}, but {what} vouched for entry {seq} when a run or drain ended ({}): \
+                 entries were removed (the journal was truncated or rolled back)",
+                head.as_ref().map_or(0, |h| h.seq),
+                vouched.written_at
+            )),
+        };
+        if let Some(problem) = problem {
+            out.push(Mismatch { dataset: what, version: 0, journal_seq: seq, problem, unrecorded: false });
+        }
+    }
     Ok(out)
 }
 

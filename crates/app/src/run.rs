@@ -77,18 +77,21 @@ fn execute_only(
     crate::notify::start(ws, store.as_ref());
     runtime()?.block_on(async {
         let lake = open_lake(ws).await?;
-        let mut engine = engine(ws, store, lake, workers);
+        let mut engine = engine(ws, store.clone(), lake.clone(), workers);
         if let Some(progress) = progress {
             engine = engine.with_progress(progress);
         }
-        Ok(match scope {
+        let summary = match scope {
             Scope::Everything => engine.drain().await?,
             Scope::Run(run_id) => engine.with_only_run(run_id).drain_until(run_id).await?,
             Scope::RunAndQueue(run_id) => engine.drain_until(run_id).await?,
             Scope::RunAndLater(run_id) => {
                 engine.with_only_run(run_id).with_runs_submitted_since(ws.now()).drain_until(run_id).await?
             }
-        })
+        };
+        // The run's end and what it decided after its last commit, vouched for by the lake.
+        crate::anchor::vouch(ws, store.as_ref(), &lake).await;
+        Ok(summary)
     })
 }
 

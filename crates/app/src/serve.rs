@@ -140,7 +140,7 @@ pub async fn serve(
     }
     let notifier = crate::notify::Notifier::new(shared);
     let teller = tokio::spawn(crate::notify::follow(notifier, store.clone(), stop.clone(), alerts_tx));
-    let mut turns = Turns { standing_by: false, first: true, next_tick: Instant::now() };
+    let mut turns = Turns { standing_by: false, first: true, next_tick: Instant::now(), lake: lake.clone() };
     let mut backoff = OUTAGE_RETRY_FIRST;
     while !stop.load(Ordering::SeqCst) {
         while let Ok(delivery) = lineage.try_recv() {
@@ -200,6 +200,8 @@ struct Turns {
     standing_by: bool,
     first: bool,
     next_tick: Instant,
+    /// Where the journal's head is vouched for after each drain.
+    lake: Arc<Lake>,
 }
 
 impl Turns {
@@ -247,6 +249,8 @@ impl Turns {
             }
             Err(e) => return Err(e.into()),
         }
+        // What the tick and the drain decided after their last commit, vouched for by the lake.
+        crate::anchor::vouch(ws, store, &self.lake).await;
         // Between ticks the role is free: a backfill's publication or a rollback (which take it
         // to publish) go ahead, and a standby may take over; the next tick takes it if it can.
         engine.give_up_scheduler_role().await?;

@@ -4,11 +4,30 @@
 //! holds an anchored entry, or holds another one in its place, was truncated, rolled back or
 //! forged. The lake knows nothing of the store; it writes and reads the two values.
 
+use chrono::{DateTime, Utc};
+use deltalake_core::DeltaTableBuilder;
+use object_store::ObjectStoreExt as _;
+use object_store::path::Path as ObjectPath;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::error::Result;
-use crate::table::Lake;
+use crate::error::{Error, Result};
+use crate::table::{Lake, check_segment};
+
+/// Where the journal's head is vouched for between commits: `<lake>/_tidegate/journal/<project>.json`
+/// (a name no dataset can have; vacuum and reconciliation never look there).
+pub const HEAD_DIR: &str = "_tidegate/journal";
+
+/// The journal's head as a run or a scheduler's drain left it, written to the lake when it ends:
+/// the entries after a table's newest commit (a run's end, an approval, a cancellation) are
+/// vouched for too, not only those before a commit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeadAnchor {
+    /// The entry.
+    pub anchor: Anchor,
+    /// When it was written.
+    pub written_at: DateTime<Utc>,
+}
 
 /// The commit metadata key of the anchored entry's sequence number.
 pub const JOURNAL_SEQ_KEY: &str = "tidegate.journal_seq";
@@ -105,5 +124,47 @@ impl Lake {
                 releases: releases_of(&info.info),
             })
         }))
+    }
+
+    /// The journal head last vouched for in [`HEAD_DIR`] for `project`, if any.
+    pub async fn head_anchor(&self, project: &str) -> Result<Option<HeadAnchor>> {
+        check_segment("project name", project)?;
+        if self.root().is_some_and(|root| !root.join(HEAD_DIR).exists()) {
+            return Ok(None);
+        }
+        let store = self.head_store()?;
+        let bytes = match store.get(&ObjectPath::from(format!("{project}.json"))).await {
+            Ok(got) => got.bytes().await?,
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        serde_json::from_slice(&bytes).map(Some).map_err(|e| Error::Query {
+            detail: format!("{HEAD_DIR}/{project}.json is not a journal anchor Tidegate wrote: {e}"),
+        })
+    }
+
+    /// Vouches for `anchor` as its project's journal head, unless the lake already vouches for it
+    /// or a later entry; whether it wrote. Two writers racing may leave the earlier of their
+    /// heads: still an entry the journal must hold, only a shorter reach.
+    pub async fn vouch_head(&self, anchor: &Anchor, at: DateTime<Utc>) -> Result<bool> {
+        if let Some(held) = self.head_anchor(&anchor.project).await?
+            && held.anchor.journal_seq >= anchor.journal_seq
+        {
+            return Ok(false);
+        }
+        let head = HeadAnchor { anchor: anchor.clone(), written_at: at };
+        let bytes = serde_json::to_vec_pretty(&head).map_err(|e| Error::internal(e.to_string()))?;
+        let store = self.head_store()?;
+        store.put(&ObjectPath::from(format!("{}.json", anchor.project)), bytes.into()).await?;
+        Ok(true)
+    }
+
+    /// The object store rooted at [`HEAD_DIR`].
+    fn head_store(&self) -> Result<std::sync::Arc<dyn object_store::ObjectStore>> {
+        let url = self.root_url().join(&format!("{HEAD_DIR}/")).map_err(|e| Error::internal(e.to_string()))?;
+        if let Some(root) = self.root() {
+            std::fs::create_dir_all(root.join(HEAD_DIR))?;
+        }
+        Ok(DeltaTableBuilder::from_url(url)?.build()?.object_store())
     }
 }

@@ -45,7 +45,10 @@ mod stage;
 mod table;
 mod vacuum;
 
-pub use anchor::{ANCHOR_SEARCH_COMMITS, Anchor, AnchoredVersion, JOURNAL_HASH_KEY, JOURNAL_SEQ_KEY, PROJECT_KEY};
+pub use anchor::{
+    ANCHOR_SEARCH_COMMITS, Anchor, AnchoredVersion, HEAD_DIR, HeadAnchor, JOURNAL_HASH_KEY, JOURNAL_SEQ_KEY,
+    PROJECT_KEY,
+};
 pub use checks::{CheckResult, SCHEMA_CONTRACT};
 pub use compare::{
     ColumnDelta, CompareSpec, Comparison, ComparisonTotals, MAX_SLICE_VALUES, NULL_SLICE_VALUE, PartitionComparison,

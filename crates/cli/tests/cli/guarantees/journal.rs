@@ -66,6 +66,33 @@ fn a_journal_missing_its_last_entries_is_caught_by_the_lake() {
     assert_eq!(count_files(&ws.join(".tidegate/lake")), files_before, "nothing was deleted");
 }
 
+/// The entries after the newest commit (the run's end) are outside every table's anchor; the
+/// journal's head, written to the lake when the run ended, vouches for them: removing only them
+/// is caught too.
+#[test]
+fn a_journal_missing_only_what_followed_the_last_commit_is_caught_by_the_head_anchor() {
+    let dir = published();
+    let ws = dir.path();
+    {
+        let db = db(ws);
+        let last_release: i64 = db
+            .query_row("SELECT MAX(seq) FROM journal WHERE kind = 'release_published'", [], |r| r.get(0))
+            .expect("a release");
+        let after: Vec<String> = db
+            .prepare("SELECT kind FROM journal WHERE seq > ?1 ORDER BY seq")
+            .expect("prepare")
+            .query_map([last_release], |r| r.get(0))
+            .expect("query")
+            .collect::<Result<_, _>>()
+            .expect("kinds");
+        assert!(after.contains(&"run_status".to_owned()), "the run's end follows its last release: {after:?}");
+        db.execute("DELETE FROM journal WHERE seq > ?1", [last_release]).expect("truncate");
+    }
+    let out = run(ws, &["history"]);
+    assert_eq!(out.status.code(), Some(2), "a journal missing the run's end passed: {}", text(&out));
+    assert!(text(&out).contains("_tidegate/journal/anchors.json") && text(&out).contains("removed"), "{}", text(&out));
+}
+
 fn count_files(dir: &Path) -> usize {
     std::fs::read_dir(dir)
         .expect("folder")
