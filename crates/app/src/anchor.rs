@@ -195,13 +195,15 @@ pub fn refuse_lost_store(ws: &Workspace, store: &dyn Store) -> Result<()> {
         return Ok(());
     }
     // On a thread of its own: the caller may already be inside an async runtime.
-    let found = std::thread::scope(|scope| {
+    let (found, head) = std::thread::scope(|scope| {
         scope
-            .spawn(|| -> Result<Vec<AnchoredVersion>> {
+            .spawn(|| -> Result<(Vec<AnchoredVersion>, Option<tidegate_lake::HeadAnchor>)> {
                 let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
                 rt.block_on(async {
                     let lake = crate::workspace::open_lake(ws).await?;
-                    declared_anchors(ws, &lake).await
+                    let found = declared_anchors(ws, &lake).await?;
+                    let head = lake.head_anchor(&ws.spec.project.name).await?;
+                    Ok((found, head))
                 })
             })
             .join()
@@ -219,6 +221,21 @@ pub fn refuse_lost_store(ws: &Workspace, store: &dyn Store) -> Result<()> {
             a.dataset,
             a.version,
             crate::human::count(a.anchor.journal_seq, "entry", "entries"),
+            ws.spec.file
+        );
+    }
+    // No table was published, but runs were (their head vouched for at their end).
+    if let Some(head) = head {
+        crate::refuse!(
+            Conflict,
+            "the state store {} holds no journal, but the lake vouches for one of {} ({}/{}.json, written {}): the \
+             store was lost, emptied or replaced. Restore it from a backup, or point `state` in {} at the store this \
+             lake belongs to; nothing was changed",
+            ws.state,
+            crate::human::count(head.anchor.journal_seq, "entry", "entries"),
+            tidegate_lake::HEAD_DIR,
+            ws.spec.project.name,
+            head.written_at,
             ws.spec.file
         );
     }

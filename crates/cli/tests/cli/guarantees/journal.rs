@@ -157,3 +157,29 @@ fn an_emptied_store_beside_a_lake_of_releases_is_refused_not_recreated() {
     let log_after = std::fs::read_dir(ws.join(".tidegate/lake/summary/_delta_log")).expect("log").count();
     assert_eq!(log_before, log_after, "nothing was published beside the emptied store");
 }
+
+/// A lake with no table published yet still vouches for the journal its runs left (their head,
+/// written when they ended): an emptied store beside it is refused too, not silently recreated.
+#[test]
+fn an_emptied_store_beside_a_lake_that_vouches_only_for_failed_runs_is_refused() {
+    let spec = "[project]\nname = \"anchors\"\n\n[datasets.raw]\npartitioning = { grain = \"day\", start = \"2024-01-01\" }\n\
+                write = { mode = \"replace\" }\n\n[tasks.extract]\ncommand = [\"sh\", \"-c\", \"echo the feed is down >&2; exit 3\"]\n\
+                outputs = [\"raw\"]\nretry = { attempts = 1 }\n";
+    let dir = TestWorkspace::new(spec);
+    let ws = dir.path();
+    let failed = run(ws, &["run", "extract", "--partition", "2024-01-01"]);
+    assert_eq!(failed.status.code(), Some(1), "the run fails: {}", text(&failed));
+    assert!(!ws.join(".tidegate/lake/raw/_delta_log").exists(), "nothing was published");
+    let db = ws.join(".tidegate/state.db");
+    for suffix in ["-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+    }
+    std::fs::write(&db, b"").expect("truncate the store");
+    let out = run(ws, &["status"]);
+    assert!(!out.status.success(), "status ran on an emptied store: {}", text(&out));
+    assert!(
+        text(&out).contains("holds no journal") && text(&out).contains("_tidegate/journal/anchors.json"),
+        "{}",
+        text(&out)
+    );
+}
