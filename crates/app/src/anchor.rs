@@ -211,6 +211,12 @@ pub fn refuse_lost_store(ws: &Workspace, store: &dyn Store) -> Result<()> {
                 anyhow::anyhow!("checking the lake for earlier releases failed; this is a bug, please report it")
             })?
     })?;
+    // A process that started beside this one (a scheduler and its workers, started together) may
+    // have journaled and vouched for its head while this one read the lake: only a journal still
+    // empty after the lake was read is a lost one.
+    if (!found.is_empty() || head.is_some()) && store.journal_head()?.is_some() {
+        return Ok(());
+    }
     if let Some(a) = found.first() {
         crate::refuse!(
             Conflict,
