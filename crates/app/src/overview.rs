@@ -85,6 +85,15 @@ pub struct GridQuery {
     pub columns: Option<u32>,
 }
 
+impl GridQuery {
+    /// Whether partition `key` is within the asked range (`before`, `from`, `to`).
+    fn in_range(&self, key: &str) -> bool {
+        self.before.as_deref().is_none_or(|b| key < b)
+            && self.from.as_deref().is_none_or(|f| key >= f)
+            && self.to.as_deref().is_none_or(|t| key <= t)
+    }
+}
+
 /// Columns per answer unless asked.
 pub const COLUMNS_DEFAULT: u32 = 90;
 /// The most columns one answer holds.
@@ -210,13 +219,8 @@ pub fn grid(ws: &Workspace, store: &dyn Store, actor: &Actor, query: &GridQuery,
     if !query.activity {
         keys.extend(owed_keys);
     }
-    let in_range = |k: &&str| {
-        query.before.as_deref().is_none_or(|b| *k < b)
-            && query.from.as_deref().is_none_or(|f| *k >= f)
-            && query.to.as_deref().is_none_or(|t| *k <= t)
-    };
     let (columns, older) = {
-        let mut candidates = keys.into_iter().rev().filter(in_range);
+        let mut candidates = keys.into_iter().rev().filter(|k| query.in_range(k));
         let columns: Vec<String> = candidates.by_ref().take(n).map(str::to_owned).collect();
         let older = candidates.next().and(columns.last().cloned());
         (columns, older)
@@ -243,16 +247,12 @@ pub fn grid(ws: &Workspace, store: &dyn Store, actor: &Actor, query: &GridQuery,
 /// `activity` mode the debt that no step or publication touched is counted too, so the bound
 /// also reaches down to the oldest owed key.
 fn steps_from(rows: &[Row], query: &GridQuery, n: usize) -> Option<String> {
-    let in_range = |k: &str| {
-        query.before.as_deref().is_none_or(|b| k < b)
-            && query.from.as_deref().is_none_or(|f| k >= f)
-            && query.to.as_deref().is_none_or(|t| k <= t)
-    };
+    let in_range = |k: &&str| query.in_range(k);
     let mut known: BTreeSet<&str> = BTreeSet::new();
     for row in rows {
-        known.extend(row.published.iter().map(|p| p.partition.as_str()).filter(|k| in_range(k)));
+        known.extend(row.published.iter().map(|p| p.partition.as_str()).filter(in_range));
         if !query.activity {
-            known.extend(row.owed.iter().map(String::as_str).filter(|k| in_range(k)));
+            known.extend(row.owed.iter().map(String::as_str).filter(in_range));
         }
     }
     let bound = known.iter().rev().nth(n).copied().or(query.from.as_deref());
