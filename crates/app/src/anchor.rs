@@ -80,54 +80,50 @@ pub async fn mismatches(ws: &Workspace, store: &dyn Store, lake: &Lake) -> Resul
     let anchored = declared_anchors(ws, lake).await?;
     let mut out = Vec::new();
     for a in anchored.iter().cloned() {
-        let seq = a.anchor.journal_seq;
-        let problem = match store.journal_hash_at(seq)? {
-            Some(hash) if hash == a.anchor.journal_hash => continue,
-            Some(_) => format!(
-                "journal entry {seq} is not the entry {} version {} vouches for: the journal was rewritten from \
-                 entry {seq} or before",
-                a.dataset, a.version
-            ),
-            None => match &head {
-                Some(h) if h.seq < seq => format!(
-                    "the journal ends at entry {}, but {} version {} was committed when it held entry {seq}: entries \
-                     after {} were removed (the journal was truncated or rolled back)",
-                    h.seq, a.dataset, a.version, h.seq
-                ),
-                Some(_) => {
-                    format!("journal entry {seq}, which {} version {} vouches for, is missing", a.dataset, a.version)
-                }
-                None => format!(
-                    "the journal is empty, but {} version {} was committed when it held entry {seq}",
-                    a.dataset, a.version
-                ),
-            },
-        };
-        out.push(Mismatch { dataset: a.dataset, version: a.version, journal_seq: seq, problem, unrecorded: false });
+        let who = format!("{} version {}", a.dataset, a.version);
+        if let Some(problem) = contradiction(store, head.as_ref(), &a.anchor, &who, "was committed")? {
+            let seq = a.anchor.journal_seq;
+            out.push(Mismatch { dataset: a.dataset, version: a.version, journal_seq: seq, problem, unrecorded: false });
+        }
     }
     out.extend(unrecorded(store, &anchored)?);
     if let Some(vouched) = lake.head_anchor(&ws.spec.project.name).await.context("reading the journal's head anchor")? {
-        let seq = vouched.anchor.journal_seq;
         let what = format!("{}/{}.json", tidegate_lake::HEAD_DIR, ws.spec.project.name);
-        let problem = match store.journal_hash_at(seq)? {
-            Some(hash) if hash == vouched.anchor.journal_hash => None,
-            Some(_) => Some(format!(
-                "journal entry {seq} is not the entry {what} vouches for (written {}): the journal was rewritten from \
-                 entry {seq} or before",
-                vouched.written_at
-            )),
-            None => Some(format!(
-                "the journal ends at entry {}, but {what} vouched for entry {seq} when a run or drain ended ({}): \
-                 entries were removed (the journal was truncated or rolled back)",
-                head.as_ref().map_or(0, |h| h.seq),
-                vouched.written_at
-            )),
-        };
-        if let Some(problem) = problem {
+        let who = format!("{what} (written {})", vouched.written_at);
+        if let Some(problem) = contradiction(store, head.as_ref(), &vouched.anchor, &who, "was written")? {
+            let seq = vouched.anchor.journal_seq;
             out.push(Mismatch { dataset: what, version: 0, journal_seq: seq, problem, unrecorded: false });
         }
     }
     Ok(out)
+}
+
+/// What is wrong when `who` (a table version, or the head anchor) vouches for `anchor`'s entry and
+/// `verb` (was committed, was written) then; `None` when the journal holds that entry as it was.
+fn contradiction(
+    store: &dyn Store,
+    head: Option<&tidegate_store::JournalHead>,
+    anchor: &Anchor,
+    who: &str,
+    verb: &str,
+) -> Result<Option<String>> {
+    let seq = anchor.journal_seq;
+    Ok(match store.journal_hash_at(seq)? {
+        Some(hash) if hash == anchor.journal_hash => None,
+        Some(_) => Some(format!(
+            "journal entry {seq} is not the entry {who} vouches for: the journal was rewritten from entry {seq} or \
+             before"
+        )),
+        None => Some(match head {
+            Some(h) if h.seq < seq => format!(
+                "the journal ends at entry {}, but {who} {verb} when it held entry {seq}: entries after {} were \
+                 removed (the journal was truncated or rolled back)",
+                h.seq, h.seq
+            ),
+            Some(_) => format!("journal entry {seq}, which {who} vouches for, is missing"),
+            None => format!("the journal is empty, but {who} {verb} when it held entry {seq}"),
+        }),
+    })
 }
 
 /// The newest publications the journal does not record. A commit carries the head as of just
