@@ -17,6 +17,10 @@
 #                                               With `kill`, the active scheduler is killed with
 #                                               kill -9 when half the steps have published.
 #
+# With pg_stat_statements in the database at $PG_URL (shared_preload_libraries and CREATE EXTENSION;
+# scripts/bench-pg.sh starts such a cluster on port 5433), every mode also prints a PROFILE line:
+# statements, transactions and WAL flushes per step, and the top statements by time and by calls.
+#
 # Needs a release build (cargo build --release --locked), PostgreSQL at $PG_URL (default the test
 # server), and for `w` an S3 server at $AWS_ENDPOINT_URL with bucket $S3_BUCKET (default moto on
 # 5055 and tidegate-test, as .ci/run starts them).
@@ -69,6 +73,40 @@ wait_drained() {
   wait "$POLL_PID" 2>/dev/null || true
 }
 
+# The database's own account of the work (issue 35: "measure every step of the way"), when
+# pg_stat_statements is there: `profile_reset` before the work, `profile_report STEPS` after.
+PROFILE=0
+profile_reset() {
+  if [ "$(psql_q "SELECT COUNT(*) FROM pg_extension WHERE extname = 'pg_stat_statements'" 2>/dev/null)" = 1 ]; then
+    PROFILE=1
+    psql_q "SELECT pg_stat_statements_reset(); SELECT pg_stat_reset(); SELECT pg_stat_reset_shared('wal');" > /dev/null
+    sleep 0.6 # pg_stat_database is flushed by each backend at most every 500 ms
+  fi
+}
+profile_report() {
+  [ "$PROFILE" = 1 ] || return 0
+  local steps=$1
+  sleep 0.6
+  # The bench's own queries (the drain poller, this report) are left out; nothing else runs.
+  local mine="query NOT ILIKE '%pg_stat%' AND query NOT ILIKE 'SELECT COUNT(*) FROM steps WHERE status%' AND query NOT ILIKE '%FROM workers%' AND dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
+  psql_q "SELECT format('PROFILE statements_per_step=%s commits_per_step=%s wal_flushes_per_step=%s rows_per_step=%s exec_ms_per_step=%s',
+      round(s.calls / $steps.0, 1), round(d.xact_commit / $steps.0, 1), round(w.wal_sync / $steps.0, 2), round(s.rows / $steps.0, 1), round(s.ms::numeric / $steps, 2))
+    FROM (SELECT SUM(calls) AS calls, SUM(rows) AS rows, SUM(total_exec_time) AS ms FROM pg_stat_statements WHERE $mine) s,
+         (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()) d, pg_stat_wal w"
+  echo "top statements by time (ms per step, calls per step, statement):" >&2
+  psql_q "SELECT round(total_exec_time::numeric / $steps, 3) || E'\t' || round(calls / $steps.0, 2) || E'\t' || left(regexp_replace(query, '\s+', ' ', 'g'), 140)
+    FROM pg_stat_statements WHERE $mine ORDER BY total_exec_time DESC LIMIT 12" >&2
+  echo "top statements by calls:" >&2
+  psql_q "SELECT round(calls / $steps.0, 2) || E'\t' || left(regexp_replace(query, '\s+', ' ', 'g'), 140)
+    FROM pg_stat_statements WHERE $mine ORDER BY calls DESC LIMIT 20" >&2
+}
+
+# CPU seconds of the machine (all processes: Tidegate's, their commands', PostgreSQL's), from
+# /proc/stat, and of each Tidegate process with the commands it ran (`cpu_of PID`), so that the
+# figure says what the work cost and where.
+machine_cpu() { awk '/^cpu /{printf "%.2f", ($2+$3+$4+$7+$8)/100}' /proc/stat; }
+cpu_of() { awk '{printf "%.2f", ($14+$15+$16+$17)/100}' "/proc/$1/stat" 2>/dev/null || echo "?"; }
+
 # Attempts per worker, as `name:count,...`: a cluster benchmark shows whether the claims spread.
 per_worker() {
   in_schema "$1" "SELECT string_agg(worker || ':' || n, ',' ORDER BY worker) FROM (SELECT worker, COUNT(*) AS n FROM attempts GROUP BY worker) w"
@@ -107,11 +145,13 @@ w)
     done
     until [ "$(in_schema "$schema" "SELECT COUNT(*) FROM workers" 2>/dev/null || echo 0)" -ge 2 ]; do sleep 0.1; done
     sleep 1
+    profile_reset
     start=$(now)
     "$BIN" -C "$tmp/scheduler" submit load --from 2024-01-01 --to "$LAST" > /dev/null
     wait_drained "$schema" 600 $((3 * N))
     end=$(now)
     times+=("$(echo "$end - $start" | bc -l)")
+    profile_report $((3 * N))
     dups=$(in_schema "$schema" "SELECT COUNT(*) FROM (SELECT step_id FROM journal WHERE kind = 'published' GROUP BY step_id HAVING COUNT(*) > 1) d")
     echo "attempts per worker: $(per_worker "$schema")" >&2
     [ "$dups" = 0 ] || { echo "$dups steps published twice" >&2; exit 1; }
@@ -150,10 +190,16 @@ load)
   "$BIN" -C "$tmp/a" serve --workers 0 --tick-every-s 60 2> "$tmp/a.log" & A=$!; PIDS+=($A)
   sleep 1
   "$BIN" -C "$tmp/b" serve --workers 0 --tick-every-s 60 2> "$tmp/b.log" & B=$!; PIDS+=($B)
+  NAMES=(a b)
   for w in w1 w2 w3 w4; do
     "$BIN" -C "$tmp/$w" worker --name "$w" --slots 4 --work-dir "$tmp/$w/work" 2> "$tmp/$w.log" & PIDS+=($!)
+    NAMES+=("$w")
   done
   until [ "$(in_schema "$schema" "SELECT COUNT(*) FROM workers" 2>/dev/null || echo 0)" -ge 4 ]; do sleep 0.1; done
+  profile_reset
+  cpu0=$(machine_cpu)
+  declare -A proc0
+  for i in "${!PIDS[@]}"; do proc0[$i]=$(cpu_of "${PIDS[$i]}"); done
   start=$(now)
   for t in $(seq 1 $TASKS); do
     "$BIN" -C "$tmp/a" submit "t$t" --from 1990-01-01 --to "$LAST" > /dev/null
@@ -170,6 +216,15 @@ load)
   wait_drained "$schema" 7200 "$STEPS"
   end=$(now)
   wall=$(echo "$end - $start" | bc -l)
+  cpu_total=$(echo "$(machine_cpu) - $cpu0" | bc -l)
+  cpu_procs=""
+  for i in "${!PIDS[@]}"; do
+    c=$(cpu_of "${PIDS[$i]}")
+    [ "$c" = "?" ] || cpu_procs+="${NAMES[$i]}:$(printf '%.1f' "$(echo "$c - ${proc0[$i]}" | bc -l)"),"
+  done
+  printf 'CPU machine_s=%.1f machine_ms_per_step=%.2f busy=%.0f%% per_process_s=%s\n' "$cpu_total" \
+    "$(echo "1000 * $cpu_total / $STEPS" | bc -l)" "$(echo "100 * $cpu_total / ($wall * $(nproc))" | bc -l)" "${cpu_procs%,}"
+  profile_report "$STEPS"
   # Slot wait: for each worker, from an attempt's `staged` (the worker reported; its slot is free)
   # to the worker's next `claimed`, both from the journal, while steps were queued. (The
   # attempts' `ended_at` is written at publication, so it measured publication to next claim.)

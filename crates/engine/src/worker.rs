@@ -23,7 +23,8 @@
 //! stops. Each lease in the name is taken by one process only ([`Store::take_leases`]), so even
 //! two processes under one name never run an attempt twice.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -160,14 +161,15 @@ impl Worker {
         let mut last_registration = Instant::now();
         let renew_every = Duration::from_secs(u64::from(self.spec.project.heartbeat_s));
         let mut next_look = Instant::now();
-        // (step, epoch) of the attempts running here.
-        let mut running: HashSet<(String, u64)> = HashSet::new();
+        // The attempts running here, by (step, epoch), with their runs' ids.
+        let mut running: HashMap<(String, u64), String> = HashMap::new();
         let (tx, mut rx) = mpsc::unbounded_channel::<(Lease, Report)>();
         loop {
-            while let Ok((lease, report)) = rx.try_recv() {
-                running.remove(&(lease.step_id.clone(), lease.epoch));
-                self.settle(lease, report, &mut summary).await?;
+            let mut ended = Vec::new();
+            while let Ok(report) = rx.try_recv() {
+                ended.push(report);
             }
+            self.settle(ended, &mut running, &mut summary).await?;
             let stopping = self.stop.load(Ordering::SeqCst);
             if stopping && running.is_empty() {
                 break;
@@ -184,9 +186,9 @@ impl Worker {
             let look = if stopping { STOP_POLL } else { next_look.saturating_duration_since(Instant::now()) };
             let wait = STOP_POLL.min(look).min(renew_every.saturating_sub(last_registration.elapsed()));
             tokio::select! {
-                Some((lease, report)) = rx.recv() => {
-                    running.remove(&(lease.step_id.clone(), lease.epoch));
-                    self.settle(lease, report, &mut summary).await?;
+                // Settled at the top of the next turn, with any other attempt ended by then.
+                Some(report) = rx.recv() => {
+                    self.settle(vec![report], &mut running, &mut summary).await?;
                 }
                 () = leased.changed() => next_look = Instant::now(),
                 () = tokio::time::sleep(wait) => {}
@@ -200,23 +202,28 @@ impl Worker {
     /// Starts the attempts of the leases in this worker's name that no process has taken yet.
     async fn start_leased(
         &self,
-        running: &mut HashSet<(String, u64)>,
+        running: &mut HashMap<(String, u64), String>,
         tx: &mpsc::UnboundedSender<(Lease, Report)>,
     ) -> Result<()> {
         let identity = self.identity.clone();
         for lease in self.db(move |s| s.take_leases(&identity)).await? {
-            if running.insert((lease.step_id.clone(), lease.epoch)) {
-                self.start(lease, tx.clone()).await?;
+            let key = (lease.step_id.clone(), lease.epoch);
+            if let Entry::Vacant(slot) = running.entry(key)
+                && let Some(run_id) = self.start(lease, tx.clone()).await?
+            {
+                slot.insert(run_id);
             }
         }
         Ok(())
     }
 
-    /// Starts the attempt a lease names, on its own task.
-    async fn start(&self, lease: Lease, tx: mpsc::UnboundedSender<(Lease, Report)>) -> Result<()> {
+    /// Starts the attempt a lease names, on its own task; the id of the step's run, or `None`
+    /// when the step is gone.
+    async fn start(&self, lease: Lease, tx: mpsc::UnboundedSender<(Lease, Report)>) -> Result<Option<String>> {
         let sid = lease.step_id.clone();
         let (step, resume_from) = self.db(move |s| Ok((s.step(&sid)?, s.last_checkpoint(&sid)?))).await?;
-        let Some(step) = step else { return Ok(()) };
+        let Some(step) = step else { return Ok(None) };
+        let run_id = step.run_id.clone();
         let epoch = lease.epoch;
         let Some(attempt) =
             attempt::prepare(&self.spec, &self.site, step, lease.clone(), resume_from, self.clock.clone())
@@ -232,48 +239,63 @@ impl Worker {
                 ended_at: self.clock.now(),
             };
             let _ = tx.send((lease, report));
-            return Ok(());
+            return Ok(Some(run_id));
         };
         let (store, lake) = (self.store.clone(), self.lake.clone());
         tokio::spawn(async move {
             let report = attempt::run(attempt, store, lake).await;
             let _ = tx.send((lease, report));
         });
-        Ok(())
+        Ok(Some(run_id))
     }
 
-    /// Writes an attempt's outcome: staged versions (fenced), then the events that follow.
-    async fn settle(&self, lease: Lease, report: Report, summary: &mut WorkerSummary) -> Result<()> {
-        if matches!(report, Report::Stopped { .. }) {
-            // Journaled by the attempt; the step is cancelled already.
-            summary.stopped += 1;
-            return Ok(());
+    /// Writes the outcomes of the attempts that ended: every staged one in one transaction
+    /// (each fenced by its epoch, its checks' verdict applied only if it is accepted), then each
+    /// failure. One write for the attempts that end together, not one each (issue 35).
+    async fn settle(
+        &self,
+        ended: Vec<(Lease, Report)>,
+        running: &mut HashMap<(String, u64), String>,
+        summary: &mut WorkerSummary,
+    ) -> Result<()> {
+        let mut staged = Vec::new();
+        let mut reported = Vec::new();
+        for (lease, report) in ended {
+            let Some(run_id) = running.remove(&(lease.step_id.clone(), lease.epoch)) else { continue };
+            if matches!(report, Report::Stopped { .. }) {
+                // Journaled by the attempt; the step is cancelled already.
+                summary.stopped += 1;
+                continue;
+            }
+            let failed = matches!(report, Report::Failed { .. });
+            let settlement = attempt::settle(report, lease.attempt, self.seed, &|reason| self.meta(reason, &run_id));
+            match settlement.staged {
+                Some((step_id, epoch, versions)) => {
+                    let meta = self.meta(format!("staged {} rows", settlement.n_rows), &run_id);
+                    // The check results follow in the same transaction, applied only if it is accepted.
+                    staged.push(StagedRecord { step_id, epoch, versions, meta, then: settlement.events });
+                }
+                None => reported.push((failed, settlement.events)),
+            }
         }
-        let sid = lease.step_id.clone();
-        let Some(step) = self.db(move |s| s.step(&sid)).await? else { return Ok(()) };
-        let run_id = step.run_id.clone();
-        let failed = matches!(report, Report::Failed { .. });
-        let settlement = attempt::settle(report, lease.attempt, self.seed, &|reason| self.meta(reason, &run_id));
-        if let Some((step_id, epoch, versions)) = settlement.staged {
-            let meta = self.meta(format!("staged {} rows", settlement.n_rows), &run_id);
-            // The check results follow in the same transaction, applied only if it is accepted.
-            let record = StagedRecord { step_id, epoch, versions, meta, then: settlement.events };
-            let outcomes = self.db(move |s| s.record_staged_many(std::slice::from_ref(&record))).await?;
+        if !staged.is_empty() {
+            for outcome in self.db(move |s| s.record_staged_many(&staged)).await? {
+                if matches!(outcome, Outcome::Rejected { .. }) {
+                    summary.rejected += 1;
+                } else {
+                    summary.staged += 1;
+                }
+            }
+        }
+        for (failed, events) in reported {
+            let outcomes = self.db(move |s| s.commit(&events)).await?;
             if outcomes.iter().any(|o| matches!(o, Outcome::Rejected { .. })) {
                 summary.rejected += 1;
+            } else if failed {
+                summary.failed += 1;
             } else {
                 summary.staged += 1;
             }
-            return Ok(());
-        }
-        let events = settlement.events;
-        let outcomes = self.db(move |s| s.commit(&events)).await?;
-        if outcomes.iter().any(|o| matches!(o, Outcome::Rejected { .. })) {
-            summary.rejected += 1;
-        } else if failed {
-            summary.failed += 1;
-        } else {
-            summary.staged += 1;
         }
         Ok(())
     }

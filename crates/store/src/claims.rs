@@ -216,22 +216,31 @@ pub(crate) fn untaken(tx: &mut dyn Tx, worker: &str) -> Result<Vec<Lease>> {
 
 /// The body of [`crate::Store::take_leases`]: marks the untaken leases in `w`'s name as started
 /// by `w`'s process and returns them; nothing while the name is registered to another process.
-/// Each lease is taken once (every write transaction is serialised), so no two processes ever
-/// start the same attempt.
+/// Each lease is taken by a conditional update that only an untaken lease at that epoch passes,
+/// and only the leases this call changed are returned, so no two processes ever start the same
+/// attempt, even without the journal's order ([`crate::sql::Driver::write_unjournaled`]).
 pub(crate) fn take(tx: &mut dyn Tx, w: &WorkerIdentity) -> Result<Vec<Lease>> {
     match workers::load(tx, &w.name)? {
         Some(holder) if holder.instance == w.instance => {}
         Some(holder) => return Err(workers::taken(&holder)),
         None => return Ok(Vec::new()),
     }
-    let leases = untaken(tx, &w.name)?;
-    for lease in &leases {
-        tx.execute(
-            "UPDATE leases SET runner = ?1 WHERE step_id = ?2 AND epoch = ?3 AND runner IS NULL",
-            &[w.instance.as_str().into(), lease.step_id.as_str().into(), Value::Int(to_i64("epoch", lease.epoch)?)],
+    let mut taken = Vec::new();
+    for lease in untaken(tx, &w.name)? {
+        let n = tx.execute(
+            "UPDATE leases SET runner = ?1 WHERE step_id = ?2 AND epoch = ?3 AND worker = ?4 AND runner IS NULL",
+            &[
+                w.instance.as_str().into(),
+                lease.step_id.as_str().into(),
+                Value::Int(to_i64("epoch", lease.epoch)?),
+                w.name.as_str().into(),
+            ],
         )?;
+        if n == 1 {
+            taken.push(lease);
+        }
     }
-    Ok(leases)
+    Ok(taken)
 }
 
 /// The body of [`crate::Store::active_steps`].

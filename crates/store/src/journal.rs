@@ -191,6 +191,13 @@ impl Appender {
     /// Appends `draft`; returns its sequence number. Must run inside a write transaction: the
     /// serialized writes are what make `max + 1` and the chain race-free.
     pub(crate) fn append(&mut self, tx: &mut dyn Tx, draft: Draft<'_>) -> Result<u64> {
+        if !tx.orders_journal() {
+            return Err(Error::Database(format!(
+                "a journal entry ({}) was appended in a write that does not hold the journal's order; \
+                 this is a bug in Tidegate, please report it",
+                draft.kind
+            )));
+        }
         let (last_seq, last_hash) = match self.head.take() {
             Some(head) => head,
             None => {

@@ -11,7 +11,7 @@ use postgres::types::{ToSql, Type};
 use postgres::{Client, GenericClient, NoTls, Statement};
 
 use crate::notify::{CHANNEL_SQL, Change, ChangeWatch, Feed};
-use crate::sql::{Driver, Row, Tx, Value, to_dollar_placeholders};
+use crate::sql::{Driver, Durability, Row, Tx, Value, to_dollar_placeholders};
 use crate::{Backend, Error, Result};
 
 /// The advisory lock every write transaction takes first: one per schema (the schema's name hashed
@@ -113,11 +113,19 @@ impl Driver for Postgres {
         off_the_runtime(|| self.write_here(f))
     }
 
+    fn write_unjournaled<T: Send>(
+        &self,
+        durability: Durability,
+        f: impl FnOnce(&mut dyn Tx) -> Result<T> + Send,
+    ) -> Result<T> {
+        off_the_runtime(|| self.write_unordered_here(durability, f))
+    }
+
     fn read<T: Send>(&self, f: impl FnOnce(&mut dyn Tx) -> Result<T> + Send) -> Result<T> {
         off_the_runtime(|| {
             let mut conn = self.take()?;
             let PgConn { client, statements } = &mut conn;
-            let result = f(&mut PgTx { client, statements });
+            let result = f(&mut PgTx { client, statements, ordered: false });
             self.give_back(conn);
             result
         })
@@ -158,11 +166,28 @@ impl Postgres {
             let PgConn { client, statements } = &mut conn;
             let mut tx = client.transaction().map_err(map_err)?;
             tx.batch_execute(WRITE_LOCK).map_err(map_err)?;
-            let value = f(&mut PgTx { client: &mut tx, statements })?;
+            let value = f(&mut PgTx { client: &mut tx, statements, ordered: true })?;
             tx.commit().map_err(map_err)?;
             Ok(value)
         })();
         // A failed transaction was rolled back when it was dropped; a broken client is discarded.
+        self.give_back(conn);
+        result
+    }
+
+    /// A write transaction without the write lock ([`Driver::write_unjournaled`]).
+    fn write_unordered_here<T>(&self, durability: Durability, f: impl FnOnce(&mut dyn Tx) -> Result<T>) -> Result<T> {
+        let mut conn = self.take()?;
+        let result = (|| {
+            let PgConn { client, statements } = &mut conn;
+            let mut tx = client.transaction().map_err(map_err)?;
+            if durability == Durability::Lazy {
+                tx.batch_execute("SET LOCAL synchronous_commit = off").map_err(map_err)?;
+            }
+            let value = f(&mut PgTx { client: &mut tx, statements, ordered: false })?;
+            tx.commit().map_err(map_err)?;
+            Ok(value)
+        })();
         self.give_back(conn);
         result
     }
@@ -171,6 +196,8 @@ impl Postgres {
 struct PgTx<'a, C: GenericClient> {
     client: &'a mut C,
     statements: &'a mut HashMap<String, Statement>,
+    /// Holds the write lock: may append to the journal.
+    ordered: bool,
 }
 
 impl<C: GenericClient> PgTx<'_, C> {
@@ -262,6 +289,10 @@ impl<C: GenericClient> Tx for PgTx<'_, C> {
     fn notify(&mut self, change: Change) -> Result<()> {
         // `execute`, not `query`: pg_notify returns `void`, a type no row of the store decodes.
         self.execute(&format!("SELECT pg_notify({CHANNEL_SQL}, ?1)"), &[change.as_str().into()]).map(|_| ())
+    }
+
+    fn orders_journal(&self) -> bool {
+        self.ordered
     }
 }
 

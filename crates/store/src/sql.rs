@@ -114,6 +114,22 @@ pub trait Tx {
     fn notify(&mut self, _change: Change) -> Result<()> {
         Ok(())
     }
+    /// Whether this transaction holds the journal's order ([`Driver::write`]): only such a
+    /// transaction may append to the journal. False inside [`Driver::write_unjournaled`].
+    fn orders_journal(&self) -> bool {
+        true
+    }
+}
+
+/// Whether an unjournaled write must reach disk before its commit returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// The commit returns once it is on disk, as every journaled write's does.
+    Durable,
+    /// The commit may return before it reaches disk (PostgreSQL's `synchronous_commit = off`):
+    /// a crash of the database's machine may lose the last few such writes, never corrupt
+    /// anything. Only for writes whose loss is harmless (a lease's heartbeat, a gauge).
+    Lazy,
 }
 
 /// A backend: hands out connections and runs closures in transactions.
@@ -126,6 +142,22 @@ pub trait Driver: Send + Sync + fmt::Debug + 'static {
     /// `seq = max + 1` and chain hashes without races. Commits when `f` returns `Ok`.
     /// `f` and its result are `Send`: a driver may run `f` on a thread of its own.
     fn write<T: Send>(&self, f: impl FnOnce(&mut dyn Tx) -> Result<T> + Send) -> Result<T>;
+
+    /// Runs `f` in a write transaction that journals nothing and changes rows only by
+    /// compare-and-set (a conditional `UPDATE` that counts the rows it changed, an upsert), so
+    /// it need not wait for the journal's order (issue 35, decision 0024): on PostgreSQL it
+    /// takes no write lock, and commits beside the journaled writes instead of behind them;
+    /// elsewhere it is [`write`](Driver::write). A journal append inside it is refused
+    /// ([`Tx::orders_journal`]). Fencing still holds: every outcome is judged by its epoch in a
+    /// journaled write, whatever an unjournaled one changed meanwhile.
+    fn write_unjournaled<T: Send>(
+        &self,
+        durability: Durability,
+        f: impl FnOnce(&mut dyn Tx) -> Result<T> + Send,
+    ) -> Result<T> {
+        let _ = durability;
+        self.write(f)
+    }
 
     /// Runs `f` on a connection for reading; each statement sees committed data.
     fn read<T: Send>(&self, f: impl FnOnce(&mut dyn Tx) -> Result<T> + Send) -> Result<T>;

@@ -15,7 +15,7 @@ use crate::location::{Location, Place};
 use crate::migrate;
 use crate::notify::{Change, ChangeWatch};
 use crate::postgres::Postgres;
-use crate::sql::Driver;
+use crate::sql::{Driver, Durability};
 use crate::sqlite::Sqlite;
 use crate::{
     ActiveStep, AlertMove, AlertStateRecord, AttemptRecord, Backend, BackfillRecord, BackfillStatus, ChainReport,
@@ -248,7 +248,8 @@ impl<D: Driver> Store for SqlStore<D> {
 
     fn heartbeat(&self, lease: &Lease, now: DateTime<Utc>, ttl_s: u32) -> Result<Lease> {
         self.driver
-            .write(|tx| claims::heartbeat(tx, lease, now, ttl_s))
+            // A lost heartbeat only lets the lease expire sooner; the epoch still decides.
+            .write_unjournaled(Durability::Lazy, |tx| claims::heartbeat(tx, lease, now, ttl_s))
             .map_err(|e| e.context(&format!("renewing the lease of step {} at epoch {}", lease.step_id, lease.epoch)))
     }
 
@@ -525,12 +526,15 @@ impl<D: Driver> Store for SqlStore<D> {
         if self.driver.read(|tx| claims::untaken(tx, &worker.name)).map_err(|e| e.context(&what()))?.is_empty() {
             return Ok(Vec::new());
         }
-        self.driver.write(|tx| claims::take(tx, worker)).map_err(|e| e.context(&what()))
+        // Each lease is taken by a conditional update: no journal entry, no wait for the order.
+        self.driver
+            .write_unjournaled(Durability::Durable, |tx| claims::take(tx, worker))
+            .map_err(|e| e.context(&what()))
     }
 
     fn put_metric(&self, name: &str, value: &serde_json::Value, now: DateTime<Utc>) -> Result<()> {
         self.driver
-            .write(|tx| metrics::put(tx, name, value, now))
+            .write_unjournaled(Durability::Lazy, |tx| metrics::put(tx, name, value, now))
             .map_err(|e| e.context(&format!("setting metric {name}")))
     }
 

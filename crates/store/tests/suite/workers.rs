@@ -91,6 +91,35 @@ pub fn each_lease_is_taken_by_one_process_only(t: &StoreUnderTest) {
     let (_, steps) = create_ready(store, 4);
     let leases: Vec<_> = steps[..3].iter().map(|s| claim(store, &s.id, "w", t0(), 60)).collect();
 
+    // Takers race without the journal's order (issue 35): a lease goes to whichever conditional
+    // update passes first, and each taker returns only what it took. Many rounds, so that a
+    // taker returning a lease another took shows.
+    for round in 0..20 {
+        // A name of the round's own, out of the way of the checks below, which count w's leases.
+        let me = worker(&format!("r{round}"), "i1", 4);
+        store.register_worker(&me, t0(), TTL_S).expect("registering");
+        let (_, more) = create_ready(store, 8);
+        let claimed: Vec<String> = more.iter().map(|s| claim(store, &s.id, &me.name, t0(), 60).step_id).collect();
+        let barrier = Arc::new(Barrier::new(4));
+        let mut taken: Vec<String> = (0..4)
+            .map(|_| {
+                let (store, barrier, me) = (t.store.clone(), barrier.clone(), me.clone());
+                thread::spawn(move || {
+                    barrier.wait();
+                    store.take_leases(&me).expect("taking")
+                })
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .flat_map(|h| h.join().expect("a taker"))
+            .map(|l| l.step_id)
+            .collect();
+        taken.sort();
+        let mut expected = claimed.clone();
+        expected.sort();
+        assert_eq!(taken, expected, "every lease taken exactly once, by one taker");
+    }
+
     // Callers racing under one registration (a duplicate that slipped through) share the leases:
     // each is returned once.
     const N: usize = 6;
