@@ -624,9 +624,8 @@ impl Engine {
             return Ok(());
         }
         let ids: Vec<String> = remote.keys().cloned().collect();
-        let steps =
-            self.db(move |s| ids.iter().map(|id| s.step(id)).collect::<tidegate_store::Result<Vec<_>>>()).await?;
-        for step in steps.into_iter().flatten() {
+        let steps = self.db(move |s| s.steps_by_id(&ids)).await?;
+        for step in steps {
             let Some(r) = remote.get(&step.id) else { continue };
             let before = view.get(&step.id).map(|e| e.status());
             let status = step.state.status;

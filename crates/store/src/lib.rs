@@ -98,8 +98,12 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn steps(&self, run_id: &str) -> Result<Vec<StepRecord>>;
     /// The step with id `step_id`; `None` when there is none.
     fn step(&self, step_id: &str) -> Result<Option<StepRecord>>;
+    /// The steps with these ids that exist, in no particular order: one query, not one per id.
+    fn steps_by_id(&self, step_ids: &[String]) -> Result<Vec<StepRecord>>;
     /// The attempts of a step, oldest first.
     fn attempts(&self, step_id: &str) -> Result<Vec<AttemptRecord>>;
+    /// The attempts of these steps, by step id then oldest first: one query, not one per step.
+    fn attempts_of_steps(&self, step_ids: &[String]) -> Result<Vec<AttemptRecord>>;
 
     /// Group commit: applies many step events in one transaction (one fsync for the batch).
     /// Each event is applied with `tidegate_core::state::apply` to the step's stored state; the

@@ -64,6 +64,37 @@ pub(crate) fn load_step(tx: &mut dyn Tx, step_id: &str) -> Result<Option<StepRec
         .transpose()
 }
 
+/// How many ids one `IN (...)` list carries: well under SQLite's 32,766 parameters.
+const IDS_PER_QUERY: usize = 500;
+
+/// Runs `sql`, whose `{ids}` is replaced by a list of placeholders, over `ids` a few hundred at a
+/// time, and decodes every row with `decode`.
+fn query_by_ids<T>(tx: &mut dyn Tx, sql: &str, ids: &[String], decode: impl Fn(&Row) -> Result<T>) -> Result<Vec<T>> {
+    let mut out = Vec::with_capacity(ids.len());
+    for chunk in ids.chunks(IDS_PER_QUERY) {
+        let placeholders = (1..=chunk.len()).map(|i| format!("?{i}")).collect::<Vec<_>>().join(", ");
+        let params: Vec<Value> = chunk.iter().map(|id| id.as_str().into()).collect();
+        for row in tx.query(&sql.replace("{ids}", &placeholders), &params)? {
+            out.push(decode(&row)?);
+        }
+    }
+    Ok(out)
+}
+
+/// The body of [`crate::Store::steps_by_id`].
+pub(crate) fn load_steps(tx: &mut dyn Tx, step_ids: &[String]) -> Result<Vec<StepRecord>> {
+    query_by_ids(tx, &format!("SELECT {STEP_COLUMNS} FROM steps WHERE id IN ({{ids}})"), step_ids, step_from_row)
+}
+
+/// The body of [`crate::Store::attempts_of_steps`].
+pub(crate) fn attempts_of(tx: &mut dyn Tx, step_ids: &[String]) -> Result<Vec<AttemptRecord>> {
+    let sql = format!("SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE step_id IN ({{ids}}) ORDER BY step_id, attempt");
+    let mut attempts = query_by_ids(tx, &sql, step_ids, attempt_from_row)?;
+    // Each chunk is sorted; the whole is too once the chunks are merged.
+    attempts.sort_by(|a, b| (&a.step_id, a.attempt).cmp(&(&b.step_id, b.attempt)));
+    Ok(attempts)
+}
+
 /// Writes a step's new state to its row.
 fn write_step(tx: &mut dyn Tx, step_id: &str, state: &state::Step, at: DateTime<Utc>) -> Result<()> {
     tx.execute(

@@ -203,6 +203,18 @@ impl<D: Driver> Store for SqlStore<D> {
         self.driver.read(|tx| steps::load_step(tx, step_id)).map_err(|e| e.context(&format!("reading step {step_id}")))
     }
 
+    fn steps_by_id(&self, step_ids: &[String]) -> Result<Vec<StepRecord>> {
+        self.driver
+            .read(|tx| steps::load_steps(tx, step_ids))
+            .map_err(|e| e.context(&format!("reading {} steps", step_ids.len())))
+    }
+
+    fn attempts_of_steps(&self, step_ids: &[String]) -> Result<Vec<AttemptRecord>> {
+        self.driver
+            .read(|tx| steps::attempts_of(tx, step_ids))
+            .map_err(|e| e.context(&format!("reading the attempts of {} steps", step_ids.len())))
+    }
+
     fn attempts(&self, step_id: &str) -> Result<Vec<AttemptRecord>> {
         self.driver
             .read(|tx| steps::attempts(tx, step_id))

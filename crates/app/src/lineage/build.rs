@@ -151,7 +151,8 @@ pub struct Records {
     pub steps: BTreeMap<String, StepRecord>,
     /// Each step's attempts, by step id.
     pub attempts: BTreeMap<String, Vec<AttemptRecord>>,
-    /// Each step's code version (from its `step_planned` entry), by step id.
+    /// Each step's code version (its own, or for a step stored before it had one, its
+    /// `step_planned` entry's), by step id.
     pub code_versions: BTreeMap<String, String>,
     /// Runs, by id.
     pub runs: BTreeMap<String, RunRecord>,

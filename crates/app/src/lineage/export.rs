@@ -291,19 +291,30 @@ fn db<T>(f: impl FnOnce() -> T) -> T {
 /// Looks up what `needs` names; a record that is gone is left out (its events are not built).
 fn lookup(store: &dyn Store, needs: &Needs) -> tidegate_store::Result<Records> {
     let mut records = Records::default();
-    for id in &needs.steps {
-        let Some(step) = store.step(id)? else { continue };
-        records.attempts.insert(id.clone(), store.attempts(id)?);
-        // A step's first entry is its `step_planned`, which records its code version.
-        let planned = JournalQuery { step_id: Some(id.clone()), limit: Some(1), ..JournalQuery::default() };
-        let code = store
-            .journal(&planned)?
-            .into_iter()
-            .next()
-            .and_then(|e| e.payload.get("code_version").and_then(serde_json::Value::as_str).map(str::to_owned));
-        records.code_versions.extend(code.map(|c| (id.clone(), c)));
-        records.steps.insert(id.clone(), step);
+    // The steps and their attempts in one query each, not three per step (issue 35).
+    let ids: Vec<String> = needs.steps.iter().cloned().collect();
+    for attempt in store.attempts_of_steps(&ids)? {
+        records.attempts.entry(attempt.step_id.clone()).or_default().push(attempt);
     }
+    for step in store.steps_by_id(&ids)? {
+        records.attempts.entry(step.id.clone()).or_default();
+        let code =
+            match &step.code_version {
+                Some(code) => Some(code.clone()),
+                // Steps stored before the code version had a column: their `step_planned` entry.
+                None => {
+                    let planned =
+                        JournalQuery { step_id: Some(step.id.clone()), limit: Some(1), ..JournalQuery::default() };
+                    store.journal(&planned)?.into_iter().next().and_then(|e| {
+                        e.payload.get("code_version").and_then(serde_json::Value::as_str).map(str::to_owned)
+                    })
+                }
+            };
+        records.code_versions.extend(code.map(|c| (step.id.clone(), c)));
+        records.steps.insert(step.id.clone(), step);
+    }
+    // An attempt whose step is gone is left out, as before.
+    records.attempts.retain(|id, _| records.steps.contains_key(id));
     for id in &needs.runs {
         records.runs.extend(store.run(id)?.map(|r| (id.clone(), r)));
     }
