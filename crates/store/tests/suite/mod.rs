@@ -103,15 +103,18 @@ macro_rules! all_backend_tests {
             the_schema_is_current_until_a_migration_is_missing_or_unknown,
             watches_hear_what_other_handles_commit_and_nothing_rolled_back,
             ids_are_found_by_their_first_characters_and_wildcards_are_refused,
+            many_steps_and_their_attempts_read_in_one_call_match_one_read_each,
         );
     };
 }
 
+mod batch;
 mod counts;
 mod ids;
 mod notify;
 mod request_keys;
 mod workers;
+pub use batch::*;
 pub use counts::*;
 pub use ids::*;
 pub use notify::*;
