@@ -152,10 +152,9 @@ pub trait Driver: Send + Sync + fmt::Debug + 'static {
     /// journaled write, whatever an unjournaled one changed meanwhile.
     fn write_unjournaled<T: Send>(
         &self,
-        durability: Durability,
+        _durability: Durability,
         f: impl FnOnce(&mut dyn Tx) -> Result<T> + Send,
     ) -> Result<T> {
-        let _ = durability;
         self.write(f)
     }
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tidegate_core::clock::Clock;
 use tidegate_core::spec::{DatasetKind, TaskRun};
-use tidegate_store::{JournalQuery, Store};
+use tidegate_store::{AttemptRecord, JournalQuery, Store};
 
 use super::build::{self, Context, Emitted, Location, Needs, Records, TaskInfo};
 use super::transport::{FileTransport, HttpTransport, Taken};
@@ -293,11 +293,13 @@ fn lookup(store: &dyn Store, needs: &Needs) -> tidegate_store::Result<Records> {
     let mut records = Records::default();
     // The steps and their attempts in one query each, not three per step (issue 35).
     let ids: Vec<String> = needs.steps.iter().cloned().collect();
+    let mut attempts: BTreeMap<String, Vec<AttemptRecord>> = BTreeMap::new();
     for attempt in store.attempts_of_steps(&ids)? {
-        records.attempts.entry(attempt.step_id.clone()).or_default().push(attempt);
+        attempts.entry(attempt.step_id.clone()).or_default().push(attempt);
     }
+    // A step that is gone is left out, with its attempts.
     for step in store.steps_by_id(&ids)? {
-        records.attempts.entry(step.id.clone()).or_default();
+        records.attempts.insert(step.id.clone(), attempts.remove(&step.id).unwrap_or_default());
         let code =
             match &step.code_version {
                 Some(code) => Some(code.clone()),
@@ -313,8 +315,6 @@ fn lookup(store: &dyn Store, needs: &Needs) -> tidegate_store::Result<Records> {
         records.code_versions.extend(code.map(|c| (step.id.clone(), c)));
         records.steps.insert(step.id.clone(), step);
     }
-    // An attempt whose step is gone is left out, as before.
-    records.attempts.retain(|id, _| records.steps.contains_key(id));
     for id in &needs.runs {
         records.runs.extend(store.run(id)?.map(|r| (id.clone(), r)));
     }

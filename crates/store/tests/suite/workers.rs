@@ -5,7 +5,7 @@
 use std::sync::{Arc, Barrier};
 use std::thread;
 
-use tidegate_store::{Error, Store};
+use tidegate_store::{Error, Store, WorkerIdentity};
 use tidegate_testkit::store::{StoreUnderTest, claim_request};
 
 use super::{all_entries, claim, create_ready, expire_and_retry, secs, t0, worker};
@@ -84,6 +84,27 @@ pub fn racing_registrations_of_one_name_let_exactly_one_process_in(t: &StoreUnde
     assert_eq!(joined(&*t.store).len(), 1);
 }
 
+/// The step ids `n` callers took by calling `take_leases` as `me` at once, sorted: a lease
+/// returned to two of them shows twice.
+fn race_takers(t: &StoreUnderTest, me: &WorkerIdentity, n: usize) -> Vec<String> {
+    let barrier = Arc::new(Barrier::new(n));
+    let mut taken: Vec<String> = (0..n)
+        .map(|_| {
+            let (store, barrier, me) = (t.store.clone(), barrier.clone(), me.clone());
+            thread::spawn(move || {
+                barrier.wait();
+                store.take_leases(&me).expect("taking")
+            })
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .flat_map(|h| h.join().expect("a taker"))
+        .map(|l| l.step_id)
+        .collect();
+    taken.sort();
+    taken
+}
+
 pub fn each_lease_is_taken_by_one_process_only(t: &StoreUnderTest) {
     let store = &*t.store;
     let me = worker("w", "i1", 4);
@@ -100,44 +121,14 @@ pub fn each_lease_is_taken_by_one_process_only(t: &StoreUnderTest) {
         store.register_worker(&me, t0(), TTL_S).expect("registering");
         let (_, more) = create_ready(store, 8);
         let claimed: Vec<String> = more.iter().map(|s| claim(store, &s.id, &me.name, t0(), 60).step_id).collect();
-        let barrier = Arc::new(Barrier::new(4));
-        let mut taken: Vec<String> = (0..4)
-            .map(|_| {
-                let (store, barrier, me) = (t.store.clone(), barrier.clone(), me.clone());
-                thread::spawn(move || {
-                    barrier.wait();
-                    store.take_leases(&me).expect("taking")
-                })
-            })
-            .collect::<Vec<_>>()
-            .into_iter()
-            .flat_map(|h| h.join().expect("a taker"))
-            .map(|l| l.step_id)
-            .collect();
-        taken.sort();
         let mut expected = claimed.clone();
         expected.sort();
-        assert_eq!(taken, expected, "every lease taken exactly once, by one taker");
+        assert_eq!(race_takers(t, &me, 4), expected, "every lease taken exactly once, by one taker");
     }
 
     // Callers racing under one registration (a duplicate that slipped through) share the leases:
     // each is returned once.
-    const N: usize = 6;
-    let barrier = Arc::new(Barrier::new(N));
-    let mut taken: Vec<String> = (0..N)
-        .map(|_| {
-            let (store, barrier, me) = (t.store.clone(), barrier.clone(), me.clone());
-            thread::spawn(move || {
-                barrier.wait();
-                store.take_leases(&me).expect("taking")
-            })
-        })
-        .collect::<Vec<_>>()
-        .into_iter()
-        .flat_map(|h| h.join().expect("a taker"))
-        .map(|l| l.step_id)
-        .collect();
-    taken.sort();
+    let taken = race_takers(t, &me, 6);
     let mut expected: Vec<String> = leases.iter().map(|l| l.step_id.clone()).collect();
     expected.sort();
     assert_eq!(taken, expected, "every lease taken exactly once");
