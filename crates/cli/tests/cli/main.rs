@@ -34,6 +34,7 @@ mod output;
 mod pause;
 mod pipes;
 mod pointer;
+mod pool_race;
 mod python_helper;
 mod reconcile;
 mod remote;

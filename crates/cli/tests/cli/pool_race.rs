@@ -1,0 +1,226 @@
+//! Eight workers racing for one pool (issue 35): a scheduler (`serve --workers 0`) and eight
+//! `tidegate worker`s with two slots each, on PostgreSQL and a lake folder they all see, run two
+//! tasks that share a pool of three slots: one that succeeds and one whose every attempt fails
+//! transiently. Sixteen free slots chase three.
+//!
+//! Each attempt's command writes when it began and ended (the machine's clock, which every
+//! process here shares), and the test reads those intervals back with the worker that ran each
+//! one from the store:
+//!
+//! - the pool's slots held: never more than three commands of the pool running at once, and
+//!   three at once at some point (the pool was not starved either);
+//! - each worker's slots held: never more than two at once on one worker, and the work spread
+//!   over several workers;
+//! - the retry budget held across workers: the failing task's retries stop at the pool's burst
+//!   plus its ratio of first attempts, whichever worker ran them, and every failed step ends with
+//!   a journaled retry denial;
+//! - nothing ran or published twice: one attempt per succeeding step, one Delta commit per step
+//!   identity.
+//!
+//! Needs `TIDEGATE_TEST_POSTGRES_URL`; without it the test says it was skipped (and fails under
+//! CI). The fencing of a paused worker's late report is `fencing.rs` and `cluster.rs`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::time::Duration;
+
+use tidegate_testkit::TestWorkspace;
+use tidegate_testkit::store::PgSchema;
+
+use crate::common::ok;
+use crate::machines::{Process, wait_until};
+
+const WORKERS: usize = 8;
+const WORKER_SLOTS: usize = 2;
+const POOL_SLOTS: usize = 3;
+const SUCCEEDING: i64 = 12;
+const FAILING: i64 = 10;
+
+fn spec(state: &str, lake: &Path, marks: &Path) -> String {
+    let (lake, marks) = (lake.display(), marks.display());
+    // Each command writes "<began ns> <ended ns>" to a file named after its task, partition and
+    // attempt, so the intervals can be matched with the store's attempts.
+    let mark = format!(r#"echo \"$s $(date +%s%N)\" > \"{marks}/$0.$TIDEGATE_PARTITION.$TIDEGATE_ATTEMPT\""#);
+    format!(
+        r#"
+[project]
+name = "pool_race"
+state = "{state}"
+lake = "{lake}"
+lease_ttl_s = 10
+heartbeat_s = 2
+
+[pools.narrow]
+slots = {POOL_SLOTS}
+retry_budget_ratio = 0.1
+retry_budget_burst = 1
+
+[datasets.good]
+partitioning = {{ grain = "day", start = "2024-01-01" }}
+write = {{ mode = "replace" }}
+columns = [{{ name = "id", type = "int64" }}]
+
+[datasets.never]
+partitioning = {{ grain = "day", start = "2024-01-01" }}
+write = {{ mode = "replace" }}
+columns = [{{ name = "id", type = "int64" }}]
+
+[tasks.succeeds]
+command = ["sh", "-c", "s=$(date +%s%N); sleep 0.4; printf 'id\n1\n' > \"$TIDEGATE_OUTPUT_DIR/good.csv\"; {mark}", "succeeds"]
+outputs = ["good"]
+pool = "narrow"
+
+[tasks.fails]
+command = ["sh", "-c", "s=$(date +%s%N); sleep 0.2; {mark}; exit 75", "fails"]
+outputs = ["never"]
+pool = "narrow"
+retry = {{ attempts = 5, backoff_base_ms = 10, backoff_max_ms = 20 }}
+"#
+    )
+}
+
+/// One command's run: when it began and ended (ns since the epoch) and the worker it ran on.
+#[derive(Debug)]
+struct Ran {
+    began: i128,
+    ended: i128,
+    worker: String,
+}
+
+/// The most intervals open at one instant.
+fn most_at_once<'a>(runs: impl Iterator<Item = &'a Ran>) -> usize {
+    let mut edges: Vec<(i128, i32)> = runs.flat_map(|r| [(r.began, 1), (r.ended, -1)]).collect();
+    // At equal instants an end comes before a beginning: touching intervals do not overlap.
+    edges.sort();
+    let (mut open, mut most) = (0i32, 0i32);
+    for (_, delta) in edges {
+        open += delta;
+        most = most.max(open);
+    }
+    usize::try_from(most).expect("never negative")
+}
+
+#[test]
+fn eight_workers_racing_for_one_pool_hold_its_slots_and_its_retry_budget() {
+    let Some(schema) = PgSchema::create() else { return };
+    let shared = tempfile::tempdir().expect("a folder every process sees");
+    let (lake, marks, logs) = (shared.path().join("lake"), shared.path().join("marks"), shared.path().join("logs"));
+    for dir in [&marks, &logs] {
+        std::fs::create_dir_all(dir).expect("a folder");
+    }
+    let text = spec(&schema.url, &lake, &marks);
+    let scheduler = TestWorkspace::new(&text);
+    let mut db = schema.client();
+    let count = |db: &mut postgres::Client, sql: &str| db.query_one(sql, &[]).map_or(-1, |r| r.get::<_, i64>(0));
+
+    let spawn = |dir: &Path, name: &str, args: &[&str]| {
+        let log = std::fs::File::create(logs.join(format!("{name}.log"))).expect("a log file");
+        let child = crate::common::tidegate(dir)
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn");
+        Process(Some(child))
+    };
+    let serve = spawn(scheduler.path(), "serve", &["serve", "--workers", "0", "--tick-every-s", "30"]);
+    let machines: Vec<TestWorkspace> = (0..WORKERS).map(|_| TestWorkspace::new(&text)).collect();
+    let workers: Vec<(String, Process)> = machines
+        .iter()
+        .enumerate()
+        .map(|(i, ws)| {
+            let name = format!("w{i}");
+            let work = ws.path().join("work");
+            let slots = WORKER_SLOTS.to_string();
+            let args = ["worker", "--name", &name, "--slots", &slots, "--work-dir", work.to_str().expect("utf-8")];
+            let process = spawn(ws.path(), &name, &args);
+            (name, process)
+        })
+        .collect();
+    wait_until("every worker registers", Duration::from_secs(60), || {
+        count(&mut db, "SELECT COUNT(*) FROM workers") == WORKERS as i64
+    });
+
+    // Both runs at once: 22 steps ready for a pool of three slots.
+    let desk = TestWorkspace::new(&text);
+    ok(desk.path(), &["submit", "succeeds", "--from", "2024-01-01", "--to", &format!("2024-01-{SUCCEEDING:02}")]);
+    ok(desk.path(), &["submit", "fails", "--from", "2024-01-01", "--to", &format!("2024-01-{FAILING:02}")]);
+    wait_until("every step ends", Duration::from_secs(120), || {
+        count(&mut db, "SELECT COUNT(*) FROM steps WHERE status IN ('published', 'failed')") == SUCCEEDING + FAILING
+    });
+
+    // Each command's interval, with the worker the store says ran that attempt.
+    let mut ran_on: HashMap<(String, String, i64), String> = HashMap::new();
+    for row in db
+        .query(
+            "SELECT s.task, s.partition_key, a.attempt, a.worker FROM attempts a JOIN steps s ON s.id = a.step_id",
+            &[],
+        )
+        .expect("attempts")
+    {
+        ran_on.insert((row.get(0), row.get(1), row.get(2)), row.get(3));
+    }
+    let mut runs: BTreeMap<(String, String, i64), Ran> = BTreeMap::new();
+    for entry in std::fs::read_dir(&marks).expect("marks") {
+        let entry = entry.expect("a mark");
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let [task, partition, attempt] = name.splitn(3, '.').collect::<Vec<_>>()[..] else {
+            panic!("a mark named {name}")
+        };
+        let key = (task.to_owned(), partition.to_owned(), attempt.parse::<i64>().expect("an attempt number"));
+        let text = std::fs::read_to_string(entry.path()).expect("a mark's text");
+        let [began, ended] = text.split_whitespace().map(|n| n.parse::<i128>().expect("ns")).collect::<Vec<_>>()[..]
+        else {
+            panic!("{name}: {text}")
+        };
+        let worker = ran_on.get(&key).unwrap_or_else(|| panic!("{key:?} ran with no attempt in the store")).clone();
+        runs.insert(key, Ran { began, ended, worker });
+    }
+    assert_eq!(runs.len(), ran_on.len(), "every attempt's command ran once, and no command ran without an attempt");
+
+    // The pool's three slots, across eight workers.
+    let pool_most = most_at_once(runs.values());
+    assert_eq!(pool_most, POOL_SLOTS, "the most commands of the pool running at once");
+    // Each worker's two slots, and the work spread over the workers.
+    let mut per_worker: BTreeMap<&str, Vec<&Ran>> = BTreeMap::new();
+    for r in runs.values() {
+        per_worker.entry(&r.worker).or_default().push(r);
+    }
+    for (worker, its) in &per_worker {
+        let most = most_at_once(its.iter().copied());
+        assert!(most <= WORKER_SLOTS, "{worker} ran {most} at once with {WORKER_SLOTS} slots");
+    }
+    assert!(per_worker.len() >= POOL_SLOTS, "attempts on {} workers only: {:?}", per_worker.len(), per_worker.keys());
+
+    // The retry budget, whichever workers ran the retries: burst 1 plus 10% of 10 first attempts.
+    let firsts = runs.keys().filter(|(task, _, attempt)| task == "fails" && *attempt == 1).count();
+    let retries = runs.keys().filter(|(task, _, attempt)| task == "fails" && *attempt > 1).count();
+    assert_eq!(firsts, FAILING as usize);
+    assert!((1..=2).contains(&retries), "{retries} retries of {firsts} failing steps");
+    assert_eq!(count(&mut db, "SELECT COUNT(*) FROM journal WHERE kind = 'retry_denied'"), FAILING);
+
+    // Nothing twice: one attempt per succeeding step and one Delta commit per step identity.
+    let succeeded: Vec<_> = runs.keys().filter(|(task, _, _)| task == "succeeds").collect();
+    assert_eq!(succeeded.len() as i64, SUCCEEDING, "{succeeded:?}");
+    assert!(succeeded.iter().all(|(_, _, attempt)| *attempt == 1));
+    let mut commits_per_app: HashMap<String, usize> = HashMap::new();
+    for entry in std::fs::read_dir(lake.join("good/_delta_log")).expect("the table's log") {
+        let path = entry.expect("a log file").path();
+        if path.extension().is_some_and(|e| e == "json") {
+            for line in std::fs::read_to_string(&path).expect("a commit").lines() {
+                let action: serde_json::Value = serde_json::from_str(line).expect("an action");
+                if let Some(app) = action["txn"]["appId"].as_str() {
+                    *commits_per_app.entry(app.to_owned()).or_default() += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(commits_per_app.len() as i64, SUCCEEDING, "{commits_per_app:?}");
+    assert!(commits_per_app.values().all(|n| *n == 1), "a step published twice: {commits_per_app:?}");
+
+    for (name, process) in workers.into_iter().chain([("serve".to_owned(), serve)]) {
+        let status = process.terminate();
+        let log = std::fs::read_to_string(logs.join(format!("{name}.log"))).unwrap_or_default();
+        assert!(status.success() && log.contains("stopped cleanly"), "{name}: {status:?}\n{log}");
+    }
+}
