@@ -59,8 +59,11 @@ fn claim_batch(
     let (expires_text, expires_at) = expiry(now, ttl_s)?;
     let mut leases = Vec::with_capacity(claims.len());
     let mut runs: BTreeMap<String, &JournalMeta> = BTreeMap::new();
+    // Every claimed step read in one query; a step asked for twice is read again the second time.
+    let mut steps = steps::Applier::reading(tx, claims.iter().map(|c| c.step_id.as_str()))?;
     for claim in claims {
-        let step = steps::load_step(tx, &claim.step_id)?
+        let step = steps
+            .take_step(tx, &claim.step_id)?
             .ok_or_else(|| Error::NotFound { what: "step", id: claim.step_id.clone() })?;
         if step.state.status != StepStatus::Ready {
             leases.push(None);

@@ -9,7 +9,7 @@ use tidegate_core::idempotency::Canonical;
 use tidegate_core::partition::Interval;
 
 use crate::codec::{fmt_ts, from_json, parse_opt_ts, parse_ts, to_json, to_u64};
-use crate::sql::{Row, Tx, Value};
+use crate::sql::{ColumnType, Insert, Row, Tx, Value};
 use crate::{ChainBreak, ChainReport, Decision, Error, JournalEntry, JournalHead, JournalMeta, JournalQuery, Result};
 
 /// The previous hash of the first entry.
@@ -21,6 +21,35 @@ pub(crate) const QUERY_ROWS_MAX: u32 = 100_000;
 
 const COLUMNS: &str = "seq, prev_hash, hash, at, actor, correlation_id, kind, run_id, step_id, task, partition_key, \
                        interval_start, interval_end, from_status, to_status, reason, payload, via";
+
+/// The journal's columns for an append, in `COLUMNS`' order. Appends are deferred
+/// ([`Tx::insert_deferred`]): the entries a transaction appends reach PostgreSQL in one statement.
+static APPEND: Insert = {
+    use ColumnType::{Int, Text};
+    Insert {
+        table: "journal",
+        columns: &[
+            ("seq", Int),
+            ("prev_hash", Text),
+            ("hash", Text),
+            ("at", Text),
+            ("actor", Text),
+            ("correlation_id", Text),
+            ("kind", Text),
+            ("run_id", Text),
+            ("step_id", Text),
+            ("task", Text),
+            ("partition_key", Text),
+            ("interval_start", Text),
+            ("interval_end", Text),
+            ("from_status", Text),
+            ("to_status", Text),
+            ("reason", Text),
+            ("payload", Text),
+            ("via", Text),
+        ],
+    }
+};
 
 /// A journal row as stored: every field in the text form that is hashed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -234,12 +263,9 @@ impl Appender {
             via: draft.meta.via.clone(),
         };
         entry.hash = entry.compute_hash();
-        tx.execute(
-            &format!(
-                "INSERT INTO journal ({COLUMNS}) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)"
-            ),
-            &[
+        tx.insert_deferred(
+            &APPEND,
+            vec![
                 Value::Int(entry.seq),
                 entry.prev_hash.into(),
                 entry.hash.as_str().into(),
@@ -429,4 +455,16 @@ fn check(prev: &(i64, String), entry: &Stored) -> Option<ChainBreak> {
         );
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{APPEND, COLUMNS};
+
+    #[test]
+    fn an_append_writes_the_columns_a_read_selects_in_the_same_order() {
+        let appended: Vec<&str> = APPEND.columns.iter().map(|(name, _)| *name).collect();
+        let selected: Vec<&str> = COLUMNS.split(',').map(str::trim).collect();
+        assert_eq!(appended, selected);
+    }
 }

@@ -204,6 +204,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     ) -> Result<Vec<Vec<Outcome>>>;
     /// The release with id `release_id`; `None` when there is none.
     fn release(&self, release_id: &str) -> Result<Option<ReleaseRecord>>;
+    /// The releases with these ids that exist, each with its items, in no particular order: a
+    /// query or two, not two per id.
+    fn releases_by_id(&self, release_ids: &[String]) -> Result<Vec<ReleaseRecord>>;
     /// Releases touching `dataset` (all when `None`), newest first.
     fn releases(&self, dataset: Option<&str>, limit: u32) -> Result<Vec<ReleaseRecord>>;
     /// The partitions of `dataset` published now, as the store recorded them (decision 0018): every

@@ -11,7 +11,7 @@ use postgres::types::{ToSql, Type};
 use postgres::{Client, GenericClient, NoTls, Statement};
 
 use crate::notify::{CHANNEL_SQL, Change, ChangeWatch, Feed};
-use crate::sql::{Driver, Durability, Row, Tx, Value, to_dollar_placeholders};
+use crate::sql::{ColumnType, Driver, Durability, Insert, Row, Tx, Value, to_dollar_placeholders};
 use crate::{Backend, Error, Result};
 
 /// The advisory lock every write transaction takes first: one per schema (the schema's name hashed
@@ -125,7 +125,8 @@ impl Driver for Postgres {
         off_the_runtime(|| {
             let mut conn = self.take()?;
             let PgConn { client, statements } = &mut conn;
-            let result = f(&mut PgTx { client, statements, ordered: false });
+            let mut tx = PgTx::new(client, statements, false);
+            let result = f(&mut tx).and_then(|value| tx.flush().map(|()| value));
             self.give_back(conn);
             result
         })
@@ -150,13 +151,26 @@ impl Driver for Postgres {
 /// Runs `op`, which blocks on PostgreSQL's synchronous client, where it may block. That client
 /// waits on a private runtime, which panics ("Cannot start a runtime from within a runtime") on a
 /// thread that drives async tasks or is inside `block_on`; the application layer calls the store
-/// from such places (a rollback's restore, a publication). There, `op` runs on a scoped thread of
-/// its own; elsewhere, here.
+/// from such places (a rollback's restore, a publication).
+///
+/// - No runtime here, or a `spawn_blocking` thread: `op` runs here.
+/// - A multi-threaded runtime (every runtime the application builds): `block_in_place`, which
+///   hands this thread's other tasks to another worker and leaves the runtime's context for `op`,
+///   and runs it here; on a `spawn_blocking` thread it simply runs `op`. Before, every call from
+///   such a thread started and joined a thread of its own: about one per store call on a worker's
+///   and a scheduler's hot path (issue 35, item 4).
+/// - A current-thread runtime (a client's one-shot `block_on`), where `block_in_place` is not
+///   allowed: `op` runs on a scoped thread of its own.
 fn off_the_runtime<R: Send>(op: impl FnOnce() -> R + Send) -> R {
-    if tokio::runtime::Handle::try_current().is_err() {
-        return op();
+    match tokio::runtime::Handle::try_current() {
+        Err(_) => op(),
+        Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(op)
+        }
+        Ok(_) => {
+            std::thread::scope(|scope| scope.spawn(op).join()).unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        }
     }
-    std::thread::scope(|scope| scope.spawn(op).join()).unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }
 
 impl Postgres {
@@ -166,7 +180,9 @@ impl Postgres {
             let PgConn { client, statements } = &mut conn;
             let mut tx = client.transaction().map_err(map_err)?;
             tx.batch_execute(WRITE_LOCK).map_err(map_err)?;
-            let value = f(&mut PgTx { client: &mut tx, statements, ordered: true })?;
+            let mut journaled = PgTx::new(&mut tx, statements, true);
+            let value = f(&mut journaled)?;
+            journaled.flush()?;
             tx.commit().map_err(map_err)?;
             Ok(value)
         })();
@@ -184,7 +200,9 @@ impl Postgres {
             if durability == Durability::Lazy {
                 tx.batch_execute("SET LOCAL synchronous_commit = off").map_err(map_err)?;
             }
-            let value = f(&mut PgTx { client: &mut tx, statements, ordered: false })?;
+            let mut unordered = PgTx::new(&mut tx, statements, false);
+            let value = f(&mut unordered)?;
+            unordered.flush()?;
             tx.commit().map_err(map_err)?;
             Ok(value)
         })();
@@ -198,9 +216,63 @@ struct PgTx<'a, C: GenericClient> {
     statements: &'a mut HashMap<String, Statement>,
     /// Holds the write lock: may append to the journal.
     ordered: bool,
+    /// Rows of [`Tx::insert_deferred`] not sent yet, all for one table.
+    deferred: Option<(&'static Insert, Vec<Vec<Value>>)>,
 }
 
-impl<C: GenericClient> PgTx<'_, C> {
+impl<'a, C: GenericClient> PgTx<'a, C> {
+    fn new(client: &'a mut C, statements: &'a mut HashMap<String, Statement>, ordered: bool) -> Self {
+        PgTx { client, statements, ordered, deferred: None }
+    }
+
+    /// Sends the deferred rows, if any, in one statement: `INSERT .. SELECT * FROM unnest(..)`
+    /// with one array parameter per column, so one prepared statement serves any number of rows.
+    fn flush(&mut self) -> Result<()> {
+        let Some((into, rows)) = self.deferred.take() else { return Ok(()) };
+        let names: Vec<&str> = into.columns.iter().map(|(name, _)| *name).collect();
+        let arrays: Vec<String> = into
+            .columns
+            .iter()
+            .enumerate()
+            .map(|(i, (_, ty))| match ty {
+                ColumnType::Int => format!("?{}::int8[]", i + 1),
+                ColumnType::Text => format!("?{}::text[]", i + 1),
+            })
+            .collect();
+        let sql =
+            format!("INSERT INTO {} ({}) SELECT * FROM unnest({})", into.table, names.join(", "), arrays.join(", "));
+        let mut bound: Vec<Box<dyn ToSql + Sync>> = Vec::with_capacity(into.columns.len());
+        for (i, (name, ty)) in into.columns.iter().enumerate() {
+            let mismatch =
+                |v: &Value| Error::Database(format!("{}.{name}: cannot insert {v} into a {ty:?} column", into.table));
+            let column: Box<dyn ToSql + Sync> = match ty {
+                ColumnType::Int => Box::new(
+                    rows.iter()
+                        .map(|row| match &row[i] {
+                            Value::Null => Ok(None),
+                            Value::Int(v) => Ok(Some(*v)),
+                            other => Err(mismatch(other)),
+                        })
+                        .collect::<Result<Vec<Option<i64>>>>()?,
+                ),
+                ColumnType::Text => Box::new(
+                    rows.iter()
+                        .map(|row| match &row[i] {
+                            Value::Null => Ok(None),
+                            Value::Text(v) => Ok(Some(v.clone())),
+                            other => Err(mismatch(other)),
+                        })
+                        .collect::<Result<Vec<Option<String>>>>()?,
+                ),
+            };
+            bound.push(column);
+        }
+        let stmt = self.prepare(&sql)?;
+        let refs: Vec<&(dyn ToSql + Sync)> = bound.iter().map(|b| b.as_ref()).collect();
+        self.client.execute(&stmt, &refs).map_err(map_err)?;
+        Ok(())
+    }
+
     fn prepare(&mut self, sql: &str) -> Result<Statement> {
         if let Some(stmt) = self.statements.get(sql) {
             return Ok(stmt.clone());
@@ -270,6 +342,7 @@ impl<C: GenericClient> Tx for PgTx<'_, C> {
     }
 
     fn query(&mut self, sql: &str, params: &[Value]) -> Result<Vec<Row>> {
+        self.flush()?;
         let stmt = self.prepare(sql)?;
         let bound = params
             .iter()
@@ -283,7 +356,27 @@ impl<C: GenericClient> Tx for PgTx<'_, C> {
     }
 
     fn execute_batch(&mut self, sql: &str) -> Result<()> {
+        self.flush()?;
         self.client.batch_execute(sql).map_err(map_err)
+    }
+
+    fn insert_deferred(&mut self, into: &'static Insert, row: Vec<Value>) -> Result<()> {
+        if row.len() != into.columns.len() {
+            return Err(Error::Database(format!(
+                "{}: a row of {} values for {} columns",
+                into.table,
+                row.len(),
+                into.columns.len()
+            )));
+        }
+        match &mut self.deferred {
+            Some((table, rows)) if std::ptr::eq(*table, into) => rows.push(row),
+            _ => {
+                self.flush()?;
+                self.deferred = Some((into, vec![row]));
+            }
+        }
+        Ok(())
     }
 
     fn notify(&mut self, change: Change) -> Result<()> {

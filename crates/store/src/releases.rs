@@ -7,33 +7,13 @@ use tidegate_core::state::{StepEvent, StepStatus};
 
 use crate::codec::{fmt_ts, parse_ts, to_i64, to_json};
 use crate::journal::{Appender, Draft};
-use crate::sql::{Row, Tx, Value};
+use crate::sql::{Row, Tx, Value, query_in_chunks};
 use crate::steps::{Applier, apply_held, finish_applying};
 use crate::{Error, JournalMeta, Outcome, ReleaseItem, ReleaseKind, ReleaseRecord, Result, StepEventRecord};
 
 /// The most releases one `releases` call returns.
 const RELEASES_MAX: u32 = 10_000;
-/// The most keys bound in one `IN (...)` list; longer lists are split into chunks of this size.
-const IN_LIST_MAX: usize = 512;
-
 const RELEASE_COLUMNS: &str = "id, kind, run_id, backfill_id, restores_release_id, created_by, created_at";
-
-/// Runs the query `sql_for(placeholders)` once per chunk of at most [`IN_LIST_MAX`] `keys` and
-/// concatenates the rows. Each chunk is padded (repeating its last key, which an `IN` list
-/// ignores) to a power of two, so that a few distinct statements are prepared and cached rather
-/// than one per list length.
-fn query_in_chunks(tx: &mut dyn Tx, keys: &[String], sql_for: impl Fn(&str) -> String) -> Result<Vec<Row>> {
-    let mut rows = Vec::new();
-    for chunk in keys.chunks(IN_LIST_MAX) {
-        let Some(last) = chunk.last() else { continue };
-        let n = chunk.len().next_power_of_two();
-        let placeholders = (1..=n).map(|i| format!("?{i}")).collect::<Vec<_>>().join(", ");
-        let params: Vec<Value> =
-            chunk.iter().chain(std::iter::repeat_n(last, n - chunk.len())).map(Value::from).collect();
-        rows.extend(tx.query(&sql_for(&placeholders), &params)?);
-    }
-    Ok(rows)
-}
 
 fn release_kind_text(kind: ReleaseKind) -> &'static str {
     match kind {
@@ -68,7 +48,7 @@ fn with_items(tx: &mut dyn Tx, rows: &[Row]) -> Result<Vec<ReleaseRecord>> {
         .collect::<Result<Vec<_>>>()?;
     let ids: Vec<String> = releases.iter().map(|r| r.id.clone()).collect();
     let mut items: BTreeMap<String, Vec<ReleaseItem>> = BTreeMap::new();
-    let item_rows = query_in_chunks(tx, &ids, |placeholders| {
+    let item_rows = query_in_chunks(tx, &[], &ids, |placeholders| {
         format!(
             "SELECT release_id, dataset, partition_key, version_id, delta_version, restored_delta_version, unchanged \
              FROM release_versions WHERE release_id IN ({placeholders}) ORDER BY release_id, item_idx"
@@ -203,7 +183,8 @@ pub(crate) fn record(
     steps: &[(String, u64)],
     meta: &JournalMeta,
 ) -> Result<Vec<Outcome>> {
-    let (mut journal, mut applier) = (Appender::default(), Applier::default());
+    let mut journal = Appender::default();
+    let mut applier = Applier::reading(tx, steps.iter().map(|(id, _)| id.as_str()))?;
     let outcomes = insert_release(tx, &mut journal, &mut applier, release, steps, meta)?;
     finish_applying(tx, &mut journal, applier)?;
     Ok(outcomes)
@@ -215,7 +196,9 @@ pub(crate) fn record_many(
     releases: &[(ReleaseRecord, Vec<(String, u64)>)],
     meta: &JournalMeta,
 ) -> Result<Vec<Vec<Outcome>>> {
-    let (mut journal, mut applier) = (Appender::default(), Applier::default());
+    let mut journal = Appender::default();
+    let mut applier =
+        Applier::reading(tx, releases.iter().flat_map(|(_, steps)| steps.iter().map(|(id, _)| id.as_str())))?;
     let outcomes = releases
         .iter()
         .map(|(release, steps)| {
@@ -232,6 +215,14 @@ pub(crate) fn record_many(
 pub(crate) fn load(tx: &mut dyn Tx, release_id: &str) -> Result<Option<ReleaseRecord>> {
     let rows = tx.query(&format!("SELECT {RELEASE_COLUMNS} FROM releases WHERE id = ?1"), &[release_id.into()])?;
     Ok(with_items(tx, &rows)?.pop())
+}
+
+/// The body of [`crate::Store::releases_by_id`].
+pub(crate) fn load_many(tx: &mut dyn Tx, release_ids: &[String]) -> Result<Vec<ReleaseRecord>> {
+    let rows = query_in_chunks(tx, &[], release_ids, |ids| {
+        format!("SELECT {RELEASE_COLUMNS} FROM releases WHERE id IN ({ids})")
+    })?;
+    with_items(tx, &rows)
 }
 
 /// The body of [`crate::Store::releases`].
@@ -256,7 +247,7 @@ pub(crate) fn list(tx: &mut dyn Tx, dataset: Option<&str>, limit: u32) -> Result
 
 /// The body of [`crate::Store::published_step_keys`].
 pub(crate) fn published_step_keys(tx: &mut dyn Tx, keys: &[String]) -> Result<BTreeSet<String>> {
-    query_in_chunks(tx, keys, |placeholders| {
+    query_in_chunks(tx, &[], keys, |placeholders| {
         format!(
             "SELECT DISTINCT step_key FROM steps WHERE status = '{}' AND step_key IN ({placeholders})",
             StepStatus::Published.as_str()
@@ -361,7 +352,7 @@ pub(crate) fn published_code_versions(
 ) -> Result<BTreeMap<String, Option<String>>> {
     let mut keys = partitions.to_vec();
     keys.push(WHOLE_TABLE.to_owned());
-    let rows = query_in_chunks_with(tx, dataset, &keys, |placeholders| {
+    let rows = query_in_chunks(tx, &[dataset.into()], &keys, |placeholders| {
         format!(
             "SELECT rv.partition_key, rv.delta_version, r.kind, s.code_version, rv.restored_delta_version \
              FROM release_versions rv JOIN releases r ON r.id = rv.release_id \
@@ -406,28 +397,6 @@ fn held(items: &[HeldItem], p: &str, mut at: i64) -> Option<String> {
         at = item.restored_delta_version.filter(|v| *v < item.delta_version)?;
     }
     None
-}
-
-/// [`query_in_chunks`] with a first parameter `?1` (`first`) before the chunk's keys (`?2`...).
-fn query_in_chunks_with(
-    tx: &mut dyn Tx,
-    first: &str,
-    keys: &[String],
-    sql_for: impl Fn(&str) -> String,
-) -> Result<Vec<Row>> {
-    let mut rows = Vec::new();
-    for chunk in keys.chunks(IN_LIST_MAX) {
-        let Some(last) = chunk.last() else { continue };
-        let n = chunk.len().next_power_of_two();
-        let placeholders = (2..=n + 1).map(|i| format!("?{i}")).collect::<Vec<_>>().join(", ");
-        let params: Vec<Value> = std::iter::once(first)
-            .chain(chunk.iter().map(String::as_str))
-            .chain(std::iter::repeat_n(last.as_str(), n - chunk.len()))
-            .map(Value::from)
-            .collect();
-        rows.extend(tx.query(&sql_for(&placeholders), &params)?);
-    }
-    Ok(rows)
 }
 
 #[cfg(test)]

@@ -101,6 +101,64 @@ impl Row {
     }
 }
 
+/// A table's columns for [`Tx::insert_deferred`]: rows appended one at a time and sent together.
+#[derive(Debug)]
+pub struct Insert {
+    /// The table's name.
+    pub table: &'static str,
+    /// Its columns, in the order of each row's values.
+    pub columns: &'static [(&'static str, ColumnType)],
+}
+
+/// The type of an [`Insert`]'s column; every value of it is of this type or NULL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ColumnType {
+    /// `BIGINT`.
+    Int,
+    /// `TEXT`.
+    Text,
+}
+
+impl Insert {
+    /// `INSERT INTO table (c1, ..) VALUES (?1, ..)`: one row.
+    pub fn one_row_sql(&self) -> String {
+        let names: Vec<&str> = self.columns.iter().map(|(name, _)| *name).collect();
+        let marks: Vec<String> = (1..=self.columns.len()).map(|i| format!("?{i}")).collect();
+        format!("INSERT INTO {} ({}) VALUES ({})", self.table, names.join(", "), marks.join(", "))
+    }
+}
+
+/// The most keys bound in one `IN (...)` list; longer lists are split into chunks of this size
+/// (well under SQLite's 32,766 parameters).
+const IN_LIST_MAX: usize = 512;
+
+/// Runs the query `sql_for(placeholders)` once per chunk of at most [`IN_LIST_MAX`] `keys`, with
+/// the parameters `before` bound first (`?1`..) and the chunk's keys after them, and concatenates
+/// the rows. Each chunk is padded (repeating its last key, which an `IN` list ignores) to a power
+/// of two, so that a few distinct statements are prepared and cached rather than one per list
+/// length.
+pub(crate) fn query_in_chunks(
+    tx: &mut dyn Tx,
+    before: &[Value],
+    keys: &[String],
+    sql_for: impl Fn(&str) -> String,
+) -> Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    for chunk in keys.chunks(IN_LIST_MAX) {
+        let Some(last) = chunk.last() else { continue };
+        let n = chunk.len().next_power_of_two();
+        let first = before.len() + 1;
+        let placeholders = (first..first + n).map(|i| format!("?{i}")).collect::<Vec<_>>().join(", ");
+        let params: Vec<Value> = before
+            .iter()
+            .cloned()
+            .chain(chunk.iter().chain(std::iter::repeat_n(last, n - chunk.len())).map(Value::from))
+            .collect();
+        rows.extend(tx.query(&sql_for(&placeholders), &params)?);
+    }
+    Ok(rows)
+}
+
 /// A connection inside a transaction (or, for reads, a plain connection).
 pub trait Tx {
     /// Runs one statement; returns the number of rows it changed.
@@ -109,6 +167,14 @@ pub trait Tx {
     fn query(&mut self, sql: &str, params: &[Value]) -> Result<Vec<Row>>;
     /// Runs several statements without parameters (migrations).
     fn execute_batch(&mut self, sql: &str) -> Result<()>;
+    /// Inserts `row` into `into`'s table, now or later in this transaction: a backend that pays a
+    /// round trip per statement (PostgreSQL) holds the rows and sends them in one statement
+    /// before the next query or the commit, whichever comes first, so a read in the same
+    /// transaction still sees them. Only for tables no other statement's constraint or trigger
+    /// reads (the journal): a failure of the insert may surface at that later point instead.
+    fn insert_deferred(&mut self, into: &'static Insert, row: Vec<Value>) -> Result<()> {
+        self.execute(&into.one_row_sql(), &row).map(|_| ())
+    }
     /// Announces `change` to other processes' watches, delivered when (and only if) the
     /// transaction commits; nothing on a backend that cannot (SQLite).
     fn notify(&mut self, _change: Change) -> Result<()> {

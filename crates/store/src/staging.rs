@@ -123,7 +123,8 @@ pub(crate) fn record(tx: &mut dyn Tx, staged: &StagedRecord) -> Result<Outcome> 
 
 /// The body of [`crate::Store::record_staged_many`].
 pub(crate) fn record_many(tx: &mut dyn Tx, staged: &[StagedRecord]) -> Result<Vec<Outcome>> {
-    let (mut journal, mut applier) = (Appender::default(), Applier::default());
+    let mut journal = Appender::default();
+    let mut applier = Applier::reading(tx, staged.iter().map(|s| s.step_id.as_str()))?;
     let outcomes = staged
         .iter()
         .map(|s| {

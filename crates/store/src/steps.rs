@@ -3,7 +3,7 @@
 //! attempts and leases in step, and journals the event or its rejection. An [`Applier`] holds the
 //! step the last event changed, so that a batch writes each step once and re-derives each run once.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Utc};
 use tidegate_core::partition::Interval;
@@ -12,7 +12,7 @@ use tidegate_core::state::{self, StepEvent};
 use crate::codec::{fmt_ts, from_json, parse_opt_ts, parse_ts, to_i64, to_json, to_u32, to_u64};
 use crate::journal::{Appender, Draft};
 use crate::runs;
-use crate::sql::{Row, Tx, Value};
+use crate::sql::{Row, Tx, Value, query_in_chunks};
 use crate::{AttemptRecord, Error, JournalMeta, Outcome, Result, StepEventRecord, StepRecord};
 
 pub(crate) const STEP_COLUMNS: &str = "id, run_id, name, task, partition_key, interval_start, interval_end, step_key, \
@@ -64,32 +64,21 @@ pub(crate) fn load_step(tx: &mut dyn Tx, step_id: &str) -> Result<Option<StepRec
         .transpose()
 }
 
-/// How many ids one `IN (...)` list carries: well under SQLite's 32,766 parameters.
-const IDS_PER_QUERY: usize = 500;
-
-/// Runs `sql`, whose `{ids}` is replaced by a list of placeholders, over `ids` a few hundred at a
-/// time, and decodes every row with `decode`.
-fn query_by_ids<T>(tx: &mut dyn Tx, sql: &str, ids: &[String], decode: impl Fn(&Row) -> Result<T>) -> Result<Vec<T>> {
-    let mut out = Vec::with_capacity(ids.len());
-    for chunk in ids.chunks(IDS_PER_QUERY) {
-        let placeholders = (1..=chunk.len()).map(|i| format!("?{i}")).collect::<Vec<_>>().join(", ");
-        let params: Vec<Value> = chunk.iter().map(|id| id.as_str().into()).collect();
-        for row in tx.query(&sql.replace("{ids}", &placeholders), &params)? {
-            out.push(decode(&row)?);
-        }
-    }
-    Ok(out)
-}
-
 /// The body of [`crate::Store::steps_by_id`].
 pub(crate) fn load_steps(tx: &mut dyn Tx, step_ids: &[String]) -> Result<Vec<StepRecord>> {
-    query_by_ids(tx, &format!("SELECT {STEP_COLUMNS} FROM steps WHERE id IN ({{ids}})"), step_ids, step_from_row)
+    query_in_chunks(tx, &[], step_ids, |ids| format!("SELECT {STEP_COLUMNS} FROM steps WHERE id IN ({ids})"))?
+        .iter()
+        .map(step_from_row)
+        .collect()
 }
 
 /// The body of [`crate::Store::attempts_of_steps`].
 pub(crate) fn attempts_of(tx: &mut dyn Tx, step_ids: &[String]) -> Result<Vec<AttemptRecord>> {
-    let sql = format!("SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE step_id IN ({{ids}}) ORDER BY step_id, attempt");
-    let mut attempts = query_by_ids(tx, &sql, step_ids, attempt_from_row)?;
+    let sql = |ids: &str| {
+        format!("SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE step_id IN ({ids}) ORDER BY step_id, attempt")
+    };
+    let mut attempts =
+        query_in_chunks(tx, &[], step_ids, sql)?.iter().map(attempt_from_row).collect::<Result<Vec<_>>>()?;
     // Each chunk is sorted; the whole is too once the chunks are merged.
     attempts.sort_by(|a, b| (&a.step_id, a.attempt).cmp(&(&b.step_id, b.attempt)));
     Ok(attempts)
@@ -115,15 +104,41 @@ fn write_step(tx: &mut dyn Tx, step_id: &str, state: &state::Step, at: DateTime<
 /// memory, so consecutive events of one step (staged, validation started, checks passed) read and
 /// write its row once; each event still has its own journal entry. [`finish_applying`]
 /// writes the held step and re-derives each affected run once.
+///
+/// An applier made [`Applier::reading`] the steps its events will touch reads them all in one
+/// query first; each is used once, for the first event that touches it, and a step touched
+/// again after another one is read afresh (its row was written in between).
 #[derive(Default)]
 pub(crate) struct Applier {
     /// The step the last event touched, and whether its row is behind its state.
     held: Option<(StepRecord, bool)>,
     /// Each affected run and the metadata of the last event that touched it.
     runs: BTreeMap<String, JournalMeta>,
+    /// Steps read ahead, not touched yet.
+    read_ahead: HashMap<String, StepRecord>,
 }
 
 impl Applier {
+    /// An applier that reads `step_ids` in one query (a few, for many hundreds) instead of one
+    /// query per step as events reach each: on PostgreSQL, a round trip per step less, and the
+    /// journal entries the events append reach the database together (a query sends the
+    /// deferred ones first).
+    pub(crate) fn reading<'a>(tx: &mut dyn Tx, step_ids: impl IntoIterator<Item = &'a str>) -> Result<Self> {
+        let mut ids: Vec<String> = step_ids.into_iter().map(str::to_owned).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let read_ahead = load_steps(tx, &ids)?.into_iter().map(|step| (step.id.clone(), step)).collect();
+        Ok(Applier { read_ahead, ..Applier::default() })
+    }
+
+    /// `step_id` as stored now: read ahead if it was (once), else read.
+    pub(crate) fn take_step(&mut self, tx: &mut dyn Tx, step_id: &str) -> Result<Option<StepRecord>> {
+        match self.read_ahead.remove(step_id) {
+            Some(step) => Ok(Some(step)),
+            None => load_step(tx, step_id),
+        }
+    }
+
     fn flush(tx: &mut dyn Tx, held: Option<(StepRecord, bool)>) -> Result<()> {
         match held {
             Some((step, true)) => write_step(tx, &step.id, &step.state, step.updated_at),
@@ -203,7 +218,8 @@ pub(crate) fn apply_held(
         Some(held) if held.0.id == rec.step_id => held,
         other => {
             Applier::flush(tx, other)?;
-            let step = load_step(tx, &rec.step_id)?
+            let step = applier
+                .take_step(tx, &rec.step_id)?
                 .ok_or_else(|| Error::NotFound { what: "step", id: rec.step_id.clone() })?;
             (step, false)
         }
@@ -238,7 +254,7 @@ pub(crate) fn apply_events(
     events: &[StepEventRecord],
     detail: Option<(&str, &serde_json::Value)>,
 ) -> Result<Vec<Outcome>> {
-    let mut applier = Applier::default();
+    let mut applier = Applier::reading(tx, events.iter().map(|rec| rec.step_id.as_str()))?;
     let outcomes =
         events.iter().map(|rec| apply_held(tx, journal, &mut applier, rec, detail)).collect::<Result<_>>()?;
     finish_applying(tx, journal, applier)?;

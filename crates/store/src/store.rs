@@ -414,6 +414,12 @@ impl<D: Driver> Store for SqlStore<D> {
             .map_err(|e| e.context(&format!("reading release {release_id}")))
     }
 
+    fn releases_by_id(&self, release_ids: &[String]) -> Result<Vec<ReleaseRecord>> {
+        self.driver
+            .read(|tx| releases::load_many(tx, release_ids))
+            .map_err(|e| e.context(&format!("reading {} releases", release_ids.len())))
+    }
+
     fn releases(&self, dataset: Option<&str>, limit: u32) -> Result<Vec<ReleaseRecord>> {
         self.driver.read(|tx| releases::list(tx, dataset, limit)).map_err(|e| e.context("listing releases"))
     }

@@ -318,9 +318,8 @@ fn lookup(store: &dyn Store, needs: &Needs) -> tidegate_store::Result<Records> {
     for id in &needs.runs {
         records.runs.extend(store.run(id)?.map(|r| (id.clone(), r)));
     }
-    for id in &needs.releases {
-        records.releases.extend(store.release(id)?.map(|r| (id.clone(), r)));
-    }
+    let release_ids: Vec<String> = needs.releases.iter().cloned().collect();
+    records.releases.extend(store.releases_by_id(&release_ids)?.into_iter().map(|r| (r.id.clone(), r)));
     for id in &needs.backfills {
         records.backfills.extend(store.backfill(id)?.map(|b| (id.clone(), b)));
     }

@@ -104,6 +104,7 @@ macro_rules! all_backend_tests {
             watches_hear_what_other_handles_commit_and_nothing_rolled_back,
             ids_are_found_by_their_first_characters_and_wildcards_are_refused,
             many_steps_and_their_attempts_read_in_one_call_match_one_read_each,
+            a_batch_naming_a_step_twice_sees_its_first_change_the_second_time,
         );
     };
 }
@@ -1221,6 +1222,14 @@ pub fn releases_read_back_newest_first_with_their_items(t: &StoreUnderTest) {
     assert_eq!(listed, vec![rollback, first.clone()]);
     assert_eq!(store.release("r1").expect("reading"), Some(first));
     assert_eq!(store.release("r9").expect("reading"), None);
+    // Many by id: what one read per id answers, with their items; an unknown id left out.
+    let wanted: Vec<String> = ["r3", "r9", "r1", "r2", "r1"].map(str::to_owned).to_vec();
+    let mut by_id = store.releases_by_id(&wanted).expect("reading by id");
+    by_id.sort_by(|a, b| a.id.cmp(&b.id));
+    let one_each: Vec<ReleaseRecord> =
+        ["r1", "r2", "r3"].iter().map(|id| store.release(id).expect("reading").expect("recorded")).collect();
+    assert_eq!(by_id, one_each);
+    assert!(store.releases_by_id(&[]).expect("no ids").is_empty());
     assert_chain_intact(store);
 }
 
