@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use tidegate_core::clock::Clock;
 use tidegate_core::spec::Spec;
 use tidegate_lake::Lake;
-use tidegate_store::{Change, JournalMeta, Lease, Outcome, StagedRecord, Store, WorkerIdentity};
+use tidegate_store::{Change, JournalMeta, Lease, Outcome, StagedRecord, StepRecord, Store, WorkerIdentity};
 use tokio::sync::mpsc;
 
 use crate::attempt::{self, Report, Site};
@@ -206,24 +206,35 @@ impl Worker {
         tx: &mpsc::UnboundedSender<(Lease, Report)>,
     ) -> Result<()> {
         let identity = self.identity.clone();
-        for lease in self.db(move |s| s.take_leases(&identity)).await? {
+        // The leases taken and their steps, in one trip to the store: one query for every step,
+        // not one per lease (issue 35).
+        let (leases, steps) = self
+            .db(move |s| {
+                let leases = s.take_leases(&identity)?;
+                let ids: Vec<String> = leases.iter().map(|l| l.step_id.clone()).collect();
+                let steps = if ids.is_empty() { Vec::new() } else { s.steps_by_id(&ids)? };
+                Ok((leases, steps))
+            })
+            .await?;
+        let mut steps: HashMap<String, StepRecord> = steps.into_iter().map(|s| (s.id.clone(), s)).collect();
+        for lease in leases {
             let key = (lease.step_id.clone(), lease.epoch);
+            let step = steps.remove(&lease.step_id);
             if let Entry::Vacant(slot) = running.entry(key)
-                && let Some(run_id) = self.start(lease, tx.clone()).await?
+                && let Some(step) = step
             {
-                slot.insert(run_id);
+                slot.insert(step.run_id.clone());
+                self.start(lease, step, tx.clone()).await?;
             }
         }
         Ok(())
     }
 
-    /// Starts the attempt a lease names, on its own task; the id of the step's run, or `None`
-    /// when the step is gone.
-    async fn start(&self, lease: Lease, tx: mpsc::UnboundedSender<(Lease, Report)>) -> Result<Option<String>> {
+    /// Starts the attempt `lease` names on `step`, on its own task; a retry first reads the
+    /// checkpoint it resumes from.
+    async fn start(&self, lease: Lease, step: StepRecord, tx: mpsc::UnboundedSender<(Lease, Report)>) -> Result<()> {
         let sid = lease.step_id.clone();
-        let (step, resume_from) = self.db(move |s| Ok((s.step(&sid)?, s.last_checkpoint(&sid)?))).await?;
-        let Some(step) = step else { return Ok(None) };
-        let run_id = step.run_id.clone();
+        let resume_from = if lease.may_resume() { self.db(move |s| s.last_checkpoint(&sid)).await? } else { None };
         let epoch = lease.epoch;
         let Some(attempt) =
             attempt::prepare(&self.spec, &self.site, step, lease.clone(), resume_from, self.clock.clone())
@@ -239,14 +250,14 @@ impl Worker {
                 ended_at: self.clock.now(),
             };
             let _ = tx.send((lease, report));
-            return Ok(Some(run_id));
+            return Ok(());
         };
         let (store, lake) = (self.store.clone(), self.lake.clone());
         tokio::spawn(async move {
             let report = attempt::run(attempt, store, lake).await;
             let _ = tx.send((lease, report));
         });
-        Ok(Some(run_id))
+        Ok(())
     }
 
     /// Writes the outcomes of the attempts that ended: every staged one in one transaction

@@ -150,7 +150,8 @@ pub(crate) fn claim_to_start(
         .into_iter()
         .map(|c| {
             let Some((lease, step)) = c else { return Ok(None) };
-            let resume_from = if lease.worker == local { checkpoints::load_last(tx, &step.id)? } else { None };
+            let resume_from =
+                if lease.worker == local && lease.may_resume() { checkpoints::load_last(tx, &step.id)? } else { None };
             Ok(Some(Claimed { lease, step, resume_from }))
         })
         .collect()

@@ -368,6 +368,15 @@ pub struct Lease {
     pub expires_at: DateTime<Utc>,
 }
 
+impl Lease {
+    /// Whether an earlier attempt of the step may have left checkpoints to resume from. Every
+    /// claim starts a new attempt (its number one more than the last), and checkpoints are
+    /// recorded by running attempts only, so a first attempt has none: its start reads none.
+    pub fn may_resume(&self) -> bool {
+        self.attempt > 1
+    }
+}
+
 /// Result of claiming an idempotency key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claim {
