@@ -14,6 +14,11 @@
 //! - the retry budget held across workers: the failing task's retries stop at the pool's burst
 //!   plus its ratio of first attempts, whichever worker ran them, and every failed step ends with
 //!   a journaled retry denial;
+//! - priorities held: a third task, scheduled daily and eight days behind, owes its newest day as
+//!   live work and seven older ones as catch-up. The pool is paused until every step is ready, so
+//!   all of them compete from the same instant; while steps of both classes waited, catch-up ran
+//!   in exactly its guaranteed share (20% of three slots, rounded up: one), neither more nor
+//!   starved, and live work in the rest;
 //! - nothing ran or published twice: one attempt per succeeding step, one Delta commit per step
 //!   identity.
 //!
@@ -35,8 +40,13 @@ const WORKER_SLOTS: usize = 2;
 const POOL_SLOTS: usize = 3;
 const SUCCEEDING: i64 = 12;
 const FAILING: i64 = 10;
+/// How many days the scheduled task is behind: the first is published by hand before the
+/// scheduler starts, the newest is live work, the rest catch-up.
+const BEHIND: i64 = 9;
+/// Catch-up's guaranteed share of the pool: 20% of its slots, rounded up.
+const CATCHUP_FLOOR: usize = 1;
 
-fn spec(state: &str, lake: &Path, marks: &Path) -> String {
+fn spec(state: &str, lake: &Path, marks: &Path, behind_since: &str) -> String {
     let (lake, marks) = (lake.display(), marks.display());
     // Each command writes "<began ns> <ended ns>" to a file named after its task, partition and
     // attempt, so the intervals can be matched with the store's attempts.
@@ -70,6 +80,18 @@ command = ["sh", "-c", "s=$(date +%s%N); sleep 0.4; printf 'id\n1\n' > \"$TIDEGA
 outputs = ["good"]
 pool = "narrow"
 
+[datasets.late]
+partitioning = {{ grain = "day", start = "{behind_since}" }}
+write = {{ mode = "replace" }}
+columns = [{{ name = "id", type = "int64" }}]
+
+[tasks.behind]
+command = ["sh", "-c", "s=$(date +%s%N); sleep 0.4; printf 'id\n1\n' > \"$TIDEGATE_OUTPUT_DIR/late.csv\"; {mark}", "behind"]
+outputs = ["late"]
+pool = "narrow"
+schedule = "@daily"
+catchup = {{ enabled = true, max_active_runs = 20 }}
+
 [tasks.fails]
 command = ["sh", "-c", "s=$(date +%s%N); sleep 0.2; {mark}; exit 75", "fails"]
 outputs = ["never"]
@@ -80,11 +102,20 @@ retry = {{ attempts = 5, backoff_base_ms = 10, backoff_max_ms = 20 }}
 }
 
 /// One command's run: when it began and ended (ns since the epoch) and the worker it ran on.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Ran {
     began: i128,
     ended: i128,
     worker: String,
+    /// When the scheduler claimed the attempt (ms precision, at or before the claim).
+    claimed: i128,
+    /// The class of the step's run: `live` or `catchup`.
+    class: String,
+}
+
+fn now_ns() -> i128 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("after 1970");
+    i128::try_from(since.as_nanos()).expect("in range")
 }
 
 /// The most intervals open at one instant.
@@ -101,15 +132,25 @@ fn most_at_once<'a>(runs: impl Iterator<Item = &'a Ran>) -> usize {
 }
 
 #[test]
-fn eight_workers_racing_for_one_pool_hold_its_slots_and_its_retry_budget() {
+fn eight_workers_racing_for_one_pool_hold_its_slots_priorities_and_retry_budget() {
     let Some(schema) = PgSchema::create() else { return };
     let shared = tempfile::tempdir().expect("a folder every process sees");
     let (lake, marks, logs) = (shared.path().join("lake"), shared.path().join("marks"), shared.path().join("logs"));
     for dir in [&marks, &logs] {
         std::fs::create_dir_all(dir).expect("a folder");
     }
-    let text = spec(&schema.url, &lake, &marks);
+    let behind_since = (chrono::Utc::now().date_naive() - chrono::Days::new(BEHIND as u64)).to_string();
+    let text = spec(&schema.url, &lake, &marks, &behind_since);
     let scheduler = TestWorkspace::new(&text);
+    let desk = TestWorkspace::new(&text);
+    // The scheduled task's first day published by hand: a tick owes the days since the newest
+    // published one (never a task's whole history on its first tick).
+    ok(desk.path(), &["run", "behind", "--partition", &behind_since]);
+    for mark in std::fs::read_dir(&marks).expect("marks") {
+        std::fs::remove_file(mark.expect("a mark").path()).expect("removing the first day's mark");
+    }
+    // Nothing of the pool starts until every step is ready.
+    ok(desk.path(), &["pause", "pool:narrow", "--reason", "every step ready first"]);
     let mut db = schema.client();
     let count = |db: &mut postgres::Client, sql: &str| db.query_one(sql, &[]).map_or(-1, |r| r.get::<_, i64>(0));
 
@@ -141,25 +182,38 @@ fn eight_workers_racing_for_one_pool_hold_its_slots_and_its_retry_budget() {
         count(&mut db, "SELECT COUNT(*) FROM workers") == WORKERS as i64
     });
 
-    // Both runs at once: 22 steps ready for a pool of three slots.
-    let desk = TestWorkspace::new(&text);
+    // Two live runs, and the scheduled task's live day and catch-up days from the first tick:
+    // 31 steps ready for a pool of three slots, then the pool resumes.
+    let all = SUCCEEDING + FAILING + (BEHIND - 1);
     ok(desk.path(), &["submit", "succeeds", "--from", "2024-01-01", "--to", &format!("2024-01-{SUCCEEDING:02}")]);
     ok(desk.path(), &["submit", "fails", "--from", "2024-01-01", "--to", &format!("2024-01-{FAILING:02}")]);
+    wait_until("every step is ready", Duration::from_secs(60), || {
+        count(&mut db, "SELECT COUNT(*) FROM steps WHERE status = 'ready'") == all
+    });
+    let resumed_ns = now_ns();
+    ok(desk.path(), &["resume", "pool:narrow", "--reason", "every step is ready"]);
     wait_until("every step ends", Duration::from_secs(120), || {
-        count(&mut db, "SELECT COUNT(*) FROM steps WHERE status IN ('published', 'failed')") == SUCCEEDING + FAILING
+        // With the first day, published by hand.
+        count(&mut db, "SELECT COUNT(*) FROM steps WHERE status IN ('published', 'failed')") == all + 1
     });
 
-    // Each command's interval, with the worker the store says ran that attempt.
-    let mut ran_on: HashMap<(String, String, i64), String> = HashMap::new();
+    // Each command's interval, with the worker the store says ran that attempt, and the
+    // attempt's claim (ms) and class.
+    let mut ran_on: HashMap<(String, String, i64), (String, i128, String)> = HashMap::new();
     for row in db
         .query(
-            "SELECT s.task, s.partition_key, a.attempt, a.worker FROM attempts a JOIN steps s ON s.id = a.step_id",
+            "SELECT s.task, s.partition_key, a.attempt, a.worker, a.started_at, r.priority \
+             FROM attempts a JOIN steps s ON s.id = a.step_id JOIN runs r ON r.id = s.run_id",
             &[],
         )
         .expect("attempts")
     {
-        ran_on.insert((row.get(0), row.get(1), row.get(2)), row.get(3));
+        let claimed: String = row.get(4);
+        let claimed = chrono::DateTime::parse_from_rfc3339(&claimed).expect("a timestamp");
+        let claimed_ns = i128::from(claimed.timestamp_nanos_opt().expect("in range"));
+        ran_on.insert((row.get(0), row.get(1), row.get(2)), (row.get(3), claimed_ns, row.get(5)));
     }
+    ran_on.remove(&("behind".to_owned(), behind_since.clone(), 1)).expect("the first day's attempt, by hand");
     let mut runs: BTreeMap<(String, String, i64), Ran> = BTreeMap::new();
     for entry in std::fs::read_dir(&marks).expect("marks") {
         let entry = entry.expect("a mark");
@@ -173,8 +227,10 @@ fn eight_workers_racing_for_one_pool_hold_its_slots_and_its_retry_budget() {
         else {
             panic!("{name}: {text}")
         };
-        let worker = ran_on.get(&key).unwrap_or_else(|| panic!("{key:?} ran with no attempt in the store")).clone();
-        runs.insert(key, Ran { began, ended, worker });
+        let (worker, claimed, class) =
+            ran_on.get(&key).unwrap_or_else(|| panic!("{key:?} ran with no attempt in the store")).clone();
+        assert!(began >= resumed_ns, "{key:?} began before the pool resumed");
+        runs.insert(key, Ran { began, ended, worker, claimed, class });
     }
     assert_eq!(runs.len(), ran_on.len(), "every attempt's command ran once, and no command ran without an attempt");
 
@@ -191,6 +247,27 @@ fn eight_workers_racing_for_one_pool_hold_its_slots_and_its_retry_budget() {
         assert!(most <= WORKER_SLOTS, "{worker} ran {most} at once with {WORKER_SLOTS} slots");
     }
     assert!(per_worker.len() >= POOL_SLOTS, "attempts on {} workers only: {:?}", per_worker.len(), per_worker.keys());
+
+    // Priorities: while both live and catch-up steps waited (until the last claim of either
+    // class), catch-up ran in exactly its share of the pool, and live work had the rest.
+    let last_claim = |class: &str| {
+        runs.iter()
+            .filter(|((_, _, attempt), r)| r.class == class && *attempt == 1)
+            .map(|(_, r)| r.claimed)
+            .max()
+            .unwrap_or_else(|| panic!("no {class} attempt"))
+    };
+    let both_waited_until = last_claim("live").min(last_claim("catchup"));
+    let during = |class: &str| -> Vec<Ran> {
+        runs.values()
+            .filter(|r| r.class == class && r.began < both_waited_until)
+            .map(|r| Ran { ended: r.ended.min(both_waited_until), ..r.clone() })
+            .collect()
+    };
+    let (catchup, live) = (during("catchup"), during("live"));
+    assert_eq!(runs.values().filter(|r| r.class == "catchup").count() as i64, BEHIND - 2, "the catch-up days");
+    assert_eq!(most_at_once(catchup.iter()), CATCHUP_FLOOR, "catch-up at once while live work waited: {catchup:?}");
+    assert_eq!(most_at_once(live.iter()), POOL_SLOTS - CATCHUP_FLOOR, "live work at once beside it: {live:?}");
 
     // The retry budget, whichever workers ran the retries: burst 1 plus 10% of 10 first attempts.
     let firsts = runs.keys().filter(|(task, _, attempt)| task == "fails" && *attempt == 1).count();
