@@ -216,19 +216,29 @@ struct PgTx<'a, C: GenericClient> {
     statements: &'a mut HashMap<String, Statement>,
     /// Holds the write lock: may append to the journal.
     ordered: bool,
-    /// Rows of [`Tx::insert_deferred`] not sent yet, all for one table.
-    deferred: Option<(&'static Insert, Vec<Vec<Value>>)>,
+    /// Rows of [`Tx::insert_deferred`] not sent yet, per table, the tables in the order of
+    /// their first deferred row.
+    deferred: Vec<(&'static Insert, Vec<Vec<Value>>)>,
 }
 
 impl<'a, C: GenericClient> PgTx<'a, C> {
     fn new(client: &'a mut C, statements: &'a mut HashMap<String, Statement>, ordered: bool) -> Self {
-        PgTx { client, statements, ordered, deferred: None }
+        PgTx { client, statements, ordered, deferred: Vec::new() }
     }
 
-    /// Sends the deferred rows, if any, in one statement: `INSERT .. SELECT * FROM unnest(..)`
-    /// with one array parameter per column, so one prepared statement serves any number of rows.
+    /// Sends the deferred rows, if any: one statement per table, the tables in the order of their
+    /// first deferred row (so a table whose rows others reference, deferred first, is sent
+    /// first).
     fn flush(&mut self) -> Result<()> {
-        let Some((into, rows)) = self.deferred.take() else { return Ok(()) };
+        for (into, rows) in std::mem::take(&mut self.deferred) {
+            self.insert_rows(into, &rows)?;
+        }
+        Ok(())
+    }
+
+    /// `rows` into `into`'s table in one statement, `INSERT .. SELECT * FROM unnest(..)` with one
+    /// array parameter per column, so one prepared statement serves any number of rows.
+    fn insert_rows(&mut self, into: &'static Insert, rows: &[Vec<Value>]) -> Result<()> {
         let names: Vec<&str> = into.columns.iter().map(|(name, _)| *name).collect();
         let arrays: Vec<String> = into
             .columns
@@ -369,12 +379,9 @@ impl<C: GenericClient> Tx for PgTx<'_, C> {
                 into.columns.len()
             )));
         }
-        match &mut self.deferred {
-            Some((table, rows)) if std::ptr::eq(*table, into) => rows.push(row),
-            _ => {
-                self.flush()?;
-                self.deferred = Some((into, vec![row]));
-            }
+        match self.deferred.iter_mut().find(|(table, _)| std::ptr::eq(*table, into)) {
+            Some((_, rows)) => rows.push(row),
+            None => self.deferred.push((into, vec![row])),
         }
         Ok(())
     }

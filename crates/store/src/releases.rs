@@ -7,7 +7,7 @@ use tidegate_core::state::{StepEvent, StepStatus};
 
 use crate::codec::{fmt_ts, parse_ts, to_i64, to_json};
 use crate::journal::{Appender, Draft};
-use crate::sql::{Row, Tx, Value, query_in_chunks};
+use crate::sql::{ColumnType, Insert, Row, Tx, Value, query_in_chunks};
 use crate::steps::{Applier, apply_held, finish_applying};
 use crate::{Error, JournalMeta, Outcome, ReleaseItem, ReleaseKind, ReleaseRecord, Result, StepEventRecord};
 
@@ -83,6 +83,66 @@ pub(crate) fn check_items(release: &ReleaseRecord) -> Result<()> {
     }
 }
 
+/// A release's row and its items' rows, deferred ([`Tx::insert_deferred`]): the releases a
+/// transaction records reach PostgreSQL in two statements, the releases before their items.
+static RELEASE_ROW: Insert = {
+    use ColumnType::Text;
+    Insert {
+        table: "releases",
+        columns: &[
+            ("id", Text),
+            ("kind", Text),
+            ("run_id", Text),
+            ("backfill_id", Text),
+            ("restores_release_id", Text),
+            ("created_by", Text),
+            ("created_at", Text),
+        ],
+    }
+};
+static ITEM_ROW: Insert = {
+    use ColumnType::{Int, Text};
+    Insert {
+        table: "release_versions",
+        columns: &[
+            ("release_id", Text),
+            ("item_idx", Int),
+            ("dataset", Text),
+            ("partition_key", Text),
+            ("version_id", Text),
+            ("delta_version", Int),
+            ("restored_delta_version", Int),
+            ("unchanged", Int),
+        ],
+    }
+};
+
+/// Which of the rows a batch of releases names exist: read in one query per table before the
+/// first release is checked, and kept up to date as the batch records releases.
+struct Known {
+    releases: HashSet<String>,
+    runs: HashSet<String>,
+    versions: HashSet<String>,
+}
+
+impl Known {
+    fn read<'a>(tx: &mut dyn Tx, releases: impl Iterator<Item = &'a ReleaseRecord> + Clone) -> Result<Self> {
+        let mut ids = |table: &str, named: Vec<String>| -> Result<HashSet<String>> {
+            let rows = query_in_chunks(tx, &[], &named, |ids| format!("SELECT id FROM {table} WHERE id IN ({ids})"))?;
+            rows.iter().map(|row| row.text(0)).collect()
+        };
+        let release_ids =
+            releases.clone().flat_map(|r| std::iter::once(r.id.clone()).chain(r.restores_release_id.clone())).collect();
+        let run_ids = releases.clone().filter_map(|r| r.run_id.clone()).collect();
+        let version_ids = releases.flat_map(|r| r.items.iter().filter_map(|i| i.version_id.clone())).collect();
+        Ok(Known {
+            releases: ids("releases", release_ids)?,
+            runs: ids("runs", run_ids)?,
+            versions: ids("versions", version_ids)?,
+        })
+    }
+}
+
 /// Inserts one release with its items, journals it, and applies `Published` to its steps with
 /// `applier`; the caller finishes applying (writes the last step, re-derives each run once,
 /// however many releases the transaction records).
@@ -90,6 +150,7 @@ fn insert_release(
     tx: &mut dyn Tx,
     journal: &mut Appender,
     applier: &mut Applier,
+    known: &mut Known,
     release: &ReleaseRecord,
     steps: &[(String, u64)],
     meta: &JournalMeta,
@@ -102,7 +163,7 @@ fn insert_release(
             meta: meta.clone(),
         })
         .collect();
-    if !tx.query("SELECT id FROM releases WHERE id = ?1", &[release.id.as_str().into()])?.is_empty() {
+    if known.releases.contains(&release.id) {
         return Err(Error::Conflict(format!(
             "release {} is already recorded; read it back instead of recording it again",
             release.id
@@ -112,25 +173,25 @@ fn insert_release(
     // since the caller decided to publish) is not a release: its rejections are journaled and
     // nothing is recorded, so the caller takes its commits back (the engine withdraws them)
     // instead of the store claiming what the steps' states deny.
-    if !steps.is_empty() && none_accepted(tx, &events)? {
+    if !steps.is_empty() && none_accepted(tx, applier, &events)? {
         return events.iter().map(|rec| apply_held(tx, journal, applier, rec, None)).collect();
     }
     // What the release names must exist; the foreign keys would refuse it too, but as a
     // database error rather than as the caller's mistake.
-    let mut references: Vec<(&str, &str, &str)> = Vec::new();
-    references.extend(release.run_id.as_deref().map(|id| ("run", "runs", id)));
-    references.extend(release.restores_release_id.as_deref().map(|id| ("restored release", "releases", id)));
-    references
-        .extend(release.items.iter().filter_map(|i| i.version_id.as_deref()).map(|id| ("version", "versions", id)));
-    for (what, table, id) in references {
-        if tx.query(&format!("SELECT id FROM {table} WHERE id = ?1"), &[id.into()])?.is_empty() {
+    let mut references: Vec<(&str, &HashSet<String>, &str)> = Vec::new();
+    references.extend(release.run_id.as_deref().map(|id| ("run", &known.runs, id)));
+    references.extend(release.restores_release_id.as_deref().map(|id| ("restored release", &known.releases, id)));
+    references.extend(
+        release.items.iter().filter_map(|i| i.version_id.as_deref()).map(|id| ("version", &known.versions, id)),
+    );
+    for (what, existing, id) in references {
+        if !existing.contains(id) {
             return Err(Error::InvalidRequest(format!("{what} {id:?} does not exist")));
         }
     }
-    tx.execute(
-        "INSERT INTO releases (id, kind, run_id, backfill_id, restores_release_id, created_by, created_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-        &[
+    tx.insert_deferred(
+        &RELEASE_ROW,
+        vec![
             release.id.as_str().into(),
             release_kind_text(release.kind).into(),
             release.run_id.as_deref().into(),
@@ -140,12 +201,11 @@ fn insert_release(
             fmt_ts(release.created_at).into(),
         ],
     )?;
+    known.releases.insert(release.id.clone());
     for (item_idx, item) in release.items.iter().enumerate() {
-        tx.execute(
-            "INSERT INTO release_versions \
-             (release_id, item_idx, dataset, partition_key, version_id, delta_version, restored_delta_version, \
-             unchanged) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            &[
+        tx.insert_deferred(
+            &ITEM_ROW,
+            vec![
                 release.id.as_str().into(),
                 Value::Int(to_i64("release item index", item_idx as u64)?),
                 item.dataset.as_str().into(),
@@ -165,10 +225,11 @@ fn insert_release(
     events.iter().map(|rec| apply_held(tx, journal, applier, rec, None)).collect()
 }
 
-/// Whether the state machine refuses every one of `events` on its step as stored now.
-fn none_accepted(tx: &mut dyn Tx, events: &[StepEventRecord]) -> Result<bool> {
+/// Whether the state machine refuses every one of `events` on its step as this transaction has
+/// it now.
+fn none_accepted(tx: &mut dyn Tx, applier: &Applier, events: &[StepEventRecord]) -> Result<bool> {
     for rec in events {
-        let Some(step) = crate::steps::load_step(tx, &rec.step_id)? else { return Ok(false) };
+        let Some(step) = applier.current(tx, &rec.step_id)? else { return Ok(false) };
         if tidegate_core::state::apply(&step.state, &rec.event).is_ok() {
             return Ok(false);
         }
@@ -185,7 +246,8 @@ pub(crate) fn record(
 ) -> Result<Vec<Outcome>> {
     let mut journal = Appender::default();
     let mut applier = Applier::reading(tx, steps.iter().map(|(id, _)| id.as_str()))?;
-    let outcomes = insert_release(tx, &mut journal, &mut applier, release, steps, meta)?;
+    let mut known = Known::read(tx, std::iter::once(release))?;
+    let outcomes = insert_release(tx, &mut journal, &mut applier, &mut known, release, steps, meta)?;
     finish_applying(tx, &mut journal, applier)?;
     Ok(outcomes)
 }
@@ -199,10 +261,11 @@ pub(crate) fn record_many(
     let mut journal = Appender::default();
     let mut applier =
         Applier::reading(tx, releases.iter().flat_map(|(_, steps)| steps.iter().map(|(id, _)| id.as_str())))?;
+    let mut known = Known::read(tx, releases.iter().map(|(release, _)| release))?;
     let outcomes = releases
         .iter()
         .map(|(release, steps)| {
-            insert_release(tx, &mut journal, &mut applier, release, steps, meta)
+            insert_release(tx, &mut journal, &mut applier, &mut known, release, steps, meta)
                 .map_err(|e| e.context(&format!("recording release {}", release.id)))
         })
         .collect::<Result<Vec<_>>>()?;

@@ -168,10 +168,12 @@ pub trait Tx {
     /// Runs several statements without parameters (migrations).
     fn execute_batch(&mut self, sql: &str) -> Result<()>;
     /// Inserts `row` into `into`'s table, now or later in this transaction: a backend that pays a
-    /// round trip per statement (PostgreSQL) holds the rows and sends them in one statement
-    /// before the next query or the commit, whichever comes first, so a read in the same
-    /// transaction still sees them. Only for tables no other statement's constraint or trigger
-    /// reads (the journal): a failure of the insert may surface at that later point instead.
+    /// round trip per statement (PostgreSQL) holds the rows and sends them, one statement per
+    /// table and the tables in the order of their first deferred row, before the next query or
+    /// the commit, whichever comes first, so a read in the same transaction still sees them.
+    /// Only for rows that no other statement of the transaction changes or references before its
+    /// next query (a foreign key from a table not deferred after it, an update): the journal's,
+    /// a release's. A failure of the insert may surface at that later point instead.
     fn insert_deferred(&mut self, into: &'static Insert, row: Vec<Value>) -> Result<()> {
         self.execute(&into.one_row_sql(), &row).map(|_| ())
     }

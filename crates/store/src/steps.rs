@@ -131,6 +131,18 @@ impl Applier {
         Ok(Applier { read_ahead, ..Applier::default() })
     }
 
+    /// `step_id` as this transaction has it now, without taking it: the held step's state if it
+    /// is the one held (its row may be behind), else as read ahead, else as read.
+    pub(crate) fn current(&self, tx: &mut dyn Tx, step_id: &str) -> Result<Option<StepRecord>> {
+        if let Some((held, _)) = self.held.as_ref().filter(|(held, _)| held.id == step_id) {
+            return Ok(Some(held.clone()));
+        }
+        match self.read_ahead.get(step_id) {
+            Some(step) => Ok(Some(step.clone())),
+            None => load_step(tx, step_id),
+        }
+    }
+
     /// `step_id` as stored now: read ahead if it was (once), else read.
     pub(crate) fn take_step(&mut self, tx: &mut dyn Tx, step_id: &str) -> Result<Option<StepRecord>> {
         match self.read_ahead.remove(step_id) {

@@ -1169,6 +1169,11 @@ pub fn releases_recorded_together_are_all_or_nothing(t: &StoreUnderTest) {
     assert!(matches!(err, Error::Conflict(_)), "{err}");
     assert_eq!(store.release("r1").expect("reading"), None, "nothing of a refused batch is recorded");
     assert_eq!(status(store, &steps[1].id), StepStatus::Validated);
+    // So is a batch naming one new release twice.
+    let batch = vec![(release_of(1, "r1"), fence_of(1)), (release_of(1, "r1"), Vec::new())];
+    let err = store.record_releases(&batch, &meta(at)).expect_err("refused");
+    assert!(matches!(err, Error::Conflict(_)), "{err}");
+    assert_eq!(store.release("r1").expect("reading"), None, "nothing of a refused batch is recorded");
 
     // Two releases in one transaction: both recorded, both steps published, the run succeeds,
     // and the journal holds each release followed by its step's transition.
@@ -1182,6 +1187,14 @@ pub fn releases_recorded_together_are_all_or_nothing(t: &StoreUnderTest) {
     let entries = all_entries(store);
     let kinds: Vec<&str> = entries[n_before..].iter().map(|e| e.kind.as_str()).collect();
     assert_eq!(kinds, vec!["release_published", "published", "release_published", "published", "run_status"]);
+
+    // A rollback may restore a release recorded earlier in its own batch.
+    let mut rollback = release_record("r4", ReleaseKind::Rollback, &[("labels", None)], at);
+    rollback.restores_release_id = Some("r3".into());
+    let batch =
+        vec![(release_record("r3", ReleaseKind::Publish, &[("labels", None)], at), Vec::new()), (rollback, Vec::new())];
+    store.record_releases(&batch, &meta(at)).expect("recording a release and its rollback together");
+    assert_eq!(store.release("r4").expect("reading").and_then(|r| r.restores_release_id).as_deref(), Some("r3"));
     assert_chain_intact(store);
 }
 
