@@ -110,7 +110,7 @@ impl Driver for Postgres {
     }
 
     fn write<T: Send>(&self, f: impl FnOnce(&mut dyn Tx) -> Result<T> + Send) -> Result<T> {
-        off_the_runtime(|| self.write_here(f))
+        off_the_runtime(|| self.write_here(true, Durability::Durable, f))
     }
 
     fn write_unjournaled<T: Send>(
@@ -118,7 +118,7 @@ impl Driver for Postgres {
         durability: Durability,
         f: impl FnOnce(&mut dyn Tx) -> Result<T> + Send,
     ) -> Result<T> {
-        off_the_runtime(|| self.write_unordered_here(durability, f))
+        off_the_runtime(|| self.write_here(false, durability, f))
     }
 
     fn read<T: Send>(&self, f: impl FnOnce(&mut dyn Tx) -> Result<T> + Send) -> Result<T> {
@@ -174,38 +174,32 @@ fn off_the_runtime<R: Send>(op: impl FnOnce() -> R + Send) -> R {
 }
 
 impl Postgres {
-    fn write_here<T>(&self, f: impl FnOnce(&mut dyn Tx) -> Result<T>) -> Result<T> {
+    /// A write transaction: `ordered` takes the write lock first (a journaled write,
+    /// [`Driver::write`]); without it ([`Driver::write_unjournaled`]), `durability` may let the
+    /// commit return before it is on disk. Deferred rows are sent before the commit.
+    fn write_here<T>(
+        &self,
+        ordered: bool,
+        durability: Durability,
+        f: impl FnOnce(&mut dyn Tx) -> Result<T>,
+    ) -> Result<T> {
         let mut conn = self.take()?;
         let result = (|| {
             let PgConn { client, statements } = &mut conn;
             let mut tx = client.transaction().map_err(map_err)?;
-            tx.batch_execute(WRITE_LOCK).map_err(map_err)?;
-            let mut journaled = PgTx::new(&mut tx, statements, true);
-            let value = f(&mut journaled)?;
-            journaled.flush()?;
+            if ordered {
+                tx.batch_execute(WRITE_LOCK).map_err(map_err)?;
+            }
+            if durability == Durability::Lazy {
+                tx.batch_execute("SET LOCAL synchronous_commit = off").map_err(map_err)?;
+            }
+            let mut pg = PgTx::new(&mut tx, statements, ordered);
+            let value = f(&mut pg)?;
+            pg.flush()?;
             tx.commit().map_err(map_err)?;
             Ok(value)
         })();
         // A failed transaction was rolled back when it was dropped; a broken client is discarded.
-        self.give_back(conn);
-        result
-    }
-
-    /// A write transaction without the write lock ([`Driver::write_unjournaled`]).
-    fn write_unordered_here<T>(&self, durability: Durability, f: impl FnOnce(&mut dyn Tx) -> Result<T>) -> Result<T> {
-        let mut conn = self.take()?;
-        let result = (|| {
-            let PgConn { client, statements } = &mut conn;
-            let mut tx = client.transaction().map_err(map_err)?;
-            if durability == Durability::Lazy {
-                tx.batch_execute("SET LOCAL synchronous_commit = off").map_err(map_err)?;
-            }
-            let mut unordered = PgTx::new(&mut tx, statements, false);
-            let value = f(&mut unordered)?;
-            unordered.flush()?;
-            tx.commit().map_err(map_err)?;
-            Ok(value)
-        })();
         self.give_back(conn);
         result
     }
@@ -251,31 +245,21 @@ impl<'a, C: GenericClient> PgTx<'a, C> {
             .collect();
         let sql =
             format!("INSERT INTO {} ({}) SELECT * FROM unnest({})", into.table, names.join(", "), arrays.join(", "));
+        // One array per column, of the column's type; a value of another type is refused.
+        fn array<T>(rows: &[Vec<Value>], i: usize, pick: impl Fn(&Value) -> Option<T>) -> Option<Vec<Option<T>>> {
+            rows.iter().map(|row| if row[i] == Value::Null { Some(None) } else { pick(&row[i]).map(Some) }).collect()
+        }
         let mut bound: Vec<Box<dyn ToSql + Sync>> = Vec::with_capacity(into.columns.len());
         for (i, (name, ty)) in into.columns.iter().enumerate() {
-            let mismatch =
-                |v: &Value| Error::Database(format!("{}.{name}: cannot insert {v} into a {ty:?} column", into.table));
-            let column: Box<dyn ToSql + Sync> = match ty {
-                ColumnType::Int => Box::new(
-                    rows.iter()
-                        .map(|row| match &row[i] {
-                            Value::Null => Ok(None),
-                            Value::Int(v) => Ok(Some(*v)),
-                            other => Err(mismatch(other)),
-                        })
-                        .collect::<Result<Vec<Option<i64>>>>()?,
-                ),
-                ColumnType::Text => Box::new(
-                    rows.iter()
-                        .map(|row| match &row[i] {
-                            Value::Null => Ok(None),
-                            Value::Text(v) => Ok(Some(v.clone())),
-                            other => Err(mismatch(other)),
-                        })
-                        .collect::<Result<Vec<Option<String>>>>()?,
-                ),
+            let column: Option<Box<dyn ToSql + Sync>> = match ty {
+                ColumnType::Int => array(rows, i, |v| if let Value::Int(n) = v { Some(*n) } else { None })
+                    .map(|a| Box::new(a) as Box<dyn ToSql + Sync>),
+                ColumnType::Text => array(rows, i, |v| if let Value::Text(t) = v { Some(t.clone()) } else { None })
+                    .map(|a| Box::new(a) as Box<dyn ToSql + Sync>),
             };
-            bound.push(column);
+            bound.push(column.ok_or_else(|| {
+                Error::Database(format!("{}.{name}: a value that is not of the column's type ({ty:?})", into.table))
+            })?);
         }
         let stmt = self.prepare(&sql)?;
         let refs: Vec<&(dyn ToSql + Sync)> = bound.iter().map(|b| b.as_ref()).collect();
