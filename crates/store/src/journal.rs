@@ -9,7 +9,7 @@ use tidegate_core::idempotency::Canonical;
 use tidegate_core::partition::Interval;
 
 use crate::codec::{fmt_ts, from_json, parse_opt_ts, parse_ts, to_json, to_u64};
-use crate::sql::{ColumnType, Insert, Row, Tx, Value};
+use crate::sql::{ColumnType, Insert, Journaling, Row, Tx, Value};
 use crate::{ChainBreak, ChainReport, Decision, Error, JournalEntry, JournalHead, JournalMeta, JournalQuery, Result};
 
 /// The previous hash of the first entry.
@@ -208,43 +208,47 @@ impl<'a> Draft<'a> {
     }
 }
 
-/// Appends entries within one write transaction, remembering the head so that a group commit of
-/// many events reads the previous entry once, not once per event.
-#[derive(Debug, Default)]
-pub(crate) struct Appender {
-    /// The last entry's sequence number and hash, once read.
-    head: Option<(i64, String)>,
-}
+/// The unchained entries' columns (`journal_pending`, PostgreSQL): an entry's body, without the
+/// place in the chain (`seq`, `prev_hash`, `hash`) the chainer gives it; `id` and the writing
+/// transaction's `xid` are filled in by the database.
+pub(crate) static PENDING: Insert = {
+    use ColumnType::Text;
+    Insert {
+        table: "journal_pending",
+        columns: &[
+            ("at", Text),
+            ("actor", Text),
+            ("correlation_id", Text),
+            ("kind", Text),
+            ("run_id", Text),
+            ("step_id", Text),
+            ("task", Text),
+            ("partition_key", Text),
+            ("interval_start", Text),
+            ("interval_end", Text),
+            ("from_status", Text),
+            ("to_status", Text),
+            ("reason", Text),
+            ("payload", Text),
+            ("via", Text),
+        ],
+    }
+};
 
-impl Appender {
-    /// Appends `draft`; returns its sequence number. Must run inside a write transaction: the
-    /// serialized writes are what make `max + 1` and the chain race-free.
-    pub(crate) fn append(&mut self, tx: &mut dyn Tx, draft: Draft<'_>) -> Result<u64> {
-        if !tx.orders_journal() {
-            return Err(Error::Database(format!(
-                "a journal entry ({}) was appended in a write that does not hold the journal's order; \
-                 this is a bug in Tidegate, please report it",
-                draft.kind
-            )));
-        }
-        let (last_seq, last_hash) = match self.head.take() {
-            Some(head) => head,
-            None => {
-                let rows = tx.query("SELECT seq, hash FROM journal ORDER BY seq DESC LIMIT 1", &[])?;
-                match rows.first() {
-                    Some(row) => (row.int(0)?, row.text(1)?),
-                    None => (0, GENESIS_HASH.to_owned()),
-                }
-            }
-        };
+/// The most entries one chainer pass takes; a longer tail is chained in several passes.
+pub(crate) const CHAIN_BATCH: i64 = 5_000;
+
+impl Stored {
+    /// The entry of `draft`, not yet in the chain.
+    fn unchained(draft: Draft<'_>) -> Self {
         let (interval_start, interval_end) = match draft.interval {
             Some(i) => (Some(fmt_ts(i.start)), Some(fmt_ts(i.end))),
             None => (None, None),
         };
         let owned = |s: Option<&str>| s.map(str::to_owned);
-        let mut entry = Stored {
-            seq: last_seq + 1,
-            prev_hash: last_hash,
+        Stored {
+            seq: 0,
+            prev_hash: String::new(),
             hash: String::new(),
             at: fmt_ts(draft.meta.at),
             actor: draft.meta.actor.clone(),
@@ -261,38 +265,147 @@ impl Appender {
             reason: draft.reason.to_owned(),
             payload: draft.payload,
             via: draft.meta.via.clone(),
-        };
-        entry.hash = entry.compute_hash();
-        tx.insert_deferred(
-            &APPEND,
-            vec![
-                Value::Int(entry.seq),
-                entry.prev_hash.into(),
-                entry.hash.as_str().into(),
-                entry.at.into(),
-                entry.actor.into(),
-                entry.correlation_id.into(),
-                entry.kind.into(),
-                entry.run_id.into(),
-                entry.step_id.into(),
-                entry.task.into(),
-                entry.partition.into(),
-                entry.interval_start.into(),
-                entry.interval_end.into(),
-                entry.from_status.into(),
-                entry.to_status.into(),
-                entry.reason.into(),
-                entry.payload.into(),
-                entry.via.into(),
-            ],
-        )?;
-        self.head = Some((entry.seq, entry.hash));
-        to_u64("journal seq", entry.seq)
+        }
+    }
+
+    /// An unchained entry as `journal_pending` returns it, from column `first` on in
+    /// [`PENDING`]'s order.
+    fn from_pending_row(row: &Row, first: usize) -> Result<Self> {
+        Ok(Stored {
+            seq: 0,
+            prev_hash: String::new(),
+            hash: String::new(),
+            at: row.text(first)?,
+            actor: row.text(first + 1)?,
+            correlation_id: row.text(first + 2)?,
+            kind: row.text(first + 3)?,
+            run_id: row.opt_text(first + 4)?,
+            step_id: row.opt_text(first + 5)?,
+            task: row.opt_text(first + 6)?,
+            partition: row.opt_text(first + 7)?,
+            interval_start: row.opt_text(first + 8)?,
+            interval_end: row.opt_text(first + 9)?,
+            from_status: row.opt_text(first + 10)?,
+            to_status: row.opt_text(first + 11)?,
+            reason: row.text(first + 12)?,
+            payload: row.text(first + 13)?,
+            via: row.opt_text(first + 14)?,
+        })
+    }
+
+    /// Gives the entry the place after `head` and moves `head` to it.
+    fn link(mut self, head: &mut (i64, String)) -> Self {
+        self.seq = head.0 + 1;
+        self.prev_hash = std::mem::take(&mut head.1);
+        self.hash = self.compute_hash();
+        *head = (self.seq, self.hash.clone());
+        self
+    }
+
+    /// Every column in [`APPEND`]'s order.
+    fn into_values(self) -> Vec<Value> {
+        vec![
+            Value::Int(self.seq),
+            self.prev_hash.into(),
+            self.hash.into(),
+            self.at.into(),
+            self.actor.into(),
+            self.correlation_id.into(),
+            self.kind.into(),
+            self.run_id.into(),
+            self.step_id.into(),
+            self.task.into(),
+            self.partition.into(),
+            self.interval_start.into(),
+            self.interval_end.into(),
+            self.from_status.into(),
+            self.to_status.into(),
+            self.reason.into(),
+            self.payload.into(),
+            self.via.into(),
+        ]
     }
 }
 
+/// The newest chained entry's sequence number and hash, or the genesis.
+fn chain_head(tx: &mut dyn Tx) -> Result<(i64, String)> {
+    let rows = tx.query("SELECT seq, hash FROM journal ORDER BY seq DESC LIMIT 1", &[])?;
+    match rows.first() {
+        Some(row) => Ok((row.int(0)?, row.text(1)?)),
+        None => Ok((0, GENESIS_HASH.to_owned())),
+    }
+}
+
+/// Appends entries within one write transaction. As the only writer ([`Journaling::InOrder`]) it
+/// chains each entry at once, remembering the head so that a group commit of many events reads
+/// the previous entry once, not once per event; as one of many ([`Journaling::Pending`]) it
+/// appends the entries unchained and [`chain`] places them after the commit.
+#[derive(Debug, Default)]
+pub(crate) struct Appender {
+    /// The last entry's sequence number and hash, once read.
+    head: Option<(i64, String)>,
+}
+
+impl Appender {
+    /// Appends `draft` in the write transaction `tx`.
+    pub(crate) fn append(&mut self, tx: &mut dyn Tx, draft: Draft<'_>) -> Result<()> {
+        let kind = draft.kind;
+        let entry = Stored::unchained(draft);
+        match tx.journaling() {
+            Journaling::Refused => Err(Error::Database(format!(
+                "a journal entry ({kind}) was appended in a write that journals nothing; this is a bug in \
+                 Tidegate, please report it"
+            ))),
+            Journaling::Pending => {
+                let values = entry.into_values().split_off(3);
+                tx.insert_deferred(&PENDING, values)
+            }
+            Journaling::InOrder => {
+                let mut head = match self.head.take() {
+                    Some(head) => head,
+                    None => chain_head(tx)?,
+                };
+                let entry = entry.link(&mut head);
+                self.head = Some(head);
+                tx.insert_deferred(&APPEND, entry.into_values())
+            }
+        }
+    }
+}
+
+/// One pass of the chainer: takes up to [`CHAIN_BATCH`] unchained entries whose transactions
+/// have committed, in the order of their transaction ids (then of their appends), and chains them
+/// after the head; returns how many. Must run in a transaction that holds the chain lock, at READ
+/// COMMITTED so that each statement sees the previous chainer's commit, and the entries are
+/// taken and deleted in one statement, so that no entry is ever deleted unchained.
+///
+/// The order is causal: a transaction that read or changed what another wrote began after that
+/// one committed (serializable writes, `Driver::write`), so it has the larger transaction id,
+/// and it can only be seen committed where the other is too. Entries of concurrent transactions
+/// may take either order; nothing ever places an entry before one already chained.
+pub(crate) fn chain(tx: &mut dyn Tx) -> Result<usize> {
+    let body = PENDING.columns.iter().map(|(name, _)| *name).collect::<Vec<_>>().join(", ");
+    let rows = tx.query(
+        &format!(
+            "WITH taken AS (DELETE FROM journal_pending WHERE id IN \
+             (SELECT id FROM journal_pending ORDER BY xid, id LIMIT ?1) RETURNING xid, id, {body}) \
+             SELECT xid::text::int8 AS xid, id, {body} FROM taken ORDER BY 1, 2"
+        ),
+        &[Value::Int(CHAIN_BATCH)],
+    )?;
+    if rows.is_empty() {
+        return Ok(0);
+    }
+    let mut head = chain_head(tx)?;
+    for row in &rows {
+        let entry = Stored::from_pending_row(row, 2)?.link(&mut head);
+        tx.insert_deferred(&APPEND, entry.into_values())?;
+    }
+    Ok(rows.len())
+}
+
 /// Journals a decision the caller made (one that changed no step), as one entry.
-pub(crate) fn record_decision(tx: &mut dyn Tx, decision: &Decision, meta: &JournalMeta) -> Result<u64> {
+pub(crate) fn record_decision(tx: &mut dyn Tx, decision: &Decision, meta: &JournalMeta) -> Result<()> {
     Appender::default().append(
         tx,
         Draft {
@@ -355,10 +468,23 @@ pub(crate) fn head(tx: &mut dyn Tx) -> Result<Option<JournalHead>> {
 /// Whether the journal records release `release_id` (its `release_published` or
 /// `release_restored` entry), looked up through the run it belongs to when known.
 pub(crate) fn records_release(tx: &mut dyn Tx, release_id: &str, run_id: Option<&str>) -> Result<bool> {
+    // Entries not chained yet count too: a release recorded by a transaction that committed
+    // a moment ago, or earlier in this one.
     let kinds = "kind IN ('release_published', 'release_restored')";
     let rows = match run_id {
-        Some(run) => tx.query(&format!("SELECT payload FROM journal WHERE run_id = ?1 AND {kinds}"), &[run.into()])?,
-        None => tx.query(&format!("SELECT payload FROM journal WHERE {kinds}"), &[])?,
+        Some(run) => tx.query(
+            &format!(
+                "SELECT payload FROM journal WHERE run_id = ?1 AND {kinds} \
+                 UNION ALL SELECT payload FROM journal_pending WHERE run_id = ?1 AND {kinds}"
+            ),
+            &[run.into()],
+        )?,
+        None => tx.query(
+            &format!(
+                "SELECT payload FROM journal WHERE {kinds} UNION ALL SELECT payload FROM journal_pending WHERE {kinds}"
+            ),
+            &[],
+        )?,
     };
     for row in &rows {
         let payload: serde_json::Value = serde_json::from_str(&row.text(0)?).unwrap_or_default();

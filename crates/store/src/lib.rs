@@ -50,7 +50,7 @@ pub use postgres::Postgres;
 /// The PostgreSQL driver's session settings and write lock, for tests that stand in for a store
 /// session (a frozen writer).
 pub mod pg {
-    pub use crate::postgres::{SESSION_SETTINGS, WRITE_LOCK};
+    pub use crate::postgres::{CHAIN_LOCK, SESSION_SETTINGS};
 }
 pub use sqlite::Sqlite;
 pub use store::{Options, PgStore, SqlStore, SqliteStore, open, open_at, open_with};
@@ -130,11 +130,12 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn journal(&self, query: &JournalQuery) -> Result<Vec<JournalEntry>>;
     /// Journals a decision that changes no stored state (a scheduler declining to run an interval
     /// another run already covers, say): `kind`, the interval it is about, and a JSON payload.
-    fn record_decision(&self, decision: &Decision, meta: &JournalMeta) -> Result<u64>;
+    fn record_decision(&self, decision: &Decision, meta: &JournalMeta) -> Result<()>;
     /// Recomputes the hash chain and reports the first entry where it breaks.
     fn verify_journal(&self) -> Result<ChainReport>;
     /// The newest journal entry's sequence number and hash (`None` for an empty journal): what
-    /// every Delta commit Tidegate makes carries, so the lake can vouch for the journal.
+    /// every Delta commit Tidegate makes carries, so the lake can vouch for the journal. Every
+    /// entry committed before the call is in the chain first, and the chain is durable.
     fn journal_head(&self) -> Result<Option<JournalHead>>;
     /// The hash of entry `seq`, if the journal has that entry.
     fn journal_hash_at(&self, seq: u64) -> Result<Option<String>>;

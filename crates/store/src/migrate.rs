@@ -6,6 +6,7 @@
 use chrono::Utc;
 
 use crate::codec::fmt_ts;
+use crate::sql::Durability;
 use crate::sql::{Driver, Tx, Value};
 use crate::{Backend, Error, Result};
 
@@ -70,13 +71,26 @@ const MIGRATIONS: &[Migration] = &[
     },
     Migration { version: 17, name: "pauses", sqlite: PAUSES, postgres: PAUSES },
     Migration { version: 18, name: "alerts", sqlite: ALERTS, postgres: ALERTS },
+    Migration {
+        version: 19,
+        name: "journal_pending",
+        sqlite: include_str!("../migrations/0019_journal_pending.sqlite.sql"),
+        postgres: include_str!("../migrations/0019_journal_pending.postgres.sql"),
+    },
 ];
 
 /// Applies the migrations the database has not seen; returns how many it applied.
 pub(crate) fn migrate(driver: &impl Driver) -> Result<usize> {
     let backend = driver.backend();
+    // Not `write`: a migration needs each statement to see what a concurrent opener committed
+    // while it waited for the lock below (READ COMMITTED), and serializable isolation does not
+    // cover the catalog anyway.
     driver
-        .write(|tx| {
+        .write_unjournaled(Durability::Durable, |tx| {
+            // Concurrent openers migrate one at a time.
+            if backend == Backend::Postgres {
+                tx.execute_batch(crate::postgres::MIGRATION_LOCK)?;
+            }
             tx.execute_batch(
                 "CREATE TABLE IF NOT EXISTS schema_migrations (
                     version BIGINT PRIMARY KEY,

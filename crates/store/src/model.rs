@@ -238,15 +238,11 @@ pub struct StepEventRecord {
 pub enum Outcome {
     /// Applied; the journal entry's sequence number and the step as the event left it.
     Applied {
-        /// The sequence number of the event's journal entry.
-        seq: u64,
         /// The step's state after the event.
         step: Step,
     },
     /// Rejected by the transition table or by fencing; journaled as a rejection with `seq`.
     Rejected {
-        /// The sequence number of the journal entry that records the rejection.
-        seq: u64,
         /// Why the event was refused: the transition table's or the fencing error.
         reason: String,
     },

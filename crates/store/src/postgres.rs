@@ -1,28 +1,40 @@
-//! The PostgreSQL driver: a small pool of synchronous clients; every write transaction first takes
-//! a transaction-scoped advisory lock, so journal appends (and every other write) are totally
-//! ordered and `seq = max + 1` cannot race, at the default READ COMMITTED isolation.
+//! The PostgreSQL driver: a small pool of synchronous clients. Journaled writes run concurrently at
+//! SERIALIZABLE isolation, run again when PostgreSQL refuses one for a concurrent writer, and
+//! append their journal entries unchained; after each commit the chainer gives them their place
+//! in the chain under a lock of its own (decision 0024).
 
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use postgres::error::SqlState;
 use postgres::types::{ToSql, Type};
-use postgres::{Client, GenericClient, NoTls, Statement};
+use postgres::{Client, GenericClient, IsolationLevel, NoTls, Statement};
 
 use crate::notify::{CHANNEL_SQL, Change, ChangeWatch, Feed};
-use crate::sql::{ColumnType, Driver, Durability, Insert, Row, Tx, Value, to_dollar_placeholders};
+use crate::sql::{ColumnType, Driver, Durability, Insert, Journaling, Row, Tx, Value, to_dollar_placeholders};
 use crate::{Backend, Error, Result};
 
-/// The advisory lock every write transaction takes first: one per schema (the schema's name hashed
-/// with "tidegate" in ASCII as the seed), so that the journal's appends in a schema are totally
-/// ordered while Tidegate deployments in other schemas of the database never wait for it.
-pub const WRITE_LOCK: &str =
+/// The chainer's advisory lock, taken only by a chainer pass: one per schema (the schema's name
+/// hashed with "tidegate" in ASCII as the seed), so that chainer passes in a schema run one at a
+/// time while Tidegate deployments in other schemas of the database never wait for it. No other
+/// writer takes it.
+pub const CHAIN_LOCK: &str =
     "SELECT pg_advisory_xact_lock(hashtextextended(coalesce(current_schema(), ''), 8388346167643173989))";
+
+/// The advisory lock a migration takes first, so that processes opening a store at once migrate it
+/// one at a time: one per schema, distinct from [`CHAIN_LOCK`].
+pub(crate) const MIGRATION_LOCK: &str =
+    "SELECT pg_advisory_xact_lock(hashtextextended(coalesce(current_schema(), ''), 8388346167643173990))";
+
+/// How many times a journaled write runs before a refusal for a concurrent writer (a
+/// serialization failure, a deadlock) is returned to the caller as [`Error::Unavailable`].
+const WRITE_ATTEMPTS: u32 = 30;
 
 /// What every store session sets when it connects. A session left idle inside a transaction for
 /// this long is a process frozen (SIGSTOP, a stalled machine) or lost in the middle of a write; it
-/// holds the write lock, so PostgreSQL ends it, rolling its write back, and the other writers go
+/// may hold the chain lock or rows other writers need, so PostgreSQL ends it, rolling its write back, and the other writers go
 /// on. Tidegate's own transactions never wait on anything outside the database, so a live one is
 /// never idle this long.
 pub const SESSION_SETTINGS: &str = "SET idle_in_transaction_session_timeout = '5s'";
@@ -109,23 +121,40 @@ impl Driver for Postgres {
         Backend::Postgres
     }
 
-    fn write<T: Send>(&self, f: impl FnOnce(&mut dyn Tx) -> Result<T> + Send) -> Result<T> {
-        off_the_runtime(|| self.write_here(true, Durability::Durable, f))
+    fn write<T: Send>(&self, f: impl Fn(&mut dyn Tx) -> Result<T> + Send) -> Result<T> {
+        off_the_runtime(|| self.write_journaled(f))
     }
 
     fn write_unjournaled<T: Send>(
         &self,
         durability: Durability,
-        f: impl FnOnce(&mut dyn Tx) -> Result<T> + Send,
+        f: impl Fn(&mut dyn Tx) -> Result<T> + Send,
     ) -> Result<T> {
-        off_the_runtime(|| self.write_here(false, durability, f))
+        off_the_runtime(move || {
+            let mut conn = self.take()?;
+            let result =
+                Self::transaction(&mut conn, IsolationLevel::ReadCommitted, durability, Journaling::Refused, &f)
+                    .map(|(value, _)| value)
+                    .map_err(Failure::into_error);
+            self.give_back(conn);
+            result
+        })
+    }
+
+    fn settle_journal(&self) -> Result<()> {
+        off_the_runtime(|| {
+            let mut conn = self.take()?;
+            let result = Self::chain_pass(&mut conn, Durability::Durable);
+            self.give_back(conn);
+            result
+        })
     }
 
     fn read<T: Send>(&self, f: impl FnOnce(&mut dyn Tx) -> Result<T> + Send) -> Result<T> {
         off_the_runtime(|| {
             let mut conn = self.take()?;
             let PgConn { client, statements } = &mut conn;
-            let mut tx = PgTx::new(client, statements, false);
+            let mut tx = PgTx::new(client, statements, Journaling::Refused);
             let result = f(&mut tx).and_then(|value| tx.flush().map(|()| value));
             self.give_back(conn);
             result
@@ -173,51 +202,150 @@ fn off_the_runtime<R: Send>(op: impl FnOnce() -> R + Send) -> R {
     }
 }
 
+/// Why a transaction did not commit: whether running it again may succeed.
+enum Failure {
+    /// PostgreSQL refused it for a concurrent writer (a serialization failure, a deadlock).
+    Conflict(Error),
+    /// Anything else.
+    Other(Error),
+}
+
+impl Failure {
+    fn into_error(self) -> Error {
+        match self {
+            Failure::Conflict(e) | Failure::Other(e) => e,
+        }
+    }
+}
+
+/// Whether `e` is PostgreSQL refusing a transaction for a concurrent one, so that running it
+/// again may succeed.
+fn is_conflict(e: &postgres::Error) -> bool {
+    e.code()
+        .is_some_and(|code| *code == SqlState::T_R_SERIALIZATION_FAILURE || *code == SqlState::T_R_DEADLOCK_DETECTED)
+}
+
 impl Postgres {
-    /// A write transaction: `ordered` takes the write lock first (a journaled write,
-    /// [`Driver::write`]); without it ([`Driver::write_unjournaled`]), `durability` may let the
-    /// commit return before it is on disk. Deferred rows are sent before the commit.
-    fn write_here<T>(
-        &self,
-        ordered: bool,
-        durability: Durability,
-        f: impl FnOnce(&mut dyn Tx) -> Result<T>,
-    ) -> Result<T> {
+    /// A journaled write: `f` in a SERIALIZABLE transaction, run again (after a short, growing
+    /// pause) while PostgreSQL refuses it for a concurrent writer; then, if it appended to the
+    /// journal, a chainer pass, so that its entries are in the chain when this returns. The pass
+    /// commits in the order of the chain lock; entries a failed pass leaves unchained are chained
+    /// by the next pass of any writer.
+    fn write_journaled<T>(&self, f: impl Fn(&mut dyn Tx) -> Result<T>) -> Result<T> {
         let mut conn = self.take()?;
-        let result = (|| {
-            let PgConn { client, statements } = &mut conn;
-            let mut tx = client.transaction().map_err(map_err)?;
-            if ordered {
-                tx.batch_execute(WRITE_LOCK).map_err(map_err)?;
+        let mut attempt = 1;
+        let result = loop {
+            let durable = Durability::Durable;
+            match Self::transaction(&mut conn, IsolationLevel::Serializable, durable, Journaling::Pending, &f) {
+                Err(Failure::Conflict(_)) if attempt < WRITE_ATTEMPTS => {
+                    std::thread::sleep(retry_pause(attempt));
+                    attempt += 1;
+                }
+                other => break other,
             }
-            if durability == Durability::Lazy {
-                tx.batch_execute("SET LOCAL synchronous_commit = off").map_err(map_err)?;
+        };
+        let result = match result {
+            Ok((value, appended)) => {
+                if appended {
+                    // The write has committed: a pass that fails leaves its entries for the next.
+                    let _ = Self::chain_pass(&mut conn, Durability::Lazy);
+                }
+                Ok(value)
             }
-            let mut pg = PgTx::new(&mut tx, statements, ordered);
-            let value = f(&mut pg)?;
-            pg.flush()?;
-            tx.commit().map_err(map_err)?;
-            Ok(value)
-        })();
-        // A failed transaction was rolled back when it was dropped; a broken client is discarded.
+            Err(failure) => Err(failure.into_error()),
+        };
         self.give_back(conn);
         result
     }
+
+    /// Chains the committed unchained entries: one transaction per [`crate::journal::CHAIN_BATCH`]
+    /// entries, each holding the chain lock. A `Lazy` pass commits without waiting for the disk:
+    /// a crash of the database may lose it (and, the log being written in order, everything that
+    /// committed after it), leaving its entries unchained for the next pass, which may then
+    /// order them differently among the entries committed while it ran. Nothing outside the
+    /// database may name a place in the chain until a `Durable` pass ([`Driver::settle_journal`])
+    /// has made it durable.
+    fn chain_pass(conn: &mut PgConn, durability: Durability) -> Result<()> {
+        loop {
+            let pass = |tx: &mut dyn Tx| {
+                tx.execute_batch(CHAIN_LOCK)?;
+                if durability == Durability::Durable {
+                    // A transaction id, so that the commit waits for the log to reach the disk
+                    // even when the pass takes nothing: the passes before it are then durable too.
+                    tx.execute_batch("SELECT pg_current_xact_id()")?;
+                }
+                crate::journal::chain(tx)
+            };
+            let (taken, _) =
+                Self::transaction(conn, IsolationLevel::ReadCommitted, durability, Journaling::Refused, &pass)
+                    .map_err(Failure::into_error)?;
+            if i64::try_from(taken).unwrap_or(i64::MAX) < crate::journal::CHAIN_BATCH {
+                return Ok(());
+            }
+        }
+    }
+
+    /// One transaction on `conn`: `f` at `isolation`, its deferred rows sent, committed with
+    /// `durability`; the value and whether it appended unchained journal entries.
+    fn transaction<T>(
+        conn: &mut PgConn,
+        isolation: IsolationLevel,
+        durability: Durability,
+        journaling: Journaling,
+        f: &impl Fn(&mut dyn Tx) -> Result<T>,
+    ) -> std::result::Result<(T, bool), Failure> {
+        let PgConn { client, statements } = conn;
+        let mut tx = client.build_transaction().isolation_level(isolation).start().map_err(fail)?;
+        if durability == Durability::Lazy {
+            tx.batch_execute("SET LOCAL synchronous_commit = off").map_err(fail)?;
+        }
+        let mut pg = PgTx::new(&mut tx, statements, journaling);
+        let value = f(&mut pg).and_then(|value| pg.flush().map(|()| value));
+        let (conflict, appended) = (pg.conflict, pg.appended);
+        let value = value.map_err(|e| if conflict { Failure::Conflict(e) } else { Failure::Other(e) })?;
+        // A failed transaction is rolled back when it is dropped; a broken client is discarded.
+        tx.commit().map_err(fail)?;
+        Ok((value, appended))
+    }
+}
+
+/// A failed statement or commit, sorted by whether running the transaction again may succeed.
+fn fail(e: postgres::Error) -> Failure {
+    if is_conflict(&e) { Failure::Conflict(map_err(e)) } else { Failure::Other(map_err(e)) }
+}
+
+/// The pause before attempt `attempt + 1` of a write PostgreSQL refused for a concurrent one:
+/// growing with the attempts, and spread (by the clock's nanoseconds) so that the writers that
+/// collided do not collide again in step.
+fn retry_pause(attempt: u32) -> Duration {
+    let spread = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    let base_us = 200 * u64::from(attempt.min(20));
+    Duration::from_micros(base_us + u64::from(spread) % (base_us + 1))
 }
 
 struct PgTx<'a, C: GenericClient> {
     client: &'a mut C,
     statements: &'a mut HashMap<String, Statement>,
-    /// Holds the write lock: may append to the journal.
-    ordered: bool,
+    /// How this transaction may append to the journal.
+    journaling: Journaling,
     /// Rows of [`Tx::insert_deferred`] not sent yet, per table, the tables in the order of
     /// their first deferred row.
     deferred: Vec<(&'static Insert, Vec<Vec<Value>>)>,
+    /// A statement failed because PostgreSQL refused the transaction for a concurrent one.
+    conflict: bool,
+    /// Unchained journal entries were appended.
+    appended: bool,
 }
 
 impl<'a, C: GenericClient> PgTx<'a, C> {
-    fn new(client: &'a mut C, statements: &'a mut HashMap<String, Statement>, ordered: bool) -> Self {
-        PgTx { client, statements, ordered, deferred: Vec::new() }
+    fn new(client: &'a mut C, statements: &'a mut HashMap<String, Statement>, journaling: Journaling) -> Self {
+        PgTx { client, statements, journaling, deferred: Vec::new(), conflict: false, appended: false }
+    }
+
+    /// `e` as the store's error, noting whether it was a refusal for a concurrent transaction.
+    fn failed(&mut self, e: postgres::Error) -> Error {
+        self.conflict |= is_conflict(&e);
+        map_err(e)
     }
 
     /// Sends the deferred rows, if any: one statement per table, the tables in the order of their
@@ -263,7 +391,7 @@ impl<'a, C: GenericClient> PgTx<'a, C> {
         }
         let stmt = self.prepare(&sql)?;
         let refs: Vec<&(dyn ToSql + Sync)> = bound.iter().map(|b| b.as_ref()).collect();
-        self.client.execute(&stmt, &refs).map_err(map_err)?;
+        self.client.execute(&stmt, &refs).map_err(|e| self.failed(e))?;
         Ok(())
     }
 
@@ -271,7 +399,7 @@ impl<'a, C: GenericClient> PgTx<'a, C> {
         if let Some(stmt) = self.statements.get(sql) {
             return Ok(stmt.clone());
         }
-        let stmt = self.client.prepare(&to_dollar_placeholders(sql)).map_err(map_err)?;
+        let stmt = self.client.prepare(&to_dollar_placeholders(sql)).map_err(|e| self.failed(e))?;
         self.statements.insert(sql.to_owned(), stmt.clone());
         Ok(stmt)
     }
@@ -332,7 +460,7 @@ impl<C: GenericClient> Tx for PgTx<'_, C> {
             .map(|(i, (v, ty))| bind(i, v, ty))
             .collect::<Result<Vec<_>>>()?;
         let refs: Vec<&(dyn ToSql + Sync)> = bound.iter().map(|b| b.as_ref()).collect();
-        self.client.execute(&stmt, &refs).map_err(map_err)
+        self.client.execute(&stmt, &refs).map_err(|e| self.failed(e))
     }
 
     fn query(&mut self, sql: &str, params: &[Value]) -> Result<Vec<Row>> {
@@ -345,13 +473,13 @@ impl<C: GenericClient> Tx for PgTx<'_, C> {
             .map(|(i, (v, ty))| bind(i, v, ty))
             .collect::<Result<Vec<_>>>()?;
         let refs: Vec<&(dyn ToSql + Sync)> = bound.iter().map(|b| b.as_ref()).collect();
-        let rows = self.client.query(&stmt, &refs).map_err(map_err)?;
+        let rows = self.client.query(&stmt, &refs).map_err(|e| self.failed(e))?;
         rows.iter().map(|row| Ok(Row((0..row.len()).map(|i| column(row, i)).collect::<Result<_>>()?))).collect()
     }
 
     fn execute_batch(&mut self, sql: &str) -> Result<()> {
         self.flush()?;
-        self.client.batch_execute(sql).map_err(map_err)
+        self.client.batch_execute(sql).map_err(|e| self.failed(e))
     }
 
     fn insert_deferred(&mut self, into: &'static Insert, row: Vec<Value>) -> Result<()> {
@@ -363,6 +491,7 @@ impl<C: GenericClient> Tx for PgTx<'_, C> {
                 into.columns.len()
             )));
         }
+        self.appended |= std::ptr::eq(into, &crate::journal::PENDING);
         match self.deferred.iter_mut().find(|(table, _)| std::ptr::eq(*table, into)) {
             Some((_, rows)) => rows.push(row),
             None => self.deferred.push((into, vec![row])),
@@ -375,8 +504,8 @@ impl<C: GenericClient> Tx for PgTx<'_, C> {
         self.execute(&format!("SELECT pg_notify({CHANNEL_SQL}, ?1)"), &[change.as_str().into()]).map(|_| ())
     }
 
-    fn orders_journal(&self) -> bool {
-        self.ordered
+    fn journaling(&self) -> Journaling {
+        self.journaling
     }
 }
 

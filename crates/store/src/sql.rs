@@ -182,11 +182,23 @@ pub trait Tx {
     fn notify(&mut self, _change: Change) -> Result<()> {
         Ok(())
     }
-    /// Whether this transaction holds the journal's order ([`Driver::write`]): only such a
-    /// transaction may append to the journal. False inside [`Driver::write_unjournaled`].
-    fn orders_journal(&self) -> bool {
-        true
+    /// How this transaction may append to the journal ([`Journaling`]).
+    fn journaling(&self) -> Journaling {
+        Journaling::InOrder
     }
+}
+
+/// How a write transaction appends to the journal (decision 0024).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Journaling {
+    /// The only writer (SQLite's `BEGIN IMMEDIATE`): an entry takes its place in the chain at
+    /// once, `seq = max + 1`.
+    InOrder,
+    /// One of many concurrent writers (PostgreSQL): an entry is appended unchained
+    /// (`journal_pending`) and the chainer gives it its place once the transaction has committed.
+    Pending,
+    /// A write that journals nothing ([`Driver::write_unjournaled`]): an append is refused.
+    Refused,
 }
 
 /// Whether an unjournaled write must reach disk before its commit returns.
@@ -205,25 +217,35 @@ pub trait Driver: Send + Sync + fmt::Debug + 'static {
     /// Which database this driver talks to.
     fn backend(&self) -> Backend;
 
-    /// Runs `f` in a write transaction. Write transactions are totally ordered (SQLite's
-    /// `BEGIN IMMEDIATE`, PostgreSQL's advisory lock), which is what lets the journal compute
-    /// `seq = max + 1` and chain hashes without races. Commits when `f` returns `Ok`.
-    /// `f` and its result are `Send`: a driver may run `f` on a thread of its own.
-    fn write<T: Send>(&self, f: impl FnOnce(&mut dyn Tx) -> Result<T> + Send) -> Result<T>;
+    /// Runs `f` in a write transaction and commits when it returns `Ok`. Write transactions are
+    /// serializable: SQLite has one writer at a time (`BEGIN IMMEDIATE`); PostgreSQL runs them
+    /// concurrently at `SERIALIZABLE` isolation and runs `f` again when the database refused to
+    /// commit it because of a concurrent writer (a serialization failure or a deadlock), so `f`
+    /// must have no effect outside the transaction. Journal entries are in the chain when this
+    /// returns (decision 0024). `f` and its result are `Send`: a driver may run `f` on a thread
+    /// of its own.
+    fn write<T: Send>(&self, f: impl Fn(&mut dyn Tx) -> Result<T> + Send) -> Result<T>;
 
     /// Runs `f` in a write transaction that journals nothing and changes rows only by
     /// compare-and-set (a conditional `UPDATE` that counts the rows it changed, an upsert), so
-    /// it need not wait for the journal's order (issue 35, decision 0024): on PostgreSQL it
-    /// takes no write lock, and commits beside the journaled writes instead of behind them;
-    /// elsewhere it is [`write`](Driver::write). A journal append inside it is refused
-    /// ([`Tx::orders_journal`]). Fencing still holds: every outcome is judged by its epoch in a
-    /// journaled write, whatever an unjournaled one changed meanwhile.
+    /// it needs no serializable isolation (issue 35, decision 0024): on PostgreSQL it runs at
+    /// READ COMMITTED and is never run again; elsewhere it is [`write`](Driver::write). A journal
+    /// append inside it is refused ([`Journaling::Refused`]). Fencing still holds: every outcome
+    /// is judged by its epoch in a journaled write, whatever an unjournaled one changed meanwhile.
     fn write_unjournaled<T: Send>(
         &self,
         _durability: Durability,
-        f: impl FnOnce(&mut dyn Tx) -> Result<T> + Send,
+        f: impl Fn(&mut dyn Tx) -> Result<T> + Send,
     ) -> Result<T> {
         self.write(f)
+    }
+
+    /// Makes every journal entry committed before this call part of the chain, and the chain as
+    /// far as it reaches durable: what an anchor (a Delta commit's `tidegate.journal_*`, the
+    /// journal's head file) names must survive a crash of the database. Nothing to do where
+    /// entries are chained as they are appended and every write is durable (SQLite).
+    fn settle_journal(&self) -> Result<()> {
+        Ok(())
     }
 
     /// Runs `f` on a connection for reading; each statement sees committed data.

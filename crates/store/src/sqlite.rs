@@ -113,7 +113,7 @@ impl Driver for Sqlite {
         Backend::Sqlite
     }
 
-    fn write<T: Send>(&self, f: impl FnOnce(&mut dyn Tx) -> Result<T> + Send) -> Result<T> {
+    fn write<T: Send>(&self, f: impl Fn(&mut dyn Tx) -> Result<T> + Send) -> Result<T> {
         let mut conn = self.take()?;
         let result = (|| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(map_err)?;

@@ -207,13 +207,13 @@ pub(crate) fn apply_event(
                 write_step(tx, &step.id, &next, rec.meta.at)?;
             }
             record_attempt(tx, step, &next, rec, now)?;
-            let seq = journal.append(tx, draft(rec.event.kind(), Some(next.status.as_str()), &rec.meta.reason))?;
-            Ok(Outcome::Applied { seq, step: next })
+            journal.append(tx, draft(rec.event.kind(), Some(next.status.as_str()), &rec.meta.reason))?;
+            Ok(Outcome::Applied { step: next })
         }
         Err(e) => {
             let reason = e.to_string();
-            let seq = journal.append(tx, draft("rejected", None, &reason))?;
-            Ok(Outcome::Rejected { seq, reason })
+            journal.append(tx, draft("rejected", None, &reason))?;
+            Ok(Outcome::Rejected { reason })
         }
     }
 }

@@ -273,13 +273,15 @@ impl<D: Driver> Store for SqlStore<D> {
         self.driver.read(|tx| journal::query(tx, query)).map_err(|e| e.context("reading the journal"))
     }
 
-    fn record_decision(&self, decision: &Decision, meta: &JournalMeta) -> Result<u64> {
+    fn record_decision(&self, decision: &Decision, meta: &JournalMeta) -> Result<()> {
         self.driver
             .write(|tx| journal::record_decision(tx, decision, meta))
             .map_err(|e| e.context(&format!("journaling decision {}", decision.kind)))
     }
 
     fn journal_head(&self) -> Result<Option<JournalHead>> {
+        // The head is what anchors name: chained and durable first.
+        self.driver.settle_journal().map_err(|e| e.context("chaining the journal's newest entries"))?;
         self.driver.read(journal::head).map_err(|e| e.context("reading the journal's head"))
     }
 
@@ -294,6 +296,7 @@ impl<D: Driver> Store for SqlStore<D> {
     }
 
     fn verify_journal(&self) -> Result<ChainReport> {
+        self.driver.settle_journal().map_err(|e| e.context("chaining the journal's newest entries"))?;
         self.driver.read(journal::verify).map_err(|e| e.context("verifying the journal"))
     }
 

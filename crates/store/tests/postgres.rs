@@ -31,15 +31,16 @@ fn writes_within(store: std::sync::Arc<dyn tidegate_store::Store>, within: std::
     matches!(rx.recv_timeout(within), Ok(Ok(_)))
 }
 
-/// A session on `schema` that began a write as a Tidegate store does (its session settings, then
-/// the journal's lock) and stopped talking: a process frozen by SIGSTOP or a stalled VM.
+/// A session on `schema` that began a chainer pass as a Tidegate store does (its session settings,
+/// then the chain lock, which every journaled write's pass waits for) and stopped talking: a
+/// process frozen by SIGSTOP or a stalled VM.
 fn frozen_writer(schema: &PgSchema, with_store_settings: bool) -> postgres::Client {
     let mut client = schema.client();
     if with_store_settings {
         client.batch_execute(tidegate_store::pg::SESSION_SETTINGS).expect("the store's session settings");
     }
     client.batch_execute("BEGIN").expect("begin");
-    client.batch_execute(tidegate_store::pg::WRITE_LOCK).expect("the write lock");
+    client.batch_execute(tidegate_store::pg::CHAIN_LOCK).expect("the chain lock");
     client
 }
 
@@ -58,7 +59,7 @@ fn a_session_frozen_inside_a_write_is_cut_off_and_the_other_writers_go_on() {
     );
 }
 
-/// Tidegate deployments in different schemas of one database write independently: one's lock,
+/// Tidegate deployments in different schemas of one database write independently: one's chain lock,
 /// even held by a session that never lets go, never stops the other's writes.
 #[test]
 fn a_schema_never_waits_for_another_schemas_writer() {
