@@ -19,7 +19,8 @@
 #
 # With pg_stat_statements in the database at $PG_URL (shared_preload_libraries and CREATE EXTENSION;
 # scripts/bench-pg.sh starts such a cluster on port 5433), every mode also prints a PROFILE line:
-# statements, transactions and WAL flushes per step, and the top statements by time and by calls.
+# statements, transactions (committed, and rolled back: a serializable write run again) and WAL
+# flushes per step, and the top statements by time and by calls.
 #
 # Needs a release build (cargo build --release --locked), PostgreSQL at $PG_URL (default the test
 # server), and for `w` an S3 server at $AWS_ENDPOINT_URL with bucket $S3_BUCKET (default moto on
@@ -89,10 +90,10 @@ profile_report() {
   sleep 0.6
   # The bench's own queries (the drain poller, this report) are left out; nothing else runs.
   local mine="query NOT ILIKE '%pg_stat%' AND query NOT ILIKE 'SELECT COUNT(*) FROM steps WHERE status%' AND query NOT ILIKE '%FROM workers%' AND dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
-  psql_q "SELECT format('PROFILE statements_per_step=%s commits_per_step=%s wal_flushes_per_step=%s rows_per_step=%s exec_ms_per_step=%s',
-      round(s.calls / $steps.0, 1), round(d.xact_commit / $steps.0, 1), round(w.wal_sync / $steps.0, 2), round(s.rows / $steps.0, 1), round(s.ms::numeric / $steps, 2))
+  psql_q "SELECT format('PROFILE statements_per_step=%s commits_per_step=%s rollbacks_per_step=%s wal_flushes_per_step=%s rows_per_step=%s exec_ms_per_step=%s',
+      round(s.calls / $steps.0, 1), round(d.xact_commit / $steps.0, 1), round(d.xact_rollback / $steps.0, 3), round(w.wal_sync / $steps.0, 2), round(s.rows / $steps.0, 1), round(s.ms::numeric / $steps, 2))
     FROM (SELECT SUM(calls) AS calls, SUM(rows) AS rows, SUM(total_exec_time) AS ms FROM pg_stat_statements WHERE $mine) s,
-         (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()) d, pg_stat_wal w"
+         (SELECT xact_commit, xact_rollback FROM pg_stat_database WHERE datname = current_database()) d, pg_stat_wal w"
   echo "top statements by time (ms per step, calls per step, statement):" >&2
   psql_q "SELECT round(total_exec_time::numeric / $steps, 3) || E'\t' || round(calls / $steps.0, 2) || E'\t' || left(regexp_replace(query, '\s+', ' ', 'g'), 140)
     FROM pg_stat_statements WHERE $mine ORDER BY total_exec_time DESC LIMIT 12" >&2

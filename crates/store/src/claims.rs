@@ -109,8 +109,9 @@ fn claim_batch(
         runs.insert(step.run_id.clone(), &claim.meta);
         leases.push(Some((lease, StepRecord { state: next, updated_at: claim.meta.at, ..step })));
     }
+    // A claim takes a ready step to running: it keeps the step active.
     for (run_id, meta) in runs {
-        runs::rederive_run(tx, journal, &run_id, meta)?;
+        runs::rederive_run(tx, journal, &run_id, meta, true)?;
     }
     Ok(leases)
 }

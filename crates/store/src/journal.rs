@@ -384,21 +384,25 @@ impl Appender {
 /// and it can only be seen committed where the other is too. Entries of concurrent transactions
 /// may take either order; nothing ever places an entry before one already chained.
 pub(crate) fn chain(tx: &mut dyn Tx) -> Result<usize> {
-    let body = PENDING.columns.iter().map(|(name, _)| *name).collect::<Vec<_>>().join(", ");
-    let rows = tx.query(
-        &format!(
+    static TAKE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        let body = PENDING.columns.iter().map(|(name, _)| *name).collect::<Vec<_>>().join(", ");
+        // The head comes along on every row, so the pass reads once.
+        format!(
             "WITH taken AS (DELETE FROM journal_pending WHERE id IN \
-             (SELECT id FROM journal_pending ORDER BY xid, id LIMIT ?1) RETURNING xid, id, {body}) \
-             SELECT xid::text::int8 AS xid, id, {body} FROM taken ORDER BY 1, 2"
-        ),
-        &[Value::Int(CHAIN_BATCH)],
-    )?;
-    if rows.is_empty() {
-        return Ok(0);
-    }
-    let mut head = chain_head(tx)?;
+             (SELECT id FROM journal_pending ORDER BY xid, id LIMIT ?1) RETURNING xid, id, {body}), \
+             head AS (SELECT seq, hash FROM journal ORDER BY seq DESC LIMIT 1) \
+             SELECT (SELECT seq FROM head), (SELECT hash FROM head), xid::text::int8, id, {body} \
+             FROM taken ORDER BY 3, 4"
+        )
+    });
+    let rows = tx.query(&TAKE, &[Value::Int(CHAIN_BATCH)])?;
+    let Some(first) = rows.first() else { return Ok(0) };
+    let mut head = match first.opt_int(0)? {
+        Some(seq) => (seq, first.text(1)?),
+        None => (0, GENESIS_HASH.to_owned()),
+    };
     for row in &rows {
-        let entry = Stored::from_pending_row(row, 2)?.link(&mut head);
+        let entry = Stored::from_pending_row(row, 4)?.link(&mut head);
         tx.insert_deferred(&APPEND, entry.into_values())?;
     }
     Ok(rows.len())

@@ -10,10 +10,12 @@ use std::time::Duration;
 
 use postgres::error::SqlState;
 use postgres::types::{ToSql, Type};
-use postgres::{Client, GenericClient, IsolationLevel, NoTls, Statement};
+use postgres::{Client, GenericClient, NoTls, Statement};
 
 use crate::notify::{CHANNEL_SQL, Change, ChangeWatch, Feed};
-use crate::sql::{ColumnType, Driver, Durability, Insert, Journaling, Row, Tx, Value, to_dollar_placeholders};
+use crate::sql::{
+    ColumnType, Driver, Durability, Insert, Isolation, Journaling, Row, Tx, Value, to_dollar_placeholders,
+};
 use crate::{Backend, Error, Result};
 
 /// The chainer's advisory lock, taken only by a chainer pass: one per schema (the schema's name
@@ -22,6 +24,10 @@ use crate::{Backend, Error, Result};
 /// writer takes it.
 pub const CHAIN_LOCK: &str =
     "SELECT pg_advisory_xact_lock(hashtextextended(coalesce(current_schema(), ''), 8388346167643173989))";
+
+/// [`CHAIN_LOCK`], then a transaction id, for a pass whose commit must reach the disk.
+const CHAIN_LOCK_DURABLY: &str = "SELECT pg_advisory_xact_lock(hashtextextended(coalesce(current_schema(), ''), 8388346167643173989)); \
+     SELECT pg_current_xact_id()";
 
 /// The advisory lock a migration takes first, so that processes opening a store at once migrate it
 /// one at a time: one per schema, distinct from [`CHAIN_LOCK`].
@@ -122,7 +128,11 @@ impl Driver for Postgres {
     }
 
     fn write<T: Send>(&self, f: impl Fn(&mut dyn Tx) -> Result<T> + Send) -> Result<T> {
-        off_the_runtime(|| self.write_journaled(f))
+        off_the_runtime(|| self.write_journaled(Isolation::Serializable, f))
+    }
+
+    fn write_at<T: Send>(&self, isolation: Isolation, f: impl Fn(&mut dyn Tx) -> Result<T> + Send) -> Result<T> {
+        off_the_runtime(|| self.write_journaled(isolation, f))
     }
 
     fn write_unjournaled<T: Send>(
@@ -132,10 +142,10 @@ impl Driver for Postgres {
     ) -> Result<T> {
         off_the_runtime(move || {
             let mut conn = self.take()?;
-            let result =
-                Self::transaction(&mut conn, IsolationLevel::ReadCommitted, durability, Journaling::Refused, &f)
-                    .map(|(value, _)| value)
-                    .map_err(Failure::into_error);
+            let begin = Begin { isolation: None, durability, first: None };
+            let result = Self::transaction(&mut conn, &begin, Journaling::Refused, &f)
+                .map(|(value, _)| value)
+                .map_err(Failure::into_error);
             self.give_back(conn);
             result
         })
@@ -231,12 +241,12 @@ impl Postgres {
     /// journal, a chainer pass, so that its entries are in the chain when this returns. The pass
     /// commits in the order of the chain lock; entries a failed pass leaves unchained are chained
     /// by the next pass of any writer.
-    fn write_journaled<T>(&self, f: impl Fn(&mut dyn Tx) -> Result<T>) -> Result<T> {
+    fn write_journaled<T>(&self, isolation: Isolation, f: impl Fn(&mut dyn Tx) -> Result<T>) -> Result<T> {
+        let begin = Begin { isolation: Some(isolation), durability: Durability::Durable, first: None };
         let mut conn = self.take()?;
         let mut attempt = 1;
         let result = loop {
-            let durable = Durability::Durable;
-            match Self::transaction(&mut conn, IsolationLevel::Serializable, durable, Journaling::Pending, &f) {
+            match Self::transaction(&mut conn, &begin, Journaling::Pending, &f) {
                 Err(Failure::Conflict(_)) if attempt < WRITE_ATTEMPTS => {
                     std::thread::sleep(retry_pause(attempt));
                     attempt += 1;
@@ -266,46 +276,76 @@ impl Postgres {
     /// database may name a place in the chain until a `Durable` pass ([`Driver::settle_journal`])
     /// has made it durable.
     fn chain_pass(conn: &mut PgConn, durability: Durability) -> Result<()> {
+        let begin = Begin {
+            isolation: None,
+            durability,
+            // A durable pass takes a transaction id, so that its commit waits for the log to reach
+            // the disk even when it chains nothing: the passes before it are then durable too.
+            first: Some(match durability {
+                Durability::Lazy => CHAIN_LOCK,
+                Durability::Durable => CHAIN_LOCK_DURABLY,
+            }),
+        };
         loop {
-            let pass = |tx: &mut dyn Tx| {
-                tx.execute_batch(CHAIN_LOCK)?;
-                if durability == Durability::Durable {
-                    // A transaction id, so that the commit waits for the log to reach the disk
-                    // even when the pass takes nothing: the passes before it are then durable too.
-                    tx.execute_batch("SELECT pg_current_xact_id()")?;
-                }
-                crate::journal::chain(tx)
-            };
-            let (taken, _) =
-                Self::transaction(conn, IsolationLevel::ReadCommitted, durability, Journaling::Refused, &pass)
-                    .map_err(Failure::into_error)?;
+            let (taken, _) = Self::transaction(conn, &begin, Journaling::Refused, &crate::journal::chain)
+                .map_err(Failure::into_error)?;
             if i64::try_from(taken).unwrap_or(i64::MAX) < crate::journal::CHAIN_BATCH {
                 return Ok(());
             }
         }
     }
 
-    /// One transaction on `conn`: `f` at `isolation`, its deferred rows sent, committed with
-    /// `durability`; the value and whether it appended unchained journal entries.
+    /// One transaction on `conn`: opened by `begin` (one round trip for `BEGIN` and the settings
+    /// and locks the transaction starts with), `f`, its deferred rows sent, committed; the value
+    /// and whether it appended unchained journal entries. A failed transaction is rolled back.
     fn transaction<T>(
         conn: &mut PgConn,
-        isolation: IsolationLevel,
-        durability: Durability,
+        begin: &Begin,
         journaling: Journaling,
         f: &impl Fn(&mut dyn Tx) -> Result<T>,
     ) -> std::result::Result<(T, bool), Failure> {
         let PgConn { client, statements } = conn;
-        let mut tx = client.build_transaction().isolation_level(isolation).start().map_err(fail)?;
-        if durability == Durability::Lazy {
-            tx.batch_execute("SET LOCAL synchronous_commit = off").map_err(fail)?;
-        }
-        let mut pg = PgTx::new(&mut tx, statements, journaling);
+        client.batch_execute(&begin.sql()).map_err(fail)?;
+        let mut pg = PgTx::new(client, statements, journaling);
         let value = f(&mut pg).and_then(|value| pg.flush().map(|()| value));
         let (conflict, appended) = (pg.conflict, pg.appended);
-        let value = value.map_err(|e| if conflict { Failure::Conflict(e) } else { Failure::Other(e) })?;
-        // A failed transaction is rolled back when it is dropped; a broken client is discarded.
-        tx.commit().map_err(fail)?;
-        Ok((value, appended))
+        let committed = match value {
+            Ok(value) => client.batch_execute("COMMIT").map(|()| value).map_err(fail),
+            Err(e) => Err(if conflict { Failure::Conflict(e) } else { Failure::Other(e) }),
+        };
+        if committed.is_err() {
+            // After a failed COMMIT the transaction is already over, and this is a no-op; a
+            // client that cannot roll back is broken and is discarded by `give_back`.
+            let _ = client.batch_execute("ROLLBACK");
+        }
+        committed.map(|value| (value, appended))
+    }
+}
+
+/// How a transaction opens, sent as one batch.
+struct Begin {
+    /// `None`: READ COMMITTED.
+    isolation: Option<Isolation>,
+    durability: Durability,
+    /// A statement run first (a lock), if any.
+    first: Option<&'static str>,
+}
+
+impl Begin {
+    fn sql(&self) -> String {
+        let mut sql = String::from(match self.isolation {
+            None => "BEGIN",
+            Some(Isolation::Serializable) => "BEGIN ISOLATION LEVEL SERIALIZABLE",
+            Some(Isolation::Snapshot) => "BEGIN ISOLATION LEVEL REPEATABLE READ",
+        });
+        if self.durability == Durability::Lazy {
+            sql.push_str("; SET LOCAL synchronous_commit = off");
+        }
+        if let Some(first) = self.first {
+            sql.push_str("; ");
+            sql.push_str(first);
+        }
+        sql
     }
 }
 

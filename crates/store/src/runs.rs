@@ -278,8 +278,29 @@ pub(crate) fn purge_keys(tx: &mut dyn Tx, now: DateTime<Utc>) -> Result<u64> {
 }
 
 /// Re-derives a run's status from its steps with `apply_run`; journals a change.
-pub(crate) fn rederive_run(tx: &mut dyn Tx, journal: &mut Appender, run_id: &str, meta: &JournalMeta) -> Result<()> {
-    let rows = tx.query("SELECT status FROM runs WHERE id = ?1", &[run_id.into()])?;
+/// Re-derives run `run_id`'s status from its steps' after some of them changed. `kept_active`:
+/// every change kept its step active (ready to running, running to staged), so a running run
+/// stays running without a look at its other steps. That look is a read of the run's part of the
+/// `(run, status)` index, which every concurrent write to a step of the run conflicts with under
+/// serializable isolation: skipping it where it cannot change the answer keeps those writes from
+/// being run again.
+pub(crate) fn rederive_run(
+    tx: &mut dyn Tx,
+    journal: &mut Appender,
+    run_id: &str,
+    meta: &JournalMeta,
+    kept_active: bool,
+) -> Result<()> {
+    // A change that may end the run writes the run's row even when its status stays: two
+    // transactions ending the last two active steps of a run each see the other's step still
+    // active in their snapshots, and would each leave the run running; writing the row makes
+    // them conflict, so that PostgreSQL refuses the second (at snapshot isolation too) and it
+    // runs again, seeing the first's step ended.
+    let rows = if kept_active {
+        tx.query("SELECT status FROM runs WHERE id = ?1", &[run_id.into()])?
+    } else {
+        tx.query("UPDATE runs SET updated_at = updated_at WHERE id = ?1 RETURNING status", &[run_id.into()])?
+    };
     let row = rows.first().ok_or_else(|| Error::Corrupt(format!("run {run_id} of a stored step does not exist")))?;
     let text = row.text(0)?;
     let from =
@@ -288,7 +309,7 @@ pub(crate) fn rederive_run(tx: &mut dyn Tx, journal: &mut Appender, run_id: &str
     // (`state::apply_run`). One look in the (run, status) index answers that; the full tally
     // below reads every step of the run, which made each group commit of a large run cost in
     // proportion to the run's size.
-    if from == RunStatus::Running && !tx.query(&ANY_ACTIVE_STEP, &[run_id.into()])?.is_empty() {
+    if from == RunStatus::Running && (kept_active || !tx.query(&ANY_ACTIVE_STEP, &[run_id.into()])?.is_empty()) {
         return Ok(());
     }
     let mut tally = StepTally::default();

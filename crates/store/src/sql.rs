@@ -201,6 +201,21 @@ pub enum Journaling {
     Refused,
 }
 
+/// How strictly concurrent journaled writes are kept apart (PostgreSQL; SQLite has one writer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Isolation {
+    /// `SERIALIZABLE`: the writes that commit have the effect of some serial order, whatever
+    /// they read. The default: correct for any read-then-write.
+    Serializable,
+    /// `REPEATABLE READ`: one snapshot, and a write to a row a concurrent transaction changed is
+    /// refused (and run again), but a decision resting on rows the transaction only reads is not
+    /// protected. For the hot paths whose every decision rests on rows they also write (a step's
+    /// transition rests on the step's row, which it updates; a run's end on its row, which it
+    /// then updates too): serializable isolation checks their reads at the granularity of index
+    /// pages, and refused most of them for writes to neighbouring steps.
+    Snapshot,
+}
+
 /// Whether an unjournaled write must reach disk before its commit returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Durability {
@@ -225,6 +240,13 @@ pub trait Driver: Send + Sync + fmt::Debug + 'static {
     /// returns (decision 0024). `f` and its result are `Send`: a driver may run `f` on a thread
     /// of its own.
     fn write<T: Send>(&self, f: impl Fn(&mut dyn Tx) -> Result<T> + Send) -> Result<T>;
+
+    /// [`write`](Driver::write) at `isolation`: [`Isolation::Snapshot`] only for an operation
+    /// whose every decision rests on rows it also writes (decision 0024 lists them). Elsewhere
+    /// (SQLite's one writer) the same as `write`.
+    fn write_at<T: Send>(&self, _isolation: Isolation, f: impl Fn(&mut dyn Tx) -> Result<T> + Send) -> Result<T> {
+        self.write(f)
+    }
 
     /// Runs `f` in a write transaction that journals nothing and changes rows only by
     /// compare-and-set (a conditional `UPDATE` that counts the rows it changed, an upsert), so

@@ -113,7 +113,9 @@ pub(crate) struct Applier {
     /// The step the last event touched, and whether its row is behind its state.
     held: Option<(StepRecord, bool)>,
     /// Each affected run and the metadata of the last event that touched it.
-    runs: BTreeMap<String, JournalMeta>,
+    /// The runs whose steps changed, each with the last change's meta and whether every change
+    /// kept its step active ([`runs::rederive_run`]).
+    runs: BTreeMap<String, (JournalMeta, bool)>,
     /// Steps read ahead, not touched yet.
     read_ahead: HashMap<String, StepRecord>,
 }
@@ -238,10 +240,12 @@ pub(crate) fn apply_held(
     };
     let outcome = apply_event(tx, journal, &step, rec, rec.meta.at, detail, false)?;
     if let Outcome::Applied { step: next, .. } = &outcome {
+        let kept_active = step.state.status.keeps_run_active() && next.status.keeps_run_active();
         step.state = next.clone();
         step.updated_at = rec.meta.at;
         dirty = true;
-        applier.runs.insert(step.run_id.clone(), rec.meta.clone());
+        let entry = applier.runs.entry(step.run_id.clone()).or_insert_with(|| (rec.meta.clone(), true));
+        *entry = (rec.meta.clone(), entry.1 && kept_active);
     }
     applier.held = Some((step, dirty));
     Ok(outcome)
@@ -251,8 +255,8 @@ pub(crate) fn apply_held(
 /// a thousand events of one run re-derives its status once.
 pub(crate) fn finish_applying(tx: &mut dyn Tx, journal: &mut Appender, mut applier: Applier) -> Result<()> {
     Applier::flush(tx, applier.held.take())?;
-    for (run_id, meta) in &applier.runs {
-        runs::rederive_run(tx, journal, run_id, meta)?;
+    for (run_id, (meta, kept_active)) in &applier.runs {
+        runs::rederive_run(tx, journal, run_id, meta, *kept_active)?;
     }
     Ok(())
 }

@@ -15,7 +15,7 @@ use crate::location::{Location, Place};
 use crate::migrate;
 use crate::notify::{Change, ChangeWatch};
 use crate::postgres::Postgres;
-use crate::sql::{Driver, Durability};
+use crate::sql::{Driver, Durability, Isolation};
 use crate::sqlite::Sqlite;
 use crate::{
     ActiveStep, AlertMove, AlertStateRecord, AttemptRecord, Backend, BackfillRecord, BackfillStatus, ChainReport,
@@ -228,7 +228,7 @@ impl<D: Driver> Store for SqlStore<D> {
         // A worker process reports a failed attempt this way: the scheduler follows it.
         let ends_attempt = events.iter().any(|e| matches!(e.event, StepEvent::AttemptFailed { .. }));
         self.driver
-            .write(|tx| {
+            .write_at(Isolation::Snapshot, |tx| {
                 let outcomes = steps::apply_events(tx, &mut journal::Appender::default(), events, None)?;
                 if ends_attempt {
                     tx.notify(Change::AttemptEnded)?;
@@ -248,7 +248,7 @@ impl<D: Driver> Store for SqlStore<D> {
     ) -> Result<Option<Lease>> {
         let claim = ClaimRequest { step_id: step_id.to_owned(), worker: worker.to_owned(), meta: meta.clone() };
         self.driver
-            .write(|tx| {
+            .write_at(Isolation::Snapshot, |tx| {
                 let lease = claims::claim_one(tx, &claim, now, ttl_s)?;
                 if lease.is_some() {
                     tx.notify(Change::StepLeased)?;
@@ -309,7 +309,7 @@ impl<D: Driver> Store for SqlStore<D> {
             return Ok(Vec::new());
         }
         self.driver
-            .write(|tx| {
+            .write_at(Isolation::Snapshot, |tx| {
                 let leases = claims::claim(tx, claims, now, ttl_s)?;
                 if leases.iter().any(Option::is_some) {
                     tx.notify(Change::StepLeased)?;
@@ -330,7 +330,7 @@ impl<D: Driver> Store for SqlStore<D> {
             return Ok(Vec::new());
         }
         self.driver
-            .write(|tx| {
+            .write_at(Isolation::Snapshot, |tx| {
                 let claimed = claims::claim_to_start(tx, claims, local, now, ttl_s)?;
                 // Only worker processes wait for leases: the scheduler starts its own at once.
                 if claimed.iter().flatten().any(|c| c.lease.worker != local) {
@@ -361,7 +361,7 @@ impl<D: Driver> Store for SqlStore<D> {
             then: Vec::new(),
         };
         self.driver
-            .write(|tx| {
+            .write_at(Isolation::Snapshot, |tx| {
                 let outcome = staging::record(tx, &staged)?;
                 tx.notify(Change::AttemptEnded)?;
                 Ok(outcome)
@@ -372,7 +372,7 @@ impl<D: Driver> Store for SqlStore<D> {
     fn record_staged_many(&self, staged: &[StagedRecord]) -> Result<Vec<Outcome>> {
         let what = format!("recording the staged versions of {} attempts", staged.len());
         self.driver
-            .write(|tx| {
+            .write_at(Isolation::Snapshot, |tx| {
                 let outcomes = staging::record_many(tx, staged)?;
                 if !staged.is_empty() {
                     tx.notify(Change::AttemptEnded)?;
@@ -396,7 +396,9 @@ impl<D: Driver> Store for SqlStore<D> {
     ) -> Result<Vec<Outcome>> {
         let what = format!("recording release {}", release.id);
         releases::check_items(release).map_err(|e| e.context(&what))?;
-        self.driver.write(|tx| releases::record(tx, release, steps, meta)).map_err(|e| e.context(&what))
+        self.driver
+            .write_at(Isolation::Snapshot, |tx| releases::record(tx, release, steps, meta))
+            .map_err(|e| e.context(&what))
     }
 
     fn record_releases(
@@ -408,7 +410,9 @@ impl<D: Driver> Store for SqlStore<D> {
         for (release, _) in releases {
             releases::check_items(release).map_err(|e| e.context(&format!("recording release {}", release.id)))?;
         }
-        self.driver.write(|tx| releases::record_many(tx, releases, meta)).map_err(|e| e.context(&what))
+        self.driver
+            .write_at(Isolation::Snapshot, |tx| releases::record_many(tx, releases, meta))
+            .map_err(|e| e.context(&what))
     }
 
     fn release(&self, release_id: &str) -> Result<Option<ReleaseRecord>> {

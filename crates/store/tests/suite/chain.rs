@@ -147,3 +147,32 @@ pub fn writers_racing_to_claim_the_same_steps_lease_each_once(t: &StoreUnderTest
     assert_eq!(entries.iter().filter(|e| e.kind == "claimed").count(), STEPS, "one claimed entry per step");
     assert_contiguous(&entries);
 }
+
+/// Eight writers each end one step of the same run at once, each in a write of its own. Every
+/// writer's snapshot may show the others' steps still active; the run must end all the same,
+/// with its end journaled once.
+pub fn writers_ending_the_last_steps_of_a_run_at_once_end_the_run(t: &StoreUnderTest) {
+    for round in 0..10 {
+        let (run, steps) = create_ready(&*t.store, WRITERS);
+        let barrier = Arc::new(Barrier::new(WRITERS));
+        thread::scope(|s| {
+            for step in &steps {
+                let (store, barrier) = (Arc::clone(&t.store), Arc::clone(&barrier));
+                s.spawn(move || {
+                    barrier.wait();
+                    let ev = StepEvent::Cancelled { reason: "ended at once".into() };
+                    let out = store.commit(&[event(&step.id, ev, t0() + secs(1))]).expect("committing");
+                    assert!(matches!(out[0], Outcome::Applied { .. }), "{out:?}");
+                });
+            }
+        });
+        let status = t.store.run(&run.id).expect("reading the run").expect("the run exists").status;
+        assert!(status.is_terminal(), "round {round}: every step ended, yet the run is {status:?}");
+        let ended = all_entries(&*t.store)
+            .into_iter()
+            .filter(|e| e.run_id.as_deref() == Some(run.id.as_str()) && e.kind == "run_status")
+            .filter(|e| e.to_status.as_deref() == Some(status.as_str()))
+            .count();
+        assert_eq!(ended, 1, "round {round}: the run's end is journaled once");
+    }
+}

@@ -107,6 +107,7 @@ macro_rules! all_backend_tests {
             a_batch_naming_a_step_twice_sees_its_first_change_the_second_time,
             writers_racing_for_the_same_steps_apply_each_transition_once_and_chain_every_entry,
             writers_racing_to_claim_the_same_steps_lease_each_once,
+            writers_ending_the_last_steps_of_a_run_at_once_end_the_run,
         );
     };
 }
