@@ -17,7 +17,6 @@
 //! backing off while a receiver is down; the loop never waits for it.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
@@ -28,13 +27,11 @@ use tidegate_core::state::RunStatus;
 use tidegate_engine::{Summary, Wakeups};
 use tidegate_lake::Lake;
 use tidegate_store::{Change, Store};
+use tokio_util::sync::CancellationToken;
 
 use crate::actor::{Access, require};
 use crate::schedule::{Superseded, decide, start_due};
 use crate::workspace::Workspace;
-
-/// How often a waiting scheduler looks at its stop flag.
-const STOP_POLL: Duration = Duration::from_millis(200);
 
 /// How the scheduler runs.
 #[derive(Debug, Clone, Copy)]
@@ -114,7 +111,7 @@ pub async fn serve(
     lake: Arc<Lake>,
     actor: &Actor,
     options: ServeOptions,
-    stop: Arc<AtomicBool>,
+    stop: CancellationToken,
     observe: &mut (dyn FnMut(Event) + Send),
 ) -> Result<()> {
     require(actor, Access::RunWork)?;
@@ -142,7 +139,7 @@ pub async fn serve(
     let teller = tokio::spawn(crate::notify::follow(notifier, store.clone(), stop.clone(), alerts_tx));
     let mut turns = Turns { standing_by: false, first: true, next_tick: Instant::now(), lake: lake.clone() };
     let mut backoff = OUTAGE_RETRY_FIRST;
-    while !stop.load(Ordering::SeqCst) {
+    while !stop.is_cancelled() {
         while let Ok(delivery) = lineage.try_recv() {
             observe(Event::Lineage(delivery));
         }
@@ -215,7 +212,7 @@ impl Turns {
         store: &dyn Store,
         actor: &Actor,
         options: ServeOptions,
-        stop: &AtomicBool,
+        stop: &CancellationToken,
         submitted: &mut Wakeups,
         observe: &mut (dyn FnMut(Event) + Send),
     ) -> Result<()> {
@@ -292,14 +289,13 @@ const SUBMITTER_CLOCK_SKEW_S: i64 = 300;
 /// that runs left unfinished from before (a backfill awaiting approval) do not start a drain on
 /// every commit.
 async fn wait_for_work(
-    stop: &AtomicBool,
+    stop: &CancellationToken,
     submitted: &mut Wakeups,
     store: &dyn Store,
     until: Instant,
     turn_began: DateTime<Utc>,
 ) -> Result<()> {
-    while !stop.load(Ordering::SeqCst) && Instant::now() < until {
-        let slice = STOP_POLL.min(until.saturating_duration_since(Instant::now()));
+    while !stop.is_cancelled() && Instant::now() < until {
         tokio::select! {
             () = submitted.changed() => {
                 let runs = tokio::task::block_in_place(|| store.runs(RUNS_LOOKED_AT))?;
@@ -311,7 +307,8 @@ async fn wait_for_work(
                     return Ok(());
                 }
             }
-            () = tokio::time::sleep(slice) => {}
+            () = tokio::time::sleep_until(until.into()) => {}
+            () = stop.cancelled() => {}
         }
     }
     Ok(())
@@ -321,11 +318,8 @@ async fn wait_for_work(
 const STANDBY_POLL: Duration = Duration::from_millis(500);
 
 /// Sleeps `for_how_long`, waking early when `stop` is set.
-async fn pause(stop: &AtomicBool, for_how_long: Duration) {
-    let until = Instant::now() + for_how_long;
-    while !stop.load(Ordering::SeqCst) && Instant::now() < until {
-        tokio::time::sleep(STOP_POLL.min(until.saturating_duration_since(Instant::now()))).await;
-    }
+async fn pause(stop: &CancellationToken, for_how_long: Duration) {
+    let _ = tokio::time::timeout(for_how_long, stop.cancelled()).await;
 }
 
 /// This scheduler's name in the role and the journal: unique across machines sharing a store.

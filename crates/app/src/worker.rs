@@ -1,6 +1,6 @@
 //! A worker: a process that runs attempts and nothing else. The scheduler leases steps to
 //! registered workers within pools, rate limits and priority shares; each worker runs what is
-//! leased in its name and records the outcome. Setting the stop flag ends it cleanly: no new lease
+//! leased in its name and records the outcome. Cancelling the stop token ends it cleanly: no new lease
 //! is taken, attempts in flight finish and are recorded, and the registration is removed.
 //!
 //! A worker needs nothing from the scheduler's machine: the store and the lake are reached by
@@ -9,7 +9,6 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 
 use anyhow::{Result, bail};
 use tidegate_core::actor::Actor;
@@ -17,6 +16,7 @@ use tidegate_engine::attempt::{Site, worker_work_dir};
 use tidegate_engine::{Worker, WorkerSummary};
 use tidegate_lake::Lake;
 use tidegate_store::{Store, WorkerIdentity};
+use tokio_util::sync::CancellationToken;
 
 use crate::actor::{Access, require};
 use crate::workspace::Workspace;
@@ -63,7 +63,7 @@ pub async fn work(
     actor: &Actor,
     request: &WorkerRequest,
     name: String,
-    stop: Arc<AtomicBool>,
+    stop: CancellationToken,
 ) -> Result<WorkerSummary> {
     require(actor, Access::RunWork)?;
     let spec = Arc::new(ws.spec.clone());

@@ -21,6 +21,7 @@ use tidegate_store::{
     BackfillStatus, ClaimRequest, Claimed, Decision, JournalMeta, Outcome, Priority, StagedRecord, StepEventRecord,
     Store, WorkerRecord,
 };
+use tokio_util::sync::CancellationToken;
 
 use crate::attempt::{self, Attempt, Report};
 use crate::view::{self, View};
@@ -252,7 +253,7 @@ pub struct Engine {
     opts: Options,
     progress: Option<ProgressFn>,
     /// Set by a shutdown request: start nothing new, let in-flight attempts finish, return.
-    stop: Option<Arc<std::sync::atomic::AtomicBool>>,
+    stop: CancellationToken,
     /// Runs each claimed attempt ([`attempt::TaskRunner`] unless replaced).
     runner: Arc<dyn attempt::Runner>,
     /// When set, the only run this engine executes; other unfinished runs wait for another drain.
@@ -336,7 +337,7 @@ impl Engine {
             clock,
             opts,
             progress: None,
-            stop: None,
+            stop: CancellationToken::new(),
             runner,
             only_run: None,
             also_since: None,
@@ -361,13 +362,13 @@ impl Engine {
 
     /// A flag that, once set, makes `drain` start no new attempt and return when the attempts in
     /// flight have reported (a clean shutdown on SIGTERM).
-    pub fn with_stop(mut self, stop: Arc<std::sync::atomic::AtomicBool>) -> Self {
-        self.stop = Some(stop);
+    pub fn with_stop(mut self, stop: CancellationToken) -> Self {
+        self.stop = stop;
         self
     }
 
     fn stopping(&self) -> bool {
-        self.stop.as_ref().is_some_and(|s| s.load(std::sync::atomic::Ordering::SeqCst))
+        self.stop.is_cancelled()
     }
 
     /// Executes only `run_id`: the other unfinished runs in the store wait for a drain of

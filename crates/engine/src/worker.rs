@@ -26,7 +26,6 @@
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use tidegate_core::clock::Clock;
@@ -34,6 +33,7 @@ use tidegate_core::spec::Spec;
 use tidegate_lake::Lake;
 use tidegate_store::{Change, JournalMeta, Lease, Outcome, StagedRecord, StepRecord, Store, WorkerIdentity};
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 use crate::attempt::{self, Report, Site};
 use crate::wake::Wakeups;
@@ -44,7 +44,7 @@ pub const POLL_EVERY: Duration = Duration::from_millis(100);
 /// How often it looks anyway on a store that announces leases: a lease announced while the
 /// worker's listener was reconnecting is found within this, well inside a lease's life.
 pub const POLL_EVERY_WHEN_WOKEN: Duration = Duration::from_secs(5);
-/// How often a waiting worker looks at its stop flag.
+/// How often a stopping worker looks at its attempts (each one that ends wakes it too).
 const STOP_POLL: Duration = Duration::from_millis(200);
 /// The first and the longest pause before a store call the store could not make is made again.
 const STORE_RETRY_FIRST: Duration = Duration::from_millis(100);
@@ -74,7 +74,7 @@ pub struct Worker {
     id: String,
     identity: WorkerIdentity,
     seed: u64,
-    stop: Arc<AtomicBool>,
+    stop: CancellationToken,
 }
 
 impl std::fmt::Debug for Worker {
@@ -97,7 +97,7 @@ impl Worker {
         site: Site,
         clock: Arc<dyn Clock>,
         identity: WorkerIdentity,
-        stop: Arc<AtomicBool>,
+        stop: CancellationToken,
     ) -> Self {
         Self { store, lake, spec, site, clock, id: identity.name.clone(), identity, seed: 0x5eed, stop }
     }
@@ -123,7 +123,7 @@ impl Worker {
                 Err(e @ tidegate_store::Error::Unavailable(_)) => e,
                 other => return other.map_err(Error::Store),
             };
-            if self.stop.load(Ordering::SeqCst) {
+            if self.stop.is_cancelled() {
                 let since = *stopping_since.get_or_insert_with(Instant::now);
                 if since.elapsed() > Duration::from_secs(u64::from(self.spec.project.lease_ttl_s)) {
                     return Err(Error::Store(e));
@@ -170,7 +170,7 @@ impl Worker {
                 ended.push(report);
             }
             self.settle(ended, &mut running, &mut summary).await?;
-            let stopping = self.stop.load(Ordering::SeqCst);
+            let stopping = self.stop.is_cancelled();
             if stopping && running.is_empty() {
                 break;
             }
@@ -192,6 +192,8 @@ impl Worker {
                 }
                 () = leased.changed() => next_look = Instant::now(),
                 () = tokio::time::sleep(wait) => {}
+                // Told to stop: no new lease is looked for from the next turn on.
+                () = self.stop.cancelled(), if !stopping => {}
             }
         }
         let (identity, now) = (self.identity.clone(), self.clock.now());

@@ -126,7 +126,8 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Leases that expired before `now`.
     fn expired_leases(&self, now: DateTime<Utc>) -> Result<Vec<Lease>>;
 
-    /// Journal entries matching `query`, in sequence order.
+    /// Journal entries matching `query`, in sequence order; every entry committed before the
+    /// call is in the chain first.
     fn journal(&self, query: &JournalQuery) -> Result<Vec<JournalEntry>>;
     /// Journals a decision that changes no stored state (a scheduler declining to run an interval
     /// another run already covers, say): `kind`, the interval it is about, and a JSON payload.

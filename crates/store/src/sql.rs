@@ -262,11 +262,14 @@ pub trait Driver: Send + Sync + fmt::Debug + 'static {
         self.write(f)
     }
 
-    /// Makes every journal entry committed before this call part of the chain, and the chain as
-    /// far as it reaches durable: what an anchor (a Delta commit's `tidegate.journal_*`, the
-    /// journal's head file) names must survive a crash of the database. Nothing to do where
-    /// entries are chained as they are appended and every write is durable (SQLite).
-    fn settle_journal(&self) -> Result<()> {
+    /// Makes every journal entry committed before this call part of the chain; `Durable`: and
+    /// the chain as far as it reaches durable, as what an anchor (a Delta commit's
+    /// `tidegate.journal_*`, the journal's head file) names must survive a crash of the
+    /// database. Each write chains its own entries after it commits, so this finds work only
+    /// when a reader comes between a write's commit and its chaining, or after a chaining that
+    /// failed. Nothing to do where entries are chained as they are appended and every write is
+    /// durable (SQLite).
+    fn chain_journal(&self, _durability: Durability) -> Result<()> {
         Ok(())
     }
 

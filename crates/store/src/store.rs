@@ -270,6 +270,8 @@ impl<D: Driver> Store for SqlStore<D> {
     }
 
     fn journal(&self, query: &JournalQuery) -> Result<Vec<JournalEntry>> {
+        // A reader sees every entry committed before it asked, as it sees the state they record.
+        self.driver.chain_journal(Durability::Lazy).map_err(|e| e.context("chaining the journal's newest entries"))?;
         self.driver.read(|tx| journal::query(tx, query)).map_err(|e| e.context("reading the journal"))
     }
 
@@ -281,7 +283,9 @@ impl<D: Driver> Store for SqlStore<D> {
 
     fn journal_head(&self) -> Result<Option<JournalHead>> {
         // The head is what anchors name: chained and durable first.
-        self.driver.settle_journal().map_err(|e| e.context("chaining the journal's newest entries"))?;
+        self.driver
+            .chain_journal(Durability::Durable)
+            .map_err(|e| e.context("chaining the journal's newest entries"))?;
         self.driver.read(journal::head).map_err(|e| e.context("reading the journal's head"))
     }
 
@@ -296,7 +300,9 @@ impl<D: Driver> Store for SqlStore<D> {
     }
 
     fn verify_journal(&self) -> Result<ChainReport> {
-        self.driver.settle_journal().map_err(|e| e.context("chaining the journal's newest entries"))?;
+        self.driver
+            .chain_journal(Durability::Durable)
+            .map_err(|e| e.context("chaining the journal's newest entries"))?;
         self.driver.read(journal::verify).map_err(|e| e.context("verifying the journal"))
     }
 

@@ -371,23 +371,19 @@ pub fn silences(ws: &Workspace, store: &dyn Store, actor: &Actor, all: bool) -> 
     Ok(store.silences((!all).then(|| ws.now()))?)
 }
 
-/// How often a waiting watcher looks at its stop flag.
-const STOP_POLL: std::time::Duration = std::time::Duration::from_millis(200);
-
 /// Evaluates the rules every `every` until `stop` is set (beside `tidegate serve`'s scheduler),
 /// reporting each pass that fired or resolved something, and each that failed.
 pub async fn watch(
     ws: std::sync::Arc<Workspace>,
     store: std::sync::Arc<dyn Store>,
     every: std::time::Duration,
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    stop: tokio_util::sync::CancellationToken,
     report: tokio::sync::mpsc::UnboundedSender<crate::serve::Event>,
 ) {
-    use std::sync::atomic::Ordering;
     if ws.spec.alerts.is_empty() {
         return;
     }
-    while !stop.load(Ordering::SeqCst) {
+    while !stop.is_cancelled() {
         let evaluated = tokio::task::block_in_place(|| evaluate(&ws, store.as_ref()));
         // The receiving end is gone only when serve is ending.
         let _ = match evaluated {
@@ -396,8 +392,6 @@ pub async fn watch(
             Err(e) => report.send(crate::serve::Event::AlertsFailed { reason: format!("{e:#}") }),
         };
         let until = tokio::time::Instant::now() + every;
-        while !stop.load(Ordering::SeqCst) && tokio::time::Instant::now() < until {
-            tokio::time::sleep(STOP_POLL.min(until.saturating_duration_since(tokio::time::Instant::now()))).await;
-        }
+        let _ = tokio::time::timeout_at(until, stop.cancelled()).await;
     }
 }

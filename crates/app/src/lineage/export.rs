@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -16,6 +15,7 @@ use tidegate_store::{AttemptRecord, JournalQuery, Store};
 use super::build::{self, Context, Emitted, Location, Needs, Records, TaskInfo};
 use super::transport::{FileTransport, HttpTransport, Taken};
 use crate::workspace::{Workspace, redact, runtime};
+use tokio_util::sync::CancellationToken;
 
 /// Journal entries read per batch.
 const ENTRIES_PER_BATCH: u32 = 1_000;
@@ -26,8 +26,6 @@ const BATCHES_PER_EXPORT: usize = 100;
 const FOLLOW_EVERY: Duration = Duration::from_secs(1);
 /// The longest `tidegate serve` waits between exports while a transport is failing.
 const FOLLOW_BACKOFF_MAX: Duration = Duration::from_secs(60);
-/// How often a waiting follower looks at its stop flag.
-const STOP_POLL: Duration = Duration::from_millis(200);
 
 /// What one export delivered, per transport.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -259,12 +257,12 @@ pub fn export(ws: &Workspace, store: &dyn Store) -> Delivery {
 pub async fn follow(
     exporter: Exporter,
     store: Arc<dyn Store>,
-    stop: Arc<AtomicBool>,
+    stop: CancellationToken,
     report: tokio::sync::mpsc::UnboundedSender<Delivery>,
 ) {
     let (mut wait, mut was_pending) = (FOLLOW_EVERY, false);
     loop {
-        let stopping = stop.load(Ordering::SeqCst);
+        let stopping = stop.is_cancelled();
         let delivery = exporter.export(store.as_ref()).await;
         let pending = delivery.is_pending();
         if delivery.n_events() > 0 || pending != was_pending {
@@ -277,9 +275,7 @@ pub async fn follow(
         }
         wait = if pending { (wait * 2).min(FOLLOW_BACKOFF_MAX) } else { FOLLOW_EVERY };
         let until = tokio::time::Instant::now() + wait;
-        while !stop.load(Ordering::SeqCst) && tokio::time::Instant::now() < until {
-            tokio::time::sleep(STOP_POLL.min(until.saturating_duration_since(tokio::time::Instant::now()))).await;
-        }
+        let _ = tokio::time::timeout_at(until, stop.cancelled()).await;
     }
 }
 

@@ -15,12 +15,12 @@ pub mod transport;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tidegate_core::spec::Receiver;
 use tidegate_store::{JournalQuery, Store};
+use tokio_util::sync::CancellationToken;
 
 use self::transport::Answer;
 use crate::workspace::{Workspace, runtime};
@@ -33,8 +33,6 @@ const BATCHES_PER_PASS: usize = 20;
 const FOLLOW_EVERY: Duration = Duration::from_secs(1);
 /// The longest wait between tries of a receiver that is down.
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
-/// How often a waiting follower looks at its stop flag.
-const STOP_POLL: Duration = Duration::from_millis(200);
 
 /// The cursor key of a receiver, beside the OpenLineage transports' (`file`, `http`).
 fn cursor_key(receiver: &str) -> String {
@@ -197,7 +195,7 @@ pub fn deliver(ws: &Workspace, store: &dyn Store) -> Vec<Told> {
 pub async fn follow(
     notifier: Notifier,
     store: Arc<dyn Store>,
-    stop: Arc<AtomicBool>,
+    stop: CancellationToken,
     report: tokio::sync::mpsc::UnboundedSender<crate::serve::Event>,
 ) {
     if notifier.ws.spec.receivers.is_empty() {
@@ -206,7 +204,7 @@ pub async fn follow(
     // Per receiver: the wait before its next try, and when that is.
     let mut waits: BTreeMap<String, (Duration, tokio::time::Instant)> = BTreeMap::new();
     loop {
-        let stopping = stop.load(Ordering::SeqCst);
+        let stopping = stop.is_cancelled();
         let now = tokio::time::Instant::now();
         let mut passes = Vec::new();
         // The receivers due now, told side by side.
@@ -236,8 +234,6 @@ pub async fn follow(
             return;
         }
         let until = tokio::time::Instant::now() + FOLLOW_EVERY;
-        while !stop.load(Ordering::SeqCst) && tokio::time::Instant::now() < until {
-            tokio::time::sleep(STOP_POLL.min(until.saturating_duration_since(tokio::time::Instant::now()))).await;
-        }
+        let _ = tokio::time::timeout_at(until, stop.cancelled()).await;
     }
 }

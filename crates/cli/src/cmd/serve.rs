@@ -6,7 +6,6 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -14,6 +13,7 @@ use tidegate_app::serve::{Event, ServeOptions, serve};
 use tidegate_app::worker::{self, WorkerRequest};
 use tidegate_app::workspace::{self, open_lake, runtime};
 use tidegate_core::actor::Actor;
+use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::logging::LogFormat;
@@ -138,7 +138,7 @@ pub fn run(ws: Option<&Path>, actor: &Actor, args: Args) -> Result<ExitCode> {
                     connections_max = server.connections_max,
                     "tidegate serve: HTTP API on http://{local}"
                 );
-                Some(tokio::spawn(tidegate_server::serve(listener, router, server, stopped(stop.clone()))))
+                Some(tokio::spawn(tidegate_server::serve(listener, router, server, stop.clone().cancelled_owned())))
             }
         };
         if args.no_scheduler || args.read_only {
@@ -247,13 +247,6 @@ fn connections_max() -> usize {
 /// reads logs there too).
 pub const WORK_DIR_VAR: &str = "TIDEGATE_WORK_DIR";
 
-/// Resolves once `stop` is set.
-async fn stopped(stop: Arc<AtomicBool>) {
-    while !stop.load(Ordering::SeqCst) {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 fn print_event(event: Event) {
     match event {
         Event::Started { at, run_id } => info!(%at, run_id, "tick: started run {run_id}"),
@@ -311,10 +304,11 @@ fn print_event(event: Event) {
     }
 }
 
-/// A flag set when SIGTERM or Ctrl-C arrives (saying `note` on stderr); call within a runtime.
-pub fn stop_on_signal(note: &'static str) -> Result<Arc<AtomicBool>> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let flag = stop.clone();
+/// A token cancelled when SIGTERM or Ctrl-C arrives (saying `note` on stderr); call within a
+/// runtime.
+pub fn stop_on_signal(note: &'static str) -> Result<CancellationToken> {
+    let stop = CancellationToken::new();
+    let token = stop.clone();
     let mut term =
         tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).context("listening for SIGTERM")?;
     tokio::spawn(async move {
@@ -323,7 +317,7 @@ pub fn stop_on_signal(note: &'static str) -> Result<Arc<AtomicBool>> {
             _ = tokio::signal::ctrl_c() => {}
         }
         info!("{note}");
-        flag.store(true, Ordering::SeqCst);
+        token.cancel();
     });
     Ok(stop)
 }

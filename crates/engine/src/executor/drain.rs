@@ -548,6 +548,8 @@ impl<'e> Drain<'e> {
             outcomes = publication::finished(&mut self.publishing) => Woke::Published(outcomes),
             () = self.ended_elsewhere.changed(), if following => Woke::Timer,
             () = tokio::time::sleep(wait) => Woke::Timer,
+            // A shutdown asked for: the drain stops claiming at once, not at its next wake-up.
+            () = self.engine.stop.cancelled(), if !self.engine.stopping() => Woke::Timer,
         };
         match woke {
             Woke::Report(report) => {
