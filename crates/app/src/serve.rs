@@ -11,7 +11,7 @@
 //! PostgreSQL announces it (`LISTEN/NOTIFY`); on SQLite the store's watch notices any commit
 //! within `tidegate_store::PROBE_EVERY` (`PRAGMA data_version`), and the scheduler then looks
 //! for a run submitted since its turn began (one read).
-//! Setting the stop flag ends it cleanly: no new attempt starts, attempts in flight finish and
+//! Cancelling the stop token ends it cleanly: no new attempt starts, attempts in flight finish and
 //! report, the scheduler role is given up.
 //! Beside the loop, a task exports OpenLineage events as the journal grows (`lineage::follow`),
 //! backing off while a receiver is down; the loop never waits for it.
@@ -102,7 +102,7 @@ pub enum Event {
     },
 }
 
-/// Runs the scheduler until `stop` is set: one tick per `options.tick_every`, each followed by a
+/// Runs the scheduler until `stop` is cancelled: one tick per `options.tick_every`, each followed by a
 /// drain of every unfinished run, while this process holds the scheduler role; standing by while
 /// another does. `observe` is told each [`Event`].
 pub async fn serve(
@@ -165,7 +165,7 @@ pub async fn serve(
     {
         return Err(e.into());
     }
-    // The follower exports once more after the stop flag, so the last drain's events go out.
+    // The follower exports once more after the stop, so the last drain's events go out.
     let _ = follower.await;
     let _ = watcher.await;
     let _ = teller.await;

@@ -54,7 +54,7 @@ pub fn work_dir(ws: &Workspace, request: &WorkerRequest, name: &str) -> PathBuf 
     request.work_dir.clone().unwrap_or_else(|| worker_work_dir(&ws.root, name))
 }
 
-/// Runs attempts leased to the worker `name` (see [`name`]) until `stop` is set; returns what it
+/// Runs attempts leased to the worker `name` (see [`name`]) until `stop` is cancelled; returns what it
 /// did. Refused when another live worker process holds the name: its host and pid are named.
 pub async fn work(
     ws: &Workspace,

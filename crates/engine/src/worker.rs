@@ -150,7 +150,7 @@ impl Worker {
         self.db(move |s| s.register_worker(&identity, now, ttl)).await
     }
 
-    /// Runs until the stop flag is set, then lets the attempts in flight finish, deregisters and
+    /// Runs until its stop token is cancelled, then lets the attempts in flight finish, deregisters and
     /// returns.
     pub async fn run(&self) -> Result<WorkerSummary> {
         // Watching before the first look for leases: a lease made after that look wakes it.
@@ -184,7 +184,7 @@ impl Worker {
             }
             // A stopping worker looks for no lease: it only waits for its attempts to report.
             let look = if stopping { STOP_POLL } else { next_look.saturating_duration_since(Instant::now()) };
-            let wait = STOP_POLL.min(look).min(renew_every.saturating_sub(last_registration.elapsed()));
+            let wait = look.min(renew_every.saturating_sub(last_registration.elapsed()));
             tokio::select! {
                 // Settled at the top of the next turn, with any other attempt ended by then.
                 Some(report) = rx.recv() => {

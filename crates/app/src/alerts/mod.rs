@@ -371,7 +371,7 @@ pub fn silences(ws: &Workspace, store: &dyn Store, actor: &Actor, all: bool) -> 
     Ok(store.silences((!all).then(|| ws.now()))?)
 }
 
-/// Evaluates the rules every `every` until `stop` is set (beside `tidegate serve`'s scheduler),
+/// Evaluates the rules every `every` until `stop` is cancelled (beside `tidegate serve`'s scheduler),
 /// reporting each pass that fired or resolved something, and each that failed.
 pub async fn watch(
     ws: std::sync::Arc<Workspace>,

@@ -250,7 +250,7 @@ pub fn export(ws: &Workspace, store: &dyn Store) -> Delivery {
     }
 }
 
-/// Exports every [`FOLLOW_EVERY`] until `stop` is set (then once more), backing off up to
+/// Exports every [`FOLLOW_EVERY`] until `stop` is cancelled (then once more), backing off up to
 /// [`FOLLOW_BACKOFF_MAX`] while a transport fails: `tidegate serve`'s lineage, beside its
 /// scheduler, which never waits on it. Each export that delivered something, and each change
 /// between pending and caught up, is sent to `report`.

@@ -189,7 +189,7 @@ pub fn deliver(ws: &Workspace, store: &dyn Store) -> Vec<Told> {
     }
 }
 
-/// Delivers every [`FOLLOW_EVERY`] until `stop` is set (then once more), each receiver that is
+/// Delivers every [`FOLLOW_EVERY`] until `stop` is cancelled (then once more), each receiver that is
 /// down tried again after a wait that doubles up to [`BACKOFF_MAX`]: `tidegate serve`'s
 /// notifications, beside its scheduler. Each pass that told or failed someone is reported.
 pub async fn follow(
