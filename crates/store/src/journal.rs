@@ -22,34 +22,35 @@ pub(crate) const QUERY_ROWS_MAX: u32 = 100_000;
 const COLUMNS: &str = "seq, prev_hash, hash, at, actor, correlation_id, kind, run_id, step_id, task, partition_key, \
                        interval_start, interval_end, from_status, to_status, reason, payload, via";
 
-/// The journal's columns for an append, in `COLUMNS`' order. Appends are deferred
-/// ([`Tx::insert_deferred`]): the entries a transaction appends reach PostgreSQL in one statement.
-static APPEND: Insert = {
+/// Every column of a chained entry, in `COLUMNS`' order: its place in the chain (`seq`,
+/// `prev_hash`, `hash`), then its body.
+const ENTRY_COLUMNS: &[(&str, ColumnType)] = {
     use ColumnType::{Int, Text};
-    Insert {
-        table: "journal",
-        columns: &[
-            ("seq", Int),
-            ("prev_hash", Text),
-            ("hash", Text),
-            ("at", Text),
-            ("actor", Text),
-            ("correlation_id", Text),
-            ("kind", Text),
-            ("run_id", Text),
-            ("step_id", Text),
-            ("task", Text),
-            ("partition_key", Text),
-            ("interval_start", Text),
-            ("interval_end", Text),
-            ("from_status", Text),
-            ("to_status", Text),
-            ("reason", Text),
-            ("payload", Text),
-            ("via", Text),
-        ],
-    }
+    &[
+        ("seq", Int),
+        ("prev_hash", Text),
+        ("hash", Text),
+        ("at", Text),
+        ("actor", Text),
+        ("correlation_id", Text),
+        ("kind", Text),
+        ("run_id", Text),
+        ("step_id", Text),
+        ("task", Text),
+        ("partition_key", Text),
+        ("interval_start", Text),
+        ("interval_end", Text),
+        ("from_status", Text),
+        ("to_status", Text),
+        ("reason", Text),
+        ("payload", Text),
+        ("via", Text),
+    ]
 };
+
+/// The journal's columns for an append. Appends are deferred ([`Tx::insert_deferred`]): the
+/// entries a transaction appends reach PostgreSQL in one statement.
+static APPEND: Insert = Insert { table: "journal", columns: ENTRY_COLUMNS };
 
 /// A journal row as stored: every field in the text form that is hashed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -211,29 +212,7 @@ impl<'a> Draft<'a> {
 /// The unchained entries' columns (`journal_pending`, PostgreSQL): an entry's body, without the
 /// place in the chain (`seq`, `prev_hash`, `hash`) the chainer gives it; `id` and the writing
 /// transaction's `xid` are filled in by the database.
-pub(crate) static PENDING: Insert = {
-    use ColumnType::Text;
-    Insert {
-        table: "journal_pending",
-        columns: &[
-            ("at", Text),
-            ("actor", Text),
-            ("correlation_id", Text),
-            ("kind", Text),
-            ("run_id", Text),
-            ("step_id", Text),
-            ("task", Text),
-            ("partition_key", Text),
-            ("interval_start", Text),
-            ("interval_end", Text),
-            ("from_status", Text),
-            ("to_status", Text),
-            ("reason", Text),
-            ("payload", Text),
-            ("via", Text),
-        ],
-    }
-};
+pub(crate) static PENDING: Insert = Insert { table: "journal_pending", columns: ENTRY_COLUMNS.split_at(3).1 };
 
 /// The most entries one chainer pass takes; a longer tail is chained in several passes.
 pub(crate) const CHAIN_BATCH: i64 = 5_000;
@@ -589,12 +568,15 @@ fn check(prev: &(i64, String), entry: &Stored) -> Option<ChainBreak> {
 
 #[cfg(test)]
 mod tests {
-    use super::{APPEND, COLUMNS};
+    use super::{APPEND, COLUMNS, PENDING};
 
     #[test]
     fn an_append_writes_the_columns_a_read_selects_in_the_same_order() {
         let appended: Vec<&str> = APPEND.columns.iter().map(|(name, _)| *name).collect();
         let selected: Vec<&str> = COLUMNS.split(',').map(str::trim).collect();
         assert_eq!(appended, selected);
+        let pending: Vec<&str> = PENDING.columns.iter().map(|(name, _)| *name).collect();
+        assert_eq!(pending, selected[3..], "an unchained entry is a chained one without its place");
+        assert_eq!(selected[..3], ["seq", "prev_hash", "hash"]);
     }
 }
