@@ -214,6 +214,12 @@ pub(crate) fn apply_event(
         }
         Err(e) => {
             let reason = e.to_string();
+            // The rejection rests on the step's row as this transaction read it, and its entry
+            // records that status. Writing the row (without changing it) makes a concurrent
+            // transition of the step conflict with it, so that the two commit in the order of
+            // their transaction ids and the chain shows the rejection where the step was
+            // (decision 0024); a read alone would let it commit after the change it missed.
+            tx.execute("UPDATE steps SET updated_at = updated_at WHERE id = ?1", &[step.id.as_str().into()])?;
             journal.append(tx, draft("rejected", None, &reason))?;
             Ok(Outcome::Rejected { reason })
         }
