@@ -18,16 +18,22 @@ use crate::sql::{
 };
 use crate::{Backend, Error, Result};
 
+/// The statement taking the chainer's lock, as a literal, so that [`CHAIN_LOCK`] and
+/// [`CHAIN_LOCK_DURABLY`] cannot name two different locks.
+macro_rules! chain_lock {
+    () => {
+        "SELECT pg_advisory_xact_lock(hashtextextended(coalesce(current_schema(), ''), 8388346167643173989))"
+    };
+}
+
 /// The chainer's advisory lock, taken only by a chainer pass: one per schema (the schema's name
 /// hashed with "tidegate" in ASCII as the seed), so that chainer passes in a schema run one at a
 /// time while Tidegate deployments in other schemas of the database never wait for it. No other
 /// writer takes it.
-pub const CHAIN_LOCK: &str =
-    "SELECT pg_advisory_xact_lock(hashtextextended(coalesce(current_schema(), ''), 8388346167643173989))";
+pub const CHAIN_LOCK: &str = chain_lock!();
 
 /// [`CHAIN_LOCK`], then a transaction id, for a pass whose commit must reach the disk.
-const CHAIN_LOCK_DURABLY: &str = "SELECT pg_advisory_xact_lock(hashtextextended(coalesce(current_schema(), ''), 8388346167643173989)); \
-     SELECT pg_current_xact_id()";
+const CHAIN_LOCK_DURABLY: &str = concat!(chain_lock!(), "; SELECT pg_current_xact_id()");
 
 /// The advisory lock a migration takes first, so that processes opening a store at once migrate it
 /// one at a time: one per schema, distinct from [`CHAIN_LOCK`].
