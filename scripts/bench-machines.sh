@@ -6,14 +6,19 @@
 #                                               --workers 0` and two `tidegate worker`s, each in a
 #                                               folder of its own; wall time from `submit` to the
 #                                               last step published, median of REPEATS.
-#   scripts/bench-machines.sh load STEPS [kill] 2 schedulers (`serve`, one active, one standby) and 4
-#                                               workers drain STEPS no-op steps (10 independent
-#                                               tasks) on PostgreSQL and a lake folder: steps per
-#                                               second, slot wait p50/p99 (a worker's `staged` to its
-#                                               next `claimed`, from the journal, while work is
-#                                               queued), attempts per worker, and duplicates (Delta
-#                                               commits per step identity > 1, published events per
-#                                               step > 1).
+#   scripts/bench-machines.sh load STEPS [kill] 2 schedulers (`serve`, one active, one standby) and
+#                                               $WORKERS workers (default 4) of $SLOTS slots each
+#                                               (default 4; the pool has every worker's slots) drain
+#                                               STEPS no-op steps (10 independent tasks) on
+#                                               PostgreSQL and a lake folder: steps per second;
+#                                               dispatch latency p50/p99 (a slot freed anywhere in
+#                                               the cluster, a `staged`, to the next `claimed`: every
+#                                               step is ready from the submit on, so a claim waits
+#                                               only for a free slot); slot wait p50/p99 (the same,
+#                                               per worker); staged to published p50/p99; attempts
+#                                               per worker; and duplicates (Delta commits per step
+#                                               identity > 1, published events per step > 1). All
+#                                               latencies come from the journal's own events.
 #                                               With `kill`, the active scheduler is killed with
 #                                               kill -9 when half the steps have published.
 #
@@ -169,6 +174,8 @@ w)
 load)
   STEPS=${2:-100000}
   KILL=${3:-}
+  WORKERS=${WORKERS:-4}
+  SLOTS=${SLOTS:-4}
   TASKS=10
   DAYS=$((STEPS / TASKS))
   LAST=$(date -u -d "1990-01-01 + $((DAYS - 1)) days" +%F)
@@ -176,12 +183,13 @@ load)
   tmp=$(mktemp -d)
   export TIDEGATE_STATE TIDEGATE_LAKE
   TIDEGATE_STATE=$(schema_url "$schema") TIDEGATE_LAKE=$tmp/lake
-  for m in a b w1 w2 w3 w4; do
+  WS=$(seq -f 'w%g' 1 "$WORKERS")
+  for m in a b $WS; do
     mkdir -p "$tmp/$m"
     {
       printf '[project]\nname = "bench_load"\nlease_ttl_s = 10\nheartbeat_s = 2\n'
       # The cluster's slots, not the default pool's 4, bound what runs at once.
-      printf '[pools.default]\nslots = 16\n'
+      printf '[pools.default]\nslots = %s\n' $((WORKERS * SLOTS))
       for t in $(seq 1 $TASKS); do
         printf '[datasets.d%s]\npartitioning = { grain = "day", start = "1990-01-01" }\nwrite = { mode = "replace" }\ncolumns = [{ name = "x", type = "int64" }]\n' "$t"
         printf '[tasks.t%s]\ncommand = ["true"]\noutputs = ["d%s"]\n' "$t" "$t"
@@ -192,11 +200,11 @@ load)
   sleep 1
   "$BIN" -C "$tmp/b" serve --workers 0 --tick-every-s 60 2> "$tmp/b.log" & B=$!; PIDS+=($B)
   NAMES=(a b)
-  for w in w1 w2 w3 w4; do
-    "$BIN" -C "$tmp/$w" worker --name "$w" --slots 4 --work-dir "$tmp/$w/work" 2> "$tmp/$w.log" & PIDS+=($!)
+  for w in $WS; do
+    "$BIN" -C "$tmp/$w" worker --name "$w" --slots "$SLOTS" --work-dir "$tmp/$w/work" 2> "$tmp/$w.log" & PIDS+=($!)
     NAMES+=("$w")
   done
-  until [ "$(in_schema "$schema" "SELECT COUNT(*) FROM workers" 2>/dev/null || echo 0)" -ge 4 ]; do sleep 0.1; done
+  until [ "$(in_schema "$schema" "SELECT COUNT(*) FROM workers" 2>/dev/null || echo 0)" -ge "$WORKERS" ]; do sleep 0.1; done
   profile_reset
   cpu0=$(machine_cpu)
   declare -A proc0
@@ -226,32 +234,46 @@ load)
   printf 'CPU machine_s=%.1f machine_ms_per_step=%.2f busy=%.0f%% per_process_s=%s\n' "$cpu_total" \
     "$(echo "1000 * $cpu_total / $STEPS" | bc -l)" "$(echo "100 * $cpu_total / ($wall * $(nproc))" | bc -l)" "${cpu_procs%,}"
   profile_report "$STEPS"
-  # Slot wait: for each worker, from an attempt's `staged` (the worker reported; its slot is free)
-  # to the worker's next `claimed`, both from the journal, while steps were queued. (The
-  # attempts' `ended_at` is written at publication, so it measured publication to next claim.)
-  latency=$(in_schema "$schema" "COPY (SELECT a.worker, j.kind, j.at FROM journal j JOIN attempts a ON a.step_id = j.step_id WHERE j.kind IN ('staged', 'claimed')) TO STDOUT" | python3 -c '
+  # Latencies, all from the journal's events (the attempts' `ended_at` is written at publication,
+  # so it would measure publication to next claim):
+  # - dispatch: each `staged` frees a slot somewhere in the cluster (the worker reported); paired
+  #   in time order with the first `claimed` after it not yet paired, that is the slot's refill.
+  #   Every step is ready from the submit on, so a claim waits only for a slot.
+  # - slot wait: the same per worker (a worker's `staged` to its own next `claimed`).
+  # - staged to published: per step.
+  latency=$(in_schema "$schema" "COPY (SELECT a.worker, j.kind, j.at, j.step_id FROM journal j JOIN attempts a ON a.step_id = j.step_id AND a.worker IS NOT NULL WHERE j.kind IN ('staged', 'claimed', 'published')) TO STDOUT" | python3 -c '
 import sys, bisect
 from datetime import datetime
-by = {}
+by, cluster, staged_at, published_at = {}, {"staged": [], "claimed": []}, {}, {}
 for line in sys.stdin:
-    w, kind, at = line.rstrip("\n").split("\t")
+    w, kind, at, step = line.rstrip("\n").split("\t")
     t = datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp()
+    if kind == "published":
+        published_at[step] = t
+        continue
+    if kind == "staged":
+        staged_at[step] = t
     by.setdefault(w, {"staged": [], "claimed": []})[kind].append(t)
-gaps = []
-for w, ev in by.items():
-    staged, claimed = sorted(ev["staged"]), sorted(ev["claimed"])
+    cluster[kind].append(t)
+def refills(ev):
     # Pair the k-th staged with the first claim after it not yet paired: the slot it freed.
-    j = 0
+    staged, claimed = sorted(ev["staged"]), sorted(ev["claimed"])
+    out, j = [], 0
     for e in staged:
         j = max(j, bisect.bisect_left(claimed, e))
         if j < len(claimed):
-            gaps.append(claimed[j] - e)
+            out.append(claimed[j] - e)
             j += 1
-gaps.sort()
-q = lambda f: gaps[min(len(gaps) - 1, int(f * len(gaps)))] * 1000 if gaps else float("nan")
-print("%.1f %.1f %d" % (q(0.5), q(0.99), len(gaps)))
+    return out
+def q(xs, f):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(f * len(xs)))] * 1000 if xs else float("nan")
+slot = [g for ev in by.values() for g in refills(ev)]
+dispatch = refills(cluster)
+publish = [published_at[s] - staged_at[s] for s in staged_at if s in published_at]
+print("%.1f %.1f %.1f %.1f %d %.1f %.1f" % (q(dispatch, .5), q(dispatch, .99), q(slot, .5), q(slot, .99), len(slot), q(publish, .5), q(publish, .99)))
 ')
-  read -r p50 p99 n_gaps <<< "$latency"
+  read -r d50 d99 p50 p99 n_gaps pub50 pub99 <<< "$latency"
   dup_published=$(in_schema "$schema" "SELECT COUNT(*) FROM (SELECT step_id FROM journal WHERE kind = 'published' GROUP BY step_id HAVING COUNT(*) > 1) d")
   dup_commits=$(python3 - "$tmp/lake" <<'EOF'
 import json, os, sys, collections
@@ -274,8 +296,8 @@ print(dups)
 EOF
 )
   commits=$(find "$tmp/lake" -path '*_delta_log/*.json' | wc -l)
-  printf 'RESULT system=tidegate-postgres schedulers=2 workers=4x4 steps=%s killed=%s wall_s=%.1f steps_per_s=%.1f submit_s=%.1f slot_wait_p50_ms=%s slot_wait_p99_ms=%s slots_measured=%s attempts_per_worker=%s dup_published=%s dup_commits=%s delta_commits=%s\n' \
-    "$STEPS" "$killed" "$wall" "$(echo "$STEPS / $wall" | bc -l)" "$(echo "$submitted - $start" | bc -l)" "$p50" "$p99" "$n_gaps" "$(per_worker "$schema")" "$dup_published" "$dup_commits" "$commits"
+  printf 'RESULT system=tidegate-postgres schedulers=2 workers=%sx%s steps=%s killed=%s wall_s=%.1f steps_per_s=%.1f submit_s=%.1f dispatch_p50_ms=%s dispatch_p99_ms=%s slot_wait_p50_ms=%s slot_wait_p99_ms=%s slots_measured=%s staged_to_published_p50_ms=%s staged_to_published_p99_ms=%s attempts_per_worker=%s dup_published=%s dup_commits=%s delta_commits=%s\n' \
+    "$WORKERS" "$SLOTS" "$STEPS" "$killed" "$wall" "$(echo "$STEPS / $wall" | bc -l)" "$(echo "$submitted - $start" | bc -l)" "$d50" "$d99" "$p50" "$p99" "$n_gaps" "$pub50" "$pub99" "$(per_worker "$schema")" "$dup_published" "$dup_commits" "$commits"
   for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   PIDS=()

@@ -220,9 +220,10 @@ pub(crate) fn untaken(tx: &mut dyn Tx, worker: &str) -> Result<Vec<Lease>> {
 }
 
 /// The body of [`crate::Store::take_leases`]: marks the untaken leases in `w`'s name as started
-/// by `w`'s process and returns them; nothing while the name is registered to another process.
-/// Each lease is taken by a conditional update that only an untaken lease at that epoch passes,
-/// and only the leases this call changed are returned, so no two processes ever start the same
+/// by `w`'s process and returns them, oldest claim first; nothing while the name is registered to
+/// another process. One conditional update takes them all (a statement, not one per lease): only
+/// a lease still untaken passes its condition, re-checked on a row another writer changed first,
+/// and only the rows this statement changed are returned, so no two processes ever start the same
 /// attempt, even without the journal's order ([`crate::sql::Driver::write_unjournaled`]).
 pub(crate) fn take(tx: &mut dyn Tx, w: &WorkerIdentity) -> Result<Vec<Lease>> {
     match workers::load(tx, &w.name)? {
@@ -230,22 +231,15 @@ pub(crate) fn take(tx: &mut dyn Tx, w: &WorkerIdentity) -> Result<Vec<Lease>> {
         Some(holder) => return Err(workers::taken(&holder)),
         None => return Ok(Vec::new()),
     }
-    let mut taken = Vec::new();
-    for lease in untaken(tx, &w.name)? {
-        let n = tx.execute(
-            "UPDATE leases SET runner = ?1 WHERE step_id = ?2 AND epoch = ?3 AND worker = ?4 AND runner IS NULL",
-            &[
-                w.instance.as_str().into(),
-                lease.step_id.as_str().into(),
-                Value::Int(to_i64("epoch", lease.epoch)?),
-                w.name.as_str().into(),
-            ],
-        )?;
-        if n == 1 {
-            taken.push(lease);
-        }
-    }
-    Ok(taken)
+    let rows = tx.query(
+        &format!(
+            "UPDATE leases SET runner = ?1 WHERE worker = ?2 AND runner IS NULL RETURNING {LEASE_COLUMNS}, acquired_at"
+        ),
+        &[w.instance.as_str().into(), w.name.as_str().into()],
+    )?;
+    let mut taken = rows.iter().map(|row| Ok((row.text(5)?, lease_from_row(row)?))).collect::<Result<Vec<_>>>()?;
+    taken.sort_by(|(a_at, a), (b_at, b)| (a_at, &a.step_id).cmp(&(b_at, &b.step_id)));
+    Ok(taken.into_iter().map(|(_, lease)| lease).collect())
 }
 
 /// The body of [`crate::Store::active_steps`].
