@@ -33,8 +33,19 @@ impl Wakeups {
     /// returns, so nothing committed afterwards is missed).
     pub async fn start(store: Arc<dyn Store>, changes: &[Change]) -> Result<Self> {
         let changes = changes.to_vec();
+        Self::open(move || store.watch(&changes)).await
+    }
+
+    /// Watches the store for steps leased to `worker` from now on, and no other worker's
+    /// ([`ChangeWatch::only_leases_of`]).
+    pub async fn leases_of(store: Arc<dyn Store>, worker: &str) -> Result<Self> {
+        let worker = worker.to_owned();
+        Self::open(move || Ok(store.watch(&[Change::StepLeased])?.only_leases_of(&worker))).await
+    }
+
+    async fn open(watch: impl FnOnce() -> tidegate_store::Result<ChangeWatch> + Send + 'static) -> Result<Self> {
         // Opening the watch may connect to the database, which must not block the runtime.
-        let watch = tokio::task::spawn_blocking(move || store.watch(&changes))
+        let watch = tokio::task::spawn_blocking(watch)
             .await
             .map_err(|e| Error::Internal(e.to_string()))?
             .map_err(Error::Store)?;

@@ -1,6 +1,6 @@
 //! A worker process (`tidegate worker`): runs the attempts the scheduler leased in its name, and
 //! nothing else. It registers its slots in the store and renews the registration; it looks for
-//! leases in its name when the store announces a lease ([`Change::StepLeased`], on PostgreSQL)
+//! leases in its name when the store announces a lease ([`tidegate_store::Change::StepLeased`], on PostgreSQL)
 //! and otherwise every [`POLL_EVERY`] (SQLite) or [`POLL_EVERY_WHEN_WOKEN`] (a safety net where
 //! leases are announced), runs each attempt (heartbeating the lease as any attempt does), and
 //! writes the outcome itself (staged versions, then the checks' verdict, or the failure), fenced
@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use tidegate_core::clock::Clock;
 use tidegate_core::spec::Spec;
 use tidegate_lake::Lake;
-use tidegate_store::{Change, JournalMeta, Lease, Outcome, StagedRecord, StepRecord, Store, WorkerIdentity};
+use tidegate_store::{JournalMeta, Lease, Outcome, StagedRecord, StepRecord, Store, WorkerIdentity};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -154,7 +154,7 @@ impl Worker {
     /// returns.
     pub async fn run(&self) -> Result<WorkerSummary> {
         // Watching before the first look for leases: a lease made after that look wakes it.
-        let mut leased = Wakeups::start(self.store.clone(), &[Change::StepLeased]).await?;
+        let mut leased = Wakeups::leases_of(self.store.clone(), &self.identity.name).await?;
         let poll_every = if leased.wakes() { POLL_EVERY_WHEN_WOKEN } else { POLL_EVERY };
         self.register().await?;
         let mut summary = WorkerSummary::default();

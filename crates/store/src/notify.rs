@@ -12,6 +12,10 @@
 //! on a connection of its own, SQLite's change counter: no table is read), and
 //! wakes when one did, whatever it was: a wake there means "look again", and callers that need
 //! more than [`PROBE_EVERY`] keep polling at their own pace ([`ChangeWatch::wakes`] says which).
+//!
+//! A lease's announcement names its worker (`step_leased <worker>`), and a worker's watch
+//! ([`ChangeWatch::only_leases_of`]) wakes only for leases in its own name: with every worker
+//! woken by every lease, each claim cost one look at the store per worker (issue 35).
 
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -22,7 +26,8 @@ use std::time::{Duration, Instant};
 pub enum Change {
     /// A run was created: a scheduler has work (`create_run`, `submit_run`).
     RunSubmitted,
-    /// A step was leased to a worker process: that worker has an attempt to start.
+    /// A step was leased to a worker process: that worker has an attempt to start. The
+    /// announcement names the worker ([`Change::payload`]).
     StepLeased,
     /// An attempt ended (staged output or failed), so its pool slot and its worker's slot are
     /// free: the scheduler has an outcome to follow.
@@ -42,9 +47,22 @@ impl Change {
         }
     }
 
-    /// The change a payload names.
-    pub(crate) fn parse(payload: &str) -> Option<Change> {
-        Change::ALL.into_iter().find(|c| c.as_str() == payload)
+    /// The notification's payload: the change's name, then the process it concerns, if any
+    /// (a lease's worker, whose names never hold a space).
+    pub fn payload(self, about: Option<&str>) -> String {
+        match about {
+            Some(about) => format!("{} {about}", self.as_str()),
+            None => self.as_str().to_owned(),
+        }
+    }
+
+    /// The change a payload names, and the process it concerns if it names one.
+    pub(crate) fn parse(payload: &str) -> Option<(Change, Option<&str>)> {
+        let (name, about) = match payload.split_once(' ') {
+            Some((name, about)) => (name, Some(about)),
+            None => (payload, None),
+        };
+        Change::ALL.into_iter().find(|c| c.as_str() == name).map(|c| (c, about))
     }
 
     fn index(self) -> usize {
@@ -63,21 +81,52 @@ pub(crate) struct Feed {
     heard: Condvar,
 }
 
-#[derive(Debug, Default)]
+/// How many buckets the leases heard are counted in, by their worker's name: a worker's watch
+/// wakes for the leases of its bucket, so a few names sharing one cost a needless look, never a
+/// missed lease, and the count's size does not grow with the names a long-lived listener hears.
+const LEASE_BUCKETS: usize = 64;
+
+/// The bucket of a worker's name ([`LEASE_BUCKETS`]): a hash fixed for good, so the same in
+/// every process and every build.
+fn lease_bucket(worker: &str) -> usize {
+    usize::from(blake3::hash(worker.as_bytes()).as_bytes()[0]) % LEASE_BUCKETS
+}
+
+#[derive(Debug)]
 struct FeedState {
     counts: [u64; Change::ALL.len()],
+    /// The leases heard, per bucket of their worker's name.
+    leases: [u64; LEASE_BUCKETS],
     /// The store handle was dropped: the listener stops, and waits return at once.
     closed: bool,
 }
 
+impl Default for FeedState {
+    fn default() -> Self {
+        Self { counts: [0; Change::ALL.len()], leases: [0; LEASE_BUCKETS], closed: false }
+    }
+}
+
 impl Feed {
-    /// Counts a change the listener heard; `None` when any change may have been missed (the
-    /// listener reconnected), which wakes every watch.
-    pub(crate) fn heard(&self, change: Option<Change>) {
+    /// Counts a change the listener heard, with the worker it names; `None` when any change may
+    /// have been missed (the listener reconnected, or a payload this build does not know), which
+    /// wakes every watch. A lease that names no worker (an older build's) wakes every worker.
+    pub(crate) fn heard(&self, change: Option<(Change, Option<&str>)>) {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         match change {
-            Some(c) => state.counts[c.index()] += 1,
-            None => state.counts.iter_mut().for_each(|n| *n += 1),
+            Some((c, about)) => {
+                state.counts[c.index()] += 1;
+                if c == Change::StepLeased {
+                    match about {
+                        Some(worker) => state.leases[lease_bucket(worker)] += 1,
+                        None => state.leases.iter_mut().for_each(|n| *n += 1),
+                    }
+                }
+            }
+            None => {
+                state.counts.iter_mut().for_each(|n| *n += 1);
+                state.leases.iter_mut().for_each(|n| *n += 1);
+            }
         }
         self.heard.notify_all();
     }
@@ -93,8 +142,9 @@ impl Feed {
         self.state.lock().unwrap_or_else(PoisonError::into_inner).closed
     }
 
-    fn counts(&self) -> [u64; Change::ALL.len()] {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner).counts
+    fn counts(&self) -> ([u64; Change::ALL.len()], [u64; LEASE_BUCKETS]) {
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        (state.counts, state.leases)
     }
 }
 
@@ -117,6 +167,9 @@ pub struct ChangeWatch {
     watched: Vec<Change>,
     /// The counts already seen.
     seen: [u64; Change::ALL.len()],
+    /// [`ChangeWatch::only_leases_of`]: the bucket of the worker whose leases wake it, and the
+    /// count of that bucket already seen.
+    leases_of: Option<(usize, u64)>,
 }
 
 impl std::fmt::Debug for ChangeWatch {
@@ -132,7 +185,7 @@ impl std::fmt::Debug for ChangeWatch {
 impl ChangeWatch {
     /// A watch on a store that announces nothing: [`ChangeWatch::wait`] sleeps its timeout.
     pub(crate) fn sleeping(changes: &[Change]) -> Self {
-        Self { feed: None, probe: None, watched: changes.to_vec(), seen: [0; Change::ALL.len()] }
+        Self { feed: None, probe: None, watched: changes.to_vec(), seen: [0; Change::ALL.len()], leases_of: None }
     }
 
     /// A watch on a store that announces nothing but can be looked at: [`ChangeWatch::wait`]
@@ -143,8 +196,20 @@ impl ChangeWatch {
 
     /// A watch on `feed`, seeing only what it hears from now on.
     pub(crate) fn on(feed: Arc<Feed>, changes: &[Change]) -> Self {
-        let seen = feed.counts();
-        Self { feed: Some(feed), probe: None, watched: changes.to_vec(), seen }
+        let (seen, _) = feed.counts();
+        Self { feed: Some(feed), probe: None, watched: changes.to_vec(), seen, leases_of: None }
+    }
+
+    /// The same watch, woken by a [`Change::StepLeased`] only when the lease is in `worker`'s
+    /// name (or names none, or may have been missed). Where nothing is announced (SQLite) it
+    /// changes nothing: any commit wakes the watch there.
+    #[must_use]
+    pub fn only_leases_of(mut self, worker: &str) -> Self {
+        if let Some(feed) = &self.feed {
+            let bucket = lease_bucket(worker);
+            self.leases_of = Some((bucket, feed.counts().1[bucket]));
+        }
+        self
     }
 
     /// Whether a wait wakes as soon as a watched change commits (PostgreSQL), rather than
@@ -176,15 +241,17 @@ impl ChangeWatch {
         let deadline = Instant::now() + timeout;
         let mut state = feed.state.lock().unwrap_or_else(PoisonError::into_inner);
         loop {
-            if self.watched.iter().any(|c| state.counts[c.index()] != self.seen[c.index()]) {
+            let leases_of = self.leases_of.map(|(bucket, _)| (bucket, state.leases[bucket]));
+            let woken = self.watched.iter().any(|&c| match (c, leases_of, self.leases_of) {
+                (Change::StepLeased, Some((_, now)), Some((_, seen))) => now != seen,
+                _ => state.counts[c.index()] != self.seen[c.index()],
+            });
+            if woken || state.closed || deadline.saturating_duration_since(Instant::now()).is_zero() {
                 self.seen = state.counts;
-                return true;
+                self.leases_of = leases_of;
+                return woken;
             }
             let left = deadline.saturating_duration_since(Instant::now());
-            if state.closed || left.is_zero() {
-                self.seen = state.counts;
-                return false;
-            }
             state = feed.heard.wait_timeout(state, left).unwrap_or_else(PoisonError::into_inner).0;
         }
     }
@@ -293,7 +360,7 @@ mod tests {
         let feed = Arc::new(Feed::default());
         let mut runs = ChangeWatch::on(feed.clone(), &[Change::RunSubmitted]);
         let mut leases = ChangeWatch::on(feed.clone(), &[Change::StepLeased]);
-        feed.heard(Some(Change::RunSubmitted));
+        feed.heard(Some((Change::RunSubmitted, None)));
         assert!(runs.wait(Duration::ZERO), "a change heard before the wait wakes it");
         assert!(!runs.wait(Duration::from_millis(1)), "and only once");
         assert!(!leases.wait(Duration::from_millis(1)), "another kind of change does not wake it");
@@ -302,14 +369,53 @@ mod tests {
 
         let waiter = std::thread::spawn(move || leases.wait(Duration::from_secs(30)));
         std::thread::sleep(Duration::from_millis(20));
-        feed.heard(Some(Change::StepLeased));
+        feed.heard(Some((Change::StepLeased, None)));
         assert!(waiter.join().expect("the waiter"), "a waiting watch wakes when its change is heard");
 
         feed.close();
         let started = Instant::now();
         assert!(!runs.wait(Duration::from_secs(30)) && runs.is_closed());
         assert!(started.elapsed() < Duration::from_secs(5), "a closed feed returns at once");
-        assert_eq!(Change::ALL.map(|c| Change::parse(c.as_str())), Change::ALL.map(Some));
+        assert_eq!(Change::ALL.map(|c| Change::parse(c.as_str())), Change::ALL.map(|c| Some((c, None))));
+        assert_eq!(Change::parse(&Change::StepLeased.payload(Some("w-1"))), Some((Change::StepLeased, Some("w-1"))));
+        assert_eq!(Change::parse("step_granted w-1"), None, "a newer build's change wakes every watch");
+    }
+
+    /// Two worker names in different buckets, so the test does not depend on the hash.
+    fn two_workers() -> (String, String) {
+        assert_ne!(lease_bucket("w1"), lease_bucket("w2"), "the store suite's two workers have buckets of their own");
+        let first = "w1".to_owned();
+        let other = (2..).map(|i| format!("w{i}")).find(|w| lease_bucket(w) != lease_bucket(&first));
+        (first, other.expect("some name falls in another bucket"))
+    }
+
+    #[test]
+    fn a_workers_watch_wakes_for_its_own_leases_only() {
+        let feed = Arc::new(Feed::default());
+        let (mine, theirs) = two_workers();
+        let mut leases = ChangeWatch::on(feed.clone(), &[Change::StepLeased]).only_leases_of(&mine);
+        let mut every = ChangeWatch::on(feed.clone(), &[Change::StepLeased]);
+
+        feed.heard(Some((Change::StepLeased, Some(theirs.as_str()))));
+        assert!(!leases.wait(Duration::from_millis(1)), "another worker's lease does not wake it");
+        assert!(every.wait(Duration::ZERO), "a watch of every lease hears it");
+        feed.heard(Some((Change::StepLeased, Some(mine.as_str()))));
+        assert!(leases.wait(Duration::ZERO), "its own lease wakes it");
+        assert!(!leases.wait(Duration::from_millis(1)), "once");
+
+        // A lease that names no worker (an older build's announcement) may be anyone's.
+        feed.heard(Some((Change::StepLeased, None)));
+        assert!(leases.wait(Duration::ZERO), "a lease naming no worker wakes it");
+        // Another kind of change does not; a reconnection, which may have missed one, does.
+        feed.heard(Some((Change::AttemptEnded, None)));
+        assert!(!leases.wait(Duration::from_millis(1)));
+        feed.heard(None);
+        assert!(leases.wait(Duration::ZERO), "a reconnection wakes it");
+
+        // Narrowed after leases were heard: only those heard later wake it.
+        feed.heard(Some((Change::StepLeased, Some(mine.as_str()))));
+        let mut late = ChangeWatch::on(feed.clone(), &[Change::StepLeased]).only_leases_of(&mine);
+        assert!(!late.wait(Duration::from_millis(1)), "a new watch does not hear earlier leases");
     }
 
     #[test]

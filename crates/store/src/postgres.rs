@@ -548,9 +548,9 @@ impl<C: GenericClient> Tx for PgTx<'_, C> {
         Ok(())
     }
 
-    fn notify(&mut self, change: Change) -> Result<()> {
+    fn notify(&mut self, change: Change, about: Option<&str>) -> Result<()> {
         // `execute`, not `query`: pg_notify returns `void`, a type no row of the store decodes.
-        self.execute(&format!("SELECT pg_notify({CHANNEL_SQL}, ?1)"), &[change.as_str().into()]).map(|_| ())
+        self.execute(&format!("SELECT pg_notify({CHANNEL_SQL}, ?1)"), &[change.payload(about).into()]).map(|_| ())
     }
 
     fn journaling(&self) -> Journaling {

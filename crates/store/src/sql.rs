@@ -177,9 +177,10 @@ pub trait Tx {
     fn insert_deferred(&mut self, into: &'static Insert, row: Vec<Value>) -> Result<()> {
         self.execute(&into.one_row_sql(), &row).map(|_| ())
     }
-    /// Announces `change` to other processes' watches, delivered when (and only if) the
-    /// transaction commits; nothing on a backend that cannot (SQLite).
-    fn notify(&mut self, _change: Change) -> Result<()> {
+    /// Announces `change` to other processes' watches, naming the process it concerns if any
+    /// (a lease's worker), delivered when (and only if) the transaction commits; nothing on a
+    /// backend that cannot (SQLite).
+    fn notify(&mut self, _change: Change, _about: Option<&str>) -> Result<()> {
         Ok(())
     }
     /// How this transaction may append to the journal ([`Journaling`]).

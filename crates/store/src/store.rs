@@ -15,7 +15,7 @@ use crate::location::{Location, Place};
 use crate::migrate;
 use crate::notify::{Change, ChangeWatch};
 use crate::postgres::Postgres;
-use crate::sql::{Driver, Durability, Isolation};
+use crate::sql::{Driver, Durability, Isolation, Tx};
 use crate::sqlite::Sqlite;
 use crate::{
     ActiveStep, AlertMove, AlertStateRecord, AttemptRecord, Backend, BackfillRecord, BackfillStatus, ChainReport,
@@ -141,6 +141,16 @@ pub fn open_at(location: &Location, options: Options) -> Result<std::sync::Arc<d
 
 /// `now + ttl_s`, rounded down to what the database stores, so that the lease a caller holds
 /// equals the one `expired_leases` returns.
+/// Announces the leases a claim made, once per worker they name (PostgreSQL delivers identical
+/// notifications of one transaction once anyway), so each worker wakes for its own.
+fn announce_leases<'a>(tx: &mut dyn Tx, workers: impl Iterator<Item = &'a str>) -> Result<()> {
+    let workers: BTreeSet<&str> = workers.collect();
+    for worker in workers {
+        tx.notify(Change::StepLeased, Some(worker))?;
+    }
+    Ok(())
+}
+
 pub(crate) fn expiry(now: DateTime<Utc>, ttl_s: u32) -> Result<(String, DateTime<Utc>)> {
     let text = fmt_ts(now + Duration::seconds(ttl_s.into()));
     let at = parse_ts(&text)?;
@@ -165,7 +175,7 @@ impl<D: Driver> Store for SqlStore<D> {
         self.driver
             .write(|tx| {
                 let run = runs::create(tx, request, steps, meta)?;
-                tx.notify(Change::RunSubmitted)?;
+                tx.notify(Change::RunSubmitted, None)?;
                 Ok(run)
             })
             .map_err(|e| e.context(&what))
@@ -178,7 +188,7 @@ impl<D: Driver> Store for SqlStore<D> {
             .write(|tx| {
                 let submission = runs::submit(tx, request, steps, meta, self.idempotency_ttl)?;
                 if submission.created {
-                    tx.notify(Change::RunSubmitted)?;
+                    tx.notify(Change::RunSubmitted, None)?;
                 }
                 Ok(submission)
             })
@@ -231,7 +241,7 @@ impl<D: Driver> Store for SqlStore<D> {
             .write_at(Isolation::Snapshot, |tx| {
                 let outcomes = steps::apply_events(tx, &mut journal::Appender::default(), events, None)?;
                 if ends_attempt {
-                    tx.notify(Change::AttemptEnded)?;
+                    tx.notify(Change::AttemptEnded, None)?;
                 }
                 Ok(outcomes)
             })
@@ -251,7 +261,7 @@ impl<D: Driver> Store for SqlStore<D> {
             .write_at(Isolation::Snapshot, |tx| {
                 let lease = claims::claim_one(tx, &claim, now, ttl_s)?;
                 if lease.is_some() {
-                    tx.notify(Change::StepLeased)?;
+                    tx.notify(Change::StepLeased, Some(worker))?;
                 }
                 Ok(lease)
             })
@@ -317,9 +327,7 @@ impl<D: Driver> Store for SqlStore<D> {
         self.driver
             .write_at(Isolation::Snapshot, |tx| {
                 let leases = claims::claim(tx, claims, now, ttl_s)?;
-                if leases.iter().any(Option::is_some) {
-                    tx.notify(Change::StepLeased)?;
-                }
+                announce_leases(tx, leases.iter().flatten().map(|l| l.worker.as_str()))?;
                 Ok(leases)
             })
             .map_err(|e| e.context(&format!("claiming {} steps", claims.len())))
@@ -339,9 +347,8 @@ impl<D: Driver> Store for SqlStore<D> {
             .write_at(Isolation::Snapshot, |tx| {
                 let claimed = claims::claim_to_start(tx, claims, local, now, ttl_s)?;
                 // Only worker processes wait for leases: the scheduler starts its own at once.
-                if claimed.iter().flatten().any(|c| c.lease.worker != local) {
-                    tx.notify(Change::StepLeased)?;
-                }
+                let workers = claimed.iter().flatten().map(|c| c.lease.worker.as_str());
+                announce_leases(tx, workers.filter(|w| *w != local))?;
                 Ok(claimed)
             })
             .map_err(|e| e.context(&format!("claiming {} steps to start", claims.len())))
@@ -369,7 +376,7 @@ impl<D: Driver> Store for SqlStore<D> {
         self.driver
             .write_at(Isolation::Snapshot, |tx| {
                 let outcome = staging::record(tx, &staged)?;
-                tx.notify(Change::AttemptEnded)?;
+                tx.notify(Change::AttemptEnded, None)?;
                 Ok(outcome)
             })
             .map_err(|e| e.context(&what))
@@ -381,7 +388,7 @@ impl<D: Driver> Store for SqlStore<D> {
             .write_at(Isolation::Snapshot, |tx| {
                 let outcomes = staging::record_many(tx, staged)?;
                 if !staged.is_empty() {
-                    tx.notify(Change::AttemptEnded)?;
+                    tx.notify(Change::AttemptEnded, None)?;
                 }
                 Ok(outcomes)
             })

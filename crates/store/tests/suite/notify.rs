@@ -49,6 +49,21 @@ pub fn watches_hear_what_other_handles_commit_and_nothing_rolled_back(t: &StoreU
     let lease = leased.expect("leasing to a worker")[0].clone().expect("the step was ready").lease;
     assert!(leases.wait(HEARD_WITHIN), "the lease watch hears a step leased to a worker");
 
+    // A worker's watch wakes for the leases in its own name only (each claim used to wake every
+    // worker, and each looked at the store).
+    let mut w1 = t.store.watch(&[Change::StepLeased]).expect("watching leases").only_leases_of("w1");
+    let mut w2 = t.store.watch(&[Change::StepLeased]).expect("watching leases").only_leases_of("w2");
+    let (_, more) = create_ready(other.as_ref(), 2);
+    assert!(runs.wait(HEARD_WITHIN), "(the run those steps belong to)");
+    let to_w2 = other.claim_steps_to_start(&[claim_request(&more[0].id, "w2", at)], "sched", at, 30);
+    assert!(to_w2.expect("leasing to w2")[0].is_some());
+    assert!(w2.wait(HEARD_WITHIN), "w2 hears its lease");
+    assert!(!w1.wait(QUIET_FOR), "w1 does not hear w2's lease");
+    assert!(leases.wait(Duration::ZERO), "a watch of every lease does");
+    let to_w1 = other.claim_steps(&[claim_request(&more[1].id, "w1", at)], at, 30);
+    assert!(to_w1.expect("leasing to w1")[0].is_some());
+    assert!(w1.wait(HEARD_WITHIN) && !w2.wait(QUIET_FOR), "w1 hears its own lease, w2 does not");
+
     // The worker's outcome wakes the scheduler's watch of ended attempts.
     let version = version_record("v1", &steps[1].id, lease.attempt, "features", at);
     let staged = StagedRecord {
