@@ -6,6 +6,9 @@
 #                                               --workers 0` and two `tidegate worker`s, each in a
 #                                               folder of its own; wall time from `submit` to the
 #                                               last step published, median of REPEATS.
+#                                               W_LAKE=folder: a lake folder instead of S3.
+#                                               S3_COUNT=1: S3 requests per task counted for
+#                                               each process (through socat relays).
 #   scripts/bench-machines.sh load STEPS [kill] 2 schedulers (`serve`, one active, one standby) and
 #                                               $WORKERS workers (default 4) of $SLOTS slots each
 #                                               (default 4; the pool has every worker's slots) drain
@@ -145,9 +148,23 @@ w)
         printf '[tasks.load]\ncommand = ["true"]\ninputs = ["mid"]\noutputs = ["out"]\n'
       } > "$tmp/$m/tidegate.toml"
     done
-    "$BIN" -C "$tmp/scheduler" serve --workers 0 --tick-every-s 60 2> "$tmp/serve.log" & PIDS+=($!)
+    # S3_COUNT=1: each role reaches the S3 server through a socat relay of its own that logs the
+    # traffic, so the requests per task are counted per role (the relays cost some CPU: time the
+    # runs without it).
+    declare -A endpoint=([scheduler]=$AWS_ENDPOINT_URL [one]=$AWS_ENDPOINT_URL [two]=$AWS_ENDPOINT_URL)
+    if [ "${S3_COUNT:-0}" = 1 ] && [ "${W_LAKE:-s3}" != folder ]; then
+      target=${AWS_ENDPOINT_URL#http://}
+      port=5190
+      for m in scheduler one two; do
+        port=$((port + 1))
+        socat -v "TCP-LISTEN:$port,fork,reuseaddr,bind=127.0.0.1" "TCP:$target" 2> "$tmp/$m.s3" & PIDS+=($!)
+        endpoint[$m]=http://127.0.0.1:$port
+      done
+      sleep 0.5
+    fi
+    AWS_ENDPOINT_URL=${endpoint[scheduler]} "$BIN" -C "$tmp/scheduler" serve --workers 0 --tick-every-s 60 2> "$tmp/serve.log" & PIDS+=($!)
     for w in one two; do
-      "$BIN" -C "$tmp/$w" worker --name "$w" --slots 8 --work-dir "$tmp/$w/work" 2> "$tmp/$w.log" & PIDS+=($!)
+      AWS_ENDPOINT_URL=${endpoint[$w]} "$BIN" -C "$tmp/$w" worker --name "$w" --slots 8 --work-dir "$tmp/$w/work" 2> "$tmp/$w.log" & PIDS+=($!)
     done
     until [ "$(in_schema "$schema" "SELECT COUNT(*) FROM workers" 2>/dev/null || echo 0)" -ge 2 ]; do sleep 0.1; done
     sleep 1
@@ -160,6 +177,12 @@ w)
     profile_report $((3 * N))
     dups=$(in_schema "$schema" "SELECT COUNT(*) FROM (SELECT step_id FROM journal WHERE kind = 'published' GROUP BY step_id HAVING COUNT(*) > 1) d")
     echo "attempts per worker: $(per_worker "$schema")" >&2
+    if [ -f "$tmp/scheduler.s3" ]; then
+      for m in scheduler one two; do
+        # Request lines of the traffic towards the server, by method and by the object's kind.
+        echo "S3 requests of $m per task: $(grep -aoE '^(GET|HEAD|PUT|POST|DELETE) [^ ]+ HTTP/1\.1' "$tmp/$m.s3" | sed -E 's/ HTTP\/1\.1$//' | sed -E 's/\?.*//; s#^([A-Z]+) .*(_delta_log/[0-9]+\.json|_delta_log/_last_checkpoint|_delta_log/[0-9.]+checkpoint[^/]*|_tidegate/[a-z]+|\.parquet)$#\1 \2#; s#_delta_log/[0-9]+\.json#commit#; s#^([A-Z]+) /[^ ]*$#\1 listing-or-other#' | sort | uniq -c | awk -v n=$((3 * N)) '{printf "%s %s %.2f, ", $2, $3, $1 / n}')" >&2
+      done
+    fi
     [ "$dups" = 0 ] || { echo "$dups steps published twice" >&2; exit 1; }
     for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
     wait "${PIDS[@]}" 2>/dev/null || true
