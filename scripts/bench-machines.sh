@@ -8,7 +8,7 @@
 #                                               last step published, median of REPEATS.
 #                                               W_LAKE=folder: a lake folder instead of S3.
 #                                               S3_COUNT=1: S3 requests per task counted for
-#                                               each process (through socat relays).
+#                                               each process (through socat relays; needs socat).
 #   scripts/bench-machines.sh load STEPS [kill] 2 schedulers (`serve`, one active, one standby) and
 #                                               $WORKERS workers (default 4) of $SLOTS slots each
 #                                               (default 4; the pool has every worker's slots) drain
