@@ -181,12 +181,12 @@ impl Lake {
     }
 
     /// Loads the latest version of a table, or `None` if the dataset has no table yet. A table
-    /// loaded before by this handle is brought up to date from its newer commits only.
+    /// loaded before by this handle is brought up to date from its newer commits only, without
+    /// first looking whether the table exists: bringing it up to date reads its commit at the
+    /// cached version, which a deleted or replaced table no longer has (on S3 the look was a
+    /// listing per load, a fifth of a worker's requests per attempt; issue 35).
     pub(crate) async fn try_load(&self, dataset: &str) -> Result<Option<DeltaTable>> {
-        if !self.table_exists(dataset).await? {
-            self.cache.forget(dataset);
-            return Ok(None);
-        }
+        check_segment("dataset name", dataset)?;
         if let Some(cached) = self.cache.get(dataset) {
             match cached.caught_up().await? {
                 Some(cached) => {
@@ -194,9 +194,13 @@ impl Lake {
                     self.cache.put(dataset, cached);
                     return Ok(Some(table));
                 }
-                // The table was replaced under us (or its log cannot be followed): load afresh.
+                // The table was replaced or deleted under us (or its log cannot be followed):
+                // load afresh, if it is there.
                 None => self.cache.forget(dataset),
             }
+        }
+        if !self.table_exists(dataset).await? {
+            return Ok(None);
         }
         match DeltaTableBuilder::from_url(self.table_url(dataset)?)?.load().await {
             Ok(table) => {

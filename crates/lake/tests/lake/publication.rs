@@ -352,6 +352,23 @@ async fn handles_with_cached_tables_never_publish_a_step_twice() {
     }
 }
 
+/// A table deleted under a handle that has it loaded reads as no table there, as it does for a
+/// handle that never loaded it (the handle brings a cached table up to date without first
+/// looking whether it exists; its commit is gone, so it looks then).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_deleted_under_a_handle_that_loaded_it_reads_as_no_table() {
+    let (dir, a) = lake().await;
+    let ds = dataset("events", WriteMode::Replace, basic_columns());
+    put(&a, &ds, &[part("p-seed")], rows(&[(0, None, None)], None), "seed").await;
+    assert!(a.table_version("events").await.expect("version").is_some(), "loaded, and cached");
+    for file in dir.list("events/_delta_log").await {
+        dir.remove(&file).await;
+    }
+    assert_eq!(a.table_version("events").await.expect("version"), None, "the handle that loaded it");
+    let b = Lake::open(&dir.url).await.expect("second handle");
+    assert_eq!(b.table_version("events").await.expect("version"), None, "a handle that never did");
+}
+
 /// A table deleted and created again with other columns after a step staged for the old one
 /// (with as many versions, so the version numbers alone cannot tell): the handle that staged
 /// notices the new table's schema, refuses the publication naming the column it would drop, and
