@@ -139,8 +139,6 @@ pub fn open_at(location: &Location, options: Options) -> Result<std::sync::Arc<d
     }
 }
 
-/// `now + ttl_s`, rounded down to what the database stores, so that the lease a caller holds
-/// equals the one `expired_leases` returns.
 /// Announces the leases a claim made, once per worker they name (PostgreSQL delivers identical
 /// notifications of one transaction once anyway), so each worker wakes for its own.
 fn announce_leases<'a>(tx: &mut dyn Tx, workers: impl Iterator<Item = &'a str>) -> Result<()> {
@@ -151,6 +149,8 @@ fn announce_leases<'a>(tx: &mut dyn Tx, workers: impl Iterator<Item = &'a str>) 
     Ok(())
 }
 
+/// `now + ttl_s`, rounded down to what the database stores, so that the lease a caller holds
+/// equals the one `expired_leases` returns.
 pub(crate) fn expiry(now: DateTime<Utc>, ttl_s: u32) -> Result<(String, DateTime<Utc>)> {
     let text = fmt_ts(now + Duration::seconds(ttl_s.into()));
     let at = parse_ts(&text)?;
