@@ -241,17 +241,18 @@ impl ChangeWatch {
         let deadline = Instant::now() + timeout;
         let mut state = feed.state.lock().unwrap_or_else(PoisonError::into_inner);
         loop {
-            let leases_of = self.leases_of.map(|(bucket, _)| (bucket, state.leases[bucket]));
-            let woken = self.watched.iter().any(|&c| match (c, leases_of, self.leases_of) {
-                (Change::StepLeased, Some((_, now)), Some((_, seen))) => now != seen,
+            // A narrowed watch's leases are its bucket's count; every other change, the kind's.
+            let heard = |c: Change| match (c, self.leases_of) {
+                (Change::StepLeased, Some((bucket, seen))) => state.leases[bucket] != seen,
                 _ => state.counts[c.index()] != self.seen[c.index()],
-            });
-            if woken || state.closed || deadline.saturating_duration_since(Instant::now()).is_zero() {
+            };
+            let woken = self.watched.iter().any(|&c| heard(c));
+            let left = deadline.saturating_duration_since(Instant::now());
+            if woken || state.closed || left.is_zero() {
                 self.seen = state.counts;
-                self.leases_of = leases_of;
+                self.leases_of = self.leases_of.map(|(bucket, _)| (bucket, state.leases[bucket]));
                 return woken;
             }
-            let left = deadline.saturating_duration_since(Instant::now());
             state = feed.heard.wait_timeout(state, left).unwrap_or_else(PoisonError::into_inner).0;
         }
     }

@@ -139,8 +139,8 @@ pub fn open_at(location: &Location, options: Options) -> Result<std::sync::Arc<d
     }
 }
 
-/// Announces the leases a claim made, once per worker they name (PostgreSQL delivers identical
-/// notifications of one transaction once anyway), so each worker wakes for its own.
+/// Announces the leases a claim made, once per worker they name (one statement each; PostgreSQL
+/// would deliver repeats of one transaction once anyway), so each worker wakes for its own.
 fn announce_leases<'a>(tx: &mut dyn Tx, workers: impl Iterator<Item = &'a str>) -> Result<()> {
     let workers: BTreeSet<&str> = workers.collect();
     for worker in workers {
